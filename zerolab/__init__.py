@@ -1,0 +1,9 @@
+"""zerolab: learn DeepSpeed ZeRO by running it on real ranks.
+
+The layers, bottom up (a lower layer never imports a higher one):
+crew (ranks) -> comm (collectives + ledger) -> memory (what a rank holds) -> flat (buffers and
+partitions) -> engine (ZeRO stages, precision, offload) -> tools (estimate, explain, CLI) -> viz.
+"""
+from .crew import Crew, CrewError, CrewTimeout, RankError, RankInfo, device, launch, rank, rank_info, world_size
+
+__version__ = "0.1.0"

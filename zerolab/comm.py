@@ -1,0 +1,294 @@
+"""Collectives with a ledger: every call the engine makes is written down.
+
+In the story, the crew shouts across the house; the ledger is the captain's tally of who
+shouted what, how much, and why. Each record holds the op, the number of elements, the
+payload bytes, the dtype, the wall time and a tag (which bucket, layer or phase).
+
+**Bytes on the wire per rank** use the ring convention of nccl-tests' *bus bandwidth*. With
+N ranks and S the size in bytes of the *full* (unsharded) tensor:
+
+    all-reduce       2 (N-1)/N * S     (a reduce-scatter followed by an all-gather)
+    reduce-scatter     (N-1)/N * S     (each rank ends with S/N, having sent N-1 chunks)
+    all-gather         (N-1)/N * S     (each rank starts with S/N and receives N-1 chunks)
+    broadcast                    S     (a pipelined chain: every rank but the root receives S)
+    send / recv       the bytes sent   (point-to-point, counted by the sender)
+
+This is what each rank sends (and receives) in a bandwidth-optimal ring, so a ZeRO stage's
+traffic can be compared directly with the paper: an all-reduce of Psi elements is 2 Psi.
+With N = 1 nothing crosses a wire and every factor is 0.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections import defaultdict
+from typing import Iterator
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["CommRecord", "Ledger", "Comm", "wire_factor", "ring_all_reduce",
+           "ring_reduce_scatter", "ring_all_gather", "default_comm"]
+
+
+def wire_factor(op: str, world_size: int) -> float:
+    """Bytes a rank puts on the wire per byte of the full tensor (see the module docstring)."""
+    n = world_size
+    if n <= 1:
+        return 0.0
+    return {"all_reduce": 2 * (n - 1) / n, "reduce_scatter": (n - 1) / n,
+            "all_gather": (n - 1) / n, "broadcast": 1.0, "send": 1.0, "recv": 0.0}[op]
+
+
+@dataclasses.dataclass(frozen=True)
+class CommRecord:
+    op: str             # all_reduce, reduce_scatter, all_gather, broadcast, send, recv
+    numel: int          # elements of the full tensor (the all-gathered output, the reduce-scattered input)
+    bytes: int          # numel * element size
+    dtype: str          # e.g. "float32"
+    world_size: int
+    seconds: float      # wall time of the call as seen by this rank (includes waiting for peers)
+    tag: str = ""       # why: "bucket 3", "layer fc1 fwd", "step" ...
+
+    @property
+    def wire_bytes(self) -> float:
+        """Bytes this rank sends for this call, by the ring convention."""
+        if self.op in ("send", "recv"):
+            return float(self.bytes) if self.op == "send" else 0.0
+        return wire_factor(self.op, self.world_size) * self.bytes
+
+
+class Ledger:
+    """An append-only list of :class:`CommRecord` with totals."""
+
+    def __init__(self) -> None:
+        self.records: list[CommRecord] = []
+        self.enabled = True
+
+    def add(self, rec: CommRecord) -> None:
+        if self.enabled:
+            self.records.append(rec)
+
+    def clear(self) -> None:
+        self.records.clear()
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def mark(self) -> int:
+        """A position to pass to :meth:`since` (e.g. at the start of a step)."""
+        return len(self.records)
+
+    def since(self, mark: int) -> "Ledger":
+        out = Ledger()
+        out.records = self.records[mark:]
+        return out
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Record nothing inside (for set-up traffic that is not part of a step)."""
+        before, self.enabled = self.enabled, False
+        try:
+            yield
+        finally:
+            self.enabled = before
+
+    def totals(self) -> dict[str, dict[str, float]]:
+        """Per op: calls, numel, bytes, wire_bytes, seconds."""
+        out: dict[str, dict[str, float]] = defaultdict(lambda: dict(calls=0, numel=0, bytes=0,
+                                                                     wire_bytes=0.0, seconds=0.0))
+        for r in self.records:
+            t = out[r.op]
+            t["calls"] += 1
+            t["numel"] += r.numel
+            t["bytes"] += r.bytes
+            t["wire_bytes"] += r.wire_bytes
+            t["seconds"] += r.seconds
+        return dict(out)
+
+    @property
+    def wire_bytes(self) -> float:
+        return sum(r.wire_bytes for r in self.records)
+
+    def by_tag(self) -> dict[str, float]:
+        """Wire bytes per tag prefix (the text before the first space)."""
+        out: dict[str, float] = defaultdict(float)
+        for r in self.records:
+            out[r.tag.split(" ")[0] if r.tag else ""] += r.wire_bytes
+        return dict(out)
+
+    def table(self, *, times: bool = False) -> str:
+        """A small text table of the totals per op (times are left out by default: they vary)."""
+        rows = self.totals()
+        head = f"{'op':<15}{'calls':>6}{'elements':>12}{'bytes':>12}{'wire bytes':>13}"
+        head += f"{'seconds':>10}" if times else ""
+        lines = [head]
+        for op in sorted(rows):
+            t = rows[op]
+            line = f"{op:<15}{t['calls']:>6}{t['numel']:>12}{t['bytes']:>12}{t['wire_bytes']:>13.0f}"
+            line += f"{t['seconds']:>10.4f}" if times else ""
+            lines.append(line)
+        return "\n".join(lines)
+
+
+def _all_gather_base(out: torch.Tensor, inp: torch.Tensor, group) -> None:
+    fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    fn(out, inp, group=group)
+
+
+def _reduce_scatter_base(out: torch.Tensor, inp: torch.Tensor, op, group) -> None:
+    fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    fn(out, inp, op=op, group=group)
+
+
+class Comm:
+    """The collectives the engine uses, over one process group, each written to a ledger.
+
+    The tensors are used in place, as with ``torch.distributed``. ``op`` is a
+    ``dist.ReduceOp`` (SUM by default; AVG works on gloo and NCCL).
+    """
+
+    def __init__(self, group=None, ledger: Ledger | None = None):
+        self.group = group
+        self.ledger = ledger if ledger is not None else Ledger()
+
+    @property
+    def world_size(self) -> int:
+        return dist.get_world_size(self.group)
+
+    @property
+    def rank(self) -> int:
+        return dist.get_rank(self.group)
+
+    def _record(self, op: str, t: torch.Tensor, t0: float, tag: str, numel: int | None = None) -> None:
+        n = t.numel() if numel is None else numel
+        self.ledger.add(CommRecord(op, n, n * t.element_size(), str(t.dtype).replace("torch.", ""),
+                                   self.world_size, time.perf_counter() - t0, tag))
+
+    def all_reduce(self, t: torch.Tensor, op=dist.ReduceOp.SUM, *, tag: str = "") -> torch.Tensor:
+        t0 = time.perf_counter()
+        if self.world_size > 1:
+            dist.all_reduce(t, op=op, group=self.group)
+        self._record("all_reduce", t, t0, tag)
+        return t
+
+    def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op=dist.ReduceOp.SUM, *,
+                       tag: str = "") -> torch.Tensor:
+        """``inp`` holds N equal chunks; rank r receives the reduction of chunk r in ``out``."""
+        n = self.world_size
+        if inp.numel() != out.numel() * n:
+            raise ValueError(f"reduce_scatter: input has {inp.numel()} elements, expected "
+                             f"{n} x {out.numel()} (pad the flat buffer to a multiple of the world size)")
+        t0 = time.perf_counter()
+        if n > 1:
+            _reduce_scatter_base(out, inp, op, self.group)
+        else:
+            out.copy_(inp)
+        self._record("reduce_scatter", inp, t0, tag)
+        return out
+
+    def all_gather(self, out: torch.Tensor, inp: torch.Tensor, *, tag: str = "") -> torch.Tensor:
+        """Every rank contributes ``inp``; ``out`` holds the N pieces in rank order."""
+        n = self.world_size
+        if out.numel() != inp.numel() * n:
+            raise ValueError(f"all_gather: output has {out.numel()} elements, expected "
+                             f"{n} x {inp.numel()}")
+        t0 = time.perf_counter()
+        if n > 1:
+            _all_gather_base(out, inp, self.group)
+        else:
+            out.copy_(inp)
+        self._record("all_gather", out, t0, tag)
+        return out
+
+    def broadcast(self, t: torch.Tensor, src: int = 0, *, tag: str = "") -> torch.Tensor:
+        t0 = time.perf_counter()
+        if self.world_size > 1:
+            dist.broadcast(t, src=dist.get_global_rank(self.group, src) if self.group else src,
+                           group=self.group)
+        self._record("broadcast", t, t0, tag)
+        return t
+
+    def all_reduce_max(self, value: float, *, tag: str = "") -> float:
+        """Max of a Python number over ranks (e.g. "did any rank overflow?")."""
+        t = torch.tensor([float(value)], dtype=torch.float64, device=_group_device(self.group))
+        self.all_reduce(t, dist.ReduceOp.MAX, tag=tag)
+        return float(t.item())
+
+    def all_reduce_sum(self, value: float, *, tag: str = "") -> float:
+        t = torch.tensor([float(value)], dtype=torch.float64, device=_group_device(self.group))
+        self.all_reduce(t, dist.ReduceOp.SUM, tag=tag)
+        return float(t.item())
+
+
+def _group_device(group) -> torch.device:
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+_DEFAULT: Comm | None = None
+
+
+def default_comm() -> Comm:
+    """A process-wide :class:`Comm` over the default group (what notebooks use)."""
+    global _DEFAULT
+    if _DEFAULT is None or not dist.is_initialized():
+        _DEFAULT = Comm()
+    return _DEFAULT
+
+
+# ----------------------------------------------------------------------------- ring, from scratch
+
+def _ring_step(send: torch.Tensor, recv: torch.Tensor, rank: int, n: int, ledger: Ledger | None,
+               tag: str) -> None:
+    """Send ``send`` to the right neighbour while receiving ``recv`` from the left one."""
+    t0 = time.perf_counter()
+    right, left = (rank + 1) % n, (rank - 1) % n
+    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, send.contiguous(), right),
+                                   dist.P2POp(dist.irecv, recv, left)])
+    for r in reqs:
+        r.wait()
+    if ledger is not None:
+        dt = time.perf_counter() - t0
+        dtype = str(send.dtype).replace("torch.", "")
+        ledger.add(CommRecord("send", send.numel(), send.numel() * send.element_size(), dtype, n, dt, tag))
+        ledger.add(CommRecord("recv", recv.numel(), recv.numel() * recv.element_size(), dtype, n, 0.0, tag))
+
+
+def ring_reduce_scatter(x: torch.Tensor, *, ledger: Ledger | None = None) -> list[torch.Tensor]:
+    """Ring reduce-scatter of a 1-D tensor, written with send/recv for teaching.
+
+    ``x`` is cut into N chunks with ``tensor_split`` (sizes may differ by one, so any length
+    works). In step s = 0 .. N-2, rank r sends its partial sum of chunk (r-s-1) mod N to the
+    right and adds what arrives from the left into chunk (r-s-2) mod N. After N-1 steps chunk
+    r on rank r holds the sum over all ranks. Returns all chunks (only chunk r is final).
+    """
+    n, r = dist.get_world_size(), dist.get_rank()
+    chunks = [c.clone() for c in x.reshape(-1).tensor_split(n)]
+    for s in range(n - 1):
+        send_i, recv_i = (r - s - 1) % n, (r - s - 2) % n
+        buf = torch.empty_like(chunks[recv_i])
+        _ring_step(chunks[send_i], buf, r, n, ledger, f"ring reduce-scatter step {s}")
+        chunks[recv_i] += buf
+    return chunks
+
+
+def ring_all_gather(chunks: list[torch.Tensor], *, ledger: Ledger | None = None) -> torch.Tensor:
+    """Ring all-gather: rank r starts with a correct ``chunks[r]``; in step s it sends chunk
+    (r-s) mod N to the right and receives chunk (r-s-1) mod N from the left."""
+    n, r = dist.get_world_size(), dist.get_rank()
+    chunks = list(chunks)
+    for s in range(n - 1):
+        send_i, recv_i = (r - s) % n, (r - s - 1) % n
+        buf = torch.empty_like(chunks[recv_i])
+        _ring_step(chunks[send_i], buf, r, n, ledger, f"ring all-gather step {s}")
+        chunks[recv_i] = buf
+    return torch.cat(chunks)
+
+
+def ring_all_reduce(x: torch.Tensor, *, ledger: Ledger | None = None) -> torch.Tensor:
+    """Ring all-reduce (sum) = ring reduce-scatter + ring all-gather. Returns a new tensor
+    shaped like ``x``; each rank sends 2(N-1) chunks, about 2(N-1)/N of the tensor."""
+    return ring_all_gather(ring_reduce_scatter(x, ledger=ledger), ledger=ledger).reshape(x.shape)
