@@ -7,3 +7,7 @@ partitions) -> engine (ZeRO stages, precision, offload) -> tools (estimate, expl
 from .crew import Crew, CrewError, CrewTimeout, RankError, RankInfo, device, launch, rank, rank_info, world_size
 
 __version__ = "0.1.0"
+from . import comm, memory
+from .comm import Comm, Ledger
+from .engine import Engine, initialize
+from .config import ConfigError, load_config

@@ -1,0 +1,65 @@
+"""The heart of the suite: every stage trains exactly like plain single-process training.
+
+For world sizes 1-4, stages 0-3, gradient accumulation 1 and 2, clipping on and off, AdamW
+with weight decay, on TinyLM (tied weights, a frozen parameter, LayerNorms, sizes that do not
+divide by the world size): after several steps every parameter equals the reference trained
+on the same global batches in one process. Each world size runs all its cases on one crew.
+"""
+import itertools
+
+import pytest
+import torch
+
+import zerolab
+from zerolab.models import TinyLM, lm_batches, lm_loss
+from zerolab.reference import train_engine, train_reference
+
+STAGES = (0, 1, 2, 3)
+CASES = [dict(stage=s, gas=g, clip=c) for s, g, c in itertools.product(STAGES, (1, 2), (0.0, 0.05))]
+
+
+def ds_config(stage, gas, clip, world, micro=2, **zero):
+    return {
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": gas,
+        "train_batch_size": micro * gas * world,
+        "gradient_clipping": clip,
+        "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
+        # small buckets, so several buckets (and straddling parameters) are exercised
+        "zero_optimization": {"stage": stage, "reduce_bucket_size": 700,
+                              "stage3_param_persistence_threshold": 30, **zero},
+    }
+
+
+def max_rel_diff(a: dict, b: dict, atol: float = 1e-6) -> float:
+    """The largest |a - b| / (atol / rtol + |b|) over all elements, scaled so that a value
+    below 1e-5 means |a - b| <= 1e-6 + 1e-5 |b| everywhere (torch.testing's rule with
+    rtol=1e-5, atol=1e-6). The atol matters for elements near zero, where Adam turns a
+    rounding-level difference in a tiny gradient into a visible one."""
+    assert a.keys() == b.keys(), (sorted(a), sorted(b))
+    return max(float(((a[k] - b[k]).abs() / (atol / 1e-5 + b[k].abs())).max()) for k in a)
+
+
+def run_cases(cases, steps=3):
+    world = zerolab.world_size()
+    out = {}
+    for case in cases:
+        cfg = ds_config(case["stage"], case["gas"], case["clip"], world)
+        batches = lm_batches(steps, cfg["train_batch_size"], seed=case["stage"])
+        ref = train_reference(TinyLM(), cfg, batches, lm_loss)
+        engine = zerolab.initialize(TinyLM(), cfg)
+        train_engine(engine, batches, lm_loss)
+        got = engine.full_params()
+        out[str(case)] = max_rel_diff(got, ref)
+        assert engine.global_steps == steps
+    return out
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_all_stages_match_single_process(world):
+    results = zerolab.launch(run_cases, world, CASES, echo=False, timeout=240)
+    for rank_result in results:
+        bad = {k: v for k, v in rank_result.items() if not v < 1e-5}
+        assert not bad, f"world {world}: parameters differ from the single-process run: {bad}"
+    # every rank holds the same full parameters
+    assert results[0].keys() == results[-1].keys()

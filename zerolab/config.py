@@ -1,0 +1,455 @@
+"""DeepSpeed's JSON config, read into frozen dataclasses.
+
+A DeepSpeed config is zerolab's interface: the user brings the file they already have. So the
+defaults are DeepSpeed 0.19.8's *code* defaults (not its docs'), the batch triple is derived
+exactly as DeepSpeed derives it, and nothing is silently ignored: a typo is an error naming the
+nearest key, and a DeepSpeed feature zerolab lacks is an error naming the feature, because a run
+that quietly differs from DeepSpeed teaches the wrong thing. :mod:`zerolab.config_keys` holds the
+table of every key and what zerolab does with it.
+
+All problems are collected and raised together in one :class:`ConfigError`, so a config is fixed
+in one pass. The dataclasses are frozen and hold only read-only values (tuples, :class:`FrozenDict`)
+so one Config can be shared by every rank and pickled to them.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from . import config_keys as K
+
+__all__ = ["Config", "ConfigError", "OptimizerConfig", "FP16Config", "BF16Config", "OffloadConfig",
+           "ZeroConfig", "FrozenDict", "load_config"]
+
+
+class ConfigError(ValueError):
+    """A DeepSpeed config that zerolab cannot run as DeepSpeed would.
+
+    ``problems``: every problem found, one sentence each. ``not_implemented``: the dotted keys
+    among them that ask for a DeepSpeed feature zerolab does not have yet.
+    """
+
+    def __init__(self, problems: Any, not_implemented: Any = ()):
+        self.problems = (problems,) if isinstance(problems, str) else tuple(problems)
+        self.not_implemented = tuple(not_implemented)
+        if len(self.problems) == 1:
+            message = self.problems[0]
+        else:
+            message = f"{len(self.problems)} problems in the DeepSpeed config:\n" + "\n".join(
+                f"  - {p}" for p in self.problems)
+        super().__init__(message)
+
+    def __reduce__(self):  # pickles whole (a rank's error travels to the parent)
+        return (type(self), (self.problems, self.not_implemented))
+
+
+class FrozenDict(Mapping):
+    """A read-only dict. Unlike ``types.MappingProxyType`` it pickles, deep-copies and hashes,
+    so a Config can travel to ranks and sit in a checkpoint."""
+    __slots__ = ("_d",)
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        self._d = dict(*args, **kwargs)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._d[key]
+
+    def __iter__(self):
+        return iter(self._d)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._d.items()))
+
+    def __repr__(self) -> str:
+        return f"FrozenDict({self._d!r})"
+
+    def __reduce__(self):
+        return (FrozenDict, (self._d,))
+
+
+def _freeze(v: Any) -> Any:
+    if isinstance(v, Mapping):
+        return FrozenDict({k: _freeze(x) for k, x in v.items()})
+    if isinstance(v, (list, tuple)):
+        return tuple(_freeze(x) for x in v)
+    return v
+
+
+def _thaw(v: Any) -> Any:
+    if isinstance(v, Mapping):
+        return {k: _thaw(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_thaw(x) for x in v]
+    return v
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """The ``optimizer`` block. ``params`` are ready for the torch constructor, with the defaults
+    of the class DeepSpeed builds filled in (its FusedAdam has weight_decay 0, torch's AdamW 0.01).
+
+    ``adam_w_mode``: decoupled weight decay. DeepSpeed's ``"Adam"`` *is* AdamW unless the params
+    say ``"adam_w_mode": false``; :attr:`torch_name` names the torch class that matches."""
+    type: str
+    params: Mapping[str, Any] = field(default_factory=FrozenDict)
+    adam_w_mode: bool = False
+
+    @property
+    def torch_name(self) -> str:
+        return "AdamW" if self.adam_w_mode else self.type
+
+
+@dataclass(frozen=True)
+class FP16Config:
+    enabled: bool = False
+    loss_scale: float = 0.0          # 0 = dynamic
+    initial_scale_power: int = 16
+    loss_scale_window: int = 1000
+    hysteresis: int = 2
+    consecutive_hysteresis: bool = False
+    min_loss_scale: float = 1.0
+    auto_cast: bool = False
+
+    @property
+    def dynamic(self) -> bool:
+        return self.loss_scale == 0
+
+
+@dataclass(frozen=True)
+class BF16Config:
+    enabled: bool = False
+    # DeepSpeed 0.19.8: under ZeRO + bf16, skip the step when the gradient norm is inf/nan.
+    check_grad_overflow: bool = True
+
+
+@dataclass(frozen=True)
+class OffloadConfig:
+    """``offload_optimizer`` / ``offload_param``. Parsed in full for later work; zerolab refuses
+    a device other than "none" for now. Defaults are DeepSpeed 0.19.8's (pin_memory is True)."""
+    device: str = "none"             # "none" | "cpu" | "nvme"
+    pin_memory: bool = True
+    nvme_path: str | None = None
+    buffer_count: int = 4            # offload_param: 5
+    buffer_size: int = 100_000_000   # offload_param only
+    max_in_cpu: int = 1_000_000_000  # offload_param only
+    pipeline_read: bool = False      # offload_optimizer only, and so below
+    pipeline_write: bool = False
+    fast_init: bool = False
+    ratio: float = 1.0
+
+
+@dataclass(frozen=True)
+class ZeroConfig:
+    """The ``zero_optimization`` block. Sizes are in elements, not bytes."""
+    stage: int = 0
+    contiguous_gradients: bool = True
+    reduce_scatter: bool = True
+    reduce_bucket_size: int = 500_000_000
+    allgather_bucket_size: int = 500_000_000
+    overlap_comm: bool = False       # DeepSpeed's None, resolved: True iff stage == 3
+    allgather_partitions: bool = True
+    round_robin_gradients: bool = False
+    sub_group_size: int = 1_000_000_000
+    stage3_param_persistence_threshold: int = 100_000
+    stage3_prefetch_bucket_size: int = 50_000_000
+    stage3_max_live_parameters: int = 1_000_000_000
+    stage3_max_reuse_distance: int = 1_000_000_000
+    offload_optimizer: OffloadConfig = OffloadConfig()
+    offload_param: OffloadConfig = OffloadConfig(buffer_count=5)
+    ignore_unused_parameters: bool = True
+
+
+_STAGE_SHARDS = {0: "nothing is partitioned (plain data parallelism)",
+                 1: "optimizer states are partitioned", 2: "optimizer states and gradients are partitioned",
+                 3: "optimizer states, gradients and parameters are partitioned"}
+
+
+@dataclass(frozen=True)
+class Config:
+    """A resolved DeepSpeed config for one data-parallel world size."""
+    train_batch_size: int
+    train_micro_batch_size_per_gpu: int
+    gradient_accumulation_steps: int
+    world_size: int
+    gradient_clipping: float = 1.0   # DeepSpeed 0.19.8's default; 0 = off
+    optimizer: OptimizerConfig | None = None
+    zero: ZeroConfig = ZeroConfig()
+    fp16: FP16Config = FP16Config()
+    bf16: BF16Config = BF16Config()
+    communication_data_type: str | None = None   # None | "fp32" | "fp16" | "bf16"
+    steps_per_print: int | None = None           # DeepSpeed 0.19.8: None = never print progress
+    wall_clock_breakdown: bool = False
+    zero_allow_untested_optimizer: bool = False
+    raw: Mapping[str, Any] = field(default_factory=FrozenDict, repr=False, compare=False)
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        return torch.float16 if self.fp16.enabled else torch.bfloat16 if self.bf16.enabled else torch.float32
+
+    def describe(self) -> str:
+        """A few plain lines on what this config asks for (backs ``zerolab explain``)."""
+        z, f = self.zero, self.fp16
+        lines = [f"ZeRO stage {z.stage} on {self.world_size} data-parallel rank(s): {_STAGE_SHARDS[z.stage]}.",
+                 f"Batch: train_batch_size {self.train_batch_size} = {self.train_micro_batch_size_per_gpu} "
+                 f"(micro-batch per rank) x {self.gradient_accumulation_steps} (gradient accumulation steps)"
+                 f" x {self.world_size} (ranks)."]
+        if f.enabled:
+            scale = (f"dynamic loss scale from 2^{f.initial_scale_power}, x2 after {f.loss_scale_window} "
+                     f"clean steps, hysteresis {f.hysteresis}, floor {f.min_loss_scale:g}"
+                     if f.dynamic else f"static loss scale {f.loss_scale:g}")
+            lines.append(f"Precision: fp16 model, fp32 master weights; {scale}.")
+        elif self.bf16.enabled:
+            check = "steps with inf/nan gradients skipped" if self.bf16.check_grad_overflow else "no overflow check"
+            lines.append(f"Precision: bf16 model, fp32 master weights; no loss scaling, {check}.")
+        else:
+            lines.append("Precision: fp32 throughout.")
+        comm = self.communication_data_type or {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(
+            self.compute_dtype, "fp32")
+        nbytes = {"fp32": 4, "fp16": 2, "bf16": 2}[comm]
+        lines.append(f"Gradient buckets: reduce_bucket_size {z.reduce_bucket_size:,} elements "
+                     f"({z.reduce_bucket_size * nbytes / 1e9:.2f} GB in {comm}), allgather_bucket_size "
+                     f"{z.allgather_bucket_size:,} elements; overlap_comm {_onoff(z.overlap_comm)}, "
+                     f"contiguous_gradients {_onoff(z.contiguous_gradients)}, reduce_scatter "
+                     f"{_onoff(z.reduce_scatter)}.")
+        if z.stage == 3:
+            lines.append(f"Stage 3 fetching: prefetch up to {z.stage3_prefetch_bucket_size:,} elements ahead; "
+                         f"parameters of at most {z.stage3_param_persistence_threshold:,} elements stay gathered; "
+                         f"at most {z.stage3_max_live_parameters:,} elements live; keep a parameter if reused "
+                         f"within {z.stage3_max_reuse_distance:,} elements.")
+        clip = f"clipped to global L2 norm {self.gradient_clipping:g}" if self.gradient_clipping else "off"
+        lines.append(f"Gradient clipping: {clip}.")
+        o = self.optimizer
+        lines.append("Optimizer: none in the config (pass one to zerolab.initialize)." if o is None else
+                     f"Optimizer: {o.type} (torch.optim.{o.torch_name}), " +
+                     ", ".join(f"{k}={v}" for k, v in o.params.items()) + ".")
+        return "\n".join(lines)
+
+
+def _onoff(b: bool) -> str:
+    return "on" if b else "off"
+
+
+def load_config(config: Mapping[str, Any] | str | os.PathLike | Config, world_size: int) -> Config:
+    """Read a DeepSpeed config (a dict, a path to a JSON file, or a Config) for ``world_size``
+    data-parallel ranks. Raises :class:`ConfigError` listing every problem found."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ConfigError(f"world_size must be a positive integer (the data-parallel size), got {world_size!r}")
+    if isinstance(config, Config):
+        if config.world_size == world_size:
+            return config
+        config = config.raw
+    if isinstance(config, (str, os.PathLike)):
+        config = _read_json(config)
+    if not isinstance(config, Mapping):
+        raise ConfigError("a DeepSpeed config must be a dict or the path to a JSON file, "
+                          f"got {type(config).__name__}")
+    return _parse(_thaw(config), world_size)
+
+
+def _read_json(path: Any) -> dict:
+    def no_duplicates(pairs: list) -> dict:  # DeepSpeed refuses duplicate keys too
+        keys = [k for k, _ in pairs]
+        for i, k in enumerate(keys):
+            if k in keys[:i]:
+                raise ConfigError(f"duplicate key '{k}' in the DeepSpeed config file {os.fspath(path)}")
+        return dict(pairs)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh, object_pairs_hook=no_duplicates)
+    except OSError as e:
+        raise ConfigError(f"cannot read the DeepSpeed config file {os.fspath(path)}: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"the DeepSpeed config file {os.fspath(path)} is not valid JSON: {e}") from None
+
+
+# ---- the blocks ----------------------------------------------------------------------------
+
+def _parse(d: dict, world_size: int) -> Config:
+    p = K.Problems()
+    K.check_keys(p, d, "", K.TOP)
+    g = lambda key, conv, default: K.read(p, d, "", key, conv, default)  # noqa: E731
+    names = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+    batch = [g(k, K.as_int(lo=1), None) for k in names]
+    top = dict(gradient_clipping=g("gradient_clipping", K.as_num(lo=0), 1.0),
+               communication_data_type=g("communication_data_type",
+                                         K.optional(K.one_of("fp32", "fp16", "bf16", lower=True)), None),
+               steps_per_print=g("steps_per_print", K.optional(K.as_int(lo=1)), None),
+               wall_clock_breakdown=g("wall_clock_breakdown", K.as_bool, False),
+               zero_allow_untested_optimizer=g("zero_allow_untested_optimizer", K.as_bool, False))
+    aio = K.read_block(p, d, "aio", "aio")
+    if aio is not None:  # accepted and unused, but a typo in it is still a typo
+        K.check_keys(p, aio, "aio", K.AIO)
+    fp16 = _parse_fp16(p, K.read_block(p, d, "fp16", "fp16"))
+    if "bf16" in d and "bfloat16" in d:
+        p.add("give only one of 'bf16' and 'bfloat16' (the old name of the same block)")
+    bf16_key = "bf16" if "bf16" in d else "bfloat16"
+    bf16_block = K.read_block(p, d, bf16_key, bf16_key)
+    if bf16_block is not None:
+        K.check_keys(p, bf16_block, bf16_key, K.BF16)
+    bf16 = BF16Config(enabled=K.read(p, bf16_block, bf16_key, "enabled", K.as_bool, False),
+                      check_grad_overflow=K.read(p, bf16_block, bf16_key, "check_grad_overflow", K.as_bool, True))
+    if fp16.enabled and bf16.enabled:
+        p.add(f"'fp16.enabled' and '{bf16_key}.enabled' are both true: bfloat16 and fp16 modes cannot be "
+              "enabled together (DeepSpeed asserts the same); pick one")
+    zero = _parse_zero(p, d)
+    optimizer = _parse_optimizer(p, d)
+    if not p.bad.intersection(names):
+        batch = _resolve_batch(p, *batch, world_size)
+    if p.items:
+        raise ConfigError(p.items, p.not_implemented)
+    return Config(*batch, world_size, optimizer=optimizer, zero=zero, fp16=fp16, bf16=bf16, raw=_freeze(d), **top)
+
+
+def _resolve_batch(p: K.Problems, tbs: Any, micro: Any, gas: Any, world: int) -> tuple | None:
+    """DeepSpeed's ``_set_batch_related_parameters`` then ``_batch_assertion``: derive the missing
+    member(s) with floor division, then insist the product holds. The note says why it did not."""
+    note = ""
+    if None not in (tbs, micro, gas):
+        if tbs % (micro * gas) == 0 and tbs // (micro * gas) != world:
+            note = f"these three fit world_size {tbs // (micro * gas)}, not {world}"
+    elif tbs is not None and micro is not None:
+        gas = tbs // micro // world
+        note = (f"gradient_accumulation_steps was derived as {tbs} // {micro} // {world} = {gas}; train_batch_size "
+                f"must be a multiple of train_micro_batch_size_per_gpu * world_size = {micro * world}")
+    elif tbs is not None and gas is not None:
+        micro = tbs // world // gas
+        note = (f"train_micro_batch_size_per_gpu was derived as {tbs} // {world} // {gas} = {micro}; train_batch_size "
+                f"must be a multiple of gradient_accumulation_steps * world_size = {gas * world}")
+    elif micro is not None and gas is not None:
+        tbs = micro * gas * world
+    elif tbs is not None:
+        gas, micro = 1, tbs // world
+        note = (f"with only train_batch_size given, gradient_accumulation_steps is 1 and train_micro_batch_size_per_gpu"
+                f" = {tbs} // {world} = {micro}; train_batch_size must be a multiple of world_size = {world}")
+    elif micro is not None:
+        tbs, gas = micro * world, 1
+    else:
+        p.add("either train_batch_size or train_micro_batch_size_per_gpu needs to be provided (DeepSpeed derives "
+              "the rest of the batch triple from them); the config has " +
+              ("only gradient_accumulation_steps" if gas is not None else "none of the three"))
+        return None
+    if tbs != micro * gas * world:
+        p.add("check the batch parameters: train_batch_size is not equal to train_micro_batch_size_per_gpu * "
+              f"gradient_accumulation_steps * world_size: {tbs} != {micro} * {gas} * {world}" +
+              (f" ({note})" if note else ""))
+        return None
+    return tbs, micro, gas
+
+
+def _parse_fp16(p: K.Problems, b: dict | None) -> FP16Config:
+    if b is None:
+        return FP16Config()
+    K.check_keys(p, b, "fp16", K.FP16)
+    g = lambda key, conv, default: K.read(p, b, "fp16", key, conv, default)  # noqa: E731
+    enabled, loss_scale = g("enabled", K.as_bool, False), g("loss_scale", K.as_num(lo=0), 0.0)
+    # As DeepSpeed 0.19.8: window and floor must be > 0 only where they act (dynamic scaling on).
+    dyn = " when dynamic loss scaling is on (fp16 enabled, loss_scale 0)"
+    positive = K.as_int(lo=1, note=dyn) if enabled and loss_scale == 0 else K.as_int()
+    return FP16Config(enabled=enabled, loss_scale=loss_scale,
+                      initial_scale_power=g("initial_scale_power", K.as_int(lo=0), 16),
+                      loss_scale_window=g("loss_scale_window", positive, 1000),
+                      hysteresis=g("hysteresis", K.as_int(lo=1), 2),
+                      consecutive_hysteresis=g("consecutive_hysteresis", K.as_bool, False),
+                      min_loss_scale=float(g("min_loss_scale", positive, 1)),
+                      auto_cast=g("auto_cast", K.as_bool, False))
+
+
+def _parse_zero(p: K.Problems, d: dict) -> ZeroConfig:
+    path = "zero_optimization"
+    if isinstance(d.get(path), bool):
+        p.add(f"'{path}' = {K.show(d[path])} is DeepSpeed's deprecated boolean form; write {{\"stage\": 1}} or "
+              "{\"stage\": 0}")
+        return ZeroConfig()
+    b = K.read_block(p, d, path, path)
+    if b is None:
+        return ZeroConfig()
+    b = dict(b)  # renamed below; raw keeps the user's spelling
+    for short, long in K.ZERO_ALIASES.items():  # DeepSpeed also takes the pydantic field names
+        if short in b:
+            if long in b:
+                p.add(f"give only one of '{path}.{short}' and '{path}.{long}' (the same setting)")
+            b[long] = b.pop(short)
+    K.check_keys(p, b, path, K.ZERO)
+    g = lambda key, conv, default: K.read(p, b, path, key, conv, default)  # noqa: E731
+    stage = g("stage", K.as_int(lo=0, hi=3), 0)
+    overlap = g("overlap_comm", K.optional(K.as_bool), None)
+    return ZeroConfig(
+        stage=stage, overlap_comm=(stage == 3) if overlap is None else overlap,
+        contiguous_gradients=g("contiguous_gradients", K.as_bool, True),
+        reduce_scatter=g("reduce_scatter", K.as_bool, True),
+        reduce_bucket_size=g("reduce_bucket_size", K.as_int(lo=1), 500_000_000),
+        allgather_bucket_size=g("allgather_bucket_size", K.as_int(lo=1), 500_000_000),
+        allgather_partitions=g("allgather_partitions", K.as_bool, True),
+        sub_group_size=g("sub_group_size", K.as_int(lo=0), 1_000_000_000),
+        **{k: g(k, K.as_int(lo=0), default) for k, default in (
+            ("stage3_param_persistence_threshold", 100_000), ("stage3_prefetch_bucket_size", 50_000_000),
+            ("stage3_max_live_parameters", 1_000_000_000), ("stage3_max_reuse_distance", 1_000_000_000))},
+        offload_optimizer=_parse_offload(p, b, "offload_optimizer", stage),
+        offload_param=_parse_offload(p, b, "offload_param", stage),
+        ignore_unused_parameters=g("ignore_unused_parameters", K.as_bool, True))
+
+
+def _parse_offload(p: K.Problems, zero: dict, kind: str, stage: int) -> OffloadConfig:
+    path, is_opt = f"zero_optimization.{kind}", kind == "offload_optimizer"
+    default = OffloadConfig(buffer_count=4 if is_opt else 5)
+    b = K.read_block(p, zero, kind, path)
+    if b is None:
+        return default
+    K.check_keys(p, b, path, K.OFFLOAD_OPTIMIZER if is_opt else K.OFFLOAD_PARAM)
+    g = lambda key, conv: K.read(p, b, path, key, conv, getattr(default, key))  # noqa: E731
+    if is_opt:
+        kw = {k: g(k, K.as_bool) for k in ("pipeline_read", "pipeline_write", "fast_init")}
+        kw["ratio"] = g("ratio", K.as_num(0, 1))
+    else:
+        kw = {k: g(k, K.as_int(lo=0)) for k in ("buffer_size", "max_in_cpu")}
+    cfg = OffloadConfig(device=g("device", K.one_of("none", "cpu", "nvme")), pin_memory=g("pin_memory", K.as_bool),
+                        nvme_path=g("nvme_path", K.optional(K.as_str)),
+                        buffer_count=g("buffer_count", K.as_int(lo=0)), **kw)
+    if cfg.ratio < 1 and stage != 3:
+        p.add(f"'{path}.ratio' < 1 (partial offload) needs ZeRO stage 3, as in DeepSpeed; stage is {stage}")
+    if cfg.device != "none":
+        what = ("ZeRO-Offload: optimizer states and step on the CPU or NVMe" if is_opt else
+                "parameter offload to CPU or NVMe; DeepSpeed uses it with stage 3 only")
+        p.refuse(f"{path}.device", cfg.device, what, ("none",))
+    return cfg
+
+
+def _parse_optimizer(p: K.Problems, d: dict) -> OptimizerConfig | None:
+    b = K.read_block(p, d, "optimizer", "optimizer")
+    if b is None:
+        return None
+    K.check_keys(p, b, "optimizer", K.OPTIMIZER)
+    kind = K.read(p, b, "optimizer", "type", K.as_str, None)
+    if kind is None:
+        if "type" not in b:
+            p.add("'optimizer' has no 'type' (like \"AdamW\"); give one, or drop the block and pass an optimizer")
+        return None
+    name, others = K.OPTIMIZERS.get(kind.lower()), {o.lower(): o for o in K.OTHER_OPTIMIZERS}
+    if name is None:
+        if kind.lower() in others:
+            p.refuse("optimizer.type", kind, f"the {others[kind.lower()]} optimizer; zerolab builds Adam, AdamW "
+                     "and SGD", ("AdamW",))
+        else:
+            guess = K.nearest(kind, [*K.OPTIMIZERS.values(), *K.OTHER_OPTIMIZERS])
+            p.add(f"unknown optimizer type '{kind}' in 'optimizer.type'; " +
+                  (f"did you mean '{guess}'?" if guess else "zerolab builds Adam, AdamW and SGD"))
+        return None
+    params = K.read_block(p, b, "params", "optimizer.params") or {}
+    K.check_keys(p, params, "optimizer.params", K.OPTIMIZER_PARAMS[name])
+    convs = {"lr": K.as_num(lo=0), "betas": K.as_betas, "eps": K.as_num(lo=0), "weight_decay": K.as_num(lo=0),
+             "momentum": K.as_num(lo=0), "dampening": K.as_num(), "nesterov": K.as_bool}
+    defaults = K.SGD_DEFAULTS if name == "SGD" else K.ADAM_DEFAULTS
+    out = {k: K.read(p, params, "optimizer.params", k, convs[k], v) for k, v in defaults.items()}
+    if name == "SGD" and out["nesterov"] and (out["momentum"] <= 0 or out["dampening"] != 0):
+        p.add("'optimizer.params.nesterov' needs momentum > 0 and dampening 0 (torch.optim.SGD refuses otherwise)")
+    adam_w_mode = name == "AdamW" or (name == "Adam" and K.read(p, params, "optimizer.params", "adam_w_mode",
+                                                                K.as_bool, True))
+    return OptimizerConfig(name, _freeze(out), adam_w_mode)

@@ -1,0 +1,410 @@
+"""Which DeepSpeed config keys zerolab reads, accepts or refuses (one table per block), and the
+small readers that check a block against its table.
+
+The reference is DeepSpeed 0.19.8 (``deepspeed/runtime/config.py``, ``constants.py``,
+``precision_config.py``, ``zero/config.py``, ``zero/offload_config.py`` and the config modules
+of its monitors, profiler, autotuner and AIO). Each key found there has one of four statuses:
+
+* ``IMPLEMENTED``: parsed into :mod:`zerolab.config`'s dataclasses and honoured by the engine.
+* ``ACCEPTED``: DeepSpeed bookkeeping that changes nothing zerolab computes (logging, debug
+  checks, knobs read only by a feature zerolab refuses elsewhere). Read and dropped; the
+  ``what`` text says why that is safe.
+* ``NOT_IMPLEMENTED``: a DeepSpeed feature zerolab does not have yet. It is an error, named,
+  unless the value is *inert*: DeepSpeed's default, or a block that is empty or has
+  ``"enabled": false``. Then the key asks for nothing, and refusing it would only annoy.
+* ``REMOVED``: DeepSpeed 0.19.8 itself rejects the key (``_reject_removed_config_keys``).
+
+A key missing from a table is unknown: a typo, or a key of another DeepSpeed version.
+
+The readers at the end never raise: they record every problem in a :class:`Problems` and hand
+back the default, so that :func:`zerolab.config.load_config` reports all problems at once.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+IMPLEMENTED = "implemented"
+ACCEPTED = "accepted"
+NOT_IMPLEMENTED = "not implemented"
+REMOVED = "removed"
+
+# Inert marker for a block: {} or {"enabled": false} (also null) asks for nothing.
+DISABLED_BLOCK = object()
+
+
+@dataclass(frozen=True)
+class Key:
+    status: str
+    what: str = ""              # what the key does in DeepSpeed (shown in errors)
+    inert: tuple = ()           # NOT_IMPLEMENTED: values that ask for nothing
+
+
+def is_inert(value: Any, inert: tuple) -> bool:
+    """True when ``value`` is one of ``inert`` (``True`` is not ``1`` here) or a disabled block."""
+    for ok in inert:
+        if ok is DISABLED_BLOCK:
+            if value is None or (isinstance(value, dict) and (not value or value.get("enabled") is False)):
+                return True
+        elif value is None or ok is None:
+            if value is ok:
+                return True
+        elif isinstance(ok, bool) or isinstance(value, bool):
+            if value is ok:
+                return True
+        elif value == ok:
+            return True
+    return False
+
+
+def _ni(what: str, *inert: Any) -> Key:
+    return Key(NOT_IMPLEMENTED, what, inert)
+
+
+def _accepted(why: str) -> Key:
+    return Key(ACCEPTED, why)
+
+
+_I, _A = Key(IMPLEMENTED), _accepted
+TOP = {
+    "train_batch_size": _I, "train_micro_batch_size_per_gpu": _I, "gradient_accumulation_steps": _I,
+    "gradient_clipping": _I, "optimizer": _I, "zero_optimization": _I, "fp16": _I,
+    "bf16": _I, "bfloat16": _I,  # "bfloat16" is DeepSpeed's old name for the bf16 block
+    "communication_data_type": _I, "steps_per_print": _I, "wall_clock_breakdown": _I,
+    "zero_allow_untested_optimizer": _I,
+    # harmless bookkeeping
+    "zero_force_ds_cpu_optimizer": _A("only checked with optimizer offload, which zerolab refuses"),
+    "memory_breakdown": _A("logging only"),
+    "dump_state": _A("logging only"),
+    "log_level": _A("logging only"),
+    "timers": _A("timer logging only"),
+    "vocabulary_size": _A("only a tensor-core alignment warning"),
+    "dataloader_drop_last": _A("only for dataloaders DeepSpeed builds; zerolab builds none"),
+    "seq_parallel_communication_data_type": _A("read only by sequence parallelism, which zerolab refuses"),
+    "aio": _A("libaio settings, read only by NVMe offload, which zerolab refuses"),
+    "data_parallel_size": _A("read only together with sequence_parallel_size, which zerolab refuses"),
+    "model_info": _A("read only by the autotuner, which zerolab refuses"),
+    # DeepSpeed features zerolab lacks
+    "scheduler": _ni("learning-rate scheduler built and stepped by the engine; step a torch scheduler yourself",
+                     DISABLED_BLOCK),
+    "activation_checkpointing": _ni("activation checkpointing / partitioning", DISABLED_BLOCK),
+    "flops_profiler": _ni("FLOPs profiler", DISABLED_BLOCK),
+    "tensorboard": _ni("TensorBoard monitor", DISABLED_BLOCK),
+    "wandb": _ni("Weights & Biases monitor", DISABLED_BLOCK),
+    "csv_monitor": _ni("CSV monitor", DISABLED_BLOCK),
+    "comet": _ni("Comet monitor", DISABLED_BLOCK),
+    "comms_logger": _ni("communication logger; zerolab's own comm ledger records every collective",
+                        DISABLED_BLOCK),
+    "autotuning": _ni("autotuner", DISABLED_BLOCK),
+    "hybrid_engine": _ni("RLHF hybrid engine", DISABLED_BLOCK),
+    "torch_autocast": _ni("torch.autocast mixed precision", DISABLED_BLOCK),
+    "data_efficiency": _ni("data sampling / routing library", DISABLED_BLOCK),
+    "compile": _ni("torch.compile / DeepCompile integration", DISABLED_BLOCK),
+    "tensor_parallel": _ni("tensor parallelism (AutoTP)", DISABLED_BLOCK),
+    "expert_parallel": _ni("expert parallelism", DISABLED_BLOCK),
+    "pipeline": _ni("pipeline parallelism", DISABLED_BLOCK),
+    "checkpoint": _ni("checkpoint tag validation / universal checkpoints / writers", DISABLED_BLOCK),
+    "data_types": _ni("grad_accum_dtype / param_dtype / buffer_dtype overrides", DISABLED_BLOCK),
+    "weight_quantization": _ni("weight quantization", DISABLED_BLOCK),
+    "datastates_ckpt": _ni("DataStates asynchronous checkpointing", False),
+    "prescale_gradients": _ni("divide gradients by world size before the all-reduce", False),
+    "gradient_predivide_factor": _ni("split the 1/world_size division around the collective", 1, 1.0),
+    "gradient_allreduce_op": _ni("sum instead of mean of gradients across ranks", "mean"),
+    "disable_allgather": _ni("broadcast instead of all-gather (stage 0)", False),
+    "disable_python_gc": _ni("engine-managed Python garbage collection", False),
+    "sequence_parallel_size": _ni("sequence parallelism (Ulysses)", 1),
+    "use_data_before_expert_parallelism": _ni("expert/data parallel group order", False),
+    "managed_gradient_accumulation": _ni("false hands the accumulation boundary to the caller", True),
+    # removed from DeepSpeed itself
+    **{k: Key(REMOVED, why) for k, why in {
+        "amp": "NVIDIA Apex AMP; use 'fp16' or 'bf16'",
+        "elasticity": "elastic training; set the batch triple directly",
+        "curriculum_learning": "legacy curriculum learning; DeepSpeed moved it into 'data_efficiency'",
+        "nebula": "Nebula checkpointing", "compression_training": "compression library",
+        "quantize_training": "MoQ quantized training", "sparse_gradients": "sparse embedding gradients",
+        "eigenvalue": "eigenvalue MoQ", "sparse_attention": "sparse attention",
+        "graph_harvesting": "graph harvesting", "progressive_layer_drop": "progressive layer drop",
+    }.items()},
+}
+
+ZERO = {
+    **{k: _I for k in (
+        "stage", "contiguous_gradients", "reduce_scatter", "reduce_bucket_size", "allgather_bucket_size",
+        "overlap_comm", "allgather_partitions", "ignore_unused_parameters", "offload_optimizer",
+        "offload_param", "stage3_param_persistence_threshold", "stage3_prefetch_bucket_size",
+        "stage3_max_live_parameters", "stage3_max_reuse_distance")},
+    # Tiles the stage-3 optimizer step into sub-groups: bounds working memory, same numbers.
+    "sub_group_size": _I,
+    "load_from_fp32_weights": _A("read only when loading a DeepSpeed checkpoint"),
+    "use_multi_rank_bucket_allreduce": _A("picks DeepSpeed's stage 1/2 collective; reduced values are the same"),
+    "memory_efficient_linear": _A("DeepSpeed's stage-3 Linear patch; same values"),
+    "override_module_apply": _A("DeepSpeed's stage-3 module.apply patch"),
+    "log_trace_cache_warnings": _A("logging only"),
+    "enable_sanity_checks": _A("debug checks only"),
+    "round_robin_gradients": _ni("reorders gradient slots across ranks to spread offload copies", False),
+    "stage3_model_persistence_threshold": _ni("cap on the total persistent numel", sys.maxsize),
+    "stage3_gather_16bit_weights_on_model_save": _ni("save_16bit_model() gathers the weights", False),
+    "stage3_gather_fp16_weights_on_model_save": _ni("deprecated name of the key above", False),
+    "stage3_module_granularity_threshold": _ni("fetch fine-grained modules as one unit", 0),
+    "stage3_use_all_reduce_for_fetch_params": _ni("fetch parameters with all-reduce", False),
+    "stage3_allgather_sequential": _ni("unbucketed, per-parameter all-gathers", False),
+    "elastic_checkpoint": _ni("legacy elastic checkpoints", False),
+    "legacy_stage1": _ni("old stage-1 implementation", False),
+    "compute_grad_norm": _ni("false skips the global gradient norm", True),
+    "parameter_alignment": _ni("16-byte alignment padding in flat buffers", False),
+    "zero_hpz_partition_size": _ni("ZeRO++ hierarchical partitioning (hpZ)", 1),
+    "zero_quantized_weights": _ni("ZeRO++ quantized weight all-gather (qwZ)", False),
+    "zero_quantized_nontrainable_weights": _ni("ZeRO++ quantized frozen weights", False),
+    "zero_quantized_gradients": _ni("ZeRO++ quantized gradient reduction (qgZ)", False),
+    "pipeline_loading_checkpoint": _ni("pipeline-mode checkpoint loading", False),
+    "save_muon_momentum_buffer_in_memory": _ni("Muon momentum buffer placement", False),
+    "zenflow": _ni("ZenFlow asynchronous offloaded updates", DISABLED_BLOCK),
+    "leaf_module": _ni("user-listed ZeRO-3 leaf modules", DISABLED_BLOCK),
+    "cpu_offload": _ni("deprecated form of offload_optimizer", None, False),
+    "cpu_offload_param": _ni("deprecated form of offload_param", None, False),
+    "cpu_offload_use_pin_memory": _ni("deprecated pin_memory for the keys above", None, False),
+    "mics_shard_size": Key(REMOVED, "MiCS sharding"),
+    "mics_hierarchical_params_gather": Key(REMOVED, "MiCS sharding"),
+    "zeropp_loco_param": Key(REMOVED, "LoCo-ZeRO++"),
+}
+
+# DeepSpeed's pydantic model also takes the field names of the stage3_* aliases.
+ZERO_ALIASES = {k[len("stage3_"):]: k for k in ZERO if k.startswith("stage3_")
+                and k != "stage3_gather_fp16_weights_on_model_save"}
+
+FP16 = {
+    **{k: _I for k in ("enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+                       "consecutive_hysteresis", "min_loss_scale", "auto_cast")},
+    "fp16_master_weights_and_grads": _ni("fp16 master weights", False),
+}
+
+BF16 = {
+    "enabled": _I,
+    "check_grad_overflow": _I,
+    "immediate_grad_update": _A("read only by DeepSpeed's BF16_Optimizer, which needs 'data_types'"),
+    "bf16_master_weights_and_grads": _ni("bf16 master weights", False),
+    "bf16_optimizer_states": _ni("bf16 optimizer states", False),
+}
+
+_OFFLOAD_COMMON = {k: _I for k in ("device", "nvme_path", "buffer_count", "pin_memory")}
+OFFLOAD_OPTIMIZER = {
+    **_OFFLOAD_COMMON,
+    **{k: _I for k in ("pipeline_read", "pipeline_write", "fast_init", "ratio")},
+    "super_offload": _A("acts only when the offload is on, which zerolab refuses"),
+    "cpuadam_cores_perc": _A("acts only when the offload is on, which zerolab refuses"),
+}
+OFFLOAD_PARAM = {**_OFFLOAD_COMMON, "buffer_size": _I, "max_in_cpu": _I}
+
+AIO = {k: _I for k in ("block_size", "queue_depth", "intra_op_parallelism", "single_submit",
+                       "overlap_events", "use_gds")}
+
+OPTIMIZER = {"type": _I, "params": _I, "legacy_fusion": _ni("legacy fused optimizer", False)}
+
+# Optimizer types: the ones zerolab builds, by lower-case name, and DeepSpeed's others
+# (its own, plus any torch.optim class, which DeepSpeed looks up by name).
+OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD"}
+OTHER_OPTIMIZERS = (
+    "Adagrad", "Lamb", "Lion", "MuAdam", "MuAdamW", "MuSGD", "Muon", "OneBitAdam", "ZeroOneAdam",
+    "OneBitLamb", "Adadelta", "Adafactor", "Adamax", "ASGD", "LBFGS", "NAdam", "RAdam", "RMSprop",
+    "Rprop", "SparseAdam",
+)
+
+# Defaults are those of the class DeepSpeed builds: FusedAdam / DeepSpeedCPUAdam for Adam(W)
+# (weight_decay 0, unlike torch.optim.AdamW's 0.01), torch.optim.SGD for SGD.
+ADAM_DEFAULTS = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}
+SGD_DEFAULTS = {"lr": 1e-3, "momentum": 0.0, "dampening": 0.0, "weight_decay": 0.0, "nesterov": False}
+_GRAD_NORM = Key(REMOVED, "as an optimizer parameter; use the top-level 'gradient_clipping'")
+OPTIMIZER_PARAMS = {
+    "Adam": {
+        **{k: _I for k in ADAM_DEFAULTS}, "adam_w_mode": _I,
+        "torch_adam": _A("picks torch's Adam over FusedAdam; same update"),
+        "fp32_optimizer_states": _A("read only by the CPU optimizer of offload, which zerolab refuses"),
+        "foreach": _A("torch implementation choice; same update"),
+        "bias_correction": _ni("Adam without bias correction", True),
+        "amsgrad": _ni("AMSGrad", False),
+        "max_grad_norm": _GRAD_NORM,
+    },
+    "SGD": {
+        **{k: _I for k in SGD_DEFAULTS},
+        "foreach": _A("torch implementation choice; same update"),
+        "fused": _A("torch implementation choice; same update"),
+        "differentiable": _A("autograd through the step; unused by training"),
+        "maximize": _ni("gradient ascent", False),
+        "max_grad_norm": _GRAD_NORM,
+    },
+}
+OPTIMIZER_PARAMS["AdamW"] = OPTIMIZER_PARAMS["Adam"]
+
+# Old spellings that difflib cannot guess.
+RENAMED = {"thread_count": "intra_op_parallelism", "bf16_enabled": "bf16", "fp16_enabled": "fp16"}
+
+
+# ---- checking keys and reading values (used by zerolab.config) -----------------------------
+
+class Problems:
+    """Every problem found so far; ``bad`` holds the paths whose value was unusable."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self.not_implemented: list[str] = []
+        self.bad: set[str] = set()
+
+    def add(self, msg: str) -> None:
+        self.items.append(msg)
+
+    def refuse(self, path: str, value: Any, what: str, inert: tuple) -> None:
+        self.not_implemented.append(path)
+        simple = [v for v in inert if v is not DISABLED_BLOCK and v is not None]
+        here = "" if isinstance(value, (Mapping, list)) else f"it is {show(value)} here; "
+        fix = f"remove it or set it to {show(simple[0])}" if simple else "remove it"
+        self.add(f"'{path}' is a DeepSpeed key that zerolab does not implement yet ({what}): {here}{fix}")
+
+
+class Bad(Exception):
+    """Carries what a value must be."""
+
+
+def show(v: Any) -> str:
+    try:
+        return json.dumps(v)
+    except (TypeError, ValueError):
+        return repr(v)
+
+
+def join_path(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def as_bool(v: Any) -> bool:
+    if isinstance(v, bool):  # not 1, not "true": DeepSpeed's JSON booleans are booleans
+        return v
+    raise Bad("true or false")
+
+
+as_bool.expected = "true or false"
+
+
+def as_int(lo: int | None = None, hi: int | None = None, note: str = ""):
+    expected = ("an integer" + (f" in {lo}..{hi}" if hi is not None else " > 0" if lo == 1
+                else f" >= {lo}" if lo is not None else "") + note)
+
+    def conv(v: Any) -> int:  # JSON's 5e8 is a float: take it when it is a whole number
+        if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int) or (lo is not None and v < lo) or (hi is not None and v > hi):
+            raise Bad(expected)
+        return v
+    conv.expected = expected
+    return conv
+
+
+def as_num(lo: float | None = None, hi: float | None = None):
+    expected = "a number" + (f" in [{lo:g}, {hi:g}]" if hi is not None else f" >= {lo:g}" if lo is not None else "")
+
+    def conv(v: Any) -> float:
+        if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                or (lo is not None and v < lo) or (hi is not None and v > hi)):
+            raise Bad(expected)
+        return float(v)
+    conv.expected = expected
+    return conv
+
+
+def one_of(*options: str, lower: bool = False):
+    expected = "one of " + ", ".join(f'"{o}"' for o in options)
+
+    def conv(v: Any) -> str:
+        s = v.lower() if lower and isinstance(v, str) else v
+        if s not in options:
+            raise Bad(expected)
+        return s
+    conv.expected = expected
+    return conv
+
+
+def optional(inner):
+    expected = inner.expected + " or null"
+
+    def conv(v: Any) -> Any:
+        try:
+            return None if v is None else inner(v)
+        except Bad:
+            raise Bad(expected) from None
+    conv.expected = expected
+    return conv
+
+
+def as_str(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    raise Bad("a string")
+
+
+as_str.expected = "a string"
+
+
+def as_betas(v: Any) -> tuple:
+    if (isinstance(v, (list, tuple)) and len(v) == 2 and
+            all(not isinstance(b, bool) and isinstance(b, (int, float)) and 0 <= b < 1 for b in v)):
+        return (float(v[0]), float(v[1]))
+    raise Bad("two numbers in [0, 1), like [0.9, 0.999]")
+
+
+as_betas.expected = "two numbers in [0, 1)"
+
+
+
+def read(p: Problems, block: Mapping | None, path: str, key: str, conv, default: Any) -> Any:
+    if block is None or key not in block:
+        return default
+    value, full = block[key], join_path(path, key)
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        p.bad.add(full)
+        p.add(f"'{full}' is \"auto\": \"auto\" is filled in by the Hugging Face Trainer before DeepSpeed sees "
+              f"the config, and zerolab reads the config as DeepSpeed does; give {conv.expected} instead")
+        return default
+    try:
+        return conv(value)
+    except Bad as e:
+        p.bad.add(full)
+        p.add(f"'{full}' must be {e}, got {show(value)}")
+        return default
+
+
+def read_block(p: Problems, parent: Mapping, key: str, path: str) -> dict | None:
+    value = parent.get(key)
+    if value is None or isinstance(value, Mapping):
+        return value
+    p.add(f"'{path}' must be a JSON object ({{...}}), got {show(value)}")
+    return None
+
+
+def nearest(key: Any, names: list) -> str | None:
+    """The known name the user most likely meant: an old spelling, a case slip, or difflib's pick."""
+    key = str(key)
+    if RENAMED.get(key) in names:
+        return RENAMED[key]
+    same_case = [n for n in names if n.lower() == key.lower()]
+    return (same_case or difflib.get_close_matches(key, names, n=1, cutoff=0.6) or [None])[0]
+
+
+def check_keys(p: Problems, block: Mapping, path: str, table: dict) -> None:
+    """Unknown, removed and not-implemented keys of one block, by the tables of config_keys."""
+    where = f"'{path}'" if path else "the DeepSpeed config"
+    for key, value in block.items():
+        full, entry = join_path(path, key), table.get(key)
+        if entry is None:
+            names = list(table)
+            guess = nearest(key, names)
+            hint = (f"did you mean '{guess}'?" if guess else
+                    "known keys: " + ", ".join(names) if len(names) <= 12 else "it is not a DeepSpeed 0.19.8 key")
+            p.add(f"unknown key '{key}' in {where}; {hint}")
+        elif entry.status == REMOVED:
+            p.add(f"'{full}' was removed from DeepSpeed itself ({entry.what}); DeepSpeed 0.19.8 rejects it too")
+        elif entry.status == NOT_IMPLEMENTED and not is_inert(value, entry.inert):
+            p.refuse(full, value, entry.what, entry.inert)

@@ -1,0 +1,113 @@
+"""Flat buffers and partitions: the packing plan every ZeRO stage shares.
+
+A :class:`FlatGroup` is a list of parameters laid end to end in one 1-D buffer, padded with
+zeros to a multiple of the world size N, so that the buffer cuts into N equal, contiguous
+shards. Rank r owns shard r: the elements ``[r * shard_numel, (r + 1) * shard_numel)``.
+
+Why equal shards: the two collectives ZeRO lives on, reduce-scatter and all-gather, move
+equal pieces (and gloo insists on it). A parameter may straddle two shards; that is fine,
+because Adam, AdamW and SGD update every element on its own, so stepping a shard of the flat
+buffer is the same as stepping the parameters inside it.
+
+Why groups, not one buffer for the whole model: a group is also the unit of communication.
+Stages 0-2 form groups of at most ``reduce_bucket_size`` elements in the order gradients are
+produced (roughly the reverse of ``model.parameters()``), so a group's gradient can be
+reduced as soon as backward has produced it. Stage 3 forms one group per module, so a
+module's parameters are gathered together just before it runs.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+__all__ = ["FlatGroup", "bucket_params"]
+
+
+class FlatGroup:
+    """Parameters packed into one padded flat buffer, cut into ``world_size`` equal shards."""
+
+    def __init__(self, index: int, params: list[nn.Parameter], names: list[str], rank: int,
+                 world_size: int, label: str = ""):
+        self.index = index                           # position in the engine's list of groups
+        self.params = params                         # the nn.Parameters packed here, in order
+        self.names = names                           # their names (model.named_parameters())
+        self.label = label or f"group {index}"       # what logs and errors call this group
+        self.rank, self.world_size = rank, world_size
+        self.shapes = [p.shape for p in params]
+        self.numels = [p.numel() for p in params]
+        self.offsets = [0]
+        for n in self.numels[:-1]:
+            self.offsets.append(self.offsets[-1] + n)
+        self.numel = sum(self.numels)                # real elements
+        self.padded_numel = math.ceil(self.numel / world_size) * world_size if self.numel else 0
+        self.shard_numel = self.padded_numel // world_size
+        self.index_of = {id(p): i for i, p in enumerate(params)}
+
+    def __repr__(self) -> str:
+        return (f"FlatGroup({self.label!r}, params={len(self.params)}, numel={self.numel}, "
+                f"padded={self.padded_numel}, shard={self.shard_numel})")
+
+    @property
+    def padding(self) -> int:
+        return self.padded_numel - self.numel
+
+    def shard_range(self, rank: int | None = None) -> tuple[int, int]:
+        r = self.rank if rank is None else rank
+        return r * self.shard_numel, (r + 1) * self.shard_numel
+
+    def shard_of(self, flat: torch.Tensor, rank: int | None = None) -> torch.Tensor:
+        """The view of ``flat`` that ``rank`` owns."""
+        a, b = self.shard_range(rank)
+        return flat[a:b]
+
+    def param_slice(self, i: int) -> slice:
+        return slice(self.offsets[i], self.offsets[i] + self.numels[i])
+
+    def flatten(self, tensors: list[torch.Tensor], dtype: torch.dtype,
+                device: torch.device) -> torch.Tensor:
+        """A new padded flat buffer holding ``tensors`` (one per parameter), padding zeroed."""
+        flat = torch.zeros(self.padded_numel, dtype=dtype, device=device)
+        for i, t in enumerate(tensors):
+            flat[self.param_slice(i)].copy_(t.reshape(-1))
+        return flat
+
+    def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """Views of ``flat`` shaped like each parameter."""
+        return [flat[self.param_slice(i)].view(s) for i, s in enumerate(self.shapes)]
+
+    def bind(self, flat: torch.Tensor) -> None:
+        """Make every parameter's ``.data`` a view into ``flat`` (no copy)."""
+        for p, v in zip(self.params, self.views(flat)):
+            p.data = v
+
+    def owner_ranges(self, i: int) -> list[tuple[int, int, int]]:
+        """Which ranks own parameter i: (rank, start, end) in the parameter's own numbering."""
+        lo, hi = self.offsets[i], self.offsets[i] + self.numels[i]
+        out = []
+        for r in range(self.world_size):
+            a, b = self.shard_range(r)
+            s, e = max(a, lo), min(b, hi)
+            if s < e:
+                out.append((r, s - lo, e - lo))
+        return out
+
+
+def bucket_params(named: list[tuple[str, nn.Parameter]], bucket_numel: int) -> list[list[int]]:
+    """Cut parameters (already in gradient order) into buckets of at most ``bucket_numel``
+    elements: a bucket is closed when the next parameter would overflow it, and a parameter
+    bigger than the bucket gets a bucket of its own (DeepSpeed's rule). Returns index lists."""
+    buckets: list[list[int]] = []
+    current: list[int] = []
+    size = 0
+    for i, (_, p) in enumerate(named):
+        n = p.numel()
+        if current and size + n > bucket_numel:
+            buckets.append(current)
+            current, size = [], 0
+        current.append(i)
+        size += n
+    if current:
+        buckets.append(current)
+    return buckets

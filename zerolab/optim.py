@@ -1,0 +1,76 @@
+"""The optimizer that steps each rank's shard.
+
+ZeRO steps a *flat shard* of the parameters instead of the parameters themselves. That is
+only correct for optimizers that update every element on its own (Adam, AdamW, SGD, ...):
+an optimizer that looks at a whole tensor at once (LAMB's trust ratio, Adafactor's factored
+moments) would see a shard that cuts across tensors. So, as DeepSpeed does, zerolab accepts
+a known list and refuses others unless ``zero_allow_untested_optimizer`` is set.
+
+The optimizer comes from the config's ``optimizer`` block or from the caller, as an
+optimizer class (``torch.optim.AdamW``), an instance built on the model's parameters (its
+class and hyper-parameters are re-used on the shard) or a factory ``params -> optimizer``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["build_optimizer", "ELEMENTWISE"]
+
+# Optimizers whose update of an element depends only on that element's history.
+ELEMENTWISE = {torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD, torch.optim.Adagrad,
+               torch.optim.RMSprop, torch.optim.Adamax, torch.optim.NAdam, torch.optim.RAdam}
+
+
+def _from_config(opt_cfg, params) -> torch.optim.Optimizer:
+    kind = opt_cfg.type.lower()
+    hp: dict[str, Any] = dict(opt_cfg.params)
+    hp.pop("torch_adam", None)                  # zerolab always uses torch's implementation
+    if "betas" in hp:
+        hp["betas"] = tuple(hp["betas"])
+    if kind == "adam":
+        # DeepSpeed's "Adam" is AdamW (decoupled weight decay) unless adam_w_mode is false.
+        cls = torch.optim.AdamW if hp.pop("adam_w_mode", True) else torch.optim.Adam
+    elif kind == "adamw":
+        hp.pop("adam_w_mode", None)
+        cls = torch.optim.AdamW
+    elif kind == "sgd":
+        cls = torch.optim.SGD
+    else:
+        raise ValueError(f"optimizer type {opt_cfg.type!r} is not implemented by zerolab "
+                         f"(use Adam, AdamW or SGD, or pass a torch optimizer to initialize)")
+    return cls(params, **hp)
+
+
+def build_optimizer(spec, opt_cfg, params: list[torch.Tensor], allow_untested: bool = False):
+    """Build the optimizer over ``params`` (the shards) from ``spec`` and/or the config block."""
+    if isinstance(spec, type) and issubclass(spec, torch.optim.Optimizer) and opt_cfg is not None:
+        hp = {k: (tuple(v) if k == "betas" else v) for k, v in opt_cfg.params.items()}
+        spec, opt_cfg = (lambda ps: spec(ps, **hp)), None     # the class, with the config's hyper-parameters
+    if spec is not None and opt_cfg is not None:
+        raise ValueError("an optimizer was passed to initialize() and the config has an "
+                         "'optimizer' block too: give one of them")
+    if spec is None:
+        if opt_cfg is None:
+            raise ValueError("no optimizer: add an 'optimizer' block to the config "
+                             "(e.g. {'type': 'AdamW', 'params': {'lr': 1e-3}}) or pass optimizer=")
+        opt = _from_config(opt_cfg, params)
+    elif isinstance(spec, torch.optim.Optimizer):
+        if len(spec.param_groups) != 1:
+            raise ValueError("zerolab supports a single parameter group; the optimizer passed "
+                             f"has {len(spec.param_groups)}")
+        hp = {k: v for k, v in spec.param_groups[0].items() if k != "params"}
+        opt = type(spec)(params, **hp)
+    elif isinstance(spec, type) and issubclass(spec, torch.optim.Optimizer):
+        opt = spec(params)
+    elif callable(spec):
+        opt = spec(params)
+    else:
+        raise TypeError(f"optimizer must be a torch optimizer class, instance or factory, "
+                        f"not {type(spec).__name__}")
+    if type(opt) not in ELEMENTWISE and not allow_untested:
+        raise ValueError(f"{type(opt).__name__} is not known to update elements independently, "
+                         f"so stepping a shard may not equal stepping the full parameters; set "
+                         f"'zero_allow_untested_optimizer': true to use it anyway")
+    return opt

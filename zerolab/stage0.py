@@ -1,0 +1,79 @@
+"""Stage 0: data parallelism from scratch (the old-style crew: everyone carries everything).
+
+Every rank holds the full parameters, the full gradients and the full optimizer states:
+16 bytes per parameter in mixed precision, on *every* rank. The only collective is the
+gradient all-reduce, done bucket by bucket at the accumulation boundary; each rank then
+runs the same optimizer step on the same averaged gradient and stays in sync.
+
+This is the baseline the chapter on "the pain of data parallelism" measures: memory per
+rank does not shrink as ranks are added, and each step all-reduces Psi elements, which in a
+ring costs every rank 2 (N-1)/N Psi on the wire.
+"""
+from __future__ import annotations
+
+import torch
+
+from .flat import FlatGroup, bucket_params
+from .memory import tensor_bytes
+from .stage_base import StageBase, broadcast_
+
+__all__ = ["Stage0"]
+
+
+class Stage0(StageBase):
+    stage = 0
+    shards_optimizer = False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Parameters live in one flat buffer per bucket; the model's params are views of it.
+        self.param_flats = [g.flatten([p.data for p in g.params], self.dtype, self.device)
+                            for g in self.groups]
+        for g, flat in zip(self.groups, self.param_flats):
+            broadcast_(self.comm, flat)          # everyone starts from rank 0's weights
+            g.bind(flat)
+        self._init_grads()
+        self.masters = self._make_masters(self._owned(self.param_flats))
+
+    def make_groups(self, named):
+        order = list(reversed(named))            # gradients appear roughly in reverse order
+        buckets = bucket_params(order, self.zero.reduce_bucket_size)
+        return [FlatGroup(k, [order[i][1] for i in b], [order[i][0] for i in b], self.rank,
+                          self.world_size, label=f"bucket {k}") for k, b in enumerate(buckets)]
+
+    def _init_grads(self) -> None:
+        # The full gradient, accumulated over micro-steps, one flat buffer per bucket.
+        self.grad_flats = [torch.zeros_like(f) for f in self.param_flats]
+
+    def _owned(self, flats: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The part of each flat buffer this rank's optimizer steps: all of it in stage 0."""
+        return list(flats)
+
+    def accept_grad(self, g: FlatGroup, i: int, grad: torch.Tensor) -> None:
+        self.grad_flats[g.index][g.param_slice(i)].add_(grad.reshape(-1))
+
+    def boundary_reduce(self) -> None:
+        for g, buf in zip(self.groups, self.grad_flats):
+            send = self._send_buffer(buf)
+            self.comm.all_reduce(send, tag=f"grads {g.label}")
+            if send is not buf:
+                buf.copy_(send)
+
+    def grads_for_step(self):
+        return self._owned(self.grad_flats)
+
+    def zero_grads(self) -> None:
+        for buf in self.grad_flats:
+            buf.zero_()
+
+    def publish(self) -> None:
+        if self.mixed:                           # fold the fp32 ledger back into the furniture
+            for flat, m in zip(self.param_flats, self.masters):
+                flat.copy_(m)
+
+    def memory(self) -> dict[str, int]:
+        opt_extra = tensor_bytes(self.masters) if self.mixed else 0
+        return {"params": tensor_bytes(self.param_flats) + self._frozen_bytes(),
+                "grads": tensor_bytes(self.grad_flats),
+                "optimizer_states": opt_extra,  # the engine adds the optimizer's own state
+                "buffers": self.buffer_bytes()}

@@ -1,0 +1,262 @@
+"""Stage 3: shard the parameters too (nobody carries the whole household any more).
+
+Every rank keeps only its shard of each module's parameters (plus, in mixed precision, the
+fp32 master and Adam states of that shard): 16 Psi / N bytes per rank. A module's full
+parameters exist only while they are needed:
+
+    forward   pre-hook:  all-gather the module's parameters      (Psi on the wire, in total)
+              post-hook: release them (``param.data`` becomes an empty tensor)
+    backward  when the module's gradient reaches its outputs: all-gather again   (Psi)
+              when all its parameters have their gradient: reduce-scatter it     (Psi)
+              and release the parameters
+    step      each rank steps its shard; nothing is gathered until the next forward
+
+One :class:`FlatGroup` per module (its own parameters, ``recurse=False``), so a gather
+brings exactly what the module is about to use. Groups of at most
+``stage3_param_persistence_threshold`` elements are *persistent*: gathered once, kept whole,
+and refreshed by an all-gather after each step (DeepSpeed's rule: many tiny all-gathers cost
+more in latency than the memory they save).
+
+Every rank must run the same modules in the same order. Each gather carries the id of the
+group on every rank; if two ranks disagree, both raise an error that names the modules,
+instead of hanging in mismatched collectives.
+
+Limits: a parameter must be used inside the forward of a module that owns it (as DeepSpeed
+without ``register_external_parameter``); frozen parameters are kept whole.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+
+from .comm import CommRecord
+from .flat import FlatGroup
+from .memory import tensor_bytes
+from .stage_base import StageBase, broadcast_
+
+__all__ = ["Stage3", "ModuleOrderError"]
+
+
+class ModuleOrderError(RuntimeError):
+    """Ranks gathered different modules: their forward/backward took different paths."""
+
+
+class _OnBackward(torch.autograd.Function):
+    """Identity in forward; calls ``fn`` when the gradient flows back through it."""
+
+    @staticmethod
+    def forward(ctx, fn, *tensors):
+        ctx.fn = fn
+        return tuple(t.view_as(t) for t in tensors)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ctx.fn()
+        return (None, *grads)
+
+
+class Stage3(StageBase):
+    stage = 3
+    shards_optimizer = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        thresh = self.zero.stage3_param_persistence_threshold
+        self.shards: list[torch.Tensor] = []       # this rank's shard of each group (model dtype)
+        self.full: dict[int, torch.Tensor] = {}    # group index -> gathered flat buffer, while alive
+        self.persistent = [g.numel <= thresh for g in self.groups]
+        for g in self.groups:
+            flat = g.flatten([p.data for p in g.params], self.dtype, self.device)
+            broadcast_(self.comm, flat)            # everyone starts from rank 0's weights
+            if self.persistent[g.index]:
+                self.shards.append(g.shard_of(flat))       # a view: the whole buffer stays
+                self.full[g.index] = flat
+                g.bind(flat)
+            else:
+                self.shards.append(g.shard_of(flat).clone())
+                self._release(g)
+        self.masters = self._make_masters(self.shards)
+        self.grad_shards = [torch.zeros(g.shard_numel, dtype=self.dtype, device=self.device)
+                            for g in self.groups]
+        self._buckets: dict[int, torch.Tensor] = {}
+        self._arrived: dict[int, set[int]] = {}
+        self._reduced: set[int] = set()
+        self._in_backward = False
+        self.fetches = 0                           # all-gathers issued for parameters
+        self.peak_gathered_numel = 0               # most parameter elements gathered at once
+        self._install_hooks()
+
+    # -- groups: one per module with parameters of its own ------------------------------
+    def make_groups(self, named):
+        trainable = {id(p): n for n, p in named}
+        self.module_groups: dict[nn.Module, list[int]] = {}
+        groups: list[FlatGroup] = []
+        owner: dict[int, int] = {}
+        for mname, m in self.model.named_modules():
+            own = [p for p in m.parameters(recurse=False) if id(p) in trainable]
+            new = [p for p in own if id(p) not in owner]
+            if new:
+                g = FlatGroup(len(groups), new, [trainable[id(p)] for p in new], self.rank,
+                              self.world_size, label=mname or "(root)")
+                groups.append(g)
+                for p in new:
+                    owner[id(p)] = g.index
+            ids = sorted({owner[id(p)] for p in own})
+            if ids:
+                self.module_groups[m] = ids
+        return groups
+
+    def _install_hooks(self) -> None:
+        for m, ids in self.module_groups.items():
+            m.register_forward_pre_hook(self._make_pre_forward(ids))
+            m.register_forward_hook(self._make_post_forward(ids))
+
+    def _make_pre_forward(self, ids):
+        def hook(module, inputs):
+            for i in ids:
+                self._fetch(self.groups[i])
+        return hook
+
+    def _make_post_forward(self, ids):
+        def hook(module, inputs, output):
+            for i in ids:
+                if not self._in_backward:
+                    self._maybe_release(self.groups[i])
+            if not torch.is_grad_enabled():
+                return output
+            def before_backward():
+                self._in_backward = True
+                for i in ids:
+                    self._fetch(self.groups[i])
+            return _wrap_outputs(output, before_backward)
+        return hook
+
+    # -- gather and release ----------------------------------------------------------------
+    def _fetch(self, g: FlatGroup) -> None:
+        if g.index in self.full:
+            return
+        flat = torch.empty(g.padded_numel, dtype=self.dtype, device=self.device)
+        self._checked_all_gather(g, flat)
+        self.full[g.index] = flat
+        g.bind(flat)
+        self.fetches += 1
+        self._track(f"params {g.index}", flat)
+        live = sum(self.groups[i].padded_numel for i in self.full if not self.persistent[i])
+        self.peak_gathered_numel = max(self.peak_gathered_numel, live)
+
+    def _checked_all_gather(self, g: FlatGroup, out: torch.Tensor) -> None:
+        """All-gather the shard with the group id riding along (8 bytes) on every rank."""
+        shard = self.shards[g.index]
+        nbytes = shard.numel() * shard.element_size()
+        send = torch.empty(8 + nbytes, dtype=torch.uint8, device=self.device)
+        send[:8].view(torch.int64).fill_(g.index)
+        send[8:].copy_(shard.view(torch.uint8))
+        recv = torch.empty(self.world_size * (8 + nbytes), dtype=torch.uint8, device=self.device)
+        t0 = time.perf_counter()
+        with self.comm.ledger.paused():
+            self.comm.all_gather(recv, send)
+        # Written to the ledger as what it is: an all-gather of the group's parameters.
+        self.comm.ledger.add(CommRecord("all_gather", g.padded_numel, g.padded_numel * shard.element_size(),
+                                        str(self.dtype).replace("torch.", ""), self.world_size,
+                                        time.perf_counter() - t0, f"params {g.label}"))
+        pieces = recv.view(self.world_size, 8 + nbytes)
+        ids = pieces[:, :8].contiguous().view(torch.int64).view(-1).tolist()
+        if any(i != g.index for i in ids):
+            names = {r: self.groups[i].label if 0 <= i < len(self.groups) else f"#{i}"
+                     for r, i in enumerate(ids)}
+            raise ModuleOrderError(
+                "ranks ran different modules: " + ", ".join(f"rank {r} gathered {n!r}" for r, n in names.items())
+                + ". With ZeRO stage 3 every rank must run the same modules in the same order "
+                  "(e.g. no rank-dependent branches, no forward on one rank only).")
+        out.view(torch.uint8).view(self.world_size, nbytes).copy_(pieces[:, 8:])
+
+    def _release(self, g: FlatGroup) -> None:
+        for p in g.params:
+            p.data = torch.empty(0, dtype=self.dtype, device=self.device)
+        self.full.pop(g.index, None)
+        self._track(f"params {g.index}", None)
+
+    def _maybe_release(self, g: FlatGroup) -> None:
+        if not self.persistent[g.index] and g.index in self.full:
+            self._release(g)
+
+    # -- gradients -----------------------------------------------------------------------
+    def begin_backward(self) -> None:
+        self._in_backward = True
+
+    def accept_grad(self, g: FlatGroup, i: int, grad: torch.Tensor) -> None:
+        bucket = self._buckets.get(g.index)
+        if bucket is None:
+            bucket = torch.zeros(g.padded_numel, dtype=self.dtype, device=self.device)
+            self._buckets[g.index] = bucket
+            self._arrived[g.index] = set()
+            self._track(f"grads {g.index}", bucket)
+        bucket[g.param_slice(i)].add_(grad.reshape(-1))
+        self._arrived[g.index].add(i)
+        if len(self._arrived[g.index]) == len(g.params):
+            self._reduce(g)
+
+    def _reduce(self, g: FlatGroup) -> None:
+        bucket = self._buckets.pop(g.index, None)
+        if bucket is None:
+            bucket = torch.zeros(g.padded_numel, dtype=self.dtype, device=self.device)
+        self._arrived.pop(g.index, None)
+        self._reduced.add(g.index)
+        send = self._send_buffer(bucket)
+        out = torch.empty(g.shard_numel, dtype=send.dtype, device=send.device)
+        self.comm.reduce_scatter(out, send, tag=f"grads {g.label}")
+        self.grad_shards[g.index].add_(out)
+        self._track(f"grads {g.index}", None)
+        self._maybe_release(g)                    # its gradient is done: the furniture goes back
+
+    def end_backward(self) -> None:
+        for g in self.groups:
+            if g.index not in self._reduced:
+                self._reduce(g)
+        self._reduced.clear()
+        for g in self.groups:
+            self._maybe_release(g)
+        self._in_backward = False
+
+    def grads_for_step(self):
+        return self.grad_shards
+
+    def zero_grads(self) -> None:
+        for s in self.grad_shards:
+            s.zero_()
+
+    def publish(self) -> None:
+        for g, shard, m in zip(self.groups, self.shards, self.masters):
+            if self.mixed:
+                shard.copy_(m)
+            if self.persistent[g.index]:          # kept whole: refresh it now
+                flat = self.full[g.index]
+                self.comm.all_gather(flat, shard.clone(), tag=f"params {g.label}")
+
+    def memory(self) -> dict[str, int]:
+        persistent = [self.full[i] for i in self.full if self.persistent[i]]
+        return {"params": tensor_bytes(self.shards) + tensor_bytes(persistent) + self._frozen_bytes(),
+                "grads": tensor_bytes(self.grad_shards),
+                "optimizer_states": tensor_bytes(self.masters) if self.mixed else 0,
+                "buffers": self.buffer_bytes()}
+
+
+def _wrap_outputs(output, fn):
+    """Route the module's tensor outputs through ``_OnBackward`` so that ``fn`` runs before
+    the module's own backward. Handles a tensor, or a tuple/list of values."""
+    if torch.is_tensor(output):
+        if not output.requires_grad:
+            return output
+        return _OnBackward.apply(fn, output)[0]
+    if isinstance(output, (tuple, list)):
+        idx = [k for k, o in enumerate(output) if torch.is_tensor(o) and o.requires_grad]
+        if not idx:
+            return output
+        wrapped = _OnBackward.apply(fn, *[output[k] for k in idx])
+        out = list(output)
+        for k, w in zip(idx, wrapped):
+            out[k] = w
+        return type(output)(out) if isinstance(output, tuple) else out
+    return output

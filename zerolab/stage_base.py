@@ -1,0 +1,153 @@
+"""What every ZeRO stage shares: groups, gradient hooks, masters, and the engine's contract.
+
+The engine (``engine.py``) owns the training loop logic that does not depend on *where*
+things live: loss scaling, the overflow check, clipping, the optimizer. A stage decides where
+the parameters, gradients and optimizer states live, and which collectives move them:
+
+    stage 0  everything full on every rank; gradients all-reduced        (stage0.py)
+    stage 1  optimizer states sharded; gradients reduce-scattered at the boundary (stage1.py)
+    stage 2  gradients sharded too: reduce-scattered bucket by bucket during backward (stage2.py)
+    stage 3  parameters sharded too: gathered per module, just in time    (stage3.py)
+
+Gradients arrive through ``register_post_accumulate_grad_hook``: as soon as autograd has
+finished a parameter's gradient, the stage takes it (into its flat gradient buffer or a
+bucket) and sets ``param.grad = None``, so no stray full-size ``.grad`` tensors stay behind.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from .comm import Comm
+from .flat import FlatGroup
+from .memory import tensor_bytes
+
+__all__ = ["StageBase"]
+
+
+class StageBase:
+    stage: int = -1
+    shards_optimizer = True      # do ranks step only their own shard? (False for stage 0)
+
+    def __init__(self, model: nn.Module, named: list[tuple[str, nn.Parameter]], comm: Comm,
+                 zero, dtype: torch.dtype, comm_dtype: torch.dtype, device: torch.device):
+        self.model = model
+        self.comm = comm
+        self.zero = zero                         # the ZeroConfig
+        self.dtype = dtype                       # compute dtype of the model (fp32/fp16/bf16)
+        self.comm_dtype = comm_dtype             # dtype gradients travel in
+        self.mixed = dtype != torch.float32      # keep separate fp32 master weights?
+        self.device = device
+        self.rank, self.world_size = comm.rank, comm.world_size
+        self.named = named
+        self.groups: list[FlatGroup] = self.make_groups(named)
+        self.group_of = {id(p): g for g in self.groups for p in g.params}
+        self.peak_buffer_bytes = 0               # largest transient buffer total seen in a step
+        self._live_buffers: dict[str, torch.Tensor] = {}
+        self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for _, p in named]
+
+    # -- building -----------------------------------------------------------------------
+    def make_groups(self, named) -> list[FlatGroup]:
+        raise NotImplementedError
+
+    def _make_masters(self, shards: list[torch.Tensor]) -> list[torch.Tensor]:
+        """fp32 tensors the optimizer steps. In fp32 training they *are* the shards (views,
+        no copy); in mixed precision they are fp32 copies: the "full ledger book"."""
+        if self.mixed:
+            return [s.detach().float().clone() for s in shards]
+        return [s.detach() for s in shards]
+
+    # -- gradients ----------------------------------------------------------------------
+    def _on_grad(self, p: nn.Parameter) -> None:
+        if p.grad is None:
+            return
+        g = self.group_of[id(p)]
+        self.accept_grad(g, g.index_of[id(p)], p.grad)
+        p.grad = None
+
+    def accept_grad(self, g: FlatGroup, i: int, grad: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def begin_backward(self) -> None:
+        pass
+
+    def end_backward(self) -> None:
+        """Called after every ``loss.backward()`` (stages 2/3 flush unfinished buckets)."""
+
+    def boundary_reduce(self) -> None:
+        """Called once per optimizer step, before the step (stages 0/1 reduce here)."""
+
+    def grads_for_step(self) -> list[torch.Tensor]:
+        """Averaged gradients aligned with ``self.masters`` (any float dtype)."""
+        raise NotImplementedError
+
+    def zero_grads(self) -> None:
+        raise NotImplementedError
+
+    def publish(self) -> None:
+        """After the optimizer stepped the masters: make the model's parameters current."""
+        raise NotImplementedError
+
+    def _send_buffer(self, buf: torch.Tensor) -> torch.Tensor:
+        """The gradient as it travels: in the communication dtype, pre-divided by N so the
+        SUM is an average (pre-dividing keeps fp16 sums from overflowing)."""
+        send = buf.to(self.comm_dtype) if buf.dtype != self.comm_dtype else buf
+        if self.world_size > 1:
+            send.div_(self.world_size)
+        return send
+
+    def _track(self, key: str, t: torch.Tensor | None) -> None:
+        """Remember a transient buffer (bucket, gathered params) for the memory report."""
+        if t is None:
+            self._live_buffers.pop(key, None)
+        else:
+            self._live_buffers[key] = t
+        self.peak_buffer_bytes = max(self.peak_buffer_bytes, self.buffer_bytes())
+
+    def buffer_bytes(self) -> int:
+        return tensor_bytes(self._live_buffers.values())
+
+    # -- views for users ------------------------------------------------------------------
+    def full_master_flats(self) -> list[torch.Tensor]:
+        """Every group's full fp32 master values (gathers the shards when sharded)."""
+        out = []
+        for g, m in zip(self.groups, self.masters):
+            if not self.shards_optimizer:
+                out.append(m.detach().float().clone())
+                continue
+            full = torch.empty(g.padded_numel, dtype=torch.float32, device=self.device)
+            with self.comm.ledger.paused():
+                self.comm.all_gather(full, m.detach().float().contiguous())
+            out.append(full)
+        return out
+
+    def full_params(self) -> dict[str, torch.Tensor]:
+        values: dict[str, torch.Tensor] = {}
+        for g, flat in zip(self.groups, self.full_master_flats()):
+            for name, v in zip(g.names, g.views(flat)):
+                values[name] = v.clone().cpu()
+        return values
+
+    def memory(self) -> dict[str, int]:
+        raise NotImplementedError
+
+    def _frozen_bytes(self) -> int:
+        trainable = {id(p) for _, p in self.named}
+        return tensor_bytes(p for p in self.model.parameters() if id(p) not in trainable)
+
+    def remove_hooks(self) -> None:
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+
+
+def broadcast_(comm: Comm, t: torch.Tensor) -> None:
+    """Make rank 0's values everyone's (set-up traffic: not written to the ledger)."""
+    if comm.world_size > 1:
+        with comm.ledger.paused():
+            comm.broadcast(t, 0)
+
+
+def is_initialized() -> bool:
+    return dist.is_available() and dist.is_initialized()
