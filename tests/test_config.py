@@ -1,0 +1,528 @@
+"""zerolab.config: DeepSpeed 0.19.8 config semantics, defaults, and every error path (no ranks)."""
+import copy
+import dataclasses
+import json
+import pickle
+
+import pytest
+import torch
+
+from zerolab import config_keys as K
+from zerolab.config import (BF16Config, Config, ConfigError, FP16Config, FrozenDict, OffloadConfig,
+                            OptimizerConfig, ZeroConfig, load_config)
+
+# The production ZeRO-3 config of seed 002 (shared/seeds/002_7b4206f545a4cfb6.txt), verbatim.
+SEED_002 = {
+    "zero_optimization": {
+        "stage": 3, "overlap_comm": True, "contiguous_gradients": True, "reduce_bucket_size": 5e8,
+        "stage3_prefetch_bucket_size": 5e8, "stage3_param_persistence_threshold": 1e5,
+        "stage3_max_live_parameters": 1e9, "stage3_max_reuse_distance": 1e9,
+        "offload_optimizer": {"device": "cpu", "pin_memory": True},
+        "offload_param": {"device": "cpu", "pin_memory": True},
+        "sub_group_size": 1e8, "round_robin_gradients": True,
+    },
+    "gradient_accumulation_steps": 4, "train_batch_size": 128,
+    "fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": 16},
+}
+
+
+def error(cfg, world_size=2) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        load_config(cfg, world_size)
+    return info.value
+
+
+def with_batch(**extra):
+    return {"train_batch_size": 8, **extra}
+
+
+# ---- defaults ------------------------------------------------------------------------------
+
+def test_defaults_are_deepspeed_0_19_8_code_defaults():
+    c = load_config({"train_batch_size": 8}, 2)
+    assert (c.train_batch_size, c.train_micro_batch_size_per_gpu, c.gradient_accumulation_steps) == (8, 4, 1)
+    assert c.world_size == 2
+    assert c.gradient_clipping == 1.0          # 0.19.8: 1.0 (older code: 0.0)
+    assert c.steps_per_print is None           # 0.19.8: None = never print
+    assert c.optimizer is None and c.communication_data_type is None
+    assert not c.wall_clock_breakdown and not c.zero_allow_untested_optimizer
+    assert c.fp16 == FP16Config() and c.bf16 == BF16Config()
+    assert c.compute_dtype == torch.float32
+    z = c.zero
+    assert z == ZeroConfig()
+    assert (z.stage, z.overlap_comm, z.contiguous_gradients, z.reduce_scatter) == (0, False, True, True)
+    assert z.reduce_bucket_size == z.allgather_bucket_size == 500_000_000
+    assert z.stage3_prefetch_bucket_size == 50_000_000            # code, not the docs' 5e8
+    assert z.stage3_param_persistence_threshold == 100_000
+    assert z.stage3_max_live_parameters == z.stage3_max_reuse_distance == z.sub_group_size == 1_000_000_000
+    assert z.offload_optimizer.device == z.offload_param.device == "none"
+    assert z.offload_optimizer.pin_memory and z.offload_param.pin_memory   # 0.19.8: True
+    assert (z.offload_optimizer.buffer_count, z.offload_param.buffer_count) == (4, 5)
+    f = c.fp16
+    assert (f.loss_scale, f.initial_scale_power, f.loss_scale_window, f.hysteresis, f.min_loss_scale) == \
+        (0.0, 16, 1000, 2, 1.0)
+    assert f.dynamic and not f.consecutive_hysteresis and not f.auto_cast
+    assert c.bf16.check_grad_overflow
+
+
+@pytest.mark.parametrize("stage,given,expected", [
+    (0, None, False), (1, None, False), (2, None, False), (3, None, True), (3, False, False), (2, True, True)])
+def test_overlap_comm_none_resolves_true_only_for_stage_3(stage, given, expected):
+    zero = {"stage": stage} if given is None else {"stage": stage, "overlap_comm": given}
+    assert load_config(with_batch(zero_optimization=zero), 1).zero.overlap_comm is expected
+    assert load_config(with_batch(zero_optimization={"stage": stage, "overlap_comm": None}), 1).zero.overlap_comm \
+        is (stage == 3)
+
+
+def test_compute_dtype_follows_precision_blocks():
+    assert load_config(with_batch(fp16={"enabled": True}), 1).compute_dtype == torch.float16
+    assert load_config(with_batch(bf16={"enabled": True}), 1).compute_dtype == torch.bfloat16
+    assert load_config(with_batch(bfloat16={"enabled": True}), 1).compute_dtype == torch.bfloat16
+
+
+def test_scientific_notation_floats_become_ints():
+    z = load_config(with_batch(zero_optimization={"reduce_bucket_size": 5e8, "sub_group_size": 1e8}), 1).zero
+    assert z.reduce_bucket_size == 500_000_000 and type(z.reduce_bucket_size) is int
+    assert type(z.sub_group_size) is int
+    c = load_config({"train_batch_size": 128.0, "gradient_accumulation_steps": 4.0}, 2)
+    assert (c.train_batch_size, c.train_micro_batch_size_per_gpu) == (128, 16)
+    assert type(c.train_batch_size) is int
+
+
+# ---- the batch triple ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("given,world,triple", [
+    ({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2}, 4, (32, 4, 2)),
+    ({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4}, 4, (32, 4, 2)),
+    ({"train_batch_size": 32, "gradient_accumulation_steps": 2}, 4, (32, 4, 2)),
+    ({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2}, 4, (32, 4, 2)),
+    ({"train_batch_size": 32}, 4, (32, 8, 1)),
+    ({"train_micro_batch_size_per_gpu": 4}, 4, (16, 4, 1)),
+    ({"train_batch_size": 7}, 1, (7, 7, 1)),
+])
+def test_batch_triple_derived_as_deepspeed(given, world, triple):
+    c = load_config(given, world)
+    assert (c.train_batch_size, c.train_micro_batch_size_per_gpu, c.gradient_accumulation_steps) == triple
+
+
+@pytest.mark.parametrize("given,world,words", [
+    ({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 3}, 2,
+     ["10 != 3 * 1 * 2", "derived as 10 // 3 // 2 = 1", "multiple of train_micro_batch_size_per_gpu * world_size = 6"]),
+    ({"train_batch_size": 4, "train_micro_batch_size_per_gpu": 8}, 1, ["4 != 8 * 0 * 1", "= 0"]),
+    ({"train_batch_size": 30, "gradient_accumulation_steps": 4}, 2,
+     ["30 != 3 * 4 * 2", "multiple of gradient_accumulation_steps * world_size = 8"]),
+    ({"train_batch_size": 9}, 2, ["9 != 4 * 1 * 2", "multiple of world_size = 2"]),
+    ({"train_batch_size": 128, "train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 4}, 8,
+     ["128 != 16 * 4 * 8", "these three fit world_size 2, not 8"]),
+])
+def test_batch_mismatch_says_the_numbers(given, world, words):
+    msg = str(error(given, world))
+    assert msg.startswith("check the batch parameters: train_batch_size is not equal to "
+                          "train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size")
+    for w in words:
+        assert w in msg
+
+
+@pytest.mark.parametrize("given,words", [
+    ({}, "none of the three"),
+    ({"gradient_accumulation_steps": 4}, "only gradient_accumulation_steps"),
+])
+def test_batch_needs_tbs_or_micro(given, words):
+    msg = str(error(given))
+    assert "either train_batch_size or train_micro_batch_size_per_gpu needs to be provided" in msg and words in msg
+
+
+@pytest.mark.parametrize("value", [0, -8, 1.5, True, "8", [8]])
+def test_batch_values_must_be_positive_integers(value):
+    e = error({"train_batch_size": value})
+    assert str(e).startswith("'train_batch_size' must be an integer > 0, got ")
+    assert len(e.problems) == 1        # no second, confusing triple error
+
+
+# ---- unknown keys --------------------------------------------------------------------------
+
+def test_unknown_top_level_key_names_the_nearest():
+    assert str(error(with_batch(zero_optimisation={"stage": 1}))) == \
+        "unknown key 'zero_optimisation' in the DeepSpeed config; did you mean 'zero_optimization'?"
+    assert "did you mean 'train_batch_size'?" in str(error({"Train_Batch_Size": 8,
+                                                             "train_micro_batch_size_per_gpu": 1}))
+    assert "it is not a DeepSpeed 0.19.8 key" in str(error(with_batch(frobnicate=1)))
+
+
+@pytest.mark.parametrize("cfg,message", [
+    (with_batch(zero_optimization={"stage3_prefetch_bucket": 1}),
+     "unknown key 'stage3_prefetch_bucket' in 'zero_optimization'; did you mean 'stage3_prefetch_bucket_size'?"),
+    (with_batch(fp16={"enable": True}), "unknown key 'enable' in 'fp16'; did you mean 'enabled'?"),
+    (with_batch(bf16={"enabeld": True}), "unknown key 'enabeld' in 'bf16'; did you mean 'enabled'?"),
+    (with_batch(zero_optimization={"offload_param": {"devices": "none"}}),
+     "unknown key 'devices' in 'zero_optimization.offload_param'; did you mean 'device'?"),
+    (with_batch(zero_optimization={"offload_param": {"ratio": 0.5}}),
+     "unknown key 'ratio' in 'zero_optimization.offload_param'; known keys: device, nvme_path"),
+    (with_batch(optimizer={"type": "AdamW", "params": {"weight_dacay": 0.1}}),
+     "unknown key 'weight_dacay' in 'optimizer.params'; did you mean 'weight_decay'?"),
+    (with_batch(optimizer={"type": "AdamW", "parms": {}}),
+     "unknown key 'parms' in 'optimizer'; did you mean 'params'?"),
+    (with_batch(aio={"thread_count": 1}), "unknown key 'thread_count' in 'aio'; did you mean 'intra_op_parallelism'?"),
+    (with_batch(fp16={"xyz": 1}), "unknown key 'xyz' in 'fp16'; known keys: enabled, loss_scale"),
+])
+def test_unknown_key_in_every_block(cfg, message):
+    assert str(error(cfg)).startswith(message)
+
+
+# ---- known DeepSpeed keys that zerolab does not implement --------------------------------------
+
+@pytest.mark.parametrize("cfg,path", [
+    (with_batch(scheduler={"type": "WarmupLR", "params": {"warmup_num_steps": 10}}), "scheduler"),
+    (with_batch(activation_checkpointing={"partition_activations": True}), "activation_checkpointing"),
+    (with_batch(flops_profiler={"enabled": True}), "flops_profiler"),
+    (with_batch(tensorboard={"enabled": True, "output_path": "x"}), "tensorboard"),
+    (with_batch(prescale_gradients=True), "prescale_gradients"),
+    (with_batch(gradient_predivide_factor=2.0), "gradient_predivide_factor"),
+    (with_batch(data_types={"grad_accum_dtype": "fp32"}), "data_types"),
+    (with_batch(zero_optimization={"stage": 3, "stage3_gather_16bit_weights_on_model_save": True}),
+     "zero_optimization.stage3_gather_16bit_weights_on_model_save"),
+    (with_batch(zero_optimization={"elastic_checkpoint": True}), "zero_optimization.elastic_checkpoint"),
+    (with_batch(zero_optimization={"round_robin_gradients": True}), "zero_optimization.round_robin_gradients"),
+    (with_batch(zero_optimization={"zero_quantized_weights": True}), "zero_optimization.zero_quantized_weights"),
+    (with_batch(zero_optimization={"cpu_offload": True}), "zero_optimization.cpu_offload"),
+    (with_batch(zero_optimization={"offload_optimizer": {"device": "cpu"}}),
+     "zero_optimization.offload_optimizer.device"),
+    (with_batch(zero_optimization={"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"}}),
+     "zero_optimization.offload_param.device"),
+    (with_batch(fp16={"enabled": True, "fp16_master_weights_and_grads": True}), "fp16.fp16_master_weights_and_grads"),
+    (with_batch(bf16={"enabled": True, "bf16_master_weights_and_grads": True}), "bf16.bf16_master_weights_and_grads"),
+    (with_batch(optimizer={"type": "Lamb"}), "optimizer.type"),
+    (with_batch(optimizer={"type": "RMSprop"}), "optimizer.type"),
+    (with_batch(optimizer={"type": "Adam", "params": {"amsgrad": True}}), "optimizer.params.amsgrad"),
+    (with_batch(optimizer={"type": "Adam", "params": {"bias_correction": False}}), "optimizer.params.bias_correction"),
+    (with_batch(optimizer={"type": "AdamW"}, scheduler={}, legacy_fusion=None), None),
+])
+def test_not_implemented_keys_are_named(cfg, path):
+    if path is None:   # an inert scheduler block is fine, a misplaced legacy_fusion is unknown
+        assert "unknown key 'legacy_fusion' in the DeepSpeed config" in str(error(cfg))
+        return
+    e = error(cfg)
+    assert e.not_implemented == (path,)
+    assert f"'{path}' is a DeepSpeed key that zerolab does not implement yet (" in str(e)
+
+
+def test_not_implemented_messages_verbatim():
+    assert str(error(with_batch(scheduler={"type": "WarmupLR"}))) == (
+        "'scheduler' is a DeepSpeed key that zerolab does not implement yet (learning-rate scheduler built and "
+        "stepped by the engine; step a torch scheduler yourself): remove it")
+    assert str(error(with_batch(zero_optimization={"offload_optimizer": {"device": "cpu"}}))) == (
+        "'zero_optimization.offload_optimizer.device' is a DeepSpeed key that zerolab does not implement yet "
+        "(ZeRO-Offload: optimizer states and step on the CPU or NVMe): it is \"cpu\" here; remove it or set it "
+        "to \"none\"")
+
+
+@pytest.mark.parametrize("extra", [
+    {"flops_profiler": {"enabled": False, "profile_step": 1}}, {"tensorboard": {"enabled": False}},
+    {"activation_checkpointing": {}}, {"scheduler": None}, {"prescale_gradients": False},
+    {"gradient_predivide_factor": 1.0}, {"gradient_allreduce_op": "mean"}, {"sequence_parallel_size": 1},
+    {"zero_optimization": {"round_robin_gradients": False, "elastic_checkpoint": False,
+                           "stage3_gather_16bit_weights_on_model_save": False, "zero_hpz_partition_size": 1,
+                           "offload_optimizer": {"device": "none", "pin_memory": False}, "offload_param": None}},
+])
+def test_inert_values_of_not_implemented_keys_are_accepted(extra):
+    load_config(with_batch(**extra), 2)
+
+
+@pytest.mark.parametrize("extra", [
+    {"memory_breakdown": True}, {"dump_state": True}, {"zero_force_ds_cpu_optimizer": False},
+    {"vocabulary_size": 50257}, {"timers": {"throughput": {"enabled": True}}}, {"dataloader_drop_last": True},
+    {"aio": {"block_size": 1048576, "queue_depth": 8}}, {"bf16": {"enabled": True, "immediate_grad_update": True}},
+    {"zero_optimization": {"load_from_fp32_weights": False, "use_multi_rank_bucket_allreduce": False,
+                           "memory_efficient_linear": False, "log_trace_cache_warnings": True}},
+    {"optimizer": {"type": "Adam", "params": {"torch_adam": True, "foreach": False}}},
+])
+def test_harmless_bookkeeping_keys_are_accepted(extra):
+    load_config(with_batch(**extra), 2)
+
+
+@pytest.mark.parametrize("cfg,path", [
+    (with_batch(amp={"enabled": True}), "amp"),
+    (with_batch(elasticity={"enabled": True}), "elasticity"),
+    (with_batch(zero_optimization={"mics_shard_size": 8}), "zero_optimization.mics_shard_size"),
+    (with_batch(optimizer={"type": "AdamW", "params": {"max_grad_norm": 1.0}}), "optimizer.params.max_grad_norm"),
+])
+def test_keys_removed_from_deepspeed_itself(cfg, path):
+    assert str(error(cfg)).startswith(f"'{path}' was removed from DeepSpeed itself (")
+
+
+# ---- the seed production config ---------------------------------------------------------------
+
+def test_seed_002_fails_only_on_later_work_all_named_in_one_error():
+    e = error(SEED_002, world_size=8)
+    assert e.not_implemented == ("zero_optimization.round_robin_gradients",
+                                 "zero_optimization.offload_optimizer.device",
+                                 "zero_optimization.offload_param.device")
+    assert len(e.problems) == 3        # nothing else is wrong with it
+    assert str(e).startswith("3 problems in the DeepSpeed config:\n  - 'zero_optimization.round_robin_gradients'")
+
+
+def test_seed_002_without_the_later_work_parses():
+    cfg = copy.deepcopy(SEED_002)
+    for key in ("offload_optimizer", "offload_param", "round_robin_gradients"):
+        del cfg["zero_optimization"][key]
+    c = load_config(cfg, 8)
+    assert (c.train_batch_size, c.train_micro_batch_size_per_gpu, c.gradient_accumulation_steps) == (128, 4, 4)
+    z = c.zero
+    assert (z.stage, z.overlap_comm, z.contiguous_gradients) == (3, True, True)
+    assert (z.reduce_bucket_size, z.stage3_prefetch_bucket_size) == (500_000_000, 500_000_000)
+    assert (z.stage3_param_persistence_threshold, z.stage3_max_live_parameters, z.stage3_max_reuse_distance,
+            z.sub_group_size) == (100_000, 1_000_000_000, 1_000_000_000, 100_000_000)
+    assert c.fp16.enabled and c.fp16.dynamic and c.fp16.initial_scale_power == 16
+    assert load_config(cfg, 2).train_micro_batch_size_per_gpu == 16
+    # the offload blocks themselves parse (for later work); only a device other than "none" is refused
+    cfg["zero_optimization"]["offload_optimizer"] = {"device": "none", "pin_memory": True, "ratio": 0.5}
+    assert load_config(cfg, 8).zero.offload_optimizer == OffloadConfig(device="none", pin_memory=True, ratio=0.5)
+
+
+# ---- values --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cfg,message", [
+    (with_batch(zero_optimization={"stage": 4}), "'zero_optimization.stage' must be an integer in 0..3, got 4"),
+    (with_batch(zero_optimization={"stage": True}), "'zero_optimization.stage' must be an integer in 0..3, got true"),
+    (with_batch(zero_optimization={"reduce_bucket_size": 0}),
+     "'zero_optimization.reduce_bucket_size' must be an integer > 0, got 0"),
+    (with_batch(zero_optimization={"allgather_bucket_size": 1.5}),
+     "'zero_optimization.allgather_bucket_size' must be an integer > 0, got 1.5"),
+    (with_batch(zero_optimization={"stage3_prefetch_bucket_size": -1}),
+     "'zero_optimization.stage3_prefetch_bucket_size' must be an integer >= 0, got -1"),
+    (with_batch(zero_optimization={"contiguous_gradients": "true"}),
+     "'zero_optimization.contiguous_gradients' must be true or false, got \"true\""),
+    (with_batch(zero_optimization={"overlap_comm": 1}),
+     "'zero_optimization.overlap_comm' must be true or false or null, got 1"),
+    (with_batch(zero_optimization={"offload_optimizer": {"device": "CPU"}}),
+     "'zero_optimization.offload_optimizer.device' must be one of \"none\", \"cpu\", \"nvme\", got \"CPU\""),
+    (with_batch(zero_optimization={"offload_optimizer": {"ratio": 1.5}}),
+     "'zero_optimization.offload_optimizer.ratio' must be a number in [0, 1], got 1.5"),
+    (with_batch(zero_optimization={"stage": 2, "offload_optimizer": {"ratio": 0.5}}),
+     "'zero_optimization.offload_optimizer.ratio' < 1 (partial offload) needs ZeRO stage 3"),
+    (with_batch(zero_optimization=True), "'zero_optimization' = true is DeepSpeed's deprecated boolean form"),
+    (with_batch(zero_optimization=[1]), "'zero_optimization' must be a JSON object ({...}), got [1]"),
+    (with_batch(fp16=True), "'fp16' must be a JSON object ({...}), got true"),
+    (with_batch(fp16={"enabled": True, "loss_scale_window": 0}),
+     "'fp16.loss_scale_window' must be an integer > 0 when dynamic loss scaling is on"),
+    (with_batch(fp16={"enabled": True, "min_loss_scale": 0}),
+     "'fp16.min_loss_scale' must be an integer > 0 when dynamic loss scaling is on"),
+    (with_batch(fp16={"enabled": True, "min_loss_scale": 0.5}), "'fp16.min_loss_scale' must be an integer > 0"),
+    (with_batch(fp16={"enabled": True, "hysteresis": 0}), "'fp16.hysteresis' must be an integer > 0, got 0"),
+    (with_batch(fp16={"enabled": True, "loss_scale": -1}), "'fp16.loss_scale' must be a number >= 0, got -1"),
+    (with_batch(fp16={"enabled": True, "initial_scale_power": -2}),
+     "'fp16.initial_scale_power' must be an integer >= 0, got -2"),
+    (with_batch(gradient_clipping=-1.0), "'gradient_clipping' must be a number >= 0, got -1.0"),
+    (with_batch(gradient_clipping=True), "'gradient_clipping' must be a number >= 0, got true"),
+    (with_batch(steps_per_print=0), "'steps_per_print' must be an integer > 0 or null, got 0"),
+    (with_batch(communication_data_type="float16"),
+     "'communication_data_type' must be one of \"fp32\", \"fp16\", \"bf16\" or null, got \"float16\""),
+    (with_batch(fp16={"enabled": True}, bf16={"enabled": True}),
+     "'fp16.enabled' and 'bf16.enabled' are both true: bfloat16 and fp16 modes cannot be enabled together"),
+    (with_batch(bf16={"enabled": True}, bfloat16={"enabled": True}), "give only one of 'bf16' and 'bfloat16'"),
+    (with_batch(zero_optimization={"prefetch_bucket_size": 1, "stage3_prefetch_bucket_size": 2}),
+     "give only one of 'zero_optimization.prefetch_bucket_size' and 'zero_optimization.stage3_prefetch_bucket_size'"),
+])
+def test_bad_values(cfg, message):
+    assert str(error(cfg)).startswith(message)
+
+
+def test_loss_scale_window_and_floor_are_checked_only_where_they_act():
+    # as DeepSpeed 0.19.8: a static scale (or fp16 off) carries unused values without complaint
+    load_config(with_batch(fp16={"enabled": True, "loss_scale": 128, "loss_scale_window": 0, "min_loss_scale": 0}), 1)
+    load_config(with_batch(fp16={"enabled": False, "loss_scale_window": 0}), 1)
+    f = load_config(with_batch(fp16={"enabled": True, "loss_scale": 1024}), 1).fp16
+    assert not f.dynamic and f.loss_scale == 1024.0
+
+
+def test_communication_data_type_is_case_insensitive():
+    assert load_config(with_batch(communication_data_type="FP16"), 1).communication_data_type == "fp16"
+    assert load_config(with_batch(communication_data_type="bf16"), 1).communication_data_type == "bf16"
+
+
+def test_stage3_field_names_are_aliases_as_in_deepspeed():
+    z = load_config(with_batch(zero_optimization={"prefetch_bucket_size": 7, "max_live_parameters": 9}), 1).zero
+    assert (z.stage3_prefetch_bucket_size, z.stage3_max_live_parameters) == (7, 9)
+
+
+@pytest.mark.parametrize("cfg,path,expected", [
+    ({"train_batch_size": "auto"}, "train_batch_size", "give an integer > 0 instead"),
+    (with_batch(fp16={"enabled": "auto"}), "fp16.enabled", "give true or false instead"),
+    (with_batch(gradient_clipping="auto"), "gradient_clipping", "give a number >= 0 instead"),
+    (with_batch(optimizer={"type": "AdamW", "params": {"lr": "auto"}}), "optimizer.params.lr",
+     "give a number >= 0 instead"),
+    (with_batch(zero_optimization={"reduce_bucket_size": "auto"}), "zero_optimization.reduce_bucket_size",
+     "give an integer > 0 instead"),
+])
+def test_auto_values_from_hf_trainer_configs(cfg, path, expected):
+    msg = str(error(cfg))
+    assert msg.startswith(f"'{path}' is \"auto\": \"auto\" is filled in by the Hugging Face Trainer")
+    assert msg.endswith(expected)
+
+
+def test_all_problems_are_reported_together():
+    e = error({"train_batch_size": "auto", "zero_optimisation": {}, "scheduler": {"type": "OneCycle"},
+               "fp16": {"enabled": True, "hysteresis": 0}, "optimizer": {"type": "Adamm"}})
+    assert len(e.problems) == 5 and e.not_implemented == ("scheduler",)
+    msg = str(e)
+    assert msg.startswith("5 problems in the DeepSpeed config:\n")
+    for part in ("'zero_optimisation'", "'scheduler'", "'train_batch_size' is \"auto\"", "'fp16.hysteresis'",
+                 "unknown optimizer type 'Adamm' in 'optimizer.type'; did you mean 'Adam'?"):
+        assert part in msg
+
+
+# ---- optimizer -----------------------------------------------------------------------------
+
+def test_optimizer_types_match_case_insensitively_and_fill_deepspeed_defaults():
+    o = load_config(with_batch(optimizer={"type": "adamw", "params": {"lr": 3e-4, "betas": [0.9, 0.95]}}), 1).optimizer
+    assert o.type == "AdamW" and o.torch_name == "AdamW" and o.adam_w_mode
+    # FusedAdam's weight_decay default is 0 (torch.optim.AdamW's would be 0.01)
+    assert dict(o.params) == {"lr": 3e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.0}
+    s = load_config(with_batch(optimizer={"type": "sgd", "params": {"lr": 0.1, "momentum": 0.9}}), 1).optimizer
+    assert (s.type, s.torch_name, s.adam_w_mode) == ("SGD", "SGD", False)
+    assert dict(s.params) == {"lr": 0.1, "momentum": 0.9, "dampening": 0.0, "weight_decay": 0.0, "nesterov": False}
+
+
+def test_deepspeed_adam_is_adamw_unless_adam_w_mode_is_false():
+    adam = load_config(with_batch(optimizer={"type": "Adam", "params": {"weight_decay": 0.1}}), 1).optimizer
+    assert adam.type == "Adam" and adam.adam_w_mode and adam.torch_name == "AdamW"
+    plain = load_config(with_batch(optimizer={"type": "Adam", "params": {"adam_w_mode": False}}), 1).optimizer
+    assert not plain.adam_w_mode and plain.torch_name == "Adam"
+    assert "adam_w_mode" not in plain.params      # params are ready for the torch constructor
+    forced = load_config(with_batch(optimizer={"type": "AdamW", "params": {"adam_w_mode": False}}), 1).optimizer
+    assert forced.torch_name == "AdamW"            # as DeepSpeed: AdamW stays AdamW
+
+
+@pytest.mark.parametrize("opt,message", [
+    ({"params": {"lr": 1e-3}}, "'optimizer' has no 'type'"),
+    ({"type": 3}, "'optimizer.type' must be a string, got 3"),
+    ({"type": "Adamm"}, "unknown optimizer type 'Adamm' in 'optimizer.type'; did you mean 'Adam'?"),
+    ({"type": "Zzz"}, "unknown optimizer type 'Zzz' in 'optimizer.type'; zerolab builds Adam, AdamW and SGD"),
+    ({"type": "AdamW", "params": {"betas": [0.9]}}, "'optimizer.params.betas' must be two numbers in [0, 1)"),
+    ({"type": "AdamW", "params": {"lr": -1}}, "'optimizer.params.lr' must be a number >= 0, got -1"),
+    ({"type": "SGD", "params": {"nesterov": True}}, "'optimizer.params.nesterov' needs momentum > 0 and dampening 0"),
+    ({"type": "SGD", "params": {"betas": [0.9, 0.99]}}, "unknown key 'betas' in 'optimizer.params'"),
+])
+def test_optimizer_errors(opt, message):
+    assert str(error(with_batch(optimizer=opt))).startswith(message)
+
+
+# ---- inputs, outputs -------------------------------------------------------------------------
+
+def test_json_path_input(tmp_path):
+    path = tmp_path / "ds_config.json"
+    path.write_text(json.dumps(SEED_002))
+    for p in (path, str(path)):
+        assert error(p, 8).not_implemented[0] == "zero_optimization.round_robin_gradients"
+    path.write_text('{"train_batch_size": 16, "zero_optimization": {"stage": 2}}')
+    c = load_config(path, 4)
+    assert (c.train_micro_batch_size_per_gpu, c.zero.stage) == (4, 2)
+
+
+def test_json_file_errors(tmp_path):
+    dup = tmp_path / "dup.json"
+    dup.write_text('{"train_batch_size": 16, "train_batch_size": 32}')
+    assert str(error(dup)).startswith("duplicate key 'train_batch_size' in the DeepSpeed config file")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"train_batch_size": 16,}')
+    assert "is not valid JSON" in str(error(bad))
+    assert "cannot read the DeepSpeed config file" in str(error(tmp_path / "missing.json"))
+    assert "must be a dict or the path to a JSON file, got int" in str(error(3))
+
+
+@pytest.mark.parametrize("world_size", [0, -1, True, 2.0, "2"])
+def test_world_size_must_be_a_positive_int(world_size):
+    assert "world_size must be a positive integer" in str(error({"train_batch_size": 8}, world_size))
+
+
+def test_config_is_frozen_and_read_only():
+    src = with_batch(optimizer={"type": "AdamW", "params": {"betas": [0.9, 0.99]}},
+                     zero_optimization={"stage": 2}, tensorboard={"enabled": False, "x": [1, 2]})
+    c = load_config(src, 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.train_batch_size = 16
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.zero.stage = 3
+    with pytest.raises(TypeError):
+        c.optimizer.params["lr"] = 1.0
+    with pytest.raises(TypeError):
+        c.raw["train_batch_size"] = 16
+    assert c.raw["tensorboard"]["x"] == (1, 2)            # lists frozen to tuples
+    assert c.raw["optimizer"]["params"]["betas"] == (0.9, 0.99)
+    src["zero_optimization"]["stage"] = 3                 # the caller's dict is not shared
+    assert c.zero.stage == 2 and c.raw["zero_optimization"]["stage"] == 2
+    assert isinstance(c.raw, FrozenDict) and c.raw == {**c.raw}
+
+
+def test_config_pickles_deep_copies_and_hashes():
+    c = load_config(with_batch(optimizer={"type": "Adam"}, zero_optimization={"stage": 3}), 2)
+    for clone in (pickle.loads(pickle.dumps(c)), copy.deepcopy(c)):
+        assert clone == c and clone.raw == c.raw and clone.describe() == c.describe()
+    assert hash(c) == hash(pickle.loads(pickle.dumps(c)))
+    e = pickle.loads(pickle.dumps(error(SEED_002, 8)))
+    assert isinstance(e, ConfigError) and len(e.problems) == 3 and len(e.not_implemented) == 3
+
+
+def test_a_config_is_accepted_and_re_resolved_for_another_world_size():
+    c = load_config({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4}, 2)
+    assert load_config(c, 2) is c
+    c8 = load_config(c, 8)
+    assert (c8.world_size, c8.gradient_accumulation_steps) == (8, 1)
+    assert "32 != 4 * 0 * 16" in str(error(c, 16))
+
+
+def test_raw_keeps_the_users_spelling():
+    c = load_config(with_batch(zero_optimization={"prefetch_bucket_size": 7}), 1)
+    assert dict(c.raw["zero_optimization"]) == {"prefetch_bucket_size": 7}
+
+
+def test_describe_is_factual():
+    cfg = copy.deepcopy(SEED_002)
+    for key in ("offload_optimizer", "offload_param", "round_robin_gradients"):
+        del cfg["zero_optimization"][key]
+    cfg["optimizer"] = {"type": "AdamW", "params": {"lr": 1e-4}}
+    text = load_config(cfg, 8).describe()
+    assert "ZeRO stage 3 on 8 data-parallel rank(s): optimizer states, gradients and parameters are partitioned" \
+        in text
+    assert "train_batch_size 128 = 4 (micro-batch per rank) x 4 (gradient accumulation steps) x 8 (ranks)" in text
+    assert "fp16 model, fp32 master weights; dynamic loss scale from 2^16" in text
+    assert "reduce_bucket_size 500,000,000 elements (1.00 GB in fp16)" in text
+    assert "prefetch up to 500,000,000 elements" in text
+    assert "Gradient clipping: clipped to global L2 norm 1." in text
+    assert "Optimizer: AdamW (torch.optim.AdamW), lr=0.0001" in text
+    plain = load_config({"train_batch_size": 4, "gradient_clipping": 0}, 1).describe()
+    assert "nothing is partitioned" in plain and "fp32 throughout" in plain and "Gradient clipping: off." in plain
+    assert "Stage 3" not in plain and "none in the config" in plain
+
+
+# ---- the key tables ------------------------------------------------------------------------
+
+def test_key_tables_are_consistent_with_the_dataclasses():
+    statuses = {K.IMPLEMENTED, K.ACCEPTED, K.NOT_IMPLEMENTED, K.REMOVED}
+    for table in (K.TOP, K.ZERO, K.FP16, K.BF16, K.OFFLOAD_OPTIMIZER, K.OFFLOAD_PARAM, K.OPTIMIZER,
+                  *K.OPTIMIZER_PARAMS.values()):
+        for name, key in table.items():
+            assert key.status in statuses, name
+            assert key.status == K.IMPLEMENTED or key.what, name        # every other status says why
+            assert key.status != K.NOT_IMPLEMENTED or key.inert, name  # and how to turn it off
+    fields = {f.name for f in dataclasses.fields(ZeroConfig)}
+    assert {k for k, v in K.ZERO.items() if v.status == K.IMPLEMENTED} <= fields
+    fp16 = {f.name for f in dataclasses.fields(FP16Config)}
+    assert {k for k, v in K.FP16.items() if v.status == K.IMPLEMENTED} <= fp16
+    offload = {f.name for f in dataclasses.fields(OffloadConfig)}
+    assert {k for k, v in {**K.OFFLOAD_OPTIMIZER, **K.OFFLOAD_PARAM}.items() if v.status == K.IMPLEMENTED} <= offload
+
+
+def test_the_briefs_not_implemented_list_is_in_the_tables():
+    for name in ("scheduler", "activation_checkpointing", "flops_profiler", "tensorboard"):
+        assert K.TOP[name].status == K.NOT_IMPLEMENTED
+    for name in ("stage3_gather_16bit_weights_on_model_save", "elastic_checkpoint", "round_robin_gradients"):
+        assert K.ZERO[name].status == K.NOT_IMPLEMENTED
+    # removed in DeepSpeed 0.19.8 itself, so refused with that reason
+    assert K.TOP["amp"].status == K.ZERO["mics_shard_size"].status == K.REMOVED
+
+
+def test_optimizer_config_defaults():
+    o = OptimizerConfig("SGD")
+    assert o.params == {} and o.torch_name == "SGD"
+    assert Config(8, 4, 1, 2).zero == ZeroConfig() and Config(8, 4, 1, 2).raw == {}
