@@ -135,11 +135,19 @@ class Engine:
         stage, scale = self.stage, self.loss_scale
         stage.boundary_reduce()
         grads = stage.grads_for_step()
-        if self.scaler.dynamic:
-            local = any(bool(torch.isinf(g).any() or torch.isnan(g).any()) for g in grads)
-            overflow = self.comm.all_reduce_max(float(local), tag="overflow check") > 0
-        else:
-            overflow = False
+        clip = self.config.gradient_clipping
+        # One small all-reduce carries both what every step needs to know from all ranks:
+        # did any rank see an inf/NaN (fp16 always, bf16 unless check_grad_overflow is off),
+        # and the sum of squares of every shard's gradient (for the global clipping norm).
+        check = self.config.fp16.enabled or (self.config.bf16.enabled and self.config.bf16.check_grad_overflow)
+        stats = torch.zeros(2, dtype=torch.float64, device=self.device)
+        if check:
+            stats[0] = float(any(bool(torch.isinf(g).any() or torch.isnan(g).any()) for g in grads))
+        if clip > 0:
+            stats[1] = sum(g.double().pow(2).sum() for g in grads)
+        if check or (clip > 0 and stage.shards_optimizer):
+            self.comm.all_reduce(stats, tag="overflow check + grad norm")
+        overflow = bool(stats[0] > 0) or (clip > 0 and not math.isfinite(float(stats[1])))
         message = self.scaler.update_scale(overflow)
         if message:
             self._say(message)
@@ -149,12 +157,8 @@ class Engine:
             stage.zero_grads()
             return
         combined = scale
-        clip = self.config.gradient_clipping
         if clip > 0:
-            sq = sum(float(g.double().pow(2).sum()) for g in grads)
-            if stage.shards_optimizer:
-                sq = self.comm.all_reduce_sum(sq, tag="grad norm")
-            norm = math.sqrt(sq) / scale
+            norm = math.sqrt(float(stats[1])) / scale
             self.last_grad_norm = norm
             combined = scale * max(1.0, (norm + 1e-6) / clip)
         for m, g in zip(stage.masters, grads):

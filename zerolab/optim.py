@@ -24,22 +24,14 @@ ELEMENTWISE = {torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD, torch.optim
 
 
 def _from_config(opt_cfg, params) -> torch.optim.Optimizer:
-    kind = opt_cfg.type.lower()
-    hp: dict[str, Any] = dict(opt_cfg.params)
-    hp.pop("torch_adam", None)                  # zerolab always uses torch's implementation
-    if "betas" in hp:
-        hp["betas"] = tuple(hp["betas"])
-    if kind == "adam":
-        # DeepSpeed's "Adam" is AdamW (decoupled weight decay) unless adam_w_mode is false.
-        cls = torch.optim.AdamW if hp.pop("adam_w_mode", True) else torch.optim.Adam
-    elif kind == "adamw":
-        hp.pop("adam_w_mode", None)
-        cls = torch.optim.AdamW
-    elif kind == "sgd":
-        cls = torch.optim.SGD
-    else:
+    """The optimizer DeepSpeed would build from the config block (its "Adam" is AdamW unless
+    ``adam_w_mode`` is false; the parser has resolved that into ``torch_name``)."""
+    cls = getattr(torch.optim, opt_cfg.torch_name, None)
+    if cls is None:
         raise ValueError(f"optimizer type {opt_cfg.type!r} is not implemented by zerolab "
                          f"(use Adam, AdamW or SGD, or pass a torch optimizer to initialize)")
+    hp: dict[str, Any] = {k: (tuple(v) if isinstance(v, (list, tuple)) else v)
+                          for k, v in opt_cfg.params.items()}
     return cls(params, **hp)
 
 

@@ -1,0 +1,101 @@
+"""The engine's measured claims: memory per rank and bytes on the wire, per stage.
+
+Memory is read from the tensors each rank holds (engine.memory()); traffic from the comm
+ledger. Both are compared with the ZeRO paper's formulas, allowing only for padding (each
+group is padded to a multiple of N) and 1%.
+"""
+import pytest
+import torch
+
+import zerolab
+from zerolab.memory import model_state_bytes
+from zerolab.models import MLP, regression_batches, mse_loss
+from zerolab.reference import train_engine
+
+SIZES = (64, 96, 80, 40, 24)          # ~21k parameters; biases are small groups in stage 3
+
+
+def cfg(stage, world, prec=None, gas=1, persist=0, bucket=4000):
+    c = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": gas,
+         "train_batch_size": 4 * gas * world, "gradient_clipping": 1.0,
+         "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+         "zero_optimization": {"stage": stage, "reduce_bucket_size": bucket,
+                               "stage3_param_persistence_threshold": persist}}
+    if prec:
+        c[prec] = {"enabled": True}
+    return c
+
+
+def _numel_by_op(ledger):
+    """Elements moved per op by the gradient and parameter collectives (tags 'grads ...' and
+    'params ...'), leaving out the 16-byte overflow/grad-norm all-reduce."""
+    out = {}
+    for rec in ledger.records:
+        if rec.tag.split(" ")[0] in ("grads", "params"):
+            out[rec.op] = out.get(rec.op, 0) + rec.numel
+    return out
+
+
+def measure(stage, prec, gas, persist):
+    world = zerolab.world_size()
+    engine = zerolab.initialize(MLP(SIZES), cfg(stage, world, prec, gas, persist))
+    batches = regression_batches(2, 4 * gas * world, d_in=SIZES[0], d_out=SIZES[-1])
+    train_engine(engine, batches[:1], mse_loss)           # warm-up step: optimizer states exist
+    mark = engine.ledger.mark()
+    train_engine(engine, batches[1:], mse_loss)
+    step = engine.ledger.since(mark)
+    groups = engine.stage.groups
+    persistent = getattr(engine.stage, "persistent", [False] * len(groups))
+    return {"memory": engine.memory(),
+            "psi": sum(g.numel for g in groups),
+            "padded": sum(g.padded_numel for g in groups),
+            "persistent_padded": sum(g.padded_numel for g, p in zip(groups, persistent) if p),
+            "ops": _numel_by_op(step),
+            "wire": {tag: b for tag, b in step.by_tag().items()},
+            "elem": engine.dtype.itemsize}
+
+
+@pytest.fixture(scope="module", params=[2, 3, 4])
+def crew(request):
+    with zerolab.Crew(request.param, echo=False, timeout=240) as c:
+        yield c
+
+
+PRECISIONS = {None: (4, 4, 8), "bf16": (2, 2, 12), "fp16": (2, 2, 12)}
+
+
+@pytest.mark.parametrize("prec", [None, "bf16", "fp16"])
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_memory_matches_zero_formula(crew, stage, prec):
+    res = crew.run(measure, stage, prec, 1, 0)
+    n = crew.world_size
+    pb, gb, ob = PRECISIONS[prec]
+    for r in res:
+        psi, pad = r["psi"], r["padded"] - r["psi"]
+        want = model_state_bytes(psi, stage, n, param_bytes=pb, grad_bytes=gb, optimizer_bytes=ob)
+        got = r["memory"]
+        for giant in ("params", "grads", "optimizer_states"):
+            per = {"params": pb, "grads": gb, "optimizer_states": ob}[giant]
+            slack = pad * per + 0.01 * want[giant] + 64      # padding, 1%, Adam's step counters
+            assert abs(got[giant] - want[giant]) <= slack, (stage, prec, giant, got[giant], want[giant])
+        assert got["buffers"] == 0, "no bucket or gathered buffer may outlive a step"
+
+
+@pytest.mark.parametrize("stage,gas,persist", [(0, 1, 0), (1, 1, 0), (2, 1, 0), (2, 2, 0),
+                                               (3, 1, 0), (3, 2, 0), (3, 1, 100)])
+def test_traffic_matches_zero_ideal(crew, stage, gas, persist):
+    n = crew.world_size
+    r = crew.run(measure, stage, None, gas, persist)[0]
+    P, Pp = r["padded"], r["persistent_padded"]
+    want = {0: {"all_reduce": P},
+            1: {"reduce_scatter": P, "all_gather": P},
+            2: {"reduce_scatter": gas * P, "all_gather": P},
+            3: {"reduce_scatter": gas * P, "all_gather": 2 * gas * (P - Pp) + Pp}}[stage]
+    assert r["ops"] == want
+    # bytes on the wire: within 1% of the paper's ideal (2 Psi or 3 Psi elements, ring factor)
+    ring = (n - 1) / n
+    ideal = {0: 2, 1: 2, 2: (gas + 1), 3: 3 * gas}[stage] * ring * r["psi"] * r["elem"]
+    if stage == 3 and persist:
+        ideal -= (2 * gas - 1) * ring * Pp * r["elem"]     # persistent params are not re-gathered
+    wire = r["wire"].get("grads", 0) + r["wire"].get("params", 0)
+    assert abs(wire - ideal) <= 0.01 * ideal + ring * (P - r["psi"]) * r["elem"] * 3 * gas, (wire, ideal)
