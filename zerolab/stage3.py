@@ -162,7 +162,7 @@ class Stage3(StageBase):
                                         str(self.dtype).replace("torch.", ""), self.world_size,
                                         time.perf_counter() - t0, f"params {g.label}"))
         pieces = recv.view(self.world_size, 8 + nbytes)
-        ids = pieces[:, :8].contiguous().view(torch.int64).view(-1).tolist()
+        ids = pieces[:, :8].reshape(-1).clone().view(torch.int64).tolist()
         if any(i != g.index for i in ids):
             names = {r: self.groups[i].label if 0 <= i < len(self.groups) else f"#{i}"
                      for r, i in enumerate(ids)}
