@@ -54,6 +54,14 @@ class MarkerError(ValueError):
     """A solution notebook's markers do not pair up."""
 
 
+def _literal(text: str) -> str:
+    """A Python string literal for ``text``: double quotes, or single quotes when that avoids
+    escaping the double quotes in a hint such as ``return {"params": ...}``."""
+    if '"' in text and "'" not in text and "\\" not in text and "\n" not in text:
+        return f"'{text}'"
+    return json.dumps(text, ensure_ascii=False)
+
+
 def strip_solutions(source: str, where: str = "cell") -> tuple[str, int]:
     """Replace every solution region in ``source``; return (new source, regions replaced)."""
     out: list[str] = []
@@ -67,7 +75,7 @@ def strip_solutions(source: str, where: str = "cell") -> tuple[str, int]:
                 raise MarkerError(f"{where}: line {lineno}: '# BEGIN SOLUTION' inside the region opened at line {open_at}")
             open_at = lineno
             hint = begin.group("hint") or DEFAULT_HINT
-            message = json.dumps(f"Exercise: {hint}", ensure_ascii=False)
+            message = _literal(f"Exercise: {hint}")
             newline = line[len(bare):] or ""
             out.append(f"{begin.group('indent')}raise NotImplementedError({message}){newline}")
             regions += 1
