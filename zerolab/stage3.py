@@ -17,21 +17,18 @@ brings exactly what the module is about to use. Groups of at most
 and refreshed by an all-gather after each step (DeepSpeed's rule: many tiny all-gathers cost
 more in latency than the memory they save).
 
-Every rank must run the same modules in the same order. Each gather carries the id of the
-group on every rank; if two ranks disagree, both raise an error that names the modules,
-instead of hanging in mismatched collectives.
+Every rank must run the same modules in the same order. Before each gather the ranks
+exchange the id of the group they are about to gather (16 bytes); if two ranks disagree,
+both raise an error that names the modules, instead of hanging in mismatched collectives.
 
 Limits: a parameter must be used inside the forward of a module that owns it (as DeepSpeed
 without ``register_external_parameter``); frozen parameters are kept whole.
 """
 from __future__ import annotations
 
-import time
-
 import torch
 from torch import nn
 
-from .comm import CommRecord
 from .flat import FlatGroup
 from .memory import tensor_bytes
 from .stage_base import StageBase, broadcast_
@@ -147,22 +144,17 @@ class Stage3(StageBase):
         self.peak_gathered_numel = max(self.peak_gathered_numel, live)
 
     def _checked_all_gather(self, g: FlatGroup, out: torch.Tensor) -> None:
-        """All-gather the shard with the group id riding along (8 bytes) on every rank."""
+        """All-gather the group's shards, after checking every rank is gathering this group.
+
+        A 16-byte header (group id, shard size) is all-gathered first: if the ranks took
+        different paths through the model they would otherwise issue all-gathers of
+        different sizes, which deadlocks or crashes the transport. The header costs one
+        small collective per gather, recorded in the ledger under the tag 'check'."""
         shard = self.shards[g.index]
-        nbytes = shard.numel() * shard.element_size()
-        send = torch.empty(8 + nbytes, dtype=torch.uint8, device=self.device)
-        send[:8].view(torch.int64).fill_(g.index)
-        send[8:].copy_(shard.view(torch.uint8))
-        recv = torch.empty(self.world_size * (8 + nbytes), dtype=torch.uint8, device=self.device)
-        t0 = time.perf_counter()
-        with self.comm.ledger.paused():
-            self.comm.all_gather(recv, send)
-        # Written to the ledger as what it is: an all-gather of the group's parameters.
-        self.comm.ledger.add(CommRecord("all_gather", g.padded_numel, g.padded_numel * shard.element_size(),
-                                        str(self.dtype).replace("torch.", ""), self.world_size,
-                                        time.perf_counter() - t0, f"params {g.label}"))
-        pieces = recv.view(self.world_size, 8 + nbytes)
-        ids = pieces[:, :8].reshape(-1).clone().view(torch.int64).tolist()
+        header = torch.tensor([g.index, shard.numel()], dtype=torch.int64, device=self.device)
+        headers = torch.empty(2 * self.world_size, dtype=torch.int64, device=self.device)
+        self.comm.all_gather(headers, header, tag=f"check {g.label}")
+        ids = headers.view(self.world_size, 2)[:, 0].tolist()
         if any(i != g.index for i in ids):
             names = {r: self.groups[i].label if 0 <= i < len(self.groups) else f"#{i}"
                      for r, i in enumerate(ids)}
@@ -170,7 +162,7 @@ class Stage3(StageBase):
                 "ranks ran different modules: " + ", ".join(f"rank {r} gathered {n!r}" for r, n in names.items())
                 + ". With ZeRO stage 3 every rank must run the same modules in the same order "
                   "(e.g. no rank-dependent branches, no forward on one rank only).")
-        out.view(torch.uint8).view(self.world_size, nbytes).copy_(pieces[:, 8:])
+        self.comm.all_gather(out, shard, tag=f"params {g.label}")
 
     def _release(self, g: FlatGroup) -> None:
         for p in g.params:
