@@ -1,0 +1,378 @@
+"""The crew: real ranks that start once, run any function, and fail loudly but cleanly.
+
+Each failure mode the course can hit is provoked here for real: a rank that raises, a rank
+that dies, a rank stuck in a collective, a KeyboardInterrupt while waiting. After each one
+the test looks in the process table (psutil) for leftovers and starts a new crew at once.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import psutil
+import pytest
+import torch
+import torch.distributed as dist
+
+import zerolab
+from zerolab import Crew, CrewTimeout, RankError
+from conftest import gone, open_fds, session_helpers, stray_descendants
+
+PY = sys.executable
+
+
+@pytest.fixture(scope="module")
+def crew2():
+    with Crew(2, timeout=30) as crew:
+        yield crew
+
+
+# ----------------------------------------------------------------------------- what a rank sees
+
+def _who_am_i():
+    info = zerolab.rank_info()
+    t = torch.tensor([float(info.rank + 1)])
+    dist.all_reduce(t)                                    # the process group really is up
+    return (info.rank, info.world_size, info.local_rank, str(info.device), info.backend,
+            dist.get_rank(), dist.get_world_size(), t.item())
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_launch_world_sizes(world):
+    res = zerolab.launch(_who_am_i, world, timeout=60)
+    total = world * (world + 1) / 2
+    assert res == [(r, world, r, "cpu", "gloo", r, world, total) for r in range(world)]
+
+
+def test_small_rank_api_inside_a_rank(crew2):
+    assert crew2.run(lambda: (zerolab.rank(), zerolab.world_size(), zerolab.device())) == \
+        [(0, 2, torch.device("cpu")), (1, 2, torch.device("cpu"))]
+
+
+def test_rank_info_outside_a_rank_is_an_error():
+    with pytest.raises(RuntimeError, match="not inside a rank"):
+        zerolab.rank_info()
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="world_size"):
+        Crew(0)
+    with pytest.raises(ValueError, match="backend"):
+        Crew(2, backend="mpi")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="GPUs"):
+            Crew(2, backend="nccl")
+
+
+def test_args_kwargs_and_results_travel(crew2):
+    def f(a, b, *, scale):
+        return {"rank": zerolab.rank(), "value": (a + b) * scale, "tensor": torch.full((2,), float(a))}
+    res = crew2.run(f, 1, 2, scale=10)
+    assert [r["rank"] for r in res] == [0, 1]
+    assert all(r["value"] == 30 and torch.equal(r["tensor"], torch.ones(2)) for r in res)
+
+
+# ----------------------------------------------------------------------------- __main__ functions
+
+MAIN_SCRIPT = """
+import zerolab, torch
+import torch.distributed as dist
+
+OFFSET = 100                       # a global of __main__, read by the function in the rank
+
+def square_plus_rank(x):           # defined in __main__, and no `if __name__ == "__main__"` guard
+    t = torch.tensor([float(x * x + zerolab.rank())])
+    dist.all_reduce(t)
+    return zerolab.rank() + OFFSET, t.item()
+
+def make_adder(k):
+    def add_rank():                # a closure over k
+        return zerolab.rank() + k
+    return add_rank
+
+print("LAUNCH", zerolab.launch(square_plus_rank, 2, 3))
+with zerolab.Crew(3) as crew:
+    print("CLOSURE", crew.run(make_adder(7), ))
+    print("LAMBDA", crew.run(lambda: zerolab.world_size() * 2))
+print("DONE")
+"""
+
+
+def test_functions_from_main_without_guard_and_closures(scripts):
+    out = scripts.result("no_guard")
+    assert out.returncode == 0, out.stderr
+    lines = [l for l in out.stdout.splitlines() if not l.startswith("[rank")]
+    # "DONE" once: the script was not re-run inside the ranks.
+    assert lines == ["LAUNCH [(100, 19.0), (101, 19.0)]", "CLOSURE [7, 8, 9]", "LAMBDA [6, 6, 6]",
+                     "DONE"]
+
+
+# ----------------------------------------------------------------------------- output
+
+def _chatty():
+    r, n = zerolab.rank(), zerolab.world_size()
+    time.sleep(0.1 * (n - 1 - r))           # the last rank speaks first: order must not depend on it
+    print(f"line 1 from rank {r}")
+    print(f"to stderr from rank {r}", file=sys.stderr)
+    os.write(1, f"raw fd write from rank {r}\n".encode())   # what C++ code would print
+    print(f"line 2 from rank {r}")
+    return r
+
+
+def test_output_grouped_by_rank_in_rank_order(crew2, capsys):
+    expected = "".join(f"[rank {r}] line 1 from rank {r}\n[rank {r}] to stderr from rank {r}\n"
+                       f"[rank {r}] raw fd write from rank {r}\n[rank {r}] line 2 from rank {r}\n"
+                       for r in range(2))
+    for _ in range(2):                      # the same every run
+        assert crew2.run(_chatty) == [0, 1]
+        assert capsys.readouterr().out == expected
+
+
+def test_echo_off_prints_nothing(capsys):
+    with Crew(2, echo=False) as crew:
+        crew.run(print, "quiet")
+    assert capsys.readouterr().out == ""
+
+
+# ----------------------------------------------------------------------------- failures
+
+def test_failing_rank_named_with_traceback(crew2, capsys):
+    def boom():
+        print("before the error")
+        if zerolab.rank() == 1:
+            raise ValueError("shard 1 is corrupt")
+        return "fine"
+    pids = crew2.pids
+    with pytest.raises(RankError) as ei:
+        crew2.run(boom)
+    err = ei.value
+    assert err.rank == 1 and list(err.failures) == [1]
+    assert "rank 1 raised ValueError: shard 1 is corrupt" in str(err)
+    assert "Traceback (most recent call last)" in str(err) and "in boom" in str(err)
+    assert capsys.readouterr().out == "[rank 0] before the error\n[rank 1] before the error\n"
+    assert gone(pids) and not crew2.alive
+    assert crew2.run(zerolab.rank) == [0, 1]          # the next run starts a fresh crew
+
+
+def test_failing_rank_while_peers_wait_in_a_collective(crew2):
+    def boom_then_barrier():
+        if zerolab.rank() == 0:
+            raise KeyError("missing layer")
+        dist.barrier()                                # rank 1 waits for rank 0 forever
+    pids = crew2.pids
+    t0 = time.monotonic()
+    with pytest.raises(RankError) as ei:
+        crew2.run(boom_then_barrier, timeout=60)
+    assert time.monotonic() - t0 < 15                 # a short grace period, not the timeout
+    assert ei.value.rank == 0 and "KeyError" in str(ei.value) and "[1]" in str(ei.value)
+    assert gone(pids)
+    assert crew2.run(zerolab.rank) == [0, 1]
+
+
+def test_dying_rank_is_the_one_named(crew2):
+    def die():
+        if zerolab.rank() == 1:
+            os._exit(3)
+        dist.barrier()                                # rank 0 sees "connection reset by peer"
+    with pytest.raises(RankError) as ei:
+        crew2.run(die)
+    assert ei.value.rank == 1 and "rank 1 died" in str(ei.value)
+    assert crew2.run(zerolab.rank) == [0, 1]
+
+
+def test_unpicklable_result_is_a_rank_error(crew2):
+    with pytest.raises(RankError, match="pickle|lock"):
+        crew2.run(threading.Lock)
+    assert crew2.run(zerolab.rank) == [0, 1]
+
+
+@pytest.mark.parametrize("timeout", [3.0])
+def test_hung_rank_times_out_and_leaves_no_process(timeout, scripts):
+    def stuck():
+        if zerolab.rank() != 1:                       # ranks 0 and 2 wait for rank 1, forever
+            dist.all_reduce(torch.ones(1))
+        return "skipped the all-reduce"
+    before = {p.pid for p in stray_descendants(scripts.pids)}     # e.g. the module's crew
+    with Crew(3, timeout=timeout) as crew:
+        pids = crew.pids
+        t0 = time.monotonic()
+        with pytest.raises(CrewTimeout) as ei:
+            crew.run(stuck)
+        elapsed = time.monotonic() - t0
+        assert timeout <= elapsed < timeout + 5
+        assert ei.value.ranks == [0, 2] and "[0, 2]" in str(ei.value)
+        assert gone(pids), [psutil.Process(p).status() for p in pids if psutil.pid_exists(p)]
+        assert not crew.alive
+        assert crew.run(zerolab.rank) == [0, 1, 2]    # a new crew at once
+    assert {p.pid for p in stray_descendants(scripts.pids)} == before
+
+
+def test_keyboard_interrupt_kills_ranks_and_a_new_crew_starts(tmp_path, scripts):
+    flag = tmp_path / "sleeping"
+
+    def sleeper(path):
+        open(f"{path}.{zerolab.rank()}", "w").close()
+        time.sleep(60)
+
+    def interrupt_when_asleep():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if all(os.path.exists(f"{flag}.{r}") for r in range(2)):
+                os.kill(os.getpid(), signal.SIGINT)   # what the notebook's stop button sends
+                return
+            time.sleep(0.02)
+
+    before = {p.pid for p in stray_descendants(scripts.pids)}
+    with Crew(2, timeout=120) as crew:
+        pids = crew.pids
+        t = threading.Thread(target=interrupt_when_asleep, daemon=True)
+        t.start()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            crew.run(sleeper, str(flag))
+        t.join(5)
+        assert time.monotonic() - t0 < 20
+        assert gone(pids) and not crew.alive
+        t1 = time.monotonic()
+        assert crew.run(zerolab.rank) == [0, 1]
+        assert time.monotonic() - t1 < 10
+    assert {p.pid for p in stray_descendants(scripts.pids)} == before
+
+
+# ----------------------------------------------------------------------------- no leaks
+
+def test_50_runs_and_10_cycles_leak_nothing(crew2, scripts):
+    crew2.run(zerolab.rank)                           # warm: forkserver and crew already up
+    fds, procs = open_fds(), {p.pid for p in stray_descendants(scripts.pids)}
+    assert procs == set(crew2.pids)                   # only the crew's own ranks are running
+    for i in range(50):
+        assert crew2.run(lambda k: zerolab.rank() + k, i) == [i, i + 1]
+    assert open_fds() == fds
+    assert {p.pid for p in stray_descendants(scripts.pids)} == procs
+    for _ in range(10):
+        with Crew(2) as crew:
+            assert crew.run(zerolab.world_size) == [2, 2]
+            pids = crew.pids
+        assert gone(pids)
+    assert open_fds() == fds
+    assert {p.pid for p in stray_descendants(scripts.pids)} == procs
+
+
+def test_the_excluded_helpers_are_what_we_think(crew2):
+    helpers = session_helpers()
+    assert len(helpers) == 2
+    cmdlines = sorted(" ".join(psutil.Process(p).cmdline()) for p in helpers)
+    assert "multiprocessing.forkserver" in cmdlines[0] and "resource_tracker" in cmdlines[1]
+    # the ranks are children of the forkserver, so the leak checks do see them
+    assert {p.ppid() for p in map(psutil.Process, crew2.pids)} <= helpers
+
+
+# ----------------------------------------------------------------------------- two crews
+
+def test_two_crews_at_once_do_not_collide(crew2):
+    def value_sum(base):
+        t = torch.tensor([float(base + zerolab.rank())])
+        dist.all_reduce(t)
+        return int(t.item()), os.environ["MASTER_PORT"]
+
+    with Crew(2) as other:
+        ports = {crew2.run(value_sum, 0)[0][1], other.run(value_sum, 0)[0][1]}
+        assert len(ports) == 2                         # each crew has its own rendezvous port
+        results: dict[str, list] = {"a": [], "b": []}
+
+        def hammer(crew, key, base):
+            for _ in range(20):
+                results[key].append(crew.run(value_sum, base))
+
+        threads = [threading.Thread(target=hammer, args=(crew2, "a", 1000)),
+                   threading.Thread(target=hammer, args=(other, "b", 5000))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert [r[0][0] for r in results["a"]] == [2001] * 20
+        assert [r[0][0] for r in results["b"]] == [10001] * 20
+
+
+# ----------------------------------------------------------------------------- torchrun
+
+TORCHRUN_SCRIPT = """
+import zerolab, torch
+import torch.distributed as dist
+
+def fn(x):
+    info = zerolab.rank_info()
+    t = torch.tensor([float(info.rank + 1)])
+    dist.all_reduce(t)
+    return info.rank, info.world_size, info.backend, t.item() + x
+
+res = zerolab.launch(fn, 2, 0.5)     # unchanged from the notebook: torchrun supplies the ranks
+print(f"RESULT rank={dist.get_rank()} {res}", flush=True)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_same_code_under_torchrun(scripts):
+    out = scripts.result("torchrun")
+    assert out.returncode == 0, out.stdout + out.stderr
+    expected = "[(0, 2, 'gloo', 3.5), (1, 2, 'gloo', 3.5)]"
+    got = sorted(l for l in out.stdout.splitlines() if l.startswith("RESULT"))
+    assert got == [f"RESULT rank=0 {expected}", f"RESULT rank=1 {expected}"]
+    assert "terminate called" not in out.stderr
+
+
+# ----------------------------------------------------------------------------- the scripts
+
+class _Scripts:
+    """Two scripts in subprocesses, started together before the in-process tests.
+
+    Each imports torch in fresh processes (seconds of CPU); the in-process tests mostly wait
+    (timeouts, grace periods), so starting these first lets the two overlap.
+    """
+
+    def __init__(self, folder):
+        main = folder / "no_guard.py"
+        main.write_text(MAIN_SCRIPT)
+        under = folder / "under_torchrun.py"
+        under.write_text(TORCHRUN_SCRIPT)
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        cmds = {"no_guard": [PY, str(main)],
+                "torchrun": [PY, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                             "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+                             str(under)]}
+        self.procs = {k: subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True, env=env, start_new_session=True)
+                      for k, c in cmds.items()}
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs.values()]
+
+    def result(self, name: str) -> subprocess.CompletedProcess:
+        p = self.procs[name]
+        out, err = p.communicate(timeout=180)
+        return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+    def close(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:                      # a test was deselected or failed early
+                os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def scripts(tmp_path_factory):
+    s = _Scripts(tmp_path_factory.mktemp("scripts"))
+    yield s
+    s.close()
