@@ -161,8 +161,8 @@ backpack_table("fp32")
 """),
 md("""
 Both ranks carry exactly the same load: at stage 0 nobody shares anything. The few extra bytes
-beside Ψ × b are the frozen 1-element `temperature` parameter (4 bytes, no gradient) and
-Adam's step counter (a 4-byte tensor).
+beside Ψ × b are the frozen one-element `temperature` parameter (stored, but it gets no
+gradient and no optimizer state) and Adam's step counter (a 4-byte tensor).
 
 Now **mixed precision** (bf16 here; fp16 carries the same bytes, chapter 4 shows why it also
 needs a loss scale). The furniture folds to half its size, 2 bytes, and so do the stickers. But
@@ -175,7 +175,7 @@ backpack_table("bf16")
 """),
 md("""
 The two totals are the same, **16 bytes per parameter**: 4 + 4 + 8 in fp32, 2 + 2 + 12 in mixed
-precision. Mixed precision makes the arithmetic faster and the activations smaller, but it
+precision. Mixed precision makes the arithmetic faster on GPUs and the activations smaller, but it
 does not shrink the model states. In both cases the notebook is the heaviest giant:
 half of the load in fp32, three quarters of it in mixed precision.
 
