@@ -15,8 +15,8 @@ indentation of the ``# BEGIN SOLUTION`` marker::
 
 The text after ``# BEGIN SOLUTION:`` is optional (default: ``write this part``).
 Everything else is kept: markdown, other code, cell ids, cell metadata (tags such as
-``check``), notebook metadata. Outputs, execution counts and the per-cell ``execution``
-timing metadata that ``jupyter execute`` records are cleared, so that re-executing a
+``check``), notebook metadata. Outputs, execution counts, the per-cell ``execution``
+timing metadata and the saved widget state that ``jupyter execute`` records are cleared, so that re-executing a
 solution notebook does not change its exercise.
 
 Usage::
@@ -100,6 +100,7 @@ def strip_solutions(source: str, where: str = "cell") -> tuple[str, int]:
 def make_exercise(solution: nbformat.NotebookNode, name: str = "notebook") -> nbformat.NotebookNode:
     """The exercise notebook for one solution notebook (a new object; the input is untouched)."""
     nb = copy.deepcopy(solution)
+    nb.metadata.pop("widgets", None)   # saved widget state: run output (random model ids), not content
     regions = 0
     for index, cell in enumerate(nb.cells):
         for key in RUN_METADATA:
