@@ -229,7 +229,7 @@ class Stage3(StageBase):
 
     def memory(self) -> dict[str, int]:
         persistent = [self.full[i] for i in self.full if self.persistent[i]]
-        return {"params": tensor_bytes(self.shards) + tensor_bytes(persistent) + self._frozen_bytes(),
+        return {"params": tensor_bytes([*self.shards, *persistent]) + self._frozen_bytes(),
                 "grads": tensor_bytes(self.grad_shards),
                 "optimizer_states": tensor_bytes(self.masters) if self.mixed else 0,
                 "buffers": self.buffer_bytes()}
