@@ -192,3 +192,24 @@ def test_wrong_sizes_are_clear_errors(crew):
         dist.barrier()
         return errors, len(comm.ledger)
     assert crew.run(bad_sizes) == [(["reduce_scatter", "all_gather"], 0)] * crew.world_size
+
+
+def test_ring_trace_says_which_chunk_moves_where(crew):
+    def traced():
+        r, n = dist.get_rank(), dist.get_world_size()
+        trace = []
+        out = ring_all_reduce(torch.full((n,), 10.0 ** r, dtype=torch.float64), trace=trace)
+        return out.tolist(), [(t["phase"], t["step"], t["sent"], t["to"], t["received"], t["from"],
+                               [c.tolist() for c in t["chunks"]]) for t in trace]
+    n = crew.world_size
+    total = sum(10.0 ** r for r in range(n))                     # 1111 at N = 4
+    for r, (out, steps) in enumerate(crew.run(traced)):
+        assert out == [total] * n
+        assert [s[:6] for s in steps] == (
+            [("reduce-scatter", s, (r - s - 1) % n, (r + 1) % n, (r - s - 2) % n, (r - 1) % n)
+             for s in range(n - 1)] +
+            [("all-gather", s, (r - s) % n, (r + 1) % n, (r - s - 1) % n, (r - 1) % n)
+             for s in range(n - 1)])
+        if n > 1:
+            assert steps[n - 2][6][r] == [total]                 # chunk r is complete after RS
+            assert steps[-1][6] == [[total]] * n                  # and everything after AG
