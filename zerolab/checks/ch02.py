@@ -1,0 +1,358 @@
+"""Chapter 2 check: the learner's ring reduce-scatter, run on real ranks.
+
+The learner writes::
+
+    def ring_reduce_scatter(chunks, rank, world_size, send_recv):
+        ...
+        return chunks
+
+``chunks`` is this rank's copy of the tensor, cut into ``world_size`` 1-D pieces with
+``tensor_split`` (so sizes may differ by one element); ``send_recv(send_tensor, recv_tensor)``
+sends ``send_tensor`` to the right neighbour (rank + 1) while it fills ``recv_tensor`` with
+what the left neighbour (rank - 1) sends, in one step of the ring. After the function,
+``chunks[rank]`` must hold the sum of chunk ``rank`` over all ranks.
+
+:func:`check_ring_reduce_scatter` runs it on crews of 2, 3 and 4 ranks, with tensor lengths
+that do not divide by the world size, and checks three things:
+
+1. the values: ``chunks[rank]`` equals the sum over ranks (computed here without any
+   communication, and cross-checked with :func:`zerolab.comm.ring_reduce_scatter`);
+2. the traffic: each rank called ``send_recv`` N-1 times and sent exactly the N-1 chunks it
+   does not own, which is (N-1)/N of the tensor (give or take the one-element difference
+   between uneven chunks);
+3. the engine: stage 0 (DDP from scratch) trains TinyLM with the learner's reduce-scatter
+   (followed by zerolab's ring all-gather) as its gradient all-reduce, and ends with the same
+   parameters as single-process training.
+
+Each rank's input is chosen so that a wrong answer can be read: rank k contributes
+``2**k * (1 + i % 7)`` at element i, so the sum at element i, divided by ``1 + i % 7``, is a
+bit mask of the ranks whose contribution arrived. The error message says which are missing.
+"""
+from __future__ import annotations
+
+import traceback
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from ..comm import CommRecord, Ledger, ring_all_gather, ring_reduce_scatter as reference_ring_reduce_scatter
+from ..crew import Crew, CrewTimeout, RankError
+from . import ExerciseCheckFailed, not_implemented, passed
+
+__all__ = ["check_ring_reduce_scatter", "trace_ring", "ring_input"]
+
+# (world size, tensor length): lengths that do not divide by the world size, so chunks differ.
+CASES = ((2, 11), (3, 14), (4, 18))
+HINT = ("Hint: follow one chunk around the ring. Chunk c must visit every rank once and end, "
+        "fully summed, at rank c after N-1 steps; each step moves it one rank to the right. So "
+        "where does chunk c start, and which chunk is rank r holding on its way at step s? The "
+        "chunk a rank receives is the one its left neighbour sends.")
+
+
+def ring_input(rank: int, numel: int, dtype=torch.float32) -> torch.Tensor:
+    """Rank ``rank``'s tensor: ``2**rank * (1 + i % 7)`` at element i (exact in any float type)."""
+    i = torch.arange(numel)
+    return ((1 + i % 7) * 2 ** rank).to(dtype)
+
+
+class _SendRecv:
+    """The ``send_recv`` handed to the learner: one step of the ring over real send/recv.
+
+    Before the payload moves, the neighbours swap its size; if any rank's receive buffer does
+    not match what its left neighbour is about to send, *every* rank raises (a mismatched
+    send/recv would otherwise hang). Each payload is written to ``ledger`` (send = the bytes
+    this rank put on the wire), and ``schedule`` notes, per step, which chunk was sent (found
+    by its memory) and which chunks changed before the next step (where the message went).
+    """
+
+    def __init__(self, rank: int, world_size: int, chunks: list[torch.Tensor], ledger: Ledger):
+        self.rank, self.n = rank, world_size
+        self.ledger = ledger
+        self.chunks = chunks                     # the learner's list (watched, never changed here)
+        self.schedule: list[list] = []           # per step: [chunk sent, chunks changed after]
+        self._snap = self._snapshot()
+
+    def _snapshot(self) -> list:
+        return [c.detach().clone() if isinstance(c, torch.Tensor) else None for c in self.chunks]
+
+    def _which(self, t) -> int | None:
+        """Which of the learner's chunks ``t`` is (by memory), or None."""
+        if not isinstance(t, torch.Tensor) or not t.numel():
+            return None
+        for i, c in enumerate(self.chunks):
+            if isinstance(c, torch.Tensor) and c.numel() == t.numel() and c.data_ptr() == t.data_ptr():
+                return i
+        return None
+
+    def _note_changes(self) -> None:
+        """Record which chunks changed since the last step: where that step's message went."""
+        if self.schedule and self.schedule[-1][1] is None:
+            changed = [i for i, (c, old) in enumerate(zip(self.chunks, self._snap))
+                       if isinstance(c, torch.Tensor) and old is not None
+                       and (c.shape != old.shape or not torch.equal(c, old))]
+            self.schedule[-1][1] = changed
+        self._snap = self._snapshot()
+
+    def finish(self) -> None:
+        self._note_changes()
+
+    def __call__(self, send_tensor: torch.Tensor, recv_tensor: torch.Tensor) -> None:
+        step = len(self.schedule)
+        right, left = (self.rank + 1) % self.n, (self.rank - 1) % self.n
+        self._note_changes()
+        self.schedule.append([self._which(send_tensor), None])
+        problem = ""
+        if not isinstance(send_tensor, torch.Tensor) or not isinstance(recv_tensor, torch.Tensor):
+            problem = (f"rank {self.rank}, step {step}: send_recv takes two tensors, got "
+                       f"{type(send_tensor).__name__} and {type(recv_tensor).__name__}")
+        elif not recv_tensor.is_contiguous():
+            problem = f"rank {self.rank}, step {step}: the receive buffer must be contiguous"
+        mine = torch.tensor([send_tensor.numel() if not problem else -1], dtype=torch.int64)
+        theirs = torch.empty(1, dtype=torch.int64)
+        for req in dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, right),
+                                           dist.P2POp(dist.irecv, theirs, left)]):
+            req.wait()
+        if not problem and int(theirs) >= 0 and int(theirs) != recv_tensor.numel():
+            problem = (f"rank {self.rank}, step {step}: the left neighbour (rank {left}) sends "
+                       f"{int(theirs)} elements, but the receive buffer has {recv_tensor.numel()}: "
+                       f"the chunk a rank receives must be the one its left neighbour sends")
+        if not problem and send_tensor.dtype != recv_tensor.dtype:
+            problem = (f"rank {self.rank}, step {step}: send is {send_tensor.dtype} but the receive "
+                       f"buffer is {recv_tensor.dtype}; use torch.empty_like on a chunk")
+        problems: list[str] = [""] * self.n
+        dist.all_gather_object(problems, problem)
+        if any(problems):
+            raise ExerciseCheckFailed(next(p for p in problems if p))
+        for req in dist.batch_isend_irecv([dist.P2POp(dist.isend, send_tensor.contiguous(), right),
+                                           dist.P2POp(dist.irecv, recv_tensor, left)]):
+            req.wait()
+        dtype = str(send_tensor.dtype).replace("torch.", "")
+        self.ledger.add(CommRecord("send", send_tensor.numel(), send_tensor.numel() * send_tensor.element_size(),
+                                   dtype, self.n, 0.0, f"ring step {step}"))
+        self.ledger.add(CommRecord("recv", recv_tensor.numel(), recv_tensor.numel() * recv_tensor.element_size(),
+                                   dtype, self.n, 0.0, f"ring step {step}"))
+
+
+def _fmt_changed(changed) -> str:
+    if not changed:
+        return "no chunk"
+    return "chunk " + ", ".join(str(i) for i in changed)
+
+
+def _describe_schedule(schedule) -> str:
+    parts = []
+    for s, (sent, changed) in enumerate(schedule):
+        a = "a tensor that is not one of the chunks" if sent is None else f"chunk {sent}"
+        parts.append(f"step {s}: sent {a}, then changed {_fmt_changed(changed)}")
+    return "; ".join(parts) or "send_recv was never called"
+
+
+def _contributors(got: torch.Tensor, weights: torch.Tensor, n: int) -> str:
+    """Read the bit mask of contributing ranks from one element (see the module docstring)."""
+    mask = float(got) / float(weights)
+    if mask != int(mask) or not 0 <= mask < 2 ** n:
+        return "a value that is not each rank's contribution added once"
+    present = [k for k in range(n) if int(mask) >> k & 1]
+    missing = [k for k in range(n) if k not in present]
+    return (f"the contributions of ranks {present or 'none'}"
+            + (f"; missing ranks {missing}" if missing else ""))
+
+
+def _rank_task(fn: Callable, numel: int) -> dict:
+    """Runs on every rank: the learner's function on this rank's input, checked here."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    x = ring_input(r, numel)
+    chunks = [c.clone() for c in x.tensor_split(n)]
+    sizes = [c.numel() for c in chunks]
+    ledger = Ledger()
+    send_recv = _SendRecv(r, n, chunks, ledger)
+    result = {"rank": r, "error": None}
+    try:
+        out = fn(chunks, r, n, send_recv)
+        send_recv.finish()
+    except ExerciseCheckFailed as exc:
+        result["error"] = f"world size {n}: {exc}\n{HINT}"
+        return result
+    except Exception as exc:
+        kind = type(exc).__name__
+        tb = traceback.format_exc(limit=-3)
+        result["error"] = (f"world size {n}, rank {r}: your ring_reduce_scatter raised {kind}: {exc}\n{tb}")
+        result["not_implemented"] = isinstance(exc, NotImplementedError)
+        return result
+    out = chunks if out is None else out
+    expected_full = sum(ring_input(k, numel) for k in range(n))
+    expected = expected_full.tensor_split(n)[r]
+    reference = reference_ring_reduce_scatter(x)[r]          # zerolab's own ring, same input
+    assert torch.equal(reference, expected), "zerolab.comm.ring_reduce_scatter disagrees with the sum"
+    where = f"world size {n}, rank {r}"
+    try:
+        got = out[r]
+    except Exception:
+        result["error"] = (f"{where}: the function must return the list of {n} chunks "
+                           f"(got {type(out).__name__})")
+        return result
+    if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+        shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+        result["error"] = (f"{where}: chunk {r} should be a tensor of shape {tuple(expected.shape)}, "
+                           f"got {shape}")
+        return result
+    if not torch.equal(got.to(expected.dtype), expected):
+        bad = int((got.to(expected.dtype) != expected).nonzero()[0])
+        start = sum(sizes[:r])
+        weight = 1 + (start + bad) % 7
+        result["error"] = (
+            f"{where}: chunk {r} (elements {start}..{start + sizes[r] - 1} of the tensor) is wrong.\n"
+            f"  expected {expected.tolist()}\n  got      {got.tolist()}\n"
+            f"  element {bad} of the chunk holds {_contributors(got[bad], weight, n)} "
+            f"(it should hold all {n} ranks' contributions, each once).\n"
+            f"  What rank {r} did: {_describe_schedule(send_recv.schedule)}.\n{HINT}")
+        return result
+    sends = [rec for rec in ledger.records if rec.op == "send"]
+    sent = sum(rec.numel for rec in sends)
+    should = numel - sizes[r]
+    if len(sends) != n - 1 or sent != should:
+        result["error"] = (
+            f"{where}: the values are right, but the traffic is not a ring's: rank {r} called "
+            f"send_recv {len(sends)} times and sent {sent} elements; a ring reduce-scatter takes "
+            f"N-1 = {n - 1} steps and sends each chunk except its own once: {should} of {numel} "
+            f"elements.\n  What rank {r} did: {_describe_schedule(send_recv.schedule)}.")
+        return result
+    result.update(sent_numel=sent, sent_bytes=int(ledger.totals()["send"]["bytes"]), numel=numel,
+                  element_size=x.element_size(), sends=len(sends))
+    return result
+
+
+def _engine_task(fn: Callable, steps: int = 2) -> dict:
+    """Stage 0 (DDP) on TinyLM, its gradient all-reduce made of the learner's reduce-scatter
+    and zerolab's ring all-gather; compared with single-process training."""
+    import zerolab
+    from ..models import TinyLM, lm_batches, lm_loss
+    from ..reference import train_engine, train_reference
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    cfg = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+           "train_batch_size": 2 * n,
+           "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
+           "zero_optimization": {"stage": 0, "reduce_bucket_size": 2000}}
+    batches = lm_batches(steps, cfg["train_batch_size"], seed=2)
+    engine = zerolab.initialize(TinyLM(), cfg)
+    comm = engine.comm
+    calls = []
+
+    def all_reduce_by_ring(t, op=dist.ReduceOp.SUM, *, tag=""):
+        if op != dist.ReduceOp.SUM:
+            raise ValueError("this check's ring all-reduce sums only")
+        flat = t.reshape(-1)
+        chunks = [c.clone() for c in flat.tensor_split(n)]
+        ledger = Ledger()
+        out = fn(chunks, r, n, _SendRecv(r, n, chunks, ledger))
+        out = chunks if out is None else out
+        full = ring_all_gather(out)
+        t.copy_(full.reshape(t.shape))
+        calls.append(tag)
+        return t
+
+    comm.all_reduce = all_reduce_by_ring          # this engine only, this rank only
+    train_engine(engine, batches, lm_loss)
+    got = engine.full_params()
+    ref = train_reference(TinyLM(), cfg, batches, lm_loss)
+    diff = max(float((got[k] - ref[k]).abs().max()) for k in ref)
+    rel = max(float(((got[k] - ref[k]).abs() / (1e-6 / 1e-5 + ref[k].abs())).max()) for k in ref)
+    return {"max_abs_diff": diff, "ok": rel < 1e-5, "calls": len(calls), "steps": steps,
+            "buckets": len(engine.stage.groups)}
+
+
+def _run(crew: Crew, task, *args, timeout: float) -> list[dict]:
+    n = crew.world_size
+    try:
+        return crew.run(task, *args, timeout=timeout)
+    except CrewTimeout as exc:
+        raise ExerciseCheckFailed(
+            f"world size {n}: ranks {exc.ranks} were still waiting after {timeout:g} s. Usually one "
+            f"rank stopped calling send_recv while its neighbour was still waiting for it: every "
+            f"rank must call send_recv the same number of times (N-1).") from None
+    except RankError as exc:
+        raise ExerciseCheckFailed(f"world size {n}: {exc}") from None
+
+
+def check_ring_reduce_scatter(fn: Callable, *, cases=CASES, engine_world_sizes=(3,),
+                              timeout: float = 30.0) -> None:
+    """Run ``fn`` (the learner's ring reduce-scatter) on real ranks; raise
+    :class:`ExerciseCheckFailed` saying what is wrong, or print what was verified.
+
+    ``engine_world_sizes``: where DDP is also trained with ``fn`` (3 by default: its buckets do
+    not divide by 3, so the chunks are uneven; a fresh rank's first optimizer costs seconds)."""
+    lines = []
+    engine_lines = []
+    for n, numel in cases:
+        with Crew(n, backend="gloo", timeout=timeout) as crew:
+            results = _run(crew, _rank_task, fn, numel, timeout=timeout)
+            errors = [res for res in results if res["error"]]
+            if errors:
+                first = errors[0]
+                if first.get("not_implemented"):
+                    raise ExerciseCheckFailed(f"ring_reduce_scatter is not written yet "
+                                              f"(NotImplementedError on world size {n}).")
+                raise ExerciseCheckFailed(first["error"])
+            sizes = [c.numel() for c in torch.arange(numel).tensor_split(n)]
+            size = results[0]["element_size"]
+            per_rank = ", ".join(f"rank {res['rank']} {res['sent_bytes']} B" for res in results)
+            lines.append(f"N={n}: {numel} float32 elements ({numel * size} B) in chunks of {sizes}: "
+                         f"chunk[rank] right on every rank; sent {per_rank} "
+                         f"((N-1)/N x {numel * size} B = {(n - 1) / n * numel * size:.1f} B)")
+            if n in engine_world_sizes:
+                res = _run(crew, _engine_task, fn, timeout=timeout)
+                bad = [r for r, x in enumerate(res) if not x["ok"]]
+                if bad:
+                    raise ExerciseCheckFailed(
+                        f"world size {n}: DDP (stage 0) with your reduce-scatter as the gradient "
+                        f"all-reduce trained TinyLM to different parameters than single-process "
+                        f"training (rank {bad[0]}: max |difference| {res[bad[0]]['max_abs_diff']:.3g}).")
+                engine_lines.append(
+                    f"N={n}: DDP (zerolab stage 0) on TinyLM, its gradient all-reduce = your "
+                    f"reduce-scatter + a ring all-gather ({res[0]['buckets']} buckets x "
+                    f"{res[0]['steps']} steps = {res[0]['calls']} calls): every rank's parameters "
+                    f"equal single-process training's to float32 rounding")
+    sizes_text = ", ".join(str(n) for n, _ in cases)
+    passed(f"your ring reduce-scatter sums the right chunk on every rank (N = {sizes_text}) "
+           f"and sends exactly the N-1 chunks a ring sends:\n  " + "\n  ".join(lines + engine_lines))
+
+
+def _trace_task(fn: Callable, numel: int) -> list:
+    r, n = dist.get_rank(), dist.get_world_size()
+    chunks = [c.clone() for c in ring_input(r, numel).tensor_split(n)]
+    send_recv = _SendRecv(r, n, chunks, Ledger())
+    fn(chunks, r, n, send_recv)
+    send_recv.finish()
+    return send_recv.schedule
+
+
+def trace_ring(fn: Callable, world_size: int = 4, numel: int = 8, *, timeout: float = 30.0) -> list:
+    """Run ``fn`` once on ``world_size`` ranks and print, step by step, which chunk each rank
+    sent to the right and which chunk changed afterwards (where it added what came from the
+    left). Returns the schedules, index = rank."""
+    with Crew(world_size, backend="gloo", timeout=timeout) as crew:
+        try:
+            schedules = crew.run(_trace_task, fn, numel, timeout=timeout)
+        except CrewTimeout as exc:
+            raise ExerciseCheckFailed(f"ranks {exc.ranks} hung in send_recv: every rank must call "
+                                      f"it the same number of times") from None
+        except RankError as exc:
+            if not_implemented(exc):
+                raise ExerciseCheckFailed("ring_reduce_scatter is not written yet "
+                                          "(it raised NotImplementedError).") from None
+            raise ExerciseCheckFailed(f"world size {world_size}: {exc}") from None
+    width = 22
+    print("step  " + "".join(f"rank {r}: sent, added into".ljust(width + 6) for r in range(world_size)).rstrip())
+    for s in range(max((len(x) for x in schedules), default=0)):
+        cells = []
+        for sch in schedules:
+            if s < len(sch):
+                sent, changed = sch[s]
+                text = f"{'?' if sent is None else sent} -> {','.join(map(str, changed)) if changed else '-'}"
+            else:
+                text = "(no step)"
+            cells.append(f"chunk {text}".ljust(width + 6))
+        print(f"{s:>4}  " + "".join(cells).rstrip())
+    return schedules
