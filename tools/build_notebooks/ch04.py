@@ -117,8 +117,8 @@ print(f"\\nfp16: max {P.FP16_MAX:g}, smallest normal 2^-14 = {P.FP16_MIN_NORMAL:
 """),
 md("""
 The same table as a picture: the magnitudes each format can hold, on a log axis. fp16's
-window is narrow, about 12 decades from its smallest subnormal to its largest value; bf16's is
-as wide as fp32's.
+window is narrow, about 12 decades from its smallest subnormal to its largest value; bf16's
+normal range is the same as fp32's.
 """),
 code("""
 fig, ax = plt.subplots(figsize=(9, 2.6))
@@ -146,8 +146,8 @@ for name, dtype in (("fp32", torch.float32), ("fp16", torch.float16), ("bf16", t
 """),
 md("""
 bf16 loses every one of the hundred updates: 0.001 is less than half of bf16's gap near 1.0
-(2⁻⁷ ≈ 0.0078), so each sum rounds back to 1.0. fp16 keeps them, rounded up to its gap of
-2⁻¹⁰ ≈ 0.00098. That is why the **ledger** exists even with bf16: the optimizer adds small
+(2⁻⁷ ≈ 0.0078), so each sum rounds back to 1.0. fp16 keeps them, each rounded to its gap near
+1.0, 2⁻¹⁰ ≈ 0.00098, so it ends at 1.0977 instead of 1.1. That is why the **ledger** exists even with bf16: the optimizer adds small
 updates to weights, and only fp32 (eps ≈ 1.2e-7) keeps them. The 16-bit copy is only for carrying.
 
 ## 2. Real gradients, and what fp16 does to them
@@ -257,9 +257,11 @@ known in advance and changes as training goes, so DeepSpeed **adapts** it. These
 
 - start at S = 2^`initial_scale_power` (16);
 - after an overflow (any inf or NaN in any rank's gradients) **skip the step** on every rank,
-  leaving the parameters and the optimizer untouched; the `hysteresis` (2) is how many
-  overflows are tolerated before S is **halved**, never below `min_loss_scale` (1);
-- after `loss_scale_window` (1000) clean steps in a row, **double** S.
+  leaving the parameters and the optimizer untouched. `hysteresis` (2) is how many overflows it
+  takes to **halve** S (once halved, every further overflow halves it again until S next grows);
+  never below `min_loss_scale` (1);
+- after `loss_scale_window` (1000) clean steps in a row, **double** S (in DeepSpeed 0.19.8 the
+  doubling comes with the next clean step, the 1001st).
 
 Now a crew of 2 ranks trains a `TinyLM` (7,204 parameters) in fp16 at ZeRO stage 2. Its text
 follows a fixed rule (the next token is (7·t + 3) mod 37), so the loss can fall close to 0 and
@@ -329,6 +331,8 @@ md("""
 Steps 0 and 1 overflowed on their own: the fresh model's gradients times 2¹⁶ exceed 65504.
 The first was tolerated (hysteresis 2 → 1), the second halved S. Then S doubled after every
 10 clean steps. At steps 30 and 31 only rank 1 saw the inf, yet both ranks skipped both steps:
+before each step the engine checks its own gradients for inf and NaN, and the ranks all-reduce
+that flag (MAX), so every rank makes the same decision.
 """,),
 code("""
 for rank, r in enumerate(fp16_run):

@@ -323,11 +323,14 @@ def check_engine(rule: Callable, world_size: int = 2, crew=None) -> tuple[list[d
 
     import zerolab
 
-    if crew is None:
-        with zerolab.Crew(world_size, echo=False) as own:
-            results = own.run(_both_runs, rule)
-    else:
-        results = crew.run(_both_runs, rule)
+    try:
+        if crew is None:
+            with zerolab.Crew(world_size, echo=False) as own:
+                results = own.run(_both_runs, rule)
+        else:
+            results = crew.run(_both_runs, rule)
+    except zerolab.RankError as exc:       # the rule raised on a rank: say so, with the rank's traceback
+        raise ExerciseCheckFailed(f"the engine run on {world_size} ranks failed inside your update_scale:\n{exc}") from exc
     mine, ref = [r[0] for r in results], [r[1] for r in results]
     where = (f"the engine (fp16 TinyLM, ZeRO stage 2, {world_size} ranks; rank {ENGINE_CASE['bad_rank']}'s loss "
              f"times inf at steps {', '.join(map(str, ENGINE_CASE['bad_steps']))})")
