@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Install what the tests need (if it is not there yet) and run the whole suite:
+#   1. pytest tests/                      the package: crew, comm, memory, engine, config ...
+#   2. pytest --nbval notebooks solutions  every stored notebook re-run and compared, output by output
+#
+#   ./run_tests.sh                 uses ./.venv (creates it if missing)
+#   VENV=/path/to/env ./run_tests.sh
+#
+# torch: if the environment has no torch yet, torch==2.13.0 is installed first (the CPU
+# build on a machine without a GPU here). A torch that is already installed, e.g. the CUDA
+# build a GPU user put there, is kept: the package only asks for torch>=2.4.
+set -uo pipefail
+cd "$(dirname "$0")"
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+
+step() { printf '\n=== %s\n' "$*"; }
+
+if [ ! -x "$VENV/bin/python" ]; then
+    step "creating $VENV"
+    "$PYTHON" -m venv "$VENV" || exit 1
+fi
+PY="$VENV/bin/python"
+
+if "$PY" -c "import torch" 2>/dev/null; then
+    step "keeping the installed torch $("$PY" -c 'import torch; print(torch.__version__)')"
+else
+    # Pinned and installed first: a bare `pip install -e .` on a fresh machine may pull a
+    # multi-GB CUDA build of the newest torch.
+    step "installing torch==2.13.0"
+    "$PY" -m pip install --quiet torch==2.13.0 || exit 1
+fi
+
+step "installing zerolab with the course and test extras"
+"$PY" -m pip install --quiet -e '.[course,test]' || exit 1
+
+step "pytest tests/"
+"$PY" -m pytest tests/
+rc_tests=$?                      # 5 means "no tests collected": that is a failure here too
+
+nb_dirs=()
+for d in notebooks solutions; do
+    if compgen -G "$d/*.ipynb" > /dev/null; then nb_dirs+=("$d"); else echo "(no notebooks in $d/ yet: skipped)"; fi
+done
+rc_nb=0
+if [ ${#nb_dirs[@]} -gt 0 ]; then
+    step "pytest --nbval ${nb_dirs[*]}"
+    "$PY" -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
+        -p no:cacheprovider "${nb_dirs[@]}"
+    rc_nb=$?
+fi
+
+step "summary"
+echo "pytest tests/: exit $rc_tests"
+echo "nbval ${nb_dirs[*]:-(none)}: exit $rc_nb"
+if [ "$rc_tests" -ne 0 ] || [ "$rc_nb" -ne 0 ]; then
+    echo "FAILED"
+    exit 1
+fi
+echo "all passed"
