@@ -1,0 +1,95 @@
+"""The ``zerolab`` command line: what a DeepSpeed config means and what it will cost.
+
+    zerolab explain ds_config.json --world 8      what the config asks for, in plain words,
+                                                  and the per-GPU model-state memory per stage
+    zerolab estimate --params 7e9 --gpus 8        model-state memory per GPU for each ZeRO stage
+                                                  (ZeRO paper formulas), plus DeepSpeed's own
+                                                  estimator tables for ZeRO-2 and ZeRO-3
+    zerolab env                                   torch, backends and devices on this machine
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .memory import format_bytes, model_state_bytes
+
+
+def _stage_table(psi: float, world: int, precision: str) -> str:
+    pb, gb, ob = (4, 4, 8) if precision == "fp32" else (2, 2, 12)
+    lines = [f"model states per GPU, Psi = {psi:,.0f} parameters, {world} GPU(s), "
+             f"{precision} + Adam ({pb} + {gb} + {ob} bytes per parameter):",
+             f"  {'stage':<8}{'params':>14}{'grads':>14}{'optimizer':>14}{'total':>14}{'total':>12}"]
+    for stage in range(4):
+        m = model_state_bytes(psi, stage, world, param_bytes=pb, grad_bytes=gb, optimizer_bytes=ob)
+        lines.append(f"  {stage:<8}" + "".join(f"{format_bytes(m[k], 'GB'):>14}"
+                                              for k in ("params", "grads", "optimizer_states", "total"))
+                     + f"{format_bytes(m['total'], 'GiB'):>12}")
+    lines.append("  (GB = 1e9 bytes, GiB = 2^30 bytes; activations and buffers come on top)")
+    return "\n".join(lines)
+
+
+def cmd_explain(a) -> int:
+    from .config import ConfigError, load_config
+    try:
+        cfg = load_config(a.config, a.world)
+    except ConfigError as e:
+        print(f"zerolab explain: {e}", file=sys.stderr)
+        return 2
+    print(cfg.describe())
+    if a.params:
+        prec = "fp32" if cfg.compute_dtype.itemsize == 4 else "mixed"
+        print()
+        print(_stage_table(a.params, a.world, prec))
+    return 0
+
+
+def cmd_estimate(a) -> int:
+    from . import estimate
+    print(_stage_table(a.params, a.gpus * a.nodes, a.precision))
+    print()
+    estimate.estimate_zero2_model_states_mem_needs_all_cold(
+        int(a.params), num_gpus_per_node=a.gpus, num_nodes=a.nodes)
+    if a.largest_layer:
+        print()
+        estimate.estimate_zero3_model_states_mem_needs_all_cold(
+            int(a.params), int(a.largest_layer), num_gpus_per_node=a.gpus, num_nodes=a.nodes)
+    return 0
+
+
+def cmd_env(a) -> int:
+    import torch
+    import torch.distributed as dist
+    from . import __version__
+    print(f"zerolab {__version__}, torch {torch.__version__}, python {sys.version.split()[0]}")
+    print(f"gloo available: {dist.is_gloo_available()}, nccl available: {dist.is_nccl_available()}")
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    print(f"CUDA GPUs: {n}" + "".join(f"\n  cuda:{i} {torch.cuda.get_device_name(i)}" for i in range(n)))
+    print(f"a crew of N ranks uses: {'NCCL, one GPU per rank (N <= %d)' % n if n else 'gloo on CPU'}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="zerolab", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("explain", help="what a DeepSpeed config means")
+    e.add_argument("config", help="path to a DeepSpeed JSON config")
+    e.add_argument("--world", type=int, default=1, help="data-parallel ranks (GPUs) it will run on")
+    e.add_argument("--params", type=float, default=0, help="model size, to print memory per stage")
+    e.set_defaults(fn=cmd_explain)
+    s = sub.add_parser("estimate", help="model-state memory per GPU for each ZeRO stage")
+    s.add_argument("--params", type=float, required=True, help="parameter count, e.g. 7e9")
+    s.add_argument("--gpus", type=int, default=1, help="GPUs per node")
+    s.add_argument("--nodes", type=int, default=1)
+    s.add_argument("--precision", choices=("mixed", "fp32"), default="mixed")
+    s.add_argument("--largest-layer", type=float, default=0,
+                   help="largest layer's parameters (adds DeepSpeed's ZeRO-3 table)")
+    s.set_defaults(fn=cmd_estimate)
+    v = sub.add_parser("env", help="torch, backends and devices here")
+    v.set_defaults(fn=cmd_env)
+    a = ap.parse_args(argv)
+    return a.fn(a)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
