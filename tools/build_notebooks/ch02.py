@@ -120,7 +120,7 @@ print("crews ready:", ", ".join(f"{n} rank{'s' if n > 1 else ''}" for n in crews
 md("""
 ## 1 · DDP from scratch
 
-zerolab's **stage 0** is DDP written out by hand (`zerolab/stage0.py`, under 80 lines). On every
+zerolab's **stage 0** is DDP written out by hand (`zerolab/stage0.py`, about 80 lines). On every
 rank:
 
 * the parameters live in a few flat buffers, the **buckets**; at start-up every rank copies
@@ -273,8 +273,9 @@ md("""
 ## 3 · The engine's own ledger: one step of DDP
 
 The engine does not hand-roll its collectives: it calls the library's all-reduce (NCCL or gloo,
-which run rings or trees inside) through its `Comm`, and the `Comm` writes **every call into a
-ledger**. Its bytes-on-the-wire column uses the same ring convention as above.
+which choose their own ring or tree algorithms inside) through its `Comm`, and the `Comm` writes
+**every call into a ledger**. Its "wire bytes" column counts what a ring would send per rank, the
+convention above, so the engine's traffic can be set beside the formula.
 
 We run one training step in **mixed precision** (bf16 parameters and gradients, fp32 master
 weights and Adam states) on every crew, and keep both the step's ledger and the memory each rank
@@ -307,8 +308,9 @@ One all-reduce per **bucket**. The engine packs the gradients, in the order back
 them, into buckets of at most `reduce_bucket_size` = 2,000 elements (DeepSpeed's knob; PyTorch
 DDP's is `bucket_cap_mb`), and all-reduces each bucket as one message: fewer, larger messages
 waste less time on per-call latency (chapter 6 measures that). The last line is not a gradient:
-a single 2-element all-reduce asks every rank at once "did anyone see an inf or NaN?" and carries
-the squared gradient norm for clipping.
+one 2-element all-reduce asks every rank at once "did anyone see an inf or NaN?" (bf16 steps are
+checked by default, `bf16.check_grad_overflow`) and carries the squared gradient norm when
+clipping is on.
 
 The buckets, and the same step on every crew:
 """),
@@ -389,8 +391,8 @@ TinyLM's 115 kB fits anywhere. Scale Ψ up and the same 16 bytes per parameter m
 GPU. The seed stories train on **A100 GPUs sold as "40GB" and "80GB"**. Two warnings about those
 labels:
 
-* the memory chips come in binary sizes, so a "40GB" card has about 40 **GiB** (42.9 GB): CUDA
-  reports 42,298,834,944 B usable on an A100-SXM4-40GB (deviceQuery, after ECC);
+* memory chips come in binary sizes, so a "40GB" card is closer to 40 **GiB** (42.9 GB): CUDA
+  reports 42,298,834,944 B of global memory on an A100-SXM4-40GB (deviceQuery);
 * and model states are not all a GPU holds: activations (chapter 1's folding chair), temporary
   buffers, the CUDA context and fragmentation take their share, so the real limit sits lower.
 
@@ -454,7 +456,7 @@ print(f"- One engine step: {grad_calls[2]} gradient all-reduces (= {len(step[2][
       f"at every N, plus one 2-element overflow/norm check.")
 print(f"- Model states per rank: " + ", ".join(f"N={n}: {b:,} B" for n, b in per_rank.items())
       + f" vs 16Ψ = {formula:,.0f} B: flat in N (the rest is padding, step counters and a frozen scalar).")
-print(f"- Whole crew: " + ", ".join(f"{crew_total[n]:,} B" for n in crew_total) + " = N·16Ψ plus the same few bytes.")
+print(f"- Whole crew: " + ", ".join(f"{crew_total[n]:,} B" for n in crew_total) + " = N·16Ψ plus N times those few bytes.")
 print(f"- Memory wall at 16 B/param: {40 * GB / BYTES_PER_PARAM / 1e9:.2f} billion params fit 40 GB, "
       f"{80 * GB / BYTES_PER_PARAM / 1e9:.2f} billion fit 80 GB "
       f"({40 * GIB / BYTES_PER_PARAM / 1e9:.2f} / {80 * GIB / BYTES_PER_PARAM / 1e9:.2f} billion if the cards are read as GiB).")
@@ -469,7 +471,8 @@ measurements show each backpack shrinking as 1/N.
 
 ### Your turn: write the ring yourself
 
-Open **`exercises/02_ring_reduce_scatter.ipynb`** (its worked answer is in `solutions/`). You
+Open [**`exercises/02_ring_reduce_scatter.ipynb`**](../exercises/02_ring_reduce_scatter.ipynb)
+(its worked answer is in [`solutions/`](../solutions/02_ring_reduce_scatter.ipynb)). You
 write the reduce-scatter half of the ring, given only a `send_recv(send_tensor, recv_tensor)`
 that passes one chunk to the right while receiving one from the left. The check runs your
 function on real crews of 2, 3 and 4 ranks with chunks of uneven size, counts the bytes you send,

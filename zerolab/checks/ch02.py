@@ -180,6 +180,15 @@ def _rank_task(fn: Callable, numel: int) -> dict:
         result["error"] = (f"world size {n}, rank {r}: your ring_reduce_scatter raised {kind}: {exc}\n{tb}")
         result["not_implemented"] = isinstance(exc, NotImplementedError)
         return result
+    # Did every rank take the same number of steps? (A collective, not send/recv: a rank still
+    # waiting in send_recv never mistakes it for a neighbour's message; it times out instead.)
+    counts: list = [None] * n
+    dist.all_gather_object(counts, len(send_recv.schedule))
+    if len(set(counts)) > 1:
+        result["error"] = (f"world size {n}: the ranks called send_recv different numbers of times "
+                           f"({', '.join(f'rank {k}: {c}' for k, c in enumerate(counts))}); every rank "
+                           f"must take the same N-1 = {n - 1} steps.")
+        return result
     out = chunks if out is None else out
     expected_full = sum(ring_input(k, numel) for k in range(n))
     expected = expected_full.tensor_split(n)[r]
@@ -277,12 +286,13 @@ def _run(crew: Crew, task, *args, timeout: float) -> list[dict]:
 
 
 def check_ring_reduce_scatter(fn: Callable, *, cases=CASES, engine_world_sizes=(3,),
-                              timeout: float = 30.0) -> None:
+                              timeout: float = 20.0, engine_timeout: float = 180.0) -> None:
     """Run ``fn`` (the learner's ring reduce-scatter) on real ranks; raise
     :class:`ExerciseCheckFailed` saying what is wrong, or print what was verified.
 
     ``engine_world_sizes``: where DDP is also trained with ``fn`` (3 by default: its buckets do
-    not divide by 3, so the chunks are uneven; a fresh rank's first optimizer costs seconds)."""
+    not divide by 3, so the chunks are uneven; a fresh rank's first optimizer costs seconds).
+    ``timeout`` (seconds) bounds each run of ``fn`` alone, ``engine_timeout`` the DDP training."""
     lines = []
     engine_lines = []
     for n, numel in cases:
@@ -302,7 +312,7 @@ def check_ring_reduce_scatter(fn: Callable, *, cases=CASES, engine_world_sizes=(
                          f"chunk[rank] right on every rank; sent {per_rank} "
                          f"((N-1)/N x {numel * size} B = {(n - 1) / n * numel * size:.1f} B)")
             if n in engine_world_sizes:
-                res = _run(crew, _engine_task, fn, timeout=timeout)
+                res = _run(crew, _engine_task, fn, timeout=engine_timeout)
                 bad = [r for r, x in enumerate(res) if not x["ok"]]
                 if bad:
                     raise ExerciseCheckFailed(
