@@ -421,7 +421,7 @@ for capacity, style, offset in ((40 * GB, "--", (10, -16)), (80 * GB, "-.", (-21
     ax.plot([largest], [capacity / GB], "o", c="C3")
     ax.annotate(f"{capacity / GB:.0f} GB GPU: Ψ ≤ {largest / 1e9:.2f} billion",
                 (largest, capacity / GB), textcoords="offset points", xytext=offset, fontsize=9, color="C3")
-for size, offset in ((1.3e9, (8, -4)), (7e9, (8, -10)), (70e9, (-105, 4))):
+for size, offset in ((1.3e9, (-118, -2)), (7e9, (-112, 6)), (70e9, (-118, 4))):
     need = BYTES_PER_PARAM * size / GB
     ax.plot([size], [need], "s", c="k", ms=4)
     ax.annotate(f"{size / 1e9:g}B model: {need:,.0f} GB", (size, need),
