@@ -1,0 +1,347 @@
+"""Chapter 3 checks: stage 1 from the inside, with the learner's pieces in the real engine.
+
+(a) :func:`check_shard_range` takes the learner's ownership rule
+    ``shard_range(padded_numel, world_size, rank) -> (start, end)``. It first checks that the
+    ranges tile ``[0, padded_numel)`` in equal pieces, in rank order (no gap, no overlap), for
+    a few sizes; then it replaces ``zerolab.flat.FlatGroup.shard_range`` by the learner's rule
+    on every rank, trains ZeRO stage 1 on 2 and on 3 ranks, checks the rule again on every
+    bucket size the engine really used, and compares every trained parameter with plain
+    single-process training.
+
+(b) :func:`check_adamw_step` takes the learner's in-place shard update
+    ``adamw_step(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay)``. It
+    compares three steps on a random shard with ``torch.optim.AdamW``; then it wraps the
+    function in an optimizer (:class:`ShardAdamW`), hands it to ``zerolab.initialize`` as
+    ``optimizer=`` (with ``"zero_allow_untested_optimizer": true``, as DeepSpeed asks for any
+    optimizer it does not know), trains stage 1 on 2 and 3 ranks, and compares with
+    single-process training under torch's AdamW.
+
+Both raise :class:`~zerolab.checks.ExerciseCheckFailed` saying what is wrong (which rank,
+which elements, how far off) with a hint. The crews of ranks are started once and reused by
+both checks (call :func:`close_crews` to stop them early).
+"""
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable
+
+import torch
+
+from . import ExerciseCheckFailed, passed
+
+__all__ = ["check_shard_range", "check_adamw_step", "ShardAdamW", "close_crews"]
+
+# TinyLM's own sizes do not divide by 2 or 3 (vocabulary 37, width 26), and buckets of 700
+# elements make several buckets with parameters cut between ranks and padding at the end.
+CHECK_MODEL = dict(vocab=37, d=26, hidden=53, layers=2, seq_len=16)
+BUCKET = 700
+WORLD_SIZES = (2, 3)
+GLOBAL_BATCH = 12           # 6 sequences per rank on 2 ranks, 4 on 3
+STEPS = 3
+HP = dict(lr=3e-3, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1)
+# |a - b| <= ATOL + RTOL |b| everywhere (torch.testing's rule; fp32, a few Adam steps)
+RTOL, ATOL = 1e-5, 1e-6
+# (padded_numel, world_size) pairs tried before any rank starts
+RULE_CASES = [(6, 1), (6, 2), (6, 3), (12, 4), (700, 2), (702, 3), (1_000_000, 4), (188_901, 3)]
+
+_CREWS: dict = {}
+
+
+def _crew(n: int):
+    import zerolab
+    crew = _CREWS.get(n)
+    if crew is None:
+        crew = _CREWS[n] = zerolab.Crew(n, timeout=180)
+    return crew
+
+
+def close_crews() -> None:
+    """Stop the ranks the checks started (they also stop when the kernel exits)."""
+    while _CREWS:
+        _CREWS.popitem()[1].close()
+
+
+def _config(world_size: int, with_optimizer: bool = True) -> dict:
+    cfg = {"train_batch_size": GLOBAL_BATCH,
+           "train_micro_batch_size_per_gpu": GLOBAL_BATCH // world_size,
+           "zero_optimization": {"stage": 1, "reduce_bucket_size": BUCKET}}
+    if with_optimizer:
+        cfg["optimizer"] = {"type": "AdamW", "params": {**HP, "betas": list(HP["betas"])}}
+    else:
+        cfg["zero_allow_untested_optimizer"] = True
+    return cfg
+
+
+def _worst(got: dict, ref: dict) -> tuple[str, float, float]:
+    """(name, largest |a - b| / (ATOL + RTOL |b|), largest |a - b|) over every parameter."""
+    worst = ("", 0.0, 0.0)
+    for k in ref:
+        err = (got[k] - ref[k]).abs()
+        score = float((err / (ATOL + RTOL * ref[k].abs())).max())
+        if score > worst[1]:
+            worst = (k, score, float(err.max()))
+    return worst
+
+
+def _rank_error(exc: BaseException, what: str) -> ExerciseCheckFailed:
+    text = str(exc)
+    if "NotImplementedError" in text:
+        return ExerciseCheckFailed(f"{what} raised NotImplementedError on the ranks: write the part "
+                                   f"marked 'Exercise' first.\n{text[-1500:]}")
+    return ExerciseCheckFailed(f"{what} failed on the ranks:\n{text[-3000:]}")
+
+
+# ------------------------------------------------------------------------------ (a) the rule
+
+def _ranges(fn: Callable, padded: int, n: int) -> list[tuple[int, int]]:
+    out = []
+    for r in range(n):
+        try:
+            got = fn(padded, n, r)
+        except NotImplementedError as exc:
+            raise ExerciseCheckFailed("shard_range raises NotImplementedError: write the part marked "
+                                      "'Exercise' first") from exc
+        call = f"shard_range({padded}, {n}, {r})"
+        try:
+            start, end = got
+            start, end = operator.index(start), operator.index(end)
+        except (TypeError, ValueError):
+            raise ExerciseCheckFailed(f"{call} returned {got!r}; return a pair of integers "
+                                      f"(start, end): the elements [start, end) rank {r} owns") from None
+        out.append((start, end))
+    return out
+
+
+def rule_problem(ranges: list[tuple[int, int]], padded: int) -> str | None:
+    """What is wrong with these per-rank ranges of a flat buffer of ``padded`` elements."""
+    n = len(ranges)
+    size = padded // n
+    where = f"padded_numel = {padded:,}, world_size = {n}: "
+    for r, (s, e) in enumerate(ranges):
+        if not 0 <= s <= e <= padded:
+            return (where + f"rank {r} gets [{s:,}, {e:,}), which is not inside the buffer [0, {padded:,}). "
+                    "hint: start <= end, both between 0 and padded_numel")
+    order = sorted(range(n), key=lambda r: ranges[r])
+    pos = 0
+    for k, r in enumerate(order):
+        s, e = ranges[r]
+        if s > pos:
+            return (where + f"a gap: elements [{pos:,}, {s:,}) have no owner, so no rank would step "
+                    "them and they would never train. hint: rank r + 1 starts where rank r ends")
+        if s < pos:
+            prev = order[k - 1]
+            return (where + f"an overlap: ranks {prev} and {r} both own elements [{s:,}, {min(pos, e):,}) "
+                    f"(rank {prev}: {ranges[prev]}, rank {r}: {ranges[r]}), so they would be "
+                    "updated twice. hint: rank r + 1 starts where rank r ends")
+        pos = e
+    if pos != padded:
+        return (where + f"a gap at the end: elements [{pos:,}, {padded:,}) have no owner. "
+                "hint: the last rank's piece ends at padded_numel")
+    for r, (s, e) in enumerate(ranges):
+        if e - s != size:
+            return (where + f"rank {r} owns {e - s:,} elements ([{s:,}, {e:,})), but reduce-scatter "
+                    f"delivers and all-gather collects equal pieces of padded_numel / world_size = "
+                    f"{size:,}. hint: every rank owns exactly padded_numel // world_size elements")
+    for r, (s, e) in enumerate(ranges):
+        if (s, e) != (r * size, (r + 1) * size):
+            return (where + f"the pieces tile the buffer, but not in rank order: rank {r} owns "
+                    f"[{s:,}, {e:,}), while reduce-scatter hands rank {r} the piece number {r}, "
+                    f"[{r * size:,}, {(r + 1) * size:,}). hint: rank r's piece starts at r * shard size")
+    return None
+
+
+def _train_with_rule(rule: Callable) -> dict:
+    """On every rank: stage 1 with FlatGroup.shard_range replaced by ``rule``, then the
+    single-process reference; returns the worst difference and the bucket sizes used."""
+    import zerolab
+    import zerolab.flat as flat
+    from zerolab.models import TinyLM, lm_batches, lm_loss
+    from zerolab.reference import train_engine, train_reference
+
+    world = zerolab.world_size()
+    cfg = _config(world)
+    batches = lm_batches(STEPS, GLOBAL_BATCH, CHECK_MODEL["seq_len"], CHECK_MODEL["vocab"], seed=3)
+    original = flat.FlatGroup.shard_range
+
+    def learner_shard_range(self, rank=None):     # the method's signature, the learner's rule
+        start, end = rule(self.padded_numel, self.world_size, self.rank if rank is None else rank)
+        return int(start), int(end)
+
+    flat.FlatGroup.shard_range = learner_shard_range
+    try:
+        engine = zerolab.initialize(TinyLM(**CHECK_MODEL), cfg)
+        train_engine(engine, batches, lm_loss)
+        got = engine.full_params()
+        sizes = sorted({g.padded_numel for g in engine.stage.groups})
+    finally:
+        flat.FlatGroup.shard_range = original
+    ref = train_reference(TinyLM(**CHECK_MODEL), cfg, batches, lm_loss)
+    return {"worst": _worst(got, ref), "sizes": sizes}
+
+
+def check_shard_range(fn: Callable, *, world_sizes=WORLD_SIZES) -> None:
+    """Check the learner's ownership rule, then train stage 1 with it on real ranks."""
+    for padded, n in RULE_CASES:
+        problem = rule_problem(_ranges(fn, padded, n), padded)
+        if problem:
+            raise ExerciseCheckFailed(f"shard_range: {problem}")
+    lines = []
+    for n in world_sizes:
+        try:
+            per_rank = _crew(n).run(_train_with_rule, fn)
+        except Exception as exc:             # a RankError (a rank raised) or a CrewTimeout
+            raise _rank_error(exc, f"stage 1 with your shard_range on {n} ranks") from None
+        for padded in per_rank[0]["sizes"]:
+            problem = rule_problem(_ranges(fn, padded, n), padded)
+            if problem:
+                raise ExerciseCheckFailed(f"shard_range, on a bucket the engine really made: {problem}")
+        for rank, res in enumerate(per_rank):
+            name, score, err = res["worst"]
+            if not score <= 1:
+                raise ExerciseCheckFailed(
+                    f"stage 1 on {n} ranks with your shard_range trained to different parameters than "
+                    f"one process: on rank {rank}, {name} is off by up to {err:.3g} (allowed: "
+                    f"{ATOL:g} + {RTOL:g} x |value|). Your ranges tile the buffer, so look for a rule "
+                    "that depends on more than (padded_numel, world_size, rank).")
+        lines.append(f"{n} ranks (buckets of {', '.join(f'{s:,}' for s in per_rank[0]['sizes'])} elements)")
+    passed("your shard_range tiles every flat buffer in equal pieces, in rank order, and ZeRO stage 1 "
+           f"built on it trains exactly like one process on {' and on '.join(lines)}")
+
+
+# ------------------------------------------------------------------------ (b) the AdamW step
+
+class ShardAdamW(torch.optim.Optimizer):
+    """An optimizer that steps each tensor it is given (in ZeRO: this rank's flat shards)
+    with the learner's ``adamw_step``; its state is that of torch's AdamW."""
+
+    def __init__(self, params, step_fn: Callable, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+                 weight_decay=1e-2):
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+        self.step_fn = step_fn
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros_like(p)
+                state["step"] += 1
+                self.step_fn(p, p.grad, state["exp_avg"], state["exp_avg_sq"], state["step"],
+                             group["lr"], group["betas"], group["eps"], group["weight_decay"])
+        return None
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return bool(((a - b).abs() <= 1e-7 + 1e-5 * b.abs()).all())
+
+
+def _variant(param, grad, m, v, step, lr, betas, eps, wd, *, decay=True, correct=True):
+    """Plain AdamW, optionally without weight decay or without bias correction (for hints)."""
+    b1, b2 = betas
+    m, v = b1 * m + (1 - b1) * grad, b2 * v + (1 - b2) * grad * grad
+    bc1, bc2 = (1 - b1 ** step, 1 - b2 ** step) if correct else (1.0, 1.0)
+    p = param * (1 - lr * wd) if decay else param.clone()
+    return p - lr / bc1 * m / (v.sqrt() / math.sqrt(bc2) + eps)
+
+
+def _param_hint(before, grad, m_prev, v_prev, step, got) -> str:
+    kw = dict(lr=HP["lr"], betas=HP["betas"], eps=HP["eps"], wd=HP["weight_decay"])
+    if _close(got, before):
+        return "param did not change: update it in place (param.mul_, param.addcdiv_, ...), do not rebind it"
+    if _close(got, _variant(before, grad, m_prev, v_prev, step, decay=False, **kw)):
+        return ("it matches AdamW without weight decay: first shrink the weights, "
+                "param <- param * (1 - lr * weight_decay)")
+    if step > 1 and _close(got, _variant(before, grad, m_prev, v_prev, step, correct=False, **kw)):
+        return ("it matches AdamW without bias correction: divide exp_avg by (1 - beta1^step) and "
+                "exp_avg_sq by (1 - beta2^step), as in step 4")
+    if _close(got, _variant(before, grad, m_prev, v_prev, 1, **kw)) and step > 1:
+        return "it matches AdamW with step = 1: use the step argument in the bias corrections"
+    return ("follow the four lines above in order: decay, the two moments, then "
+            "param - lr / (1 - beta1^step) * exp_avg / (sqrt(exp_avg_sq) / sqrt(1 - beta2^step) + eps)")
+
+
+def _unit_check(fn: Callable) -> None:
+    """Three steps on a random 1-D shard against torch.optim.AdamW."""
+    g = torch.Generator().manual_seed(0)
+    n = 1000
+    ref_p = torch.nn.Parameter(torch.randn(n, generator=g))
+    ref = torch.optim.AdamW([ref_p], **HP)
+    param, exp_avg, exp_avg_sq = ref_p.detach().clone(), torch.zeros(n), torch.zeros(n)
+    for step in range(1, 4):
+        grad = torch.randn(n, generator=g) * 10.0 ** -step      # shrinking gradients: bias correction shows
+        before, m_prev, v_prev = param.clone(), exp_avg.clone(), exp_avg_sq.clone()
+        try:
+            result = fn(param, grad.clone(), exp_avg, exp_avg_sq, step, HP["lr"], HP["betas"], HP["eps"],
+                        HP["weight_decay"])
+        except NotImplementedError as exc:
+            raise ExerciseCheckFailed("adamw_step raises NotImplementedError: write the part marked "
+                                      "'Exercise' first") from exc
+        ref_p.grad = grad
+        ref.step()
+        st = ref.state[ref_p]
+        where = f"adamw_step on a random shard of {n} elements, step {step}"
+        note = (" (your function returned a value: the engine ignores it; update the tensors in place)"
+                if result is not None else "")
+        if not _close(exp_avg, st["exp_avg"]):
+            raise ExerciseCheckFailed(
+                f"{where}: exp_avg is off by up to {float((exp_avg - st['exp_avg']).abs().max()):.3g}{note}. "
+                "hint: exp_avg <- beta1 * exp_avg + (1 - beta1) * grad, in place (exp_avg.mul_(...).add_(...))")
+        if not _close(exp_avg_sq, st["exp_avg_sq"]):
+            raise ExerciseCheckFailed(
+                f"{where}: exp_avg_sq is off by up to {float((exp_avg_sq - st['exp_avg_sq']).abs().max()):.3g}"
+                f"{note}. hint: exp_avg_sq <- beta2 * exp_avg_sq + (1 - beta2) * grad^2, in place")
+        if not _close(param, ref_p.detach()):
+            raise ExerciseCheckFailed(
+                f"{where}: param is off by up to {float((param - ref_p.detach()).abs().max()):.3g} from "
+                f"torch.optim.AdamW{note}. hint: {_param_hint(before, grad, m_prev, v_prev, step, param)}")
+
+
+def _train_with_step(step_fn: Callable) -> dict:
+    """On every rank: stage 1 with ShardAdamW(step_fn) stepping this rank's shards, then the
+    single-process reference with torch's AdamW."""
+    import zerolab
+    from zerolab.models import TinyLM, lm_batches, lm_loss
+    from zerolab.reference import train_engine, train_reference
+
+    world = zerolab.world_size()
+    cfg = _config(world, with_optimizer=False)
+    batches = lm_batches(STEPS, GLOBAL_BATCH, CHECK_MODEL["seq_len"], CHECK_MODEL["vocab"], seed=4)
+    engine = zerolab.initialize(TinyLM(**CHECK_MODEL), cfg,
+                                optimizer=lambda params: ShardAdamW(params, step_fn, **HP))
+    train_engine(engine, batches, lm_loss)
+    got = engine.full_params()
+    shard_numel = [p.numel() for p in engine.stage.masters]
+    ref = train_reference(TinyLM(**CHECK_MODEL), cfg, batches, lm_loss,
+                          optimizer=lambda params: torch.optim.AdamW(params, **HP))
+    return {"worst": _worst(got, ref), "shard_numel": shard_numel,
+            "full_numel": sum(g.numel for g in engine.stage.groups)}
+
+
+def check_adamw_step(fn: Callable, *, world_sizes=WORLD_SIZES) -> None:
+    """Check the learner's shard AdamW step, then train stage 1 with it on real ranks."""
+    _unit_check(fn)
+    lines = []
+    for n in world_sizes:
+        try:
+            per_rank = _crew(n).run(_train_with_step, fn)
+        except Exception as exc:
+            raise _rank_error(exc, f"stage 1 with your adamw_step on {n} ranks") from None
+        for rank, res in enumerate(per_rank):
+            name, score, err = res["worst"]
+            if not score <= 1:
+                raise ExerciseCheckFailed(
+                    f"stage 1 on {n} ranks with your adamw_step trained to different parameters than "
+                    f"one process with torch's AdamW: on rank {rank}, {name} is off by up to {err:.3g} "
+                    f"(allowed: {ATOL:g} + {RTOL:g} x |value|). hint: the step must use only the tensors "
+                    "it is given, element by element (no norms or means over the whole tensor: a shard "
+                    "cuts across parameters)")
+        mine = sum(per_rank[0]["shard_numel"])
+        lines.append(f"{n} ranks (each stepping {mine:,} of {per_rank[0]['full_numel']:,} elements)")
+    passed("your adamw_step matches torch.optim.AdamW, and ZeRO stage 1 stepping only each rank's "
+           f"shard with it trains exactly like one process on {' and on '.join(lines)}")
