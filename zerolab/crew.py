@@ -317,7 +317,7 @@ class Crew:
 
     def _start(self) -> None:
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["torch", "torch.distributed", "cloudpickle", "zerolab.crew"])
+        ctx.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", "cloudpickle", "zerolab.crew"])
         self._workdir = tempfile.mkdtemp(prefix="zerolab-crew-")
         self._store = dist.TCPStore("127.0.0.1", 0, self.world_size, is_master=True,
                                     wait_for_workers=False,
