@@ -38,6 +38,7 @@ import dataclasses
 import datetime
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -139,6 +140,9 @@ def _rank_main(conn, rank_: int, world: int, backend: str, host: str, port: int,
                workdir: str, threads: int, pg_timeout_s: float) -> None:
     """The life of one rank: join the group, then run tasks until told to stop."""
     global _INFO
+    # The parent manages the ranks (it kills them on interrupt); a Ctrl-C or kernel shutdown
+    # reaching an idle rank must not print a KeyboardInterrupt traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     redirect = _Redirect()
     redirect.to(os.path.join(workdir, f"rank{rank_}.start.log"))
     # Each rank writes to its own file; line-buffering keeps partial output if it is killed.
