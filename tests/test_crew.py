@@ -218,18 +218,20 @@ def test_keyboard_interrupt_kills_ranks_and_a_new_crew_starts(tmp_path, scripts)
 
     def sleeper(path):
         open(f"{path}.{zerolab.rank()}", "w").close()
-        time.sleep(60)
+        time.sleep(240)
 
     def interrupt_when_asleep():
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 200     # generous: a loaded 2-core machine starts ranks slowly
         while time.monotonic() < deadline:
             if all(os.path.exists(f"{flag}.{r}") for r in range(2)):
+                sent.append(time.monotonic())
                 os.kill(os.getpid(), signal.SIGINT)   # what the notebook's stop button sends
                 return
             time.sleep(0.02)
 
+    sent = []
     before = {p.pid for p in stray_descendants(scripts.pids)}
-    with Crew(2, timeout=120) as crew:
+    with Crew(2, timeout=300) as crew:
         pids = crew.pids
         t = threading.Thread(target=interrupt_when_asleep, daemon=True)
         t.start()
@@ -237,7 +239,7 @@ def test_keyboard_interrupt_kills_ranks_and_a_new_crew_starts(tmp_path, scripts)
         with pytest.raises(KeyboardInterrupt):
             crew.run(sleeper, str(flag))
         t.join(5)
-        assert time.monotonic() - t0 < 20
+        assert sent and time.monotonic() - sent[0] < 20     # stopped soon after the interrupt
         assert gone(pids) and not crew.alive
         t1 = time.monotonic()
         assert crew.run(zerolab.rank) == [0, 1]
