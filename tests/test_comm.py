@@ -20,7 +20,7 @@ SIZES = [0, 1, 2, 3, 5, 7, 13, 64, 1001, (3, 5)]
 
 @pytest.fixture(scope="module", params=[1, 2, 3, 4], ids=lambda n: f"N{n}")
 def crew(request):
-    with zerolab.Crew(request.param, timeout=60) as c:
+    with zerolab.Crew(request.param, backend="gloo", timeout=60) as c:
         yield c
 
 
@@ -213,3 +213,17 @@ def test_ring_trace_says_which_chunk_moves_where(crew):
         if n > 1:
             assert steps[n - 2][6][r] == [total]                 # chunk r is complete after RS
             assert steps[-1][6] == [[total]] * n                  # and everything after AG
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                    reason="needs 2 GPUs for NCCL")
+def test_ring_equals_library_on_nccl():
+    def on_gpu():
+        r, dev = zerolab.rank(), zerolab.device()
+        x = _data(r, 1001, integers=True).to(dev)
+        lib = x.clone()
+        dist.all_reduce(lib)
+        trace, sent = [], Ledger()
+        ring = ring_all_reduce(x, ledger=sent, trace=trace)
+        return ring.device.type, torch.equal(ring, lib), len(trace), sent.totals()["send"]["calls"]
+    assert zerolab.launch(on_gpu, 2, backend="nccl") == [("cuda", True, 2, 2)] * 2

@@ -513,8 +513,10 @@ def init_from_env(backend: str = "auto", timeout_s: float = 600.0) -> RankInfo:
     global _INFO
     world = int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", 0))
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+    if backend == "auto":           # NCCL only with a GPU for every rank on this machine
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        enough = torch.cuda.is_available() and torch.cuda.device_count() >= local_world
+        backend = "nccl" if enough and dist.is_nccl_available() else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(local)
     if not dist.is_initialized():

@@ -118,7 +118,8 @@ md("""
 `crew.run(fn)` runs `fn` on every rank, at the same time, and brings back the list of what
 each rank returned (index = rank). What a rank prints comes back too, grouped by rank and in
 rank order. Inside `fn`, `zerolab.rank_info()` tells the rank who it is, and
-`torch.distributed` is ready to use.
+`torch.distributed` is ready to use. Tensors go on `zerolab.device()`, the rank's device
+(the CPU here, the rank's own GPU with NCCL), so the same function runs on both.
 """),
 code("""
 def introduce():
@@ -213,8 +214,8 @@ the four ranks: at position i, (0 + 10 + 20 + 30) + 4·i = 60 + 4·i.
 """),
 code("""
 def all_reduce_demo():
-    r = zerolab.rank()
-    x = torch.arange(8.0) + 10 * r                     # rank r's own numbers
+    r, dev = zerolab.rank(), zerolab.device()
+    x = torch.arange(8.0, device=dev) + 10 * r         # rank r's own numbers
     before = x.clone()
     default_comm().all_reduce(x, tag="chapter 0")      # in place: x becomes the sum over ranks
     print(f"before: {show(before)}   after: {show(x)}")
@@ -234,9 +235,9 @@ keeps gradients: no rank ever holds all of them.
 """),
 code("""
 def reduce_scatter_demo():
-    r = zerolab.rank()
-    full = torch.arange(8.0) + 10 * r                  # a full vector: N slices of 8 // N
-    mine = torch.empty(8 // N)                         # room for one slice
+    r, dev = zerolab.rank(), zerolab.device()
+    full = torch.arange(8.0, device=dev) + 10 * r      # a full vector: N slices of 8 // N
+    mine = torch.empty(8 // N, device=dev)             # room for one slice
     default_comm().reduce_scatter(mine, full, tag="chapter 0")
     print(f"before: {show(full)}   after: slice {r} = {show(mine)}")
     return full.tolist(), mine.tolist()
@@ -256,10 +257,9 @@ used, from the shards the ranks keep.
 """),
 code("""
 def all_gather_demo():
-    r = zerolab.rank()
-    k = 8 // N
-    mine = torch.arange(float(k)) + r * k + 10 * r      # slice r of a vector: positions r*k ...
-    everything = torch.empty(8)
+    r, dev, k = zerolab.rank(), zerolab.device(), 8 // N
+    mine = torch.arange(float(k), device=dev) + r * k + 10 * r   # slice r: positions r*k ...
+    everything = torch.empty(8, device=dev)
     default_comm().all_gather(everything, mine, tag="chapter 0")
     print(f"before: slice {r} = {show(mine)}   after: {show(everything)}")
     return mine.tolist(), everything.tolist()
@@ -279,8 +279,9 @@ weights.
 """),
 code("""
 def broadcast_demo():
-    r = zerolab.rank()
-    plan = torch.arange(8.0) if r == 0 else torch.zeros(8)   # only the foreman has it
+    r, dev = zerolab.rank(), zerolab.device()
+    # only the foreman has the plan; the others hold an empty buffer
+    plan = torch.arange(8.0, device=dev) if r == 0 else torch.zeros(8, device=dev)
     before = plan.clone()
     default_comm().broadcast(plan, src=0, tag="chapter 0")
     print(f"before: {show(before)}   after: {show(plan)}")
@@ -362,8 +363,9 @@ read the digits from the right, and the k-th digit is 1 when rank k's number is 
 """),
 code("""
 def ring_demo():
-    r = zerolab.rank()
-    x = torch.full((N,), 10.0 ** r, dtype=torch.float64)   # one element per chunk: 1, 10, 100, 1000
+    r, dev = zerolab.rank(), zerolab.device()
+    # one element per chunk, all equal to 10^r: 1, 10, 100, 1000
+    x = torch.full((N,), 10.0 ** r, dtype=torch.float64, device=dev)
     trace = []
     out = ring_all_reduce(x, trace=trace)
     return x.tolist(), trace, out.tolist()
@@ -424,7 +426,7 @@ as float64 (so the sum is exact in any order) and counts its own sends in a fres
 code("""
 def ring_equals_library():
     g = torch.Generator().manual_seed(zerolab.rank())
-    x = torch.randint(-100, 100, (1000,), generator=g).double()
+    x = torch.randint(-100, 100, (1000,), generator=g).double().to(zerolab.device())
     library = x.clone()
     dist.all_reduce(library)
     sent = Ledger()
