@@ -258,6 +258,26 @@ def test_keyboard_interrupt_kills_ranks_and_a_new_crew_starts(tmp_path, scripts)
     assert {p.pid for p in stray_descendants(scripts.pids)} == before
 
 
+def test_interrupt_while_starting_leaves_nothing(monkeypatch, scripts):
+    import contextlib
+    import zerolab.crew as crew_module
+    real, started = crew_module._main_module_hidden, []
+
+    @contextlib.contextmanager
+    def interrupted_at_the_third_rank():
+        started.append(1)
+        if len(started) == 3:
+            raise KeyboardInterrupt               # Ctrl-C after two of four ranks started
+        with real():
+            yield
+
+    before = {p.pid for p in stray_descendants(scripts.pids)}
+    monkeypatch.setattr(crew_module, "_main_module_hidden", interrupted_at_the_third_rank)
+    with pytest.raises(KeyboardInterrupt):
+        Crew(4, backend="gloo")
+    assert {p.pid for p in stray_descendants(scripts.pids)} == before
+
+
 # ----------------------------------------------------------------------------- no leaks
 
 def test_50_runs_and_10_cycles_leak_nothing(crew2, scripts):
@@ -381,8 +401,13 @@ class _Scripts:
     def close(self) -> None:
         for p in self.procs.values():
             if p.poll() is None:                      # a test was deselected or failed early
-                os.killpg(p.pid, signal.SIGKILL)
-            p.communicate()
+                try:                                  # torchrun's workers run in sessions of
+                    root = psutil.Process(p.pid)      # their own: kill the tree, leaves first
+                    for q in root.children(recursive=True)[::-1] + [root]:
+                        q.kill()
+                except psutil.NoSuchProcess:
+                    pass
+            p.communicate(timeout=30)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -328,20 +328,20 @@ class Crew:
                                     timeout=datetime.timedelta(seconds=self.start_timeout))
         port = self._store.port
         pg_timeout = max(self.timeout, 30.0)
-        for r in range(self.world_size):
-            parent_end, child_end = ctx.Pipe(duplex=True)
-            p = ctx.Process(target=_rank_main, name=f"zerolab-rank{r}", daemon=True,
-                            args=(child_end, r, self.world_size, self.backend, "127.0.0.1", port,
-                                  self._workdir, self.threads, pg_timeout))
-            self._procs.append(p)
-            self._conns.append(parent_end)
-            try:
-                with _main_module_hidden():
-                    p.start()
-            finally:
-                child_end.close()
         self.starts += 1
-        try:
+        try:      # an interrupt (or a failed start) half-way must not leave ranks behind
+            for r in range(self.world_size):
+                parent_end, child_end = ctx.Pipe(duplex=True)
+                p = ctx.Process(target=_rank_main, name=f"zerolab-rank{r}", daemon=True,
+                                args=(child_end, r, self.world_size, self.backend, "127.0.0.1",
+                                      port, self._workdir, self.threads, pg_timeout))
+                self._conns.append(parent_end)
+                try:
+                    with _main_module_hidden():
+                        p.start()
+                finally:
+                    child_end.close()
+                self._procs.append(p)
             replies = self._collect(self.start_timeout, what="start")
         except BaseException:
             self._stop()
@@ -370,7 +370,7 @@ class Crew:
             if p.exitcode is None:
                 p.kill()
         for p in self._procs:
-            p.join(5)
+            p.join(5)                         # kill() cannot be ignored: this returns at once
 
     def _stop(self) -> None:
         """Kill and reap every rank; release the store, pipes and files."""
