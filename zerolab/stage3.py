@@ -31,7 +31,7 @@ from torch import nn
 
 from .flat import FlatGroup
 from .memory import tensor_bytes
-from .stage_base import StageBase, broadcast_
+from .stage_base import ReduceScatterGrads, StageBase, broadcast_
 
 __all__ = ["Stage3", "ModuleOrderError"]
 
@@ -54,7 +54,7 @@ class _OnBackward(torch.autograd.Function):
         return (None, *grads)
 
 
-class Stage3(StageBase):
+class Stage3(ReduceScatterGrads, StageBase):
     stage = 3
     shards_optimizer = True
 
@@ -75,11 +75,7 @@ class Stage3(StageBase):
                 self.shards.append(g.shard_of(flat).clone())
                 self._release(g)
         self.masters = self._make_masters(self.shards)
-        self.grad_shards = [torch.zeros(g.shard_numel, dtype=self.dtype, device=self.device)
-                            for g in self.groups]
-        self._buckets: dict[int, torch.Tensor] = {}
-        self._arrived: dict[int, set[int]] = {}
-        self._reduced: set[int] = set()
+        self._init_grad_shards()
         self._in_backward = False
         self.fetches = 0                           # all-gathers issued for parameters
         self.peak_gathered_numel = 0               # most parameter elements gathered at once
@@ -178,46 +174,14 @@ class Stage3(StageBase):
     def begin_backward(self) -> None:
         self._in_backward = True
 
-    def accept_grad(self, g: FlatGroup, i: int, grad: torch.Tensor) -> None:
-        bucket = self._buckets.get(g.index)
-        if bucket is None:
-            bucket = torch.zeros(g.padded_numel, dtype=self.dtype, device=self.device)
-            self._buckets[g.index] = bucket
-            self._arrived[g.index] = set()
-            self._track(f"grads {g.index}", bucket)
-        bucket[g.param_slice(i)].add_(grad.reshape(-1))
-        self._arrived[g.index].add(i)
-        if len(self._arrived[g.index]) == len(g.params):
-            self._reduce(g)
-
-    def _reduce(self, g: FlatGroup) -> None:
-        bucket = self._buckets.pop(g.index, None)
-        if bucket is None:
-            bucket = torch.zeros(g.padded_numel, dtype=self.dtype, device=self.device)
-        self._arrived.pop(g.index, None)
-        self._reduced.add(g.index)
-        send = self._send_buffer(bucket)
-        out = torch.empty(g.shard_numel, dtype=send.dtype, device=send.device)
-        self.comm.reduce_scatter(out, send, tag=f"grads {g.label}")
-        self.grad_shards[g.index].add_(out)
-        self._track(f"grads {g.index}", None)
+    def _after_reduce(self, g: FlatGroup) -> None:
         self._maybe_release(g)                    # its gradient is done: the furniture goes back
 
     def end_backward(self) -> None:
-        for g in self.groups:
-            if g.index not in self._reduced:
-                self._reduce(g)
-        self._reduced.clear()
+        super().end_backward()
         for g in self.groups:
             self._maybe_release(g)
         self._in_backward = False
-
-    def grads_for_step(self):
-        return self.grad_shards
-
-    def zero_grads(self) -> None:
-        for s in self.grad_shards:
-            s.zero_()
 
     def publish(self) -> None:
         for g, shard, m in zip(self.groups, self.shards, self.masters):

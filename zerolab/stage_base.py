@@ -142,6 +142,69 @@ class StageBase:
         self._hooks = []
 
 
+class ReduceScatterGrads:
+    """Sharded gradients, shared by stages 2 and 3 (a mixin for :class:`StageBase`).
+
+    A group's gradient is collected in a bucket as backward produces it; once every parameter
+    of the group has its gradient the bucket is reduce-scattered, this rank adds its shard to
+    ``grad_shards`` (accumulating across micro-steps) and the bucket is freed. Stages hook in
+    through :meth:`_after_reduce` (stage 3 releases the gathered parameters there)."""
+
+    def _init_grad_shards(self) -> None:
+        self.grad_shards = [torch.zeros(g.shard_numel, dtype=self.dtype, device=self.device)
+                            for g in self.groups]
+        self._buckets: dict[int, torch.Tensor] = {}     # group index -> gradient bucket in flight
+        self._arrived: dict[int, set[int]] = {}         # group index -> params whose grad arrived
+        self._reduced: set[int] = set()                 # groups reduced in this backward pass
+
+    def accept_grad(self, g: FlatGroup, i: int, grad: torch.Tensor) -> None:
+        bucket = self._buckets.get(g.index)
+        if bucket is None:
+            bucket = torch.zeros(g.padded_numel, dtype=self.dtype, device=self.device)
+            self._buckets[g.index] = bucket
+            self._arrived[g.index] = set()
+            self._track(f"grads {g.index}", bucket)
+        bucket[g.param_slice(i)].add_(grad.reshape(-1))
+        self._arrived[g.index].add(i)
+        if len(self._arrived[g.index]) == len(g.params):
+            self._reduce_bucket(g)
+
+    def _reduce_bucket(self, g: FlatGroup) -> None:
+        bucket = self._buckets.pop(g.index, None)
+        if bucket is None:                        # no gradient reached this group here
+            bucket = torch.zeros(g.padded_numel, dtype=self.dtype, device=self.device)
+        self._arrived.pop(g.index, None)
+        self._reduced.add(g.index)
+        send = self._send_buffer(bucket)
+        out = torch.empty(g.shard_numel, dtype=send.dtype, device=send.device)
+        self.comm.reduce_scatter(out, send, tag=f"grads {g.label}")
+        self.grad_shards[g.index].add_(out)
+        self._track(f"grads {g.index}", None)
+        self._after_reduce(g)
+
+    def _after_reduce(self, g: FlatGroup) -> None:
+        pass
+
+    def end_backward(self) -> None:
+        # Groups whose parameters got no (or not every) gradient this pass, e.g. a parameter
+        # unused in forward, are still reduced, in group order, so every rank makes the same
+        # calls and the averages stay right.
+        for g in self.groups:
+            if g.index not in self._reduced:
+                self._reduce_bucket(g)
+        self._reduced.clear()
+
+    def boundary_reduce(self) -> None:
+        pass                                      # already reduced during backward
+
+    def grads_for_step(self):
+        return self.grad_shards
+
+    def zero_grads(self) -> None:
+        for s in self.grad_shards:
+            s.zero_()
+
+
 def broadcast_(comm: Comm, t: torch.Tensor) -> None:
     """Make rank 0's values everyone's (set-up traffic: not written to the ledger)."""
     if comm.world_size > 1:
