@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -159,6 +160,7 @@ class ZeroConfig:
     round_robin_gradients: bool = False
     sub_group_size: int = 1_000_000_000
     stage3_param_persistence_threshold: int = 100_000
+    stage3_model_persistence_threshold: int = sys.maxsize   # cap on the total persistent numel
     stage3_prefetch_bucket_size: int = 50_000_000
     stage3_max_live_parameters: int = 1_000_000_000
     stage3_max_reuse_distance: int = 1_000_000_000
@@ -390,7 +392,8 @@ def _parse_zero(p: K.Problems, d: dict) -> ZeroConfig:
         allgather_partitions=g("allgather_partitions", K.as_bool, True),
         sub_group_size=g("sub_group_size", K.as_int(lo=0), 1_000_000_000),
         **{k: g(k, K.as_int(lo=0), default) for k, default in (
-            ("stage3_param_persistence_threshold", 100_000), ("stage3_prefetch_bucket_size", 50_000_000),
+            ("stage3_param_persistence_threshold", 100_000), ("stage3_model_persistence_threshold", sys.maxsize),
+            ("stage3_prefetch_bucket_size", 50_000_000),
             ("stage3_max_live_parameters", 1_000_000_000), ("stage3_max_reuse_distance", 1_000_000_000))},
         offload_optimizer=_parse_offload(p, b, "offload_optimizer", stage),
         offload_param=_parse_offload(p, b, "offload_param", stage),

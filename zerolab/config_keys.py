@@ -136,7 +136,8 @@ ZERO = {
     **{k: _I for k in (
         "stage", "contiguous_gradients", "reduce_scatter", "reduce_bucket_size", "allgather_bucket_size",
         "overlap_comm", "allgather_partitions", "ignore_unused_parameters", "offload_optimizer",
-        "offload_param", "stage3_param_persistence_threshold", "stage3_prefetch_bucket_size",
+        "offload_param", "stage3_param_persistence_threshold", "stage3_model_persistence_threshold",
+        "stage3_prefetch_bucket_size",
         "stage3_max_live_parameters", "stage3_max_reuse_distance")},
     # Tiles the stage-3 optimizer step into sub-groups: bounds working memory, same numbers.
     "sub_group_size": _I,
@@ -147,7 +148,6 @@ ZERO = {
     "log_trace_cache_warnings": _A("logging only"),
     "enable_sanity_checks": _A("debug checks only"),
     "round_robin_gradients": _ni("reorders gradient slots across ranks to spread offload copies", False),
-    "stage3_model_persistence_threshold": _ni("cap on the total persistent numel", sys.maxsize),
     "stage3_gather_16bit_weights_on_model_save": _ni("save_16bit_model() gathers the weights", False),
     "stage3_gather_fp16_weights_on_model_save": _ni("deprecated name of the key above", False),
     "stage3_module_granularity_threshold": _ni("fetch fine-grained modules as one unit", 0),
