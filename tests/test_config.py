@@ -1,15 +1,18 @@
 """zerolab.config: DeepSpeed 0.19.8 config semantics, defaults, and every error path (no ranks)."""
+import ast
 import copy
 import dataclasses
 import json
+import pathlib
 import pickle
 
 import pytest
 import torch
 
+import zerolab
 from zerolab import config_keys as K
 from zerolab.config import (BF16Config, Config, ConfigError, FP16Config, FrozenDict, OffloadConfig,
-                            OptimizerConfig, ZeroConfig, load_config)
+                            OptimizerConfig, ZeroConfig, explain_config, load_config)
 
 # The production ZeRO-3 config of seed 002 (shared/seeds/002_7b4206f545a4cfb6.txt), verbatim.
 SEED_002 = {
@@ -486,19 +489,35 @@ def test_describe_is_factual():
         in text
     assert "train_batch_size 128 = 4 (micro-batch per rank) x 4 (gradient accumulation steps) x 8 (ranks)" in text
     assert "fp16 model, fp32 master weights; dynamic loss scale from 2^16" in text
-    assert "reduce_bucket_size 500,000,000 elements (1.00 GB in fp16)" in text
-    assert "prefetch up to 500,000,000 elements" in text
+    assert "Gradients: one flat group per module (the persistent parameters share one), each reduce-scattered " \
+        "in fp16" in text
+    # the engine gathers just in time: no claim of prefetching (issue 8)
+    assert "prefetch up to" not in text and "no prefetch" in text
+    assert "parameters of at most 100,000 elements stay gathered (stage3_param_persistence_threshold)" in text
     assert "Gradient clipping: clipped to global L2 norm 1." in text
     assert "Optimizer: AdamW (torch.optim.AdamW), lr=0.0001" in text
+    assert "No effect in zerolab (accepted; same numbers as DeepSpeed):" in text
+    for key, value in (("overlap_comm", "true"), ("contiguous_gradients", "true"),
+                       ("stage3_prefetch_bucket_size", "500,000,000"), ("stage3_max_live_parameters", "1,000,000,000"),
+                       ("stage3_max_reuse_distance", "1,000,000,000"), ("sub_group_size", "100,000,000")):
+        assert f"  - zero_optimization.{key} = {value}: " in text, key
+    assert "zerolab's engine does not overlap communication yet" in text
     plain = load_config({"train_batch_size": 4, "gradient_clipping": 0}, 1).describe()
     assert "nothing is partitioned" in plain and "fp32 throughout" in plain and "Gradient clipping: off." in plain
-    assert "Stage 3" not in plain and "none in the config" in plain
+    assert "Stage 3" not in plain and "none in the config" in plain and "No effect" not in plain
+    assert "Gradient buckets: reduce_bucket_size 500,000,000 elements (2.00 GB in fp32); at the accumulation " \
+        "boundary each bucket is all-reduced." in plain
+    two = load_config({"train_batch_size": 4, "bf16": {"enabled": True},
+                       "zero_optimization": {"stage": 2, "reduce_bucket_size": 1000}}, 2).describe()
+    assert "reduce_bucket_size 1,000 elements (0.00 GB in bf16); each bucket is reduce-scattered as soon as " \
+        "backward completes it" in two
 
 
 # ---- the key tables ------------------------------------------------------------------------
 
 def test_key_tables_are_consistent_with_the_dataclasses():
-    statuses = {K.IMPLEMENTED, K.ACCEPTED, K.NOT_IMPLEMENTED, K.REMOVED}
+    statuses = {K.IMPLEMENTED, K.NO_EFFECT, K.NOT_IMPLEMENTED, K.REMOVED}
+    assert K.ACCEPTED == K.NO_EFFECT                                  # the old name
     for table in (K.TOP, K.ZERO, K.FP16, K.BF16, K.OFFLOAD_OPTIMIZER, K.OFFLOAD_PARAM, K.OPTIMIZER,
                   *K.OPTIMIZER_PARAMS.values()):
         for name, key in table.items():
@@ -526,3 +545,166 @@ def test_optimizer_config_defaults():
     o = OptimizerConfig("SGD")
     assert o.params == {} and o.torch_name == "SGD"
     assert Config(8, 4, 1, 2).zero == ZeroConfig() and Config(8, 4, 1, 2).raw == {}
+
+
+# ---- honesty: implemented means read, no effect means said (issue 8) ------------------------
+
+PACKAGE = pathlib.Path(zerolab.__file__).parent
+# Modules that parse or explain a config; a read there does not make a key implemented.
+CONFIG_MODULES = {"config.py", "config_keys.py", "cli.py"}
+# Implemented by load_config itself, not by an engine read: DeepSpeed's batch triple is derived and
+# checked there (_batch_assertion); the engine needs only gradient_accumulation_steps, because the
+# caller feeds it micro-batches (zerolab builds no data loader).
+IMPLEMENTED_BY_THE_PARSER = {"train_batch_size", "train_micro_batch_size_per_gpu"}
+
+
+def names_read_outside_the_config_modules() -> set:
+    """Attribute names loaded (``x.name``) and string arguments of calls (``getattr(x, "name")``,
+    ``_get(fp16, "name")``) anywhere in the package outside the config modules."""
+    names = set()
+    for path in sorted(PACKAGE.glob("*.py")):
+        if path.name in CONFIG_MODULES:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+                names.add(node.attr)
+            elif isinstance(node, ast.Call):
+                names.update(a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str))
+    return names
+
+
+def implemented_keys_and_fields() -> list:
+    """(dotted key, attribute chain from a Config) for every IMPLEMENTED key of the tables."""
+    top = {"zero_optimization": "zero", "bfloat16": "bf16"}
+    out = [(k, (top.get(k, k),)) for k, v in K.TOP.items() if v.status == K.IMPLEMENTED]
+    for prefix, chain, table in (("zero_optimization", ("zero",), K.ZERO), ("fp16", ("fp16",), K.FP16),
+                                 ("bf16", ("bf16",), K.BF16),
+                                 ("zero_optimization.offload_optimizer", ("zero", "offload_optimizer"),
+                                  K.OFFLOAD_OPTIMIZER),
+                                 ("zero_optimization.offload_param", ("zero", "offload_param"), K.OFFLOAD_PARAM),
+                                 ("optimizer", ("optimizer",), K.OPTIMIZER)):
+        out += [(f"{prefix}.{k}", (*chain, k)) for k, v in table.items() if v.status == K.IMPLEMENTED]
+    for name, table in K.OPTIMIZER_PARAMS.items():
+        for k, v in table.items():
+            if v.status == K.IMPLEMENTED:   # hyper-parameters reach torch through params; adam_w_mode picks the class
+                out.append((f"optimizer.params.{k} ({name})",
+                            ("optimizer", "torch_name") if k == "adam_w_mode" else ("optimizer", "params")))
+    return out
+
+
+def test_every_implemented_key_maps_to_a_real_field():
+    holders = {"": Config, "zero": ZeroConfig, "fp16": FP16Config, "bf16": BF16Config, "optimizer": OptimizerConfig,
+               "offload_optimizer": OffloadConfig, "offload_param": OffloadConfig}
+    for key, chain in implemented_keys_and_fields():
+        owner = ""
+        for attr in chain:
+            cls = holders[owner]
+            assert attr in {f.name for f in dataclasses.fields(cls)} or isinstance(getattr(cls, attr, None), property), \
+                (key, chain)
+            owner = attr
+
+
+def test_every_implemented_key_is_read_by_the_engine():
+    """A key labelled IMPLEMENTED must reach the engine: each attribute on the way to its value is
+    read somewhere in the package outside the config modules. Fails for a key nothing reads; then
+    either make the engine read it or relabel it honestly (NO_EFFECT with the reason, or
+    NOT_IMPLEMENTED)."""
+    read = names_read_outside_the_config_modules()
+    unread = [key for key, chain in implemented_keys_and_fields()
+              if key not in IMPLEMENTED_BY_THE_PARSER and not set(chain) <= read]
+    assert unread == [], f"labelled IMPLEMENTED but nothing outside zerolab/config*.py reads them: {unread}"
+
+
+def test_the_keys_of_issue_8_have_honest_statuses():
+    for key in ("overlap_comm", "contiguous_gradients", "allgather_bucket_size", "allgather_partitions",
+                "sub_group_size", "stage3_prefetch_bucket_size", "stage3_max_live_parameters",
+                "stage3_max_reuse_distance"):
+        assert K.ZERO[key].status == K.NO_EFFECT, key
+    assert K.ZERO["reduce_scatter"].status == K.NOT_IMPLEMENTED and K.ZERO["reduce_scatter"].inert == (True,)
+    assert K.FP16["auto_cast"].status == K.NOT_IMPLEMENTED and K.FP16["auto_cast"].inert == (False,)
+    for key in ("stage", "reduce_bucket_size", "ignore_unused_parameters", "stage3_param_persistence_threshold",
+                "stage3_model_persistence_threshold"):
+        assert K.ZERO[key].status == K.IMPLEMENTED, key
+    assert K.OFFLOAD_OPTIMIZER["device"].status == K.OFFLOAD_PARAM["device"].status == K.IMPLEMENTED
+    assert {v.status for k, v in {**K.OFFLOAD_OPTIMIZER, **K.OFFLOAD_PARAM}.items() if k != "device"} == {K.NO_EFFECT}
+    assert K.TOP["steps_per_print"].status == K.TOP["wall_clock_breakdown"].status == K.NO_EFFECT
+
+
+@pytest.mark.parametrize("cfg,path", [
+    (with_batch(zero_optimization={"reduce_scatter": False}), "zero_optimization.reduce_scatter"),
+    (with_batch(fp16={"enabled": True, "auto_cast": True}), "fp16.auto_cast"),
+])
+def test_settings_that_change_what_deepspeed_does_are_refused(cfg, path):
+    e = error(cfg)
+    assert e.not_implemented == (path,)
+    assert f"'{path}' is a DeepSpeed key that zerolab does not implement yet (" in str(e)
+
+
+def test_their_inert_values_are_fine():
+    c = load_config(with_batch(zero_optimization={"reduce_scatter": True}, fp16={"enabled": True, "auto_cast": False}), 2)
+    assert c.zero.reduce_scatter and not c.fp16.auto_cast
+    assert c.ignored_settings() == []           # what zerolab does anyway: nothing to warn about
+
+
+def test_ignored_settings_lists_what_the_user_set_with_no_effect_and_why():
+    assert load_config({"train_batch_size": 8}, 2).ignored_settings() == []
+    cfg = copy.deepcopy(SEED_002)
+    for key in ("offload_optimizer", "offload_param", "round_robin_gradients"):
+        del cfg["zero_optimization"][key]
+    ignored = load_config(cfg, 8).ignored_settings()
+    assert [k for k, _ in ignored] == [f"zero_optimization.{k}" for k in (
+        "overlap_comm", "contiguous_gradients", "stage3_prefetch_bucket_size", "stage3_max_live_parameters",
+        "stage3_max_reuse_distance", "sub_group_size")]
+    why = dict(ignored)
+    assert "does not overlap" in why["zero_optimization.overlap_comm"]
+    assert "never the numbers" in why["zero_optimization.overlap_comm"]
+    assert "flat buckets" in why["zero_optimization.contiguous_gradients"]
+    assert "just in time, without prefetch" in why["zero_optimization.stage3_prefetch_bucket_size"]
+    assert "bound working memory" in why["zero_optimization.sub_group_size"]
+    other = load_config(with_batch(
+        steps_per_print=10, wall_clock_breakdown=True, aio={"block_size": 1048576, "queue_depth": 8},
+        bf16={"enabled": True, "immediate_grad_update": True},
+        zero_optimization={"stage": 3, "prefetch_bucket_size": 5, "allgather_partitions": False,
+                           "allgather_bucket_size": 100, "offload_optimizer": {"device": "none", "pin_memory": True}},
+        optimizer={"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}), 2).ignored_settings()
+    assert [k for k, _ in other] == [
+        "steps_per_print", "wall_clock_breakdown", "aio",      # a no-effect block is listed once
+        "zero_optimization.prefetch_bucket_size",              # the user's spelling of an alias
+        "zero_optimization.allgather_partitions", "zero_optimization.allgather_bucket_size",
+        "zero_optimization.offload_optimizer.pin_memory", "bf16.immediate_grad_update",
+        "optimizer.params.torch_adam"]
+    assert all(why for _, why in other)
+    assert "no optimizer reads it" in dict(other)["zero_optimization.allgather_partitions"]
+
+
+def test_explain_config_reads_any_deepspeed_config():
+    e = explain_config(SEED_002, 8)
+    assert e.errors == ()
+    assert [(r.path, r.value) for r in e.not_implemented] == [
+        ("zero_optimization.round_robin_gradients", True), ("zero_optimization.offload_optimizer.device", "cpu"),
+        ("zero_optimization.offload_param.device", "cpu")]
+    c = e.config
+    assert c.zero.offload_optimizer.device == "cpu" and c.train_micro_batch_size_per_gpu == 4
+    text = c.describe()
+    assert "optimizer states (fp32 master weights and Adam moments, 12 bytes per parameter of its shard) in CPU " \
+        "memory (pinned)" in text
+    assert "offload_param.device = cpu: DeepSpeed keeps each rank's parameter shard in CPU memory (pinned)" in text
+    # the offload's tuning keys belong to the refused offload, not to the no-effect list
+    assert "offload_optimizer.pin_memory" not in "".join(k for k, _ in c.ignored_settings())
+    # the strict reader the engine uses still refuses the same config
+    assert error(SEED_002, 8).not_implemented == tuple(r.path for r in e.not_implemented)
+
+
+def test_explain_config_keeps_real_errors_apart():
+    e = explain_config({"train_batch_size": 30, "gradient_accumulation_steps": 4, "zero_optimisation": {},
+                        "scheduler": {"type": "WarmupLR"}, "optimizer": {"type": "Lamb"}}, 2)
+    assert [r.path for r in e.not_implemented] == ["scheduler", "optimizer.type"]
+    assert len(e.errors) == 2
+    assert e.errors[0].startswith("unknown key 'zero_optimisation'")
+    assert e.errors[1].startswith("check the batch parameters")
+    text = e.config.describe()
+    assert "Batch: not resolved for 2 rank(s) (see the error); the config gives train_batch_size 30, " \
+        "gradient_accumulation_steps 4." in text
+    assert "Optimizer: Lamb, which zerolab does not build" in text
+    with pytest.raises(ConfigError, match="cannot read"):
+        explain_config("/nonexistent/ds.json", 2)

@@ -3,9 +3,15 @@
 A DeepSpeed config is zerolab's interface: the user brings the file they already have. So the
 defaults are DeepSpeed 0.19.8's *code* defaults (not its docs'), the batch triple is derived
 exactly as DeepSpeed derives it, and nothing is silently ignored: a typo is an error naming the
-nearest key, and a DeepSpeed feature zerolab lacks is an error naming the feature, because a run
-that quietly differs from DeepSpeed teaches the wrong thing. :mod:`zerolab.config_keys` holds the
-table of every key and what zerolab does with it.
+nearest key, a DeepSpeed feature zerolab lacks is an error naming the feature (a run that quietly
+differs from DeepSpeed teaches the wrong thing), and a key that has no effect in zerolab (it
+changes when or in what memory DeepSpeed works, never the numbers) is accepted and listed by
+:meth:`Config.ignored_settings`. :mod:`zerolab.config_keys` holds the table of every key and what
+zerolab does with it.
+
+:func:`load_config` is the strict reader the engine uses. :func:`explain_config` is the lenient
+one behind ``zerolab explain``: it explains any DeepSpeed 0.19.8 config, listing what zerolab does
+not implement instead of refusing it, and keeps real errors (typos, bad values) apart.
 
 All problems are collected and raised together in one :class:`ConfigError`, so a config is fixed
 in one pass. The dataclasses are frozen and hold only read-only values (tuples, :class:`FrozenDict`)
@@ -25,7 +31,7 @@ import torch
 from . import config_keys as K
 
 __all__ = ["Config", "ConfigError", "OptimizerConfig", "FP16Config", "BF16Config", "OffloadConfig",
-           "ZeroConfig", "FrozenDict", "load_config"]
+           "ZeroConfig", "FrozenDict", "Explanation", "load_config", "explain_config"]
 
 
 class ConfigError(ValueError):
@@ -117,7 +123,7 @@ class FP16Config:
     hysteresis: int = 2
     consecutive_hysteresis: bool = False
     min_loss_scale: float = 1.0
-    auto_cast: bool = False
+    auto_cast: bool = False          # only False runs (True is refused: not implemented)
 
     @property
     def dynamic(self) -> bool:
@@ -133,8 +139,9 @@ class BF16Config:
 
 @dataclass(frozen=True)
 class OffloadConfig:
-    """``offload_optimizer`` / ``offload_param``. Parsed in full for later work; zerolab refuses
-    a device other than "none" for now. Defaults are DeepSpeed 0.19.8's (pin_memory is True)."""
+    """``offload_optimizer`` / ``offload_param``. Parsed in full (values are checked, and
+    ``zerolab explain`` describes them); zerolab refuses a device other than "none" for now, and
+    with "none" the other keys do nothing. Defaults are DeepSpeed 0.19.8's (pin_memory is True)."""
     device: str = "none"             # "none" | "cpu" | "nvme"
     pin_memory: bool = True
     nvme_path: str | None = None
@@ -149,7 +156,13 @@ class OffloadConfig:
 
 @dataclass(frozen=True)
 class ZeroConfig:
-    """The ``zero_optimization`` block. Sizes are in elements, not bytes."""
+    """The ``zero_optimization`` block. Sizes are in elements, not bytes.
+
+    Every key is parsed and checked, but only some are read by the engine: see the statuses in
+    :mod:`zerolab.config_keys`. ``overlap_comm``, ``contiguous_gradients``,
+    ``allgather_bucket_size``, ``allgather_partitions``, ``sub_group_size`` and the stage-3
+    prefetch / live / reuse knobs have no effect in zerolab (:meth:`Config.ignored_settings`
+    says why); ``reduce_scatter`` must be true and ``round_robin_gradients`` false."""
     stage: int = 0
     contiguous_gradients: bool = True
     reduce_scatter: bool = True
@@ -196,18 +209,75 @@ class Config:
     def compute_dtype(self) -> torch.dtype:
         return torch.float16 if self.fp16.enabled else torch.bfloat16 if self.bf16.enabled else torch.float32
 
+    def ignored_settings(self) -> list[tuple[str, str]]:
+        """``(dotted key, reason)`` for every key the user set (present in :attr:`raw`, not a
+        default) that zerolab accepts but that has no effect here (status ``NO_EFFECT`` in
+        :mod:`zerolab.config_keys`), in the config's order. Keys keep the user's spelling (a
+        stage-3 alias stays an alias). A no-effect block (``aio``) is listed once, not key by key;
+        the tuning keys of an offload block whose device is not "none" are left out, since that
+        offload is refused as a whole (``zerolab explain`` describes it)."""
+        return [(path, why) for path, _, why in self._ignored()]
+
+    def _ignored(self) -> list[tuple[str, Any, str]]:
+        out: list[tuple[str, Any, str]] = []
+
+        def walk(block: Any, path: str, table: dict, aliases: Mapping = FrozenDict()) -> None:
+            if not isinstance(block, Mapping):
+                return
+            for key, value in block.items():
+                entry = table.get(aliases.get(key, key))
+                if entry is not None and entry.status == K.NO_EFFECT:
+                    out.append((K.join_path(path, key), value, entry.what))
+
+        raw = self.raw
+        walk(raw, "", K.TOP)
+        zero = raw.get("zero_optimization")
+        walk(zero, "zero_optimization", K.ZERO, K.ZERO_ALIASES)
+        if isinstance(zero, Mapping):
+            for kind, table in (("offload_optimizer", K.OFFLOAD_OPTIMIZER), ("offload_param", K.OFFLOAD_PARAM)):
+                if getattr(self.zero, kind).device == "none":
+                    walk(zero.get(kind), f"zero_optimization.{kind}", table)
+        walk(raw.get("fp16"), "fp16", K.FP16)
+        for name in ("bf16", "bfloat16"):
+            walk(raw.get(name), name, K.BF16)
+        opt = raw.get("optimizer")
+        if isinstance(opt, Mapping):
+            walk(opt, "optimizer", K.OPTIMIZER)
+            name = K.OPTIMIZERS.get(str(opt.get("type", "")).lower())
+            if name is not None:
+                walk(opt.get("params"), "optimizer.params", K.OPTIMIZER_PARAMS[name])
+        return out
+
+    def _batch_resolved(self) -> bool:
+        t = (self.train_batch_size, self.train_micro_batch_size_per_gpu, self.gradient_accumulation_steps)
+        return all(isinstance(v, int) and v > 0 for v in t) and t[0] == t[1] * t[2] * self.world_size
+
     def describe(self) -> str:
-        """A few plain lines on what this config asks for (backs ``zerolab explain``)."""
+        """Plain lines on what this config asks for and what zerolab does with it (backs
+        ``zerolab explain``). Keys with no effect in zerolab are listed with the reason; features
+        zerolab does not implement (only present in a config read by :func:`explain_config`) are
+        described as DeepSpeed would run them."""
         z, f = self.zero, self.fp16
-        lines = [f"ZeRO stage {z.stage} on {self.world_size} data-parallel rank(s): {_STAGE_SHARDS[z.stage]}.",
-                 f"Batch: train_batch_size {self.train_batch_size} = {self.train_micro_batch_size_per_gpu} "
-                 f"(micro-batch per rank) x {self.gradient_accumulation_steps} (gradient accumulation steps)"
-                 f" x {self.world_size} (ranks)."]
+        lines = [f"ZeRO stage {z.stage} on {self.world_size} data-parallel rank(s): {_STAGE_SHARDS[z.stage]}."]
+        if self._batch_resolved():
+            lines.append(f"Batch: train_batch_size {self.train_batch_size} = {self.train_micro_batch_size_per_gpu} "
+                         f"(micro-batch per rank) x {self.gradient_accumulation_steps} (gradient accumulation "
+                         f"steps) x {self.world_size} (ranks).")
+        else:
+            given = ", ".join(f"{k} {v}" for k, v in (
+                ("train_batch_size", self.train_batch_size),
+                ("train_micro_batch_size_per_gpu", self.train_micro_batch_size_per_gpu),
+                ("gradient_accumulation_steps", self.gradient_accumulation_steps)) if v is not None)
+            lines.append(f"Batch: not resolved for {self.world_size} rank(s) (see the error); the config gives "
+                         f"{given or 'none of the three'}.")
         if f.enabled:
             scale = (f"dynamic loss scale from 2^{f.initial_scale_power}, x2 after {f.loss_scale_window} "
                      f"clean steps, hysteresis {f.hysteresis}, floor {f.min_loss_scale:g}"
                      if f.dynamic else f"static loss scale {f.loss_scale:g}")
             lines.append(f"Precision: fp16 model, fp32 master weights; {scale}.")
+            if f.auto_cast:
+                lines.append("  fp16.auto_cast: DeepSpeed casts the forward's floating-point inputs to fp16 "
+                             "(not implemented in zerolab).")
         elif self.bf16.enabled:
             check = "steps with inf/nan gradients skipped" if self.bf16.check_grad_overflow else "no overflow check"
             lines.append(f"Precision: bf16 model, fp32 master weights; no loss scaling, {check}.")
@@ -216,44 +286,127 @@ class Config:
         comm = self.communication_data_type or {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(
             self.compute_dtype, "fp32")
         nbytes = {"fp32": 4, "fp16": 2, "bf16": 2}[comm]
-        lines.append(f"Gradient buckets: reduce_bucket_size {z.reduce_bucket_size:,} elements "
-                     f"({z.reduce_bucket_size * nbytes / 1e9:.2f} GB in {comm}), allgather_bucket_size "
-                     f"{z.allgather_bucket_size:,} elements; overlap_comm {_onoff(z.overlap_comm)}, "
-                     f"contiguous_gradients {_onoff(z.contiguous_gradients)}, reduce_scatter "
-                     f"{_onoff(z.reduce_scatter)}.")
-        if z.stage == 3:
-            lines.append(f"Stage 3 fetching: prefetch up to {z.stage3_prefetch_bucket_size:,} elements ahead; "
-                         f"parameters of at most {z.stage3_param_persistence_threshold:,} elements stay gathered; "
-                         f"at most {z.stage3_max_live_parameters:,} elements live; keep a parameter if reused "
-                         f"within {z.stage3_max_reuse_distance:,} elements.")
+        if z.stage < 3:
+            how = {0: "at the accumulation boundary each bucket is all-reduced",
+                   1: "at the accumulation boundary each bucket is reduce-scattered (each rank gets the "
+                      "average of its shard), and after the step the updated shards are all-gathered",
+                   2: "each bucket is reduce-scattered as soon as backward completes it (each rank keeps "
+                      "its shard), and after the step the updated shards are all-gathered"}[z.stage]
+            lines.append(f"Gradient buckets: reduce_bucket_size {z.reduce_bucket_size:,} elements "
+                         f"({z.reduce_bucket_size * nbytes / 1e9:.2f} GB in {comm}); {how}.")
+        else:
+            lines.append(f"Gradients: one flat group per module (the persistent parameters share one), each "
+                         f"reduce-scattered in {comm} once backward completes it (each rank keeps its shard).")
+            persist = (f"parameters of at most {z.stage3_param_persistence_threshold:,} elements stay gathered "
+                       "(stage3_param_persistence_threshold)")
+            if z.stage3_model_persistence_threshold != sys.maxsize:
+                persist += (f", up to {z.stage3_model_persistence_threshold:,} elements in all "
+                            "(stage3_model_persistence_threshold)")
+            lines.append("Stage 3 fetching: each module's parameters are all-gathered just before its forward and "
+                         "again before its backward, and released after use (just in time: no prefetch, no "
+                         f"overlap); {persist}.")
+        lines += _offload_lines(self)
         clip = f"clipped to global L2 norm {self.gradient_clipping:g}" if self.gradient_clipping else "off"
         lines.append(f"Gradient clipping: {clip}.")
         o = self.optimizer
-        lines.append("Optimizer: none in the config (pass one to zerolab.initialize)." if o is None else
-                     f"Optimizer: {o.type} (torch.optim.{o.torch_name}), " +
-                     ", ".join(f"{k}={v}" for k, v in o.params.items()) + ".")
+        asked = self.raw.get("optimizer")
+        if o is None and isinstance(asked, Mapping) and isinstance(asked.get("type"), str):
+            lines.append(f"Optimizer: {asked['type']}, which zerolab does not build (it builds Adam, AdamW and "
+                         "SGD).")
+        else:
+            lines.append("Optimizer: none in the config (pass one to zerolab.initialize)." if o is None else
+                         f"Optimizer: {o.type} (torch.optim.{o.torch_name}), " +
+                         ", ".join(f"{k}={v}" for k, v in o.params.items()) + ".")
+        ignored = self._ignored()
+        if ignored:
+            lines.append("No effect in zerolab (accepted; same numbers as DeepSpeed):")
+            lines += [f"  - {path} = {_show(value)}: {why}" for path, value, why in ignored]
         return "\n".join(lines)
 
 
-def _onoff(b: bool) -> str:
-    return "on" if b else "off"
+def _show(value: Any) -> str:
+    """A config value for people: 5e8 as 500,000,000, blocks and strings as JSON."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 63:
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return K.show(_thaw(value))
+
+
+def _offload_lines(c: Config) -> list[str]:
+    """What DeepSpeed does with an offload zerolab refuses (only a lenient config has one)."""
+    lines = []
+    for kind in ("offload_optimizer", "offload_param"):
+        o: OffloadConfig = getattr(c.zero, kind)
+        if o.device == "none":
+            continue
+        where = ("CPU memory" + (" (pinned)" if o.pin_memory else "") if o.device == "cpu" else
+                 f"NVMe at {o.nvme_path or '(no nvme_path given)'}, staged through CPU buffers")
+        if kind == "offload_optimizer":
+            part = "" if o.ratio >= 1 else f" (for {o.ratio:g} of the sub-groups; the rest step on the GPU)"
+            lines.append(f"Offload, not implemented in zerolab: zero_optimization.offload_optimizer.device = "
+                         f"{o.device}: DeepSpeed keeps each rank's optimizer states (fp32 master weights and Adam "
+                         f"moments, 12 bytes per parameter of its shard) in {where} and runs the optimizer step "
+                         f"there on the CPU (DeepSpeedCPUAdam){part}; reduced gradients go down to the CPU during "
+                         "backward and updated parameters come back to the GPU after the step.")
+        else:
+            stage3 = "" if c.zero.stage == 3 else f" (DeepSpeed offloads parameters with stage 3 only; this is stage {c.zero.stage})"
+            lines.append(f"Offload, not implemented in zerolab: zero_optimization.offload_param.device = {o.device}: "
+                         f"DeepSpeed keeps each rank's parameter shard in {where} and copies it to the GPU when "
+                         f"its module is gathered{stage3}.")
+    return lines
 
 
 def load_config(config: Mapping[str, Any] | str | os.PathLike | Config, world_size: int) -> Config:
     """Read a DeepSpeed config (a dict, a path to a JSON file, or a Config) for ``world_size``
-    data-parallel ranks. Raises :class:`ConfigError` listing every problem found."""
+    data-parallel ranks, strictly, as the engine needs it. Raises :class:`ConfigError` listing
+    every problem found, a DeepSpeed feature zerolab does not implement included."""
+    _check_world_size(world_size)
+    if isinstance(config, Config) and config.world_size == world_size:
+        return config
+    cfg, p = _parse(_input(config, world_size), world_size)
+    if p.items:
+        raise ConfigError(p.items, p.not_implemented)
+    return cfg
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What :func:`explain_config` found. ``config``: the config as far as it could be read (a
+    feature zerolab does not implement is kept as written, e.g. an offload device "cpu"; a bad
+    value takes DeepSpeed's default; an unresolvable batch triple stays as given).
+    ``not_implemented``: the DeepSpeed features it asks for that zerolab lacks (``path``,
+    ``value``, ``what``). ``errors``: real problems (typos, bad values, batch arithmetic) that
+    DeepSpeed would reject too."""
+    config: Config
+    not_implemented: tuple[K.Refusal, ...] = ()
+    errors: tuple[str, ...] = ()
+
+
+def explain_config(config: Mapping[str, Any] | str | os.PathLike | Config, world_size: int) -> Explanation:
+    """Read any DeepSpeed 0.19.8 config leniently, to explain it (``zerolab explain``): unlike
+    :func:`load_config` a feature zerolab does not implement is listed, not raised. Raises
+    :class:`ConfigError` only when there is nothing to explain (an unreadable file, not a dict,
+    a bad world size)."""
+    cfg, p = _parse(_input(config, world_size), world_size)
+    return Explanation(cfg, tuple(p.refusals), tuple(p.errors))
+
+
+def _check_world_size(world_size: Any) -> None:
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ConfigError(f"world_size must be a positive integer (the data-parallel size), got {world_size!r}")
+
+
+def _input(config: Any, world_size: Any) -> dict:
+    _check_world_size(world_size)
     if isinstance(config, Config):
-        if config.world_size == world_size:
-            return config
         config = config.raw
     if isinstance(config, (str, os.PathLike)):
         config = _read_json(config)
     if not isinstance(config, Mapping):
         raise ConfigError("a DeepSpeed config must be a dict or the path to a JSON file, "
                           f"got {type(config).__name__}")
-    return _parse(_thaw(config), world_size)
+    return _thaw(config)
 
 
 def _read_json(path: Any) -> dict:
@@ -274,7 +427,8 @@ def _read_json(path: Any) -> dict:
 
 # ---- the blocks ----------------------------------------------------------------------------
 
-def _parse(d: dict, world_size: int) -> Config:
+def _parse(d: dict, world_size: int) -> tuple[Config, K.Problems]:
+    """The config as far as it can be read, and every problem found (the caller decides)."""
     p = K.Problems()
     K.check_keys(p, d, "", K.TOP)
     g = lambda key, conv, default: K.read(p, d, "", key, conv, default)  # noqa: E731
@@ -304,10 +458,9 @@ def _parse(d: dict, world_size: int) -> Config:
     zero = _parse_zero(p, d)
     optimizer = _parse_optimizer(p, d)
     if not p.bad.intersection(names):
-        batch = _resolve_batch(p, *batch, world_size)
-    if p.items:
-        raise ConfigError(p.items, p.not_implemented)
-    return Config(*batch, world_size, optimizer=optimizer, zero=zero, fp16=fp16, bf16=bf16, raw=_freeze(d), **top)
+        batch = _resolve_batch(p, *batch, world_size) or batch   # unresolved: kept as given, to explain
+    cfg = Config(*batch, world_size, optimizer=optimizer, zero=zero, fp16=fp16, bf16=bf16, raw=_freeze(d), **top)
+    return cfg, p
 
 
 def _resolve_batch(p: K.Problems, tbs: Any, micro: Any, gas: Any, world: int) -> tuple | None:

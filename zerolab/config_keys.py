@@ -5,10 +5,16 @@ The reference is DeepSpeed 0.19.8 (``deepspeed/runtime/config.py``, ``constants.
 ``precision_config.py``, ``zero/config.py``, ``zero/offload_config.py`` and the config modules
 of its monitors, profiler, autotuner and AIO). Each key found there has one of four statuses:
 
-* ``IMPLEMENTED``: parsed into :mod:`zerolab.config`'s dataclasses and honoured by the engine.
-* ``ACCEPTED``: DeepSpeed bookkeeping that changes nothing zerolab computes (logging, debug
-  checks, knobs read only by a feature zerolab refuses elsewhere). Read and dropped; the
-  ``what`` text says why that is safe.
+* ``IMPLEMENTED``: parsed into :mod:`zerolab.config`'s dataclasses and read by the engine
+  (``tests/test_config.py`` checks that each such field is read outside the config modules).
+* ``NO_EFFECT``: accepted, but has no effect in zerolab. Either DeepSpeed bookkeeping that
+  changes nothing zerolab computes (logging, debug checks, knobs read only by a feature zerolab
+  refuses elsewhere), or a DeepSpeed knob that changes *when* or *in what memory* work happens
+  but never the numbers, where zerolab's engine does it one fixed way (it does not overlap
+  communication, gathers just in time without prefetch, always packs gradients into flat
+  buckets). Read, validated, and dropped; the ``what`` text says why that is safe. A key the
+  user sets with this status is listed by ``Config.ignored_settings()`` (shown by ``zerolab
+  explain`` and warned once when the engine is built). ``ACCEPTED`` is its old name.
 * ``NOT_IMPLEMENTED``: a DeepSpeed feature zerolab does not have yet. It is an error, named,
   unless the value is *inert*: DeepSpeed's default, or a block that is empty or has
   ``"enabled": false``. Then the key asks for nothing, and refusing it would only annoy.
@@ -30,7 +36,8 @@ from dataclasses import dataclass
 from typing import Any
 
 IMPLEMENTED = "implemented"
-ACCEPTED = "accepted"
+NO_EFFECT = "no effect"
+ACCEPTED = NO_EFFECT        # the old name of NO_EFFECT
 NOT_IMPLEMENTED = "not implemented"
 REMOVED = "removed"
 
@@ -67,7 +74,7 @@ def _ni(what: str, *inert: Any) -> Key:
 
 
 def _accepted(why: str) -> Key:
-    return Key(ACCEPTED, why)
+    return Key(NO_EFFECT, why)
 
 
 _I, _A = Key(IMPLEMENTED), _accepted
@@ -75,9 +82,10 @@ TOP = {
     "train_batch_size": _I, "train_micro_batch_size_per_gpu": _I, "gradient_accumulation_steps": _I,
     "gradient_clipping": _I, "optimizer": _I, "zero_optimization": _I, "fp16": _I,
     "bf16": _I, "bfloat16": _I,  # "bfloat16" is DeepSpeed's old name for the bf16 block
-    "communication_data_type": _I, "steps_per_print": _I, "wall_clock_breakdown": _I,
-    "zero_allow_untested_optimizer": _I,
-    # harmless bookkeeping
+    "communication_data_type": _I, "zero_allow_untested_optimizer": _I,
+    # no effect in zerolab: bookkeeping, or knobs of features zerolab refuses elsewhere
+    "steps_per_print": _A("DeepSpeed logs progress every N steps; logging only, zerolab prints no progress lines"),
+    "wall_clock_breakdown": _A("DeepSpeed times forward/backward/step and logs it; timing logs only"),
     "zero_force_ds_cpu_optimizer": _A("only checked with optimizer offload, which zerolab refuses"),
     "memory_breakdown": _A("logging only"),
     "dump_state": _A("logging only"),
@@ -132,15 +140,34 @@ TOP = {
     }.items()},
 }
 
+_JIT = "zerolab gathers each module's parameters just in time, without prefetch; same numbers"
 ZERO = {
     **{k: _I for k in (
-        "stage", "contiguous_gradients", "reduce_scatter", "reduce_bucket_size", "allgather_bucket_size",
-        "overlap_comm", "allgather_partitions", "ignore_unused_parameters", "offload_optimizer",
-        "offload_param", "stage3_param_persistence_threshold", "stage3_model_persistence_threshold",
-        "stage3_prefetch_bucket_size",
-        "stage3_max_live_parameters", "stage3_max_reuse_distance")},
-    # Tiles the stage-3 optimizer step into sub-groups: bounds working memory, same numbers.
-    "sub_group_size": _I,
+        "stage", "reduce_bucket_size", "ignore_unused_parameters", "offload_optimizer", "offload_param",
+        "stage3_param_persistence_threshold", "stage3_model_persistence_threshold")},
+    "overlap_comm": _A("changes when communication happens (on a side stream, overlapped with backward, "
+                       "with double-buffered buckets), never the numbers; zerolab's engine does not overlap "
+                       "communication yet"),
+    "contiguous_gradients": _A("zerolab always packs gradients into flat buckets (what true does); false in "
+                               "DeepSpeed changes only the memory layout, never the numbers"),
+    "allgather_bucket_size": _A("zerolab all-gathers updated parameters one bucket (stages 1-2) or one module "
+                                "(stage 3) at a time; DeepSpeed 0.19.8 itself ignores it on current torch "
+                                "(one all_gather_into_tensor per parameter group); same numbers"),
+    "allgather_partitions": _A("DeepSpeed 0.19.8 parses it but no optimizer reads it (only the autotuner "
+                               "lists it): it has no effect in DeepSpeed either; zerolab all-gathers the "
+                               "updated partitions, as DeepSpeed does"),
+    "sub_group_size": _A("tiles DeepSpeed's stage-3 optimizer step into sub-groups of this many elements to "
+                         "bound working memory (mostly for offload); same numbers; zerolab steps each "
+                         "rank's shard in one go"),
+    "stage3_prefetch_bucket_size": _A("DeepSpeed prefetches up to this many elements of the modules about to "
+                                      "run; " + _JIT),
+    "stage3_max_live_parameters": _A("DeepSpeed's budget of gathered elements for prefetching; " + _JIT),
+    "stage3_max_reuse_distance": _A("DeepSpeed keeps a parameter gathered if it is used again within this many "
+                                    "elements; zerolab releases each module right after use and gathers it again "
+                                    "when needed, without prefetch; memory and gather traffic only, same numbers"),
+    "reduce_scatter": _ni("false makes DeepSpeed all-reduce each whole gradient bucket instead of reducing "
+                          "each part only to its owner: other collectives, other bytes on the wire; zerolab "
+                          "always reduce-scatters", True),
     "load_from_fp32_weights": _A("read only when loading a DeepSpeed checkpoint"),
     "use_multi_rank_bucket_allreduce": _A("picks DeepSpeed's stage 1/2 collective; reduced values are the same"),
     "memory_efficient_linear": _A("DeepSpeed's stage-3 Linear patch; same values"),
@@ -179,7 +206,8 @@ ZERO_ALIASES = {k[len("stage3_"):]: k for k in ZERO if k.startswith("stage3_")
 
 FP16 = {
     **{k: _I for k in ("enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
-                       "consecutive_hysteresis", "min_loss_scale", "auto_cast")},
+                       "consecutive_hysteresis", "min_loss_scale")},
+    "auto_cast": _ni("casts the floating-point inputs of the model's forward to fp16", False),
     "fp16_master_weights_and_grads": _ni("fp16 master weights", False),
 }
 
@@ -191,17 +219,21 @@ BF16 = {
     "bf16_optimizer_states": _ni("bf16 optimizer states", False),
 }
 
-_OFFLOAD_COMMON = {k: _I for k in ("device", "nvme_path", "buffer_count", "pin_memory")}
+# "device" is read by the engine (only "none" runs; "cpu" / "nvme" are refused by the parser).
+# The other keys tune an offload that is on; with device "none" they do nothing, in DeepSpeed too.
+_OFFLOADING = _A("tunes the offload when its device is \"cpu\" or \"nvme\"; with device \"none\" (the only "
+                 "one zerolab runs) it does nothing")
+_OFFLOAD_COMMON = {"device": _I, **{k: _OFFLOADING for k in ("nvme_path", "buffer_count", "pin_memory")}}
 OFFLOAD_OPTIMIZER = {
     **_OFFLOAD_COMMON,
-    **{k: _I for k in ("pipeline_read", "pipeline_write", "fast_init", "ratio")},
-    "super_offload": _A("acts only when the offload is on, which zerolab refuses"),
-    "cpuadam_cores_perc": _A("acts only when the offload is on, which zerolab refuses"),
+    **{k: _OFFLOADING for k in ("pipeline_read", "pipeline_write", "fast_init", "ratio", "super_offload",
+                                "cpuadam_cores_perc")},
 }
-OFFLOAD_PARAM = {**_OFFLOAD_COMMON, "buffer_size": _I, "max_in_cpu": _I}
+OFFLOAD_PARAM = {**_OFFLOAD_COMMON, "buffer_size": _OFFLOADING, "max_in_cpu": _OFFLOADING}
 
-AIO = {k: _I for k in ("block_size", "queue_depth", "intra_op_parallelism", "single_submit",
-                       "overlap_events", "use_gds")}
+# Read only by NVMe offload; the top-level "aio" key is NO_EFFECT, and a typo in it is still a typo.
+AIO = {k: _A("libaio setting, read only by NVMe offload") for k in (
+    "block_size", "queue_depth", "intra_op_parallelism", "single_submit", "overlap_events", "use_gds")}
 
 OPTIMIZER = {"type": _I, "params": _I, "legacy_fusion": _ni("legacy fused optimizer", False)}
 
@@ -246,23 +278,40 @@ RENAMED = {"thread_count": "intra_op_parallelism", "bf16_enabled": "bf16", "fp16
 
 # ---- checking keys and reading values (used by zerolab.config) -----------------------------
 
+@dataclass(frozen=True)
+class Refusal:
+    """A DeepSpeed feature the config asks for that zerolab does not implement."""
+    path: str
+    value: Any
+    what: str
+
+
 class Problems:
-    """Every problem found so far; ``bad`` holds the paths whose value was unusable."""
+    """Every problem found so far; ``bad`` holds the paths whose value was unusable.
+
+    ``items``: every message, in order. ``errors``: those that are not a refusal of a known but
+    unimplemented feature (typos, bad values, batch arithmetic). ``refusals``: the refused keys."""
 
     def __init__(self) -> None:
         self.items: list[str] = []
-        self.not_implemented: list[str] = []
+        self.errors: list[str] = []
+        self.refusals: list[Refusal] = []
         self.bad: set[str] = set()
+
+    @property
+    def not_implemented(self) -> list[str]:
+        return [r.path for r in self.refusals]
 
     def add(self, msg: str) -> None:
         self.items.append(msg)
+        self.errors.append(msg)
 
     def refuse(self, path: str, value: Any, what: str, inert: tuple) -> None:
-        self.not_implemented.append(path)
+        self.refusals.append(Refusal(path, value, what))
         simple = [v for v in inert if v is not DISABLED_BLOCK and v is not None]
         here = "" if isinstance(value, (Mapping, list)) else f"it is {show(value)} here; "
         fix = f"remove it or set it to {show(simple[0])}" if simple else "remove it"
-        self.add(f"'{path}' is a DeepSpeed key that zerolab does not implement yet ({what}): {here}{fix}")
+        self.items.append(f"'{path}' is a DeepSpeed key that zerolab does not implement yet ({what}): {here}{fix}")
 
 
 class Bad(Exception):
