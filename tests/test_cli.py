@@ -1,6 +1,11 @@
 import json
+import os
+import pathlib
+import shlex
 import subprocess
 import sys
+
+import pytest
 
 from zerolab.cli import main
 
@@ -29,3 +34,77 @@ def test_explain_reads_a_config_and_reports_errors(tmp_path, capsys):
 def test_console_script_runs():
     r = subprocess.run([sys.executable, "-m", "zerolab.cli", "env"], capture_output=True, text=True)
     assert r.returncode == 0 and "gloo available: True" in r.stdout
+
+
+# ---- explain: any real DeepSpeed config (issue 8) ----------------------------------------------
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SEED = ROOT / "configs" / "seed002_zero3_offload.json"
+
+
+def test_explain_lists_what_zerolab_does_not_implement_instead_of_failing(capsys):
+    assert main(["explain", str(SEED), "--world", "8", "--params", "7e9"]) == 0
+    captured = capsys.readouterr()
+    out = captured.out
+    assert captured.err == ""
+    for key in ("zero_optimization.round_robin_gradients = true", "zero_optimization.offload_optimizer.device = cpu",
+                "zero_optimization.offload_param.device = cpu"):
+        assert f"not implemented in zerolab: {key} (" in out, key
+    # what DeepSpeed would do with the offload, and where the bytes would live
+    assert "DeepSpeed keeps each rank's optimizer states" in out and "in CPU memory (pinned)" in out
+    assert "on the GPU: none (0.00 GB)" in out
+    assert "in CPU memory: grads 1.75 GB + optimizer states 10.50 GB + params 1.75 GB (14.00 GB)" in out
+    # keys with no effect in zerolab, with the reason; no prefetch claim
+    assert "No effect in zerolab" in out and "zero_optimization.overlap_comm = true: " in out
+    assert "prefetch up to" not in out
+    assert "13.04 GiB   <- this config" in out          # stage 3 row: 16 * 7e9 / 8 bytes
+
+
+def test_explain_reports_real_errors_after_what_it_could_explain(tmp_path, capsys):
+    cfg = json.loads(SEED.read_text())
+    cfg["zero_optimization"]["stage3_prefetch_bucket"] = 1          # a typo
+    cfg["fp16"]["hysteresis"] = 0                                     # a bad value
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(cfg))
+    assert main(["explain", str(path), "--world", "3"]) == 2          # 128 is no multiple of 4 * 3
+    captured = capsys.readouterr()
+    assert "ZeRO stage 3 on 3 data-parallel rank(s)" in captured.out
+    assert "Batch: not resolved for 3 rank(s)" in captured.out
+    assert "not implemented in zerolab: zero_optimization.offload_optimizer.device = cpu" in captured.out
+    err = captured.err
+    assert err.startswith(f"zerolab explain: 3 errors in {path} (DeepSpeed 0.19.8 rejects them too):")
+    assert "did you mean 'stage3_prefetch_bucket_size'?" in err and "'fp16.hysteresis' must be" in err
+    assert "check the batch parameters" in err and "not implemented" not in err
+    assert main(["explain", str(tmp_path / "missing.json")]) == 2
+    assert "cannot read the DeepSpeed config file" in capsys.readouterr().err
+
+
+def readme_shell_examples() -> list[str]:
+    """Every line of README.md's bash blocks that runs the zerolab command."""
+    lines, in_bash = [], False
+    for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            in_bash = line.strip() == "```bash"
+        elif in_bash and line.startswith("zerolab "):
+            lines.append(line)
+    return lines
+
+
+def test_the_readme_has_shell_examples_for_each_command():
+    commands = [shlex.split(line, comments=True)[1] for line in readme_shell_examples()]
+    assert {"explain", "estimate", "env"} <= set(commands)
+
+
+@pytest.mark.parametrize("line", readme_shell_examples())
+def test_readme_shell_example_runs_as_written(line):
+    """Run from the repository root with the environment's ``zerolab`` script, as a reader would."""
+    argv = shlex.split(line, comments=True)
+    bindir = pathlib.Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    r = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == "" or argv[1] == "env", r.stderr
+    expected = {"explain": "ZeRO stage", "estimate": "model states per GPU", "env": "gloo available"}[argv[1]]
+    assert expected in r.stdout, r.stdout
+    if argv[1] == "explain" and "--params" in argv:
+        assert "<- this config" in r.stdout

@@ -688,7 +688,7 @@ def test_explain_config_reads_any_deepspeed_config():
     text = c.describe()
     assert "optimizer states (fp32 master weights and Adam moments, 12 bytes per parameter of its shard) in CPU " \
         "memory (pinned)" in text
-    assert "offload_param.device = cpu: DeepSpeed keeps each rank's parameter shard in CPU memory (pinned)" in text
+    assert "offload_param.device = cpu, DeepSpeed keeps each rank's parameter shard in CPU memory (pinned)" in text
     # the offload's tuning keys belong to the refused offload, not to the no-effect list
     assert "offload_optimizer.pin_memory" not in "".join(k for k, _ in c.ignored_settings())
     # the strict reader the engine uses still refuses the same config

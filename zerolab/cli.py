@@ -1,7 +1,13 @@
 """The ``zerolab`` command line: what a DeepSpeed config means and what it will cost.
 
-    zerolab explain ds_config.json --world 8      what the config asks for, in plain words,
-                                                  and the per-GPU model-state memory per stage
+    zerolab explain ds_config.json --world 8      what any DeepSpeed 0.19.8 config asks for, in
+        [--params 7e9]                            plain words: what zerolab does with each key,
+                                                  which keys have no effect here and why, which
+                                                  DeepSpeed features zerolab does not implement
+                                                  (and what DeepSpeed does with them), and with
+                                                  --params the per-GPU model-state memory per stage.
+                                                  Exit status 2 on a real error (typo, bad value,
+                                                  batch arithmetic), after what could be explained
     zerolab estimate --params 7e9 --gpus 8        model-state memory per GPU for each ZeRO stage
                                                   (ZeRO paper formulas), plus DeepSpeed's own
                                                   estimator tables for ZeRO-2 and ZeRO-3
@@ -15,8 +21,12 @@ import sys
 from .memory import format_bytes, model_state_bytes
 
 
-def _stage_table(psi: float, world: int, precision: str) -> str:
-    pb, gb, ob = (4, 4, 8) if precision == "fp32" else (2, 2, 12)
+def _bytes_per_param(precision: str) -> tuple[int, int, int]:
+    return (4, 4, 8) if precision == "fp32" else (2, 2, 12)
+
+
+def _stage_table(psi: float, world: int, precision: str, mark: int | None = None) -> str:
+    pb, gb, ob = _bytes_per_param(precision)
     lines = [f"model states per GPU, Psi = {psi:,.0f} parameters, {world} GPU(s), "
              f"{precision} + Adam ({pb} + {gb} + {ob} bytes per parameter):",
              f"  {'stage':<8}{'params':>14}{'grads':>14}{'optimizer':>14}{'total':>14}{'total':>12}"]
@@ -24,23 +34,64 @@ def _stage_table(psi: float, world: int, precision: str) -> str:
         m = model_state_bytes(psi, stage, world, param_bytes=pb, grad_bytes=gb, optimizer_bytes=ob)
         lines.append(f"  {stage:<8}" + "".join(f"{format_bytes(m[k], 'GB'):>14}"
                                               for k in ("params", "grads", "optimizer_states", "total"))
-                     + f"{format_bytes(m['total'], 'GiB'):>12}")
+                     + f"{format_bytes(m['total'], 'GiB'):>12}" + ("   <- this config" if stage == mark else ""))
     lines.append("  (GB = 1e9 bytes, GiB = 2^30 bytes; activations and buffers come on top)")
     return "\n".join(lines)
 
 
+def _offload_split(psi: float, world: int, precision: str, cfg) -> str | None:
+    """Where DeepSpeed would keep the model states with this config's offload (paper accounting)."""
+    opt, par = cfg.zero.offload_optimizer.device, cfg.zero.offload_param.device
+    if opt == "none" and par == "none":
+        return None
+    pb, gb, ob = _bytes_per_param(precision)
+    m = model_state_bytes(psi, cfg.zero.stage, world, param_bytes=pb, grad_bytes=gb, optimizer_bytes=ob)
+    gpu, host = dict(m), {}
+    if opt != "none":   # ZeRO-Offload: gradients go down, the optimizer steps on the CPU
+        host["grads"], host["optimizer_states"] = gpu.pop("grads"), gpu.pop("optimizer_states")
+    if par != "none" and cfg.zero.stage == 3:
+        host["params"] = gpu.pop("params")
+    gpu.pop("total")
+    where = " and ".join(sorted({{"cpu": "CPU", "nvme": "NVMe"}[d] for d in (opt, par) if d != "none"}))
+    show = lambda d: " + ".join(f"{k.replace('_', ' ')} {format_bytes(v, 'GB')}" for k, v in d.items()) or "none"  # noqa: E731
+    return (f"with this config's offload (not implemented in zerolab), DeepSpeed would keep per rank at stage "
+            f"{cfg.zero.stage}:\n  on the GPU: {show(gpu)} ({format_bytes(sum(gpu.values()), 'GB')})\n"
+            f"  in {where} memory: {show(host)} ({format_bytes(sum(host.values()), 'GB')})\n"
+            "  (the paper's accounting of model states; gathered layers, buckets and activations stay on the "
+            "GPU on top; DeepSpeed's own estimator: zerolab estimate --largest-layer ...)")
+
+
+def _show(value) -> str:
+    from .config import _show as show
+    return value if isinstance(value, str) else show(value)
+
+
 def cmd_explain(a) -> int:
-    from .config import ConfigError, load_config
+    from .config import ConfigError, explain_config
     try:
-        cfg = load_config(a.config, a.world)
+        ex = explain_config(a.config, a.world)
     except ConfigError as e:
         print(f"zerolab explain: {e}", file=sys.stderr)
         return 2
+    cfg = ex.config
     print(cfg.describe())
+    if ex.not_implemented:
+        print()
+        for r in ex.not_implemented:
+            print(f"not implemented in zerolab: {r.path} = {_show(r.value)} ({r.what}); "
+                  "zerolab.initialize refuses it")
     if a.params:
         prec = "fp32" if cfg.compute_dtype.itemsize == 4 else "mixed"
         print()
-        print(_stage_table(a.params, a.world, prec))
+        print(_stage_table(a.params, a.world, prec, mark=cfg.zero.stage))
+        split = _offload_split(a.params, a.world, prec, cfg)
+        if split:
+            print(split)
+    if ex.errors:
+        n = len(ex.errors)
+        print(f"zerolab explain: {n} error{'s' if n > 1 else ''} in {a.config} (DeepSpeed 0.19.8 rejects "
+              f"{'them' if n > 1 else 'it'} too):\n" + "\n".join(f"  - {e}" for e in ex.errors), file=sys.stderr)
+        return 2
     return 0
 
 
@@ -72,7 +123,7 @@ def cmd_env(a) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="zerolab", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    e = sub.add_parser("explain", help="what a DeepSpeed config means")
+    e = sub.add_parser("explain", help="what a DeepSpeed config means (any DeepSpeed 0.19.8 config)")
     e.add_argument("config", help="path to a DeepSpeed JSON config")
     e.add_argument("--world", type=int, default=1, help="data-parallel ranks (GPUs) it will run on")
     e.add_argument("--params", type=float, default=0, help="model size, to print memory per stage")

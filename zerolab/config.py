@@ -344,15 +344,15 @@ def _offload_lines(c: Config) -> list[str]:
                  f"NVMe at {o.nvme_path or '(no nvme_path given)'}, staged through CPU buffers")
         if kind == "offload_optimizer":
             part = "" if o.ratio >= 1 else f" (for {o.ratio:g} of the sub-groups; the rest step on the GPU)"
-            lines.append(f"Offload, not implemented in zerolab: zero_optimization.offload_optimizer.device = "
-                         f"{o.device}: DeepSpeed keeps each rank's optimizer states (fp32 master weights and Adam "
+            lines.append(f"Offload (not implemented in zerolab): with zero_optimization.offload_optimizer.device = "
+                         f"{o.device}, DeepSpeed keeps each rank's optimizer states (fp32 master weights and Adam "
                          f"moments, 12 bytes per parameter of its shard) in {where} and runs the optimizer step "
                          f"there on the CPU (DeepSpeedCPUAdam){part}; reduced gradients go down to the CPU during "
                          "backward and updated parameters come back to the GPU after the step.")
         else:
             stage3 = "" if c.zero.stage == 3 else f" (DeepSpeed offloads parameters with stage 3 only; this is stage {c.zero.stage})"
-            lines.append(f"Offload, not implemented in zerolab: zero_optimization.offload_param.device = {o.device}: "
-                         f"DeepSpeed keeps each rank's parameter shard in {where} and copies it to the GPU when "
+            lines.append(f"Offload (not implemented in zerolab): with zero_optimization.offload_param.device = "
+                         f"{o.device}, DeepSpeed keeps each rank's parameter shard in {where} and copies it to the GPU when "
                          f"its module is gathered{stage3}.")
     return lines
 
