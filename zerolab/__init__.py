@@ -10,4 +10,6 @@ __version__ = "0.1.0"
 from . import comm, memory
 from .comm import Comm, Ledger
 from .engine import Engine, initialize
+from .stage3 import ExternalParameterError, ModuleOrderError
+from .stage_base import UnusedParameterError
 from .config import ConfigError, load_config

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
+import weakref
 from typing import Any
 
 import torch
@@ -38,9 +40,21 @@ STAGES = {0: Stage0, 1: Stage1, 2: Stage2, 3: Stage3}
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def initialize(model: nn.Module, config, optimizer=None) -> "Engine":
-    """Wrap ``model`` in a ZeRO engine configured by a DeepSpeed config (dict or JSON path)."""
-    return Engine(model, config, optimizer)
+def initialize(model: nn.Module, config, optimizer=None, *, broadcast_buffers: bool = False) -> "Engine":
+    """Wrap ``model`` in a ZeRO engine configured by a DeepSpeed config (dict or JSON path).
+
+    One live engine per model: if ``model`` already has one (a notebook cell run twice), that
+    engine is closed first (its hooks removed, the model given back its full current weights)
+    and a warning says so. ``broadcast_buffers=True`` re-broadcasts module buffers (BatchNorm
+    statistics) from rank 0 before every training forward, as torch DDP does; the default is
+    DeepSpeed's behaviour: buffers are broadcast once, here, and then each rank keeps its own.
+    """
+    return Engine(model, config, optimizer, broadcast_buffers=broadcast_buffers)
+
+
+# id(model) -> (weak model, weak engine): the live engine of each model, for "one per model".
+_LIVE: dict[int, tuple] = {}
+_WARNED: set[str] = set()                 # no-effect settings already warned about, per process
 
 
 def _current_device() -> torch.device:
@@ -51,12 +65,14 @@ def _current_device() -> torch.device:
 
 
 class Engine:
-    def __init__(self, model: nn.Module, config, optimizer=None):
+    def __init__(self, model: nn.Module, config, optimizer=None, *, broadcast_buffers: bool = False):
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("zerolab.initialize needs a torch.distributed process group: call it "
                                "inside a function run by zerolab.launch / Crew.run, or under torchrun")
         self.comm = Comm()                       # its ledger records every collective we issue
         self.config: Config = load_config(config, self.comm.world_size)
+        self._close_previous_engine(model)
+        self._warn_ignored_settings()
         zero = self.config.zero
         if zero.offload_optimizer.device != "none" or zero.offload_param.device != "none":
             raise NotImplementedError("offload is not implemented yet in zerolab")
@@ -79,6 +95,66 @@ class Engine:
         self.skipped_steps = 0    # boundaries whose step was skipped because of an fp16 overflow
         self.last_grad_norm: float | None = None   # unscaled global norm of the last step
         self.log: list[str] = []  # readable lines: overflows, scale changes
+        self.closed = False
+        self._buffer_hook = (model.register_forward_pre_hook(self._broadcast_buffers)
+                             if broadcast_buffers and any(True for _ in model.buffers()) else None)
+        _LIVE[id(model)] = (weakref.ref(model), weakref.ref(self))
+
+    def _close_previous_engine(self, model: nn.Module) -> None:
+        entry = _LIVE.get(id(model))
+        old = entry[1]() if entry and entry[0]() is model else None
+        if old is not None and not old.closed:
+            if self.comm.rank == 0:
+                warnings.warn("this model already had a zerolab engine: it is closed now (its hooks "
+                              "removed, the model given its full current weights), and the new engine "
+                              "starts from them", stacklevel=4)
+            old.close()
+
+    def _warn_ignored_settings(self) -> None:
+        ignored = getattr(self.config, "ignored_settings", None)
+        for key, why in (ignored() if ignored else []):
+            if key not in _WARNED and self.comm.rank == 0:
+                _WARNED.add(key)
+                warnings.warn(f"{key} has no effect in zerolab: {why}", stacklevel=4)
+
+    def _broadcast_buffers(self, module, inputs) -> None:
+        if module.training and torch.is_grad_enabled():
+            with self.comm.ledger.paused():
+                for b in module.buffers():
+                    self.comm.broadcast(b.data, 0)
+
+    # -- closing ----------------------------------------------------------------------
+    def close(self) -> None:
+        """Detach the engine from its model (every rank must call it: stage 3 gathers): every
+        hook and buffer it attached is removed, and each parameter holds its full, current
+        value again, so the model can be used on its own or given to a new engine."""
+        if self.closed:
+            return
+        self.stage.close()
+        if self._buffer_hook is not None:
+            self._buffer_hook.remove()
+        self.optimizer.state.clear()
+        self.closed = True
+        entry = _LIVE.get(id(self.module))
+        if entry and entry[1]() is self:
+            del _LIVE[id(self.module)]
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("this engine is closed (engine.close(), or a newer zerolab.initialize "
+                               "on the same model): use the new engine")
+
+    def register_external_parameter(self, module: nn.Module, param: nn.Parameter) -> None:
+        """Stage 3: gather ``param`` whenever ``module``'s forward runs (DeepSpeed's call of the
+        same name). Parameters read by attribute inside a forward need no registration."""
+        if hasattr(self.stage, "register_external_parameter"):
+            self.stage.register_external_parameter(module, param)
 
     # -- set-up -----------------------------------------------------------------------
     def _sync_untrained_state(self, named) -> None:
@@ -93,6 +169,7 @@ class Engine:
 
     # -- the training step -------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        self._check_open()
         return self.module(*args, **kwargs)
 
     def train(self, mode: bool = True) -> "Engine":
@@ -119,14 +196,18 @@ class Engine:
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backward of ``loss * loss_scale / gradient_accumulation_steps``."""
+        self._check_open()
         factor = self.loss_scale / self.gradient_accumulation_steps
         scaled = loss * factor if factor != 1.0 else loss
         self.stage.begin_backward()
         scaled.backward()
         self.stage.end_backward()
+        if not self.config.zero.ignore_unused_parameters:
+            self.stage.check_unused()
 
     def step(self) -> None:
         """Count a micro-step; at the accumulation boundary, update the parameters."""
+        self._check_open()
         if self.is_gradient_accumulation_boundary():
             self._optimizer_step()
         self.micro_steps += 1
@@ -143,10 +224,13 @@ class Engine:
         stats = torch.zeros(2, dtype=torch.float64, device=self.device)
         if check:
             stats[0] = float(any(bool(torch.isinf(g).any() or torch.isnan(g).any()) for g in grads))
-        if clip > 0:
-            stats[1] = sum(g.double().pow(2).sum() for g in grads)
+        sumsq = sum(g.double().pow(2).sum() for g in grads) if clip > 0 else 0.0
+        if stage.shards_optimizer:               # each rank holds a disjoint shard: add them up
+            stats[1] = sumsq
         if check or (clip > 0 and stage.shards_optimizer):
             self.comm.all_reduce(stats, tag="overflow check + grad norm")
+        if not stage.shards_optimizer:           # every rank holds the whole gradient already
+            stats[1] = sumsq
         overflow = bool(stats[0] > 0) or (clip > 0 and not math.isfinite(float(stats[1])))
         message = self.scaler.update_scale(overflow)
         if message:

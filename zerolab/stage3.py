@@ -6,25 +6,38 @@ parameters exist only while they are needed:
 
     forward   pre-hook:  all-gather the module's parameters      (Psi on the wire, in total)
               post-hook: release them (``param.data`` becomes an empty tensor)
-    backward  when the module's gradient reaches its outputs: all-gather again   (Psi)
+    backward  when the gradient reaches the module's outputs: all-gather again   (Psi)
               when all its parameters have their gradient: reduce-scatter it     (Psi)
               and release the parameters
     step      each rank steps its shard; nothing is gathered until the next forward
 
 One :class:`FlatGroup` per module (its own parameters, ``recurse=False``), so a gather
-brings exactly what the module is about to use. Groups of at most
-``stage3_param_persistence_threshold`` elements are *persistent*: gathered once, kept whole,
-and refreshed by an all-gather after each step (DeepSpeed's rule: many tiny all-gathers cost
-more in latency than the memory they save).
+brings exactly what the module is about to use. A parameter of at most
+``stage3_param_persistence_threshold`` elements is *persistent* (DeepSpeed's per-parameter
+rule, the total capped by ``stage3_model_persistence_threshold``): all persistent parameters
+share one group that is kept whole, refreshed by one all-gather after each step, and never
+gathered in forward or backward (many tiny all-gathers cost more in latency than the memory
+they save).
+
+Parameters used outside their own module's forward. ``nn.MultiheadAttention`` reads
+``self.out_proj.weight`` without calling ``out_proj``; a model may compute
+``F.linear(h, self.embed.weight)`` in its own forward. Every module's parameter dict is
+watched: reading a released parameter while some module's forward runs gathers it on the
+spot, ties it to that module (released after its forward, gathered again before its backward),
+and it is otherwise treated like the module's own. Reading one between the end of forward and
+``backward`` (e.g. in the loss) is an :class:`ExternalParameterError` naming the parameter.
+A parameter reached some other way (kept in a list, say) can be tied to a module with
+:meth:`Stage3.register_external_parameter`.
 
 Every rank must run the same modules in the same order. Before each gather the ranks
 exchange the id of the group they are about to gather (16 bytes); if two ranks disagree,
 both raise an error that names the modules, instead of hanging in mismatched collectives.
-
-Limits: a parameter must be used inside the forward of a module that owns it (as DeepSpeed
-without ``register_external_parameter``); frozen parameters are kept whole.
+Gradients are reduced in the reverse of the order groups were first gathered in forward (the
+same on every rank), whatever order they complete in. Frozen parameters are kept whole.
 """
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import torch
 from torch import nn
@@ -33,25 +46,35 @@ from .flat import FlatGroup
 from .memory import tensor_bytes
 from .stage_base import ReduceScatterGrads, StageBase, broadcast_
 
-__all__ = ["Stage3", "ModuleOrderError"]
+__all__ = ["Stage3", "ModuleOrderError", "ExternalParameterError"]
 
 
 class ModuleOrderError(RuntimeError):
     """Ranks gathered different modules: their forward/backward took different paths."""
 
 
-class _OnBackward(torch.autograd.Function):
-    """Identity in forward; calls ``fn`` when the gradient flows back through it."""
+class ExternalParameterError(RuntimeError):
+    """A stage-3 parameter was used where zerolab cannot gather it (outside any forward)."""
 
-    @staticmethod
-    def forward(ctx, fn, *tensors):
-        ctx.fn = fn
-        return tuple(t.view_as(t) for t in tensors)
 
-    @staticmethod
-    def backward(ctx, *grads):
-        ctx.fn()
-        return (None, *grads)
+class _WatchedParams(dict):
+    """A module's ``_parameters`` that tells stage 3 when a parameter is read by attribute
+    (``module.weight``), so a released one can be gathered first. Iteration (``parameters()``,
+    ``state_dict()``) does not go through ``__getitem__`` and triggers nothing."""
+
+    def __init__(self, stage: "Stage3", module_name: str, params: dict):
+        super().__init__(params)
+        self._stage = stage
+        self._module_name = module_name
+
+    def __getitem__(self, name):
+        p = dict.__getitem__(self, name)
+        if p is not None:
+            self._stage._on_param_read(p, f"{self._module_name}.{name}" if self._module_name else name)
+        return p
+
+    def __reduce__(self):                    # a copied or pickled model gets a plain dict
+        return (dict, (dict(self),))
 
 
 class Stage3(ReduceScatterGrads, StageBase):
@@ -60,10 +83,8 @@ class Stage3(ReduceScatterGrads, StageBase):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        thresh = self.zero.stage3_param_persistence_threshold
         self.shards: list[torch.Tensor] = []       # this rank's shard of each group (model dtype)
         self.full: dict[int, torch.Tensor] = {}    # group index -> gathered flat buffer, while alive
-        self.persistent = [g.numel <= thresh for g in self.groups]
         for g in self.groups:
             flat = g.flatten([p.data for p in g.params], self.dtype, self.device)
             broadcast_(self.comm, flat)            # everyone starts from rank 0's weights
@@ -77,54 +98,130 @@ class Stage3(ReduceScatterGrads, StageBase):
         self.masters = self._make_masters(self.shards)
         self._init_grad_shards()
         self._in_backward = False
+        self._forward_done = False                 # a forward ran (with grad) since the last backward
+        self._frames: list[list] = []              # modules whose forward is running: [module, extra ids]
+        self._trace: list[int] = []                # groups gathered in forward, in order
+        self._registered: dict[nn.Module, set[int]] = {}   # register_external_parameter
         self.fetches = 0                           # all-gathers issued for parameters
         self.peak_gathered_numel = 0               # most parameter elements gathered at once
         self._install_hooks()
 
-    # -- groups: one per module with parameters of its own ------------------------------
+    # -- groups: one per module with parameters of its own, plus one of persistent params --
     def make_groups(self, named):
         trainable = {id(p): n for n, p in named}
-        self.module_groups: dict[nn.Module, list[int]] = {}
-        groups: list[FlatGroup] = []
-        owner: dict[int, int] = {}
+        threshold = self.zero.stage3_param_persistence_threshold
+        budget = self.zero.stage3_model_persistence_threshold
+        seen: set[int] = set()
+        persistent: list[nn.Parameter] = []
+        modules = []                               # (name, module, its params, its new non-persistent)
         for mname, m in self.model.named_modules():
             own = [p for p in m.parameters(recurse=False) if id(p) in trainable]
-            new = [p for p in own if id(p) not in owner]
+            new = []
+            for p in own:
+                if id(p) in seen:
+                    continue
+                seen.add(id(p))
+                if p.numel() <= threshold and p.numel() <= budget:
+                    persistent.append(p)
+                    budget -= p.numel()
+                else:
+                    new.append(p)
+            modules.append((mname, m, own, new))
+        groups: list[FlatGroup] = []
+        self.persistent: list[bool] = []
+        owner: dict[int, int] = {}
+
+        def add(params, label, keep):
+            g = FlatGroup(len(groups), params, [trainable[id(p)] for p in params], self.rank,
+                          self.world_size, label=label)
+            groups.append(g)
+            self.persistent.append(keep)
+            owner.update({id(p): g.index for p in params})
+
+        if persistent:
+            add(persistent, f"persistent ({len(persistent)} params)", True)
+        for mname, _, _, new in modules:
             if new:
-                g = FlatGroup(len(groups), new, [trainable[id(p)] for p in new], self.rank,
-                              self.world_size, label=mname or "(root)")
-                groups.append(g)
-                for p in new:
-                    owner[id(p)] = g.index
-            ids = sorted({owner[id(p)] for p in own})
+                add(new, mname or "(root)", False)
+        self.module_groups: dict[nn.Module, list[int]] = {}
+        for _, m, own, _ in modules:
+            ids = sorted({owner[id(p)] for p in own if not self.persistent[owner[id(p)]]})
             if ids:
                 self.module_groups[m] = ids
         return groups
 
     def _install_hooks(self) -> None:
-        for m, ids in self.module_groups.items():
-            m.register_forward_pre_hook(self._make_pre_forward(ids))
-            m.register_forward_hook(self._make_post_forward(ids))
+        self._module_hooks = []
+        watched = {id(p) for g in self.groups if not self.persistent[g.index] for p in g.params}
+        self._watched_modules = []
+        for mname, m in self.model.named_modules():
+            self._module_hooks.append(m.register_forward_pre_hook(self._pre_forward))
+            self._module_hooks.append(m.register_forward_hook(self._post_forward))
+            if any(p is not None and id(p) in watched for p in m._parameters.values()):
+                m._parameters = _WatchedParams(self, mname, m._parameters)
+                self._watched_modules.append(m)
 
-    def _make_pre_forward(self, ids):
-        def hook(module, inputs):
-            for i in ids:
+    def register_external_parameter(self, module: nn.Module, param: nn.Parameter) -> None:
+        """Gather ``param`` whenever ``module``'s forward runs (DeepSpeed's function of the same
+        name), for a parameter that ``module`` reaches other than by attribute."""
+        g = self.group_of.get(id(param))
+        if g is None:
+            raise ValueError("register_external_parameter: that parameter is not trained by this engine")
+        if not self.persistent[g.index]:
+            self._registered.setdefault(module, set()).add(g.index)
+
+    # -- forward and backward hooks -----------------------------------------------------------
+    def _pre_forward(self, module, inputs):
+        ids = self.module_groups.get(module, [])
+        extra = self._registered.get(module)
+        frame = [module, []]
+        self._frames.append(frame)
+        for i in ids:
+            self._fetch(self.groups[i])
+        if extra:
+            for i in sorted(extra):
                 self._fetch(self.groups[i])
-        return hook
+                frame[1].append(i)
 
-    def _make_post_forward(self, ids):
-        def hook(module, inputs, output):
+    def _post_forward(self, module, inputs, output):
+        while self._frames:                        # (a forward that raised left frames behind)
+            frame = self._frames.pop()
+            if frame[0] is module:
+                break
+        else:
+            return output
+        ids = [*self.module_groups.get(module, []), *frame[1]]
+        if not self._frames and torch.is_grad_enabled() and not self._in_backward:
+            self._forward_done = True
+        if not ids:
+            return output
+        if not self._in_backward:
             for i in ids:
-                if not self._in_backward:
-                    self._maybe_release(self.groups[i])
-            if not torch.is_grad_enabled():
-                return output
+                self._maybe_release(self.groups[i])
+        if torch.is_grad_enabled():
             def before_backward():
                 self._in_backward = True
                 for i in ids:
                     self._fetch(self.groups[i])
-            return _wrap_outputs(output, before_backward)
-        return hook
+            _on_first_output_grad(output, before_backward)
+        return output
+
+    def _on_param_read(self, p: nn.Parameter, name: str) -> None:
+        g = self.group_of.get(id(p))
+        if g is None or g.index in self.full:
+            return
+        if self._frames:                           # inside some module's forward: gather it there
+            self._fetch(g)
+            self._frames[-1][1].append(g.index)
+        elif self._in_backward:
+            self._fetch(g)                         # released again once its gradient is reduced
+        elif self._forward_done and torch.is_grad_enabled():
+            raise ExternalParameterError(
+                f"parameter {name!r} was used outside the model's forward (after forward, before "
+                f"backward: in the loss, say). ZeRO stage 3 keeps only a 1/{self.world_size} shard "
+                "of it on each rank, and gathers it only while a module's forward runs. Compute "
+                "with it inside the model's forward (e.g. the top-level forward: zerolab gathers it "
+                "there), or use ZeRO stage 0-2 for this model.")
 
     # -- gather and release ----------------------------------------------------------------
     def _fetch(self, g: FlatGroup) -> None:
@@ -135,6 +232,8 @@ class Stage3(ReduceScatterGrads, StageBase):
         self.full[g.index] = flat
         g.bind(flat)
         self.fetches += 1
+        if not self._in_backward and torch.is_grad_enabled():
+            self._trace.append(g.index)
         self._track(f"params {g.index}", flat)
         live = sum(self.groups[i].padded_numel for i in self.full if not self.persistent[i])
         self.peak_gathered_numel = max(self.peak_gathered_numel, live)
@@ -171,8 +270,16 @@ class Stage3(ReduceScatterGrads, StageBase):
             self._release(g)
 
     # -- gradients -----------------------------------------------------------------------
+    def reduce_order(self) -> list[int]:
+        """The reverse of the order groups were first gathered in forward: roughly the order
+        backward finishes them, and identical on every rank (gathers are checked)."""
+        first = list(dict.fromkeys(self._trace))
+        return first[::-1]
+
     def begin_backward(self) -> None:
+        super().begin_backward()
         self._in_backward = True
+        self._forward_done = False
 
     def _after_reduce(self, g: FlatGroup) -> None:
         self._maybe_release(g)                    # its gradient is done: the furniture goes back
@@ -182,6 +289,7 @@ class Stage3(ReduceScatterGrads, StageBase):
         for g in self.groups:
             self._maybe_release(g)
         self._in_backward = False
+        self._trace.clear()
 
     def publish(self) -> None:
         for g, shard, m in zip(self.groups, self.shards, self.masters):
@@ -198,21 +306,49 @@ class Stage3(ReduceScatterGrads, StageBase):
                 "optimizer_states": tensor_bytes(self.masters) if self.mixed else 0,
                 "buffers": self.buffer_bytes()}
 
+    def close(self) -> None:
+        if self.closed:
+            return
+        for h in self._module_hooks:
+            h.remove()
+        self._module_hooks = []
+        for m in self._watched_modules:
+            m._parameters = dict(m._parameters)
+        self._watched_modules = []
+        super().close()
+        self.full.clear()
 
-def _wrap_outputs(output, fn):
-    """Route the module's tensor outputs through ``_OnBackward`` so that ``fn`` runs before
-    the module's own backward. Handles a tensor, or a tuple/list of values."""
-    if torch.is_tensor(output):
-        if not output.requires_grad:
-            return output
-        return _OnBackward.apply(fn, output)[0]
-    if isinstance(output, (tuple, list)):
-        idx = [k for k, o in enumerate(output) if torch.is_tensor(o) and o.requires_grad]
-        if not idx:
-            return output
-        wrapped = _OnBackward.apply(fn, *[output[k] for k in idx])
-        out = list(output)
-        for k, w in zip(idx, wrapped):
-            out[k] = w
-        return type(output)(out) if isinstance(output, tuple) else out
-    return output
+
+def _tensors(obj, out: list) -> list:
+    """Every tensor inside a module's output: a tensor, or tuples, lists, dicts (Hugging Face's
+    ModelOutput is one) and dataclasses of them."""
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif isinstance(obj, (tuple, list)):
+        for o in obj:
+            _tensors(o, out)
+    elif isinstance(obj, Mapping):
+        for o in obj.values():
+            _tensors(o, out)
+    elif hasattr(obj, "__dataclass_fields__"):
+        for k in obj.__dataclass_fields__:
+            _tensors(getattr(obj, k, None), out)
+    return out
+
+
+def _on_first_output_grad(output, fn) -> None:
+    """Run ``fn`` once, when the first gradient reaches any of ``output``'s tensors: before the
+    module's own backward. A hook on the tensor (not a wrapper around it) leaves the output
+    untouched, so a caller may still modify it in place (``ReLU(inplace=True)``, ``out += x``)."""
+    tensors = [t for t in _tensors(output, []) if t.requires_grad and t.grad_fn is not None]
+    if not tensors:
+        return
+    fired = [False]
+
+    def hook(grad):
+        if not fired[0]:
+            fired[0] = True
+            fn()
+
+    for t in tensors:
+        t.register_hook(hook)

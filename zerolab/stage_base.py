@@ -12,6 +12,13 @@ the parameters, gradients and optimizer states live, and which collectives move 
 Gradients arrive through ``register_post_accumulate_grad_hook``: as soon as autograd has
 finished a parameter's gradient, the stage takes it (into its flat gradient buffer or a
 bucket) and sets ``param.grad = None``, so no stray full-size ``.grad`` tensors stay behind.
+
+Ranks may take different paths through the model (a branch only one rank runs, a layer skipped
+on some steps). The rule that keeps that correct is DDP's: every rank reduces every bucket,
+every backward, *in one fixed order*; a parameter that got no gradient on a rank contributes
+zeros there (so the average is DDP's with ``find_unused_parameters=True``). A bucket that is
+complete early waits for its turn rather than racing ahead of a bucket another rank completed
+first, which would pair different buckets in one collective.
 """
 from __future__ import annotations
 
@@ -23,7 +30,11 @@ from .comm import Comm
 from .flat import FlatGroup
 from .memory import tensor_bytes
 
-__all__ = ["StageBase"]
+__all__ = ["StageBase", "UnusedParameterError"]
+
+
+class UnusedParameterError(RuntimeError):
+    """``ignore_unused_parameters`` is false and a trainable parameter got no gradient."""
 
 
 class StageBase:
@@ -45,6 +56,8 @@ class StageBase:
         self.group_of = {id(p): g for g in self.groups for p in g.params}
         self.peak_buffer_bytes = 0               # largest transient buffer total seen in a step
         self._live_buffers: dict[str, torch.Tensor] = {}
+        self._got_grad: set[int] = set()         # ids of params that got a gradient this backward
+        self.closed = False
         self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for _, p in named]
 
     # -- building -----------------------------------------------------------------------
@@ -63,6 +76,7 @@ class StageBase:
         if p.grad is None:
             return
         g = self.group_of[id(p)]
+        self._got_grad.add(id(p))
         self.accept_grad(g, g.index_of[id(p)], p.grad)
         p.grad = None
 
@@ -70,10 +84,28 @@ class StageBase:
         raise NotImplementedError
 
     def begin_backward(self) -> None:
-        pass
+        self._got_grad.clear()
 
     def end_backward(self) -> None:
         """Called after every ``loss.backward()`` (stages 2/3 flush unfinished buckets)."""
+
+    def check_unused(self) -> None:
+        """``ignore_unused_parameters: false``: a trainable parameter that got no gradient in
+        this backward, on any rank, is an error on every rank (one small all-reduce)."""
+        missing = [n for n, p in self.named if id(p) not in self._got_grad]
+        flags = torch.zeros(self.world_size, dtype=torch.int64, device=self.device)
+        flags[self.rank] = len(missing)
+        self.comm.all_reduce(flags, tag="unused-parameter check")
+        if int(flags.sum()) == 0:
+            return
+        ranks = [r for r in range(self.world_size) if int(flags[r])]
+        mine = (f"; on this rank (rank {self.rank}): " + ", ".join(missing[:8])
+                + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")) if missing else ""
+        raise UnusedParameterError(
+            f"trainable parameters got no gradient in this backward on rank(s) {ranks}{mine}. "
+            "zero_optimization.ignore_unused_parameters is false, so this is an error (DeepSpeed's "
+            "rule); set it to true (the default) to treat a missing gradient as zero, as DDP with "
+            "find_unused_parameters=True does, or freeze the parameter (requires_grad=False).")
 
     def boundary_reduce(self) -> None:
         """Called once per optimizer step, before the step (stages 0/1 reduce here)."""
@@ -141,14 +173,36 @@ class StageBase:
             h.remove()
         self._hooks = []
 
+    def close(self) -> None:
+        """Detach from the model: remove every hook, leave each parameter holding its full,
+        current value (a plain tensor), and drop buckets and gathered buffers."""
+        if self.closed:
+            return
+        self.remove_hooks()
+        self.restore_params()
+        for p in self.model.parameters():
+            p.grad = None
+        self._live_buffers.clear()
+        self.closed = True
+
+    def restore_params(self) -> None:
+        """Give every trained parameter its full value as a tensor of its own."""
+        for g, flat in zip(self.groups, self.full_master_flats()):
+            for p, v in zip(g.params, g.views(flat)):
+                p.data = v.to(self.dtype).clone()
+
 
 class ReduceScatterGrads:
     """Sharded gradients, shared by stages 2 and 3 (a mixin for :class:`StageBase`).
 
     A group's gradient is collected in a bucket as backward produces it; once every parameter
-    of the group has its gradient the bucket is reduce-scattered, this rank adds its shard to
-    ``grad_shards`` (accumulating across micro-steps) and the bucket is freed. Stages hook in
-    through :meth:`_after_reduce` (stage 3 releases the gathered parameters there)."""
+    of the group has its gradient the bucket is *ready*. Ready buckets are reduce-scattered in
+    the order :meth:`reduce_order` fixes for this backward (the same on every rank), so a
+    bucket that is ready early waits for the ones before it; whatever is left when backward
+    ends (a parameter this rank did not use) is reduced then, still in that order. This rank
+    adds its shard to ``grad_shards`` (accumulating across micro-steps) and the bucket is
+    freed. Stages hook in through :meth:`_after_reduce` (stage 3 releases the gathered
+    parameters there)."""
 
     def _init_grad_shards(self) -> None:
         self.grad_shards = [torch.zeros(g.shard_numel, dtype=self.dtype, device=self.device)
@@ -156,8 +210,30 @@ class ReduceScatterGrads:
         self._buckets: dict[int, torch.Tensor] = {}     # group index -> gradient bucket in flight
         self._arrived: dict[int, set[int]] = {}         # group index -> params whose grad arrived
         self._reduced: set[int] = set()                 # groups reduced in this backward pass
+        self._ready: set[int] = set()                   # groups complete, waiting for their turn
+        self._order: list[int] = []                     # the reduction order of this backward
+        self._next = 0                                  # position in _order of the next to reduce
+
+    def reduce_order(self) -> list[int]:
+        """Group indices in the order their gradients are reduced this backward: identical
+        on every rank. Stage 2: bucket order (buckets are cut in gradient order)."""
+        return list(range(len(self.groups)))
+
+    def begin_backward(self) -> None:
+        super().begin_backward()
+        order = self.reduce_order()
+        seen = set(order)
+        self._order = order + [i for i in range(len(self.groups)) if i not in seen]
+        self._next = 0
+        self._ready.clear()
 
     def accept_grad(self, g: FlatGroup, i: int, grad: torch.Tensor) -> None:
+        if g.index in self._reduced:
+            raise RuntimeError(
+                f"a second gradient for {g.names[i]!r} arrived in one backward, after its bucket "
+                f"({g.label}) was reduced: its gradient was accumulated twice in one backward "
+                "(e.g. reentrant activation checkpointing), which zerolab does not support; use "
+                "torch.utils.checkpoint with use_reentrant=False")
         bucket = self._buckets.get(g.index)
         if bucket is None:
             bucket = torch.zeros(g.padded_numel, dtype=self.dtype, device=self.device)
@@ -167,7 +243,14 @@ class ReduceScatterGrads:
         bucket[g.param_slice(i)].add_(grad.reshape(-1))
         self._arrived[g.index].add(i)
         if len(self._arrived[g.index]) == len(g.params):
-            self._reduce_bucket(g)
+            self._ready.add(g.index)
+            self._reduce_ready()
+
+    def _reduce_ready(self) -> None:
+        """Reduce ready buckets from the front of the order, stopping at one not ready yet."""
+        while self._next < len(self._order) and self._order[self._next] in self._ready:
+            self._reduce_bucket(self.groups[self._order[self._next]])
+            self._next += 1
 
     def _reduce_bucket(self, g: FlatGroup) -> None:
         bucket = self._buckets.pop(g.index, None)
@@ -187,11 +270,13 @@ class ReduceScatterGrads:
 
     def end_backward(self) -> None:
         # Groups whose parameters got no (or not every) gradient this pass, e.g. a parameter
-        # unused in forward, are still reduced, in group order, so every rank makes the same
-        # calls and the averages stay right.
-        for g in self.groups:
-            if g.index not in self._reduced:
-                self._reduce_bucket(g)
+        # unused in forward on this rank, are still reduced, in the same order, so every rank
+        # makes the same calls and the averages stay right.
+        for i in self._order[self._next:]:
+            if i not in self._reduced:
+                self._reduce_bucket(self.groups[i])
+        self._next = len(self._order)
+        self._ready.clear()
         self._reduced.clear()
 
     def boundary_reduce(self) -> None:
