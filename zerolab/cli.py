@@ -89,8 +89,8 @@ def cmd_explain(a) -> int:
             print(split)
     if ex.errors:
         n = len(ex.errors)
-        print(f"zerolab explain: {n} error{'s' if n > 1 else ''} in {a.config} (DeepSpeed 0.19.8 rejects "
-              f"{'them' if n > 1 else 'it'} too):\n" + "\n".join(f"  - {e}" for e in ex.errors), file=sys.stderr)
+        print(f"zerolab explain: {n} error{'s' if n > 1 else ''} in {a.config} (typos, bad values, batch "
+              "arithmetic; fix them before training):\n" + "\n".join(f"  - {e}" for e in ex.errors), file=sys.stderr)
         return 2
     return 0
 

@@ -290,13 +290,13 @@ class Config:
             how = {0: "at the accumulation boundary each bucket is all-reduced",
                    1: "at the accumulation boundary each bucket is reduce-scattered (each rank gets the "
                       "average of its shard), and after the step the updated shards are all-gathered",
-                   2: "each bucket is reduce-scattered as soon as backward completes it (each rank keeps "
-                      "its shard), and after the step the updated shards are all-gathered"}[z.stage]
+                   2: "during backward each bucket is reduce-scattered once its gradients are complete "
+                      "(each rank keeps its shard), and after the step the updated shards are all-gathered"}[z.stage]
             lines.append(f"Gradient buckets: reduce_bucket_size {z.reduce_bucket_size:,} elements "
                          f"({z.reduce_bucket_size * nbytes / 1e9:.2f} GB in {comm}); {how}.")
         else:
-            lines.append(f"Gradients: one flat group per module (the persistent parameters share one), each "
-                         f"reduce-scattered in {comm} once backward completes it (each rank keeps its shard).")
+            lines.append(f"Gradients: one flat group per module (the persistent parameters share one), "
+                         f"reduce-scattered in {comm} during backward once complete (each rank keeps its shard).")
             persist = (f"parameters of at most {z.stage3_param_persistence_threshold:,} elements stay gathered "
                        "(stage3_param_persistence_threshold)")
             if z.stage3_model_persistence_threshold != sys.maxsize:
