@@ -2,7 +2,7 @@
 
 Each model is of a kind users bring, and each breaks a naive ZeRO in its own way:
 
-* ``Attention``: ``nn.TransformerEncoderLayer``, whose ``nn.MultiheadAttention`` reads
+* ``Attention``: ``nn.TransformerEncoder``, whose ``nn.MultiheadAttention`` reads
   ``out_proj.weight`` without calling ``out_proj`` (a parameter used by an ancestor);
 * ``ConvBN``: a ResNet basic block: convolutions, BatchNorm, ``ReLU(inplace=True)`` and
   ``out += identity`` (in-place ops on module outputs);
@@ -34,7 +34,8 @@ class Attention(nn.Module):
         super().__init__()
         torch.manual_seed(0)
         self.inp = nn.Linear(d_in, d)
-        self.enc = nn.TransformerEncoderLayer(d, nhead=2, dim_feedforward=24, dropout=0.0, batch_first=True)
+        layer = nn.TransformerEncoderLayer(d, nhead=2, dim_feedforward=24, dropout=0.0, batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
         self.attn = nn.MultiheadAttention(d, num_heads=4, batch_first=True)
         self.head = nn.Linear(d, classes)
 

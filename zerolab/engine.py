@@ -46,7 +46,7 @@ def initialize(model: nn.Module, config, optimizer=None, *, broadcast_buffers: b
     One live engine per model: if ``model`` already has one (a notebook cell run twice), that
     engine is closed first (its hooks removed, the model given back its full current weights)
     and a warning says so. ``broadcast_buffers=True`` re-broadcasts module buffers (BatchNorm
-    statistics) from rank 0 before every training forward, as torch DDP does; the default is
+    statistics) from rank 0 before every forward in training mode, as torch DDP does; the default is
     DeepSpeed's behaviour: buffers are broadcast once, here, and then each rank keeps its own.
     """
     return Engine(model, config, optimizer, broadcast_buffers=broadcast_buffers)
@@ -118,7 +118,7 @@ class Engine:
                 warnings.warn(f"{key} has no effect in zerolab: {why}", stacklevel=4)
 
     def _broadcast_buffers(self, module, inputs) -> None:
-        if module.training and torch.is_grad_enabled():
+        if module.training:
             with self.comm.ledger.paused():
                 for b in module.buffers():
                     self.comm.broadcast(b.data, 0)
