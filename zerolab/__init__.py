@@ -12,4 +12,5 @@ from .comm import Comm, Ledger
 from .engine import Engine, initialize
 from .stage3 import ExternalParameterError, ModuleOrderError
 from .stage_base import UnusedParameterError
+from .checkpoint import CheckpointError, consolidate
 from .config import ConfigError, load_config

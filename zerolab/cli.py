@@ -120,6 +120,19 @@ def cmd_env(a) -> int:
     return 0
 
 
+def cmd_consolidate(a) -> int:
+    from .checkpoint import CheckpointError, consolidate
+    try:
+        sd = consolidate(a.checkpoint, a.out, tag=a.tag)
+    except CheckpointError as e:
+        print(f"zerolab consolidate: {e}", file=sys.stderr)
+        return 2
+    n = sum(t.numel() for t in sd.values())
+    print(f"wrote {a.out}: {len(sd)} tensors, {n:,} elements (fp32 parameters and the model's buffers); "
+          "load it with safetensors.torch.load_file and model.load_state_dict")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="zerolab", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -136,6 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--largest-layer", type=float, default=0,
                    help="largest layer's parameters (adds DeepSpeed's ZeRO-3 table)")
     s.set_defaults(fn=cmd_estimate)
+    c = sub.add_parser("consolidate", help="one fp32 state dict (safetensors) from a zerolab checkpoint")
+    c.add_argument("checkpoint", help="the save_dir given to save_checkpoint (uses its 'latest'), or a tag's folder")
+    c.add_argument("out", help="the .safetensors file to write")
+    c.add_argument("--tag", default=None, help="a tag other than the latest")
+    c.set_defaults(fn=cmd_consolidate)
     v = sub.add_parser("env", help="torch, backends and devices here")
     v.set_defaults(fn=cmd_env)
     a = ap.parse_args(argv)

@@ -258,6 +258,26 @@ class Engine:
         if self.comm.rank == 0:
             print(message)
 
+    # -- checkpoints -------------------------------------------------------------------
+    def save_checkpoint(self, save_dir, tag=None, client_state=None) -> str:
+        """DeepSpeed's call: write this engine's state under ``save_dir/tag`` (default tag
+        ``global_step<n>``) and point ``save_dir/latest`` at it. Every rank must call it.
+        ``client_state``: a dict of tensors, numbers, strings, lists (loaded back safely)."""
+        from .checkpoint import save_checkpoint
+        self._check_open()
+        if self.micro_steps % self.gradient_accumulation_steps:
+            raise RuntimeError("save_checkpoint in the middle of gradient accumulation: the accumulated "
+                               "gradients would be lost; save after the step at the boundary")
+        return save_checkpoint(self, save_dir, tag, client_state)
+
+    def load_checkpoint(self, load_dir, tag=None, load_optimizer_states=True, load_module_only=False):
+        """DeepSpeed's call: load ``load_dir/tag`` (default: the tag in ``load_dir/latest``),
+        written at any world size and stage. Returns ``(path, client_state)``. Every rank must
+        call it; on any problem every rank raises ``CheckpointError`` and nothing is loaded."""
+        from .checkpoint import load_checkpoint
+        self._check_open()
+        return load_checkpoint(self, load_dir, tag, load_optimizer_states, load_module_only)
+
     # -- looking inside ----------------------------------------------------------------
     def full_params(self) -> dict[str, torch.Tensor]:
         """Every named parameter's full fp32 value (trained ones from the fp32 masters), the

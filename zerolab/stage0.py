@@ -71,6 +71,9 @@ class Stage0(StageBase):
             for flat, m in zip(self.param_flats, self.masters):
                 flat.copy_(m)
 
+    def store_flat(self, g: FlatGroup, flat: torch.Tensor) -> None:
+        self.param_flats[g.index].copy_(flat)
+
     def memory(self) -> dict[str, int]:
         opt_extra = tensor_bytes(self.masters) if self.mixed else 0
         return {"params": tensor_bytes(self.param_flats) + self._frozen_bytes(),

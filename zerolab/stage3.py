@@ -299,6 +299,11 @@ class Stage3(ReduceScatterGrads, StageBase):
                 flat = self.full[g.index]
                 self.comm.all_gather(flat, shard.clone(), tag=f"params {g.label}")
 
+    def store_flat(self, g: FlatGroup, flat: torch.Tensor) -> None:
+        self.shards[g.index].copy_(g.shard_of(flat))
+        if self.persistent[g.index]:
+            self.full[g.index].copy_(flat)
+
     def memory(self) -> dict[str, int]:
         persistent = [self.full[i] for i in self.full if self.persistent[i]]
         return {"params": tensor_bytes([*self.shards, *persistent]) + self._frozen_bytes(),

@@ -185,6 +185,18 @@ class StageBase:
         self._live_buffers.clear()
         self.closed = True
 
+    def load_full_values(self, values: dict[str, torch.Tensor]) -> None:
+        """Set every trained parameter (masters and the model's copy) from full fp32 values by
+        name, cut the way this stage shards (a checkpoint from any world size or stage)."""
+        for g, m in zip(self.groups, self.masters):
+            flat = g.flatten([values[n] for n in g.names], torch.float32, self.device)
+            self.store_flat(g, flat)
+            m.detach().copy_(g.shard_of(flat) if self.shards_optimizer else flat)
+
+    def store_flat(self, g: FlatGroup, flat: torch.Tensor) -> None:
+        """Put group ``g``'s full values into the model's parameters (this stage's storage)."""
+        raise NotImplementedError
+
     def restore_params(self) -> None:
         """Give every trained parameter its full value as a tensor of its own."""
         for g, flat in zip(self.groups, self.full_master_flats()):

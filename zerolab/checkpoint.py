@@ -1,0 +1,368 @@
+"""Checkpoints that lose nothing: DeepSpeed's save/load API over zerolab's shards.
+
+Layout of ``save_dir/<tag>/`` (the tag defaults to ``global_step<n>``, as DeepSpeed's):
+
+    meta.json         rank 0: format version, stage, world size, dtypes, the group layout
+                      (names and sizes of the parameters in each flat group), counters, the
+                      loss scaler, optimizer type and hyperparameters, sha256 of every file
+    rank_<r>.pt       rank r: the part of each group's fp32 master and optimizer state it owns
+                      (stage 0: rank 0 writes the whole of every group; the others write none)
+    model_states.pt   rank 0: buffers and frozen parameters; ``client_state``
+
+and ``save_dir/latest`` names the newest tag. Every file is written into a temporary folder
+that is renamed into place only when all ranks have finished, so a run killed while saving
+leaves the previous checkpoint, and ``latest``, as they were.
+
+Loading never unpickles arbitrary objects (``torch.load(weights_only=True)``), checks every
+file's hash and the model's parameter names and shapes before touching anything, and decides
+on every rank together: if any rank finds a problem, every rank raises
+:class:`CheckpointError` and nothing is loaded.
+
+Any world size, any stage. The loader rebuilds each parameter's full fp32 value and full
+optimizer state from all the rank files, then cuts them the way *this* engine shards (its
+world size, stage and buckets). So a checkpoint written on 3 ranks at stage 3 resumes on 2
+ranks at stage 2 (DeepSpeed needs its "universal checkpoint" conversion for that). Each rank
+holds the full model states once while loading: fine for the models of this course; a
+production loader would read only the ranges it owns.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "read_full_state", "consolidate"]
+
+FORMAT = "zerolab-checkpoint-1"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be loaded into this engine: missing, corrupted or different."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _owned_range(g, stage) -> tuple[int, int] | None:
+    """Which elements of group ``g``'s padded flat buffer this rank saves (None: nothing)."""
+    if stage.shards_optimizer:
+        return g.shard_range()
+    return (0, g.padded_numel) if stage.rank == 0 else None
+
+
+def _scalar_state(v) -> bool:
+    return not torch.is_tensor(v) or v.dim() == 0
+
+
+# -- saving -----------------------------------------------------------------------------------
+def save_checkpoint(engine, save_dir, tag=None, client_state=None) -> str:
+    """Write this engine's state under ``save_dir/tag`` (every rank must call it). Returns the
+    checkpoint's folder."""
+    comm, stage = engine.comm, engine.stage
+    tag = str(tag) if tag is not None else f"global_step{engine.global_steps}"
+    if not tag or "/" in tag or tag in (".", "..") or tag == "latest":
+        raise ValueError(f"invalid checkpoint tag {tag!r}")
+    _check_client_state(client_state)
+    save_dir = Path(save_dir)
+    final = save_dir / tag
+    # rank 0 makes the temporary folder; everyone writes into it (a shared file system)
+    tmp_name = [None]
+    if comm.rank == 0:
+        save_dir.mkdir(parents=True, exist_ok=True)
+        tmp_name[0] = tempfile.mkdtemp(prefix=f".{tag}.tmp-", dir=save_dir)
+    if comm.world_size > 1:
+        dist.broadcast_object_list(tmp_name, src=0)
+    tmp = Path(tmp_name[0])
+
+    masters, states = {}, {}
+    for g, m in zip(stage.groups, stage.masters):
+        rng = _owned_range(g, stage)
+        if rng is None:
+            continue
+        masters[g.index] = m.detach().float().cpu().clone()
+        st = engine.optimizer.state.get(m, {})
+        states[g.index] = {k: (v.detach().cpu().clone() if torch.is_tensor(v) else v) for k, v in st.items()
+                           if v is not None}
+    mine = tmp / f"rank_{comm.rank}.pt"
+    torch.save({"rank": comm.rank, "masters": masters, "optimizer_states": states}, mine)
+    digest = _sha256(mine)
+    digests = [None] * comm.world_size
+    if comm.world_size > 1:
+        dist.all_gather_object(digests, digest)
+    else:
+        digests = [digest]
+
+    if comm.rank == 0:
+        trained = {id(p) for _, p in stage.named}
+        model_states = {
+            "buffers": {n: b.detach().cpu().clone() for n, b in engine.module.named_buffers()},
+            "frozen": {n: p.detach().cpu().clone() for n, p in engine.module.named_parameters()
+                       if id(p) not in trained},
+            "client_state": client_state if client_state is not None else {},
+        }
+        torch.save(model_states, tmp / "model_states.pt")
+        opt = engine.optimizer
+        meta = {
+            "format": FORMAT, "stage": stage.stage, "world_size": comm.world_size,
+            "dtype": str(engine.dtype).replace("torch.", ""),
+            "groups": [{"names": g.names, "shapes": [list(s) for s in g.shapes], "numel": g.numel,
+                        "padded_numel": g.padded_numel, "sharded": stage.shards_optimizer}
+                       for g in stage.groups],
+            "global_steps": engine.global_steps, "micro_steps": engine.micro_steps,
+            "skipped_steps": engine.skipped_steps,
+            "loss_scaler": {k: v for k, v in vars(engine.scaler).items() if isinstance(v, (int, float, bool))},
+            "optimizer": {"type": type(opt).__name__,
+                          "param_groups": [{k: v for k, v in pg.items() if k != "params"}
+                                           for pg in opt.param_groups]},
+            "tied": _tied_names(engine.module),
+            "files": {f"rank_{r}.pt": d for r, d in enumerate(digests)}
+                     | {"model_states.pt": _sha256(tmp / "model_states.pt")},
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=_json_default))
+        # into place: the old checkpoint of the same tag goes only once the new one is complete
+        old = None
+        if final.exists():
+            old = save_dir / f".{tag}.old-{os.getpid()}"
+            os.replace(final, old)
+        os.replace(tmp, final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        latest_tmp = save_dir / f".latest.tmp-{os.getpid()}"
+        latest_tmp.write_text(tag)
+        os.replace(latest_tmp, save_dir / "latest")
+    if comm.world_size > 1:
+        dist.barrier()
+    return str(final)
+
+
+def _check_client_state(v, where="client_state") -> None:
+    """Only what loads back without unpickling code: tensors, numbers, strings, None and
+    dicts / lists / tuples of them."""
+    if v is None or isinstance(v, (bool, int, float, str)) or torch.is_tensor(v):
+        return
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if not isinstance(k, (str, int)):
+                raise ValueError(f"{where}: key {k!r} must be a string or an int")
+            _check_client_state(x, f"{where}[{k!r}]")
+        return
+    if isinstance(v, (list, tuple)):
+        for i, x in enumerate(v):
+            _check_client_state(x, f"{where}[{i}]")
+        return
+    raise ValueError(f"{where} is a {type(v).__name__}: a checkpoint keeps only tensors, numbers, strings, "
+                     "None and dicts/lists of them, so that loading it never runs pickled code")
+
+
+def _tied_names(model) -> dict[str, str]:
+    """Every other name of a parameter registered under several (``head.weight`` -> the
+    ``embed.weight`` it is tied to)."""
+    first: dict[int, str] = {}
+    tied = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            tied[n] = first[id(p)]
+        else:
+            first[id(p)] = n
+    return tied
+
+
+def _json_default(v):
+    if isinstance(v, tuple):
+        return list(v)
+    if torch.is_tensor(v):
+        return v.tolist()
+    raise TypeError(f"cannot store {type(v).__name__} in meta.json")
+
+
+# -- reading ----------------------------------------------------------------------------------
+def _resolve(load_dir, tag) -> Path:
+    load_dir = Path(load_dir)
+    if tag is None:
+        latest = load_dir / "latest"
+        if not latest.is_file():
+            raise CheckpointError(f"no 'latest' file in {load_dir}: pass tag=, or save a checkpoint there first")
+        tag = latest.read_text().strip()
+    path = load_dir / str(tag)
+    if not (path / "meta.json").is_file():
+        raise CheckpointError(f"no checkpoint at {path} (meta.json missing)")
+    return path
+
+
+def _load(path: Path, digest: str | None):
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint file {path.name} is missing from {path.parent}")
+    if digest is not None and _sha256(path) != digest:
+        raise CheckpointError(f"checkpoint file {path} is corrupted or truncated (its sha256 differs "
+                              "from the one recorded when it was saved)")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:                                       # noqa: BLE001
+        raise CheckpointError(f"cannot read checkpoint file {path}: {e}") from None
+
+
+def read_full_state(ckpt_path) -> dict:
+    """Everything in a checkpoint folder, with each parameter's full fp32 value and full
+    optimizer state rebuilt from the rank files: ``{"meta", "params": {name: tensor},
+    "states": {name: {key: tensor}}, "scalars": {key: value}, "model_states"}``."""
+    path = Path(ckpt_path)
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"cannot read {path / 'meta.json'}: {e}") from None
+    if meta.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a zerolab checkpoint of format {FORMAT} "
+                              f"(found {meta.get('format')!r})")
+    files = meta["files"]
+    world = meta["world_size"]
+    ranks = [_load(path / f"rank_{r}.pt", files.get(f"rank_{r}.pt")) for r in range(world)]
+    model_states = _load(path / "model_states.pt", files.get("model_states.pt"))
+    params, states, scalars = {}, {}, {}
+    for gi, g in enumerate(meta["groups"]):
+        def full(pieces):
+            flat = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
+            if flat.numel() != g["padded_numel"]:
+                raise CheckpointError(f"{path}: group {gi} has {flat.numel()} elements in the rank files, "
+                                      f"meta.json says {g['padded_numel']}")
+            return flat
+        holders = range(world) if g["sharded"] else [0]
+        flat = full([ranks[r]["masters"][gi] for r in holders])
+        keys = {k for r in holders for k in ranks[r]["optimizer_states"].get(gi, {})}
+        flat_states = {}
+        for k in sorted(keys):
+            vals = [ranks[r]["optimizer_states"][gi][k] for r in holders]
+            if all(_scalar_state(v) for v in vals):
+                scalars[k] = vals[0]
+            else:
+                flat_states[k] = full([v.reshape(-1) for v in vals])
+        offset = 0
+        for name, shape in zip(g["names"], g["shapes"]):
+            n = 1
+            for s in shape:
+                n *= s
+            params[name] = flat[offset:offset + n].view(shape).clone()
+            states[name] = {k: v[offset:offset + n].view(shape).clone() for k, v in flat_states.items()}
+            offset += n
+    return {"meta": meta, "params": params, "states": states, "scalars": scalars, "model_states": model_states}
+
+
+# -- loading ----------------------------------------------------------------------------------
+def load_checkpoint(engine, load_dir, tag=None, load_optimizer_states=True, load_module_only=False):
+    """Load a checkpoint into ``engine`` (every rank must call it); returns ``(path,
+    client_state)``. Any world size and stage the checkpoint was written at."""
+    comm, stage = engine.comm, engine.stage
+    error, full, path = None, None, None
+    try:
+        path = _resolve(load_dir, tag)
+        full = read_full_state(path)
+        _check_matches(engine, full, load_optimizer_states and not load_module_only)
+    except CheckpointError as e:
+        error = str(e)
+    # decide together: one rank's problem stops every rank, before anything is changed
+    errors = [error] * comm.world_size
+    if comm.world_size > 1:
+        dist.all_gather_object(errors, error)
+    bad = [(r, e) for r, e in enumerate(errors) if e]
+    if bad:
+        raise CheckpointError("; ".join(f"rank {r}: {e}" for r, e in bad[:2]) + ". Nothing was loaded.")
+
+    meta, params = full["meta"], full["params"]
+    stage.load_full_values(params)
+    ms = full["model_states"]
+    named_buffers = dict(engine.module.named_buffers())
+    for n, b in ms["buffers"].items():
+        named_buffers[n].data.copy_(b)
+    named = dict(engine.module.named_parameters())
+    for n, p in ms["frozen"].items():
+        named[n].data.copy_(p)
+    if load_module_only:
+        return str(path), ms.get("client_state", {})
+    if load_optimizer_states:
+        opt = engine.optimizer
+        for g, m in zip(stage.groups, stage.masters):
+            st = {}
+            keys = set(full["states"][g.names[0]]) if g.names else set()
+            for k in keys:
+                flat = g.flatten([full["states"][n][k] for n in g.names], torch.float32, m.device)
+                owned = g.shard_of(flat) if stage.shards_optimizer else flat
+                st[k] = owned.to(m.dtype).clone()
+            for k, v in full["scalars"].items():
+                st[k] = v.clone() if torch.is_tensor(v) else v
+            if st:
+                opt.state[m] = st
+            else:
+                opt.state.pop(m, None)
+        for pg, saved in zip(opt.param_groups, meta["optimizer"]["param_groups"]):
+            for k, v in saved.items():
+                if k in pg:
+                    pg[k] = tuple(v) if isinstance(pg[k], tuple) else v
+    engine.global_steps = meta["global_steps"]
+    engine.micro_steps = meta["micro_steps"]
+    engine.skipped_steps = meta["skipped_steps"]
+    for k, v in meta["loss_scaler"].items():
+        if hasattr(engine.scaler, k):
+            setattr(engine.scaler, k, v)
+    return str(path), ms.get("client_state", {})
+
+
+def _check_matches(engine, full, with_optimizer: bool) -> None:
+    """The checkpoint must describe this model: the same trainable names and shapes."""
+    # the group layout, not p.shape: stage 3's released parameters are empty tensors
+    want = {n: tuple(s) for g in engine.stage.groups for n, s in zip(g.names, g.shapes)}
+    have = {n: tuple(t.shape) for n, t in full["params"].items()}
+    missing, extra = sorted(set(want) - set(have)), sorted(set(have) - set(want))
+    shapes = [f"{n}: checkpoint {list(have[n])}, model {list(want[n])}" for n in want
+              if n in have and have[n] != want[n]]
+    if missing or extra or shapes:
+        parts = []
+        if missing:
+            parts.append("missing from the checkpoint: " + ", ".join(missing[:6]))
+        if extra:
+            parts.append("not in this model: " + ", ".join(extra[:6]))
+        if shapes:
+            parts.append("different shapes: " + "; ".join(shapes[:6]))
+        raise CheckpointError("the checkpoint is of another model (" + "; ".join(parts) + ")")
+    buffers = dict(engine.module.named_buffers())
+    for n, b in full["model_states"]["buffers"].items():
+        if n not in buffers or tuple(buffers[n].shape) != tuple(b.shape):
+            raise CheckpointError(f"the checkpoint's buffer {n!r} does not match this model's")
+    if with_optimizer:
+        saved = full["meta"]["optimizer"]["type"]
+        if saved != type(engine.optimizer).__name__:
+            raise CheckpointError(f"the checkpoint's optimizer is {saved}, this engine's is "
+                                  f"{type(engine.optimizer).__name__}: pass load_optimizer_states=False "
+                                  "to load only the weights")
+
+
+# -- one file for the plain model ----------------------------------------------------------------
+def consolidate(ckpt_dir, out, tag=None) -> dict[str, torch.Tensor]:
+    """Write one fp32 state dict (safetensors) with the model's own names, as DeepSpeed's
+    zero_to_fp32 does: every trained parameter's full fp32 master value, frozen parameters and
+    buffers. Tied parameters are written under each of their names (safetensors stores no
+    shared tensors), so ``model.load_state_dict(safetensors.torch.load_file(out))`` works
+    with strict=True. Needs no ranks. Returns the state dict."""
+    from safetensors.torch import save_file
+
+    full = read_full_state(_resolve(ckpt_dir, tag) if not (Path(ckpt_dir) / "meta.json").is_file()
+                           else Path(ckpt_dir))
+    sd = dict(full["params"])
+    for n, t in full["model_states"]["frozen"].items():
+        sd[n] = t.float() if t.is_floating_point() else t
+    sd.update(full["model_states"]["buffers"])
+    for alias, name in full["meta"].get("tied", {}).items():
+        sd[alias] = sd[name]
+    sd = {k: v.contiguous().clone() for k, v in sd.items()}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    save_file(sd, str(out), metadata={"format": "pt", "source": FORMAT})
+    return sd
