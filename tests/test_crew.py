@@ -6,6 +6,8 @@ the test looks in the process table (psutil) for leftovers and starts a new crew
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import socket
@@ -304,6 +306,90 @@ def test_the_excluded_helpers_are_what_we_think(crew2):
     assert "multiprocessing.forkserver" in cmdlines[0] and "resource_tracker" in cmdlines[1]
     # the ranks are children of the forkserver, so the leak checks do see them
     assert {p.ppid() for p in map(psutil.Process, crew2.pids)} <= helpers
+
+
+# ----------------------------------------------------------------------------- a killed driver
+
+DRIVER_SCRIPT = """
+import json, os, sys, time
+import torch, torch.distributed as dist
+import zerolab
+from multiprocessing import forkserver, resource_tracker
+
+def work(flag, how):
+    open(f"{flag}.{zerolab.rank()}", "w").close()
+    if how == "collective" and zerolab.rank() == 0:
+        dist.all_reduce(torch.ones(1))       # blocked: rank 1 never joins
+    time.sleep(600)
+
+flag, how, info = sys.argv[1:]
+crew = zerolab.Crew(2, backend="gloo", timeout=900)
+with open(info + ".tmp", "w") as f:
+    json.dump({"ranks": crew.pids, "forkserver": forkserver._forkserver._forkserver_pid,
+               "resource_tracker": resource_tracker._resource_tracker._pid,
+               "workdir": crew._workdir}, f)
+os.rename(info + ".tmp", info)
+if how == "idle":                             # the ranks wait for a task
+    for r in range(2):
+        open(f"{flag}.{r}", "w").close()
+    time.sleep(600)
+else:
+    crew.run(work, flag, how)
+"""
+
+
+def _running(p: psutil.Process) -> bool:
+    """Still running: not ended, not a zombie, and not a new process that reused the pid."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.parametrize("sig, ranks_are", [(signal.SIGKILL, "asleep"), (signal.SIGTERM, "in_collective"),
+                                            (signal.SIGKILL, "idle")],
+                         ids=["SIGKILL-asleep", "SIGTERM-in_collective", "SIGKILL-idle"])
+def test_killed_driver_leaves_nothing_running(sig, ranks_are, tmp_path):
+    """A notebook kernel killed (or restarted) takes its ranks, the forkserver and the resource
+    tracker with it within seconds, even while the ranks are busy in a long task."""
+    script, flag, info = tmp_path / "driver.py", tmp_path / "busy", tmp_path / "info.json"
+    script.write_text(DRIVER_SCRIPT)
+    how = {"asleep": "sleep", "in_collective": "collective", "idle": "idle"}[ranks_are]
+    with open(tmp_path / "driver.err", "w") as err:       # a file, not a pipe: orphans may hold it
+        driver = subprocess.Popen([PY, str(script), str(flag), how, str(info)], stdout=err, stderr=err,
+                                  env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)
+    procs: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not (info.exists() and all(os.path.exists(f"{flag}.{r}") for r in range(2))):
+            assert driver.poll() is None, (tmp_path / "driver.err").read_text()
+            assert time.monotonic() < deadline, "the driver's crew did not start"
+            time.sleep(0.05)
+        time.sleep(0.3)                                   # rank 0 is inside its all-reduce by now
+        started = json.loads(info.read_text())
+        procs = psutil.Process(driver.pid).children(recursive=True)
+        pids = {p.pid for p in procs}
+        assert set(started["ranks"]) | {started["forkserver"], started["resource_tracker"]} <= pids
+        assert all(_running(p) for p in procs) and len(procs) == 4, [p.cmdline() for p in procs]
+
+        t0 = time.monotonic()
+        driver.send_signal(sig)
+        assert driver.wait(10) == -sig                    # reaps the driver
+        while any(map(_running, procs)) and time.monotonic() - t0 < 15:
+            time.sleep(0.05)
+        elapsed = time.monotonic() - t0
+        left = [(p.pid, p.name()) for p in procs if _running(p)]
+        assert not left, f"still running {elapsed:.1f} s after the driver got {sig.name}: {left}"
+        assert elapsed <= 5, f"everything ended, but only after {elapsed:.1f} s"
+        assert not os.path.exists(started["workdir"])    # the crew's log files went too
+    finally:                                              # whatever failed: leave nothing behind
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(driver.pid, signal.SIGKILL)         # the driver's session: its whole tree
+        driver.kill()
+        driver.wait(10)
 
 
 # ----------------------------------------------------------------------------- two crews

@@ -20,6 +20,12 @@ Why it is built this way (each choice was seen to matter on a 2-core machine):
   of a cell is then the same on every run.
 * Rendezvous is a ``TCPStore`` that the *parent* holds on 127.0.0.1 with port 0: the
   operating system picks a free port atomically, so two crews never collide.
+* Ranks die with their driver. Each rank has a watchdog thread blocked on a *lifeline*: a pipe
+  whose write end only the parent holds. When the parent ends in any way (SIGKILL, SIGTERM,
+  a crashed or restarted kernel) the kernel closes that end, the watchdog reads EOF and ends
+  the rank at once, even one busy in ``fn`` or blocked in a collective. With the ranks gone,
+  multiprocessing's forkserver and resource tracker exit by themselves (they wait for every
+  holder of their pipes: the parent and the ranks).
 * The parent never waits without a deadline. A rank that raises, dies or hangs ends the
   whole crew (a failed collective poisons the process group, so the crew is not reused):
   every rank process is killed and reaped, the error names the ranks and shows their
@@ -41,6 +47,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import types
@@ -136,10 +143,30 @@ class _Redirect:
         os.dup2(self._saved[1], 2)
 
 
-def _rank_main(conn, rank_: int, world: int, backend: str, host: str, port: int,
+def _watch_lifeline(lifeline, workdir: str) -> None:
+    """End this rank as soon as the parent's end of ``lifeline`` is closed.
+
+    Nothing is ever sent on the lifeline, so the read returns only at EOF: when the parent
+    closed the crew, or died (the kernel closes a dead process's descriptors, whatever killed
+    it). The read releases the GIL, so this works while the main thread sleeps, computes in
+    torch or waits in a collective. The rank's parent is the forkserver, not the driver, so
+    ``PR_SET_PDEATHSIG`` would not help here.
+    """
+    try:
+        while True:
+            lifeline.recv_bytes()
+    except BaseException:          # EOFError (the usual way), or OSError: the parent is gone either way
+        pass
+    shutil.rmtree(workdir, ignore_errors=True)   # the parent could not: it is gone
+    os._exit(1)
+
+
+def _rank_main(conn, lifeline, rank_: int, world: int, backend: str, host: str, port: int,
                workdir: str, threads: int, pg_timeout_s: float) -> None:
     """The life of one rank: join the group, then run tasks until told to stop."""
     global _INFO
+    threading.Thread(target=_watch_lifeline, args=(lifeline, workdir), name="zerolab-lifeline",
+                     daemon=True).start()
     # The parent manages the ranks (it kills them on interrupt); a Ctrl-C or kernel shutdown
     # reaching an idle rank must not print a KeyboardInterrupt traceback of its own.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -305,6 +332,7 @@ class Crew:
         self._procs: list = []
         self._conns: list = []
         self._store = None
+        self._lifeline = None      # the write end of the ranks' lifeline: only this process holds it
         self._workdir: str | None = None
         self._task = 0
         _LIVE_CREWS.add(self)
@@ -329,19 +357,23 @@ class Crew:
         port = self._store.port
         pg_timeout = max(self.timeout, 30.0)
         self.starts += 1
+        lifeline_r, self._lifeline = ctx.Pipe(duplex=False)
         try:      # an interrupt (or a failed start) half-way must not leave ranks behind
-            for r in range(self.world_size):
-                parent_end, child_end = ctx.Pipe(duplex=True)
-                p = ctx.Process(target=_rank_main, name=f"zerolab-rank{r}", daemon=True,
-                                args=(child_end, r, self.world_size, self.backend, "127.0.0.1",
-                                      port, self._workdir, self.threads, pg_timeout))
-                self._conns.append(parent_end)
-                try:
-                    with _main_module_hidden():
-                        p.start()
-                finally:
-                    child_end.close()
-                self._procs.append(p)
+            try:
+                for r in range(self.world_size):
+                    parent_end, child_end = ctx.Pipe(duplex=True)
+                    p = ctx.Process(target=_rank_main, name=f"zerolab-rank{r}", daemon=True,
+                                    args=(child_end, lifeline_r, r, self.world_size, self.backend,
+                                          "127.0.0.1", port, self._workdir, self.threads, pg_timeout))
+                    self._conns.append(parent_end)
+                    try:
+                        with _main_module_hidden():
+                            p.start()
+                    finally:
+                        child_end.close()
+                    self._procs.append(p)
+            finally:
+                lifeline_r.close()      # each rank has its own copy now; the parent keeps only the write end
             replies = self._collect(self.start_timeout, what="start")
         except BaseException:
             self._stop()
@@ -382,6 +414,9 @@ class Crew:
                 pass
         for c in self._conns:
             c.close()
+        if self._lifeline is not None:    # after the kill: a rank still alive would exit on EOF
+            self._lifeline.close()
+            self._lifeline = None
         self._procs, self._conns = [], []
         self._store = None
         if self._workdir:
