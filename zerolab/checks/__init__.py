@@ -3,7 +3,18 @@
 Each chapter's checks live in ``zerolab/checks/chNN.py``. A check takes the learner's
 function, plugs it into the engine (or the collectives) on a crew of ranks, compares the
 result with zerolab's own implementation, and either prints what was verified or raises
-:class:`ExerciseCheckFailed` saying *what* is wrong (which rank, which value, expected vs got).
+:class:`ExerciseCheckFailed` saying *what* is wrong (which rank, which value, expected vs got)
+and naming the likely mistake in a ``hint:`` line.
+
+**How a failure looks.** In Jupyter (IPython) a failed check shows only its message, a few
+lines, not the chained traceback through zerolab's internals. The full traceback (and the
+complete message, with any rank's traceback) is there on demand::
+
+    import zerolab.checks
+    zerolab.checks.full_tracebacks()      # then run the check cell again; full_tracebacks(False) undoes it
+
+or start Jupyter with the environment variable ``ZEROLAB_FULL_TRACEBACK=1``. Outside IPython
+(a plain script) Python prints the whole traceback as usual.
 
 Convention in ``solutions/*.ipynb`` (the source; ``exercises/`` is generated from it by
 ``tools/make_exercises.py``): the learner's part of a cell sits between the lines
@@ -12,11 +23,64 @@ Convention in ``solutions/*.ipynb`` (the source; ``exercises/`` is generated fro
 """
 from __future__ import annotations
 
-__all__ = ["ExerciseCheckFailed", "passed", "not_implemented"]
+import os
+
+__all__ = ["ExerciseCheckFailed", "passed", "not_implemented", "full_tracebacks", "rank_failure",
+           "SHORT_LINES"]
+
+# At most this many lines of the message in the short display (a rank's traceback is longer).
+SHORT_LINES = 8
+_FULL = False
+
+
+def full_tracebacks(on: bool = True) -> None:
+    """Show failed checks with Python's full (chained) traceback from now on (``on=False``: short again)."""
+    global _FULL
+    _FULL = bool(on)
+
+
+def _full_wanted() -> bool:
+    return _FULL or os.environ.get("ZEROLAB_FULL_TRACEBACK", "").strip().lower() not in ("", "0", "false", "no")
 
 
 class ExerciseCheckFailed(AssertionError):
-    """The learner's piece does not do what the engine needs; the message says why."""
+    """The learner's piece does not do what the engine needs; the message says why.
+
+    ``ExerciseCheckFailed(message, details=...)``: ``message`` is what the learner reads (what is
+    wrong, what was expected, a ``hint:``); ``details`` (a rank's traceback, say) is shown only
+    with :func:`full_tracebacks`, and is always in ``str(exc)`` outside IPython's short display.
+    """
+
+    def __init__(self, message: str = "", *, details: str | None = None):
+        self.message = str(message)
+        self.details = details
+        super().__init__(self.message + (f"\n\n{details}" if details else ""))
+
+    # IPython calls this (if the attribute exists) instead of formatting the traceback. When
+    # the full traceback is asked for, the attribute disappears and IPython does its usual.
+    def __getattr__(self, name):
+        if name == "_render_traceback_" and not _full_wanted():
+            return self._short_traceback
+        raise AttributeError(name)
+
+    def _short_traceback(self) -> list[str]:
+        red, bold, reset = "\x1b[31m", "\x1b[1m", "\x1b[0m"
+        lines = self.message.rstrip().splitlines() or ["(no message)"]
+        hidden = len(lines) - SHORT_LINES
+        if hidden > 0:
+            lines = lines[:SHORT_LINES - 1] + [f"  ... ({hidden + 1} more lines)"]
+        out = [f"{red}{bold}ExerciseCheckFailed{reset}{red}: {lines[0]}{reset}"] + lines[1:]
+        more = " and the rank's traceback" if self.details else ""
+        out.append(f"(the full traceback{more}: run zerolab.checks.full_tracebacks(), then this cell again)")
+        return ["\n".join(out)]
+
+
+def rank_failure(exc: BaseException, what: str, hint: str) -> ExerciseCheckFailed:
+    """An :class:`ExerciseCheckFailed` for a RankError/CrewTimeout: ``what`` failed, the rank's
+    own error line (the useful sentence, first), a hint; the rank's traceback as details."""
+    text = str(exc)
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return ExerciseCheckFailed(f"{what} failed on the ranks: {first}\n  hint: {hint}", details=text)
 
 
 def passed(message: str) -> None:

@@ -38,7 +38,7 @@ import torch.distributed as dist
 
 from ..comm import CommRecord, Ledger, ring_all_gather, ring_reduce_scatter as reference_ring_reduce_scatter
 from ..crew import Crew, CrewTimeout, RankError
-from . import ExerciseCheckFailed, not_implemented, passed
+from . import ExerciseCheckFailed, not_implemented, passed, rank_failure
 
 __all__ = ["check_ring_reduce_scatter", "trace_ring", "ring_input"]
 
@@ -176,8 +176,9 @@ def _rank_task(fn: Callable, numel: int) -> dict:
         return result
     except Exception as exc:
         kind = type(exc).__name__
-        tb = traceback.format_exc(limit=-3)
-        result["error"] = (f"world size {n}, rank {r}: your ring_reduce_scatter raised {kind}: {exc}\n{tb}")
+        result["error"] = (f"world size {n}, rank {r}: your ring_reduce_scatter raised {kind}: {exc}\n"
+                           f"  hint: the error is in your function; the full traceback shows the line")
+        result["details"] = traceback.format_exc(limit=-3)
         result["not_implemented"] = isinstance(exc, NotImplementedError)
         return result
     # Did every rank take the same number of steps? (A collective, not send/recv: a rank still
@@ -282,7 +283,8 @@ def _run(crew: Crew, task, *args, timeout: float) -> list[dict]:
             f"rank stopped calling send_recv while its neighbour was still waiting for it: every "
             f"rank must call send_recv the same number of times (N-1).") from None
     except RankError as exc:
-        raise ExerciseCheckFailed(f"world size {n}: {exc}") from None
+        raise rank_failure(exc, f"world size {n}", "a rank raised inside the check's ring; the rank's "
+                           "traceback (full_tracebacks()) names the line") from None
 
 
 def check_ring_reduce_scatter(fn: Callable, *, cases=CASES, engine_world_sizes=(3,),
@@ -304,7 +306,7 @@ def check_ring_reduce_scatter(fn: Callable, *, cases=CASES, engine_world_sizes=(
                 if first.get("not_implemented"):
                     raise ExerciseCheckFailed(f"ring_reduce_scatter is not written yet "
                                               f"(NotImplementedError on world size {n}).")
-                raise ExerciseCheckFailed(first["error"])
+                raise ExerciseCheckFailed(first["error"], details=first.get("details"))
             sizes = [c.numel() for c in torch.arange(numel).tensor_split(n)]
             size = results[0]["element_size"]
             per_rank = ", ".join(f"rank {res['rank']} {res['sent_bytes']} B" for res in results)
@@ -352,7 +354,8 @@ def trace_ring(fn: Callable, world_size: int = 4, numel: int = 8, *, timeout: fl
             if not_implemented(exc):
                 raise ExerciseCheckFailed("ring_reduce_scatter is not written yet "
                                           "(it raised NotImplementedError).") from None
-            raise ExerciseCheckFailed(f"world size {world_size}: {exc}") from None
+            raise rank_failure(exc, f"world size {world_size}", "a rank raised while running your "
+                               "function; the rank's traceback (full_tracebacks()) names the line") from None
     width = 22
     print("step  " + "".join(f"rank {r}: sent, added into".ljust(width + 6) for r in range(world_size)).rstrip())
     for s in range(max((len(x) for x in schedules), default=0)):

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import torch
 
-from . import ExerciseCheckFailed, passed
+from . import ExerciseCheckFailed, passed, rank_failure
 
 __all__ = ["check_shard_range", "check_adamw_step", "ShardAdamW", "close_crews"]
 
@@ -88,8 +88,9 @@ def _rank_error(exc: BaseException, what: str) -> ExerciseCheckFailed:
     text = str(exc)
     if "NotImplementedError" in text:
         return ExerciseCheckFailed(f"{what} raised NotImplementedError on the ranks: write the part "
-                                   f"marked 'Exercise' first.\n{text[-1500:]}")
-    return ExerciseCheckFailed(f"{what} failed on the ranks:\n{text[-3000:]}")
+                                   f"marked 'Exercise' first.", details=text)
+    return rank_failure(exc, what, "the error is raised by your function on a rank; the rank's traceback "
+                        "(zerolab.checks.full_tracebacks(), then run again) names the line")
 
 
 # ------------------------------------------------------------------------------ (a) the rule
@@ -121,33 +122,33 @@ def rule_problem(ranges: list[tuple[int, int]], padded: int) -> str | None:
     for r, (s, e) in enumerate(ranges):
         if not 0 <= s <= e <= padded:
             return (where + f"rank {r} gets [{s:,}, {e:,}), which is not inside the buffer [0, {padded:,}). "
-                    "hint: start <= end, both between 0 and padded_numel")
+                    "\n  hint: start <= end, both between 0 and padded_numel")
     order = sorted(range(n), key=lambda r: ranges[r])
     pos = 0
     for k, r in enumerate(order):
         s, e = ranges[r]
         if s > pos:
             return (where + f"a gap: elements [{pos:,}, {s:,}) have no owner, so no rank would step "
-                    "them and they would never train. hint: rank r + 1 starts where rank r ends")
+                    "them and they would never train.\n  hint: rank r + 1 starts where rank r ends")
         if s < pos:
             prev = order[k - 1]
             return (where + f"an overlap: ranks {prev} and {r} both own elements [{s:,}, {min(pos, e):,}) "
                     f"(rank {prev}: {ranges[prev]}, rank {r}: {ranges[r]}), so they would be "
-                    "updated twice. hint: rank r + 1 starts where rank r ends")
+                    "updated twice.\n  hint: rank r + 1 starts where rank r ends")
         pos = e
     if pos != padded:
         return (where + f"a gap at the end: elements [{pos:,}, {padded:,}) have no owner. "
-                "hint: the last rank's piece ends at padded_numel")
+                "\n  hint: the last rank's piece ends at padded_numel")
     for r, (s, e) in enumerate(ranges):
         if e - s != size:
             return (where + f"rank {r} owns {e - s:,} elements ([{s:,}, {e:,})), but reduce-scatter "
                     f"delivers and all-gather collects equal pieces of padded_numel / world_size = "
-                    f"{size:,}. hint: every rank owns exactly padded_numel // world_size elements")
+                    f"{size:,}.\n  hint: every rank owns exactly padded_numel // world_size elements")
     for r, (s, e) in enumerate(ranges):
         if (s, e) != (r * size, (r + 1) * size):
             return (where + f"the pieces tile the buffer, but not in rank order: rank {r} owns "
                     f"[{s:,}, {e:,}), while reduce-scatter hands rank {r} the piece number {r}, "
-                    f"[{r * size:,}, {(r + 1) * size:,}). hint: rank r's piece starts at r * shard size")
+                    f"[{r * size:,}, {(r + 1) * size:,}).\n  hint: rank r's piece starts at r * shard size")
     return None
 
 
@@ -293,15 +294,15 @@ def _unit_check(fn: Callable) -> None:
         if not _close(exp_avg, st["exp_avg"]):
             raise ExerciseCheckFailed(
                 f"{where}: exp_avg is off by up to {float((exp_avg - st['exp_avg']).abs().max()):.3g}{note}. "
-                "hint: exp_avg <- beta1 * exp_avg + (1 - beta1) * grad, in place (exp_avg.mul_(...).add_(...))")
+                "\n  hint: exp_avg <- beta1 * exp_avg + (1 - beta1) * grad, in place (exp_avg.mul_(...).add_(...))")
         if not _close(exp_avg_sq, st["exp_avg_sq"]):
             raise ExerciseCheckFailed(
                 f"{where}: exp_avg_sq is off by up to {float((exp_avg_sq - st['exp_avg_sq']).abs().max()):.3g}"
-                f"{note}. hint: exp_avg_sq <- beta2 * exp_avg_sq + (1 - beta2) * grad^2, in place")
+                f"{note}.\n  hint: exp_avg_sq <- beta2 * exp_avg_sq + (1 - beta2) * grad^2, in place")
         if not _close(param, ref_p.detach()):
             raise ExerciseCheckFailed(
                 f"{where}: param is off by up to {float((param - ref_p.detach()).abs().max()):.3g} from "
-                f"torch.optim.AdamW{note}. hint: {_param_hint(before, grad, m_prev, v_prev, step, param)}")
+                f"torch.optim.AdamW{note}.\n  hint: {_param_hint(before, grad, m_prev, v_prev, step, param)}")
 
 
 def _train_with_step(step_fn: Callable) -> dict:
@@ -340,7 +341,7 @@ def check_adamw_step(fn: Callable, *, world_sizes=WORLD_SIZES) -> None:
                 raise ExerciseCheckFailed(
                     f"stage 1 on {n} ranks with your adamw_step trained to different parameters than "
                     f"one process with torch's AdamW: on rank {rank}, {name} is off by up to {err:.3g} "
-                    f"(allowed: {ATOL:g} + {RTOL:g} x |value|). hint: the step must use only the tensors "
+                    f"(allowed: {ATOL:g} + {RTOL:g} x |value|).\n  hint: the step must use only the tensors "
                     "it is given, element by element (no norms or means over the whole tensor: a shard "
                     "cuts across parameters)")
         mine = sum(per_rank[0]["shard_numel"])

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..loss_scaler import DynamicLossScaler, LossScaleAtMinimum, _fmt
-from . import ExerciseCheckFailed, passed
+from . import ExerciseCheckFailed, passed, rank_failure
 
 __all__ = ["check_update_scale", "new_state", "state_of", "RuleLossScaler", "SEQUENCES", "ENGINE_CASE"]
 
@@ -77,7 +77,8 @@ def _call_rule(rule: Callable, state: dict, overflow: bool) -> dict | str:
             return RAISES          # the floor: DeepSpeed raises; any exception will do
         raise ExerciseCheckFailed(
             f"update_scale raised {type(exc).__name__}: {exc}\n  on the call with overflow={overflow} and "
-            f"state {_show(state)}") from exc
+            f"state {_show(state)}\n  hint: only an overflow at cur_scale == min_scale may raise "
+            f"(LossScaleAtMinimum); call update_scale(new_state(), {overflow}) by hand to see the line") from exc
     if result is not None:
         hint = (" It returned a dict: write into the one you were given instead "
                 "(state['cur_scale'] = ...)." if isinstance(result, Mapping) else "")
@@ -330,7 +331,9 @@ def check_engine(rule: Callable, world_size: int = 2, crew=None) -> tuple[list[d
         else:
             results = crew.run(_both_runs, rule)
     except zerolab.RankError as exc:       # the rule raised on a rank: say so, with the rank's traceback
-        raise ExerciseCheckFailed(f"the engine run on {world_size} ranks failed inside your update_scale:\n{exc}") from exc
+        raise rank_failure(exc, f"the engine run on {world_size} ranks (inside your update_scale)",
+                           "update_scale raised on a rank; the rank's traceback "
+                           "(zerolab.checks.full_tracebacks(), then run again) names the line") from exc
     mine, ref = [r[0] for r in results], [r[1] for r in results]
     where = (f"the engine (fp16 TinyLM, ZeRO stage 2, {world_size} ranks; rank {ENGINE_CASE['bad_rank']}'s loss "
              f"times inf at steps {', '.join(map(str, ENGINE_CASE['bad_steps']))})")
