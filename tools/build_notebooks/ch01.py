@@ -386,6 +386,12 @@ returns the bytes **one rank** holds for each model-state giant, training with *
   plan splits the giants, heaviest first: **stage 1** splits the optimizer states among the N
   ranks (each keeps 1/N), **stage 2** also the gradients, **stage 3** also the parameters.
   Stage 0 splits nothing.
+
+**When a check fails** it says in a few lines what is wrong, what it expected, and a hint that
+names the likely mistake. To see the full Python traceback as well (through zerolab's own code,
+and any rank's traceback), run `import zerolab.checks; zerolab.checks.full_tracebacks()` and run
+the check cell again (`zerolab.checks.full_tracebacks(False)` makes failures short again), or
+start Jupyter with the environment variable `ZEROLAB_FULL_TRACEBACK=1`.
 """),
 code("""
 import zerolab

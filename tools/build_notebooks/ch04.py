@@ -563,6 +563,12 @@ overflowed (inf or NaN). It changes the scaler's `state` in place and returns no
 Two details are easy to miss: a cut does **not** refill the hysteresis (so after the first cut,
 every overflow cuts until S grows again), and the `- 1` in `stable` (0.19.8 doubles on the
 (window + 1)-th clean step in a row).
+
+**When a check fails** it says in a few lines what is wrong, what it expected, and a hint that
+names the likely mistake. To see the full Python traceback as well (through zerolab's own code,
+and any rank's traceback), run `import zerolab.checks; zerolab.checks.full_tracebacks()` and run
+the check cell again (`zerolab.checks.full_tracebacks(False)` makes failures short again), or
+start Jupyter with the environment variable `ZEROLAB_FULL_TRACEBACK=1`.
 """),
 code("""
 from zerolab.checks.ch04 import check_update_scale, new_state
