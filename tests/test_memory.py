@@ -92,7 +92,17 @@ def test_activations_grow_with_batch_and_sequence():
            for b, s in [(2, 8), (4, 8), (2, 16)]}
     assert act[(4, 8)] == pytest.approx(2 * act[(2, 8)], rel=0.05)  # batch: linear
     assert act[(2, 16)] > 2 * act[(2, 8)]  # sequence: more than linear (the s x s scores)
-    assert tensor_bytes(list(m.parameters())) > 0
+    # the weights, exactly: 3216 fp32 elements, one storage each
+    params = list(m.parameters())
+    numel = (16 * 48 + 48) + (16 * 16 + 16) + (16 * 64 + 64) + (64 * 16 + 16)
+    assert sum(p.numel() for p in params) == numel == 3216
+    assert tensor_bytes(params) == numel * 4 == sum(p.numel() * p.element_size() for p in params)
+    # the same memory seen again (the list twice, views, .data, the state dict) adds nothing...
+    again = params + params + [p.view(-1)[1:] for p in params] + [p.data for p in params]
+    assert tensor_bytes(again + list(m.state_dict().values())) == numel * 4
+    # ...but a copy is new memory: a second storage of the same size and values counts again
+    assert tensor_bytes([m.qkv.bias, m.qkv.bias.detach().clone()]) == 2 * 48 * 4
+    assert tensor_bytes([m.qkv.bias, m.qkv.bias.half()]) == 48 * 4 + 48 * 2
 
 
 def test_activations_exclude_parameters_and_report_inputs():
