@@ -19,17 +19,9 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
 import zerolab
-
-
-def make_model(width: int, layers: int) -> nn.Module:
-    torch.manual_seed(0)
-    mods = []
-    for _ in range(layers):
-        mods += [nn.Linear(width, width), nn.GELU()]
-    return nn.Sequential(*mods, nn.Linear(width, 1))
+from step_time import make_model          # the same MLP as the step-time benchmark (this folder)
 
 
 def ds_config(stage: int, world: int) -> dict:
