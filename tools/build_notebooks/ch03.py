@@ -447,8 +447,8 @@ for stage in range(4):
     for n, crew in crews.items():
         zero_runs[n, stage] = crew.run(train_fp32, stage)[0]
     print(f"{NAME[stage]:14}" + "".join(f"{verdict(max_diff(zero_runs[n, stage], reference)):>10}" for n in crews))
-print(f"(the smallest bound that holds) < {ROUNDING:.0e}: a few fp32 rounding steps;"
-      f"  < {AMPLIFIED:.0e}: rounding amplified by AdamW, far below one step's move (lr = 3e-3)")
+print(f"the smallest bound that holds:  < {ROUNDING:.0e}  a few fp32 rounding steps")
+print(f"{'':31} < {AMPLIFIED:.0e}  rounding amplified by AdamW, far below one step (lr 3e-3)")
 """),
 md(r"""
 Not zero, and for N ≥ 2 well above the last bits of fp32 (a rounding step is about 6·10⁻⁸ for a
@@ -471,7 +471,7 @@ for n in (2, 3, 4):
 SGD = {"type": "SGD", "params": {"lr": 0.1}}
 reference_sgd = train_reference(make_model(), fp32_config(0, 1, SGD), batches, lm_loss)
 print("SGD, zerolab stage 3 vs one process:",
-      ", ".join(f"N = {n}: {verdict(max_diff(crew.run(train_fp32, 3, SGD)[0], reference_sgd))}" for n, crew in crews.items()))
+      ", ".join(f"N = {n} {verdict(max_diff(crew.run(train_fp32, 3, SGD)[0], reference_sgd))}" for n, crew in crews.items()))
 """),
 md(r"""
 One process that adds up N micro-batches is just as far from the whole-batch run as the N
