@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # Install what the tests need (if it is not there yet) and run the whole suite:
 #   1. pytest tests/                      the package: crew, comm, memory, engine, config ...
-#   2. pytest --nbval notebooks solutions  every stored notebook re-run and compared, output by output
+#   2. pytest --nbval notebooks solutions  every stored notebook re-run and compared, output by output,
+#      three times, so that no stored output depends on the CPU's floating-point kernels:
+#        a. as the machine is                           (this CPU's best SIMD kernels, all threads)
+#        b. ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE   (torch's scalar kernels, MKL's
+#                                                        conditional-numerical-reproducibility mode)
+#        c. ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=1  (the 256-bit kernels, one thread;
+#                                                        x86-64 only, skipped elsewhere)
+#      On an AVX-512 CPU pass a covers avx512; a number that is rounding noise must be printed
+#      as the claim it supports, with its tolerance ("max |difference| < 1e-4"), never as raw digits.
 #
 #   ./run_tests.sh                 uses ./.venv (creates it if missing)
 #   VENV=/path/to/env ./run_tests.sh
@@ -35,24 +43,44 @@ step "installing zerolab with the course and test extras"
 "$PY" -m pip install --quiet -e '.[course,test]' || exit 1
 
 step "pytest tests/"
+start=$SECONDS
 "$PY" -m pytest tests/
 rc_tests=$?                      # 5 means "no tests collected": that is a failure here too
+tests_s=$((SECONDS - start))
 
 nb_dirs=()
 for d in notebooks solutions; do
     if compgen -G "$d/*.ipynb" > /dev/null; then nb_dirs+=("$d"); else echo "(no notebooks in $d/ yet: skipped)"; fi
 done
+
+# name | environment (VAR=value ...) for each nbval pass
+passes=("as the machine is|"
+        "ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE|ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE")
+case "$(uname -m)" in
+    x86_64|amd64) passes+=("ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=1|ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=1") ;;
+    *) echo "(not an x86-64 CPU: the ATEN_CPU_CAPABILITY=avx2 pass is skipped)" ;;
+esac
+nb_results=()
 rc_nb=0
 if [ ${#nb_dirs[@]} -gt 0 ]; then
-    step "pytest --nbval ${nb_dirs[*]}"
-    "$PY" -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
-        -p no:cacheprovider "${nb_dirs[@]}"
-    rc_nb=$?
+    for p in "${passes[@]}"; do
+        name=${p%%|*}
+        read -r -a vars <<< "${p#*|}"
+        step "pytest --nbval ${nb_dirs[*]}: $name"
+        start=$SECONDS
+        env ${vars[@]+"${vars[@]}"} "$PY" -m pytest --nbval --nbval-current-env \
+            --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider "${nb_dirs[@]}"
+        rc=$?                        # 5 ("no tests collected") is a failure too
+        nb_results+=("nbval ($name): exit $rc after $((SECONDS - start)) s")
+        [ "$rc" -ne 0 ] && rc_nb=1
+    done
+else
+    nb_results+=("nbval: no notebooks")
 fi
 
 step "summary"
-echo "pytest tests/: exit $rc_tests"
-echo "nbval ${nb_dirs[*]:-(none)}: exit $rc_nb"
+echo "pytest tests/: exit $rc_tests after $tests_s s"
+printf '%s\n' "${nb_results[@]}"
 if [ "$rc_tests" -ne 0 ] || [ "$rc_nb" -ne 0 ]; then
     echo "FAILED"
     exit 1
