@@ -85,7 +85,7 @@ it. This chapter measures why it must.
 2. the ring all-reduce, written with send/recv only: bytes per rank against 2(N−1)/N·Ψ·b;
 3. the engine's own ledger for one step: one all-reduce per gradient bucket;
 4. memory per rank against 16Ψ as ranks are added: it does not shrink;
-5. the memory wall on the 40 GB and 80 GB GPUs of the seed stories.
+5. the memory wall on the 40 GB and 80 GB GPUs that real ZeRO runs use.
 
 **Units.** Ψ = number of parameters (elements); N = number of ranks; b = bytes per element
 (2 for fp16/bf16, 4 for fp32); sizes in bytes (B); **GB = 10⁹ B**, **GiB = 2³⁰ B**.
@@ -390,7 +390,7 @@ md("""
 ## 5 · The memory wall
 
 TinyLM's 115 kB fits anywhere. Scale Ψ up and the same 16 bytes per parameter meet the size of a
-GPU. The seed stories train on **A100 GPUs sold as "40GB" and "80GB"**. Two warnings about those
+GPU. Real ZeRO runs train on **A100 GPUs sold as "40GB" and "80GB"**. Two warnings about those
 labels:
 
 * memory chips come in binary sizes, so a "40GB" card is closer to 40 **GiB** (42.9 GB): CUDA
@@ -437,7 +437,7 @@ plt.show()
 md("""
 With the labels read as GB, DDP stops fitting at **2.5 billion parameters on a 40 GB GPU and 5
 billion on an 80 GB one**, before a single activation is stored; read as GiB, at 2.68 and 5.37
-billion. A 7-billion-parameter model needs 112 GB on *every* GPU; the 70B model that seed 002
+billion. A 7-billion-parameter model needs 112 GB on *every* GPU; a 70B model that one production run
 trains on four 40 GB A100s would need 1,120 GB on each. No number of GPUs changes that line:
 it is flat in N. Only splitting the load, as the dotted ZeRO-3 line does, moves it.
 """),
