@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Build chapter 0, "Meet the crew", from this one file.
 
-    python tools/build_notebooks/ch00.py            # write the notebook (no outputs)
-    python tools/build_notebooks/ch00.py --execute  # ... then run it in place (about 20 s)
+    python tools/build_notebooks/ch00.py            # write the notebook (only those whose cells changed)
+    python tools/build_notebooks/ch00.py --execute  # ... and run what was written (about 20 s)
 
-Writes ``notebooks/00_meet_the_crew.ipynb``. Cell ids are fixed, so a rebuild changes only
-what was edited here. The notebook is stored executed: nbval compares its outputs.
+Writes ``notebooks/00_meet_the_crew.ipynb``. Built like every chapter (``nbsource.py``): cell
+ids are fixed, and an unchanged notebook and its outputs are left alone. The notebook is stored executed: nbval compares its outputs.
 
 What nbval compares: every value a rank held before and after each collective, every byte
 count of the ledger and of the ring, and the ring's step table are exact and the same on
@@ -15,36 +15,11 @@ per rank) is tagged ``nbval-ignore-output``. The chapter prints no times.
 """
 from __future__ import annotations
 
-import argparse
-import subprocess
 import sys
-from pathlib import Path
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+import nbsource
+from nbsource import code, md
 
-ROOT = Path(__file__).resolve().parents[2]
-KERNEL = {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"},
-          "language_info": {"name": "python"}}
-CHAPTER_PATH = ROOT / "notebooks" / "00_meet_the_crew.ipynb"
-
-
-def md(text: str, **kw):
-    return ("markdown", text.strip("\n"), kw)
-
-
-def code(text: str, **kw):
-    return ("code", text.strip("\n"), kw)
-
-
-def build(prefix: str, cells) -> nbformat.NotebookNode:
-    nb = new_notebook(metadata=dict(KERNEL))
-    for i, (kind, text, kw) in enumerate(cells):
-        meta = {"tags": kw["tags"]} if kw.get("tags") else {}
-        cell = (new_markdown_cell if kind == "markdown" else new_code_cell)(text, metadata=meta)
-        cell.id = f"{prefix}-{i:02d}"
-        nb.cells.append(cell)
-    return nb
 
 
 CHAPTER = [
@@ -465,21 +440,9 @@ print("crew closed:", not crew.alive)
 ]
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--execute", action="store_true", help="run the notebook in place")
-    args = parser.parse_args(argv)
-    nb = build("ch00", CHAPTER)
-    CHAPTER_PATH.parent.mkdir(exist_ok=True)
-    nbformat.validate(nb)
-    nbformat.write(nb, CHAPTER_PATH)
-    print(f"wrote {CHAPTER_PATH.relative_to(ROOT)}")
-    if args.execute:
-        jupyter = Path(sys.executable).with_name("jupyter")
-        subprocess.run([str(jupyter), "execute", "--inplace", str(CHAPTER_PATH)], check=True,
-                       cwd=CHAPTER_PATH.parent)
-    return 0
-
+NOTEBOOKS = {
+    "notebooks/00_meet_the_crew.ipynb": ("ch00", CHAPTER),
+}
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(nbsource.main(NOTEBOOKS))

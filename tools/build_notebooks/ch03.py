@@ -4,52 +4,21 @@
 The notebooks are written here as lists of cells (the source of truth); run this script,
 then store the outputs by executing them::
 
-    .venv/bin/python tools/build_notebooks/ch03.py             # write the cells (no outputs)
-    .venv/bin/python tools/build_notebooks/ch03.py --execute   # ... then run both in place and
+    .venv/bin/python tools/build_notebooks/ch03.py             # write the notebooks whose cells changed
+    .venv/bin/python tools/build_notebooks/ch03.py --execute   # ... and run what was written, then
                                                                 # regenerate exercises/03_stage1_shards.ipynb
 
 Printed floats that are rounding noise (parity with one process) are printed as the bound they
 are under, never as raw digits: those change with the CPU's SIMD kernels (see TEACHING.md).
 
-Cell ids are fixed (``ch03-NN``), so rebuilding an unchanged chapter changes nothing.
+Built like every chapter (``nbsource.py``): fixed cell ids; unchanged notebooks are left alone.
 """
 from __future__ import annotations
 
-import argparse
-import subprocess
 import sys
-from pathlib import Path
 
-import nbformat
-
-ROOT = Path(__file__).resolve().parents[2]
-
-KERNEL = {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
-          "language_info": {"name": "python"}}
-
-
-def notebook(cells, prefix):
-    nb = nbformat.v4.new_notebook(metadata=KERNEL)
-    for i, (kind, source, tags) in enumerate(cells):
-        source = source.strip("\n")
-        if kind == "md":
-            cell = nbformat.v4.new_markdown_cell(source)
-        else:
-            cell = nbformat.v4.new_code_cell(source)
-        cell.id = f"{prefix}-{i:02d}"
-        if tags:
-            cell.metadata["tags"] = list(tags)
-        nb.cells.append(cell)
-    nbformat.validate(nb)
-    return nb
-
-
-def md(text, *tags):
-    return ("md", text, tags)
-
-
-def code(text, *tags):
-    return ("code", text, tags)
+import nbsource
+from nbsource import code, md
 
 
 # ----------------------------------------------------------------------------------------
@@ -706,35 +675,10 @@ close_crews()
 ]
 
 
-def _cells(nb):
-    return [(c.cell_type, c.source, c.id, c.metadata.get("tags")) for c in nb.cells]
-
-
-def main(argv=None) -> int:
-    """Write each notebook whose cells changed (a rewritten notebook has no outputs: execute it);
-    leave an unchanged one, and its stored outputs, alone. With ``--execute``, run both in place
-    (changed or not) and regenerate the exercise."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--execute", action="store_true",
-                        help="run both notebooks in place, then regenerate exercises/03_stage1_shards.ipynb")
-    args = parser.parse_args(argv)
-    out = {ROOT / "notebooks" / "03_three_stages.ipynb": notebook(CHAPTER, "ch03"),
-           ROOT / "solutions" / "03_stage1_shards.ipynb": notebook(SOLUTION, "ex03")}
-    for path, nb in out.items():
-        if path.exists() and _cells(nbformat.read(path, as_version=4)) == _cells(nb):
-            print(f"unchanged {path.relative_to(ROOT)}")
-            continue
-        path.parent.mkdir(exist_ok=True)
-        nbformat.write(nb, path)
-        print(f"wrote {path.relative_to(ROOT)} ({len(nb.cells)} cells): execute it to store its outputs")
-    if args.execute:
-        jupyter = Path(sys.executable).with_name("jupyter")
-        for path in out:
-            subprocess.run([str(jupyter), "execute", "--inplace", str(path)], check=True, cwd=path.parent)
-        subprocess.run([sys.executable, str(ROOT / "tools" / "make_exercises.py"),
-                        str(ROOT / "solutions" / "03_stage1_shards.ipynb")], check=True)
-    return 0
-
+NOTEBOOKS = {
+    "notebooks/03_three_stages.ipynb": ("ch03", CHAPTER),
+    "solutions/03_stage1_shards.ipynb": ("ex03", SOLUTION),
+}
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(nbsource.main(NOTEBOOKS))
