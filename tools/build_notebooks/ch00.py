@@ -347,10 +347,11 @@ def ring_demo():
 
 ring = crew.run(ring_demo)
 steps = len(ring[0][1])
+print(f"{'phase':>14} step  " + "  ".join(f"rank {r} -> {(r + 1) % N}" for r in range(N)))
 for s in range(steps):
     moves = [ring[r][1][s] for r in range(N)]
-    print(f"{moves[0]['phase']:>14} step {moves[0]['step']}: " +
-          ",  ".join(f"rank {m['rank']} -> rank {m['to']}: chunk {m['sent']}" for m in moves))
+    print(f"{moves[0]['phase']:>14} {moves[0]['step']:>4}  " +
+          "  ".join(f"{'chunk ' + str(m['sent']):>11}" for m in moves))
 finals = {tuple(ring[r][2]) for r in range(N)}
 print(f"after {steps} steps every rank holds the same: {finals == {tuple(ring[0][2])}}, namely {ring[0][2]}")
 """),
@@ -397,6 +398,11 @@ md("""
 Finally, the check that matters: the ring we watched must give **exactly** what the library's
 `dist.all_reduce` gives, and send exactly 2(N−1)/N · S. Each rank takes 1000 random integers
 as float64 (so the sum is exact in any order) and counts its own sends in a fresh `Ledger`.
+
+**Predict, then run.** The tensor is 1000 float64 values, S = 8000 bytes, on 4 ranks. How many
+`send` calls will each rank make, and how many bytes will it put on the wire in all? Would
+the answer change if rank 0 held the whole tensor and the others held nothing useful? Write
+your guesses down, then run the cell.
 """),
 code("""
 def ring_equals_library():
@@ -409,8 +415,8 @@ def ring_equals_library():
     return torch.equal(ours, library), x.numel() * x.element_size(), sent.totals()["send"]
 
 for r, (equal, S, sends) in enumerate(crew.run(ring_equals_library)):
-    print(f"rank {r}: ring == dist.all_reduce: {equal};  sent {sends['calls']} chunks, "
-          f"{sends['bytes']} bytes;  2(N-1)/N x S = 2 x {N - 1}/{N} x {S} = {2 * (N - 1) / N * S:g}")
+    print(f"rank {r}: ring == dist.all_reduce: {equal};  sent {sends['calls']} chunks, {sends['bytes']} bytes")
+print(f"formula: 2(N-1)/N x S = 2 x {N - 1}/{N} x {S} = {2 * (N - 1) / N * S:g} bytes per rank")
 """),
 md("""
 ## What we measured
@@ -429,6 +435,18 @@ md("""
 * **The ring, from scratch**: 2(N−1) = 6 steps, one chunk per rank per step. Counted send by
   send, each rank sent 6 chunks, 12000 bytes for an 8000-byte tensor, exactly
   2(N−1)/N · S, and the result was bit-for-bit equal to `dist.all_reduce`.
+
+## Questions
+
+1. Change `N = 4` at the top to 2, then 8, and re-run. How do the all-reduce's bytes per
+   rank change? What do they approach as N grows, and why does that make the ring scale?
+2. In the ring, how many steps does a chunk's partial sum take to visit every rank? Why is
+   the reduce-scatter N−1 steps and not N?
+3. A broadcast from rank 0 costs S per rank in the ledger, less than an all-reduce's 1.5 S
+   at N = 4. Why can't a broadcast replace an all-reduce when every rank has different
+   gradients?
+4. The demo starts rank r with 10^r so that a sum spells its contributors. Which value
+   would rank 2 hold in chunk 3 after reduce-scatter step 1? Check it in the figure.
 
 Next, chapter 1 opens the workers' backpacks: what a rank actually holds, and why the
 heaviest thing in it is not the furniture.
