@@ -155,15 +155,20 @@ precision. Mixed precision makes the arithmetic faster on GPUs and the activatio
 does not shrink the model states. In both cases the notebook is the heaviest giant:
 half of the load in fp32, three quarters of it in mixed precision.
 
-One more thing the scale shows: the notebook is written lazily. Before the first step, Adam
-has not created its momentum and variance yet.
+One more thing the scale shows: the notebook is written lazily. Adam creates its momentum and
+variance at the first step, not before.
+
+**Predict, then run.** How many bytes per parameter does the notebook hold *before* the first
+step, in fp32? And in mixed precision, where the fp32 master copy of the weights is made when
+the engine starts? Write both numbers down; the next cell weighs the notebook before and after.
 """),
 code("""
 for precision in ("fp32", "bf16"):
     before = measured[precision][0]["before_step"]["optimizer_states"]
     after = measured[precision][0]["after_step"]["optimizer_states"]
-    print(f"{precision}: optimizer states on rank 0: {before:>9,} bytes before the first step "
-          f"({before / psi:.0f} per param), {after:>9,} after it ({after / psi:.0f} per param)")
+    print(f"{precision}: optimizer states on rank 0")
+    print(f"    before the first step {before:>9,} bytes ({before / psi:.0f} per param)")
+    print(f"    after it              {after:>9,} bytes ({after / psi:.0f} per param)")
 """),
 md("""
 In bf16 the 4 bytes per parameter before the first step are the fp32 master weights: they are
@@ -245,13 +250,15 @@ for giant, label in labels.items():
               for p in ("fp32", "bf16")]
     ax.bar(["fp32", "bf16 mixed precision"], values, bottom=bottom, label=label, width=0.5)
     bottom = [b + v for b, v in zip(bottom, values)]
-ax.set(ylabel="bytes per rank (MiB)", title=f"One rank's backpack, ZeRO stage 0 (Ψ = {psi:,})")
+ax.set(ylabel="memory per rank (MiB)", title=f"One rank's backpack, ZeRO stage 0 (Ψ = {psi:,})")
 ax.legend(loc="upper left", bbox_to_anchor=(1, 1))
 fig.tight_layout()
 plt.show()
 """),
 md("""
-For this small model and 512 tokens per micro-batch, the chair is the biggest item. The two
+Among the model states the notebook is the heaviest, as the text said. The chair, though, is
+the biggest item here, and that is this model's size, not a rule: TinyLM has only
+610,048 trainable parameters, and a micro-batch of 512 tokens saves more than its model states weigh. The two
 kinds of giant grow with different things: the model states with Ψ, the chair with the tokens
 in a micro-batch (times the width and depth of the model). At billions of parameters the model
 states alone overflow a GPU, as the next section shows.
@@ -328,6 +335,17 @@ print(f"activations, 4 × 128 tokens: fp32 {chair['fp32'] / 512:,.0f} B/token, b
 crew.close()
 """),
 md("""
+## Questions
+
+1. Change the micro-batch in the chair's cell from 4 to 1 and re-run it and the picture. Is
+   the chair still the biggest item? At what batch does the notebook win?
+2. Why does mixed precision not shrink the model states, although the weights the GPU
+   computes with are half the size? Which giant grows to pay for it?
+3. A memory check before the first step reports 4 bytes per parameter of optimizer state in
+   mixed precision. What will it report after the first step, and why?
+4. How many 80 GB GPUs must a crew have before a 70B model's model states fit at stage 0?
+   (Hint: at stage 0 every GPU holds all of them.) What would have to change?
+
 **Your turn:** in [`exercises/01_memory_giants.ipynb`](../exercises/01_memory_giants.ipynb) you
 write the byte count yourself, for every ZeRO stage, and a check runs the real engine on
 2 ranks to compare your numbers with the measured backpacks.
