@@ -12,6 +12,9 @@
                                                   (ZeRO paper formulas), plus DeepSpeed's own
                                                   estimator tables for ZeRO-2 and ZeRO-3
     zerolab env                                   torch, backends and devices on this machine
+    zerolab report [--preflight]                  this machine as the course sees it (one screen);
+                                                  --preflight: the learner's check, READY or what
+                                                  to fix (exit status 1 when not ready)
 """
 from __future__ import annotations
 
@@ -120,6 +123,15 @@ def cmd_env(a) -> int:
     return 0
 
 
+def cmd_report(a) -> int:
+    from . import report
+    if a.preflight:
+        need = report.COURSE_NEEDS_GB if a.need_gb is None else a.need_gb
+        return 0 if report.preflight(ranks=a.ranks, need_gb=need) else 1
+    print(report.report_text())
+    return 0
+
+
 def cmd_consolidate(a) -> int:
     from .checkpoint import CheckpointError, consolidate
     try:
@@ -156,6 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     c.set_defaults(fn=cmd_consolidate)
     v = sub.add_parser("env", help="torch, backends and devices here")
     v.set_defaults(fn=cmd_env)
+    r = sub.add_parser("report", help="this machine as the course sees it; --preflight: ready for the course?")
+    r.add_argument("--preflight", action="store_true", help="the learner's one-time check: READY or what to fix")
+    r.add_argument("--ranks", type=int, default=4, help="ranks of the test crew (preflight)")
+    r.add_argument("--need-gb", type=float, default=None,
+                   help="free memory the chapters need, in GB (preflight; default: the measured need)")
+    r.set_defaults(fn=cmd_report)
     a = ap.parse_args(argv)
     return a.fn(a)
 
