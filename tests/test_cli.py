@@ -55,7 +55,7 @@ def test_explain_lists_what_zerolab_does_not_implement_instead_of_failing(capsys
     assert "on the GPU: none (0.00 GB)" in out
     assert "in CPU memory: grads 1.75 GB + optimizer states 10.50 GB + params 1.75 GB (14.00 GB)" in out
     # keys with no effect in zerolab, with the reason; no prefetch claim
-    assert "No effect in zerolab" in out and "zero_optimization.overlap_comm = true: " in out
+    assert "No effect in zerolab" in out and "zero_optimization.contiguous_gradients = true: " in out
     assert "prefetch up to" not in out
     assert "13.04 GiB   <- this config" in out          # stage 3 row: 16 * 7e9 / 8 bytes
 

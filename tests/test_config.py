@@ -497,11 +497,11 @@ def test_describe_is_factual():
     assert "Gradient clipping: clipped to global L2 norm 1." in text
     assert "Optimizer: AdamW (torch.optim.AdamW), lr=0.0001" in text
     assert "No effect in zerolab (accepted; same numbers as DeepSpeed):" in text
-    for key, value in (("overlap_comm", "true"), ("contiguous_gradients", "true"),
+    assert "issued asynchronously (overlap_comm), overlapping the rest of backward" in text
+    for key, value in (("contiguous_gradients", "true"),
                        ("stage3_prefetch_bucket_size", "500,000,000"), ("stage3_max_live_parameters", "1,000,000,000"),
                        ("stage3_max_reuse_distance", "1,000,000,000"), ("sub_group_size", "100,000,000")):
         assert f"  - zero_optimization.{key} = {value}: " in text, key
-    assert "zerolab's engine does not overlap communication yet" in text
     plain = load_config({"train_batch_size": 4, "gradient_clipping": 0}, 1).describe()
     assert "nothing is partitioned" in plain and "fp32 throughout" in plain and "Gradient clipping: off." in plain
     assert "Stage 3" not in plain and "none in the config" in plain and "No effect" not in plain
@@ -617,11 +617,12 @@ def test_every_implemented_key_is_read_by_the_engine():
 
 
 def test_the_keys_of_issue_8_have_honest_statuses():
-    for key in ("overlap_comm", "contiguous_gradients", "allgather_bucket_size", "allgather_partitions",
+    for key in ("contiguous_gradients", "allgather_bucket_size", "allgather_partitions",
                 "sub_group_size", "stage3_prefetch_bucket_size", "stage3_max_live_parameters",
                 "stage3_max_reuse_distance"):
         assert K.ZERO[key].status == K.NO_EFFECT, key
-    assert K.ZERO["reduce_scatter"].status == K.NOT_IMPLEMENTED and K.ZERO["reduce_scatter"].inert == (True,)
+    # implemented since (zerolab/reduce.py): async bucket collectives, and the all-reduce path
+    assert K.ZERO["overlap_comm"].status == K.ZERO["reduce_scatter"].status == K.IMPLEMENTED
     assert K.FP16["auto_cast"].status == K.NOT_IMPLEMENTED and K.FP16["auto_cast"].inert == (False,)
     for key in ("stage", "reduce_bucket_size", "ignore_unused_parameters", "stage3_param_persistence_threshold",
                 "stage3_model_persistence_threshold"):
@@ -632,7 +633,6 @@ def test_the_keys_of_issue_8_have_honest_statuses():
 
 
 @pytest.mark.parametrize("cfg,path", [
-    (with_batch(zero_optimization={"reduce_scatter": False}), "zero_optimization.reduce_scatter"),
     (with_batch(fp16={"enabled": True, "auto_cast": True}), "fp16.auto_cast"),
 ])
 def test_settings_that_change_what_deepspeed_does_are_refused(cfg, path):
@@ -654,11 +654,10 @@ def test_ignored_settings_lists_what_the_user_set_with_no_effect_and_why():
         del cfg["zero_optimization"][key]
     ignored = load_config(cfg, 8).ignored_settings()
     assert [k for k, _ in ignored] == [f"zero_optimization.{k}" for k in (
-        "overlap_comm", "contiguous_gradients", "stage3_prefetch_bucket_size", "stage3_max_live_parameters",
+        "contiguous_gradients", "stage3_prefetch_bucket_size", "stage3_max_live_parameters",
         "stage3_max_reuse_distance", "sub_group_size")]
     why = dict(ignored)
-    assert "does not overlap" in why["zero_optimization.overlap_comm"]
-    assert "never the numbers" in why["zero_optimization.overlap_comm"]
+    assert "never the numbers" in why["zero_optimization.contiguous_gradients"]
     assert "flat buckets" in why["zero_optimization.contiguous_gradients"]
     assert "just in time, without prefetch" in why["zero_optimization.stage3_prefetch_bucket_size"]
     assert "bound working memory" in why["zero_optimization.sub_group_size"]

@@ -28,7 +28,7 @@ from typing import Iterator
 import torch
 import torch.distributed as dist
 
-__all__ = ["CommRecord", "Ledger", "Comm", "wire_factor", "ring_all_reduce",
+__all__ = ["CommRecord", "Ledger", "Comm", "Pending", "wire_factor", "ring_all_reduce",
            "ring_reduce_scatter", "ring_all_gather", "default_comm"]
 
 
@@ -142,16 +142,45 @@ def _reduce_scatter_base(out: torch.Tensor, inp: torch.Tensor, op, group) -> Non
     fn(out, inp, op=op, group=group)
 
 
+class Pending:
+    """An asynchronous collective in flight (``async_op=True``): :meth:`wait` blocks until it is
+    done, then writes it to the ledger (seconds from issue to completion) and the timeline
+    (the collective's span, and the wait: the part the rank could not hide)."""
+
+    def __init__(self, comm: "Comm", op: str, t: torch.Tensor, numel: int, tag: str, work):
+        self.comm, self.op, self.t, self.numel, self.tag, self.work = comm, op, t, numel, tag, work
+        self.t0 = time.perf_counter()
+        self.done = False
+
+    def wait(self) -> None:
+        if self.done:
+            return
+        w0 = time.perf_counter()
+        if self.work is not None:
+            self.work.wait()
+        end = time.perf_counter()
+        self.done = True
+        c = self.comm
+        c.ledger.add(CommRecord(self.op, self.numel, self.numel * self.t.element_size(),
+                                str(self.t.dtype).replace("torch.", ""), c.world_size, end - self.t0, self.tag))
+        if c.timeline is not None:
+            c.timeline.add("async", f"{self.op} {self.tag}".strip(), self.t0, end)
+            c.timeline.add("wait", f"wait {self.tag}".strip(), w0, end)
+
+
 class Comm:
-    """The collectives the engine uses, over one process group, each written to a ledger.
+    """The collectives the engine uses, over one process group, each written to a ledger
+    (and, when ``timeline`` is set, to a :class:`~zerolab.timeline.Timeline`).
 
     The tensors are used in place, as with ``torch.distributed``. ``op`` is a
-    ``dist.ReduceOp`` (SUM by default; AVG works on gloo and NCCL).
+    ``dist.ReduceOp`` (SUM by default; AVG works on gloo and NCCL). ``all_reduce`` and
+    ``reduce_scatter`` take ``async_op=True`` and then return a :class:`Pending`.
     """
 
-    def __init__(self, group=None, ledger: Ledger | None = None):
+    def __init__(self, group=None, ledger: Ledger | None = None, timeline=None):
         self.group = group
         self.ledger = ledger if ledger is not None else Ledger()
+        self.timeline = timeline
 
     @property
     def world_size(self) -> int:
@@ -163,10 +192,17 @@ class Comm:
 
     def _record(self, op: str, t: torch.Tensor, t0: float, tag: str, numel: int | None = None) -> None:
         n = t.numel() if numel is None else numel
+        end = time.perf_counter()
         self.ledger.add(CommRecord(op, n, n * t.element_size(), str(t.dtype).replace("torch.", ""),
-                                   self.world_size, time.perf_counter() - t0, tag))
+                                   self.world_size, end - t0, tag))
+        if self.timeline is not None and self.ledger.enabled:
+            self.timeline.add("comm", f"{op} {tag}".strip(), t0, end)
 
-    def all_reduce(self, t: torch.Tensor, op=dist.ReduceOp.SUM, *, tag: str = "") -> torch.Tensor:
+    def all_reduce(self, t: torch.Tensor, op=dist.ReduceOp.SUM, *, tag: str = "",
+                   async_op: bool = False):
+        if async_op:
+            work = dist.all_reduce(t, op=op, group=self.group, async_op=True) if self.world_size > 1 else None
+            return Pending(self, "all_reduce", t, t.numel(), tag, work)
         t0 = time.perf_counter()
         if self.world_size > 1:
             dist.all_reduce(t, op=op, group=self.group)
@@ -174,12 +210,20 @@ class Comm:
         return t
 
     def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op=dist.ReduceOp.SUM, *,
-                       tag: str = "") -> torch.Tensor:
+                       tag: str = "", async_op: bool = False):
         """``inp`` holds N equal chunks; rank r receives the reduction of chunk r in ``out``."""
         n = self.world_size
         if inp.numel() != out.numel() * n:
             raise ValueError(f"reduce_scatter: input has {inp.numel()} elements, expected "
                              f"{n} x {out.numel()} (pad the flat buffer to a multiple of the world size)")
+        if async_op:
+            if n > 1:
+                fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+                work = fn(out, inp, op=op, group=self.group, async_op=True)
+            else:
+                out.copy_(inp)
+                work = None
+            return Pending(self, "reduce_scatter", inp, inp.numel(), tag, work)
         t0 = time.perf_counter()
         if n > 1:
             _reduce_scatter_base(out, inp, op, self.group)

@@ -159,10 +159,10 @@ class ZeroConfig:
     """The ``zero_optimization`` block. Sizes are in elements, not bytes.
 
     Every key is parsed and checked, but only some are read by the engine: see the statuses in
-    :mod:`zerolab.config_keys`. ``overlap_comm``, ``contiguous_gradients``,
-    ``allgather_bucket_size``, ``allgather_partitions``, ``sub_group_size`` and the stage-3
-    prefetch / live / reuse knobs have no effect in zerolab (:meth:`Config.ignored_settings`
-    says why); ``reduce_scatter`` must be true and ``round_robin_gradients`` false."""
+    :mod:`zerolab.config_keys`. ``contiguous_gradients``, ``allgather_bucket_size``,
+    ``allgather_partitions``, ``sub_group_size`` and the stage-3 prefetch / live / reuse knobs
+    have no effect in zerolab (:meth:`Config.ignored_settings` says why);
+    ``round_robin_gradients`` must be false."""
     stage: int = 0
     contiguous_gradients: bool = True
     reduce_scatter: bool = True
@@ -292,19 +292,28 @@ class Config:
                       "average of its shard), and after the step the updated shards are all-gathered",
                    2: "during backward each bucket is reduce-scattered once its gradients are complete "
                       "(each rank keeps its shard), and after the step the updated shards are all-gathered"}[z.stage]
+            if z.stage > 0 and not z.reduce_scatter:
+                how = how.replace("reduce-scattered", "all-reduced (reduce_scatter false: each rank keeps "
+                                  "its shard of the sum, DeepSpeed's 3 Psi of traffic)", 1)
+            if z.overlap_comm:
+                how += ("; overlap_comm: each bucket's collective is issued asynchronously as soon as it is "
+                        "complete, while backward goes on")
             lines.append(f"Gradient buckets: reduce_bucket_size {z.reduce_bucket_size:,} elements "
                          f"({z.reduce_bucket_size * nbytes / 1e9:.2f} GB in {comm}); {how}.")
         else:
+            verb = "reduce-scattered" if z.reduce_scatter else "all-reduced (reduce_scatter false)"
+            when = ("issued asynchronously (overlap_comm), overlapping the rest of backward" if z.overlap_comm
+                    else "each call blocking (overlap_comm false)")
             lines.append(f"Gradients: one flat group per module (the persistent parameters share one), "
-                         f"reduce-scattered in {comm} during backward once complete (each rank keeps its shard).")
+                         f"{verb} in {comm} during backward once complete (each rank keeps its shard), {when}.")
             persist = (f"parameters of at most {z.stage3_param_persistence_threshold:,} elements stay gathered "
                        "(stage3_param_persistence_threshold)")
             if z.stage3_model_persistence_threshold != sys.maxsize:
                 persist += (f", up to {z.stage3_model_persistence_threshold:,} elements in all "
                             "(stage3_model_persistence_threshold)")
             lines.append("Stage 3 fetching: each module's parameters are all-gathered just before its forward and "
-                         "again before its backward, and released after use (just in time: no prefetch, no "
-                         f"overlap); {persist}.")
+                         "again before its backward, and released after use (just in time: no prefetch); "
+                         f"{persist}.")
         lines += _offload_lines(self)
         clip = f"clipped to global L2 norm {self.gradient_clipping:g}" if self.gradient_clipping else "off"
         lines.append(f"Gradient clipping: {clip}.")

@@ -144,10 +144,9 @@ _JIT = "zerolab gathers each module's parameters just in time, without prefetch;
 ZERO = {
     **{k: _I for k in (
         "stage", "reduce_bucket_size", "ignore_unused_parameters", "offload_optimizer", "offload_param",
-        "stage3_param_persistence_threshold", "stage3_model_persistence_threshold")},
-    "overlap_comm": _A("changes when communication happens (on a side stream, overlapped with backward, "
-                       "with double-buffered buckets), never the numbers; zerolab's engine does not overlap "
-                       "communication yet"),
+        "stage3_param_persistence_threshold", "stage3_model_persistence_threshold",
+        "overlap_comm",       # reduce.py: async bucket collectives during backward
+        "reduce_scatter")},   # reduce.py: false all-reduces each bucket (DeepSpeed's stage 1/2 traffic)
     "contiguous_gradients": _A("zerolab always packs gradients into flat buckets (what true does); false in "
                                "DeepSpeed changes only the memory layout, never the numbers"),
     "allgather_bucket_size": _A("zerolab all-gathers updated parameters one bucket (stages 1-2) or one module "
@@ -165,9 +164,6 @@ ZERO = {
     "stage3_max_reuse_distance": _A("DeepSpeed keeps a parameter gathered if it is used again within this many "
                                     "elements; zerolab releases each module right after use and gathers it again "
                                     "when needed, without prefetch; memory and gather traffic only, same numbers"),
-    "reduce_scatter": _ni("false makes DeepSpeed all-reduce each whole gradient bucket instead of reducing "
-                          "each part only to its owner: other collectives, other bytes on the wire; zerolab "
-                          "always reduce-scatters", True),
     "load_from_fp32_weights": _A("read only when loading a DeepSpeed checkpoint"),
     "use_multi_rank_bucket_allreduce": _A("picks DeepSpeed's stage 1/2 collective; reduced values are the same"),
     "memory_efficient_linear": _A("DeepSpeed's stage-3 Linear patch; same values"),

@@ -33,6 +33,7 @@ from .stage0 import Stage0
 from .stage1 import Stage1
 from .stage2 import Stage2
 from .stage3 import Stage3
+from .timeline import Timeline
 
 __all__ = ["initialize", "Engine"]
 
@@ -69,7 +70,8 @@ class Engine:
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("zerolab.initialize needs a torch.distributed process group: call it "
                                "inside a function run by zerolab.launch / Crew.run, or under torchrun")
-        self.comm = Comm()                       # its ledger records every collective we issue
+        self.timeline = Timeline()               # forward / backward / step spans, every collective
+        self.comm = Comm(timeline=self.timeline) # its ledger records every collective we issue
         self.config: Config = load_config(config, self.comm.world_size)
         self._close_previous_engine(model)
         self._warn_ignored_settings()
@@ -170,7 +172,8 @@ class Engine:
     # -- the training step -------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         self._check_open()
-        return self.module(*args, **kwargs)
+        with self.timeline.span("forward"):
+            return self.module(*args, **kwargs)
 
     def train(self, mode: bool = True) -> "Engine":
         self.module.train(mode)
@@ -199,9 +202,10 @@ class Engine:
         self._check_open()
         factor = self.loss_scale / self.gradient_accumulation_steps
         scaled = loss * factor if factor != 1.0 else loss
-        self.stage.begin_backward()
-        scaled.backward()
-        self.stage.end_backward()
+        with self.timeline.span("backward"):
+            self.stage.begin_backward(self.is_gradient_accumulation_boundary())
+            scaled.backward()
+            self.stage.end_backward()
         if not self.config.zero.ignore_unused_parameters:
             self.stage.check_unused()
 
@@ -209,7 +213,8 @@ class Engine:
         """Count a micro-step; at the accumulation boundary, update the parameters."""
         self._check_open()
         if self.is_gradient_accumulation_boundary():
-            self._optimizer_step()
+            with self.timeline.span("step"):
+                self._optimizer_step()
         self.micro_steps += 1
 
     def _optimizer_step(self) -> None:

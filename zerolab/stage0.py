@@ -26,6 +26,7 @@ class Stage0(StageBase):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self._overlapping = False
         # Parameters live in one flat buffer per bucket; the model's params are views of it.
         self.param_flats = [g.flatten([p.data for p in g.params], self.dtype, self.device)
                             for g in self.groups]
@@ -49,15 +50,45 @@ class Stage0(StageBase):
         """The part of each flat buffer this rank's optimizer steps: all of it in stage 0."""
         return list(flats)
 
+    # With overlap_comm, the boundary micro-step's backward sends each bucket as soon as it is
+    # complete (as torch DDP does); otherwise every bucket is sent at the boundary, in order.
+    def begin_backward(self, boundary: bool = True) -> None:
+        super().begin_backward(boundary)
+        if getattr(self, "_sent_in_backward", False):
+            raise RuntimeError("backward was called twice before engine.step() at an accumulation "
+                               "boundary with overlap_comm: call engine.step() after each backward, "
+                               "as DeepSpeed requires")
+        self._overlapping = self.overlap and boundary
+        if self._overlapping:
+            self._start_order()
+
     def accept_grad(self, g: FlatGroup, i: int, grad: torch.Tensor) -> None:
+        if self._overlapping:
+            self._check_not_sent(g, i)
         self.grad_flats[g.index][g.param_slice(i)].add_(grad.reshape(-1))
+        if self._overlapping:
+            self._arrive(g, i)
+
+    def end_backward(self) -> None:
+        if self._overlapping:
+            self._issue_rest()
+            self._drain()
+            self._overlapping = False
+            self._sent_in_backward = True
 
     def boundary_reduce(self) -> None:
-        for g, buf in zip(self.groups, self.grad_flats):
-            send = self._send_buffer(buf)
-            self.comm.all_reduce(send, tag=f"grads {g.label}")
-            if send is not buf:
-                buf.copy_(send)
+        if getattr(self, "_sent_in_backward", False):
+            self._sent_in_backward = False
+            return
+        for g in self.groups:
+            self.issue(g)
+        self._drain()
+
+    def issue(self, g: FlatGroup) -> None:
+        """Stage 0: all-reduce the bucket; every rank keeps the whole average."""
+        buf = self.grad_flats[g.index]
+        send = self._send_buffer(buf)
+        self._all_reduce(g, send, lambda: buf.copy_(send) if send is not buf else None)
 
     def grads_for_step(self):
         return self._owned(self.grad_flats)

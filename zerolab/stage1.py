@@ -27,12 +27,11 @@ class Stage1(Stage0):
     def _owned(self, flats):
         return [g.shard_of(f) for g, f in zip(self.groups, flats)]
 
-    def boundary_reduce(self) -> None:
-        for g, buf in zip(self.groups, self.grad_flats):
-            send = self._send_buffer(buf)
-            out = torch.empty(g.shard_numel, dtype=send.dtype, device=send.device)
-            self.comm.reduce_scatter(out, send, tag=f"grads {g.label}")
-            g.shard_of(buf).copy_(out)           # only our shard of the gradient is now valid
+    def issue(self, g: FlatGroup) -> None:
+        """Stage 1: reduce the bucket to this rank's shard (only that shard is valid after)."""
+        buf = self.grad_flats[g.index]
+        send = self._send_buffer(buf)
+        self._reduce_to_shard(g, send, lambda shard: g.shard_of(buf).copy_(shard))
 
     def publish(self) -> None:
         gather_shards(self, self.param_flats)

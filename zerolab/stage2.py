@@ -14,7 +14,7 @@ from __future__ import annotations
 from .memory import tensor_bytes
 from .stage0 import Stage0
 from .stage1 import gather_shards
-from .stage_base import ReduceScatterGrads
+from .reduce import ReduceScatterGrads
 
 __all__ = ["Stage2"]
 

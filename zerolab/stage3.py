@@ -44,7 +44,8 @@ from torch import nn
 
 from .flat import FlatGroup
 from .memory import tensor_bytes
-from .stage_base import ReduceScatterGrads, StageBase, broadcast_
+from .reduce import ReduceScatterGrads
+from .stage_base import StageBase, broadcast_
 
 __all__ = ["Stage3", "ModuleOrderError", "ExternalParameterError"]
 
@@ -276,8 +277,8 @@ class Stage3(ReduceScatterGrads, StageBase):
         first = list(dict.fromkeys(self._trace))
         return first[::-1]
 
-    def begin_backward(self) -> None:
-        super().begin_backward()
+    def begin_backward(self, boundary: bool = True) -> None:
+        super().begin_backward(boundary)
         self._in_backward = True
         self._forward_done = False
 

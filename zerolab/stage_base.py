@@ -13,12 +13,8 @@ Gradients arrive through ``register_post_accumulate_grad_hook``: as soon as auto
 finished a parameter's gradient, the stage takes it (into its flat gradient buffer or a
 bucket) and sets ``param.grad = None``, so no stray full-size ``.grad`` tensors stay behind.
 
-Ranks may take different paths through the model (a branch only one rank runs, a layer skipped
-on some steps). The rule that keeps that correct is DDP's: every rank reduces every bucket,
-every backward, *in one fixed order*; a parameter that got no gradient on a rank contributes
-zeros there (so the average is DDP's with ``find_unused_parameters=True``). A bucket that is
-complete early waits for its turn rather than racing ahead of a bucket another rank completed
-first, which would pair different buckets in one collective.
+How and when buckets are reduced (one order on every rank, reduce-scatter or all-reduce,
+overlap with backward) is in ``reduce.py``.
 """
 from __future__ import annotations
 
@@ -29,6 +25,7 @@ from torch import nn
 from .comm import Comm
 from .flat import FlatGroup
 from .memory import tensor_bytes
+from .reduce import OrderedBuckets, ReduceScatterGrads  # noqa: F401  (ReduceScatterGrads: stages 2, 3)
 
 __all__ = ["StageBase", "UnusedParameterError"]
 
@@ -37,7 +34,7 @@ class UnusedParameterError(RuntimeError):
     """``ignore_unused_parameters`` is false and a trainable parameter got no gradient."""
 
 
-class StageBase:
+class StageBase(OrderedBuckets):
     stage: int = -1
     shards_optimizer = True      # do ranks step only their own shard? (False for stage 0)
 
@@ -58,6 +55,7 @@ class StageBase:
         self._live_buffers: dict[str, torch.Tensor] = {}
         self._got_grad: set[int] = set()         # ids of params that got a gradient this backward
         self.closed = False
+        self._init_order()
         self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for _, p in named]
 
     # -- building -----------------------------------------------------------------------
@@ -83,7 +81,9 @@ class StageBase:
     def accept_grad(self, g: FlatGroup, i: int, grad: torch.Tensor) -> None:
         raise NotImplementedError
 
-    def begin_backward(self) -> None:
+    def begin_backward(self, boundary: bool = True) -> None:
+        """Called before every ``loss.backward()``; ``boundary``: this micro-step ends with an
+        optimizer step (stages 0/1 reduce their gradients then)."""
         self._got_grad.clear()
 
     def end_backward(self) -> None:
@@ -202,104 +202,6 @@ class StageBase:
         for g, flat in zip(self.groups, self.full_master_flats()):
             for p, v in zip(g.params, g.views(flat)):
                 p.data = v.to(self.dtype).clone()
-
-
-class ReduceScatterGrads:
-    """Sharded gradients, shared by stages 2 and 3 (a mixin for :class:`StageBase`).
-
-    A group's gradient is collected in a bucket as backward produces it; once every parameter
-    of the group has its gradient the bucket is *ready*. Ready buckets are reduce-scattered in
-    the order :meth:`reduce_order` fixes for this backward (the same on every rank), so a
-    bucket that is ready early waits for the ones before it; whatever is left when backward
-    ends (a parameter this rank did not use) is reduced then, still in that order. This rank
-    adds its shard to ``grad_shards`` (accumulating across micro-steps) and the bucket is
-    freed. Stages hook in through :meth:`_after_reduce` (stage 3 releases the gathered
-    parameters there)."""
-
-    def _init_grad_shards(self) -> None:
-        self.grad_shards = [torch.zeros(g.shard_numel, dtype=self.dtype, device=self.device)
-                            for g in self.groups]
-        self._buckets: dict[int, torch.Tensor] = {}     # group index -> gradient bucket in flight
-        self._arrived: dict[int, set[int]] = {}         # group index -> params whose grad arrived
-        self._reduced: set[int] = set()                 # groups reduced in this backward pass
-        self._ready: set[int] = set()                   # groups complete, waiting for their turn
-        self._order: list[int] = []                     # the reduction order of this backward
-        self._next = 0                                  # position in _order of the next to reduce
-
-    def reduce_order(self) -> list[int]:
-        """Group indices in the order their gradients are reduced this backward: identical
-        on every rank. Stage 2: bucket order (buckets are cut in gradient order)."""
-        return list(range(len(self.groups)))
-
-    def begin_backward(self) -> None:
-        super().begin_backward()
-        order = self.reduce_order()
-        seen = set(order)
-        self._order = order + [i for i in range(len(self.groups)) if i not in seen]
-        self._next = 0
-        self._ready.clear()
-
-    def accept_grad(self, g: FlatGroup, i: int, grad: torch.Tensor) -> None:
-        if g.index in self._reduced:
-            raise RuntimeError(
-                f"a second gradient for {g.names[i]!r} arrived in one backward, after its bucket "
-                f"({g.label}) was reduced: its gradient was accumulated twice in one backward "
-                "(e.g. reentrant activation checkpointing), which zerolab does not support; use "
-                "torch.utils.checkpoint with use_reentrant=False")
-        bucket = self._buckets.get(g.index)
-        if bucket is None:
-            bucket = torch.zeros(g.padded_numel, dtype=self.dtype, device=self.device)
-            self._buckets[g.index] = bucket
-            self._arrived[g.index] = set()
-            self._track(f"grads {g.index}", bucket)
-        bucket[g.param_slice(i)].add_(grad.reshape(-1))
-        self._arrived[g.index].add(i)
-        if len(self._arrived[g.index]) == len(g.params):
-            self._ready.add(g.index)
-            self._reduce_ready()
-
-    def _reduce_ready(self) -> None:
-        """Reduce ready buckets from the front of the order, stopping at one not ready yet."""
-        while self._next < len(self._order) and self._order[self._next] in self._ready:
-            self._reduce_bucket(self.groups[self._order[self._next]])
-            self._next += 1
-
-    def _reduce_bucket(self, g: FlatGroup) -> None:
-        bucket = self._buckets.pop(g.index, None)
-        if bucket is None:                        # no gradient reached this group here
-            bucket = torch.zeros(g.padded_numel, dtype=self.dtype, device=self.device)
-        self._arrived.pop(g.index, None)
-        self._reduced.add(g.index)
-        send = self._send_buffer(bucket)
-        out = torch.empty(g.shard_numel, dtype=send.dtype, device=send.device)
-        self.comm.reduce_scatter(out, send, tag=f"grads {g.label}")
-        self.grad_shards[g.index].add_(out)
-        self._track(f"grads {g.index}", None)
-        self._after_reduce(g)
-
-    def _after_reduce(self, g: FlatGroup) -> None:
-        pass
-
-    def end_backward(self) -> None:
-        # Groups whose parameters got no (or not every) gradient this pass, e.g. a parameter
-        # unused in forward on this rank, are still reduced, in the same order, so every rank
-        # makes the same calls and the averages stay right.
-        for i in self._order[self._next:]:
-            if i not in self._reduced:
-                self._reduce_bucket(self.groups[i])
-        self._next = len(self._order)
-        self._ready.clear()
-        self._reduced.clear()
-
-    def boundary_reduce(self) -> None:
-        pass                                      # already reduced during backward
-
-    def grads_for_step(self):
-        return self.grad_shards
-
-    def zero_grads(self) -> None:
-        for s in self.grad_shards:
-            s.zero_()
 
 
 def broadcast_(comm: Comm, t: torch.Tensor) -> None:

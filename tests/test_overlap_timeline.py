@@ -1,0 +1,68 @@
+"""Communication: the all-reduce path's traffic, overlap in the timeline, the timeline itself."""
+import json
+
+import pytest
+import torch
+
+import zerolab
+from zerolab.models import TinyLM, lm_batches, lm_loss
+from zerolab.reference import train_engine
+
+
+def one_step(stage, **zero):
+    world = zerolab.world_size()
+    cfg = {"train_batch_size": 2 * world, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": stage, "reduce_bucket_size": 700,
+                                 "stage3_param_persistence_threshold": 30, **zero}}
+    engine = zerolab.initialize(TinyLM(), cfg)
+    train_engine(engine, lm_batches(1, 2 * world), lm_loss)        # warm-up
+    mark, tmark = engine.ledger.mark(), engine.timeline.mark()
+    train_engine(engine, lm_batches(1, 2 * world, seed=1), lm_loss)
+    grads = [r for r in engine.ledger.since(mark).records if r.tag.startswith("grads")]
+    tl = engine.timeline.since(tmark)
+    return {"ops": sorted({r.op for r in grads}), "wire": sum(r.wire_bytes for r in grads),
+            "bytes": sum(r.bytes for r in grads), "kinds": sorted({e.kind for e in tl.events}),
+            "summary": tl.summary(), "padded": sum(g.padded_numel for g in engine.stage.groups) * 4}
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_reduce_scatter_false_all_reduces_each_bucket_and_moves_twice_the_gradient_bytes(stage):
+    rs = zerolab.launch(one_step, 2, stage, echo=False, timeout=60)[0]
+    ar = zerolab.launch(one_step, 2, stage, reduce_scatter=False, echo=False, timeout=60)[0]
+    assert rs["ops"] == ["reduce_scatter"] and ar["ops"] == ["all_reduce"]
+    assert rs["bytes"] == ar["bytes"] == rs["padded"]              # the same buckets, once each
+    assert ar["wire"] == pytest.approx(2 * rs["wire"])             # 2(N-1)/N against (N-1)/N: 3 Psi vs 2 Psi in all
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_overlap_issues_async_collectives_and_moves_the_same_bytes(stage):
+    sync = zerolab.launch(one_step, 2, stage, overlap_comm=False, echo=False, timeout=60)[0]
+    over = zerolab.launch(one_step, 2, stage, overlap_comm=True, echo=False, timeout=60)[0]
+    assert "async" in over["kinds"] and "wait" in over["kinds"]
+    assert "async" not in sync["kinds"]
+    assert (over["ops"], over["bytes"], over["wire"]) == (sync["ops"], sync["bytes"], sync["wire"])
+    s = over["summary"]
+    assert s["wall"] > 0 and s["compute"] >= 0 and s["exposed_comm"] > 0 and s["hidden_comm"] >= 0
+    assert s["compute"] + s["exposed_comm"] == pytest.approx(s["wall"])
+
+
+def trace(path):
+    engine = zerolab.initialize(TinyLM(), {"train_batch_size": 2 * zerolab.world_size(),
+                                           "optimizer": {"type": "SGD", "params": {"lr": 0.1}},
+                                           "zero_optimization": {"stage": 3}})
+    train_engine(engine, lm_batches(2, 2 * zerolab.world_size()), lm_loss)
+    engine.timeline.chrome_trace(f"{path}.{zerolab.rank()}.json", rank=zerolab.rank())
+    ax = engine.timeline.plot()
+    names = [e.name for e in engine.timeline.events]
+    return names.count("forward"), names.count("backward"), names.count("step"), len(ax.patches) > 0 or bool(ax.collections)
+
+
+def test_timeline_spans_chrome_trace_and_gantt(tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    for r, (fwd, bwd, step, drawn) in enumerate(zerolab.launch(trace, 2, str(tmp_path / "t"), echo=False,
+                                                              timeout=60)):
+        assert (fwd, bwd, step, drawn) == (2, 2, 2, True)
+        events = json.loads((tmp_path / f"t.{r}.json").read_text())["traceEvents"]
+        assert {e["cat"] for e in events} >= {"compute", "comm", "async", "wait"}
+        assert all(e["ph"] == "X" and e["dur"] >= 0 and e["pid"] == r for e in events)
