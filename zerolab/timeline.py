@@ -41,13 +41,20 @@ class Event:
 class Timeline:
     """An append-only list of :class:`Event`; ``enabled`` turns recording off."""
 
+    MAX_EVENTS = 200_000          # a long run keeps the newest; marks stay valid (see mark)
+
     def __init__(self) -> None:
         self.events: list[Event] = []
         self.enabled = True
+        self._dropped = 0             # events dropped from the front so far
 
     def add(self, kind: str, name: str, start: float, end: float) -> None:
         if self.enabled:
             self.events.append(Event(kind, name, start, end))
+            if len(self.events) > self.MAX_EVENTS:
+                half = len(self.events) // 2
+                del self.events[:half]
+                self._dropped += half
 
     @contextlib.contextmanager
     def span(self, name: str) -> Iterator[None]:
@@ -58,11 +65,11 @@ class Timeline:
             self.add("compute", name, t0, time.perf_counter())
 
     def mark(self) -> int:
-        return len(self.events)
+        return self._dropped + len(self.events)
 
     def since(self, mark: int) -> "Timeline":
         out = Timeline()
-        out.events = self.events[mark:]
+        out.events = self.events[max(mark - self._dropped, 0):]
         return out
 
     def clear(self) -> None:
