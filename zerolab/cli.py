@@ -145,6 +145,16 @@ def cmd_consolidate(a) -> int:
     return 0
 
 
+def cmd_bench(a) -> int:
+    from . import bench
+    fit = bench.run(a.nproc)
+    print(fit.describe())
+    if a.out:
+        fit.save(a.out)
+        print(f"saved {a.out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="zerolab", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -166,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("out", help="the .safetensors file to write")
     c.add_argument("--tag", default=None, help="a tag other than the latest")
     c.set_defaults(fn=cmd_consolidate)
+    b = sub.add_parser("bench", help="fit T = alpha + S/beta for each collective on this machine")
+    b.add_argument("--nproc", type=int, default=2, help="ranks to measure on")
+    b.add_argument("--out", default=None, help="save the fit as JSON (zerolab.bench.Fit.load reads it)")
+    b.set_defaults(fn=cmd_bench)
     v = sub.add_parser("env", help="torch, backends and devices here")
     v.set_defaults(fn=cmd_env)
     r = sub.add_parser("report", help="this machine as the course sees it; --preflight: ready for the course?")

@@ -1,0 +1,140 @@
+"""The alpha-beta model of a collective, fitted on this machine: T(S) = alpha + S / beta.
+
+``alpha`` is the fixed cost of one call (latency: start-up, synchronisation, Python), ``beta``
+the bandwidth in bytes per second, and ``S`` the bytes one rank puts on the wire by the ring
+convention of :mod:`zerolab.comm` (an all-reduce of B bytes is 2(N-1)/N B). Few big
+collectives pay alpha few times, which is why gradients travel in buckets: the story's boxes
+instead of shouting item by item.
+
+    fit = zerolab.bench.run(world_size=2)          # measure and fit, on fresh ranks
+    fit.save("alpha_beta.json")
+    fit.predict(engine.ledger)                     # seconds the ledger's collectives should take
+
+From the shell: ``zerolab bench --nproc 2 --out alpha_beta.json``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from .comm import Comm, Ledger, wire_factor
+
+__all__ = ["Fit", "measure", "run", "OPS"]
+
+OPS = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+@dataclasses.dataclass
+class Fit:
+    world_size: int
+    backend: str
+    ops: dict           # op -> {"alpha_s": float, "beta_Bps": float}
+    samples: list       # [op, wire bytes, median seconds] as measured
+
+    def time(self, op: str, wire_bytes: float) -> float:
+        """Predicted seconds of one call (an op not fitted uses all_reduce's fit)."""
+        if self.world_size <= 1:
+            return 0.0
+        f = self.ops.get(op) or self.ops["all_reduce"]
+        return f["alpha_s"] + wire_bytes / f["beta_Bps"]
+
+    def predict(self, ledger: Ledger) -> float:
+        """Seconds the collectives recorded in ``ledger`` should take on this machine."""
+        return sum(self.time(r.op, r.wire_bytes) for r in ledger.records if r.op in OPS or r.op == "broadcast")
+
+    def describe(self) -> str:
+        lines = [f"alpha-beta fit on {self.world_size} ranks ({self.backend}): T = alpha + S/beta, "
+                 "S = wire bytes per rank"]
+        for op, f in self.ops.items():
+            lines.append(f"  {op:<15} alpha {f['alpha_s'] * 1e6:9.1f} us   beta {f['beta_Bps'] / 1e9:7.3f} GB/s")
+        return "\n".join(lines)
+
+    def save(self, path) -> None:
+        with open(path, "w") as fh:
+            json.dump(dataclasses.asdict(self), fh, indent=1)
+
+    @classmethod
+    def load(cls, path) -> "Fit":
+        with open(path) as fh:
+            return cls(**json.load(fh))
+
+
+def _fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """y = a + b x by least squares on the *relative* error (weights 1/y^2), so the small sizes
+    (which set alpha) count as much as the large ones (which set beta); a >= 0, b > 0."""
+    w = [1.0 / (y * y) for y in ys]
+    sw, sx, sy = sum(w), sum(wi * x for wi, x in zip(w, xs)), sum(wi * y for wi, y in zip(w, ys))
+    sxx = sum(wi * x * x for wi, x in zip(w, xs))
+    sxy = sum(wi * x * y for wi, x, y in zip(w, xs, ys))
+    det = sw * sxx - sx * sx
+    b = (sw * sxy - sx * sy) / det if det else 0.0
+    b = max(b, 1e-15)
+    a = max((sy - b * sx) / sw, 0.0)
+    return a, b
+
+
+def measure(sizes_bytes=(4 << 10, 64 << 10, 1 << 20, 8 << 20), repeats: int = 7,
+            ops=OPS) -> list[list]:
+    """On the ranks (inside ``zerolab.launch``): the median time of each op at each size of the
+    full tensor, fp32. Returns [op, wire bytes per rank, seconds] rows (the same on every rank:
+    rank 0's medians, broadcast)."""
+    comm = Comm()
+    n, device = comm.world_size, _device()
+    rows = []
+    for op in ops:
+        for size in sizes_bytes:
+            numel = max(size // 4 // n, 1) * n
+            full = torch.ones(numel, device=device)
+            shard = torch.ones(numel // n, device=device)
+            times = []
+            for k in range(repeats + 1):
+                dist.barrier()
+                t0 = time.perf_counter()
+                if op == "all_reduce":
+                    dist.all_reduce(full)
+                elif op == "reduce_scatter":
+                    dist.reduce_scatter_tensor(shard, full)
+                else:
+                    dist.all_gather_into_tensor(full, shard)
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                if k:                                   # the first call warms up
+                    times.append(time.perf_counter() - t0)
+            t = torch.tensor([statistics.median(times)], dtype=torch.float64, device=device)
+            dist.broadcast(t, 0)
+            rows.append([op, wire_factor(op, n) * numel * 4, float(t)])
+    return rows
+
+
+def _device() -> torch.device:
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def fit(rows: list[list], world_size: int, backend: str) -> Fit:
+    ops = {}
+    for op in dict.fromkeys(r[0] for r in rows):
+        xs = [r[1] for r in rows if r[0] == op]
+        ys = [r[2] for r in rows if r[0] == op]
+        a, b = _fit_line(xs, ys)
+        ops[op] = {"alpha_s": a, "beta_Bps": 1.0 / b}
+    return Fit(world_size, backend, ops, rows)
+
+
+def _measure_on_ranks(sizes, repeats):
+    return measure(sizes, repeats), dist.get_backend()
+
+
+def run(world_size: int = 2, sizes_bytes=(4 << 10, 64 << 10, 1 << 20, 8 << 20), repeats: int = 7,
+        backend: str = "auto") -> Fit:
+    """Start ``world_size`` ranks, measure, and fit."""
+    from .crew import launch
+    rows, used = launch(_measure_on_ranks, world_size, list(sizes_bytes), repeats, backend=backend,
+                        echo=False, timeout=600)[0]
+    return fit(rows, world_size, used)
