@@ -94,8 +94,12 @@ print("crews ready:", ", ".join(f"{n} rank{'s' if n > 1 else ''}" for n in crews
 md("""
 ## 1 · DDP from scratch
 
-zerolab's **stage 0** is DDP written out by hand (`zerolab/stage0.py`, about 80 lines). On every
-rank:
+zerolab's **stage 0** is DDP's algorithm written out by hand (`zerolab/stage0.py`). One
+difference from PyTorch's DDP, as configured here: DDP's defining optimization is to all-reduce
+each bucket as soon as backward has filled it, *overlapping* communication with the rest of
+backward. zerolab does that only with `"overlap_comm": true` (DeepSpeed's default for stages 0
+to 2 is false); this chapter leaves it off, so the buckets are all-reduced at the step, after
+backward. The bytes on the wire are the same either way; only the time differs. On every rank:
 
 * the parameters live in a few flat buffers, the **buckets**; at start-up every rank copies
   rank 0's values, so all copies begin equal;
@@ -283,10 +287,10 @@ md("""
 One all-reduce per **bucket**. The engine packs the gradients, in the order backward produces
 them, into buckets of at most `reduce_bucket_size` = 2,000 elements (DeepSpeed's knob; PyTorch
 DDP's is `bucket_cap_mb`), and all-reduces each bucket as one message: fewer, larger messages
-waste less time on per-call latency (chapter 6 measures that). The last line is not a gradient:
-one 2-element all-reduce asks every rank at once "did anyone see an inf or NaN?" (bf16 steps are
-checked by default, `bf16.check_grad_overflow`) and carries the squared gradient norm when
-clipping is on.
+waste less time on per-call latency. The last line is not a gradient: one 2-element
+all-reduce asks every rank at once "did anyone see an inf or NaN?" and carries the squared
+gradient norm when clipping is on. (zerolab follows DeepSpeed 0.19.8 here, where bf16 steps
+are checked by default, `bf16.check_grad_overflow`; older versions differ.)
 
 The buckets, and the same step on every crew:
 """),
@@ -294,13 +298,14 @@ code("""
 for label, params, numel, padded in step[2][0]["buckets"]:
     print(f"{label}: {params} parameters, {numel:,} elements (padded to {padded:,} for N = 2)")
 print()
-print(" N  buckets  gradient all-reduces  elements  wire bytes/rank (measured)  formula 2(N-1)/N·elements·2 B")
+print(f"{'N':>2}  {'buckets':>7}  {'all-reduces':>11}  {'elements':>8}  {'measured B/rank':>15}  "
+      f"{'2(N-1)/N·elements·2 B':>21}")
 for n, results in step.items():
     grads = [rec for rec in results[0]["records"] if rec[0].startswith("grads")]
     numel = sum(rec[2] for rec in grads)
     wire = sum(rec[5] for rec in grads)
-    print(f"{n:>2}  {len(results[0]['buckets']):>7}  {len(grads):>20}  {numel:>8,}  "
-          f"{wire:>26,.1f}  {2 * (n - 1) / n * numel * 2:>12,.1f} B")
+    print(f"{n:>2}  {len(results[0]['buckets']):>7}  {len(grads):>11}  {numel:>8,}  "
+          f"{wire:>15,.1f}  {2 * (n - 1) / n * numel * 2:>21,.1f}")
 """),
 md("""
 Calls per step = number of buckets, at every N. The elements add up to Ψ = 7,204 plus a few zeros
@@ -313,13 +318,18 @@ traffic.
 
 Chapter 1 weighed one backpack: in mixed precision with Adam, each parameter costs 2 B (bf16
 parameter) + 2 B (bf16 gradient) + 12 B (fp32 master, momentum and variance) = **16 B**. In DDP
-every rank holds all of it. Here is what `engine.memory()` measured on every rank after the step
-above, against the formula:
+every rank holds all of it.
+
+**Predict, then run.** With Ψ = 7,204 trainable parameters, how many bytes of model states does
+one rank hold on a crew of 1? And on a crew of 4: a quarter of that, the same, or more? Write
+your numbers down. The next cell prints what `engine.memory()` measured on every rank after the
+step above, against the formula:
 """),
 code("""
 formula = model_state_bytes(PSI, stage=0, world_size=1)["total"]    # 16 Ψ bytes
 print(f"16Ψ = 16 x {PSI:,} = {formula:,.0f} B per rank (formula)\\n")
-print(" N  params B  grads B  optimizer states B  model states B  measured - 16Ψ = 16·padding + 4·buckets + 2·frozen")
+print("extra = measured - 16Ψ = 16·padding + 4·buckets + 2·frozen (bytes)")
+print(f"{'N':>2}  {'params B':>8}  {'grads B':>7}  {'optimizer B':>11}  {'model states B':>14}  extra")
 for n, results in step.items():
     m = results[0]["memory"]
     assert all(res["memory"]["model_states"] == m["model_states"] for res in results)  # same on every rank
@@ -328,8 +338,8 @@ for n, results in step.items():
     frozen = count_params(model) - PSI
     extra = m["model_states"] - formula
     assert extra == 16 * padding + 4 * buckets + 2 * frozen
-    print(f"{n:>2}  {m['params']:>8,}  {m['grads']:>7,}  {m['optimizer_states']:>18,}  "
-          f"{m['model_states']:>14,}  {extra:>14,.0f} = 16·{padding} + 4·{buckets} + 2·{frozen}")
+    print(f"{n:>2}  {m['params']:>8,}  {m['grads']:>7,}  {m['optimizer_states']:>11,}  "
+          f"{m['model_states']:>14,}  {extra:>5,.0f} = 16·{padding} + 4·{buckets} + 2·{frozen}")
 """),
 md("""
 The measured bytes are 16Ψ plus a few dozen bytes, and every one of those is accounted for: 16 B
@@ -367,8 +377,9 @@ TinyLM's 115 kB fits anywhere. Scale Ψ up and the same 16 bytes per parameter m
 GPU. Real ZeRO runs train on **A100 GPUs sold as "40GB" and "80GB"**. Two warnings about those
 labels:
 
-* memory chips come in binary sizes, so a "40GB" card is closer to 40 **GiB** (42.9 GB): CUDA
-  reports 42,298,834,944 B of global memory on an A100-SXM4-40GB (deviceQuery);
+* memory chips come in binary sizes, so a "40GB" card is closer to 40 **GiB** (42.9 GB): CUDA's
+  deviceQuery reports about 42.3 GB of global memory on an A100-SXM4-40GB (the exact figure
+  depends on the card, its driver and whether ECC is on);
 * and model states are not all a GPU holds: activations (chapter 1's folding chair), temporary
   buffers, the CUDA context and fragmentation take their share, so the real limit sits lower.
 
@@ -378,11 +389,11 @@ code("""
 GB, GIB = 10**9, 2**30
 BYTES_PER_PARAM = formula / PSI            # 16 in mixed precision with Adam
 cards = [("A100 40GB", 40 * GB, "40 GB"), ("A100 40GB", 40 * GIB, "40 GiB"),
-         ("A100-SXM4-40GB", 42_298_834_944, "as CUDA reports it"),
+         ("A100-SXM4-40GB", 42_300_000_000, "≈ as CUDA reports"),
          ("A100 80GB", 80 * GB, "80 GB"), ("A100 80GB", 80 * GIB, "80 GiB")]
-print(f"{'GPU':<16}{'capacity':<20}{'bytes':>16}  {'= GB':>6}  {'= GiB':>6}  largest Ψ under DDP (16 B/param)")
+print(f"{'GPU':<16}{'capacity':<19}{'bytes':>16}  {'= GB':>6}  {'= GiB':>6}  largest Ψ, DDP at 16 B/param")
 for name, capacity, reading in cards:
-    print(f"{name:<16}{reading:<20}{capacity:>16,}  {capacity / GB:>6.1f}  {capacity / GIB:>6.1f}  "
+    print(f"{name:<16}{reading:<19}{capacity:>16,}  {capacity / GB:>6.1f}  {capacity / GIB:>6.1f}  "
           f"{capacity / BYTES_PER_PARAM / 1e9:.2f} billion")
 """),
 code("""
@@ -423,19 +434,23 @@ sent = {n: sorted({res["sent_bytes"] for res in results}) for n, results in ring
 grad_calls = {n: sum(rec[0].startswith("grads") for rec in results[0]["records"]) for n, results in step.items()}
 per_rank = {n: results[0]["memory"]["model_states"] for n, results in step.items()}
 print(f"TinyLM, Ψ = {PSI:,} trainable parameters, on crews of N = 1, 2, 3, 4 ranks:")
-print(f"- DDP (zerolab stage 0) trained to the single-process parameters on every N, within float32 "
-      f"rounding; the ranks' copies were bit-identical.")
-print(f"- Ring all-reduce of Ψ bf16 elements: 2(N-1) sends per rank; bytes sent per rank "
-      + ", ".join(f"N={n}: {'/'.join(f'{b:,}' for b in v)}" for n, v in sent.items())
-      + "; formula 2(N-1)/N·Ψ·2 B: " + ", ".join(f"{ring_formula(n):,.1f}" for n in sent) + ".")
+print("- DDP (zerolab stage 0) trained to the single-process parameters on every N, within")
+print("  float32 rounding; the ranks' copies were bit-identical.")
+print("- Ring all-reduce of Ψ bf16 elements: 2(N-1) sends per rank; bytes sent per rank:")
+for n, v in sent.items():
+    print(f"    N={n}: {'/'.join(f'{b:,}' for b in v):>13}   formula 2(N-1)/N·Ψ·2 B = {ring_formula(n):,.1f}")
 print(f"- One engine step: {grad_calls[2]} gradient all-reduces (= {len(step[2][0]['buckets'])} buckets) "
-      f"at every N, plus one 2-element overflow/norm check.")
-print(f"- Model states per rank: " + ", ".join(f"N={n}: {b:,} B" for n, b in per_rank.items())
-      + f" vs 16Ψ = {formula:,.0f} B: flat in N (the rest is padding, step counters and a frozen scalar).")
-print(f"- Whole crew: " + ", ".join(f"{crew_total[n]:,} B" for n in crew_total) + " = N·16Ψ plus N times those few bytes.")
+      f"at every N,")
+print("  plus one 2-element overflow/norm check.")
+print(f"- Model states per rank vs 16Ψ = {formula:,.0f} B: flat in N (the rest is padding, step")
+print("  counters and a frozen scalar):")
+print("    " + ", ".join(f"N={n}: {b:,} B" for n, b in per_rank.items()))
+print(f"- Whole crew: " + ", ".join(f"{crew_total[n]:,} B" for n in crew_total))
+print("  = N·16Ψ plus N times those few bytes.")
 print(f"- Memory wall at 16 B/param: {40 * GB / BYTES_PER_PARAM / 1e9:.2f} billion params fit 40 GB, "
-      f"{80 * GB / BYTES_PER_PARAM / 1e9:.2f} billion fit 80 GB "
-      f"({40 * GIB / BYTES_PER_PARAM / 1e9:.2f} / {80 * GIB / BYTES_PER_PARAM / 1e9:.2f} billion if the cards are read as GiB).")
+      f"{80 * GB / BYTES_PER_PARAM / 1e9:.2f} billion fit 80 GB")
+print(f"  ({40 * GIB / BYTES_PER_PARAM / 1e9:.2f} / {80 * GIB / BYTES_PER_PARAM / 1e9:.2f} billion "
+      f"if the cards are read as GiB).")
 """),
 md("""
 In the story's words: the old rule makes every worker carry the whole house, and makes them all
@@ -444,6 +459,17 @@ notes can be (about 2Ψ per worker, however many workers), so traffic is not wha
 **Memory is**: 16Ψ on every rank, flat in N. Chapter 3 stops carrying duplicates: the notebook,
 then the stickers, then the furniture itself get split across the crew, and the same
 measurements show each backpack shrinking as 1/N.
+
+### Questions
+
+1. The ring's bytes per rank approach 2Ψ·2 B as N grows. Why does adding ranks not make each
+   rank's traffic grow, and what does grow with N?
+2. Set `reduce_bucket_size` to 500 in `ds_config` and re-run section 3. How many all-reduces
+   per step now, and do the bytes on the wire change?
+3. Here stage 0 all-reduces after backward; with `"overlap_comm": true` (and in PyTorch's DDP)
+   the all-reduces overlap backward. Which measurements in this chapter would overlap change?
+4. Read the memory wall for a 13B model: how many GB of model states per GPU under DDP? How
+   many 80 GB GPUs would ZeRO-3 need just for the model states?
 
 ### Your turn: write the ring yourself
 

@@ -250,7 +250,7 @@ def _engine_task(fn: Callable, steps: int = 2) -> dict:
     comm = engine.comm
     calls = []
 
-    def all_reduce_by_ring(t, op=dist.ReduceOp.SUM, *, tag=""):
+    def all_reduce_by_ring(t, op=dist.ReduceOp.SUM, *, tag="", async_op=False):
         if op != dist.ReduceOp.SUM:
             raise ValueError("this check's ring all-reduce sums only")
         flat = t.reshape(-1)
@@ -261,6 +261,9 @@ def _engine_task(fn: Callable, steps: int = 2) -> dict:
         full = ring_all_gather(out)
         t.copy_(full.reshape(t.shape))
         calls.append(tag)
+        if async_op:                              # the engine asked for a handle: it is done already
+            from zerolab.comm import Pending
+            return Pending(comm, "all_reduce", t, t.numel(), tag, None)
         return t
 
     comm.all_reduce = all_reduce_by_ring          # this engine only, this rank only
@@ -311,7 +314,7 @@ def check_ring_reduce_scatter(fn: Callable, *, cases=CASES, engine_world_sizes=(
             size = results[0]["element_size"]
             per_rank = ", ".join(f"rank {res['rank']} {res['sent_bytes']} B" for res in results)
             lines.append(f"N={n}: {numel} float32 elements ({numel * size} B) in chunks of {sizes}: "
-                         f"chunk[rank] right on every rank; sent {per_rank} "
+                         f"chunk[rank] right on every rank;\n    sent {per_rank} "
                          f"((N-1)/N x {numel * size} B = {(n - 1) / n * numel * size:.1f} B)")
             if n in engine_world_sizes:
                 res = _run(crew, _engine_task, fn, timeout=engine_timeout)
@@ -323,12 +326,12 @@ def check_ring_reduce_scatter(fn: Callable, *, cases=CASES, engine_world_sizes=(
                         f"training (rank {bad[0]}: max |difference| {res[bad[0]]['max_abs_diff']:.3g}).")
                 engine_lines.append(
                     f"N={n}: DDP (zerolab stage 0) on TinyLM, its gradient all-reduce = your "
-                    f"reduce-scatter + a ring all-gather ({res[0]['buckets']} buckets x "
-                    f"{res[0]['steps']} steps = {res[0]['calls']} calls): every rank's parameters "
-                    f"equal single-process training's to float32 rounding")
+                    f"reduce-scatter\n    + a ring all-gather ({res[0]['buckets']} buckets x "
+                    f"{res[0]['steps']} steps = {res[0]['calls']} calls): every rank's parameters\n"
+                    f"    equal single-process training's to float32 rounding")
     sizes_text = ", ".join(str(n) for n, _ in cases)
-    passed(f"your ring reduce-scatter sums the right chunk on every rank (N = {sizes_text}) "
-           f"and sends exactly the N-1 chunks a ring sends:\n  " + "\n  ".join(lines + engine_lines))
+    passed(f"your ring reduce-scatter sums the right chunk on every rank (N = {sizes_text})\n"
+           f"  and sends exactly the N-1 chunks a ring sends:\n  " + "\n  ".join(lines + engine_lines))
 
 
 def _trace_task(fn: Callable, numel: int) -> list:
@@ -356,8 +359,9 @@ def trace_ring(fn: Callable, world_size: int = 4, numel: int = 8, *, timeout: fl
                                           "(it raised NotImplementedError).") from None
             raise rank_failure(exc, f"world size {world_size}", "a rank raised while running your "
                                "function; the rank's traceback (full_tracebacks()) names the line") from None
-    width = 22
-    print("step  " + "".join(f"rank {r}: sent, added into".ljust(width + 6) for r in range(world_size)).rstrip())
+    width = 14
+    print("each cell: the chunk the rank sent -> the chunk(s) it then added into")
+    print("step  " + "".join(f"rank {r}".ljust(width) for r in range(world_size)).rstrip())
     for s in range(max((len(x) for x in schedules), default=0)):
         cells = []
         for sch in schedules:
@@ -366,6 +370,6 @@ def trace_ring(fn: Callable, world_size: int = 4, numel: int = 8, *, timeout: fl
                 text = f"{'?' if sent is None else sent} -> {','.join(map(str, changed)) if changed else '-'}"
             else:
                 text = "(no step)"
-            cells.append(f"chunk {text}".ljust(width + 6))
+            cells.append(text.ljust(width))
         print(f"{s:>4}  " + "".join(cells).rstrip())
     return schedules
