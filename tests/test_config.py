@@ -11,7 +11,7 @@ import torch
 
 import zerolab
 from zerolab import config_keys as K
-from zerolab.config import (BF16Config, Config, ConfigError, FP16Config, FrozenDict, OffloadConfig,
+from zerolab.config import (BF16Config, Config, ConfigError, FP16Config, FrozenDict, OffloadConfig, SchedulerConfig,
                             OptimizerConfig, ZeroConfig, explain_config, load_config)
 
 # The production ZeRO-3 config of seed 002 (shared/seeds/002_7b4206f545a4cfb6.txt), verbatim.
@@ -175,7 +175,7 @@ def test_unknown_key_in_every_block(cfg, message):
 # ---- known DeepSpeed keys that zerolab does not implement --------------------------------------
 
 @pytest.mark.parametrize("cfg,path", [
-    (with_batch(scheduler={"type": "WarmupLR", "params": {"warmup_num_steps": 10}}), "scheduler"),
+    (with_batch(activation_checkpointing={"partition_activations": True}), "activation_checkpointing"),
     (with_batch(activation_checkpointing={"partition_activations": True}), "activation_checkpointing"),
     (with_batch(flops_profiler={"enabled": True}), "flops_profiler"),
     (with_batch(tensorboard={"enabled": True, "output_path": "x"}), "tensorboard"),
@@ -210,9 +210,8 @@ def test_not_implemented_keys_are_named(cfg, path):
 
 
 def test_not_implemented_messages_verbatim():
-    assert str(error(with_batch(scheduler={"type": "WarmupLR"}))) == (
-        "'scheduler' is a DeepSpeed key that zerolab does not implement yet (learning-rate scheduler built and "
-        "stepped by the engine; step a torch scheduler yourself): remove it")
+    assert str(error(with_batch(flops_profiler={"enabled": True}))) == (
+        "'flops_profiler' is a DeepSpeed key that zerolab does not implement yet (FLOPs profiler): remove it")
     assert str(error(with_batch(zero_optimization={"offload_optimizer": {"device": "cpu"}}))) == (
         "'zero_optimization.offload_optimizer.device' is a DeepSpeed key that zerolab does not implement yet "
         "(ZeRO-Offload: optimizer states and step on the CPU or NVMe): it is \"cpu\" here; remove it or set it "
@@ -364,12 +363,12 @@ def test_auto_values_from_hf_trainer_configs(cfg, path, expected):
 
 
 def test_all_problems_are_reported_together():
-    e = error({"train_batch_size": "auto", "zero_optimisation": {}, "scheduler": {"type": "OneCycle"},
+    e = error({"train_batch_size": "auto", "zero_optimisation": {}, "flops_profiler": {"enabled": True},
                "fp16": {"enabled": True, "hysteresis": 0}, "optimizer": {"type": "Adamm"}})
-    assert len(e.problems) == 5 and e.not_implemented == ("scheduler",)
+    assert len(e.problems) == 5 and e.not_implemented == ("flops_profiler",)
     msg = str(e)
     assert msg.startswith("5 problems in the DeepSpeed config:\n")
-    for part in ("'zero_optimisation'", "'scheduler'", "'train_batch_size' is \"auto\"", "'fp16.hysteresis'",
+    for part in ("'zero_optimisation'", "'flops_profiler'", "'train_batch_size' is \"auto\"", "'fp16.hysteresis'",
                  "unknown optimizer type 'Adamm' in 'optimizer.type'; did you mean 'Adam'?"):
         assert part in msg
 
@@ -533,8 +532,9 @@ def test_key_tables_are_consistent_with_the_dataclasses():
 
 
 def test_the_briefs_not_implemented_list_is_in_the_tables():
-    for name in ("scheduler", "activation_checkpointing", "flops_profiler", "tensorboard"):
+    for name in ("activation_checkpointing", "flops_profiler", "tensorboard"):
         assert K.TOP[name].status == K.NOT_IMPLEMENTED
+    assert K.TOP["scheduler"].status == K.IMPLEMENTED       # zerolab.scheduler (issue 13)
     for name in ("stage3_gather_16bit_weights_on_model_save", "elastic_checkpoint", "round_robin_gradients"):
         assert K.ZERO[name].status == K.NOT_IMPLEMENTED
     # removed in DeepSpeed 0.19.8 itself, so refused with that reason
@@ -583,7 +583,8 @@ def implemented_keys_and_fields() -> list:
                                  ("zero_optimization.offload_optimizer", ("zero", "offload_optimizer"),
                                   K.OFFLOAD_OPTIMIZER),
                                  ("zero_optimization.offload_param", ("zero", "offload_param"), K.OFFLOAD_PARAM),
-                                 ("optimizer", ("optimizer",), K.OPTIMIZER)):
+                                 ("optimizer", ("optimizer",), K.OPTIMIZER),
+                                 ("scheduler", ("scheduler",), K.SCHEDULER)):
         out += [(f"{prefix}.{k}", (*chain, k)) for k, v in table.items() if v.status == K.IMPLEMENTED]
     for name, table in K.OPTIMIZER_PARAMS.items():
         for k, v in table.items():
@@ -595,6 +596,7 @@ def implemented_keys_and_fields() -> list:
 
 def test_every_implemented_key_maps_to_a_real_field():
     holders = {"": Config, "zero": ZeroConfig, "fp16": FP16Config, "bf16": BF16Config, "optimizer": OptimizerConfig,
+               "scheduler": SchedulerConfig,
                "offload_optimizer": OffloadConfig, "offload_param": OffloadConfig}
     for key, chain in implemented_keys_and_fields():
         owner = ""
@@ -697,8 +699,8 @@ def test_explain_config_reads_any_deepspeed_config():
 
 def test_explain_config_keeps_real_errors_apart():
     e = explain_config({"train_batch_size": 30, "gradient_accumulation_steps": 4, "zero_optimisation": {},
-                        "scheduler": {"type": "WarmupLR"}, "optimizer": {"type": "Lamb"}}, 2)
-    assert [r.path for r in e.not_implemented] == ["scheduler", "optimizer.type"]
+                        "flops_profiler": {"enabled": True}, "optimizer": {"type": "Lamb"}}, 2)
+    assert [r.path for r in e.not_implemented] == ["flops_profiler", "optimizer.type"]
     assert len(e.errors) == 2
     assert e.errors[0].startswith("unknown key 'zero_optimisation'")
     assert e.errors[1].startswith("check the batch parameters")

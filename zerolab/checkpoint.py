@@ -7,7 +7,8 @@ Layout of ``save_dir/<tag>/`` (the tag defaults to ``global_step<n>``, as DeepSp
                       loss scaler, optimizer type and hyperparameters, sha256 of every file
     rank_<r>.pt       rank r: the part of each group's fp32 master and optimizer state it owns
                       (stage 0: rank 0 writes the whole of every group; the others write none)
-    model_states.pt   rank 0: buffers and frozen parameters; ``client_state``
+    model_states.pt   rank 0: buffers and frozen parameters; ``client_state``; the learning-rate
+                      scheduler's ``state_dict()`` (None without one), as DeepSpeed keeps it
 
 and ``save_dir/latest`` names the newest tag. Every file is written into a temporary folder
 that is renamed into place only when all ranks have finished, so a run killed while saving
@@ -110,6 +111,8 @@ def save_checkpoint(engine, save_dir, tag=None, client_state=None) -> str:
             "frozen": {n: p.detach().cpu().clone() for n, p in engine.module.named_parameters()
                        if id(p) not in trained},
             "client_state": client_state if client_state is not None else {},
+            "lr_scheduler": (_plain(engine.lr_scheduler.state_dict())
+                             if getattr(engine, "lr_scheduler", None) is not None else None),
         }
         torch.save(model_states, tmp / "model_states.pt")
         opt = engine.optimizer
@@ -163,6 +166,21 @@ def _check_client_state(v, where="client_state") -> None:
         return
     raise ValueError(f"{where} is a {type(v).__name__}: a checkpoint keeps only tensors, numbers, strings, "
                      "None and dicts/lists of them, so that loading it never runs pickled code")
+
+
+def _plain(v):
+    """A scheduler's state dict without what ``weights_only`` cannot load back (a torch
+    LambdaLR's functions): numbers, strings, tensors and containers of them stay."""
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items() if _plain(x) is not _DROP}
+    if isinstance(v, (list, tuple)):
+        return type(v)(_plain(x) for x in v if _plain(x) is not _DROP)
+    if v is None or isinstance(v, (bool, int, float, str)) or torch.is_tensor(v):
+        return v
+    return _DROP
+
+
+_DROP = object()
 
 
 def _tied_names(model) -> dict[str, str]:
@@ -258,9 +276,12 @@ def read_full_state(ckpt_path) -> dict:
 
 
 # -- loading ----------------------------------------------------------------------------------
-def load_checkpoint(engine, load_dir, tag=None, load_optimizer_states=True, load_module_only=False):
+def load_checkpoint(engine, load_dir, tag=None, load_optimizer_states=True, load_module_only=False,
+                    load_lr_scheduler_states=True):
     """Load a checkpoint into ``engine`` (every rank must call it); returns ``(path,
-    client_state)``. Any world size and stage the checkpoint was written at."""
+    client_state)``. Any world size and stage the checkpoint was written at. The scheduler's
+    state is loaded when both the engine and the checkpoint have one (DeepSpeed's
+    ``load_lr_scheduler_states``); the lr itself comes back with the optimizer's param groups."""
     comm, stage = engine.comm, engine.stage
     error, full, path = None, None, None
     try:
@@ -307,6 +328,9 @@ def load_checkpoint(engine, load_dir, tag=None, load_optimizer_states=True, load
             for k, v in saved.items():
                 if k in pg:
                     pg[k] = tuple(v) if isinstance(pg[k], tuple) else v
+    sched = getattr(engine, "lr_scheduler", None)
+    if load_lr_scheduler_states and sched is not None and ms.get("lr_scheduler") is not None:
+        sched.load_state_dict(ms["lr_scheduler"])
     engine.global_steps = meta["global_steps"]
     engine.micro_steps = meta["micro_steps"]
     engine.skipped_steps = meta["skipped_steps"]

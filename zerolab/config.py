@@ -30,8 +30,8 @@ import torch
 
 from . import config_keys as K
 
-__all__ = ["Config", "ConfigError", "OptimizerConfig", "FP16Config", "BF16Config", "OffloadConfig",
-           "ZeroConfig", "FrozenDict", "Explanation", "load_config", "explain_config"]
+__all__ = ["Config", "ConfigError", "OptimizerConfig", "SchedulerConfig", "FP16Config", "BF16Config",
+           "OffloadConfig", "ZeroConfig", "FrozenDict", "Explanation", "load_config", "explain_config"]
 
 
 class ConfigError(ValueError):
@@ -112,6 +112,15 @@ class OptimizerConfig:
     @property
     def torch_name(self) -> str:
         return "AdamW" if self.adam_w_mode else self.type
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """The ``scheduler`` block: a DeepSpeed scheduler's class name (``WarmupLR``, ``WarmupDecayLR``,
+    ``WarmupCosineLR``, ``OneCycle``, ``LRRangeTest``, or a ``torch.optim.lr_scheduler`` class) and
+    its constructor's arguments; :mod:`zerolab.scheduler` builds it, the engine steps it."""
+    type: str
+    params: Mapping[str, Any] = field(default_factory=FrozenDict)
 
 
 @dataclass(frozen=True)
@@ -196,6 +205,7 @@ class Config:
     world_size: int
     gradient_clipping: float = 1.0   # DeepSpeed 0.19.8's default; 0 = off
     optimizer: OptimizerConfig | None = None
+    scheduler: SchedulerConfig | None = None     # None: no scheduler (the lr stays the optimizer's)
     zero: ZeroConfig = ZeroConfig()
     fp16: FP16Config = FP16Config()
     bf16: BF16Config = BF16Config()
@@ -203,6 +213,7 @@ class Config:
     steps_per_print: int | None = None           # DeepSpeed 0.19.8: None = never print progress
     wall_clock_breakdown: bool = False
     zero_allow_untested_optimizer: bool = False
+    dataloader_drop_last: bool = False           # read by zerolab.deepspeed.initialize's data loader
     raw: Mapping[str, Any] = field(default_factory=FrozenDict, repr=False, compare=False)
 
     @property
@@ -326,6 +337,11 @@ class Config:
             lines.append("Optimizer: none in the config (pass one to zerolab.initialize)." if o is None else
                          f"Optimizer: {o.type} (torch.optim.{o.torch_name}), " +
                          ", ".join(f"{k}={v}" for k, v in o.params.items()) + ".")
+        sc = self.scheduler
+        if sc is not None:
+            args = ", ".join(f"{k}={_show(v)}" for k, v in sc.params.items())
+            lines.append(f"Learning-rate schedule: {sc.type}({args}), DeepSpeed's formula; the engine steps it "
+                         "after each optimizer step that is not skipped (an fp16 overflow does not advance it).")
         ignored = self._ignored()
         if ignored:
             lines.append("No effect in zerolab (accepted; same numbers as DeepSpeed):")
@@ -448,7 +464,8 @@ def _parse(d: dict, world_size: int) -> tuple[Config, K.Problems]:
                                          K.optional(K.one_of("fp32", "fp16", "bf16", lower=True)), None),
                steps_per_print=g("steps_per_print", K.optional(K.as_int(lo=1)), None),
                wall_clock_breakdown=g("wall_clock_breakdown", K.as_bool, False),
-               zero_allow_untested_optimizer=g("zero_allow_untested_optimizer", K.as_bool, False))
+               zero_allow_untested_optimizer=g("zero_allow_untested_optimizer", K.as_bool, False),
+               dataloader_drop_last=g("dataloader_drop_last", K.as_bool, False))
     aio = K.read_block(p, d, "aio", "aio")
     if aio is not None:  # accepted and unused, but a typo in it is still a typo
         K.check_keys(p, aio, "aio", K.AIO)
@@ -466,9 +483,10 @@ def _parse(d: dict, world_size: int) -> tuple[Config, K.Problems]:
               "enabled together (DeepSpeed asserts the same); pick one")
     zero = _parse_zero(p, d)
     optimizer = _parse_optimizer(p, d)
+    scheduler = _parse_scheduler(p, d)
     if not p.bad.intersection(names):
         batch = _resolve_batch(p, *batch, world_size) or batch   # unresolved: kept as given, to explain
-    cfg = Config(*batch, world_size, optimizer=optimizer, zero=zero, fp16=fp16, bf16=bf16, raw=_freeze(d), **top)
+    cfg = Config(*batch, world_size, optimizer=optimizer, scheduler=scheduler, zero=zero, fp16=fp16, bf16=bf16, raw=_freeze(d), **top)
     return cfg, p
 
 
@@ -618,3 +636,59 @@ def _parse_optimizer(p: K.Problems, d: dict) -> OptimizerConfig | None:
     adam_w_mode = name == "AdamW" or (name == "Adam" and K.read(p, params, "optimizer.params", "adam_w_mode",
                                                                 K.as_bool, True))
     return OptimizerConfig(name, _freeze(out), adam_w_mode)
+
+
+# Value checks for DeepSpeed's own schedulers' params (a torch scheduler's are checked by its constructor).
+_LR, _RATIO = K.as_num(lo=0), K.as_num(lo=0)
+_SCHEDULER_CONVS = {
+    "warmup_min_lr": _LR, "warmup_max_lr": K.optional(_LR), "warmup_num_steps": K.as_int(lo=1),
+    "warmup_type": K.as_str, "total_num_steps": K.as_int(lo=0), "warmup_min_ratio": _RATIO,
+    "cos_min_ratio": _RATIO, "cycle_min_lr": _LR, "cycle_max_lr": _LR, "decay_lr_rate": K.as_num(),
+    "cycle_first_step_size": K.as_num(lo=1), "cycle_second_step_size": K.optional(K.as_num(lo=0)),
+    "cycle_first_stair_count": K.as_int(lo=0), "cycle_second_stair_count": K.optional(K.as_int(lo=0)),
+    "decay_step_size": K.as_num(lo=0), "cycle_momentum": K.as_bool, "cycle_min_mom": K.as_num(lo=0),
+    "cycle_max_mom": K.as_num(lo=0), "decay_mom_rate": K.as_num(), "lr_range_test_min_lr": _LR,
+    "lr_range_test_step_size": K.as_int(lo=1), "lr_range_test_step_rate": K.as_num(),
+    "lr_range_test_staircase": K.as_bool,
+}
+
+
+def _parse_scheduler(p: K.Problems, d: dict) -> SchedulerConfig | None:
+    """DeepSpeed's ``scheduler`` block. Absent, null or ``{}``: no scheduler. DeepSpeed builds
+    ``getattr(lr_schedules, type)(optimizer, **params)`` (or a torch.optim.lr_scheduler class of
+    that name), so a param it does not take is a TypeError there: here it is a typo, named."""
+    from .scheduler import SCHEDULERS, scheduler_class, scheduler_signature
+    b = K.read_block(p, d, "scheduler", "scheduler")
+    if not b:
+        return None
+    K.check_keys(p, b, "scheduler", K.SCHEDULER)
+    kind = K.read(p, b, "scheduler", "type", K.as_str, None)
+    if kind is None:
+        if "type" not in b:
+            p.add("'scheduler' has no 'type' (like \"WarmupLR\"): DeepSpeed would quietly run without a scheduler; "
+                  "give one, or drop the block")
+        return None
+    sig = scheduler_signature(kind)
+    if sig is None:
+        guess = K.nearest(kind, list(SCHEDULERS))
+        p.add(f"unknown scheduler type '{kind}' in 'scheduler.type'; " + (
+            f"did you mean '{guess}'?" if guess else f"DeepSpeed's are {', '.join(SCHEDULERS)}, or the name of a "
+            "torch.optim.lr_scheduler class"))
+        return None
+    params = K.read_block(p, b, "params", "scheduler.params") or {}
+    defaults, required = sig
+    out = {}
+    for key, value in params.items():
+        if key not in defaults:
+            guess = K.nearest(key, list(defaults))
+            p.add(f"unknown key '{key}' in 'scheduler.params' for {kind}; " +
+                  (f"did you mean '{guess}'?" if guess else "its params are " + ", ".join(defaults)))
+        elif key in ("last_batch_iteration", "last_epoch"):
+            continue
+        elif scheduler_class(kind) is SCHEDULERS.get(kind) and key in _SCHEDULER_CONVS:
+            out[key] = K.read(p, params, "scheduler.params", key, _SCHEDULER_CONVS[key], None)
+        else:
+            out[key] = value
+    for key in sorted(required - set(params)):
+        p.add(f"'scheduler.params.{key}' is missing: {kind} needs it (it has no default in DeepSpeed either)")
+    return SchedulerConfig(kind, _freeze(out))

@@ -83,6 +83,8 @@ TOP = {
     "gradient_clipping": _I, "optimizer": _I, "zero_optimization": _I, "fp16": _I,
     "bf16": _I, "bfloat16": _I,  # "bfloat16" is DeepSpeed's old name for the bf16 block
     "communication_data_type": _I, "zero_allow_untested_optimizer": _I,
+    "scheduler": _I,  # zerolab.scheduler: DeepSpeed's schedulers, built from the block and stepped by the engine
+    "dataloader_drop_last": _I,  # the data loader zerolab.deepspeed.initialize builds from training_data
     # no effect in zerolab: bookkeeping, or knobs of features zerolab refuses elsewhere
     "steps_per_print": _A("DeepSpeed logs progress every N steps; logging only, zerolab prints no progress lines"),
     "wall_clock_breakdown": _A("DeepSpeed times forward/backward/step and logs it; timing logs only"),
@@ -92,14 +94,11 @@ TOP = {
     "log_level": _A("logging only"),
     "timers": _A("timer logging only"),
     "vocabulary_size": _A("only a tensor-core alignment warning"),
-    "dataloader_drop_last": _A("only for dataloaders DeepSpeed builds; zerolab builds none"),
     "seq_parallel_communication_data_type": _A("read only by sequence parallelism, which zerolab refuses"),
     "aio": _A("libaio settings, read only by NVMe offload, which zerolab refuses"),
     "data_parallel_size": _A("read only together with sequence_parallel_size, which zerolab refuses"),
     "model_info": _A("read only by the autotuner, which zerolab refuses"),
     # DeepSpeed features zerolab lacks
-    "scheduler": _ni("learning-rate scheduler built and stepped by the engine; step a torch scheduler yourself",
-                     DISABLED_BLOCK),
     "activation_checkpointing": _ni("activation checkpointing / partitioning", DISABLED_BLOCK),
     "flops_profiler": _ni("FLOPs profiler", DISABLED_BLOCK),
     "tensorboard": _ni("TensorBoard monitor", DISABLED_BLOCK),
@@ -230,6 +229,8 @@ OFFLOAD_PARAM = {**_OFFLOAD_COMMON, "buffer_size": _OFFLOADING, "max_in_cpu": _O
 # Read only by NVMe offload; the top-level "aio" key is NO_EFFECT, and a typo in it is still a typo.
 AIO = {k: _A("libaio setting, read only by NVMe offload") for k in (
     "block_size", "queue_depth", "intra_op_parallelism", "single_submit", "overlap_events", "use_gds")}
+
+SCHEDULER = {"type": _I, "params": _I}
 
 OPTIMIZER = {"type": _I, "params": _I, "legacy_fusion": _ni("legacy fused optimizer", False)}
 

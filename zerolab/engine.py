@@ -29,6 +29,7 @@ from .config import Config, load_config
 from .loss_scaler import make_loss_scaler
 from .memory import tensor_bytes
 from .optim import build_optimizer
+from .scheduler import build_scheduler
 from .stage0 import Stage0
 from .stage1 import Stage1
 from .stage2 import Stage2
@@ -41,7 +42,8 @@ STAGES = {0: Stage0, 1: Stage1, 2: Stage2, 3: Stage3}
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def initialize(model: nn.Module, config, optimizer=None, *, broadcast_buffers: bool = False) -> "Engine":
+def initialize(model: nn.Module, config, optimizer=None, *, broadcast_buffers: bool = False,
+               lr_scheduler=None) -> "Engine":
     """Wrap ``model`` in a ZeRO engine configured by a DeepSpeed config (dict or JSON path).
 
     One live engine per model: if ``model`` already has one (a notebook cell run twice), that
@@ -49,8 +51,10 @@ def initialize(model: nn.Module, config, optimizer=None, *, broadcast_buffers: b
     and a warning says so. ``broadcast_buffers=True`` re-broadcasts module buffers (BatchNorm
     statistics) from rank 0 before every forward in training mode, as torch DDP does; the default is
     DeepSpeed's behaviour: buffers are broadcast once, here, and then each rank keeps its own.
+    ``lr_scheduler``: a scheduler (or a callable that takes the optimizer) instead of the config's
+    ``scheduler`` block. DeepSpeed's own call and 4-tuple: :func:`zerolab.deepspeed.initialize`.
     """
-    return Engine(model, config, optimizer, broadcast_buffers=broadcast_buffers)
+    return Engine(model, config, optimizer, broadcast_buffers=broadcast_buffers, lr_scheduler=lr_scheduler)
 
 
 # id(model) -> (weak model, weak engine): the live engine of each model, for "one per model".
@@ -66,7 +70,8 @@ def _current_device() -> torch.device:
 
 
 class Engine:
-    def __init__(self, model: nn.Module, config, optimizer=None, *, broadcast_buffers: bool = False):
+    def __init__(self, model: nn.Module, config, optimizer=None, *, broadcast_buffers: bool = False,
+                 lr_scheduler=None):
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("zerolab.initialize needs a torch.distributed process group: call it "
                                "inside a function run by zerolab.launch / Crew.run, or under torchrun")
@@ -91,6 +96,8 @@ class Engine:
                                         self.device)
         self.optimizer = build_optimizer(optimizer, self.config.optimizer, self.stage.masters,
                                          self.config.zero_allow_untested_optimizer)
+        # DeepSpeed's scheduler block (or the caller's): stepped after each step that is not skipped
+        self.lr_scheduler = build_scheduler(self.config.scheduler, self.optimizer, lr_scheduler)
         self.scaler = make_loss_scaler(self.config.fp16 if self.config.fp16.enabled else None)
         self.micro_steps = 0      # backward/step calls so far
         self.global_steps = 0     # accumulation boundaries reached (skipped steps included, as DeepSpeed)
@@ -184,7 +191,8 @@ class Engine:
 
     @property
     def gradient_accumulation_steps(self) -> int:
-        return self.config.gradient_accumulation_steps
+        """An int that can also be called, ``engine.gradient_accumulation_steps()``, as in DeepSpeed."""
+        return _CallableInt(self.config.gradient_accumulation_steps)
 
     @property
     def loss_scale(self) -> float:
@@ -195,6 +203,8 @@ class Engine:
         return self.comm.ledger
 
     def is_gradient_accumulation_boundary(self) -> bool:
+        if getattr(self, "_boundary", None) is not None:      # set_gradient_accumulation_boundary
+            return self._boundary
         return (self.micro_steps + 1) % self.gradient_accumulation_steps == 0
 
     def backward(self, loss: torch.Tensor) -> None:
@@ -257,6 +267,8 @@ class Engine:
             m.grad = None
         stage.publish()
         stage.zero_grads()
+        if self.lr_scheduler is not None:        # after the step, and only when it was not skipped
+            self.lr_scheduler.step()
 
     def _say(self, message: str) -> None:
         self.log.append(message)
@@ -275,13 +287,35 @@ class Engine:
                                "gradients would be lost; save after the step at the boundary")
         return save_checkpoint(self, save_dir, tag, client_state)
 
-    def load_checkpoint(self, load_dir, tag=None, load_optimizer_states=True, load_module_only=False):
+    def load_checkpoint(self, load_dir, tag=None, load_optimizer_states=True, load_lr_scheduler_states=True,
+                        load_module_only=False):
         """DeepSpeed's call: load ``load_dir/tag`` (default: the tag in ``load_dir/latest``),
         written at any world size and stage. Returns ``(path, client_state)``. Every rank must
         call it; on any problem every rank raises ``CheckpointError`` and nothing is loaded."""
         from .checkpoint import load_checkpoint
         self._check_open()
-        return load_checkpoint(self, load_dir, tag, load_optimizer_states, load_module_only)
+        return load_checkpoint(self, load_dir, tag, load_optimizer_states, load_module_only,
+                               load_lr_scheduler_states=load_lr_scheduler_states)
+
+    # -- what DeepSpeed scripts call on their engine -------------------------------------
+    def get_lr(self) -> list[float]:
+        """The lr of each optimizer param group now (what the next step uses), as DeepSpeed's."""
+        return [float(g["lr"]) for g in self.optimizer.param_groups]
+
+    def zero_optimization_stage(self) -> int:
+        return self.config.zero.stage
+
+    def train_micro_batch_size_per_gpu(self) -> int:
+        return self.config.train_micro_batch_size_per_gpu
+
+    def train_batch_size(self) -> int:
+        return self.config.train_batch_size
+
+    def set_gradient_accumulation_boundary(self, is_boundary: bool | None) -> None:
+        """DeepSpeed's override of the boundary test: True makes the next ``step()`` update the
+        parameters whatever the micro-step count (the loss is still divided by
+        gradient_accumulation_steps); None gives the boundary back to the count."""
+        self._boundary = is_boundary
 
     # -- looking inside ----------------------------------------------------------------
     def full_params(self) -> dict[str, torch.Tensor]:
@@ -318,3 +352,11 @@ class Engine:
     def __repr__(self) -> str:
         return (f"Engine(stage={self.config.zero.stage}, world_size={self.comm.world_size}, "
                 f"dtype={str(self.dtype).replace('torch.', '')}, groups={len(self.stage.groups)})")
+
+
+class _CallableInt(int):
+    """``engine.gradient_accumulation_steps`` is an int (zerolab's property) and, called, returns
+    itself (DeepSpeed's method)."""
+
+    def __call__(self) -> int:
+        return int(self)
