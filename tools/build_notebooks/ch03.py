@@ -190,16 +190,16 @@ after a step, measured, beside the paper's formula for the same Ψ and N.
 """),
 code(r"""
 FORMULA = {0: "16Ψ", 1: "4Ψ + 12Ψ/N", 2: "2Ψ + 14Ψ/N", 3: "16Ψ/N"}
-NAME = {0: "DDP (stage 0)", 1: "stage 1", 2: "stage 2", 3: "stage 3"}
+NAME = {0: "0 (DDP)", 1: "1", 2: "2", 3: "3"}
 
 print(f"bytes per rank, bf16 + AdamW, Ψ = {PSI:,}")
-print(f"{'N':>2}  {'stage':14}{'params':>9}{'grads':>9}{'optimizer':>11}{'measured':>11}"
+print(f"{'N':>2}  {'stage':9}{'params':>9}{'grads':>9}{'optimizer':>11}{'measured':>11}"
       f"{'formula':>11}  {'':12}{'measured − formula':>19}")
 for n in crews:
     for stage in range(4):
         m = runs[n, stage]["memory"]
         f = model_state_bytes(PSI, stage, n)["total"]
-        print(f"{n:>2}  {NAME[stage]:14}{m['params']:>9,}{m['grads']:>9,}{m['optimizer_states']:>11,}"
+        print(f"{n:>2}  {NAME[stage]:9}{m['params']:>9,}{m['grads']:>9,}{m['optimizer_states']:>11,}"
               f"{m['model_states']:>11,}{f:>11,.0f}  {FORMULA[stage]:12}{m['model_states'] - f:>12,.0f} bytes")
 """),
 md(r"""
@@ -223,8 +223,8 @@ def known_extra_bytes(n, stage, run):
 
 left = {key: run["memory"]["model_states"] - model_state_bytes(PSI, key[1], key[0])["total"]
         - known_extra_bytes(*key, run) for key, run in runs.items()}
-print("bytes not explained by padding, the frozen parameter and Adam's step counters:",
-      f"{max(abs(v) for v in left.values()):.0f} (largest over the {len(left)} runs)")
+print("bytes not explained by padding, the frozen parameter and Adam's step counters:")
+print(f"    {max(abs(v) for v in left.values()):.0f} (largest over the {len(left)} runs)")
 """),
 code(r"""
 fig, ax = plt.subplots(figsize=(7.5, 4.5))
@@ -266,6 +266,10 @@ From the ledger of the measured step, the bytes on one rank's wire, split by pur
 **gradients** (the all-reduce of DDP, the reduce-scatter of stages 1 to 3) and moving
 **parameters** (the all-gathers). The last column divides the total by (N−1)/N·Ψ·2 bytes,
 so it reads directly as the paper's 2Ψ and 3Ψ.
+
+**Predict, then run.** Stage 2 holds a quarter of DDP's gradients at N = 4. Does it move
+fewer bytes than DDP, the same, or more? And stage 3, which must fetch every parameter before
+using it? Write down a multiple of Ψ for each of the four stages, then run the cell.
 """),
 code(r"""
 print(f"bytes on one rank's wire in one step (ring convention; bf16 = 2 bytes per element), Ψ = {PSI:,}")
@@ -300,15 +304,16 @@ for n in (2, 3, 4):
 md(r"""
 Two kinds of small collectives are left out of the table; they are on the ledger too. Every
 step all-reduces 16 bytes (2(N−1)/N × 16 = 24 bytes on the wire at N = 4): one float64 saying whether any rank saw an inf or NaN gradient
-(bf16's overflow check, on by default) and one for the squared gradient norm that clipping
-needs (`gradient_clipping` is 1.0 by default in DeepSpeed). And in stage 3, before each
+(bf16's overflow check) and one for the squared gradient norm that clipping needs. Both are
+on by default in DeepSpeed 0.19.8, which zerolab follows (`bf16.check_grad_overflow`, and
+`gradient_clipping` 1.0); older DeepSpeed versions have other defaults. And in stage 3, before each
 parameter gather the ranks all-gather a 16-byte header (which module, how big), so that ranks
 that took different paths through the model raise an error instead of hanging:
 """),
 code(r"""
 for stage in range(4):
     wire = runs[4, stage]["wire"]
-    print(f"N = 4, {NAME[stage]:14} overflow check + grad norm {wire.get('overflow', 0):>5.0f} bytes,"
+    print(f"N = 4, stage {NAME[stage]:8} overflow check + grad norm {wire.get('overflow', 0):>5.0f} bytes,"
           f" stage 3 gather headers {wire.get('check', 0):>5.0f} bytes")
 """),
 md(r"""
@@ -354,7 +359,12 @@ zerolab's stages 1 and 2 **reduce-scatter** each gradient bucket: rank r receive
 its own shard. DeepSpeed 0.19.8, by default (`use_multi_rank_bucket_allreduce`), instead
 **all-reduces** each bucket, and each owner keeps its slices. The result is the same; the
 traffic is not. An all-reduce moves 2Ψ, then the parameter all-gather moves Ψ more: about 3Ψ
-per step, as much as stage 3:
+per step, as much as stage 3.
+
+Memory differs too. In bf16 at stages 0 and 1, DeepSpeed 0.19.8 runs its `BF16_Optimizer`,
+which keeps a full fp32 gradient buffer on every rank: **+4Ψ bytes per rank** beyond the
+formulas above (stage 1 holds 8Ψ + 12Ψ/N, not 4Ψ + 12Ψ/N). zerolab keeps bf16 gradients, as
+the paper's formula assumes.
 """),
 code(r"""
 n = 4
@@ -504,7 +514,8 @@ for g in layout:
         owners = [(r, max(a, offset) - offset, min(b, offset + numel) - offset)
                   for r, (a, b) in enumerate(g["shards"]) if max(a, offset) < min(b, offset + numel)]
         if len(owners) > 1:
-            print(f"  {name:22} {numel:>6,}: " + ", ".join(f"rank {r} [{s:,}, {e:,})" for r, s, e in owners))
+            print(f"  {name} ({numel:,} elements):")
+            print("      " + ", ".join(f"rank {r} [{s:,}, {e:,})" for r, s, e in owners))
         offset += numel
 per_rank = crews[3].run(train_and_measure, 1)
 print("elements each rank's optimizer steps:", [r["master_numel"] for r in per_rank],
@@ -543,6 +554,18 @@ On a 188,900-parameter TinyLM, bf16 + AdamW, 1 to 4 ranks, per rank:
 
 The trade is the one the captain saw: stages 1 and 2 are free in traffic (the same 2Ψ as DDP,
 if you reduce-scatter), stage 3 buys its 1/N with 1.5× the traffic.
+
+## Questions
+
+1. Stage 2 keeps a quarter of the gradients at N = 4, yet moves the same bytes as DDP. Where
+   in the step does each gradient byte go, and why is nothing saved or added?
+2. DeepSpeed's default stages 1 and 2 all-reduce their buckets. For a 7B model in bf16 on 64
+   GPUs, how many GB per step does each rank put on the wire that way, and how many with
+   zerolab's reduce-scatter?
+3. The memory table's "measured − formula" reaches 91 bytes at N = 3 but at most 38 at N = 4.
+   Which of the three reasons grows when N does not divide the buffers?
+4. Why is stage 3's traffic 3Ψ and not 2Ψ + Ψ/N? Count the gathers in forward, in backward,
+   and the reduce-scatter.
 
 ## Your turn
 

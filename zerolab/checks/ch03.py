@@ -40,6 +40,9 @@ WORLD_SIZES = (2, 3)
 GLOBAL_BATCH = 12           # 6 sequences per rank on 2 ranks, 4 on 3
 STEPS = 3
 HP = dict(lr=3e-3, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1)
+# The unit check also runs with hyperparameters far from torch's defaults, so that a constant
+# written into the step (eps = 1e-8, betas = (0.9, 0.999)) instead of the argument fails.
+HP_UNUSUAL = dict(lr=1e-2, betas=(0.8, 0.95), eps=1e-3, weight_decay=0.3)
 # |a - b| <= ATOL + RTOL |b| everywhere (torch.testing's rule; fp32, a few Adam steps)
 RTOL, ATOL = 1e-5, 1e-6
 # (padded_numel, world_size) pairs tried before any rank starts
@@ -208,8 +211,8 @@ def check_shard_range(fn: Callable, *, world_sizes=WORLD_SIZES) -> None:
         lines.append(f"{n} ranks (buckets of {', '.join(f'{s:,}' for s in per_rank[0]['sizes'])} elements)")
     print("for example, a buffer of 12 elements on 3 ranks:",
           ", ".join(f"rank {r} owns {tuple(fn(12, 3, r))}" for r in range(3)))
-    passed("your shard_range tiles every flat buffer in equal pieces, in rank order, and ZeRO stage 1 "
-           f"built on it trains exactly like one process on {' and on '.join(lines)}")
+    passed("your shard_range tiles every flat buffer in equal pieces, in rank order, and ZeRO stage 1\n"
+           "  built on it trains exactly like one process on\n  " + "\n  ".join(lines))
 
 
 # ------------------------------------------------------------------------ (b) the AdamW step
@@ -244,17 +247,25 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(((a - b).abs() <= 1e-7 + 1e-5 * b.abs()).all())
 
 
-def _variant(param, grad, m, v, step, lr, betas, eps, wd, *, decay=True, correct=True):
-    """Plain AdamW, optionally without weight decay or without bias correction (for hints)."""
+def _variant(param, grad, m, v, step, lr, betas, eps, wd, *, decay=True, correct=True, eps_inside=False):
+    """Plain AdamW, optionally without weight decay, without bias correction or with eps inside
+    the square root (for hints)."""
     b1, b2 = betas
     m, v = b1 * m + (1 - b1) * grad, b2 * v + (1 - b2) * grad * grad
     bc1, bc2 = (1 - b1 ** step, 1 - b2 ** step) if correct else (1.0, 1.0)
     p = param * (1 - lr * wd) if decay else param.clone()
+    if eps_inside:
+        return p - lr / bc1 * m / (v / bc2 + eps).sqrt()
     return p - lr / bc1 * m / (v.sqrt() / math.sqrt(bc2) + eps)
 
 
-def _param_hint(before, grad, m_prev, v_prev, step, got) -> str:
-    kw = dict(lr=HP["lr"], betas=HP["betas"], eps=HP["eps"], wd=HP["weight_decay"])
+def _param_hint(before, grad, m_prev, v_prev, step, got, hp=HP) -> str:
+    kw = dict(lr=hp["lr"], betas=hp["betas"], eps=hp["eps"], wd=hp["weight_decay"])
+    if _close(got, _variant(before, grad, m_prev, v_prev, step, eps_inside=True, **kw)):
+        return ("eps is inside the square root: AdamW divides by sqrt(exp_avg_sq / (1 - beta2^step)) + eps, "
+                "eps added after the root")
+    if hp["eps"] != 1e-8 and _close(got, _variant(before, grad, m_prev, v_prev, step, **{**kw, "eps": 1e-8})):
+        return f"it matches eps = 1e-8, but this call's eps is {hp['eps']:g}: use the eps argument"
     if _close(got, before):
         return "param did not change: update it in place (param.mul_, param.addcdiv_, ...), do not rebind it"
     if _close(got, _variant(before, grad, m_prev, v_prev, step, decay=False, **kw)):
@@ -270,31 +281,44 @@ def _param_hint(before, grad, m_prev, v_prev, step, got) -> str:
 
 
 def _unit_check(fn: Callable) -> None:
-    """Three steps on a random 1-D shard against torch.optim.AdamW."""
+    """Three steps on a random 1-D shard against torch.optim.AdamW, with the engine's
+    hyperparameters and with unusual ones."""
+    for hp in (HP, HP_UNUSUAL):
+        _unit_check_with(fn, hp)
+
+
+def _unit_check_with(fn: Callable, hp: dict) -> None:
     g = torch.Generator().manual_seed(0)
     n = 1000
     ref_p = torch.nn.Parameter(torch.randn(n, generator=g))
-    ref = torch.optim.AdamW([ref_p], **HP)
+    ref = torch.optim.AdamW([ref_p], **hp)
     param, exp_avg, exp_avg_sq = ref_p.detach().clone(), torch.zeros(n), torch.zeros(n)
     for step in range(1, 4):
         grad = torch.randn(n, generator=g) * 10.0 ** -step      # shrinking gradients: bias correction shows
         before, m_prev, v_prev = param.clone(), exp_avg.clone(), exp_avg_sq.clone()
         try:
-            result = fn(param, grad.clone(), exp_avg, exp_avg_sq, step, HP["lr"], HP["betas"], HP["eps"],
-                        HP["weight_decay"])
+            result = fn(param, grad.clone(), exp_avg, exp_avg_sq, step, hp["lr"], hp["betas"], hp["eps"],
+                        hp["weight_decay"])
         except NotImplementedError as exc:
             raise ExerciseCheckFailed("adamw_step raises NotImplementedError: write the part marked "
                                       "'Exercise' first") from exc
         ref_p.grad = grad
         ref.step()
         st = ref.state[ref_p]
-        where = f"adamw_step on a random shard of {n} elements, step {step}"
+        shown = ", ".join(f"{k}={v}" for k, v in hp.items())
+        where = f"adamw_step on a random shard of {n} elements, step {step} ({shown})"
         note = (" (your function returned a value: the engine ignores it; update the tensors in place)"
                 if result is not None else "")
         if not _close(exp_avg, st["exp_avg"]):
+            b1 = hp["betas"][0]
+            coupled = b1 * m_prev + (1 - b1) * (grad + hp["weight_decay"] * before)
+            hint = ("exp_avg <- beta1 * exp_avg + (1 - beta1) * grad, in place (exp_avg.mul_(...).add_(...))"
+                    if not _close(exp_avg, coupled) else
+                    "that is coupled weight decay (Adam's L2: grad + weight_decay * param). AdamW decouples "
+                    "it: param <- param * (1 - lr * weight_decay), and the moments see the plain grad")
             raise ExerciseCheckFailed(
-                f"{where}: exp_avg is off by up to {float((exp_avg - st['exp_avg']).abs().max()):.3g}{note}. "
-                "\n  hint: exp_avg <- beta1 * exp_avg + (1 - beta1) * grad, in place (exp_avg.mul_(...).add_(...))")
+                f"{where}: exp_avg is off by up to {float((exp_avg - st['exp_avg']).abs().max()):.3g}{note}."
+                f"\n  hint: {hint}")
         if not _close(exp_avg_sq, st["exp_avg_sq"]):
             raise ExerciseCheckFailed(
                 f"{where}: exp_avg_sq is off by up to {float((exp_avg_sq - st['exp_avg_sq']).abs().max()):.3g}"
@@ -302,7 +326,7 @@ def _unit_check(fn: Callable) -> None:
         if not _close(param, ref_p.detach()):
             raise ExerciseCheckFailed(
                 f"{where}: param is off by up to {float((param - ref_p.detach()).abs().max()):.3g} from "
-                f"torch.optim.AdamW{note}.\n  hint: {_param_hint(before, grad, m_prev, v_prev, step, param)}")
+                f"torch.optim.AdamW{note}.\n  hint: {_param_hint(before, grad, m_prev, v_prev, step, param, hp)}")
 
 
 def _train_with_step(step_fn: Callable) -> dict:
@@ -346,5 +370,6 @@ def check_adamw_step(fn: Callable, *, world_sizes=WORLD_SIZES) -> None:
                     "cuts across parameters)")
         mine = sum(per_rank[0]["shard_numel"])
         lines.append(f"{n} ranks (each stepping {mine:,} of {per_rank[0]['full_numel']:,} elements)")
-    passed("your adamw_step matches torch.optim.AdamW, and ZeRO stage 1 stepping only each rank's "
-           f"shard with it trains exactly like one process on {' and on '.join(lines)}")
+    passed("your adamw_step matches torch.optim.AdamW (two sets of hyperparameters), and ZeRO stage 1\n"
+           "  stepping only each rank's shard with it trains exactly like one process on\n  "
+           + "\n  ".join(lines))
