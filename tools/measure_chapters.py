@@ -3,6 +3,7 @@
 
     .venv/bin/python tools/measure_chapters.py                  # every chapter, one at a time
     .venv/bin/python tools/measure_chapters.py 02 03 --json out.json
+    .venv/bin/python tools/measure_chapters.py --dir solutions  # the exercises, solved (checks included)
 
 Each chapter notebook is executed top to bottom by ``jupyter nbconvert --execute`` into a
 temporary folder (the notebooks in notebooks/ are never written), while a sampler walks the
@@ -117,8 +118,9 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=0.25, help="seconds between samples")
     ap.add_argument("--timeout", type=int, default=900, help="seconds a cell may take")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--dir", default="notebooks", help="folder of the notebooks (notebooks, solutions, exercises)")
     a = ap.parse_args()
-    nbs = sorted(glob.glob(os.path.join(ROOT, "notebooks", "[0-9][0-9]_*.ipynb")))
+    nbs = sorted(glob.glob(os.path.join(ROOT, a.dir, "[0-9][0-9]_*.ipynb")))
     if a.chapters:
         nbs = [nb for nb in nbs if os.path.basename(nb)[:2] in {c.zfill(2) for c in a.chapters}]
     print(f"{os.cpu_count()} cores, {psutil.virtual_memory().total / 1e9:.1f} GB; one chapter at a time",
