@@ -42,7 +42,7 @@ The captain weighs each pile, and the result surprises everyone: the heaviest th
 furniture. It is the notebook.
 
 In this chapter we do what the captain did, on real ranks: count the parameters of a real
-model, weigh each giant in **bytes** with the engine's own ledger, and set every number beside
+model, weigh each giant in **bytes** with the engine's own scale (`engine.memory()`), and set every number beside
 its formula. Units matter here: Ψ counts parameter *elements*; sizes are in *bytes*;
 **GB = 10⁹ bytes** (the ZeRO paper) and **GiB = 2³⁰ bytes** (what allocators report).
 """),

@@ -39,7 +39,7 @@ still carries his share of boxes through the door (each rank runs forward and ba
 its own slice of the batch). He changes what each worker must *keep*:
 
 1. **First, the heavy notebooks.** For every piece of furniture the notebook holds an exact
-   ledger copy of it (the fp32 **master weights**) and two lines about how it has been moving
+   register copy of it (the fp32 **master weights**) and two lines about how it has been moving
    (Adam's **momentum** and **variance**): 12 bytes per parameter, the heaviest thing in the
    backpack. The captain tears the notebooks into N parts. Each worker keeps one part, and
    after every trip updates only the furniture his part describes, then tells the others the

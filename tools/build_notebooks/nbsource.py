@@ -11,7 +11,8 @@ Every chapter is built the same way:
 
 * cell ids are fixed (``<prefix>-NN``), so a rebuild of an unchanged chapter changes nothing;
 * a notebook whose cells (type, source, id, tags) already match its builder is left alone,
-  stored outputs included; a changed one is rewritten without outputs (execute it);
+  stored outputs included; one whose code cells are unchanged (only markdown was edited) is
+  rewritten with its stored outputs kept; any other is rewritten without outputs (execute it);
 * ``--execute`` runs the notebooks this call rewrote (``--force`` rewrites and runs all of
   them), then regenerates the exercise of each rewritten solution;
 * ``tests/test_notebook_sources.py`` checks, without executing anything, that every stored
@@ -82,6 +83,27 @@ def builder_names() -> list[str]:
     return sorted(p.stem for p in BUILDERS.glob("ch[0-9][0-9].py"))
 
 
+def _keep_outputs(stored, nb) -> bool:
+    """When only markdown changed (the code cells are the same, in the same order), copy the
+    stored code cells' outputs into ``nb`` and return True: nothing needs to run again."""
+    def code_cells(book):
+        return [c for c in book.cells if c.cell_type == "code"]
+    old, new = code_cells(stored), code_cells(nb)
+    if [signature_of(c) for c in old] != [signature_of(c) for c in new]:
+        return False
+    if any(c.get("execution_count") is None for c in old):
+        return False
+    for o, c in zip(old, new):
+        c.outputs, c.execution_count = o.outputs, o.execution_count
+        c.metadata = o.metadata
+    nb.metadata = stored.metadata
+    return True
+
+
+def signature_of(cell) -> tuple:
+    return (cell.cell_type, cell.source, cell.get("id"), list(cell.metadata.get("tags", [])))
+
+
 def write(notebooks: dict, force: bool = False) -> list[Path]:
     """Write each notebook whose cells changed; return the paths written."""
     written = []
@@ -91,6 +113,10 @@ def write(notebooks: dict, force: bool = False) -> list[Path]:
             print(f"unchanged {rel}")
             continue
         path.parent.mkdir(exist_ok=True)
+        if not force and path.exists() and _keep_outputs(nbformat.read(path, as_version=4), nb):
+            nbformat.write(nb, path)
+            print(f"wrote {rel} (markdown only: code cells and their outputs kept)")
+            continue
         nbformat.write(nb, path)
         written.append(path)
         print(f"wrote {rel} ({len(nb.cells)} cells)")
