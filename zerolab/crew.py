@@ -35,21 +35,20 @@ Inside ``fn``, :func:`rank_info` (or ``rank()``, ``world_size()``, ``device()``)
 this rank is. The same worker code runs under ``torchrun``: there ``launch`` initialises the
 process group from the environment, runs ``fn`` once in this process and all-gathers the
 results.
+This module is the parent side (the driver: start, run, collect, stop) and the one-shot and
+torchrun entry points; what runs inside each rank process (its main loop, the lifeline
+watchdog, the output redirection, ``rank_info``) is in :mod:`zerolab.crew_worker`.
 """
 from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
 import datetime
 import os
 import shutil
-import signal
 import sys
 import tempfile
-import threading
 import time
-import traceback
 import types
 import weakref
 from multiprocessing import connection as mp_connection
@@ -60,54 +59,19 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from . import crew_worker as _worker
+# The rank side (what runs inside each rank process) lives in crew_worker; its public names are
+# this module's too, as before the split.
+from .crew_worker import (RankInfo, _format_error, _info_from_initialized_group, _rank_main,  # noqa: F401
+                          _Redirect, _watch_lifeline, device, rank, rank_info, world_size)
+
 __all__ = [
     "Crew", "launch", "rank_info", "rank", "world_size", "device", "RankInfo",
     "CrewError", "RankError", "CrewTimeout",
 ]
 
 
-# ----------------------------------------------------------------------------- rank side
-
-@dataclasses.dataclass(frozen=True)
-class RankInfo:
-    """Who this process is inside the crew."""
-    rank: int            # 0 .. world_size-1
-    world_size: int      # number of ranks in the process group
-    local_rank: int      # rank on this machine (selects the GPU)
-    device: torch.device # cuda:<local_rank> with NCCL, else cpu with gloo
-    backend: str         # "nccl" or "gloo"
-
-
-_INFO: RankInfo | None = None
-
-
-def rank_info() -> RankInfo:
-    """The :class:`RankInfo` of the calling rank (only valid inside a crew or torchrun)."""
-    if _INFO is None:
-        if dist.is_available() and dist.is_initialized():   # a process group made elsewhere
-            return _info_from_initialized_group()
-        raise RuntimeError("not inside a rank: call this from a function run by zerolab.launch or Crew.run")
-    return _INFO
-
-
-def rank() -> int:
-    return rank_info().rank
-
-
-def world_size() -> int:
-    return rank_info().world_size
-
-
-def device() -> torch.device:
-    return rank_info().device
-
-
-def _info_from_initialized_group() -> RankInfo:
-    backend = dist.get_backend()
-    local = int(os.environ.get("LOCAL_RANK", dist.get_rank()))
-    dev = torch.device("cuda", local) if backend == "nccl" else torch.device("cpu")
-    return RankInfo(dist.get_rank(), dist.get_world_size(), local, dev, backend)
-
+# ----------------------------------------------------------------------------- parent side
 
 def resolve_backend(backend: str, world_size: int) -> str:
     """``auto`` means NCCL with one GPU per rank where there are enough GPUs, else gloo."""
@@ -121,117 +85,6 @@ def resolve_backend(backend: str, world_size: int) -> str:
                          f"{torch.cuda.device_count() if torch.cuda.is_available() else 0}")
     return backend
 
-
-class _Redirect:
-    """Point fd 1 and 2 (and sys.stdout/err) at a file, and back."""
-
-    def __init__(self) -> None:
-        self._saved = (os.dup(1), os.dup(2))
-
-    def to(self, path: str) -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
-
-    def restore(self) -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(self._saved[0], 1)
-        os.dup2(self._saved[1], 2)
-
-
-def _watch_lifeline(lifeline, workdir: str) -> None:
-    """End this rank as soon as the parent's end of ``lifeline`` is closed.
-
-    Nothing is ever sent on the lifeline, so the read returns only at EOF: when the parent
-    closed the crew, or died (the kernel closes a dead process's descriptors, whatever killed
-    it). The read releases the GIL, so this works while the main thread sleeps, computes in
-    torch or waits in a collective. The rank's parent is the forkserver, not the driver, so
-    ``PR_SET_PDEATHSIG`` would not help here.
-    """
-    try:
-        while True:
-            lifeline.recv_bytes()
-    except BaseException:          # EOFError (the usual way), or OSError: the parent is gone either way
-        pass
-    shutil.rmtree(workdir, ignore_errors=True)   # the parent could not: it is gone
-    os._exit(1)
-
-
-def _rank_main(conn, lifeline, rank_: int, world: int, backend: str, host: str, port: int,
-               workdir: str, threads: int, pg_timeout_s: float) -> None:
-    """The life of one rank: join the group, then run tasks until told to stop."""
-    global _INFO
-    threading.Thread(target=_watch_lifeline, args=(lifeline, workdir), name="zerolab-lifeline",
-                     daemon=True).start()
-    # The parent manages the ranks (it kills them on interrupt); a Ctrl-C or kernel shutdown
-    # reaching an idle rank must not print a KeyboardInterrupt traceback of its own.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    redirect = _Redirect()
-    redirect.to(os.path.join(workdir, f"rank{rank_}.start.log"))
-    # Each rank writes to its own file; line-buffering keeps partial output if it is killed.
-    sys.stdout = open(1, "w", buffering=1, closefd=False)
-    sys.stderr = open(2, "w", buffering=1, closefd=False)
-    os.environ.update(GLOO_SOCKET_IFNAME="lo", MASTER_ADDR=host, MASTER_PORT=str(port),
-                      RANK=str(rank_), WORLD_SIZE=str(world), LOCAL_RANK=str(rank_))
-    try:
-        torch.set_num_threads(threads)
-        if backend == "nccl":
-            torch.cuda.set_device(rank_)
-            dev = torch.device("cuda", rank_)
-        else:
-            dev = torch.device("cpu")
-        store = dist.TCPStore(host, port, world, is_master=False,
-                              timeout=datetime.timedelta(seconds=pg_timeout_s))
-        kwargs = dict(device_id=dev) if backend == "nccl" else {}
-        dist.init_process_group(backend, store=store, rank=rank_, world_size=world,
-                                timeout=datetime.timedelta(seconds=pg_timeout_s), **kwargs)
-        _INFO = RankInfo(rank_, world, rank_, dev, backend)
-        conn.send(("ready", None))
-    except BaseException:
-        conn.send(("error", _format_error(rank_)))
-        return
-    task = 0
-    try:
-        while True:
-            try:
-                msg = conn.recv()
-            except EOFError:        # the parent went away
-                return
-            if msg[0] == "close":
-                return
-            _, parent_path, payload = msg
-            task += 1
-            sys.path.extend(p for p in parent_path if p not in sys.path)
-            redirect.to(os.path.join(workdir, f"rank{rank_}.task{task}.log"))
-            try:
-                fn, args, kwargs = cloudpickle.loads(payload)
-                reply = ("ok", cloudpickle.dumps(fn(*args, **kwargs)))
-            except BaseException:
-                reply = ("error", _format_error(rank_))
-            finally:
-                redirect.restore()
-            conn.send(reply)
-    finally:
-        if dist.is_initialized():
-            try:
-                dist.destroy_process_group()
-            except Exception:
-                pass
-
-
-def _format_error(rank_: int) -> dict:
-    etype, value, tb = sys.exc_info()
-    if tb is not None and tb.tb_next is not None:   # drop the crew's own frame: show the user's code
-        tb = tb.tb_next
-    return {"type": etype.__name__ if etype else "Exception", "message": str(value),
-            "traceback": "".join(traceback.format_exception(etype, value, tb))}
-
-
-# ----------------------------------------------------------------------------- parent side
 
 class CrewError(RuntimeError):
     """Base class of the crew's errors."""
@@ -349,7 +202,8 @@ class Crew:
 
     def _start(self) -> None:
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", "cloudpickle", "zerolab.crew"])
+        ctx.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", "cloudpickle", "zerolab.crew",
+                                   "zerolab.crew_worker"])
         self._workdir = tempfile.mkdtemp(prefix="zerolab-crew-")
         self._store = dist.TCPStore("127.0.0.1", 0, self.world_size, is_master=True,
                                     wait_for_workers=False,
@@ -540,12 +394,11 @@ class Crew:
 def under_torchrun() -> bool:
     """True when this process was started by torchrun (or another launcher that sets RANK etc.)."""
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")) \
-        and _INFO is None
+        and _worker._INFO is None
 
 
 def init_from_env(backend: str = "auto", timeout_s: float = 600.0) -> RankInfo:
     """Join the process group described by torchrun's environment variables."""
-    global _INFO
     world = int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", 0))
     if backend == "auto":           # NCCL only with a GPU for every rank on this machine
@@ -561,8 +414,8 @@ def init_from_env(backend: str = "auto", timeout_s: float = 600.0) -> RankInfo:
         # in about 1 run in 10 under torchrun). Close it in order instead.
         atexit.register(_destroy_at_exit)
     dev = torch.device("cuda", local) if backend == "nccl" else torch.device("cpu")
-    _INFO = RankInfo(dist.get_rank(), world, local, dev, backend)
-    return _INFO
+    _worker._INFO = RankInfo(dist.get_rank(), world, local, dev, backend)
+    return _worker._INFO
 
 
 def _destroy_at_exit() -> None:

@@ -1,0 +1,183 @@
+"""The rank side of the crew: what runs inside each rank process.
+
+``zerolab.crew.Crew`` (the parent side) starts every rank with :func:`_rank_main` as its
+target, through multiprocessing's forkserver. A rank
+
+* starts a watchdog thread on its *lifeline* (:func:`_watch_lifeline`): a pipe whose write end
+  only the parent holds; at EOF (the parent closed the crew or died, however) the rank removes
+  the crew's files and ends at once, even while busy in ``fn`` or blocked in a collective;
+* points its file descriptors 1 and 2 at a file of its own per task (:class:`_Redirect`), so
+  that the parent can print the output in rank order;
+* joins the process group through the parent's ``TCPStore`` on 127.0.0.1, then runs the
+  cloudpickled tasks the parent sends until told to stop, replying with a cloudpickled result
+  or a formatted error (:func:`_format_error`).
+
+Inside ``fn``, :func:`rank_info` (or ``rank()``, ``world_size()``, ``device()``) says who
+this rank is. Everything public here is re-exported by ``zerolab.crew`` and ``zerolab``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import shutil
+import signal
+import sys
+import threading
+import traceback
+
+import cloudpickle
+import torch
+import torch.distributed as dist
+
+__all__ = ["RankInfo", "rank_info", "rank", "world_size", "device"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RankInfo:
+    """Who this process is inside the crew."""
+    rank: int            # 0 .. world_size-1
+    world_size: int      # number of ranks in the process group
+    local_rank: int      # rank on this machine (selects the GPU)
+    device: torch.device # cuda:<local_rank> with NCCL, else cpu with gloo
+    backend: str         # "nccl" or "gloo"
+
+
+_INFO: RankInfo | None = None
+
+
+def rank_info() -> RankInfo:
+    """The :class:`RankInfo` of the calling rank (only valid inside a crew or torchrun)."""
+    if _INFO is None:
+        if dist.is_available() and dist.is_initialized():   # a process group made elsewhere
+            return _info_from_initialized_group()
+        raise RuntimeError("not inside a rank: call this from a function run by zerolab.launch or Crew.run")
+    return _INFO
+
+
+def rank() -> int:
+    return rank_info().rank
+
+
+def world_size() -> int:
+    return rank_info().world_size
+
+
+def device() -> torch.device:
+    return rank_info().device
+
+
+def _info_from_initialized_group() -> RankInfo:
+    backend = dist.get_backend()
+    local = int(os.environ.get("LOCAL_RANK", dist.get_rank()))
+    dev = torch.device("cuda", local) if backend == "nccl" else torch.device("cpu")
+    return RankInfo(dist.get_rank(), dist.get_world_size(), local, dev, backend)
+
+
+class _Redirect:
+    """Point fd 1 and 2 (and sys.stdout/err) at a file, and back."""
+
+    def __init__(self) -> None:
+        self._saved = (os.dup(1), os.dup(2))
+
+    def to(self, path: str) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+
+    def restore(self) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(self._saved[0], 1)
+        os.dup2(self._saved[1], 2)
+
+
+def _watch_lifeline(lifeline, workdir: str) -> None:
+    """End this rank as soon as the parent's end of ``lifeline`` is closed.
+
+    Nothing is ever sent on the lifeline, so the read returns only at EOF: when the parent
+    closed the crew, or died (the kernel closes a dead process's descriptors, whatever killed
+    it). The read releases the GIL, so this works while the main thread sleeps, computes in
+    torch or waits in a collective. The rank's parent is the forkserver, not the driver, so
+    ``PR_SET_PDEATHSIG`` would not help here.
+    """
+    try:
+        while True:
+            lifeline.recv_bytes()
+    except BaseException:          # EOFError (the usual way), or OSError: the parent is gone either way
+        pass
+    shutil.rmtree(workdir, ignore_errors=True)   # the parent could not: it is gone
+    os._exit(1)
+
+
+def _rank_main(conn, lifeline, rank_: int, world: int, backend: str, host: str, port: int,
+               workdir: str, threads: int, pg_timeout_s: float) -> None:
+    """The life of one rank: join the group, then run tasks until told to stop."""
+    global _INFO
+    threading.Thread(target=_watch_lifeline, args=(lifeline, workdir), name="zerolab-lifeline",
+                     daemon=True).start()
+    # The parent manages the ranks (it kills them on interrupt); a Ctrl-C or kernel shutdown
+    # reaching an idle rank must not print a KeyboardInterrupt traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    redirect = _Redirect()
+    redirect.to(os.path.join(workdir, f"rank{rank_}.start.log"))
+    # Each rank writes to its own file; line-buffering keeps partial output if it is killed.
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    os.environ.update(GLOO_SOCKET_IFNAME="lo", MASTER_ADDR=host, MASTER_PORT=str(port),
+                      RANK=str(rank_), WORLD_SIZE=str(world), LOCAL_RANK=str(rank_))
+    try:
+        torch.set_num_threads(threads)
+        if backend == "nccl":
+            torch.cuda.set_device(rank_)
+            dev = torch.device("cuda", rank_)
+        else:
+            dev = torch.device("cpu")
+        store = dist.TCPStore(host, port, world, is_master=False,
+                              timeout=datetime.timedelta(seconds=pg_timeout_s))
+        kwargs = dict(device_id=dev) if backend == "nccl" else {}
+        dist.init_process_group(backend, store=store, rank=rank_, world_size=world,
+                                timeout=datetime.timedelta(seconds=pg_timeout_s), **kwargs)
+        _INFO = RankInfo(rank_, world, rank_, dev, backend)
+        conn.send(("ready", None))
+    except BaseException:
+        conn.send(("error", _format_error(rank_)))
+        return
+    task = 0
+    try:
+        while True:
+            try:
+                msg = conn.recv()
+            except EOFError:        # the parent went away
+                return
+            if msg[0] == "close":
+                return
+            _, parent_path, payload = msg
+            task += 1
+            sys.path.extend(p for p in parent_path if p not in sys.path)
+            redirect.to(os.path.join(workdir, f"rank{rank_}.task{task}.log"))
+            try:
+                fn, args, kwargs = cloudpickle.loads(payload)
+                reply = ("ok", cloudpickle.dumps(fn(*args, **kwargs)))
+            except BaseException:
+                reply = ("error", _format_error(rank_))
+            finally:
+                redirect.restore()
+            conn.send(reply)
+    finally:
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:
+                pass
+
+
+def _format_error(rank_: int) -> dict:
+    etype, value, tb = sys.exc_info()
+    if tb is not None and tb.tb_next is not None:   # drop the crew's own frame: show the user's code
+        tb = tb.tb_next
+    return {"type": etype.__name__ if etype else "Exception", "message": str(value),
+            "traceback": "".join(traceback.format_exception(etype, value, tb))}
