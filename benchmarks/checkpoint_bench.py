@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 import zerolab
-from step_time import make_model          # the same MLP as the step-time benchmark (this folder)
+from step_models import make_model          # the same MLP as before (this folder)
 
 
 def ds_config(stage: int, world: int) -> dict:

@@ -1,15 +1,28 @@
-"""Step time of zerolab stages 0-3 against torch DDP, ZeroRedundancyOptimizer and FSDP2.
+"""Step time of zerolab stages 0-3 against torch DDP (and DeepSpeed 0.19.8, and torch's ZeRO
+baselines), in one run with interleaved repeats.
 
-One run, same model, same data, same ranks (2 by default, gloo on CPU or NCCL on GPUs):
-prints the median step time of each, its ratio to DDP, and the bytes each rank put on the
-wire per step (zerolab from its ledger; the torch baselines by the same ring convention).
+Model (issue 10's shape): a residual MLP of 4 Linear and 3 LayerNorm layers, 325,464 fp32
+parameters, Adam, gradient clipping 1.0, batch 32 per rank, 2 ranks (gloo on CPU, NCCL on GPUs).
+Each repeat measures every candidate once (median of ``--steps`` steps after 5 warm-up steps);
+the table gives, per candidate, the median over repeats of its time divided by torch DDP's time
+*in the same repeat and processes*, so slow drifts of a shared machine cancel.
 
-    python benchmarks/step_time.py [--world 2] [--steps 20] [--width 512] [--layers 4]
+    python benchmarks/step_time.py [--repeats 3] [--steps 50] [--world 2]
+        [--ds-python /path/to/dsvenv/bin/python]     # adds DeepSpeed stages 1-3 (own processes)
+        [--torch-zero]                               # adds ZeroRedundancyOptimizer and FSDP2
+
+Wire bytes per step come from zerolab's ledger (in units of Psi x 4 B, divided by the ring factor
+(N-1)/N: DDP's all-reduce is 2).
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import torch
@@ -18,13 +31,8 @@ from torch import nn
 
 import zerolab
 
-
-def make_model(width: int, layers: int) -> nn.Module:
-    torch.manual_seed(0)
-    mods = []
-    for _ in range(layers):
-        mods += [nn.Linear(width, width), nn.GELU()]
-    return nn.Sequential(*mods, nn.Linear(width, 1))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from step_models import ResMLP, make_model  # noqa: E402,F401  (make_model: checkpoint_bench)
 
 
 def timed_steps(step, steps: int, device) -> float:
@@ -43,97 +51,117 @@ def timed_steps(step, steps: int, device) -> float:
     return statistics.median(times)
 
 
-def bench(width, layers, batch, steps):
+def bench(batch, steps, torch_zero, variants):
     info = zerolab.rank_info()
     dev = info.device
     torch.manual_seed(1 + info.rank)
-    x = torch.randn(batch, width, device=dev)
-    y = torch.randn(batch, 1, device=dev)
+    x = torch.randn(batch, ResMLP.WIDTH, device=dev)
+    y = torch.randn(batch, ResMLP.WIDTH, device=dev)
     loss_fn = nn.MSELoss()
     results = {}
-    psi = sum(p.numel() for p in make_model(width, layers).parameters())
-
-    # torch DDP
     from torch.nn.parallel import DistributedDataParallel as DDP
-    ddp = DDP(make_model(width, layers).to(dev))
-    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4)
-    def ddp_step():
-        opt.zero_grad(set_to_none=True)
-        loss_fn(ddp(x), y).backward()
-        torch.nn.utils.clip_grad_norm_(ddp.parameters(), 1.0)
-        opt.step()
-    results["torch DDP *"] = (timed_steps(ddp_step, steps, dev), 2 * psi * 4)
-    del ddp, opt
 
-    # torch ZeroRedundancyOptimizer (stage 1 with DDP's all-reduce + a broadcast per param)
-    from torch.distributed.optim import ZeroRedundancyOptimizer
-    ddp = DDP(make_model(width, layers).to(dev))
-    zro = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-4)
-    def zro_step():
-        zro.zero_grad(set_to_none=True)
-        loss_fn(ddp(x), y).backward()
-        torch.nn.utils.clip_grad_norm_(ddp.parameters(), 1.0)
-        zro.step()
-    results["torch ZeroRedundancyOptimizer *"] = (timed_steps(zro_step, steps, dev), 3 * psi * 4)
-    del ddp, zro
-
-    # torch FSDP2
-    try:
-        from torch.distributed.fsdp import fully_shard
-        model = make_model(width, layers).to(dev)
-        for m in model:
-            if isinstance(m, nn.Linear):
-                fully_shard(m)
-        fully_shard(model)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        def fsdp_step():
+    def torch_run(name, model, opt):
+        def step():
             opt.zero_grad(set_to_none=True)
             loss_fn(model(x), y).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
-        results["torch FSDP2 (fully_shard) *"] = (timed_steps(fsdp_step, steps, dev), 3 * psi * 4)
-        del model, opt
-    except Exception as e:                               # report, don't hide
-        results["torch FSDP2 (fully_shard) *"] = (float("nan"), f"failed: {type(e).__name__}: {e}"[:80])
+        results[name] = (timed_steps(step, steps, dev), None)
 
-    for stage in (0, 1, 2, 3):
+    ddp = DDP(ResMLP().to(dev))
+    torch_run("torch DDP", ddp, torch.optim.Adam(ddp.parameters(), lr=1e-4))
+    if torch_zero:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        ddp = DDP(ResMLP().to(dev))
+        torch_run("torch ZeroRedundancyOptimizer", ddp,
+                  ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.Adam, lr=1e-4))
+        from torch.distributed.fsdp import fully_shard
+        model = ResMLP().to(dev)
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                fully_shard(m)
+        fully_shard(model)
+        torch_run("torch FSDP2", model, torch.optim.Adam(model.parameters(), lr=1e-4))
+    for name, stage, zero in variants:
         cfg = {"train_batch_size": batch * info.world_size, "gradient_clipping": 1.0,
-               "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
-               "zero_optimization": {"stage": stage}}
-        engine = zerolab.initialize(make_model(width, layers), cfg)
+               "optimizer": {"type": "Adam", "params": {"lr": 1e-4}},
+               "zero_optimization": {"stage": stage, **zero}}
+        engine = zerolab.initialize(ResMLP(), cfg)
+
         def z_step():
             engine.backward(loss_fn(engine(x), y))
             engine.step()
         t = timed_steps(z_step, steps, dev)
         mark = engine.ledger.mark()
         z_step()
-        results[f"zerolab stage {stage}"] = (t, engine.ledger.since(mark).wire_bytes / ((info.world_size - 1) / info.world_size or 1))
-    return psi, results
+        ring = (info.world_size - 1) / info.world_size or 1
+        results[name] = (t, engine.ledger.since(mark).wire_bytes / ring)
+        engine.close()
+    return results
+
+
+VARIANTS = [("zerolab stage 0", 0, {}), ("zerolab stage 0 + overlap", 0, {"overlap_comm": True}),
+            ("zerolab stage 1", 1, {}), ("zerolab stage 2", 2, {}),
+            ("zerolab stage 2 + overlap", 2, {"overlap_comm": True}),
+            ("zerolab stage 3", 3, {})]
+
+
+def deepspeed_run(python, world, steps, batch) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "ds.json")
+        env = {**os.environ, "DS_ACCELERATOR": "cpu"}
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ds_reference", "ds_step_time.py")
+        run = subprocess.run([python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                              str(world), script, "--steps", str(steps), "--batch", str(batch), "--out", out],
+                             env=env, capture_output=True, text=True, timeout=1800)
+        if run.returncode:
+            raise RuntimeError(f"the DeepSpeed run failed:\n{run.stderr[-3000:]}\n{run.stdout[-3000:]}")
+        with open(out) as f:
+            return json.load(f)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--world", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--width", type=int, default=512)
-    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--ds-python", default=None, help="python of a venv with deepspeed==0.19.8")
+    ap.add_argument("--torch-zero", action="store_true", help="add ZeroRedundancyOptimizer and FSDP2")
     ap.add_argument("--backend", default="auto")
     a = ap.parse_args()
-    out = zerolab.launch(bench, a.world, a.width, a.layers, a.batch, a.steps, backend=a.backend,
-                         timeout=900, echo=False)
-    psi, res = out[0]
-    base = res["torch DDP *"][0]
-    n = a.world
-    print(f"{n} ranks, backend {zerolab.crew.resolve_backend(a.backend, n)}, model {psi:,} params "
-          f"(fp32, AdamW), batch {a.batch} per rank, median of {a.steps} steps")
-    print(f"bytes column: per-rank wire bytes / ring factor (N-1)/N, i.e. in units where DDP's all-reduce of Psi fp32 = 2 Psi x 4 B")
-    print(f"{'':32}{'step ms':>9}{'x DDP':>8}{'wire (Psi units)':>18}")
-    for name, (t, wire) in res.items():
-        w = f"{wire / (psi * 4):.2f}" if isinstance(wire, (int, float)) else wire
-        print(f"{name:32}{t * 1e3:>9.2f}{t / base:>8.2f}{w:>18}")
-    print("* torch rows: wire bytes are the algorithm's nominal volume, not measured; zerolab rows "
-          "come from its ledger")
+    ratios: dict[str, list] = {}
+    ms: dict[str, list] = {}
+    wire: dict[str, float] = {}
+    psi = sum(p.numel() for p in ResMLP().parameters())
+    for r in range(a.repeats):
+        res = zerolab.launch(bench, a.world, a.batch, a.steps, a.torch_zero, VARIANTS, backend=a.backend,
+                             timeout=1800, echo=False)[0]
+        base = res["torch DDP"][0]
+        for name, (t, w) in res.items():
+            ratios.setdefault(name, []).append(t / base)
+            ms.setdefault(name, []).append(t)
+            if w is not None:
+                wire[name] = w
+        if a.ds_python:
+            ds = deepspeed_run(a.ds_python, a.world, a.steps, a.batch)
+            for name, t in ds.items():
+                key = name if name != "torch DDP" else "torch DDP (DeepSpeed's processes)"
+                ratios.setdefault(key, []).append(t / ds["torch DDP"])
+                ms.setdefault(key, []).append(t)
+        print(f"repeat {r + 1}/{a.repeats} done", file=sys.stderr)
+    print(f"{a.world} ranks, backend {zerolab.crew.resolve_backend(a.backend, a.world)}, ResMLP {psi:,} params "
+          f"(fp32, Adam, clip 1.0), batch {a.batch} per rank, median of {a.steps} steps, {a.repeats} interleaved "
+          "repeats")
+    print(f"{'':36}{'step ms':>9}{'x DDP':>8}{'x DeepSpeed':>13}{'wire (Psi)':>12}")
+    for name in ratios:
+        x = statistics.median(ratios[name])
+        stage = name.split("stage ")[-1][:1] if "zerolab stage" in name else None
+        ds = ratios.get(f"DeepSpeed stage {stage}")
+        vs = f"{x / statistics.median(ds):.2f}" if ds and stage in "123" else ""
+        w = f"{wire[name] / (psi * 4):.2f}" if name in wire else ""
+        print(f"{name:36}{statistics.median(ms[name]) * 1e3:>9.2f}{x:>8.2f}{vs:>13}{w:>12}")
 
 
 if __name__ == "__main__":
