@@ -12,6 +12,10 @@
                                                   (ZeRO paper formulas), plus DeepSpeed's own
                                                   estimator tables for ZeRO-2 and ZeRO-3
     zerolab env                                   torch, backends and devices on this machine
+    zerolab train --config ds.json --nproc 2      train a small model (TinyLM, generated data) on N
+        [--steps 20]                              ranks from a DeepSpeed config: progress bar, then
+                                                  loss, memory per giant, traffic, time, a picture;
+                                                  also under torchrun (zerolab/train.py)
     zerolab report [--preflight]                  this machine as the course sees it (one screen);
                                                   --preflight: the learner's check, READY or what
                                                   to fix (exit status 1 when not ready)
@@ -182,6 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     b.set_defaults(fn=cmd_bench)
     v = sub.add_parser("env", help="torch, backends and devices here")
     v.set_defaults(fn=cmd_env)
+    from . import train as train_cmd
+    t = sub.add_parser("train", help="train a small model on N ranks from a DeepSpeed config")
+    train_cmd.add_arguments(t)
+    t.set_defaults(fn=train_cmd.run_from_args)
     r = sub.add_parser("report", help="this machine as the course sees it; --preflight: ready for the course?")
     r.add_argument("--preflight", action="store_true", help="the learner's one-time check: READY or what to fix")
     r.add_argument("--ranks", type=int, default=4, help="ranks of the test crew (preflight)")

@@ -42,7 +42,34 @@ from .engine import Engine
 
 __all__ = ["initialize", "init_distributed", "add_config_arguments", "DeepSpeedEngine"]
 
-DeepSpeedEngine = Engine
+class DeepSpeedEngine(Engine):
+    """zerolab's engine with the few more names DeepSpeed's example scripts use."""
+
+    @property
+    def global_rank(self) -> int:
+        return self.comm.rank
+
+    @property
+    def local_rank(self) -> int:
+        return crew.rank_info().local_rank
+
+    @property
+    def world_size(self) -> int:
+        return self.comm.world_size
+
+    dp_world_size = world_size
+
+    def fp16_enabled(self) -> bool:
+        return self.config.fp16.enabled
+
+    def bfloat16_enabled(self) -> bool:
+        return self.config.bf16.enabled
+
+    def zero_optimization(self) -> bool:
+        return self.config.zero.stage > 0
+
+    def gradient_clipping(self) -> float:
+        return self.config.gradient_clipping
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -101,7 +128,7 @@ def _check_model_parameters(model: torch.nn.Module, model_parameters) -> None:
             "model.parameters()")
 
 
-def _training_dataloader(engine: Engine, dataset, collate_fn):
+def _training_dataloader(engine: DeepSpeedEngine, dataset, collate_fn):
     """DeepSpeed's ``deepspeed_io``: micro-batches of ``train_micro_batch_size_per_gpu``, each
     rank its own part of the data set (a ``DistributedSampler``, shuffled as DeepSpeed's is,
     seed 0: call ``loader.sampler.set_epoch(e)`` for a new order each epoch), ``drop_last`` from
@@ -141,7 +168,7 @@ def initialize(args=None, model: torch.nn.Module | None = None, optimizer=None, 
         raise ValueError("DeepSpeed requires --deepspeed_config to specify configuration file")
     init_distributed()
     _check_model_parameters(model, model_parameters)
-    engine = Engine(model, config, optimizer, lr_scheduler=lr_scheduler)
+    engine = DeepSpeedEngine(model, config, optimizer, lr_scheduler=lr_scheduler)
     loader = _training_dataloader(engine, training_data, collate_fn) if training_data is not None else None
     engine.training_dataloader = loader
     return engine, engine.optimizer, loader, engine.lr_scheduler
