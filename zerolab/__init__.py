@@ -14,3 +14,5 @@ from .stage3 import ExternalParameterError, ModuleOrderError
 from .stage_base import UnusedParameterError
 from .checkpoint import CheckpointError, consolidate
 from .config import ConfigError, load_config
+from . import deepspeed, scheduler          # DeepSpeed's initialize call; its scheduler block's classes
+from .scheduler import LRRangeTest, OneCycle, WarmupCosineLR, WarmupDecayLR, WarmupLR
