@@ -161,3 +161,104 @@ def test_a_rank_failure_puts_the_ranks_error_first_and_its_traceback_in_details(
     assert "ZeroDivisionError: division by zero" in short.splitlines()[0]
     assert "hint: divide by world_size" in short
     assert 'line 39' in str(exc)                                 # nothing lost outside the short view
+
+
+# -- the checks catch plausible wrong answers ------------------------------------------------
+# Each check is run on wrong answers a learner might write; each must fail (ExerciseCheckFailed),
+# and where the check can tell, its hint names the mistake. The solutions passing is shown by
+# nbval on solutions/.
+
+def _fails(check, fn, *hint_words):
+    from zerolab.checks import ExerciseCheckFailed
+
+    with pytest.raises(ExerciseCheckFailed) as info:
+        check(fn)
+    text = str(info.value)
+    for word in hint_words:
+        assert word in text, text
+    return text
+
+
+def _bytes_rule(swap=False, divide_by=None):
+    def fn(psi, precision, stage=0, world_size=1):
+        p, g, o = (4, 4, 8) if precision == "fp32" else (2, 2, 12)
+        n = divide_by or world_size
+        out = {"params": psi * p / (n if stage >= 3 else 1), "grads": psi * g / (n if stage >= 2 else 1),
+               "optimizer_states": psi * o / (n if stage >= 1 else 1)}
+        if swap and precision == "fp16":        # right at stage 0, where both weigh 2 bytes
+            out["params"], out["grads"] = out["grads"], out["params"]
+        return out
+    return fn
+
+
+@pytest.mark.timeout(300)
+def test_exercise1_check_catches_wrong_byte_counts():
+    from zerolab.checks.ch01 import check_model_state_bytes
+
+    _fails(check_model_state_bytes, _bytes_rule(swap=True), "swapped")
+    _fails(check_model_state_bytes, _bytes_rule(divide_by=2), "Figure 1")     # 2 ranks here, 64 in the paper
+
+
+def _adamw(coupled=False, eps_inside=False, eps=None, betas=None):
+    import math
+
+    def fn(param, grad, exp_avg, exp_avg_sq, step, lr, betas_, eps_, weight_decay):
+        b1, b2 = betas or betas_
+        e = eps_ if eps is None else eps
+        if coupled:
+            grad = grad + weight_decay * param
+        else:
+            param.mul_(1 - lr * weight_decay)
+        exp_avg.mul_(b1).add_(grad, alpha=1 - b1)
+        exp_avg_sq.mul_(b2).addcmul_(grad, grad, value=1 - b2)
+        bc1, bc2 = 1 - b1 ** step, 1 - b2 ** step
+        if eps_inside:
+            denom = (exp_avg_sq / bc2 + e).sqrt()
+        else:
+            denom = exp_avg_sq.sqrt() / math.sqrt(bc2) + e
+        param.addcdiv_(exp_avg, denom, value=-lr / bc1)
+    return fn
+
+
+def test_exercise3_check_catches_wrong_adamw_steps():
+    from zerolab.checks.ch03 import check_adamw_step
+
+    _fails(check_adamw_step, _adamw(eps=1e-8), "eps argument")               # a hard-coded eps
+    _fails(check_adamw_step, _adamw(betas=(0.9, 0.99)))                       # hard-coded betas
+    _fails(check_adamw_step, _adamw(coupled=True), "coupled weight decay")
+    _fails(check_adamw_step, _adamw(eps_inside=True), "inside the square root")
+
+
+def _scaler_rule(factor=None, floor_ignores_hysteresis=False):
+    from zerolab.loss_scaler import LossScaleAtMinimum
+
+    def fn(state, overflow):
+        f = factor or state["scale_factor"]
+        if overflow:
+            if floor_ignores_hysteresis and state["cur_scale"] == state["min_scale"]:
+                raise LossScaleAtMinimum(state["cur_scale"], state["cur_iter"])
+            if state["delayed_shift"] == 1 or state["cur_hysteresis"] == 1:
+                if state["cur_scale"] == state["min_scale"]:
+                    raise LossScaleAtMinimum(state["cur_scale"], state["cur_iter"])
+                state["cur_scale"] = max(state["cur_scale"] / f, state["min_scale"])
+            else:
+                state["cur_hysteresis"] -= 1
+            state["last_overflow_iter"] = state["cur_iter"]
+        else:
+            if state["consecutive_hysteresis"]:
+                state["cur_hysteresis"] = state["delayed_shift"]
+            stable = state["cur_iter"] - state["last_overflow_iter"] - 1
+            if stable > 0 and stable % state["scale_window"] == 0:
+                if not state["consecutive_hysteresis"]:
+                    state["cur_hysteresis"] = state["delayed_shift"]
+                state["cur_scale"] *= f
+        state["cur_iter"] += 1
+    return fn
+
+
+def test_exercise4_check_catches_wrong_scalers():
+    from zerolab.checks.ch04 import check_sequences
+
+    assert check_sequences(_scaler_rule()) > 1000                  # the rule written out passes
+    _fails(check_sequences, _scaler_rule(factor=2.0), "scale_factor is 3")
+    _fails(check_sequences, _scaler_rule(floor_ignores_hysteresis=True), "hysteresis")

@@ -27,7 +27,7 @@ from nbsource import code, md
 
 CHAPTER = [
 md("""
-# Chapter 4 · Mixed precision (混合精度): folding furniture and the ledger book
+# Chapter 4 · Mixed precision (混合精度): folding furniture and the register
 
 *Lighter to carry, and nothing forgotten.*
 
@@ -36,31 +36,31 @@ furniture**: the same pieces at half the weight. Folding has a price. A folded t
 shape but not its finest marks, and some of the corrections the crew makes each day are so
 faint that folding wipes them out.
 
-So the captain keeps one more thing: a **ledger book**, written in ink at full detail. Every
-correction goes into the ledger first, and each morning the furniture is refolded to match it.
-The furniture is light; the ledger is exact.
+So the captain keeps one more thing: a **register**, written in ink at full detail. Every
+correction goes into the register first, and each morning the furniture is refolded to match it.
+The furniture is light; the register is exact.
 
 For the faintest corrections the crew has a trick. Every note is written **magnified**, tens of
 thousands of times larger, so that it survives the folding, and divided back down when it is
-copied into the ledger. If a magnified note no longer fits on the page, the *whole crew* throws
+copied into the register. If a magnified note no longer fits on the page, the *whole crew* throws
 that day's notes away, and from then on magnifies less.
 
 | in the story | in training | in zerolab |
 |---|---|---|
 | folding furniture | 16-bit weights, activations and gradients: **fp16** or **bf16**, 2 bytes each | the model's parameters after `zerolab.initialize` |
-| the ledger book | **fp32 master weights** that the optimizer steps (4 bytes, beside Adam's 4 + 4) | `engine.stage.masters` |
+| the register | **fp32 master weights** that the optimizer steps (4 bytes, beside Adam's 4 + 4) | `engine.stage.masters` |
 | corrections too faint to survive folding | gradients that **underflow** to 0 in fp16 | `zerolab.precision.underflow_report` |
 | writing notes magnified | **loss scaling**: backward of loss × S; the optimizer divides by S | `engine.loss_scale` |
 | a note too big for the page | **overflow**: an inf or NaN gradient; the step is skipped on every rank, S is lowered | `engine.skipped_steps`, `engine.log` |
 
-The ledger has one more role once ZeRO arrives: the fp32 master weights and Adam's two moments,
+The register has one more role once ZeRO arrives: the fp32 master weights and Adam's two moments,
 12 of the 16 bytes per parameter, are the "optimizer states" giant of chapter 1, the first thing
 ZeRO splits among the crew.
 
 **What we measure here:** the range and precision of fp32, fp16 and bf16; the real gradients of
 a real model, and how many of them fp16 turns into 0 with and without a loss scale; the dynamic
 loss scaler at work inside the engine on 2 ranks, including an overflow on one rank; the fp32
-ledger and the bytes it costs; and fp16, bf16 and fp32 training side by side.
+register and the bytes it costs; and fp16, bf16 and fp32 training side by side.
 """),
 code("""
 import copy
@@ -71,6 +71,7 @@ import torch
 
 import zerolab
 from zerolab import precision as P
+from zerolab.viz import print_wrapped, wrapped_output
 from zerolab.memory import measure_activations
 from zerolab.models import MLP, TinyLM, lm_loss, mse_loss
 """),
@@ -125,7 +126,7 @@ for name, dtype in (("fp32", torch.float32), ("fp16", torch.float16), ("bf16", t
 md("""
 bf16 loses every one of the hundred updates: 0.001 is less than half of bf16's gap near 1.0
 (2⁻⁷ ≈ 0.0078), so each sum rounds back to 1.0. fp16 keeps them, each rounded to its gap near
-1.0, 2⁻¹⁰ ≈ 0.00098, so it ends at 1.0977 instead of 1.1. That is why the **ledger** exists even with bf16: the optimizer adds small
+1.0, 2⁻¹⁰ ≈ 0.00098, so it ends at 1.0977 instead of 1.1. That is why the **register** exists even with bf16: the optimizer adds small
 updates to weights, and only fp32 (eps ≈ 1.2e-7) keeps them. The 16-bit copy is only for carrying.
 
 ## 2. Real gradients, and what fp16 does to them
@@ -189,7 +190,8 @@ ax.axhline(P.FP16_MIN_SUBNORMAL, color="tab:red", ls="--", lw=1, label="2^-24")
 ax.axhline(P.FP16_MIN_NORMAL, color="tab:green", ls="--", lw=1, label="2^-14")
 ax.set_xlabel("layer (0 = input side; backward runs from right to left)")
 ax.set_ylabel("median |g|")
-ax.legend(fontsize=8)
+ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))     # outside: it covers no line
+fig.tight_layout()
 plt.show()
 per_layer = (layer_median[-1] / layer_median[0]) ** (1 / (len(layer_median) - 1))
 print(f"last layer / first layer: {layer_median[-1] / layer_median[0]:,.0f}x; "
@@ -205,9 +207,10 @@ cases = [("fp16, scale 1", 1.0, torch.float16),
          ("fp16, scale 2^16", 2.0 ** 16, torch.float16),
          ("bf16, scale 1", 1.0, torch.bfloat16)]
 reports = {name: P.underflow_report(g, scale, dtype) for name, scale, dtype in cases}
-print(f"{'':<18}{'-> 0':>9}{'subnormal':>11}{'normal':>9}{'-> inf':>8}   (% of {g.numel():,} entries)")
+print(f"{'':<18}{'-> 0':>9}{'(count)':>9}{'subnormal':>11}{'normal':>9}{'-> inf':>8}"
+      f"   (% of {g.numel():,} entries)")
 for name, r in reports.items():
-    print(f"{name:<18}{100 * r['zero_fraction']:>8.1f}%{100 * r['subnormal_fraction']:>10.1f}%"
+    print(f"{name:<18}{100 * r['zero_fraction']:>8.1f}%{r['zero']:>9,}{100 * r['subnormal_fraction']:>10.1f}%"
           f"{100 * r['normal_fraction']:>8.1f}%{r['overflow']:>8}")
 """),
 md("""
@@ -233,9 +236,11 @@ for name, scale, dtype in cases:
 """),
 md("""
 The real backward confirms the cast. At scale 1, about a third of this network's gradients vanish in fp16, and most of the rest are
-subnormal, carrying only a few significant bits. Multiplied by 2¹⁶, none vanish and almost all
-are normal. bf16 needs no scale: its range reaches 1e-38. What bf16 gives up is precision
-(eps 0.0078 against fp16's 0.00098), and the fp32 ledger makes up for that.
+subnormal, carrying only a few significant bits. Multiplied by 2¹⁶, almost all are normal, but
+not every one survives: the count column shows the few that still vanish, the very smallest,
+below 2⁻²⁵ even after scaling (the smallest |g| here is about 3·10⁻¹³, and 3·10⁻¹³ × 2¹⁶ is
+still under half of fp16's smallest subnormal). bf16 needs no scale: its range reaches 1e-38. What bf16 gives up is precision
+(eps 0.0078 against fp16's 0.00098), and the fp32 register makes up for that.
 
 ## 3. The dynamic loss scaler, inside the engine, on 2 ranks
 
@@ -288,7 +293,7 @@ def train(precision, steps=60, bad_steps=(), micro=8):
     \"\"\"Runs on every rank: train on this rank's half of each batch; what happened, step by step.\"\"\"
     rank = zerolab.rank()
     engine = zerolab.initialize(TinyLM(), ds_config(precision))
-    losses, scales, ledger_kept = [], [], {}
+    losses, scales, register_kept = [], [], {}
     for step, (x, y) in enumerate(rule_batches(steps, 2 * micro)):
         x, y = x[rank * micro:(rank + 1) * micro], y[rank * micro:(rank + 1) * micro]
         scales.append(engine.loss_scale)                 # the S this step's backward uses
@@ -296,24 +301,29 @@ def train(precision, steps=60, bad_steps=(), micro=8):
         losses.append(loss.item())
         if step in bad_steps and rank == 1:
             loss = loss * float("inf")                   # a bad batch, on rank 1 only
-        ledger = [m.clone() for m in engine.stage.masters]
+        register = [m.clone() for m in engine.stage.masters]
         engine.backward(loss)
         engine.step()
-        if step in bad_steps:                            # was this rank's fp32 ledger left alone?
-            ledger_kept[step] = all(torch.equal(a, b) for a, b in zip(ledger, engine.stage.masters))
+        if step in bad_steps:                            # was this rank's fp32 register left alone?
+            register_kept[step] = all(torch.equal(a, b) for a, b in zip(register, engine.stage.masters))
     return {"losses": losses, "scales": scales, "trace": P.scaler_trace(engine.scaler),
-            "skipped": engine.skipped_steps, "global_steps": engine.global_steps, "ledger_kept": ledger_kept}
+            "skipped": engine.skipped_steps, "global_steps": engine.global_steps, "register_kept": register_kept}
 
 
-print(zerolab.load_config(ds_config("fp16"), world_size=2).describe())
+print_wrapped(zerolab.load_config(ds_config("fp16"), world_size=2).describe())
 """),
 md("""
 The crew starts once and stays up for the rest of the chapter. Each rank runs `train`; the
 engine's log lines (on rank 0) come back with the results.
+
+**Predict, then run.** Only rank 1 sees the inf, at steps 30 and 31. How many steps in all will
+rank 0 skip in the 60, and what happens to the loss scale at step 31? Write it down (the
+description above has the rules), then run the cell.
 """),
 code("""
 crew = zerolab.Crew(2, threads=1)        # one thread per rank: the same numbers on any machine
-fp16_run = crew.run(train, "fp16", 60, bad_steps=(30, 31))
+with wrapped_output():                   # the engine's log lines, wrapped to fit the page
+    fp16_run = crew.run(train, "fp16", 60, bad_steps=(30, 31))
 """),
 md("""
 Steps 0 and 1 overflowed on their own: the fresh model's gradients times 2¹⁶ exceed 65504.
@@ -324,8 +334,9 @@ that flag (MAX), so every rank makes the same decision.
 """,),
 code("""
 for rank, r in enumerate(fp16_run):
-    print(f"rank {rank}: global_steps {r['global_steps']}, skipped_steps {r['skipped']}, "
-          f"fp32 ledger unchanged by the bad steps: {r['ledger_kept']}")
+    print(f"rank {rank}: global_steps {r['global_steps']}, skipped_steps {r['skipped']}; "
+          f"fp32 register unchanged by the bad steps:")
+    print(f"        {r['register_kept']}")
 print("both ranks used the same loss scale at every step:", fp16_run[0]["scales"] == fp16_run[1]["scales"])
 """),
 md("""
@@ -356,7 +367,7 @@ S climbs while the loss falls: the better the model, the smaller its gradients, 
 lifts them back into fp16's range. (With DeepSpeed's default window of 1000, each doubling
 takes 1000 clean steps instead of 10.)
 
-## 4. The ledger book: fp32 master weights, and their cost
+## 4. The register: fp32 master weights, and their cost
 
 After `zerolab.initialize` the model itself is 16-bit. The optimizer never sees it: it steps
 `engine.stage.masters`, fp32 copies of the part of the weights this rank owns, and after each
@@ -373,7 +384,7 @@ def weigh(precision, stage):
     engine = zerolab.initialize(TinyLM(), config)
     x, y = rule_batches(1, 16)[0]
     x, y = x[8 * rank: 8 * rank + 8], y[8 * rank: 8 * rank + 8]
-    mark = engine.ledger.mark()
+    mark = engine.ledger.mark()              # the communication ledger (chapter 0), not the register
     engine.backward(lm_loss(engine(x), y))
     engine.step()
     assert engine.skipped_steps == 0
@@ -402,20 +413,21 @@ for key, r in weighed.items():
           f"{m['optimizer_states'] / psi:>11.2f}{m['model_states'] / psi:>8.2f}    {formulas[key]}")
 """),
 md("""
-The ledger is the heavy part: 12 of the 16 bytes (4 for the fp32 master, 4 + 4 for Adam's
+The register is the heavy part: 12 of the 16 bytes (4 for the fp32 master, 4 + 4 for Adam's
 moments). And notice the fp32 row: **16 bytes per parameter as well**. With Adam, mixed precision
 does not make the model states smaller; it moves 4 bytes from the weights and gradients into the
-ledger. What it does halve is what is computed and moved in 16 bits:
+register. What it does halve is what is computed and moved in 16 bits:
 """),
 code("""
 tokens = rule_batches(1, 8)[0][0]
 act = {name: measure_activations(TinyLM().to(dtype), tokens)["activation_bytes"]
        for name, dtype in (("fp32", torch.float32), ("fp16", torch.float16))}
 wire = {p: weighed[(p, 0)]["grad_wire_bytes"] for p in ("fp32", "fp16")}
-print(f"activations kept for backward (batch 8 x 16 tokens): fp32 {act['fp32']:,} B, fp16 {act['fp16']:,} B "
-      f"({act['fp16'] / act['fp32']:.2f}x)")
+print(f"activations kept for backward (batch 8 x 16 tokens): fp32 {act['fp32']:,} B, "
+      f"fp16 {act['fp16']:,} B ({act['fp16'] / act['fp32']:.2f}x)")
 print(f"gradient all-reduce per step at stage 0, bytes sent per rank: fp32 {wire['fp32']:,.0f} B, "
-      f"fp16 {wire['fp16']:,.0f} B ({wire['fp16'] / wire['fp32']:.2f}x); 2(N-1)/N x Ψ x 2 B = {psi * 2:,} B")
+      f"fp16 {wire['fp16']:,.0f} B ({wire['fp16'] / wire['fp32']:.2f}x)")
+print(f"    formula 2(N-1)/N x Ψ x 2 B = {psi * 2:,} B")
 """),
 md("""
 ## 5. fp16, bf16 and fp32, side by side
@@ -424,7 +436,8 @@ The same 60 steps, the same data and the same initial weights, in the three prec
 without injected overflows this time).
 """),
 code("""
-runs = {p: crew.run(train, p, 60) for p in ("fp32", "bf16", "fp16")}
+with wrapped_output():
+    runs = {p: crew.run(train, p, 60) for p in ("fp32", "bf16", "fp16")}
 crew.close()
 curves = {p: [(a + b) / 2 for a, b in zip(r[0]["losses"], r[1]["losses"])] for p, r in runs.items()}
 fig, ax = plt.subplots(figsize=(9, 3.4))
@@ -440,38 +453,41 @@ def within(a, b, tol):
     return abs(a / b - 1) < tol
 
 for p in curves:
-    print(f"{p}: loss at step 0 about {curves[p][0]:.0f} nats, at step 59 below 0.01: {curves[p][-1] < 0.01}; "
-          f"steps skipped {runs[p][0]['skipped']}")
+    print(f"{p}: loss at step 0 about {curves[p][0]:.0f} nats, at step 59 below 0.01: "
+          f"{curves[p][-1] < 0.01}; steps skipped {runs[p][0]['skipped']}")
 bf16_gap = max(abs(b / a - 1) for a, b in zip(curves["fp32"], curves["bf16"]))
 print(f"bf16 within 10% of fp32 at every one of the 60 steps: {bf16_gap < 0.10}")
 print(f"fp16 at step 59 within 5% of fp32 at step 57, two updates fewer: "
-      f"{within(curves['fp16'][59], curves['fp32'][57], 0.05)}; "
-      f"of fp32 at step 59: {within(curves['fp16'][59], curves['fp32'][59], 0.05)}")
+      f"{within(curves['fp16'][59], curves['fp32'][57], 0.05)};")
+print(f"    of fp32 at step 59: {within(curves['fp16'][59], curves['fp32'][59], 0.05)}")
 """),
 md("""
 bf16 follows fp32 step for step. fp16 skipped its first two steps while the scaler found its
 footing, so it trails by about two updates: its loss at step 59 is where fp32's was at step 57,
 not where fp32's is at step 59.
-With an fp32 ledger, carrying the model in 16 bits costs this model almost nothing in learning.
+With an fp32 register, carrying the model in 16 bits costs this model almost nothing in learning.
 
 ## What we measured
 """),
 code("""
 f16 = next(r for r in P.dtype_range_table() if r["dtype"] == "fp16")
 b16 = next(r for r in P.dtype_range_table() if r["dtype"] == "bf16")
-print(f"formats     fp16: largest {f16['max']:g}, smallest normal 2^-14, smallest subnormal 2^-24, eps {f16['eps']:.2g}; "
-      f"bf16: largest {b16['max']:.2g}, eps {b16['eps']:.2g}")
-print(f"underflow   {len(deep.layers)}-layer MLP, {g.numel():,} gradients: -> 0 in fp16 at scale 1: "
-      f"{100 * reports['fp16, scale 1']['zero_fraction']:.1f}%; at scale 2^16: "
-      f"{100 * reports['fp16, scale 2^16']['zero_fraction']:.1f}%; in bf16: {100 * reports['bf16, scale 1']['zero_fraction']:.1f}%")
+print(f"formats     fp16: largest {f16['max']:g}, smallest normal 2^-14, smallest subnormal 2^-24, "
+      f"eps {f16['eps']:.2g}")
+print(f"            bf16: largest {b16['max']:.2g}, eps {b16['eps']:.2g}")
+z = {name: r["zero"] for name, r in reports.items()}
+print(f"underflow   {len(deep.layers)}-layer MLP, {g.numel():,} gradients -> 0: in fp16 at scale 1 "
+      f"{z['fp16, scale 1']:,} ({100 * reports['fp16, scale 1']['zero_fraction']:.1f}%),")
+print(f"            at scale 2^16 {z['fp16, scale 2^16']:,}, in bf16 {z['bf16, scale 1']:,}")
 print(f"scaler      fp16 on 2 ranks, 60 steps: {fp16_run[0]['skipped']} steps skipped on every rank "
-      f"({len(natural)} natural at S = 2^16, 2 injected on rank 1 only); S from 65536 to {int(fp16_run[0]['trace'][1][-1]):,}")
+      f"({len(natural)} natural at S = 2^16,")
+print(f"            2 injected on rank 1 only); S from 65536 to {int(fp16_run[0]['trace'][1][-1]):,}")
 m0, m3, f32 = (weighed[k]["memory"]["model_states"] / psi for k in (("fp16", 0), ("fp16", 3), ("fp32", 0)))
-print(f"ledger      model states per parameter: fp16 stage 0 {m0:.2f} B (2 + 2 + 12), stage 3 on 2 ranks "
-      f"{m3:.2f} B (16/N), fp32 {f32:.2f} B (4 + 4 + 8)")
+print(f"register    model states per parameter: fp16 stage 0 {m0:.2f} B (2 + 2 + 12),")
+print(f"            stage 3 on 2 ranks {m3:.2f} B (16/N), fp32 {f32:.2f} B (4 + 4 + 8)")
 print(f"halved      activations {act['fp16'] / act['fp32']:.2f}x, gradient traffic {wire['fp16'] / wire['fp32']:.2f}x")
-print(f"training    loss at step 59 below 0.01 in all three: {all(c[-1] < 0.01 for c in curves.values())}; "
-      f"bf16 within 10% of fp32 at every step: {bf16_gap < 0.10}")
+print(f"training    loss at step 59 below 0.01 in all three: {all(c[-1] < 0.01 for c in curves.values())};")
+print(f"            bf16 within 10% of fp32 at every step: {bf16_gap < 0.10}")
 print(f"            fp16 two updates behind (its step 59 within 5% of fp32's step 57): "
       f"{within(curves['fp16'][59], curves['fp32'][57], 0.05)}")
 """),
@@ -481,8 +497,18 @@ md("""
   halve, and double after a clean window), and one overflow on one rank skips the step on all.
 - **bf16** has fp32's range, so it needs no scale, but only 7 mantissa bits: small updates to a
   weight vanish in it.
-- The **fp32 ledger** (master weights) keeps those updates. With Adam it makes the ledger 12 of
+- The **fp32 register** (master weights) keeps those updates. With Adam it makes the register 12 of
   16 bytes per parameter: the optimizer states that ZeRO stage 1 splits first.
+
+## Questions
+
+1. Set `scale_power=8` in `ds_config("fp16")` (S starts at 2⁸) and re-run section 3. Are there
+   still natural overflows at the start? How many steps does S take to climb back?
+2. Why must every rank skip the step when only one rank overflowed? What would go wrong if
+   rank 0 stepped and rank 1 did not?
+3. The register costs 4 of the 16 bytes per parameter. Why can't bf16 training, which needs no
+   loss scale, drop it?
+4. With `hysteresis` 1, how would the scale trace of section 3 change at steps 30 and 31?
 
 **Your turn:** in `exercises/04_loss_scaler.ipynb` you write the dynamic loss scaler's update
 rule, DeepSpeed's hysteresis, window and floor, and the check runs it inside this engine on 2

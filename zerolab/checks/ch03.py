@@ -209,7 +209,7 @@ def check_shard_range(fn: Callable, *, world_sizes=WORLD_SIZES) -> None:
                     f"{ATOL:g} + {RTOL:g} x |value|). Your ranges tile the buffer, so look for a rule "
                     "that depends on more than (padded_numel, world_size, rank).")
         lines.append(f"{n} ranks (buckets of {', '.join(f'{s:,}' for s in per_rank[0]['sizes'])} elements)")
-    print("for example, a buffer of 12 elements on 3 ranks:",
+    print("for example, a buffer of 12 elements on 3 ranks:\n   ",
           ", ".join(f"rank {r} owns {tuple(fn(12, 3, r))}" for r in range(3)))
     passed("your shard_range tiles every flat buffer in equal pieces, in rank order, and ZeRO stage 1\n"
            "  built on it trains exactly like one process on\n  " + "\n  ".join(lines))

@@ -122,6 +122,10 @@ def _hint(before: Mapping, overflow: bool, want: dict | str, got: dict | str) ->
                 "DeepSpeed stops the run here. Raise LossScaleAtMinimum(state['cur_scale'], state['cur_iter']) "
                 "(only when the hysteresis is used up, i.e. when the scale would be cut)")
     if got == RAISES:
+        if before["cur_hysteresis"] > 1 and before["delayed_shift"] > 1:
+            return (f"at min_scale, but cur_hysteresis is still {before['cur_hysteresis']}: this overflow "
+                    f"is tolerated like any other (cur_hysteresis - 1, the scale stays); raise only when "
+                    f"the hysteresis is used up and the scale would be cut")
         return "only raise when an overflow would cut the scale and cur_scale == min_scale already"
     assert isinstance(want, dict) and isinstance(got, dict)
     diff = [k for k in CHANGING if got[k] != want[k]]
@@ -140,7 +144,11 @@ def _hint(before: Mapping, overflow: bool, want: dict | str, got: dict | str) ->
         if "cur_scale" in diff:
             if want["cur_scale"] == before["min_scale"]:
                 return "never below the floor: the new scale is max(cur_scale / scale_factor, min_scale)"
-            return "a cut divides the scale by scale_factor (2), once"
+            f = before["scale_factor"]
+            if f != 2 and got["cur_scale"] == old / 2:
+                return (f"you divided by 2, but this scaler's scale_factor is {f:g}: divide by "
+                        f"state['scale_factor']")
+            return f"a cut divides the scale by scale_factor ({f:g}), once"
         if "cur_hysteresis" in diff:
             if cut_wanted:
                 return ("a cut leaves cur_hysteresis as it is (DeepSpeed refills it only when the scale grows, or on "
@@ -164,7 +172,11 @@ def _hint(before: Mapping, overflow: bool, want: dict | str, got: dict | str) ->
             return (f"the window: {window}; the scale doubles only when that is > 0 and a multiple of "
                     f"scale_window = {w}{extra}")
         if "cur_scale" in diff:
-            return "a growth multiplies the scale by scale_factor (2), once"
+            f = before["scale_factor"]
+            if f != 2 and got["cur_scale"] == old * 2:
+                return (f"you doubled, but this scaler's scale_factor is {f:g}: multiply by "
+                        f"state['scale_factor']")
+            return f"a growth multiplies the scale by scale_factor ({f:g}), once"
         if "cur_hysteresis" in diff:
             if before["consecutive_hysteresis"]:
                 return "with consecutive_hysteresis every clean step refills cur_hysteresis = delayed_shift"
@@ -207,6 +219,11 @@ SEQUENCES = [
      "1010101000001100000110"),
     ("the floor: min_scale 20 (the cut is clamped to it)", dict(init_scale=48.0, scale_window=2, min_scale=20.0,
                                                                 delayed_shift=1), "1100100000"),
+    ("scale_factor 3: cuts divide by 3, growths multiply by 3",
+     dict(init_scale=3.0 ** 8, scale_factor=3.0, scale_window=2, delayed_shift=1, min_scale=1.0),
+     "0010001100000"),
+    ("at the floor with hysteresis left: tolerated twice, then the run stops",
+     dict(init_scale=8.0, scale_window=4, min_scale=8.0, delayed_shift=3), "1101"),
     ("at the floor: an overflow that cannot lower the scale stops the run",
      dict(init_scale=4.0, scale_window=5, min_scale=1.0, delayed_shift=1), "111"),
 ]
@@ -373,8 +390,9 @@ def check_update_scale(rule: Callable, *, world_size: int = 2, crew=None, verbos
     if verbose:
         scales, skipped = mine[0]["scales"], mine[0]["skipped_at"]
         print(f"engine: {len(scales)} fp16 steps on {world_size} ranks; loss scale per step with your rule:")
-        print("  " + " ".join(_fmt(s) for s in scales))
+        for i in range(0, len(scales), 15):          # 15 per line: under 100 characters
+            print(f"  {i:>2}-{min(i + 15, len(scales)) - 1:<2}  " + " ".join(f"{_fmt(s):>5}" for s in scales[i:i + 15]))
         print(f"  skipped steps (every rank): {skipped}")
         print(f"  fp32 master weights after the run: bit-identical to the run with zerolab's scaler on every rank")
-    passed(f"your update_scale follows DeepSpeed 0.19.8's rule in {calls} sequence calls and drives the real "
-           f"engine on {world_size} ranks step for step")
+    passed(f"your update_scale follows DeepSpeed 0.19.8's rule in {calls} sequence calls\n"
+           f"  and drives the real engine on {world_size} ranks step for step")
