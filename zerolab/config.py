@@ -191,11 +191,6 @@ class ZeroConfig:
     ignore_unused_parameters: bool = True
 
 
-_STAGE_SHARDS = {0: "nothing is partitioned (plain data parallelism)",
-                 1: "optimizer states are partitioned", 2: "optimizer states and gradients are partitioned",
-                 3: "optimizer states, gradients and parameters are partitioned"}
-
-
 @dataclass(frozen=True)
 class Config:
     """A resolved DeepSpeed config for one data-parallel world size."""
@@ -265,121 +260,9 @@ class Config:
 
     def describe(self) -> str:
         """Plain lines on what this config asks for and what zerolab does with it (backs
-        ``zerolab explain``). Keys with no effect in zerolab are listed with the reason; features
-        zerolab does not implement (only present in a config read by :func:`explain_config`) are
-        described as DeepSpeed would run them."""
-        z, f = self.zero, self.fp16
-        lines = [f"ZeRO stage {z.stage} on {self.world_size} data-parallel rank(s): {_STAGE_SHARDS[z.stage]}."]
-        if self._batch_resolved():
-            lines.append(f"Batch: train_batch_size {self.train_batch_size} = {self.train_micro_batch_size_per_gpu} "
-                         f"(micro-batch per rank) x {self.gradient_accumulation_steps} (gradient accumulation "
-                         f"steps) x {self.world_size} (ranks).")
-        else:
-            given = ", ".join(f"{k} {v}" for k, v in (
-                ("train_batch_size", self.train_batch_size),
-                ("train_micro_batch_size_per_gpu", self.train_micro_batch_size_per_gpu),
-                ("gradient_accumulation_steps", self.gradient_accumulation_steps)) if v is not None)
-            lines.append(f"Batch: not resolved for {self.world_size} rank(s) (see the error); the config gives "
-                         f"{given or 'none of the three'}.")
-        if f.enabled:
-            scale = (f"dynamic loss scale from 2^{f.initial_scale_power}, x2 after {f.loss_scale_window} "
-                     f"clean steps, hysteresis {f.hysteresis}, floor {f.min_loss_scale:g}"
-                     if f.dynamic else f"static loss scale {f.loss_scale:g}")
-            lines.append(f"Precision: fp16 model, fp32 master weights; {scale}.")
-            if f.auto_cast:
-                lines.append("  fp16.auto_cast: DeepSpeed casts the forward's floating-point inputs to fp16 "
-                             "(not implemented in zerolab).")
-        elif self.bf16.enabled:
-            check = "steps with inf/nan gradients skipped" if self.bf16.check_grad_overflow else "no overflow check"
-            lines.append(f"Precision: bf16 model, fp32 master weights; no loss scaling, {check}.")
-        else:
-            lines.append("Precision: fp32 throughout.")
-        comm = self.communication_data_type or {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(
-            self.compute_dtype, "fp32")
-        nbytes = {"fp32": 4, "fp16": 2, "bf16": 2}[comm]
-        if z.stage < 3:
-            how = {0: "at the accumulation boundary each bucket is all-reduced",
-                   1: "at the accumulation boundary each bucket is reduce-scattered (each rank gets the "
-                      "average of its shard), and after the step the updated shards are all-gathered",
-                   2: "during backward each bucket is reduce-scattered once its gradients are complete "
-                      "(each rank keeps its shard), and after the step the updated shards are all-gathered"}[z.stage]
-            if z.stage > 0 and not z.reduce_scatter:
-                how = how.replace("reduce-scattered", "all-reduced (reduce_scatter false: each rank keeps "
-                                  "its shard of the sum, DeepSpeed's 3 Psi of traffic)", 1)
-            if z.overlap_comm:
-                how += ("; overlap_comm: each bucket's collective is issued asynchronously as soon as it is "
-                        "complete, while backward goes on")
-            lines.append(f"Gradient buckets: reduce_bucket_size {z.reduce_bucket_size:,} elements "
-                         f"({z.reduce_bucket_size * nbytes / 1e9:.2f} GB in {comm}); {how}.")
-        else:
-            verb = "reduce-scattered" if z.reduce_scatter else "all-reduced (reduce_scatter false)"
-            when = ("issued asynchronously (overlap_comm), overlapping the rest of backward" if z.overlap_comm
-                    else "each call blocking (overlap_comm false)")
-            lines.append(f"Gradients: one flat group per module (the persistent parameters share one), "
-                         f"{verb} in {comm} during backward once complete (each rank keeps its shard), {when}.")
-            persist = (f"parameters of at most {z.stage3_param_persistence_threshold:,} elements stay gathered "
-                       "(stage3_param_persistence_threshold)")
-            if z.stage3_model_persistence_threshold != sys.maxsize:
-                persist += (f", up to {z.stage3_model_persistence_threshold:,} elements in all "
-                            "(stage3_model_persistence_threshold)")
-            lines.append("Stage 3 fetching: each module's parameters are all-gathered just before its forward and "
-                         "again before its backward, and released after use (just in time: no prefetch); "
-                         f"{persist}.")
-        lines += _offload_lines(self)
-        clip = f"clipped to global L2 norm {self.gradient_clipping:g}" if self.gradient_clipping else "off"
-        lines.append(f"Gradient clipping: {clip}.")
-        o = self.optimizer
-        asked = self.raw.get("optimizer")
-        if o is None and isinstance(asked, Mapping) and isinstance(asked.get("type"), str):
-            lines.append(f"Optimizer: {asked['type']}, which zerolab does not build (it builds Adam, AdamW and "
-                         "SGD).")
-        else:
-            lines.append("Optimizer: none in the config (pass one to zerolab.initialize)." if o is None else
-                         f"Optimizer: {o.type} (torch.optim.{o.torch_name}), " +
-                         ", ".join(f"{k}={v}" for k, v in o.params.items()) + ".")
-        sc = self.scheduler
-        if sc is not None:
-            args = ", ".join(f"{k}={_show(v)}" for k, v in sc.params.items())
-            lines.append(f"Learning-rate schedule: {sc.type}({args}), DeepSpeed's formula; the engine steps it "
-                         "after each optimizer step that is not skipped (an fp16 overflow does not advance it).")
-        ignored = self._ignored()
-        if ignored:
-            lines.append("No effect in zerolab (accepted; same numbers as DeepSpeed):")
-            lines += [f"  - {path} = {_show(value)}: {why}" for path, value, why in ignored]
-        return "\n".join(lines)
-
-
-def _show(value: Any) -> str:
-    """A config value for people: 5e8 as 500,000,000, blocks and strings as JSON."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 63:
-        value = int(value)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
-    return K.show(_thaw(value))
-
-
-def _offload_lines(c: Config) -> list[str]:
-    """What DeepSpeed does with an offload zerolab refuses (only a lenient config has one)."""
-    lines = []
-    for kind in ("offload_optimizer", "offload_param"):
-        o: OffloadConfig = getattr(c.zero, kind)
-        if o.device == "none":
-            continue
-        where = ("CPU memory" + (" (pinned)" if o.pin_memory else "") if o.device == "cpu" else
-                 f"NVMe at {o.nvme_path or '(no nvme_path given)'}, staged through CPU buffers")
-        if kind == "offload_optimizer":
-            part = "" if o.ratio >= 1 else f" (for {o.ratio:g} of the sub-groups; the rest step on the GPU)"
-            lines.append(f"Offload (not implemented in zerolab): with zero_optimization.offload_optimizer.device = "
-                         f"{o.device}, DeepSpeed keeps each rank's optimizer states (fp32 master weights and Adam "
-                         f"moments, 12 bytes per parameter of its shard) in {where} and runs the optimizer step "
-                         f"there on the CPU (DeepSpeedCPUAdam){part}; reduced gradients go down to the CPU during "
-                         "backward and updated parameters come back to the GPU after the step.")
-        else:
-            stage3 = "" if c.zero.stage == 3 else f" (DeepSpeed offloads parameters with stage 3 only; this is stage {c.zero.stage})"
-            lines.append(f"Offload (not implemented in zerolab): with zero_optimization.offload_param.device = "
-                         f"{o.device}, DeepSpeed keeps each rank's parameter shard in {where} and copies it to the GPU when "
-                         f"its module is gathered{stage3}.")
-    return lines
+        ``zerolab explain``; written in :mod:`zerolab.explain`)."""
+        from .explain import describe
+        return describe(self)
 
 
 def load_config(config: Mapping[str, Any] | str | os.PathLike | Config, world_size: int) -> Config:
@@ -393,28 +276,6 @@ def load_config(config: Mapping[str, Any] | str | os.PathLike | Config, world_si
     if p.items:
         raise ConfigError(p.items, p.not_implemented)
     return cfg
-
-
-@dataclass(frozen=True)
-class Explanation:
-    """What :func:`explain_config` found. ``config``: the config as far as it could be read (a
-    feature zerolab does not implement is kept as written, e.g. an offload device "cpu"; a bad
-    value takes DeepSpeed's default; an unresolvable batch triple stays as given).
-    ``not_implemented``: the DeepSpeed features it asks for that zerolab lacks (``path``,
-    ``value``, ``what``). ``errors``: real problems (typos, bad values, batch arithmetic) that
-    DeepSpeed would reject too."""
-    config: Config
-    not_implemented: tuple[K.Refusal, ...] = ()
-    errors: tuple[str, ...] = ()
-
-
-def explain_config(config: Mapping[str, Any] | str | os.PathLike | Config, world_size: int) -> Explanation:
-    """Read any DeepSpeed 0.19.8 config leniently, to explain it (``zerolab explain``): unlike
-    :func:`load_config` a feature zerolab does not implement is listed, not raised. Raises
-    :class:`ConfigError` only when there is nothing to explain (an unreadable file, not a dict,
-    a bad world size)."""
-    cfg, p = _parse(_input(config, world_size), world_size)
-    return Explanation(cfg, tuple(p.refusals), tuple(p.errors))
 
 
 def _check_world_size(world_size: Any) -> None:
@@ -692,3 +553,8 @@ def _parse_scheduler(p: K.Problems, d: dict) -> SchedulerConfig | None:
     for key in sorted(required - set(params)):
         p.add(f"'scheduler.params.{key}' is missing: {kind} needs it (it has no default in DeepSpeed either)")
     return SchedulerConfig(kind, _freeze(out))
+
+
+# The lenient reader and the plain-words description live in zerolab/explain.py; the names stay
+# importable from here (zerolab.cli and the tests use them).
+from .explain import Explanation, _offload_lines, _show, explain_config  # noqa: E402,F401
