@@ -236,10 +236,10 @@ for name, scale, dtype in cases:
 """),
 md("""
 The real backward confirms the cast. At scale 1, about a third of this network's gradients vanish in fp16, and most of the rest are
-subnormal, carrying only a few significant bits. Multiplied by 2¹⁶, almost all are normal, but
-not every one survives: the count column shows the few that still vanish, the very smallest,
-below 2⁻²⁵ even after scaling (the smallest |g| here is about 3·10⁻¹³, and 3·10⁻¹³ × 2¹⁶ is
-still under half of fp16's smallest subnormal). bf16 needs no scale: its range reaches 1e-38. What bf16 gives up is precision
+subnormal, carrying only a few significant bits. Multiplied by 2¹⁶, almost all are normal, and
+the count column shows how many still vanish: here none, because the smallest |g| (about
+10⁻¹², printed above) times 2¹⁶ lands just above fp16's smallest subnormal. It is a narrow
+escape, not a guarantee: a gradient below 2⁻²⁵ / 2¹⁶ ≈ 4.6·10⁻¹³ would still become 0. bf16 needs no scale: its range reaches 1e-38. What bf16 gives up is precision
 (eps 0.0078 against fp16's 0.00098), and the fp32 register makes up for that.
 
 ## 3. The dynamic loss scaler, inside the engine, on 2 ranks
