@@ -62,15 +62,23 @@ class CommRecord:
 class Ledger:
     """An append-only list of :class:`CommRecord` with totals."""
 
+    MAX_RECORDS = 200_000         # a long run keeps the newest; marks stay valid (see mark)
+
     def __init__(self) -> None:
         self.records: list[CommRecord] = []
         self.enabled = True
+        self._dropped = 0             # records dropped from the front so far
 
     def add(self, rec: CommRecord) -> None:
         if self.enabled:
             self.records.append(rec)
+            if len(self.records) > self.MAX_RECORDS:
+                half = len(self.records) // 2
+                del self.records[:half]
+                self._dropped += half
 
     def clear(self) -> None:
+        self._dropped += len(self.records)
         self.records.clear()
 
     def __len__(self) -> int:
@@ -78,11 +86,11 @@ class Ledger:
 
     def mark(self) -> int:
         """A position to pass to :meth:`since` (e.g. at the start of a step)."""
-        return len(self.records)
+        return self._dropped + len(self.records)
 
     def since(self, mark: int) -> "Ledger":
         out = Ledger()
-        out.records = self.records[mark:]
+        out.records = self.records[max(mark - self._dropped, 0):]
         return out
 
     @contextlib.contextmanager
