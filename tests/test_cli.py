@@ -104,7 +104,8 @@ def test_readme_shell_example_runs_as_written(line):
     r = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stderr == "" or argv[1] == "env", r.stderr
-    expected = {"explain": "ZeRO stage", "estimate": "model states per GPU", "env": "gloo available"}[argv[1]]
+    expected = {"explain": "ZeRO stage", "estimate": "model states per GPU", "env": "gloo available",
+                "bench": "reduce_scatter  alpha", "report": "torch"}[argv[1]]
     assert expected in r.stdout, r.stdout
     if argv[1] == "explain" and "--params" in argv:
         assert "<- this config" in r.stdout
