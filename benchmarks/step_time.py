@@ -112,9 +112,13 @@ def deepspeed_run(python, world, steps, batch) -> dict:
         out = os.path.join(tmp, "ds.json")
         env = {**os.environ, "DS_ACCELERATOR": "cpu"}
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ds_reference", "ds_step_time.py")
-        run = subprocess.run([python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                              str(world), script, "--steps", str(steps), "--batch", str(batch), "--out", out],
-                             env=env, capture_output=True, text=True, timeout=1800)
+        for attempt in range(3):       # DeepSpeed's CPU shm comm op aborts a start now and then
+            run = subprocess.run([python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                                  str(world), script, "--steps", str(steps), "--batch", str(batch), "--out", out],
+                                 env=env, capture_output=True, text=True, timeout=1800)
+            if run.returncode == 0:
+                break
+            print(f"DeepSpeed run failed (attempt {attempt + 1}), retrying", file=sys.stderr)
         if run.returncode:
             raise RuntimeError(f"the DeepSpeed run failed:\n{run.stderr[-3000:]}\n{run.stdout[-3000:]}")
         with open(out) as f:
