@@ -5,6 +5,7 @@ crew (ranks) -> comm (collectives + ledger) -> memory (what a rank holds) -> fla
 partitions) -> engine (ZeRO stages, precision, offload) -> tools (estimate, explain, CLI) -> viz.
 """
 from .crew import Crew, CrewError, CrewTimeout, RankError, RankInfo, device, launch, rank, rank_info, world_size
+from .crew import TooManyRanks, fit_ranks, max_ranks, set_max_ranks
 
 __version__ = "0.1.0"
 from . import comm, memory

@@ -35,6 +35,9 @@ Inside ``fn``, :func:`rank_info` (or ``rank()``, ``world_size()``, ``device()``)
 this rank is. The same worker code runs under ``torchrun``: there ``launch`` initialises the
 process group from the environment, runs ``fn`` once in this process and all-gathers the
 results.
+On a small machine, ``ZEROLAB_MAX_RANKS=n`` (or ``zerolab.set_max_ranks(n)``) caps the ranks of
+one crew: a bigger ``Crew``/``launch`` refuses with :class:`TooManyRanks` instead of shrinking
+(a chapter's formulas use the N it asked for); :func:`fit_ranks` lets a cell pick a smaller N.
 This module is the parent side (the driver: start, run, collect, stop) and the one-shot and
 torchrun entry points; what runs inside each rank process (its main loop, the lifeline
 watchdog, the output redirection, ``rank_info``) is in :mod:`zerolab.crew_worker`.
@@ -68,6 +71,7 @@ from .crew_worker import (RankInfo, _format_error, _info_from_initialized_group,
 __all__ = [
     "Crew", "launch", "rank_info", "rank", "world_size", "device", "RankInfo",
     "CrewError", "RankError", "CrewTimeout",
+    "TooManyRanks", "max_ranks", "set_max_ranks", "fit_ranks",
 ]
 
 
@@ -134,6 +138,72 @@ class CrewTimeout(CrewError, TimeoutError):
                          f"did not all call the same collectives in the same order.")
 
 
+class TooManyRanks(CrewError, ValueError):
+    """A crew was asked for more ranks than :func:`max_ranks` allows on this machine."""
+
+    def __init__(self, asked: int, allowed: int, source: str):
+        self.asked, self.allowed, self.source = asked, allowed, source
+        super().__init__(
+            f"a crew of {asked} ranks was asked for, but {source} allows at most {allowed} here. Run the "
+            f"cell with N <= {allowed} (chapter 0: N = {allowed} at the top; docs/INSTRUCTOR.md lists what "
+            f"each chapter can do): its claims are formula against measurement at the N it runs, so they "
+            f"hold, but its output will differ from the stored one (made with the default N)")
+
+
+# ----------------------------------------------------------------------------- the rank cap
+
+MAX_RANKS_ENV = "ZEROLAB_MAX_RANKS"
+_MAX_RANKS: int | None = None       # set_max_ranks's value; None: the environment variable decides
+
+
+def set_max_ranks(n: int | None) -> None:
+    """Allow crews of at most ``n`` ranks in this process (None: back to ``$ZEROLAB_MAX_RANKS``)."""
+    global _MAX_RANKS
+    if n is not None and (isinstance(n, bool) or int(n) != n or n < 1):
+        raise ValueError(f"set_max_ranks needs a whole number >= 1 or None, not {n!r}")
+    _MAX_RANKS = None if n is None else int(n)
+
+
+def _cap() -> tuple[int | None, str]:
+    """The cap and where it comes from (for messages)."""
+    if _MAX_RANKS is not None:
+        return _MAX_RANKS, f"zerolab.set_max_ranks({_MAX_RANKS})"
+    text = os.environ.get(MAX_RANKS_ENV, "").strip()
+    if not text:
+        return None, ""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"{MAX_RANKS_ENV}={text!r}: it must be a whole number >= 1 (or unset: no cap)")
+    return n, f"{MAX_RANKS_ENV}={n}"
+
+
+def max_ranks() -> int | None:
+    """The most ranks one crew may have here: ``set_max_ranks``'s value, else ``$ZEROLAB_MAX_RANKS``,
+    else None (no cap). ``Crew`` and ``launch`` refuse more (:class:`TooManyRanks`); they never
+    shrink a crew silently, because a chapter computes its formulas from the N it asked for."""
+    return _cap()[0]
+
+
+def fit_ranks(sizes):
+    """For a notebook that can run at a smaller N: ``fit_ranks(4)`` is ``min(4, max_ranks())``,
+    ``fit_ranks((1, 2, 3, 4))`` the sizes that fit. Prints a one-line note when the cap cuts."""
+    cap, source = _cap()
+    if isinstance(sizes, int):
+        if cap is not None and sizes > cap:
+            print(f"zerolab: {cap} ranks instead of {sizes} ({source}); what follows is measured at N = {cap}")
+            return cap
+        return sizes
+    sizes = tuple(sizes)
+    kept = tuple(n for n in sizes if cap is None or n <= cap)
+    if kept != sizes:
+        dropped = ", ".join(str(n) for n in sizes if n not in kept)
+        print(f"zerolab: crews of {', '.join(map(str, kept)) or 'no size'} only, not {dropped} ({source})")
+    return kept
+
+
 _LIVE_CREWS: "weakref.WeakSet[Crew]" = weakref.WeakSet()
 
 
@@ -175,6 +245,9 @@ class Crew:
                  threads: int | None = None, echo: bool = True, start_timeout: float = 60.0):
         if int(world_size) < 1:
             raise ValueError(f"world_size must be >= 1, got {world_size}")
+        cap, source = _cap()
+        if cap is not None and int(world_size) > cap:
+            raise TooManyRanks(int(world_size), cap, source)
         self.world_size = int(world_size)
         self.backend = resolve_backend(backend, self.world_size)
         self.timeout = timeout
@@ -431,7 +504,8 @@ def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout:
     """Run ``fn(*args, **kwargs)`` on ``world_size`` fresh ranks; return the results by rank.
 
     Under torchrun the ranks already exist: ``fn`` runs once in this process (the world size
-    comes from the environment) and the results of all ranks are all-gathered.
+    comes from the environment) and the results of all ranks are all-gathered. Elsewhere more
+    ranks than :func:`max_ranks` raise :class:`TooManyRanks` (torchrun's own world size is not capped).
     """
     if under_torchrun():
         info = init_from_env(backend)
