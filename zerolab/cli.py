@@ -19,6 +19,9 @@
     zerolab report [--preflight]                  this machine as the course sees it (one screen);
                                                   --preflight: the learner's check, READY or what
                                                   to fix (exit status 1 when not ready)
+    zerolab progress [--json] [--name NAME]       which exercise checks passed on this machine
+                                                  (~/.zerolab/progress.json or $ZEROLAB_PROGRESS);
+                                                  --json to send to an instructor
 """
 from __future__ import annotations
 
@@ -159,6 +162,11 @@ def cmd_bench(a) -> int:
     return 0
 
 
+def cmd_progress(a) -> int:
+    from . import progress
+    return progress.main(as_json=a.json, name=a.name)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="zerolab", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -196,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--need-gb", type=float, default=None,
                    help="free memory the chapters need, in GB (preflight; default: the measured need)")
     r.set_defaults(fn=cmd_report)
+    g = sub.add_parser("progress", help="which exercises are done (the checks record passes on this machine)")
+    g.add_argument("--json", action="store_true", help="print JSON (to send to the instructor, if you choose)")
+    g.add_argument("--name", default=None, help="your name, put in the JSON")
+    g.set_defaults(fn=cmd_progress)
     a = ap.parse_args(argv)
     return a.fn(a)
 

@@ -24,6 +24,7 @@ Convention in ``solutions/*.ipynb`` (the source; ``exercises/`` is generated fro
 from __future__ import annotations
 
 import os
+import sys
 
 __all__ = ["ExerciseCheckFailed", "passed", "not_implemented", "full_tracebacks", "rank_failure",
            "SHORT_LINES"]
@@ -55,6 +56,7 @@ class ExerciseCheckFailed(AssertionError):
         self.message = str(message)
         self.details = details
         super().__init__(self.message + (f"\n\n{details}" if details else ""))
+        _record(False, self.message)
 
     # IPython calls this (if the attribute exists) instead of formatting the traceback. When
     # the full traceback is asked for, the attribute disappears and IPython does its usual.
@@ -85,6 +87,16 @@ def rank_failure(exc: BaseException, what: str, hint: str) -> ExerciseCheckFaile
 
 def passed(message: str) -> None:
     print(f"PASSED: {message}")
+    _record(True, message)
+
+
+def _record(ok: bool, message: str) -> None:
+    """Learner progress (zerolab.progress, ``zerolab progress``); it never breaks a check."""
+    try:
+        from ..progress import record_check
+        record_check(ok, message)
+    except Exception as exc:      # noqa: BLE001
+        print(f"zerolab: progress not recorded ({type(exc).__name__}: {exc})", file=sys.stderr)
 
 
 def not_implemented(exc: BaseException) -> bool:

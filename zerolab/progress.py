@@ -1,0 +1,227 @@
+"""Learner progress: which exercise checks passed, recorded on the learner's own machine.
+
+Every exercise check (``zerolab.checks.chNN.check_*``) appends one record when it passes or
+fails: the exercise, the time (UTC), passed or not, the first line of what the check said, and
+the notebook when Jupyter tells the kernel (``JPY_SESSION_NAME``). ``zerolab progress`` prints
+which exercises are done; ``zerolab progress --json`` prints the same as JSON, for a learner who
+chooses to send it to the instructor. Nothing leaves the machine by itself.
+
+Where: ``$ZEROLAB_PROGRESS`` if set (a file path; ``off``, ``0`` or an empty value: record
+nothing), else ``~/.zerolab/progress.json``. Inside a pytest run without ``$ZEROLAB_PROGRESS``
+nothing is recorded, so a test suite that runs the checks on the solutions never marks a
+learner's exercises done.
+
+Recording never breaks a check: any error (a read-only home, a damaged file) is reported in one
+line on stderr and the check goes on as if nothing happened. A damaged file is left alone (the
+warning names it); delete it to start again.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+__all__ = ["EXERCISES", "PROGRESS_ENV", "progress_path", "record", "record_check", "load", "summary",
+           "format_summary"]
+
+PROGRESS_ENV = "ZEROLAB_PROGRESS"
+MAX_RECORDS = 2000              # the newest are kept; a learner makes a few dozen in a day
+MESSAGE_CHARS = 200
+
+# The checks a learner runs, by "chapter.function", in course order, with what they check.
+EXERCISES = {
+    "ch01.check_model_state_bytes": "Exercise 1  · weigh the backpack (model_state_bytes_per_rank)",
+    "ch02.check_ring_reduce_scatter": "Exercise 2  · the ring reduce-scatter (ring_reduce_scatter)",
+    "ch03.check_shard_range": "Exercise 3a · who owns which shard (shard_range)",
+    "ch03.check_adamw_step": "Exercise 3b · AdamW on one shard (adamw_step)",
+    "ch04.check_update_scale": "Exercise 4  · the dynamic loss scaler (update_scale)",
+}
+_CHECK_MODULE = re.compile(r"zerolab\.checks\.(ch\d\d)")
+
+
+def progress_path() -> Path | None:
+    """The progress file, or None when nothing is to be recorded."""
+    value = os.environ.get(PROGRESS_ENV)
+    if value is None:
+        return None if "pytest" in sys.modules else Path.home() / ".zerolab" / "progress.json"
+    value = value.strip()
+    if value.lower() in ("", "0", "off", "no", "false", "none"):
+        return None
+    return Path(value).expanduser()
+
+
+def _warn(what: str) -> None:
+    print(f"zerolab: progress not recorded ({what}); the check itself is unaffected", file=sys.stderr)
+
+
+def exercise_from_stack(frame) -> str | None:
+    """The outermost ``check_*`` function of a ``zerolab.checks.chNN`` module on the stack."""
+    found = None
+    while frame is not None:
+        m = _CHECK_MODULE.fullmatch(frame.f_globals.get("__name__", ""))
+        if m and frame.f_code.co_name.startswith("check_"):
+            found = f"{m.group(1)}.{frame.f_code.co_name}"
+        frame = frame.f_back
+    return found
+
+
+def record_check(passed: bool, message: str = "") -> None:
+    """Called by ``zerolab.checks`` when a check passes or an ``ExerciseCheckFailed`` is made:
+    records it for the check on the stack; nothing inside a rank or outside a check."""
+    from . import crew_worker
+    if crew_worker._INFO is not None:        # a rank process: its parent's check decides
+        return
+    exercise = exercise_from_stack(sys._getframe(1))
+    if exercise is not None:
+        record(exercise, passed, message)
+
+
+@contextlib.contextmanager
+def _locked(path: Path, wait_s: float = 2.0):
+    """An exclusive lock beside the file (two kernels may finish checks at once)."""
+    try:
+        import fcntl
+    except ImportError:                      # not on this platform: last writer wins
+        yield
+        return
+    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{path}.lock is held by another process")
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)                         # closing releases the lock
+
+
+def _read(path: Path) -> list[dict]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    try:
+        data = json.loads(text)
+        records = data["records"]
+        if not isinstance(records, list):
+            raise TypeError("records is not a list")
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path} is not a zerolab progress file ({e}); delete it to start again") from None
+    return records
+
+
+def record(exercise: str, passed: bool, message: str = "", *, path: Path | None = None) -> bool:
+    """Append one record; True if written. Never raises (a one-line warning instead)."""
+    try:
+        path = progress_path() if path is None else Path(path)
+        if path is None:
+            return False
+        line = (str(message).strip().splitlines() or [""])[0]
+        rec = {"exercise": exercise,
+               "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "passed": bool(passed),
+               "message": line[:MESSAGE_CHARS - 3] + "..." if len(line) > MESSAGE_CHARS else line}
+        notebook = os.environ.get("JPY_SESSION_NAME")
+        if notebook:
+            rec["notebook"] = notebook
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(path):
+            records = (_read(path) + [rec])[-MAX_RECORDS:]
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump({"zerolab_progress": 1, "records": records}, f, indent=1, ensure_ascii=False)
+                    f.write("\n")
+                os.replace(tmp, path)       # atomic: a reader sees the old file or the new one
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.remove(tmp)
+                raise
+        return True
+    except Exception as e:                   # noqa: BLE001 - progress must never break a check
+        _warn(f"{type(e).__name__}: {e}")
+        return False
+
+
+def load(path: Path | None = None) -> list[dict]:
+    """The records in the progress file (oldest first); [] when there is none."""
+    path = progress_path() if path is None else Path(path)
+    return [] if path is None else _read(path)
+
+
+def summary(records: list[dict]) -> list[dict]:
+    """One entry per exercise (the course's five first, then any other check seen): status
+    ``done`` (passed at least once), ``tried`` (only failures) or ``not started``."""
+    names = list(EXERCISES) + sorted({r["exercise"] for r in records} - set(EXERCISES))
+    out = []
+    for name in names:
+        mine = [r for r in records if r.get("exercise") == name]
+        passes = [r for r in mine if r.get("passed")]
+        fails = [r for r in mine if not r.get("passed")]
+        out.append({"exercise": name, "title": EXERCISES.get(name, name),
+                    "status": "done" if passes else "tried" if mine else "not started",
+                    "attempts": len(mine), "failures": len(fails),
+                    "first_passed": passes[0]["time"] if passes else None,
+                    "last_failure": fails[-1].get("message", "") if fails else None,
+                    "last_time": mine[-1]["time"] if mine else None})
+    return out
+
+
+def _local(stamp: str) -> str:
+    try:
+        return datetime.datetime.fromisoformat(stamp).astimezone().strftime("%Y-%m-%d %H:%M")
+    except (TypeError, ValueError):
+        return str(stamp)
+
+
+def format_summary(entries: list[dict]) -> str:
+    width = max(len(e["title"]) for e in entries)
+    lines = []
+    for e in entries:
+        tries = f"{e['attempts']} run{'s' if e['attempts'] != 1 else ''}"
+        if e["status"] == "done":
+            detail = f"passed {_local(e['first_passed'])} ({tries})"
+        elif e["status"] == "tried":
+            detail = f"not passed yet ({tries}); last: {e['last_failure']}"
+        else:
+            detail = ""
+        lines.append(f"  {e['status']:<12} {e['title']:<{width}}  {detail}".rstrip())
+    known = [e for e in entries if e["exercise"] in EXERCISES]
+    done = sum(e["status"] == "done" for e in known)
+    lines.append(f"{done} of {len(known)} exercises done")
+    return "\n".join(lines)
+
+
+def main(as_json: bool = False, name: str | None = None) -> int:
+    """``zerolab progress [--json] [--name NAME]``."""
+    path = progress_path()
+    if path is None:
+        print(f"zerolab progress: recording is off (${PROGRESS_ENV}={os.environ.get(PROGRESS_ENV, '')!r})",
+              file=sys.stderr)
+        records = []
+    else:
+        try:
+            records = load(path)
+        except ValueError as e:
+            print(f"zerolab progress: {e}", file=sys.stderr)
+            return 2
+    entries = summary(records)
+    if as_json:
+        print(json.dumps({"zerolab_progress": 1, "name": name,
+                          "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                          "exercises": entries}, indent=1, ensure_ascii=False))
+        return 0
+    print(f"exercise checks recorded in {path}:" if path is not None else "exercise checks:")
+    print(format_summary(entries))
+    return 0
