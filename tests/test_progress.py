@@ -126,6 +126,17 @@ def test_off_and_pytest_default_record_nothing(tmp_path, monkeypatch):
     assert progress.progress_path() is None          # inside pytest, without the variable: nothing
 
 
+def test_nbval_kernels_record_nothing_by_default(monkeypatch):
+    """A kernel nbval starts has no pytest module, but inherits PYTEST_CURRENT_TEST."""
+    monkeypatch.delenv("ZEROLAB_PROGRESS", raising=False)
+    monkeypatch.setitem(progress.sys.modules, "pytest", None)
+    monkeypatch.delitem(progress.sys.modules, "pytest")
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "notebooks/03_three_stages.ipynb::Cell 40 (call)")
+    assert progress.progress_path() is None
+    monkeypatch.delenv("PYTEST_CURRENT_TEST")
+    assert str(progress.progress_path()).endswith(".zerolab/progress.json")     # a learner's kernel
+
+
 def test_the_file_keeps_the_newest_records(pfile, monkeypatch):
     monkeypatch.setattr(progress, "MAX_RECORDS", 5)
     for i in range(8):

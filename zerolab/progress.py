@@ -8,8 +8,8 @@ chooses to send it to the instructor. Nothing leaves the machine by itself.
 
 Where: ``$ZEROLAB_PROGRESS`` if set (a file path; ``off``, ``0`` or an empty value: record
 nothing), else ``~/.zerolab/progress.json``. Inside a pytest run without ``$ZEROLAB_PROGRESS``
-nothing is recorded, so a test suite that runs the checks on the solutions never marks a
-learner's exercises done.
+nothing is recorded (nor in the kernels nbval starts, which inherit ``PYTEST_CURRENT_TEST``), so
+a test suite that runs the checks on the solutions never marks a learner's exercises done.
 
 Recording never breaks a check: any error (a read-only home, a damaged file) is reported in one
 line on stderr and the check goes on as if nothing happened. A damaged file is left alone (the
@@ -49,7 +49,8 @@ def progress_path() -> Path | None:
     """The progress file, or None when nothing is to be recorded."""
     value = os.environ.get(PROGRESS_ENV)
     if value is None:
-        return None if "pytest" in sys.modules else Path.home() / ".zerolab" / "progress.json"
+        under_pytest = "pytest" in sys.modules or "PYTEST_CURRENT_TEST" in os.environ   # the latter: nbval's kernels
+        return None if under_pytest else Path.home() / ".zerolab" / "progress.json"
     value = value.strip()
     if value.lower() in ("", "0", "off", "no", "false", "none"):
         return None
