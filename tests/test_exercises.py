@@ -262,3 +262,41 @@ def test_exercise4_check_catches_wrong_scalers():
     assert check_sequences(_scaler_rule()) > 1000                  # the rule written out passes
     _fails(check_sequences, _scaler_rule(factor=2.0), "scale_factor is 3")
     _fails(check_sequences, _scaler_rule(floor_ignores_hysteresis=True), "hysteresis")
+
+
+def _stage2_pieces(ready_early=False, no_divide=False, divide_by=None, keep=None, overwrite=False,
+                   no_cast=False):
+    def add_grad(bucket, where, grad, arrived, i, n_params):
+        bucket[where] += grad.reshape(-1)
+        arrived.add(i)
+        return True if ready_early else len(arrived) == n_params
+
+    def reduce_bucket(bucket, rank, world_size, comm_dtype, reduce_scatter, grad_shard):
+        send = bucket.clone() if no_cast else bucket.to(comm_dtype)
+        if not no_divide:
+            send /= divide_by or world_size
+        chunks = reduce_scatter(send)
+        mine = chunks[rank if keep is None else keep]
+        if overwrite:
+            grad_shard.copy_(mine)
+        else:
+            grad_shard += mine
+    return add_grad, reduce_bucket
+
+
+@pytest.mark.timeout(600)
+def test_exercise5_check_catches_wrong_stage2_buckets():
+    from zerolab.checks.stage2_buckets import check_stage2_buckets, close_crews
+
+    def check(pieces):
+        check_stage2_buckets(*pieces)
+    try:
+        check(_stage2_pieces())                                              # the solution passes
+        _fails(check, _stage2_pieces(no_divide=True), "not divided by N")
+        _fails(check, _stage2_pieces(divide_by=2), "divided by 2, not by the world size N = 3")
+        _fails(check, _stage2_pieces(keep=0), "partial sum that belongs to rank 0")
+        _fails(check, _stage2_pieces(overwrite=True), "accumulate across micro-steps")
+        _fails(check, _stage2_pieces(ready_early=True), "sent before it was complete")
+        _fails(check, _stage2_pieces(no_cast=True), "bucket.to(comm_dtype)")
+    finally:
+        close_crews()

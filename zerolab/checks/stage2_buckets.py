@@ -1,0 +1,334 @@
+"""Exercise 5 check: stage 2's gradient buckets, written by the learner, run in the real engine.
+
+The learner writes the two pieces of :class:`zerolab.reduce.ReduceScatterGrads` that make
+stage 2 (and stage 3) keep only a shard of the gradients, reduced during backward::
+
+    def add_grad(bucket, where, grad, arrived, i, n_params):
+        # put parameter i's gradient into bucket[where]; note i in `arrived`;
+        # return True when the bucket is complete (every one of its n_params has arrived)
+
+    def reduce_bucket(bucket, rank, world_size, comm_dtype, reduce_scatter, grad_shard):
+        # send = the bucket in the communication dtype, pre-divided by world_size;
+        # chunks = reduce_scatter(send)   (a list of world_size pieces; only chunks[rank]
+        #                                 holds the sum over all ranks)
+        # keep: add chunks[rank] into grad_shard (accumulated across micro-steps)
+
+:func:`check_stage2_buckets` plugs them into ``ReduceScatterGrads`` on every rank (for the
+duration of the check only), trains TinyLM with stages 2 and 3 on 2 and 3 ranks, in fp32 and
+bf16, with gradient accumulation 1 and 2, and compares every parameter with zerolab's own
+engine (fp32 runs: also with single-process training, ``zerolab.reference``). Around each call
+it watches what the learner did, so that a failure names the likely mistake: a bucket said
+complete too early, a send not divided by N or not in the communication dtype, the wrong
+chunk kept, a shard overwritten instead of accumulated across micro-steps.
+
+The ``reduce_scatter`` handed to the learner is a real one (``engine.comm.reduce_scatter``,
+recorded in the ledger); like ``zerolab.comm.ring_reduce_scatter`` it returns every chunk,
+and the chunks of other ranks hold only this rank's own contribution (a partial sum).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from . import ExerciseCheckFailed, passed, rank_failure
+
+__all__ = ["check_stage2_buckets", "close_crews", "CASES"]
+
+CHECK_MODEL = dict(vocab=37, d=26, hidden=53, layers=2, seq_len=16)
+BUCKET = 700
+GLOBAL_BATCH = 12
+STEPS = 2
+HP = dict(lr=3e-3, betas=[0.9, 0.99], eps=1e-8, weight_decay=0.1)
+# (world size, stage, precision, gradient accumulation steps, communication dtype or None)
+CASES = ((2, 2, "fp32", 1, None), (2, 2, "fp32", 2, None), (2, 2, "bf16", 2, "fp32"),
+         (2, 3, "bf16", 1, None), (3, 2, "fp32", 2, None), (3, 2, "bf16", 1, None),
+         (3, 3, "fp32", 2, None))
+# |a - b| <= ATOL + RTOL |b|: against zerolab's own engine (same ops) and the reference
+TOL = {"fp32": (1e-6, 1e-5), "bf16": (2e-3, 2e-2)}
+
+_CREWS: dict = {}
+
+
+class _Wrong(Exception):
+    """Raised on a rank when the learner's piece did something the engine cannot use."""
+
+
+def _crew(n: int):
+    import zerolab
+    crew = _CREWS.get(n)
+    if crew is None:
+        crew = _CREWS[n] = zerolab.Crew(n, timeout=180)
+    return crew
+
+
+def close_crews() -> None:
+    """Stop the ranks the check started (they also stop when the kernel exits)."""
+    while _CREWS:
+        _CREWS.popitem()[1].close()
+
+
+def _config(n: int, stage: int, precision: str, gas: int, comm: str | None) -> dict:
+    cfg = {"train_batch_size": GLOBAL_BATCH, "gradient_accumulation_steps": gas,
+           "train_micro_batch_size_per_gpu": GLOBAL_BATCH // (n * gas),
+           "optimizer": {"type": "AdamW", "params": dict(HP)},
+           "zero_optimization": {"stage": stage, "reduce_bucket_size": BUCKET,
+                                 "overlap_comm": False}}
+    if stage == 3:             # small parameters stay whole; the rest: one bucket per module
+        cfg["zero_optimization"]["stage3_param_persistence_threshold"] = 100
+    if precision == "bf16":
+        cfg["bf16"] = {"enabled": True}
+    if comm:
+        cfg["communication_data_type"] = comm
+    return cfg
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, tol) -> bool:
+    atol, rtol = tol
+    return bool(((a.float() - b.float()).abs() <= atol + rtol * b.float().abs()).all())
+
+
+def _plug(add_grad: Callable, reduce_bucket: Callable, log: dict):
+    """Replace ReduceScatterGrads.accept_grad / issue / end_backward by versions that call the
+    learner's functions and watch them; returns a function that restores the originals."""
+    from zerolab.reduce import ReduceScatterGrads
+
+    saved = {k: ReduceScatterGrads.__dict__[k] for k in ("accept_grad", "issue", "end_backward")}
+
+    def fail(message: str) -> None:
+        # Record the first mistake and let the run go on, repaired, so that every rank issues the
+        # same collectives (a rank that stopped alone would leave the others waiting).
+        log.setdefault("error", message)
+
+    def accept_grad(self, g, i, grad):
+        if g.index in self._issued:              # cannot happen: early 'ready' is refused below
+            raise _Wrong(
+                f"bucket {g.label!r} was sent before it was complete: the gradient of "
+                f"{g.names[i]!r} arrived after the bucket had gone.\n  hint: add_grad must return "
+                f"True only when all n_params gradients of the bucket have arrived")
+        bucket = self._buckets.get(g.index)
+        if bucket is None:
+            bucket = torch.zeros(g.padded_numel, dtype=self.dtype, device=self.device)
+            self._buckets[g.index] = bucket
+            self._track(f"grads {g.index}", bucket)
+        seen = log["seen"].setdefault((id(self), g.index), set())
+        shadow = bucket[g.param_slice(i)].clone().add_(grad.reshape(-1))
+        arrived = self._arrived.setdefault(g.index, set())
+        ready = add_grad(bucket, g.param_slice(i), grad, arrived, i, len(g.params))
+        seen.add(i)
+        if not torch.equal(bucket[g.param_slice(i)], shadow):
+            bucket[g.param_slice(i)] = shadow
+            fail(
+                f"after add_grad, bucket[where] does not hold the gradient of {g.names[i]!r} "
+                f"(parameter {i} of bucket {g.label!r}).\n  hint: add the gradient, flattened, "
+                f"into bucket[where] in place: bucket[where] += grad.reshape(-1)")
+        if ready:
+            if len(seen) < len(g.params):
+                fail(
+                    f"add_grad said bucket {g.label!r} was complete after {len(seen)} of its "
+                    f"{len(g.params)} gradients: it would be sent before it was complete.\n"
+                    f"  hint: return True only when all n_params gradients have arrived "
+                    f"(len(arrived) == n_params)")
+                return
+            self._ready.add(g.index)
+            while self._next < len(self._order) and self._order[self._next] in self._ready:
+                self._issue_next()
+
+    def issue(self, g):
+        bucket = self._buckets.pop(g.index, None)
+        if bucket is None:
+            bucket = torch.zeros(g.padded_numel, dtype=self.dtype, device=self.device)
+        n, r = self.world_size, self.rank
+        norm = float(bucket.float().norm())
+        right = bucket.to(self.comm_dtype, copy=True)
+        if n > 1:
+            right.div_(n)
+        sent = []
+
+        def really_send(send):
+            out = torch.empty(g.shard_numel, dtype=send.dtype, device=send.device)
+            self.comm.reduce_scatter(out, send, tag=f"grads {g.label}")
+            chunks = [c.clone() for c in send.view(n, g.shard_numel)]
+            chunks[r] = out
+            sent.append(chunks)
+
+        def reduce_scatter(send):
+            if sent:
+                fail(f"reduce_scatter was called twice for bucket {g.label!r}.\n"
+                     f"  hint: one reduce-scatter per bucket")
+                return [c.clone() for c in sent[0]]
+            if not isinstance(send, torch.Tensor) or send.numel() != g.padded_numel:
+                what = tuple(send.shape) if isinstance(send, torch.Tensor) else type(send).__name__
+                fail(f"reduce_scatter got {what}; send the whole bucket "
+                     f"({g.padded_numel} elements), every rank the same size")
+                send = right
+            elif send.dtype != self.comm_dtype:
+                send = right
+                fail(
+                    f"the bucket was sent as {send.dtype}, but this run communicates in "
+                    f"{self.comm_dtype} (training in {self.dtype}).\n  hint: convert the "
+                    f"bucket to comm_dtype before sending: bucket.to(comm_dtype)")
+            elif norm > 0:
+                ratio = float(send.float().norm()) / norm
+                if abs(ratio * n - 1) > 0.02:
+                    if abs(ratio - 1) < 0.02:
+                        why = "it was not divided by N (the sum would be N times the average)"
+                    elif abs(ratio * 2 - 1) < 0.02:
+                        why = f"it was divided by 2, not by the world size N = {n}"
+                    else:
+                        why = f"it was scaled by {ratio:.3g}, not by 1/N = 1/{n}"
+                    fail(f"bucket {g.label!r} was sent at {ratio:.3g} x its size: {why}."
+                         f"\n  hint: send bucket / world_size, so the sum over ranks is "
+                         f"the average gradient")
+                    send = right
+            really_send(send.contiguous())
+            return [c.clone() for c in sent[0]]
+
+        shard = self.grad_shards[g.index]
+        before = shard.clone()
+        micro = log["micro"]
+        reduce_bucket(bucket, r, n, self.comm_dtype, reduce_scatter, shard)
+        if not sent:
+            really_send(right)
+            fail(f"reduce_bucket returned without calling reduce_scatter for bucket "
+                         f"{g.label!r}: its gradient never left this rank.\n  hint: "
+                         f"chunks = reduce_scatter(send)")
+        chunks = sent[0]
+        tol = TOL["bf16" if torch.bfloat16 in (self.dtype, self.comm_dtype) else "fp32"]
+        if not _close(shard, before.float() + chunks[r].float(), tol):
+            wrong = shard.clone()
+            shard.copy_(before.float() + chunks[r].float())     # repaired: the run goes on
+            where = f"rank {r}, bucket {g.label!r}, micro-step {micro + 1}"
+            if before.abs().max() > 0 and _close(wrong, chunks[r], tol):
+                fail(f"{where}: grad_shard holds only this micro-step's gradient; the "
+                             f"one of the micro-step before is gone.\n  hint: accumulate across "
+                             f"micro-steps: grad_shard += chunks[rank], not grad_shard = ...")
+            for k in range(n):
+                if k != r and _close(wrong, before.float() + chunks[k].float(), tol):
+                    fail(f"{where}: grad_shard got chunks[{k}], a partial sum that "
+                                 f"belongs to rank {k}.\n  hint: rank r keeps chunks[r], the "
+                                 f"only chunk that holds the sum over all ranks")
+            if _close(wrong, before, tol):
+                fail(f"{where}: grad_shard did not change.\n  hint: add chunks[rank] "
+                     f"into grad_shard in place: grad_shard += chunks[rank]")
+            fail(f"{where}: grad_shard is not (its value before) + chunks[{r}].\n  hint: "
+                         f"grad_shard += chunks[rank]")
+        self._track(f"grads {g.index}", None)
+        self._after_reduce(g)
+
+    def end_backward(self):
+        for g in self.groups:
+            seen = log["seen"].get((id(self), g.index), set())
+            if len(seen) == len(g.params) and g.index not in self._ready:
+                fail(f"all {len(g.params)} gradients of bucket {g.label!r} arrived, but "
+                             f"add_grad never returned True: the bucket waited for the end of "
+                             f"backward.\n  hint: return True when len(arrived) == n_params")
+        log["seen"].clear()
+        log["micro"] += 1
+        saved["end_backward"](self)
+
+    ReduceScatterGrads.accept_grad = accept_grad
+    ReduceScatterGrads.issue = issue
+    ReduceScatterGrads.end_backward = end_backward
+
+    def restore():
+        for k, v in saved.items():
+            setattr(ReduceScatterGrads, k, v)
+    return restore
+
+
+def _worst(got: dict, ref: dict, tol) -> tuple[str, float, float]:
+    atol, rtol = tol
+    worst = ("", 0.0, 0.0)
+    for k in ref:
+        err = (got[k] - ref[k]).abs()
+        score = float((err / (atol + rtol * ref[k].abs())).max())
+        if score > worst[1]:
+            worst = (k, score, float(err.max()))
+    return worst
+
+
+def _train(add_grad: Callable, reduce_bucket: Callable, case) -> dict:
+    """On every rank: train with the learner's pieces plugged in, then with zerolab's own."""
+    import zerolab
+    from zerolab.models import TinyLM, lm_batches, lm_loss
+    from zerolab.reference import train_engine, train_reference
+
+    n, stage, precision, gas, comm = case
+    cfg = _config(n, stage, precision, gas, comm)
+    batches = lm_batches(STEPS, GLOBAL_BATCH, CHECK_MODEL["seq_len"], CHECK_MODEL["vocab"], seed=5)
+    log = {"seen": {}, "micro": 0}
+    restore = _plug(add_grad, reduce_bucket, log)
+    try:
+        engine = zerolab.initialize(TinyLM(**CHECK_MODEL), cfg)
+        train_engine(engine, batches, lm_loss)
+        got = engine.full_params()
+        buckets = len(engine.stage.groups)
+        rs = sum(1 for rec in engine.ledger.records if rec.op == "reduce_scatter")
+        engine.close() if hasattr(engine, "close") else None
+    except _Wrong as exc:
+        return {"error": str(exc)}
+    except Exception as exc:
+        text = str(exc)
+        if "NotImplementedError" in text or isinstance(exc, NotImplementedError):
+            return {"error": text, "not_implemented": isinstance(exc, NotImplementedError)}
+        raise
+    finally:
+        restore()
+    own = zerolab.initialize(TinyLM(**CHECK_MODEL), cfg)   # on every rank, error or not:
+    train_engine(own, batches, lm_loss)                    # the ranks stay in step
+    mine = own.full_params()
+    if log.get("error"):
+        return {"error": log["error"]}
+    out = {"error": None, "buckets": buckets, "reduce_scatters": rs,
+           "vs_engine": _worst(got, mine, TOL[precision])}
+    if precision == "fp32":
+        ref = train_reference(TinyLM(**CHECK_MODEL), cfg, batches, lm_loss)
+        out["vs_reference"] = _worst(got, ref, TOL["fp32"])
+    return out
+
+
+def _describe(case) -> str:
+    n, stage, precision, gas, comm = case
+    text = f"stage {stage}, {n} ranks, {precision}, accumulation {gas}"
+    return text + (f", communication in {comm}" if comm else "")
+
+
+def check_stage2_buckets(add_grad: Callable, reduce_bucket: Callable, *, cases=CASES) -> None:
+    """Train stages 2 and 3 with the learner's ``add_grad`` and ``reduce_bucket`` plugged into
+    the engine; raise :class:`ExerciseCheckFailed` naming the mistake, or print what passed."""
+    lines = []
+    for case in cases:
+        what = _describe(case)
+        try:
+            per_rank = _crew(case[0]).run(_train, add_grad, reduce_bucket, case)
+        except Exception as exc:             # a RankError (a rank raised) or a CrewTimeout
+            if "NotImplementedError" in str(exc):
+                raise ExerciseCheckFailed("add_grad or reduce_bucket raised NotImplementedError: "
+                                          "write the parts marked 'Exercise' first.") from None
+            raise rank_failure(exc, what, "the rank's traceback (zerolab.checks.full_tracebacks(), "
+                               "then run again) names the line") from None
+        errors = [res for res in per_rank if res["error"]]
+        if errors:
+            first = errors[0]
+            if first.get("not_implemented") or "NotImplementedError" in first["error"]:
+                raise ExerciseCheckFailed("add_grad or reduce_bucket raised NotImplementedError: "
+                                          "write the parts marked 'Exercise' first.")
+            raise ExerciseCheckFailed(f"{what}: {first['error']}")
+        for rank, res in enumerate(per_rank):
+            for key, against in (("vs_engine", "zerolab's own engine"),
+                                 ("vs_reference", "single-process training")):
+                if key not in res:
+                    continue
+                name, score, err = res[key]
+                if not score <= 1:
+                    raise ExerciseCheckFailed(
+                        f"{what}: trained to different parameters than {against}: on rank {rank}, "
+                        f"{name} is off by up to {err:.3g}.\n  hint: every bucket must go once, "
+                        f"as bucket.to(comm_dtype) / world_size, and rank r keeps chunks[r]")
+        res = per_rank[0]
+        ref = " and single-process training" if "vs_reference" in res else ""
+        lines.append(f"{what}: {res['buckets']} buckets, {res['reduce_scatters']} reduce-scatters;"
+                     f"\n    equal to zerolab's engine{ref}")
+    passed("your add_grad and reduce_bucket, plugged into zerolab's stages 2 and 3, train like\n"
+           "  the engine's own:\n  " + "\n  ".join(lines))
