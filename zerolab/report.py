@@ -264,6 +264,8 @@ def check_crew(ranks: int = CHAPTER_RANKS) -> Check:
                      "on 127.0.0.1 in the firewall")
     t0 = time.perf_counter()
     try:
+        from .crew import fit_ranks
+        ranks = fit_ranks(ranks)               # under ZEROLAB_MAX_RANKS: the most it allows
         crew = Crew(ranks, echo=False, timeout=60, start_timeout=120)
     except Exception as e:      # noqa: BLE001
         return Check("crew", False, f"{ranks} ranks did not start: {type(e).__name__}: {str(e).splitlines()[0]}",
