@@ -748,7 +748,7 @@ is complete**; the engine then sends it (in the same bucket order on every rank)
 """),
 code(r"""
 def add_grad(bucket, where, grad, arrived, i, n_params):
-    # BEGIN SOLUTION: add grad into bucket[where], record i, return True when the bucket is complete
+    # BEGIN SOLUTION: fill bucket[where], note i; True when complete
     bucket[where] += grad.reshape(-1)
     arrived.add(i)
     return len(arrived) == n_params
@@ -775,7 +775,7 @@ When a bucket's turn comes the engine calls
 """),
 code(r"""
 def reduce_bucket(bucket, rank, world_size, comm_dtype, reduce_scatter, grad_shard):
-    # BEGIN SOLUTION: send the bucket in comm_dtype divided by world_size; add chunks[rank] into grad_shard
+    # BEGIN SOLUTION: send bucket in comm_dtype / world_size; keep chunks[rank]
     send = bucket.to(comm_dtype)
     send /= world_size
     chunks = reduce_scatter(send)
