@@ -48,7 +48,7 @@ def _rank_main(config, steps: int, seed: int, progress_file: str | None) -> dict
     losses, lrs, traffic, step_seconds = [], [], [], []
     start = time.perf_counter()
     for step, batch in enumerate(batches):
-        t0, mark = time.perf_counter(), engine.ledger.mark()
+        t0, mark, tmark = time.perf_counter(), engine.ledger.mark(), engine.timeline.mark()
         lrs.append(engine.get_lr()[0])
         total = torch.zeros(1, dtype=torch.float64)
         for x, y in micro_batches(batch, rank, world, gas):
@@ -75,6 +75,8 @@ def _rank_main(config, steps: int, seed: int, progress_file: str | None) -> dict
     if bar is not None:
         bar.close()
     seconds = time.perf_counter() - start
+    last_step = engine.timeline.since(tmark)                # compute, collectives and waits of the last step
+    split = engine.timeline.summary()
     memory = engine.memory()
     totals = engine.ledger.totals()
     out = {"rank": rank, "world": world, "stage": engine.zero_optimization_stage(),
@@ -82,6 +84,7 @@ def _rank_main(config, steps: int, seed: int, progress_file: str | None) -> dict
            "micro": engine.train_micro_batch_size_per_gpu(), "global_batch": engine.train_batch_size(),
            "losses": losses, "lrs": lrs, "traffic": traffic, "step_seconds": step_seconds, "seconds": seconds,
            "memory": memory, "ledger": totals, "skipped": engine.skipped_steps,
+           "timeline": last_step, "split": split,
            "params": sum(p.numel() for p in engine.full_params().values()),
            "device": str(crew.rank_info().device)}
     engine.close()
@@ -133,6 +136,11 @@ def _summary(results: list[dict], picture: str | None, config_name: str) -> str:
                      f"{format_bytes(t['wire_bytes']):>12} on the wire")
     steps = len(losses)
     lines.append(f"  time: {r0['seconds']:.2f} s for {steps} steps ({r0['seconds'] / steps * 1e3:.1f} ms per step)")
+    sp = r0.get("split")
+    if sp and sp["wall"] > 0:
+        lines.append(f"  where it went (engine.timeline, rank 0, per step): compute {sp['compute'] / steps * 1e3:.1f} ms, "
+                     f"exposed communication {sp['exposed_comm'] / steps * 1e3:.1f} ms, hidden "
+                     f"{sp['hidden_comm'] / steps * 1e3:.1f} ms")
     if picture:
         lines.append(f"  picture: {picture}")
     return "\n".join(lines)
@@ -145,7 +153,12 @@ def _picture(results: list[dict], path: str) -> None:
 
     r0 = results[0]
     steps = list(range(1, len(r0["losses"]) + 1))
-    fig, ax = plt.subplots(1, 3, figsize=(15, 4))
+    fig = plt.figure(figsize=(15, 7))
+    grid = fig.add_gridspec(2, 3, height_ratios=[3, 2])
+    ax = [fig.add_subplot(grid[0, k]) for k in range(3)]
+    if r0.get("timeline") is not None and r0["timeline"].events:
+        r0["timeline"].plot(ax=fig.add_subplot(grid[1, :]),
+                            title="the last step on rank 0 (engine.timeline): " + r0["timeline"].describe())
     ax[0].plot(steps, r0["losses"], marker=".", label="loss")
     ax[0].set_xlabel("step")
     ax[0].set_ylabel("loss (mean over ranks)")
