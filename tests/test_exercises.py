@@ -300,3 +300,28 @@ def test_exercise5_check_catches_wrong_stage2_buckets():
         _fails(check, _stage2_pieces(no_cast=True), "bucket.to(comm_dtype)")
     finally:
         close_crews()
+
+
+def _ring_all_gather(shift=0, steps=None, into_own=False):
+    import torch
+
+    def ring_all_gather(chunks, rank, world_size, send_recv):
+        n = world_size
+        for s in range(n - 1 if steps is None else steps(n)):
+            send_i, recv_i = (rank - s - shift) % n, (rank - s - 1) % n
+            buf = torch.empty_like(chunks[recv_i])
+            send_recv(chunks[send_i], buf)
+            chunks[rank if into_own else recv_i] = buf
+        return chunks
+    return ring_all_gather
+
+
+@pytest.mark.timeout(300)
+def test_exercise0_check_catches_wrong_ring_all_gathers():
+    from zerolab.checks.ch00 import check_ring_all_gather
+
+    check_ring_all_gather(_ring_all_gather())                                  # the solution passes
+    _fails(check_ring_all_gather, _ring_all_gather(shift=1), "chunk (r - s) % N")   # sends a placeholder
+    _fails(check_ring_all_gather, _ring_all_gather(steps=lambda n: n - 2), "placeholder")
+    _fails(check_ring_all_gather, _ring_all_gather(steps=lambda n: n), "N-1 = 1 steps")
+    _fails(check_ring_all_gather, _ring_all_gather(into_own=True), "(r - s - 1) % N")
