@@ -494,7 +494,7 @@ import torch
 
 
 def ring_all_gather(chunks, rank, world_size, send_recv):
-    # BEGIN SOLUTION: N-1 steps; in step s send chunk (rank - s) % N, receive chunk (rank - s - 1) % N
+    # BEGIN SOLUTION: N-1 steps of send_recv, one chunk each; fill every chunk
     n = world_size
     for s in range(n - 1):
         send_i, recv_i = (rank - s) % n, (rank - s - 1) % n
