@@ -105,7 +105,7 @@ def test_readme_shell_example_runs_as_written(line):
     assert r.returncode == 0, r.stderr
     assert r.stderr == "" or argv[1] == "env", r.stderr
     expected = {"explain": "ZeRO stage", "estimate": "model states per GPU", "env": "gloo available",
-                "bench": "reduce_scatter  alpha", "report": "torch"}[argv[1]]
+                "bench": "reduce_scatter  alpha", "report": "torch", "simulate": "bound by"}[argv[1]]
     assert expected in r.stdout, r.stdout
     if argv[1] == "explain" and "--params" in argv:
         assert "<- this config" in r.stdout

@@ -152,6 +152,21 @@ def cmd_consolidate(a) -> int:
     return 0
 
 
+def cmd_simulate(a) -> int:
+    from . import simulate
+    link = a.link
+    if link not in simulate.LINKS:
+        from .bench import Fit
+        link = Fit.load(link)
+    rows = simulate.table(a.params, a.layers, a.hidden, a.seq, a.micro_batch, a.gpus, gpu=a.gpu, link=link,
+                          grad_accum=a.grad_accum, checkpointing=not a.no_checkpointing,
+                          host_bytes=a.host_gb * 1e9 if a.host_gb else None)
+    print(f"{a.params:.3g} parameters, {a.layers} layers, hidden {a.hidden}, sequence {a.seq}, micro-batch "
+          f"{a.micro_batch} x {a.grad_accum} accumulation, on {a.gpus} x {a.gpu} over {a.link}")
+    print(simulate.format_table(rows, a.gpu))
+    return 0
+
+
 def cmd_bench(a) -> int:
     from . import bench
     fit = bench.run(a.nproc)
@@ -188,6 +203,20 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("out", help="the .safetensors file to write")
     c.add_argument("--tag", default=None, help="a tag other than the latest")
     c.set_defaults(fn=cmd_consolidate)
+    m = sub.add_parser("simulate", help="memory per GPU and step time of a model on N GPUs, per stage")
+    m.add_argument("--params", type=float, required=True, help="parameters, e.g. 7e9")
+    m.add_argument("--layers", type=int, required=True)
+    m.add_argument("--hidden", type=int, required=True)
+    m.add_argument("--seq", type=int, default=2048)
+    m.add_argument("--micro-batch", type=int, default=1)
+    m.add_argument("--grad-accum", type=int, default=1)
+    m.add_argument("--gpus", type=int, default=8)
+    m.add_argument("--gpu", default="a100-80gb", help="one of: a100-40gb, a100-80gb, h100-80gb")
+    m.add_argument("--link", default="nvlink-a100",
+                   help="nvlink-a100, nvlink-h100, pcie4, ib-hdr, ethernet-100g, or a zerolab bench JSON fit")
+    m.add_argument("--no-checkpointing", action="store_true", help="activations kept, not recomputed")
+    m.add_argument("--host-gb", type=float, default=None, help="host memory of the whole job (GB), to check offload")
+    m.set_defaults(fn=cmd_simulate)
     b = sub.add_parser("bench", help="fit T = alpha + S/beta for each collective on this machine")
     b.add_argument("--nproc", type=int, default=2, help="ranks to measure on")
     b.add_argument("--out", default=None, help="save the fit as JSON (zerolab.bench.Fit.load reads it)")
