@@ -26,7 +26,8 @@ class Stage0(StageBase):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._overlapping = False
+        self._overlapping = False                # this backward sends buckets as they complete
+        self._sent_in_backward = False           # ... and it has sent them all: skip the boundary's
         # Parameters live in one flat buffer per bucket; the model's params are views of it.
         self.param_flats = [g.flatten([p.data for p in g.params], self.dtype, self.device)
                             for g in self.groups]
@@ -54,7 +55,7 @@ class Stage0(StageBase):
     # complete (as torch DDP does); otherwise every bucket is sent at the boundary, in order.
     def begin_backward(self, boundary: bool = True) -> None:
         super().begin_backward(boundary)
-        if getattr(self, "_sent_in_backward", False):
+        if self._sent_in_backward:
             raise RuntimeError("backward was called twice before engine.step() at an accumulation "
                                "boundary with overlap_comm: call engine.step() after each backward, "
                                "as DeepSpeed requires")
@@ -77,7 +78,7 @@ class Stage0(StageBase):
             self._sent_in_backward = True
 
     def boundary_reduce(self) -> None:
-        if getattr(self, "_sent_in_backward", False):
+        if self._sent_in_backward:
             self._sent_in_backward = False
             return
         for g in self.groups:
