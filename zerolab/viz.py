@@ -102,9 +102,9 @@ def collective_timeline(ax, records, title: str | None = None, label_every: int 
         y = lanes.index(lane)
         ax.barh(y, 0.8, left=pos - 0.4, height=0.6, color=colors.get(lane, "tab:green"))
         if pos % label_every == 0:
-            ax.text(pos, y + 0.38, tag, rotation=60, fontsize=6.5, ha="left", va="bottom")
+            ax.text(pos, y + 0.35, tag, rotation=90, fontsize=6.5, ha="center", va="bottom")
     ax.set_yticks(range(len(lanes)), lanes)
-    ax.set_ylim(-0.5, len(lanes) + 0.9)
+    ax.set_ylim(-0.5, len(lanes) + 1.2)
     ax.set_xlabel("collective number within the step (issue order)")
     if title:
         ax.set_title(title)

@@ -302,6 +302,89 @@ for n in (2, 3, 4):
           f"the embedding has {embed:,}, padding the rest")
 """),
 md(r"""
+The same measurement at N = 4 as a picture: each bar is one rank's bytes per step, split into
+gradients and parameters, in units of (N−1)/N·2Ψ bytes; the black line is the formula.
+"""),
+code(r"""
+from zerolab.viz import collective_timeline, traffic_bars
+
+n = 4
+fig, ax = plt.subplots(figsize=(7.5, 4.2))
+traffic_bars(ax, {s: runs[n, s]["wire"] for s in range(4)},
+             {s: comm_volume(PSI, s, n) for s in range(4)}, unit=(n - 1) / n * PSI * 2, names=NAME,
+             title=f"Stages 1 and 2 move DDP's 2Ψ; stage 3 moves 3Ψ (N = {n}, bf16, Ψ = {PSI:,})")
+plt.show()
+"""),
+md(r"""
+### Gradient accumulation: stage 2 pays per micro-step
+
+With `gradient_accumulation_steps = 4` a rank runs 4 forward/backward passes per optimizer step.
+Stage 1 keeps full gradients, so it can add the 4 micro-steps up locally and reduce-scatter
+once at the end. Stage 2 keeps only its shard: it must reduce-scatter every bucket in every
+micro-step, as soon as backward fills it. Stage 3 gathers the parameters in every micro-step
+too.
+
+**Predict, then run.** At N = 3 with accumulation 4, how many Ψ (in (N−1)/N·2Ψ units) does
+each stage move per optimizer step? (Accumulation 1 gives 2, 2, 2, 3.)
+"""),
+code(r"""
+def step_traffic(stage, accumulate):
+    world = zerolab.world_size()
+    cfg = ds_config(stage, world)
+    cfg["gradient_accumulation_steps"] = accumulate
+    cfg["train_micro_batch_size_per_gpu"] = GLOBAL_BATCH // (world * accumulate)
+    engine = zerolab.initialize(make_model(), cfg)
+    batches = lm_batches(2, GLOBAL_BATCH, SEQ, VOCAB)
+    train_engine(engine, batches[:1], lm_loss)
+    mark = engine.ledger.mark()
+    train_engine(engine, batches[1:], lm_loss)     # one optimizer step = `accumulate` micro-steps
+    step = engine.ledger.since(mark)
+    return {"wire": step.by_tag(),
+            "records": [(r.op, r.tag, r.wire_bytes) for r in step.records]}
+
+
+n = 3
+unit = (n - 1) / n * PSI * 2
+print(f"N = {n}, bytes per optimizer step on one rank's wire (gradients + parameters), in Ψ units")
+print(f"{'stage':10}{'accumulation 1':>16}{'accumulation 4':>16}   reduce-scatters / all-reduces")
+for stage in range(4):
+    cells, calls = [], []
+    for accumulate in (1, 4):
+        r = crews[n].run(step_traffic, stage, accumulate)[0]
+        wire = r["wire"]
+        cells.append(f"{(wire.get('grads', 0) + wire.get('params', 0)) / unit:.3f} Ψ")
+        calls.append(str(sum(1 for op, tag, _ in r["records"] if tag.startswith("grads"))))
+    print(f"{NAME[stage]:10}{cells[0]:>16}{cells[1]:>16}   {' -> '.join(calls)} gradient calls")
+"""),
+md(r"""
+Stages 0 and 1 do not care how many micro-steps there are: they send the summed gradient once
+per optimizer step. Stage 2 sends each micro-step's gradient as it is made: with accumulation
+4 its gradient traffic is 4 times larger, 1 + 4 = 5 units in all instead of 2. That is the
+price of never holding a full gradient; DeepSpeed's stage 2 pays it too. Stage 3 pays 4 times
+everything: it also gathers the parameters again in each micro-step's forward and backward.
+
+### Stage 3 over one step: gather, use, release
+
+The ledger keeps every collective in the order it was issued. For stage 3 on 2 ranks, one
+step (accumulation 1) reads like the crew's day: before each module's forward its parameters
+are all-gathered (`params <module>`) and released after (a release sends nothing, so it is not
+on the ledger); backward gathers them again, in reverse order, and as each module's gradients
+are complete they are reduce-scattered (`grads <module>`) and the gathered parameters go back.
+Last comes the small all-reduce of the overflow check and the gradient norm. The 16-byte
+headers sent before each gather (`check ...`) are left out of the picture.
+"""),
+code(r"""
+records = [r for r in crews[2].run(step_traffic, 3, 1)[0]["records"] if not r[1].startswith("check")]
+fig, ax = plt.subplots(figsize=(11, 3.8))
+rows = collective_timeline(ax, records, title="Stage 3, one step on 2 ranks: gather before use, "
+                           "reduce-scatter and release after backward")
+plt.show()
+kinds = {}
+for _, lane, tag, _ in rows:
+    kinds[lane] = kinds.get(lane, 0) + 1
+print("collectives in the step:", ", ".join(f"{k} {v}" for k, v in kinds.items()))
+"""),
+md(r"""
 Two kinds of small collectives are left out of the table; they are on the ledger too. Every
 step all-reduces 16 bytes (2(N−1)/N × 16 = 24 bytes on the wire at N = 4): one float64 saying whether any rank saw an inf or NaN gradient
 (bf16's overflow check) and one for the squared gradient norm that clipping needs. Both are
