@@ -657,7 +657,7 @@ Open **`exercises/03_stage1_shards.ipynb`**. You write the two pieces stage 1 re
 shard-only AdamW step. The checks plug your code into the real engine on 2 and 3 ranks and
 compare the training with a single process.
 
-Then open **`exercises/05_stage2_buckets.ipynb`**, the heart of stage 2: you write what
+Then open **`exercises/03b_stage2_buckets.ipynb`**, the heart of stage 2: you write what
 happens to a gradient bucket during backward (when it is complete, what it sends, what this
 rank keeps), and the check trains stages 2 and 3 with it.
 """),
@@ -786,12 +786,12 @@ close_crews()
 
 
 # ----------------------------------------------------------------------------------------
-# solutions/05_stage2_buckets.ipynb (exercises/ is generated from it by tools/make_exercises.py)
+# solutions/03b_stage2_buckets.ipynb (exercises/ is generated from it by tools/make_exercises.py)
 # ----------------------------------------------------------------------------------------
 
 SOLUTION5 = [
 md(r"""
-# Exercise 5 · Stage 2's buckets: reduce-scatter during backward
+# Exercise 3b · Stage 2's buckets: reduce-scatter during backward
 
 In stage 2 each worker keeps only his own door stickers (the gradients of his shard). Nobody
 ever holds the whole set: while backward is still running, the stickers are packed into boxes
@@ -905,7 +905,7 @@ close_crews()
 NOTEBOOKS = {
     "notebooks/03_three_stages.ipynb": ("ch03", CHAPTER),
     "solutions/03_stage1_shards.ipynb": ("ex03", SOLUTION),
-    "solutions/05_stage2_buckets.ipynb": ("ex05", SOLUTION5),
+    "solutions/03b_stage2_buckets.ipynb": ("ex05", SOLUTION5),
 }
 
 if __name__ == "__main__":

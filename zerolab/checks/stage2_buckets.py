@@ -1,4 +1,4 @@
-"""Exercise 5 check: stage 2's gradient buckets, written by the learner, run in the real engine.
+"""Exercise 3b check: stage 2's gradient buckets, written by the learner, run in the real engine.
 
 The learner writes the two pieces of :class:`zerolab.reduce.ReduceScatterGrads` that make
 stage 2 (and stage 3) keep only a shard of the gradients, reduced during backward::
