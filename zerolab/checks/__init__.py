@@ -27,7 +27,24 @@ import os
 import sys
 
 __all__ = ["ExerciseCheckFailed", "passed", "not_implemented", "full_tracebacks", "rank_failure",
-           "SHORT_LINES"]
+           "SHORT_LINES", "crew_of", "close_crews"]
+
+_CREWS: dict = {}                 # world size -> the crew the checks keep between calls
+
+
+def crew_of(n: int):
+    """A crew of ``n`` ranks kept for the checks (starting one costs seconds)."""
+    import zerolab
+    crew = _CREWS.get(n)
+    if crew is None:
+        crew = _CREWS[n] = zerolab.Crew(n, timeout=180)
+    return crew
+
+
+def close_crews() -> None:
+    """Stop the ranks the checks started (they also stop when the kernel exits)."""
+    while _CREWS:
+        _CREWS.popitem()[1].close()
 
 # At most this many lines of the message in the short display (a rank's traceback is longer).
 SHORT_LINES = 8
