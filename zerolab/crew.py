@@ -494,6 +494,9 @@ def init_from_env(backend: str = "auto", timeout_s: float = 600.0) -> RankInfo:
 def _destroy_at_exit() -> None:
     if dist.is_available() and dist.is_initialized():
         try:
+            # every rank gets here before any tears its connections down: a rank that closed
+            # first could abort a peer whose gloo threads still read from it
+            dist.barrier()
             dist.destroy_process_group()
         except Exception:
             pass
