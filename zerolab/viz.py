@@ -109,3 +109,131 @@ def collective_timeline(ax, records, title: str | None = None, label_every: int 
     if title:
         ax.set_title(title)
     return rows
+
+
+# -- chapter 0's pictures: the four collectives and the ring ----------------------------------
+
+RANK_COLOURS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
+SUM_COLOUR = "#3b3b3b"
+
+
+def cells(values, owner) -> list[tuple]:
+    """One row of a collective grid: every value held, and whose it is (a rank, ``"sum"``,
+    or None for a cell the rank does not hold)."""
+    return [(v, owner) for v in values]
+
+
+def only_slice(values, r: int, owner, width: int) -> list[tuple]:
+    """A row of ``width`` cells in which the rank holds only slice ``r`` (``values``);
+    the other cells are not held."""
+    k = len(values)
+    return [(None, None)] * (r * k) + cells(values, owner) + [(None, None)] * (width - (r + 1) * k)
+
+
+def collective_grids(title: str, panels, world_size: int | None = None):
+    """Side-by-side grids, one per ``(subtitle, rows)`` in ``panels``; ``rows[r]`` is what rank r
+    holds, a list of ``(value, owner)`` cells (see :func:`cells`, :func:`only_slice`). A cell's
+    colour says whose data it is: one colour per rank, dark grey for a sum, white for not held.
+    Returns the figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch, Rectangle
+
+    n = world_size or max(len(rows) for _, rows in panels)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 0.42 * n + 1.3), squeeze=False)
+    for ax, (subtitle, rows) in zip(axes[0], panels):
+        for r, row in enumerate(rows):
+            for i, (value, owner) in enumerate(row):
+                face = "white" if owner is None else SUM_COLOUR if owner == "sum" else RANK_COLOURS[owner]
+                ax.add_patch(Rectangle((i, r), 1, 1, facecolor=face, edgecolor="#999999"))
+                if owner is not None:
+                    ax.text(i + 0.5, r + 0.5, f"{value:g}", ha="center", va="center", fontsize=9, color="white")
+        ax.set_xlim(0, len(rows[0]))
+        ax.set_ylim(len(rows), 0)
+        ax.set_yticks([r + 0.5 for r in range(len(rows))], [f"rank {r}" for r in range(len(rows))])
+        ax.set_xticks([])
+        ax.set_title(subtitle, fontsize=10)
+        for spine in ax.spines.values():
+            spine.set_visible(False)
+    legend = [Patch(color=RANK_COLOURS[r], label=f"rank {r}'s data") for r in range(n)]
+    legend += [Patch(color=SUM_COLOUR, label=f"a sum over all {n} ranks"),
+               Patch(facecolor="white", edgecolor="#999999", label="not held")]
+    fig.legend(handles=legend, loc="lower center", ncol=n + 2, fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    return fig
+
+
+def count_ones(value) -> int:
+    """How many ranks are in a sum when rank r contributed 10**r: the digits "1" of ``value``."""
+    return str(int(value)).count("1")
+
+
+def ring_steps(starts, traces, contributors=count_ones):
+    """The ring all-reduce as pictures: what each rank (row) holds of each chunk (column) at the
+    start and after every step. ``starts[r]`` is rank r's chunk values before the ring;
+    ``traces[r]`` its step list from ``ring_all_reduce(..., trace=...)`` (one-element chunks).
+    The darker a cell, the more ranks ``contributors(value)`` says are in it; the outlined cell
+    of a row is the chunk that rank has just received. Returns the figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    n = len(starts)
+    shades = plt.get_cmap("Purples")
+    panels = [("start", [list(s) for s in starts], None)]
+    panels += [(f"{step['phase']} step {step['step']}",
+                [[float(c[0]) for c in traces[r][s]["chunks"]] for r in range(n)],
+                [traces[r][s]["received"] for r in range(n)]) for s, step in enumerate(traces[0])]
+    cols = (len(panels) + 1) // 2
+    fig, axes = plt.subplots(2, cols, figsize=(2.6 * cols, 5.6), squeeze=False)
+    for ax, (title, grid, received) in zip(axes.flat, panels):
+        for r, row in enumerate(grid):
+            for c, value in enumerate(row):
+                k, new = contributors(value), bool(received) and received[r] == c
+                ax.add_patch(Rectangle((c, r), 1, 1, facecolor=shades(0.15 + 0.85 * k / n),
+                                       edgecolor="#d62728" if new else "white", linewidth=2.5 if new else 1))
+                ax.text(c + 0.5, r + 0.5, f"{value:g}", ha="center", va="center", fontsize=8,
+                        color="white" if k > n / 2 else "black")
+        ax.set_xlim(0, n)
+        ax.set_ylim(n, 0)
+        ax.set_xticks([c + 0.5 for c in range(n)], [f"chunk {c}" for c in range(n)], fontsize=7)
+        ax.set_yticks([r + 0.5 for r in range(n)], [f"rank {r}" for r in range(n)], fontsize=7)
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(length=0)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.suptitle(f"ring all-reduce on {n} ranks: {n - 1} reduce-scatter steps, then {n - 1} all-gather steps",
+                 fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+# -- chapter 3's shard map -----------------------------------------------------------------------
+
+def shard_map(ax, layout, title: str | None = None, label_min: float = 0.035):
+    """Who owns which shard of each flat buffer: one bar per group in ``layout`` (dicts with
+    ``label``, ``names``, ``numels``, ``padded`` and ``shards``, a ``(start, end)`` per rank),
+    coloured by owner, padding hatched, black ticks at parameter boundaries; a parameter wider
+    than ``label_min`` of its bar is named. Returns ``ax``."""
+    for y, g in enumerate(layout):
+        for r, (a, b) in enumerate(g["shards"]):
+            ax.barh(y, b - a, left=a, color=RANK_COLOURS[r % len(RANK_COLOURS)], height=0.6,
+                    label=f"rank {r}" if y == 0 else None)
+        real = sum(g["numels"])
+        ax.barh(y, g["padded"] - real, left=real, color="lightgray", hatch="////", height=0.6,
+                label="padding" if y == 0 else None)
+        offset = 0
+        for name, numel in zip(g["names"], g["numels"]):
+            if offset:
+                ax.plot([offset, offset], [y - 0.3, y + 0.3], color="black", linewidth=1)
+            if numel > label_min * g["padded"]:
+                ax.text(offset + numel / 2, y, name, ha="center", va="center", fontsize=7.5, color="white")
+            offset += numel
+    ax.set_yticks(range(len(layout)),
+                  [f"{g['label']}: {sum(g['numels']):,} + {g['padded'] - sum(g['numels'])} padding" for g in layout])
+    ax.set_ylim(len(layout) - 0.5, -0.5)
+    ax.set_xlabel("element offset in the bucket's flat buffer")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=len(layout[0]["shards"]) + 1,
+              fontsize=8, frameon=False)
+    if title:
+        ax.set_title(title)
+    return ax

@@ -69,10 +69,10 @@ code("""
 import matplotlib.pyplot as plt
 import torch
 import torch.distributed as dist
-from matplotlib.patches import Patch, Rectangle
 
 import zerolab
 from zerolab.comm import Ledger, default_comm, ring_all_reduce
+from zerolab.viz import cells, collective_grids, only_slice, ring_steps
 """),
 md("""
 ## 1. Hire the crew
@@ -133,51 +133,10 @@ In the pictures, each row is a rank and each cell one number it holds. The **col
 data it is**: one colour per rank, dark grey for a sum over all ranks, white for a cell the
 rank does not hold. The numbers are chosen so that you can read them: rank r starts with
 `10·r + i` at position i, so the tens digit is the rank and the ones digit the position.
+The pictures are drawn by `zerolab.viz.collective_grids` from what the ranks return; `show`
+below only formats what a rank prints.
 """),
 code("""
-RANK_COLOURS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
-SUM_COLOUR = "#3b3b3b"
-
-
-def cells(values, owner):
-    \"\"\"One row of a picture: every value held, and whose it is (a rank, "sum", or None).\"\"\"
-    return [(v, owner) for v in values]
-
-
-def only_slice(values, r, owner, width):
-    \"\"\"A row of `width` cells in which the rank holds only slice r (the rest is not held).\"\"\"
-    k = len(values)
-    return [(None, None)] * (r * k) + cells(values, owner) + [(None, None)] * (width - (r + 1) * k)
-
-
-def draw(title, panels):
-    \"\"\"Side-by-side grids, one per (subtitle, rows); rows[r] is what rank r holds.\"\"\"
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 0.42 * N + 1.3))
-    for ax, (subtitle, rows) in zip(axes, panels):
-        for r, row in enumerate(rows):
-            for i, (value, owner) in enumerate(row):
-                face = ("white" if owner is None else SUM_COLOUR if owner == "sum"
-                        else RANK_COLOURS[owner])
-                ax.add_patch(Rectangle((i, r), 1, 1, facecolor=face, edgecolor="#999999"))
-                if owner is not None:
-                    ax.text(i + 0.5, r + 0.5, f"{value:g}", ha="center", va="center",
-                            fontsize=9, color="white")
-        ax.set_xlim(0, len(rows[0]))
-        ax.set_ylim(len(rows), 0)
-        ax.set_yticks([r + 0.5 for r in range(len(rows))], [f"rank {r}" for r in range(len(rows))])
-        ax.set_xticks([])
-        ax.set_title(subtitle, fontsize=10)
-        for spine in ax.spines.values():
-            spine.set_visible(False)
-    legend = [Patch(color=RANK_COLOURS[r], label=f"rank {r}'s data") for r in range(N)]
-    legend += [Patch(color=SUM_COLOUR, label=f"a sum over all {N} ranks"),
-               Patch(facecolor="white", edgecolor="#999999", label="not held")]
-    fig.legend(handles=legend, loc="lower center", ncol=N + 2, fontsize=8, frameon=False)
-    fig.suptitle(title, fontsize=11)
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
-    plt.show()
-
-
 def show(t):
     return " ".join(f"{v:g}" for v in t.tolist())
 """),
@@ -197,9 +156,10 @@ def all_reduce_demo():
     return before.tolist(), x.tolist()
 
 held = crew.run(all_reduce_demo)
-draw("all-reduce: every rank ends with the sum",
-     [("before", [cells(b, r) for r, (b, a) in enumerate(held)]),
-      ("after", [cells(a, "sum") for b, a in held])])
+collective_grids("all-reduce: every rank ends with the sum",
+                 [("before", [cells(b, r) for r, (b, a) in enumerate(held)]),
+                  ("after", [cells(a, "sum") for b, a in held])], N)
+plt.show()
 """),
 md("""
 ### Reduce-scatter: each rank ends with one slice of the sum
@@ -218,9 +178,10 @@ def reduce_scatter_demo():
     return full.tolist(), mine.tolist()
 
 held = crew.run(reduce_scatter_demo)
-draw("reduce-scatter: rank r ends with slice r of the sum",
-     [("before", [cells(b, r) for r, (b, a) in enumerate(held)]),
-      ("after", [only_slice(a, r, "sum", 8) for r, (b, a) in enumerate(held)])])
+collective_grids("reduce-scatter: rank r ends with slice r of the sum",
+                 [("before", [cells(b, r) for r, (b, a) in enumerate(held)]),
+                  ("after", [only_slice(a, r, "sum", 8) for r, (b, a) in enumerate(held)])], N)
+plt.show()
 """),
 md("""
 ### All-gather: every rank ends with every slice
@@ -240,10 +201,11 @@ def all_gather_demo():
     return mine.tolist(), everything.tolist()
 
 held = crew.run(all_gather_demo)
-draw("all-gather: every rank ends with every slice",
-     [("before", [only_slice(b, r, r, 8) for r, (b, a) in enumerate(held)]),
-      ("after", [sum((cells(a[s * len(b):(s + 1) * len(b)], s) for s in range(N)), [])
-                 for b, a in held])])
+collective_grids("all-gather: every rank ends with every slice",
+                 [("before", [only_slice(b, r, r, 8) for r, (b, a) in enumerate(held)]),
+                  ("after", [sum((cells(a[s * len(b):(s + 1) * len(b)], s) for s in range(N)), [])
+                             for b, a in held])], N)
+plt.show()
 """),
 md("""
 ### Broadcast: the foreman hands out his copy
@@ -263,9 +225,10 @@ def broadcast_demo():
     return before.tolist(), plan.tolist()
 
 held = crew.run(broadcast_demo)
-draw("broadcast from rank 0: everyone ends with the foreman's copy",
-     [("before", [cells(held[0][0], 0)] + [[(None, None)] * 8 for _ in range(1, N)]),
-      ("after", [cells(a, 0) for b, a in held])])
+collective_grids("broadcast from rank 0: everyone ends with the foreman's copy",
+                 [("before", [cells(held[0][0], 0)] + [[(None, None)] * 8 for _ in range(1, N)]),
+                  ("after", [cells(a, 0) for b, a in held])], N)
+plt.show()
 """),
 md("""
 ## 4. The ledger: bytes on the wire
@@ -360,38 +323,10 @@ The same steps as pictures: what each rank holds (rows) of each chunk (columns) 
 step. The darker the cell, the more ranks are in its sum; the outlined cell on each row is
 the chunk that rank has just received from its left neighbour. Watch the diagonal fill in
 during the reduce-scatter, then the finished chunks spread during the all-gather.
+(`zerolab.viz.ring_steps` draws them from the steps each rank traced.)
 """),
 code("""
-def contributors(value):
-    return str(int(value)).count("1")          # one digit "1" per rank whose number is in the sum
-
-shades = plt.get_cmap("Purples")
-panels = [("start", [ring[r][0] for r in range(N)], None)]
-panels += [(f"{ring[0][1][s]['phase']} step {ring[0][1][s]['step']}",
-            [[c[0] for c in ring[r][1][s]["chunks"]] for r in range(N)],
-            [ring[r][1][s]["received"] for r in range(N)]) for s in range(steps)]
-cols = (len(panels) + 1) // 2
-fig, axes = plt.subplots(2, cols, figsize=(2.6 * cols, 5.6))
-for ax, (title, grid, received) in zip(axes.flat, panels):
-    for r, row in enumerate(grid):
-        for c, value in enumerate(row):
-            k = contributors(value)
-            ax.add_patch(Rectangle((c, r), 1, 1, facecolor=shades(0.15 + 0.85 * k / N),
-                                   edgecolor="#d62728" if received and received[r] == c else "white",
-                                   linewidth=2.5 if received and received[r] == c else 1))
-            ax.text(c + 0.5, r + 0.5, f"{value:g}", ha="center", va="center", fontsize=8,
-                    color="white" if k > N / 2 else "black")
-    ax.set_xlim(0, N)
-    ax.set_ylim(N, 0)
-    ax.set_xticks([c + 0.5 for c in range(N)], [f"chunk {c}" for c in range(N)], fontsize=7)
-    ax.set_yticks([r + 0.5 for r in range(N)], [f"rank {r}" for r in range(N)], fontsize=7)
-    ax.set_title(title, fontsize=9)
-    ax.tick_params(length=0)
-for ax in list(axes.flat)[len(panels):]:
-    ax.axis("off")
-fig.suptitle(f"ring all-reduce on {N} ranks: {N - 1} reduce-scatter steps, then {N - 1} all-gather steps",
-             fontsize=11)
-fig.tight_layout()
+ring_steps([start for start, trace, out in ring], [trace for start, trace, out in ring])
 plt.show()
 """),
 md("""
