@@ -56,7 +56,7 @@ it. This chapter measures why it must.
 
 **In this chapter**, on real ranks (gloo on CPU here; NCCL on GPUs):
 1. DDP from scratch (zerolab's stage 0) on 1–4 ranks trains exactly like one process;
-2. the ring all-reduce, written with send/recv only: bytes per rank against 2(N−1)/N·Ψ·b;
+2. chapter 0's ring all-reduce, weighed in its two halves: reduce-scatter + all-gather = 2(N−1)/N·Ψ·b;
 3. the engine's own ledger for one step: one all-reduce per gradient bucket;
 4. memory per rank against 16Ψ as ranks are added: it does not shrink;
 5. the memory wall on the 40 GB and 80 GB GPUs that real ZeRO runs use.
@@ -70,7 +70,7 @@ import torch
 import torch.distributed as dist
 
 import zerolab
-from zerolab.comm import Ledger, ring_all_reduce
+from zerolab.comm import Ledger, ring_all_gather, ring_reduce_scatter
 from zerolab.memory import count_params, model_state_bytes
 from zerolab.models import TinyLM, lm_batches, lm_loss
 from zerolab.reference import train_engine, train_reference
@@ -167,40 +167,36 @@ for n, results in parity.items():
     print(f"N = {n}: all {n} rank(s) hold bit-identical parameters: {same}")
 """),
 md("""
-## 2 · The ring all-reduce: how the crew compares notes
+## 2 · Comparing notes: the ring all-reduce, weighed in two halves
 
-How should N workers add up their stickers? If everyone shouted their whole list to everyone,
-each would send N−1 full copies. The crew does something smarter: they stand in a **ring**, each
-passing to the right and listening to the left, and cut the list into N chunks.
+Chapter 0 built the ring the crew uses to compare notes: N−1 **reduce-scatter** steps, after
+which rank r holds chunk r summed over everyone, then N−1 **all-gather** steps that carry the
+finished chunks round once more. Every step, each rank sends one chunk of Ψ/N elements. We do
+not rebuild it here; we weigh it on a gradient the size of this chapter's model, and we weigh
+its two halves apart, because ZeRO (chapter 3) pulls them apart: an all-reduce costs exactly a
+reduce-scatter, **(N−1)/N·Ψ·b** bytes per rank, plus an all-gather, (N−1)/N·Ψ·b more, together
+**2(N−1)/N·Ψ·b**. No all-reduce can send fewer bytes per rank (Patarasuk and Yuan, 2009), and
+NCCL's ring algorithm sends exactly these.
 
-1. **Reduce-scatter** (N−1 steps): each step, every worker passes one chunk, holding a partial
-   sum, to the right, and adds the chunk arriving from the left to its own copy. After N−1 steps,
-   worker r holds chunk r summed over everyone.
-2. **All-gather** (N−1 more steps): the finished chunks travel round the ring once more, until
-   everyone has all of them.
-
-Each step moves one chunk of Ψ/N elements, so every rank sends **2(N−1) chunks = 2(N−1)/N·Ψ
-elements**, or 2(N−1)/N·Ψ·b bytes. NCCL's ring algorithm does exactly this, and it is
-*bandwidth-optimal*: no all-reduce can put fewer bytes per rank on the wire (Patarasuk and Yuan,
-2009).
-
-`zerolab.comm.ring_all_reduce` is that ring, written with nothing but point-to-point send/recv,
-and every send goes into a ledger. We all-reduce a bf16 gradient of Ψ = 7,204 elements (2 B
-each) on each crew, check the sum against the library's `dist.all_reduce`, and read what each
-rank sent.
+On each crew we all-reduce a bf16 gradient of Ψ = 7,204 elements (2 B each) with chapter 0's
+ring (`zerolab.comm.ring_reduce_scatter`, then `ring_all_gather`: point-to-point send/recv
+only), give each half its own ledger, and check the sum against the library's `dist.all_reduce`.
 """),
 code("""
 def ring_bytes(psi):
-    \"\"\"All-reduce a bf16 gradient of psi elements with zerolab's ring; return what this rank sent.\"\"\"
+    \"\"\"All-reduce a bf16 gradient of psi elements with the ring, in two halves; what this rank sent.\"\"\"
     r = zerolab.rank()
     # small integers: their sums are exact in bf16, so both all-reduces must agree bit for bit
     grad = ((torch.arange(psi) % 5) + r).to(torch.bfloat16).to(zerolab.device())
-    ledger = Ledger()
-    ours = ring_all_reduce(grad, ledger=ledger)
+    halves = {"reduce_scatter": Ledger(), "all_gather": Ledger()}
+    chunks = ring_reduce_scatter(grad, ledger=halves["reduce_scatter"])   # chunk r is now the sum
+    ours = ring_all_gather(chunks, ledger=halves["all_gather"])           # every chunk, everywhere
     theirs = grad.clone()
     dist.all_reduce(theirs)
-    sent = ledger.totals().get("send", {"calls": 0, "bytes": 0})
-    return {"equal": torch.equal(ours, theirs), "sends": sent["calls"], "sent_bytes": sent["bytes"]}
+    sent = {half: ledger.totals().get("send", {"calls": 0, "bytes": 0}) for half, ledger in halves.items()}
+    return {"equal": torch.equal(ours, theirs), "sends": sum(s["calls"] for s in sent.values()),
+            **{f"{half}_bytes": s["bytes"] for half, s in sent.items()},
+            "sent_bytes": sum(s["bytes"] for s in sent.values())}
 
 
 ring = {n: crew.run(ring_bytes, PSI) for n, crew in crews.items()}
@@ -213,17 +209,29 @@ def ring_formula(n, psi=PSI, b=B):
     return 2 * (n - 1) / n * psi * b
 
 
-print(" N  sum == dist.all_reduce  sends/rank  bytes sent by rank 0, 1, ...   formula 2(N-1)/N·Ψ·b")
+def span(values):
+    \"\"\"One number if every rank sent the same, else the smallest and the largest.\"\"\"
+    lo, hi = min(values), max(values)
+    return f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
+
+
+print("bytes each rank sent (a range where ranks differ); equal: the ring's sum == dist.all_reduce's")
+print(f"{'N':>2}{'equal':>7}{'sends':>7}{'reduce-scatter':>16}{'+ all-gather':>14}{'(N-1)/N·Ψ·b':>13}"
+      f"{'= all-reduce':>15}{'2(N-1)/N·Ψ·b':>14}")
 for n, results in ring.items():
     equal = all(res["equal"] for res in results)
-    sent = "  ".join(f"{res['sent_bytes']:,}" for res in results)
-    print(f"{n:>2}  {str(equal):>22}  {results[0]['sends']:>10}  {sent:<30}  {ring_formula(n):>10,.1f} B")
+    rs, ag, total = (span([res[key] for res in results])
+                     for key in ("reduce_scatter_bytes", "all_gather_bytes", "sent_bytes"))
+    print(f"{n:>2}{str(equal):>7}{results[0]['sends']:>7}{rs:>16}{ag:>14}{ring_formula(n) / 2:>13,.1f}"
+          f"{total:>15}{ring_formula(n):>14,.1f}")
 """),
 md("""
-The measurement *is* the formula: 2(N−1) sends per rank, and the bytes of 2(N−1) chunks. At
-N = 3 the ranks differ by 2 bytes because 7,204 elements do not split evenly into 3 chunks
-(2,402 + 2,401 + 2,401), so a rank that happens to send the big chunk twice sends one element
-more; the formula's 19,210.7 B is their average.
+The measurement *is* the formula: N−1 sends per half, each half (N−1)/N·Ψ·b bytes, and the
+all-reduce exactly their sum. At N = 3 the ranks differ by 2 bytes because 7,204 elements do
+not split evenly into 3 chunks (2,402 + 2,401 + 2,401): a rank that sends the big chunk in both
+halves sends one element more; the formulas' 9,605.3 and 19,210.7 B are averages. Remember the
+two halves: ZeRO's stages 1 and 2 keep this traffic and only move the optimizer step in
+between them.
 
 Now look at how it *grows*. Per rank, 2(N−1)/N only creeps up towards 2: the ring keeps each
 rank's traffic bounded at about 2Ψ·b however big the crew. But the crew as a whole moves N times
@@ -402,13 +410,15 @@ fig, ax = plt.subplots(figsize=(7.5, 4.2))
 ax.loglog(psis, [BYTES_PER_PARAM * p / GB for p in psis], lw=2, label="DDP: 16Ψ per GPU, for any N")
 ax.loglog(psis, [BYTES_PER_PARAM * p / 64 / GB for p in psis], ":", c="gray",
           label="ZeRO-3 on 64 GPUs: 16Ψ/64 (chapter 3)")
-for capacity, style, offset in ((40 * GB, "--", (10, -16)), (80 * GB, "-.", (-215, 7))):
+for capacity, style, above in ((40 * GB, "--", False), (80 * GB, "-.", True)):
     largest = capacity / BYTES_PER_PARAM
     ax.axhline(capacity / GB, ls=style, c="C3", lw=1)
     ax.plot([largest], [capacity / GB], "o", c="C3")
-    ax.annotate(f"{capacity / GB:.0f} GB GPU: Ψ ≤ {largest / 1e9:.2f} billion",
-                (largest, capacity / GB), textcoords="offset points", xytext=offset, fontsize=9, color="C3")
-for size, offset in ((1.3e9, (-118, -2)), (7e9, (-112, 6)), (70e9, (-118, 4))):
+    # each GPU's label sits at the left end of its own line: 80 GB just above it, 40 GB just below
+    ax.annotate(f"{capacity / GB:.0f} GB GPU: Ψ ≤ {largest / 1e9:.2f} billion", (psis[0], capacity / GB),
+                textcoords="offset points", xytext=(4, 3 if above else -3), va="bottom" if above else "top",
+                fontsize=9, color="C3")
+for size, offset in ((1.3e9, (6, -12)), (7e9, (-112, 6)), (70e9, (-118, 4))):
     need = BYTES_PER_PARAM * size / GB
     ax.plot([size], [need], "s", c="k", ms=4)
     ax.annotate(f"{size / 1e9:g}B model: {need:,.0f} GB", (size, need),
@@ -436,7 +446,8 @@ per_rank = {n: results[0]["memory"]["model_states"] for n, results in step.items
 print(f"TinyLM, Ψ = {PSI:,} trainable parameters, on crews of N = 1, 2, 3, 4 ranks:")
 print("- DDP (zerolab stage 0) trained to the single-process parameters on every N, within")
 print("  float32 rounding; the ranks' copies were bit-identical.")
-print("- Ring all-reduce of Ψ bf16 elements: 2(N-1) sends per rank; bytes sent per rank:")
+print("- Ring all-reduce of Ψ bf16 elements = reduce-scatter + all-gather, N-1 sends each;")
+print("  bytes sent per rank:")
 for n, v in sent.items():
     print(f"    N={n}: {'/'.join(f'{b:,}' for b in v):>13}   formula 2(N-1)/N·Ψ·2 B = {ring_formula(n):,.1f}")
 print(f"- One engine step: {grad_calls[2]} gradient all-reduces (= {len(step[2][0]['buckets'])} buckets) "
