@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Build ``notebooks/03_three_stages.ipynb`` and ``solutions/03_stage1_shards.ipynb``.
+"""Build chapter 3 (``notebooks/03_three_stages.ipynb``), its appendix
+(``notebooks/03a_appendix_adamw_rounding.ipynb``: why fp32 data parallelism with AdamW is not
+bit-exact) and its exercises' solutions (``solutions/03_stage1_shards.ipynb``,
+``solutions/03b_stage2_buckets.ipynb``).
 
 The notebooks are written here as lists of cells (the source of truth); run this script,
 then store the outputs by executing them::
 
     .venv/bin/python tools/build_notebooks/ch03.py             # write the notebooks whose cells changed
     .venv/bin/python tools/build_notebooks/ch03.py --execute   # ... and run what was written, then
-                                                                # regenerate exercises/03_stage1_shards.ipynb
+                                                                # regenerate exercises/03*.ipynb
 
 Printed floats that are rounding noise (parity with one process) are printed as the bound they
 are under, never as raw digits: those change with the CPU's SIMD kernels (see TEACHING.md).
@@ -467,20 +470,11 @@ gathers the full fp32 values, as DeepSpeed's `zero_to_fp32` would.
 """),
 code(r"""
 batches = lm_batches(3, GLOBAL_BATCH, SEQ, VOCAB, seed=1)
-ADAMW = {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}}
 ROUNDING, AMPLIFIED = 1e-6, 3e-4     # a few fp32 rounding steps near 1; a tenth of one AdamW step (lr / 10)
 
 
-def fp32_config(stage, world_size, optimizer=ADAMW, accumulate=1):
-    cfg = ds_config(stage, world_size, "fp32")
-    cfg["optimizer"] = optimizer
-    cfg["gradient_accumulation_steps"] = accumulate
-    cfg["train_micro_batch_size_per_gpu"] = GLOBAL_BATCH // (world_size * accumulate)
-    return cfg
-
-
-def train_fp32(stage, optimizer=ADAMW, accumulate=1):
-    engine = zerolab.initialize(make_model(), fp32_config(stage, zerolab.world_size(), optimizer, accumulate))
+def train_fp32(stage):
+    engine = zerolab.initialize(make_model(), ds_config(stage, zerolab.world_size(), "fp32"))
     train_engine(engine, batches, lm_loss)          # each rank takes its 12/N sequences of each batch
     full = engine.full_params()                     # the same on every rank
     return full if zerolab.rank() == 0 else None
@@ -490,18 +484,16 @@ def max_diff(a, b):
     return max(float((a[k] - b[k]).abs().max()) for k in b)
 
 
-def verdict(diff, bounds=(ROUNDING, AMPLIFIED), exact=False):
+def verdict(diff, bounds=(ROUNDING, AMPLIFIED)):
     # The exact value is rounding noise: it changes with the CPU's SIMD kernels. What does not
     # change is which bound it is under. (Print max_diff(...) to see it on your machine.)
-    if exact and diff == 0:
-        return "0 (bit-identical)"
     for bound in bounds:
         if diff < bound:
             return f"< {bound:.0e}"
     return f"{diff:.1e} (!)"                     # a real difference: this would be a bug
 
 
-reference = train_reference(make_model(), fp32_config(0, 1), batches, lm_loss)
+reference = train_reference(make_model(), ds_config(0, 1, "fp32"), batches, lm_loss)
 print("largest |zerolab − one process| over all 188,900 parameters after 3 fp32 AdamW steps")
 print(f"{'':14}" + "".join(f"{f'N = {n}':>10}" for n in crews))
 zero_runs = {}
@@ -516,40 +508,13 @@ md(r"""
 Not zero, and for N ≥ 2 well above the last bits of fp32 (a rounding step is about 6·10⁻⁸ for a
 value near 1), though still far below what one step moves a parameter (lr = 3·10⁻³). The exact
 values are not printed on purpose: they are rounding noise, and another CPU (another SIMD width
-in torch's matrix kernels) gives other digits, while the bounds hold everywhere. Whose doing is
-it? Ask one process to do the same arithmetic as N ranks: split each batch into N micro-batches
-and add up their gradients (gradient accumulation, `gradient_accumulation_steps = N` on a single
-rank). Then swap AdamW for plain SGD.
-"""),
-code(r"""
-print("one process, each batch in N micro-batches (gradient accumulation), AdamW; largest |difference|:")
-print(f"{'':8}{'accumulation vs the whole batch':>33}{'zerolab stage 3 vs accumulation':>35}")
-for n in (2, 3, 4):
-    accumulated = crews[1].run(train_fp32, 0, ADAMW, n)[0]
-    vs_whole = verdict(max_diff(accumulated, reference))
-    vs_ranks = verdict(max_diff(zero_runs[n, 3], accumulated), (AMPLIFIED,), exact=True)
-    print(f"  N = {n}{vs_whole:>33}{vs_ranks:>35}")
+in torch's matrix kernels) gives other digits, while the bounds hold everywhere.
 
-SGD = {"type": "SGD", "params": {"lr": 0.1}}
-reference_sgd = train_reference(make_model(), fp32_config(0, 1, SGD), batches, lm_loss)
-print("SGD, zerolab stage 3 vs one process:",
-      ", ".join(f"N = {n} {verdict(max_diff(crew.run(train_fp32, 3, SGD)[0], reference_sgd))}" for n, crew in crews.items()))
-"""),
-md(r"""
-One process that adds up N micro-batches is just as far from the whole-batch run as the N
-ranks are. At N = 2 it lands exactly where the 2 ranks land, bit for bit: halving a gradient
-is exact in binary, and a + b = b + a. At N = 3 and 4 it lands close to them but not on them,
-because the order of the sums differs (one process adds micro-batch after micro-batch, the
-ring adds in its own order), and at N = 3 even the place of a division matters: gradient
-accumulation divides the loss by 3 before backward, the ranks divide their gradients by 3
-before adding them, and 1/3 is not exact in binary. So the difference is not ZeRO's: it is the
-order in which each gradient element is summed, which changes its last bits.
-
-SGD passes those last bits on as they are: a rounding step or two. AdamW amplifies them: it
-divides each element's momentum by the root of its own variance, so an element whose gradient
-nearly cancels (contributions of both signs summing to almost zero) still moves by about lr,
-and the last bits of that small sum decide part of the move. Any data-parallel training has
-this, ZeRO or not; no stage adds to it (the four rows of the table are alike).
+Is that ZeRO's doing? No: the four rows are alike, DDP (stage 0) included, and
+**[appendix 3a](03a_appendix_adamw_rounding.ipynb)** finds the culprit. One process that adds up
+its batch in N micro-batches lands just as far from the whole-batch run (the order of the sums
+changes the last bits of each gradient element), and plain SGD stays within a rounding step or
+two: it is AdamW that amplifies those last bits, in any data-parallel training.
 
 ## Who owns what: the shards
 
@@ -565,28 +530,12 @@ parameters, biases and LayerNorms of 100 to 400 elements. The padding (0 to 2 el
 bucket here) is too thin to see.
 """),
 code(r"""
+from zerolab.viz import shard_map
+
 n, layout = 3, runs[3, 1]["layout"]
-rank_colors = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
 fig, ax = plt.subplots(figsize=(10, 0.9 + 0.55 * len(layout)))
-for y, g in enumerate(layout):
-    for r, (a, b) in enumerate(g["shards"]):
-        ax.barh(y, b - a, left=a, color=rank_colors[r], height=0.6, label=f"rank {r}" if y == 0 else None)
-    real = sum(g["numels"])
-    ax.barh(y, g["padded"] - real, left=real, color="lightgray", hatch="////", height=0.6,
-            label="padding" if y == 0 else None)
-    offset = 0
-    for name, numel in zip(g["names"], g["numels"]):
-        if offset:
-            ax.plot([offset, offset], [y - 0.3, y + 0.3], color="black", linewidth=1)
-        if numel > 0.035 * g["padded"]:
-            ax.text(offset + numel / 2, y, name, ha="center", va="center", fontsize=7.5, color="white")
-        offset += numel
-ax.set_yticks(range(len(layout)),
-              [f"{g['label']}: {sum(g['numels']):,} + {g['padded'] - sum(g['numels'])} padding" for g in layout])
-ax.invert_yaxis()
-ax.set(xlabel="element offset in the bucket's flat buffer",
-       title=f"Stage 1 on {n} ranks: who owns which shard (black lines: parameter boundaries)")
-ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=4, fontsize=8, frameon=False)
+shard_map(ax, layout,
+          title=f"Stage 1 on {n} ranks: who owns which shard (black lines: parameter boundaries)")
 plt.show()
 """),
 code(r"""
@@ -633,7 +582,7 @@ On a 188,900-parameter TinyLM, bf16 + AdamW, 1 to 4 ranks, per rank:
 - **Correctness** (fp32): every stage differs from one whole-batch process just as much as
   any data-parallel run does: below 10⁻⁶ (a rounding step or two) with SGD, below 3·10⁻⁴ (a
   tenth of one step's move) with AdamW, which amplifies the last bits of the gradient sum; one
-  process accumulating N micro-batches shows the same.
+  process accumulating N micro-batches shows the same (appendix 3a).
 
 The trade is the one the captain saw: stages 1 and 2 are free in traffic (the same 2Ψ as DDP,
 if you reduce-scatter), stage 3 buys its 1/N with 1.5× the traffic.
@@ -902,8 +851,171 @@ close_crews()
 ]
 
 
+# ----------------------------------------------------------------------------------------
+# notebooks/03a_appendix_adamw_rounding.ipynb
+# ----------------------------------------------------------------------------------------
+
+APPENDIX = [
+md(r"""
+# Appendix 3a · Whose rounding is it? Data parallelism, the order of sums, and AdamW
+
+Chapter 3 trained every stage in fp32 on 1 to 4 ranks and compared it with one process that
+takes the whole batch at once. The difference was not zero: above 10⁻⁶ (a few fp32 rounding
+steps) for N ≥ 2, though below 3·10⁻⁴, a tenth of what one AdamW step moves a parameter. This
+appendix finds out whose doing that is. Two suspects: ZeRO (the shards, the reduce-scatter,
+the gathers) or data parallelism itself, which splits the batch and adds the pieces up.
+
+The experiment: make **one process** do the same arithmetic as N ranks, by splitting each
+batch into N micro-batches and adding up their gradients (gradient accumulation,
+`gradient_accumulation_steps = N` on a single rank), and then swap AdamW for plain SGD.
+"""),
+code(r"""
+import torch
+
+import zerolab
+from zerolab.models import TinyLM, lm_batches, lm_loss
+from zerolab.reference import train_engine, train_reference
+
+torch.set_num_threads(1)   # one thread here, as on every rank below: the same arithmetic, run after run
+VOCAB, SEQ, GLOBAL_BATCH = 257, 16, 12
+batches = lm_batches(3, GLOBAL_BATCH, SEQ, VOCAB, seed=1)      # chapter 3's three global batches
+ADAMW = {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}}
+SGD = {"type": "SGD", "params": {"lr": 0.1}}
+ROUNDING, AMPLIFIED = 1e-6, 3e-4     # a few fp32 rounding steps near 1; a tenth of one AdamW step (lr / 10)
+
+
+def make_model():
+    return TinyLM(vocab=VOCAB, d=100, hidden=400, layers=2, seq_len=SEQ, seed=0)   # chapter 3's model
+
+
+def fp32_config(stage, world_size, optimizer=ADAMW, accumulate=1):
+    return {"train_batch_size": GLOBAL_BATCH,
+            "train_micro_batch_size_per_gpu": GLOBAL_BATCH // (world_size * accumulate),
+            "gradient_accumulation_steps": accumulate,
+            "optimizer": optimizer,
+            "zero_optimization": {"stage": stage, "reduce_bucket_size": 50_000,
+                                  "stage3_param_persistence_threshold": 0}}
+
+
+def train_fp32(stage, optimizer=ADAMW, accumulate=1):
+    engine = zerolab.initialize(make_model(), fp32_config(stage, zerolab.world_size(), optimizer, accumulate))
+    train_engine(engine, batches, lm_loss)          # each rank takes its 12/N sequences of each batch
+    full = engine.full_params()                     # the same on every rank
+    return full if zerolab.rank() == 0 else None
+
+
+def max_diff(a, b):
+    return max(float((a[k] - b[k]).abs().max()) for k in b)
+
+
+def verdict(diff, bounds=(ROUNDING, AMPLIFIED), exact=False):
+    # The exact value is rounding noise: it changes with the CPU's SIMD kernels. What does not
+    # change is which bound it is under. (Print max_diff(...) to see it on your machine.)
+    if exact and diff == 0:
+        return "0 (bit-identical)"
+    for bound in bounds:
+        if diff < bound:
+            return f"< {bound:.0e}"
+    return f"{diff:.1e} (!)"                     # a real difference: this would be a bug
+
+
+crews = {n: zerolab.Crew(n, threads=1) for n in (1, 2, 3, 4)}
+reference = train_reference(make_model(), fp32_config(0, 1), batches, lm_loss)   # the whole batch at once
+print("crews of", ", ".join(str(n) for n in crews), "ranks up; the whole-batch reference is trained")
+"""),
+md(r"""
+## One process, N micro-batches
+
+For N = 2, 3, 4: zerolab's stage 3 on N ranks (the stage that changes the most), and one
+process accumulating N micro-batches of the same batch, each compared with the whole-batch run
+and with each other.
+
+**Predict, then run.** Is one process that accumulates N micro-batches closer to the
+whole-batch run than the N ranks are, as far, or farther?
+"""),
+code(r"""
+print("3 fp32 AdamW steps; largest |difference| over all 188,900 parameters:")
+print(f"{'':8}{'ranks vs the whole batch':>26}{'accumulation vs the whole batch':>33}"
+      f"{'ranks vs accumulation':>23}")
+for n in (2, 3, 4):
+    ranks = crews[n].run(train_fp32, 3)[0]                     # stage 3 on n ranks
+    accumulated = crews[1].run(train_fp32, 0, ADAMW, n)[0]     # one rank, n micro-batches
+    print(f"  N = {n}{verdict(max_diff(ranks, reference)):>26}{verdict(max_diff(accumulated, reference)):>33}"
+          f"{verdict(max_diff(ranks, accumulated), (AMPLIFIED,), exact=True):>23}")
+"""),
+md(r"""
+One process that adds up N micro-batches is just as far from the whole-batch run as the N
+ranks are. At N = 2 it lands exactly where the 2 ranks land, bit for bit: halving a gradient
+is exact in binary, and a + b = b + a. At N = 3 and 4 it lands close to them but not on them,
+because the order of the sums differs (one process adds micro-batch after micro-batch, the
+ring adds in its own order), and at N = 3 even the place of a division matters: gradient
+accumulation divides the loss by 3 before backward, the ranks divide their gradients by 3
+before adding them, and 1/3 is not exact in binary. So the difference is not ZeRO's: it is the
+order in which each gradient element is summed, which changes its last bits.
+
+## SGD passes the last bits on; AdamW amplifies them
+
+The same comparison with plain SGD (lr 0.1), zerolab's stage 3 against one whole-batch process:
+"""),
+code(r"""
+reference_sgd = train_reference(make_model(), fp32_config(0, 1, SGD), batches, lm_loss)
+print("SGD, zerolab stage 3 vs one process:",
+      ", ".join(f"N = {n} {verdict(max_diff(crew.run(train_fp32, 3, SGD)[0], reference_sgd))}"
+                for n, crew in crews.items()))
+for crew in crews.values():
+    crew.close()
+"""),
+md(r"""
+SGD passes those last bits on as they are: a rounding step or two. AdamW amplifies them: it
+divides each element's momentum by the root of its own variance, so an element whose gradient
+nearly cancels (contributions of both signs summing to almost zero) still moves by about lr,
+and the last bits of that small sum decide part of the move.
+
+The smallest case shows it with three numbers. Three ranks contribute 1, 10⁻⁸ and −1 to one
+gradient element; the true sum is 10⁻⁸. fp32 carries about 7 significant digits, so the order
+of the additions decides whether 10⁻⁸ survives. Then one AdamW step and one SGD step with that
+gradient (lr 3·10⁻³, torch's default eps of 10⁻⁸):
+"""),
+code(r"""
+one, tiny = torch.tensor(1.0), torch.tensor(1e-8)
+orders = {"(1 + 1e-8) - 1": (one + tiny) - one,      # 1e-8 is below half an fp32 step of 1: lost
+          "(1 - 1) + 1e-8": (one - one) + tiny}      # the ones cancel first: 1e-8 survives
+
+
+def first_step_move(grad, optimizer):
+    p = torch.zeros(1, requires_grad=True)          # starts at 0: weight decay has nothing to decay
+    opt = optimizer([p], lr=3e-3)
+    p.grad = grad.reshape(1).clone()
+    opt.step()
+    return abs(float(p.detach()))
+
+
+print("how far one step moves the parameter, in units of lr:")
+print(f"{'order of the sum':<18}{'gradient':>10}{'AdamW':>14}{'SGD':>14}")
+for order, grad in orders.items():
+    adamw, sgd = first_step_move(grad, torch.optim.AdamW), first_step_move(grad, torch.optim.SGD)
+    print(f"{order:<18}{float(grad):>10.0e}{adamw / 3e-3:>9.2f} x lr{sgd / 3e-3:>9.0e} x lr")
+"""),
+md(r"""
+Same three numbers, two orders: SGD's step differs by 10⁻⁸ of lr, AdamW's by half of lr. At
+its first step AdamW moves each element by lr · g / (|g| + eps), whatever the size of g, so a
+gradient that is only rounding noise around zero still moves its parameter by a sizeable
+fraction of lr. Over the following steps the momentum and variance average such elements out,
+which is why chapter 3's differences stay below a tenth of lr.
+
+Any data-parallel training has this, ZeRO or not: the order of the sums is the only thing
+that changed, and no stage adds to it (in chapter 3's table the four stages' rows are alike).
+Deterministic training across world sizes would need the same summation order everywhere,
+which no ring or tree all-reduce promises.
+
+Back to **[chapter 3](03_three_stages.ipynb)**.
+"""),
+]
+
+
 NOTEBOOKS = {
     "notebooks/03_three_stages.ipynb": ("ch03", CHAPTER),
+    "notebooks/03a_appendix_adamw_rounding.ipynb": ("ch03a", APPENDIX),
     "solutions/03_stage1_shards.ipynb": ("ex03", SOLUTION),
     "solutions/03b_stage2_buckets.ipynb": ("ex05", SOLUTION5),
 }
