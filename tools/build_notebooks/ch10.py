@@ -1,0 +1,908 @@
+#!/usr/bin/env python3
+"""Build chapter 10, "Common misconceptions", from this one file.
+
+    python tools/build_notebooks/ch10.py            # write the notebook (only if its cells changed)
+    python tools/build_notebooks/ch10.py --execute  # ... and run it, storing the outputs
+
+Writes ``notebooks/10_misconceptions.ipynb``. Built like every chapter (``nbsource.py``): cell
+ids are fixed, and an unchanged notebook and its outputs are left alone. Stored executed: nbval
+compares its outputs.
+
+Part 1 quotes a short numpy "ZeRO stage 1" demo (as the course's source story gives it, its
+comments translated), runs it as written and lets measurements find its faults; then zerolab's
+real stage 1 replaces it on real ranks. Part 2 settles five common beliefs, each with a run on
+real ranks. Offload is left out on purpose: its chapter is not written yet.
+
+Outputs must not depend on the CPU: bytes, elements and calls are exact and printed as they are;
+floats that are rounding noise are printed as verdicts with their tolerance; times appear only
+in figures.
+"""
+from __future__ import annotations
+
+import sys
+
+import nbsource
+from nbsource import code, md
+
+
+CHAPTER = [
+md(r"""
+# Chapter 10 · Common misconceptions (常见误区)
+
+*What the crew believed, and what the tally sheet says.*
+
+By now the crew knows the job: the **furniture** (parameters), the **door stickers**
+(gradients), the **heavy notebook** of experience (optimizer states: fp32 master weights,
+Adam's momentum and variance) and the **folding chair** (activations), and the three ways of
+splitting the load. What remains are the things everyone *thinks* they know. Some were written
+down in a hurry, some were true once, some are true on one machine and not on another.
+
+This chapter takes them one at a time and settles each with a measurement, not an argument.
+
+**Part 1** starts from a short piece of code that circulates as "ZeRO stage 1 in numpy": a
+class of about 40 lines with a comment that says its Adam "matches DeepSpeed". We run it as written,
+then measure it, and find seven faults, from the bytes it counts to what it claims stage 3 does
+after the update. Then we replace it with zerolab's stage 1 on real ranks and check that it
+trains exactly like one process.
+
+**Part 2** takes five beliefs about ZeRO and runs each on real ranks:
+
+1. "ZeRO-3 is always better than ZeRO-2."
+2. "More GPUs is always faster."
+3. "Stages 1 and 2 cost no more traffic than DDP."
+4. "bf16 needs loss scaling."
+5. "ZeRO shards the activations."
+
+Each section is short: the claim, a cell that measures it, what the numbers say.
+"""),
+code(r"""
+import copy
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import zerolab
+from zerolab import precision as P
+from zerolab.memory import comm_volume, model_state_bytes, tensor_bytes
+from zerolab.models import MLP, TinyLM, lm_batches, lm_loss, mse_loss
+from zerolab.reference import train_engine, train_reference
+from zerolab.simulate import simulate
+
+torch.set_num_threads(1)      # one thread here, as on every rank: the same arithmetic, run after run
+"""),
+md(r"""
+# Part 1 · A demo, measured
+
+## The demo, as it circulates
+
+Here it is, line for line, with its comments translated and placed on the lines they explain.
+(One line is ours: `np.random.seed(0)`, so that every run of this notebook starts from the same
+numbers.) It simulates four GPUs in one process: each `ZeROStage1` worker keeps Adam's moments
+only for "its" parameters, and the main block gives every worker a gradient, "all-reduces" it
+and takes an optimizer step.
+"""),
+code(r"""
+import numpy as np
+
+np.random.seed(0)   # ours: the same numbers on every run
+
+
+def make_params(sizes):
+    params = {}
+    for i, size in enumerate(sizes):
+        params['w' + str(i)] = np.random.randn(size).astype(np.float32)
+    return params
+
+
+class ZeROStage1:
+    def __init__(self, rank_gpu, world_size_gpu, params):
+        self.rank_gpu = rank_gpu
+        self.world_size_gpu = world_size_gpu
+        self.params = params
+        self.grads = {name: np.zeros_like(p) for name, p in params.items()}
+        # slice by GPU number: decides which parameters' optimizer states this card keeps
+        self.local_names = list(params.keys())[rank_gpu::world_size_gpu]
+        self.moments = {}
+        self.velocities = {}
+        for name in self.local_names:
+            self.moments[name] = np.zeros_like(params[name])
+            self.velocities[name] = np.zeros_like(params[name])
+        self.memory = self.estimate_memory()
+
+    def estimate_memory(self):
+        total = 0
+        for name, p in self.params.items():
+            total += p.nbytes * 2       # every card keeps full copies of the FP16 params and FP16 grads
+        for name in self.local_names:
+            total += self.params[name].nbytes * 4   # only its own params: master weights + Adam states
+        return total
+
+    def set_grad(self, name, grad):
+        self.grads[name] += grad
+
+    def all_reduce_grad(self):
+        for name in self.grads:
+            self.grads[name] /= self.world_size_gpu     # simulates the averaged gradient after all-reduce
+
+    def optimizer_step(self, lr=0.01, beta1=0.9, beta2=0.999):
+        for name in self.local_names:
+            g = self.grads[name]
+            # Adam's first moment, "the same as DeepSpeed computes internally"
+            self.moments[name] = beta1 * self.moments[name] + (1 - beta1) * g
+            # second moment, used to scale the update
+            self.velocities[name] = beta2 * self.velocities[name] + (1 - beta2) * g * g
+            # update the parameters with the sharded optimizer states
+            self.params[name] -= lr * self.moments[name] / (np.sqrt(self.velocities[name]) + 1e-8)
+
+
+if __name__ == '__main__':
+    world_size_gpu = 4
+    params = make_params([1024, 2048, 4096])
+    workers = [ZeROStage1(rank, world_size_gpu, params) for rank in range(world_size_gpu)]
+    for worker in workers:
+        for name in params:
+            worker.set_grad(name, np.ones_like(params[name]))
+        worker.all_reduce_grad()
+        worker.optimizer_step()
+    print('each GPU keeps only its shard of the optimizer states:', [w.local_names for w in workers])
+"""),
+md(r"""
+It runs, and it prints what it set out to show. Nothing in it checks anything else. So let us
+check. We need real ranks for some of the comparisons: one crew per world size, started once
+and reused (1 + 2 + 3 + 4 = 10 rank processes, one thread each).
+"""),
+code(r"""
+crews = {n: zerolab.Crew(n, threads=1) for n in (1, 2, 3, 4)}
+print(f"{sum(c.world_size for c in crews.values())} ranks up, in crews of",
+      ", ".join(str(n) for n in crews))
+"""),
+md(r"""
+## (a) It counts 8 and 16 bytes per parameter where it means 4 and 12
+
+The comments say what `estimate_memory` wants to count: fp16 parameters and fp16 gradients in
+full on every card (2 + 2 = **4 bytes** per parameter), plus the fp32 master weights and Adam's
+two moments for the card's own parameters (4 + 4 + 4 = **12 bytes**). But `p.nbytes` is the
+size of a *float32* array: 4 bytes per element. So `nbytes * 2` is 8 bytes per parameter and
+`nbytes * 4` is 16.
+
+Below, for each worker: the demo's estimate, what its comments mean (chapter 1's 2 + 2 + 12),
+and what the demo's own arrays actually hold (fp32 everything, no master copy: 4 + 4 per
+parameter, 4 + 4 per own parameter), all in bytes.
+"""),
+code(r"""
+psi = sum(p.size for p in params.values())
+print(f"Ψ = {psi:,} parameters; bytes per worker")
+print(f"{'worker':>6}{'own elements':>14}{'demo estimate':>15}{'meant: 4Ψ + 12·own':>20}"
+      f"{'demo holds':>12}")
+for w in workers:
+    own = sum(params[n].size for n in w.local_names)
+    meant = 2 * psi + 2 * psi + 12 * own
+    holds = (sum(p.nbytes for p in w.params.values()) + sum(g.nbytes for g in w.grads.values())
+             + sum(m.nbytes for m in w.moments.values()) + sum(v.nbytes for v in w.velocities.values()))
+    print(f"{w.rank_gpu:>6}{own:>14,}{w.estimate_memory():>15,}{meant:>20,}{holds:>12,}")
+print(f"demo estimate = {workers[0].estimate_memory() - 16 * 1024:,} + 16 × own "
+      f"= 8 bytes × Ψ + 16 bytes × own")
+"""),
+md(r"""
+The estimate is 1.6 to 2 times what the comments mean, and it matches neither reading: in
+fp32 the demo holds 8 bytes per parameter (the `* 2` happens to be right for *that*), but its
+optimizer states are 8 bytes per own parameter (two moments, no master), not 16. A byte count
+that is off by a constant factor still "goes down with N", which is why this kind of mistake
+survives: only comparing with the arrays themselves shows it. (zerolab's `engine.memory()`
+reads the bytes from the tensors, never from a formula.)
+
+## (b) Its "all-reduce" divides without summing
+
+`all_reduce_grad` divides each worker's *own* gradient by 4. An all-reduce first **adds**
+every worker's gradient and then (for the average) divides. Give the four workers different
+gradients, 1, 2, 3 and 4, and compare with a real all-reduce on 4 real ranks.
+"""),
+code(r"""
+fresh = [ZeROStage1(r, 4, make_params([1024, 2048, 4096])) for r in range(4)]
+for r, w in enumerate(fresh):
+    for name in w.params:
+        w.set_grad(name, np.full_like(w.params[name], r + 1))
+    w.all_reduce_grad()
+print("demo, each worker's gradient afterwards:  ", [float(w.grads["w0"][0]) for w in fresh])
+
+
+def average_of_ranks():
+    g = torch.full((1024,), float(zerolab.rank() + 1))
+    dist.all_reduce(g)                     # the sum over the ranks ...
+    g /= zerolab.world_size()              # ... then the average
+    return float(g[0])
+
+
+print("all-reduce on 4 real ranks, then / 4:     ", crews[4].run(average_of_ranks))
+"""),
+md(r"""
+The demo's workers end with four different "averages", none of them the average (2.5). In the
+demo's own main block every worker gets the same gradient (ones), so the only visible effect is
+a gradient 4 times too small, which Adam hides (it divides by the gradient's own scale); plain
+SGD would not.
+
+## (c) All workers share one `params` dict: the all-gather happens by accident
+
+ZeRO stage 1 has each rank update only its shard, then **all-gather** the updated shards so that
+every rank holds the full new parameters again. The demo has no all-gather, and yet after its
+loop every parameter has been updated. Why?
+"""),
+code(r"""
+print("every worker holds the very same dict object:", all(w.params is params for w in workers))
+print("worker 3 owns no parameter, yet sees w0 updated by worker 0:",
+      workers[3].params["w0"] is workers[0].params["w0"])
+
+# Give each worker its own copy, as separate GPUs would have, and run the same loop
+np.random.seed(0)
+start = make_params([1024, 2048, 4096])
+apart = [ZeROStage1(r, 4, copy.deepcopy(start)) for r in range(4)]
+for w in apart:
+    for name in w.params:
+        w.set_grad(name, np.ones_like(w.params[name]))
+    w.all_reduce_grad()
+    w.optimizer_step()
+for w in apart:
+    changed = [n for n in w.params if not np.array_equal(w.params[n], start[n])]
+    print(f"worker {w.rank_gpu} with its own copy: parameters that moved {changed}")
+"""),
+md(r"""
+With one copy per worker, each worker sees only its own update: the ranks now hold four
+different models, and the next forward pass would diverge. The missing piece is the all-gather
+((N−1)/N·Ψ elements on each rank's wire, in a ring). In the demo, Python's
+object sharing did it for free, which is exactly what a real machine will not do.
+
+## (d) Its Adam has no bias correction, yet "matches DeepSpeed"
+
+Adam's moments start at zero, so early on they are biased towards zero: m after one step is
+0.1·g, v is 0.001·g². torch's `Adam` and DeepSpeed's (`FusedAdam`, `DeepSpeedCPUAdam`, both with
+`bias_correction=True` by default) divide them by (1 − β₁ᵗ) and (1 − β₂ᵗ). The demo does not.
+With a constant gradient the demo's step is then (1 − β₁ᵗ)/√(1 − β₂ᵗ) times torch's step.
+
+**Predict, then run.** At the very first step, is the demo's step smaller than torch's, the
+same, or larger? By how much?
+"""),
+code(r"""
+STEPS, LR = 300, 0.01
+g = np.random.default_rng(1).standard_normal(1024).astype(np.float32)   # one fixed gradient
+
+
+def demo_moves(worker_class):
+    w = worker_class(0, 1, {"w0": np.zeros(1024, np.float32)})
+    moves = []
+    for _ in range(STEPS):
+        before = w.params["w0"].copy()
+        w.grads["w0"][:] = g                   # a fresh gradient each step
+        w.optimizer_step(lr=LR)
+        moves.append(np.abs(w.params["w0"] - before).mean())
+    return np.array(moves), w.params["w0"]
+
+
+def torch_moves():
+    p = torch.zeros(1024, requires_grad=True)
+    opt = torch.optim.Adam([p], lr=LR, betas=(0.9, 0.999), eps=1e-8)
+    moves = []
+    for _ in range(STEPS):
+        before = p.detach().clone()
+        p.grad = torch.from_numpy(g.copy())
+        opt.step()
+        moves.append(float((p.detach() - before).abs().mean()))
+    return np.array(moves), p.detach().numpy()
+
+
+demo, demo_final = demo_moves(ZeROStage1)
+ref, ref_final = torch_moves()
+t = np.arange(1, STEPS + 1)
+formula = (1 - 0.9 ** t) / np.sqrt(1 - 0.999 ** t)
+ratio = demo / ref
+print(f"step 1: the demo moves {ratio[0]:.2f}x as far as torch.optim.Adam "
+      f"(formula 0.1 / √0.001 = {formula[0]:.2f})")
+print(f"largest ratio {formula.max():.2f}, at step {t[formula.argmax()]}; "
+      f"after {STEPS} steps still {formula[-1]:.2f}")
+print("measured ratio = (1 − β₁ᵗ)/√(1 − β₂ᵗ) within 1e-3 at every step:",
+      bool(np.abs(ratio / formula - 1).max() < 1e-3))
+"""),
+code(r"""
+fig, ax = plt.subplots(figsize=(8, 3.4))
+ax.plot(t, ratio, lw=3, alpha=0.5, label="measured: demo's step / torch.optim.Adam's step")
+ax.plot(t, formula, "k--", lw=1, label="(1 − β₁ᵗ) / √(1 − β₂ᵗ)")
+ax.axhline(1, color="gray", lw=0.8)
+ax.set(xlabel="step t", ylabel="ratio of step sizes", ylim=(0, None),
+       title="Without bias correction, the demo's early steps are up to 6.6 times too large")
+ax.legend(fontsize=8)
+plt.show()
+"""),
+md(r"""
+The ratio climbs to 6.6 at step 12, is still about 2 at step 300, and comes back to 1 only
+after a few thousand steps: in that window the demo's learning rate is effectively several times the one it was
+given. That is not DeepSpeed's Adam. Adding the two bias corrections (a step counter and two
+divisions) makes it torch's:
+"""),
+code(r"""
+class BiasCorrected(ZeROStage1):
+    def optimizer_step(self, lr=0.01, beta1=0.9, beta2=0.999):
+        self.t = getattr(self, "t", 0) + 1
+        for name in self.local_names:
+            g = self.grads[name]
+            self.moments[name] = beta1 * self.moments[name] + (1 - beta1) * g
+            self.velocities[name] = beta2 * self.velocities[name] + (1 - beta2) * g * g
+            m_hat = self.moments[name] / (1 - beta1 ** self.t)
+            v_hat = self.velocities[name] / (1 - beta2 ** self.t)
+            self.params[name] -= lr * m_hat / (np.sqrt(v_hat) + 1e-8)
+
+
+_, fixed_final = demo_moves(BiasCorrected)
+print(f"after {STEPS} steps, max |bias-corrected demo − torch.optim.Adam| < 1e-5:",
+      bool(np.abs(fixed_final - ref_final).max() < 1e-5))
+print(f"after {STEPS} steps, max |demo as written − torch.optim.Adam| > 0.1:  ",
+      bool(np.abs(demo_final - ref_final).max() > 0.1))
+"""),
+md(r"""
+## (e) Gradients are never zeroed
+
+`set_grad` adds into `self.grads` (`+=`), and nothing ever sets it back to zero. That is how
+gradient *accumulation* works, but a training step must start from zero gradients (DeepSpeed
+and zerolab zero them after every optimizer step). Run the demo's loop three more times, with
+the same gradient of ones each time, and watch what worker 0 calls its gradient:
+"""),
+code(r"""
+seen = [float(workers[0].grads["w0"][0])]          # after the demo's own step
+for _ in range(3):
+    for worker in workers:
+        for name in params:
+            worker.set_grad(name, np.ones_like(params[name]))
+        worker.all_reduce_grad()
+        worker.optimizer_step()
+    seen.append(float(workers[0].grads["w0"][0]))
+print("worker 0's gradient at steps 1-4:", seen)
+print("the true average gradient at every step: 1.0")
+print("each step: g ← (g + 1) / 4, which tends to 1/3; stale gradients leak into every step")
+"""),
+md(r"""
+Together with fault (b), the demo's gradient is the old one plus the new one, divided by 4,
+forever: 0.25, 0.3125, 0.328125, ... towards 1/3, while the true average gradient is 1 at
+every step.
+
+## (f) Its round-robin split leaves a rank empty
+
+`list(params.keys())[rank::world_size]` deals out *whole parameters*, one by one. With 3
+parameters and 4 workers one worker gets nothing; and since parameters differ in size, the
+others get very different loads.
+"""),
+code(r"""
+own = [sum(params[n].size for n in w.local_names) for w in workers]
+print("parameters per worker:", [w.local_names for w in workers])
+print(f"elements of optimizer state per worker: {own}; an even split would be {psi // 4:,} each")
+print(f"the busiest worker holds {max(own) / (psi / 4):.2f}x its fair share; worker 3 holds 0")
+"""),
+md(r"""
+The busiest worker's notebook is what must fit, so this split saves far less than 1/N. ZeRO
+(DeepSpeed and zerolab alike) flattens the parameters into one buffer, pads it to a multiple
+of N and cuts it into N **equal** pieces, regardless of parameter boundaries. We will see
+zerolab's engine give every rank exactly 1,792 elements of this same model below.
+
+## (g) "Broadcast after the update" at stage 3
+
+The text that comes with the demo says of stage 3: "the forward pass gathers the sharded
+parameters, the backward pass reduce-scatters the gradients, and after the update the
+parameters are **broadcast** again." Two things are off. At stage 3 nothing is sent after the
+update: each rank updates its own shard and *keeps it sharded*; the next forward gathers the
+parameters again, module by module. And the backward pass gathers them a second time (they were
+released after the forward), which is why stage 3 moves 3Ψ, not 2Ψ. (At stages 1 and 2 the
+parameters are sent after the update, but by an **all-gather** of N shards, not a broadcast.)
+
+The ledger records every collective the engine issues; below, one training step is split into
+its forward, backward and optimizer step, on 2 ranks, for stages 1, 2 and 3.
+"""),
+code(r"""
+VOCAB, SEQ = 257, 16
+
+
+def make_lm():
+    # seed=0 every time: every rank, and every single-process reference, starts from the same weights
+    return TinyLM(vocab=VOCAB, d=100, hidden=400, layers=2, seq_len=SEQ, seed=0)
+
+
+PSI_LM = sum(p.numel() for p in make_lm().parameters() if p.requires_grad)
+
+
+def lm_config(stage, world, precision="bf16", global_batch=12, accumulate=1, **zero):
+    cfg = {"train_batch_size": global_batch,
+           "train_micro_batch_size_per_gpu": global_batch // (world * accumulate),
+           "gradient_accumulation_steps": accumulate,
+           "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
+           "zero_optimization": {"stage": stage, "reduce_bucket_size": 50_000,
+                                 "stage3_param_persistence_threshold": 0, **zero}}
+    if precision != "fp32":
+        cfg[precision] = {"enabled": True}
+    return cfg
+
+
+def phases_of_a_step(stage):
+    engine = zerolab.initialize(make_lm(), lm_config(stage, zerolab.world_size()))
+    rank, world = zerolab.rank(), zerolab.world_size()
+    (x, y), = lm_batches(1, 12, SEQ, VOCAB)
+    x, y = x[rank::world], y[rank::world]
+    marks = [engine.ledger.mark()]
+    loss = lm_loss(engine(x), y)
+    marks.append(engine.ledger.mark())
+    engine.backward(loss)
+    marks.append(engine.ledger.mark())
+    engine.step()
+    marks.append(engine.ledger.mark())
+    out = {}
+    for phase, a, b in zip(("forward", "backward", "step"), marks, marks[1:]):
+        records = engine.ledger.since(a).records[: b - a]
+        ops = {}
+        for r in records:
+            if r.tag.startswith("check"):        # stage 3's 16-byte headers before each gather
+                continue
+            calls, wire = ops.get(r.op, (0, 0))
+            ops[r.op] = (calls + 1, wire + r.wire_bytes)
+        out[phase] = ops
+    return out
+
+
+OPS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast")
+print(f"TinyLM, Ψ = {PSI_LM:,}, bf16, 2 ranks, one step: calls × wire bytes on rank 0")
+print(f"{'':17}" + "".join(f"{op:>18}" for op in OPS))
+for stage in (1, 2, 3):
+    result = crews[2].run(phases_of_a_step, stage)[0]
+    for phase, ops in result.items():
+        cells = [f"{ops[op][0]} × {ops[op][1]:,.0f}" if op in ops else "-" for op in OPS]
+        print(f"stage {stage} {phase:9}" + "".join(f"{c:>18}" for c in cells))
+"""),
+md(r"""
+At stage 3 the optimizer step sends one small all-reduce (16 bytes: the overflow flag and the
+squared gradient norm for clipping, which every stage sends) and **no parameters**: no
+broadcast, no all-gather. The parameters travel in the forward (Ψ) and again in the backward
+(Ψ, beside the gradients' reduce-scatter). Stages 1 and 2 send the parameters in the step, as
+an all-gather (stage 1 keeps the whole gradient through backward and reduce-scatters it at the
+start of the step; stage 2 reduce-scatters bucket by bucket during backward).
+
+At N = 2, one pass over all Ψ parameters of bf16 puts (1/2)·2Ψ = 188,900 bytes on each rank's
+wire. Stage 3's forward gathers 25,700 bytes more than that: the output head shares the embedding
+matrix (25,700 elements) and each of the two modules gathers it (chapter 3 measures this).
+
+## The replacement: zerolab's stage 1, on real ranks
+
+Now the real thing, on the demo's own household: three parameter vectors of 1,024, 2,048 and
+4,096 elements, made into a model (a linear score, one number per sample, trained with a squared
+error). `zerolab.initialize` takes a DeepSpeed config; stage 1, fp32, Adam (with bias correction),
+no gradient clipping, a global batch of 12 samples split over the ranks. We train 5 steps on
+2, 3 and 4 ranks and compare every parameter with plain single-process training on the same
+12 samples per step.
+"""),
+code(r"""
+SIZES = [1024, 2048, 4096]
+
+
+class Household(torch.nn.Module):
+    # the demo's three parameter vectors as a model: score = Σ_i x_i · w_i
+    def __init__(self, seed=0):
+        super().__init__()
+        gen = torch.Generator().manual_seed(seed)
+        for i, n in enumerate(SIZES):
+            setattr(self, f"w{i}", torch.nn.Parameter(torch.randn(n, generator=gen)))
+
+    def forward(self, x):
+        return sum((part * getattr(self, f"w{i}")).sum(-1) for i, part in enumerate(x.split(SIZES, -1)))
+
+
+gen = torch.Generator().manual_seed(2)
+w_true = torch.randn(sum(SIZES), generator=gen) / 30
+household_batches = []
+for _ in range(5):
+    x = torch.randn(12, sum(SIZES), generator=gen)
+    household_batches.append((x, x @ w_true + 0.1 * torch.randn(12, generator=gen)))
+
+
+def household_config(world):
+    return {"train_batch_size": 12, "train_micro_batch_size_per_gpu": 12 // world,
+            "optimizer": {"type": "Adam", "params": {"lr": 0.01, "adam_w_mode": False}},
+            "gradient_clipping": 0, "zero_optimization": {"stage": 1}}
+
+
+def train_household():
+    engine = zerolab.initialize(Household(), household_config(zerolab.world_size()))
+    train_engine(engine, household_batches[:-1], mse_loss)
+    mark = engine.ledger.mark()
+    train_engine(engine, household_batches[-1:], mse_loss)     # the last step: measured
+    last = engine.ledger.since(mark).totals()
+    return {"params": engine.full_params(),
+            "stepped_numel": sum(m.numel() for m in engine.stage.masters),   # this rank's notebook
+            "grads_zero_after_step": all(bool((g == 0).all()) for g in engine.stage.grad_flats),
+            "wire": {op: (int(v["calls"]), v["wire_bytes"]) for op, v in last.items()},
+            "memory": engine.memory()}
+
+
+reference = train_reference(Household(), household_config(1), household_batches, mse_loss)
+household = {n: crews[n].run(train_household) for n in (2, 3, 4)}
+print(f"Ψ = {sum(SIZES):,}; elements each rank's optimizer steps (padded to a multiple of N):")
+for n, per_rank in household.items():
+    print(f"  N = {n}: {[r['stepped_numel'] for r in per_rank]}")
+"""),
+md(r"""
+Every rank gets an equal piece, 1,792 elements at N = 4 (fault **f**); at N = 3, 7,168 is
+padded with 2 zeros to 7,170 and each rank gets 2,390. Now the rest: what went over the wire in
+the last step, whether the gradients were zeroed, and whether the result is the one a single
+process gets.
+"""),
+code(r"""
+def max_diff(a, b):
+    return max(float((a[k] - b[k]).abs().max()) for k in b)
+
+
+print("bytes on one rank's wire in the last step; formula (N−1)/N·Ψ·4 bytes for each collective")
+print(f"{'N':>2}{'reduce-scatter':>18}{'all-gather':>16}{'formula':>9}{'grads zeroed':>14}"
+      f"{'|Δ| vs 1 process < 1e-5':>25}")
+for n, per_rank in household.items():
+    r0 = per_rank[0]
+    rs, ag = r0["wire"]["reduce_scatter"], r0["wire"]["all_gather"]
+    same = all(max_diff(r["params"], reference) < 1e-5 for r in per_rank)
+    print(f"{n:>2}{f'{rs[0]} × {rs[1]:,.0f}':>18}{f'{ag[0]} × {ag[1]:,.0f}':>16}"
+          f"{(n - 1) / n * sum(SIZES) * 4:>9,.0f}{str(all(r['grads_zero_after_step'] for r in per_rank)):>14}"
+          f"{str(same):>25}")
+"""),
+md(r"""
+Every fault of the demo, fixed and measured:
+
+- **(a)** memory is read from the tensors (`engine.memory()`), not from a factor;
+- **(b)** the reduce-scatter *sums* the ranks' gradients (the engine pre-divides by N, so the sum
+  is the average) and hands each rank its shard;
+- **(c)** the all-gather is a real collective on the ledger, one per bucket per step, (N−1)/N·Ψ
+  elements of fp32 (a bit more at N = 3: the 2 padding elements);
+- **(d)** the optimizer is torch's Adam, bias correction included;
+- **(e)** the gradient buffers are zero after every step;
+- **(f)** the shards are equal.
+
+And the result is plain single-process Adam on the whole batch, to within float rounding.
+
+# Part 2 · Five beliefs, measured
+
+The measurements below use chapter 3's TinyLM (Ψ = 188,900 trainable parameters), bf16 with
+AdamW, a global batch of 12 sequences. Each run trains one step (Adam's states appear at the
+first step) and measures the second, on every rank; we print rank 0's numbers.
+"""),
+code(r"""
+def measure(stage, precision="bf16", accumulate=1, global_batch=12, **zero):
+    world = zerolab.world_size()
+    engine = zerolab.initialize(make_lm(), lm_config(stage, world, precision, global_batch, accumulate, **zero))
+    batches = lm_batches(2, global_batch, SEQ, VOCAB)
+    train_engine(engine, batches[:1], lm_loss)
+    mark = engine.ledger.mark()
+    t0 = time.perf_counter()
+    train_engine(engine, batches[1:], lm_loss)
+    seconds = time.perf_counter() - t0
+    step = engine.ledger.since(mark)
+    step.records = [r for r in step.records if not r.tag.startswith("overflow")]   # the 16-byte check
+    return {"memory": engine.memory(), "seconds": seconds, "wire": step.wire_bytes, "calls": len(step.records),
+            "by_op": {op: (int(v["calls"]), v["wire_bytes"]) for op, v in step.totals().items()}}
+
+
+def in_psi(wire, n):
+    return wire / ((n - 1) / n * PSI_LM * 2)          # bytes per rank, in units of (N−1)/N·Ψ of bf16
+
+
+print(f"Ψ = {PSI_LM:,}")
+"""),
+md(r"""
+## Belief 1 · "ZeRO-3 is always better than ZeRO-2"
+
+Stage 3 splits one more giant, the furniture itself, so each backpack is lighter. What does the
+crew pay for it?
+
+**Predict, then run.** On 4 ranks: how much less model-state memory does stage 3 hold than stage
+2, and how many more bytes does it move per step? How many more collective calls?
+"""),
+code(r"""
+n = 4
+lm4 = {stage: crews[n].run(measure, stage)[0] for stage in (2, 3)}
+print(f"N = {n}, one step, rank 0{'':14}{'stage 2':>12}{'stage 3':>12}{'3 / 2':>8}")
+rows = [("model states, bytes", lambda r: r["memory"]["model_states"]),
+        ("+ peak buffers, bytes", lambda r: r["memory"]["model_states"] + r["memory"]["peak_buffers"]),
+        ("wire bytes per step", lambda r: r["wire"]),
+        ("collective calls per step", lambda r: r["calls"])]
+for label, get in rows:
+    a, b = get(lm4[2]), get(lm4[3])
+    print(f"  {label:37}{a:>12,.0f}{b:>12,.0f}{b / a:>8.2f}")
+print(f"  traffic in Ψ units: stage 2 {in_psi(lm4[2]['wire'], n):.3f}, stage 3 {in_psi(lm4[3]['wire'], n):.3f}"
+      f"   (formula 2 and 3)")
+"""),
+md(r"""
+Stage 3 holds about three quarters of stage 2's model states here (16Ψ/N = 4Ψ against
+2Ψ + 14Ψ/N = 5.5Ψ at N = 4), and once the parameters it gathers for the module at work are
+counted (the peak buffers), it saves only a few percent on this small model. It pays with half
+again as many bytes (3Ψ against 2Ψ, plus the tied embedding gathered twice) and almost five times
+the calls: one gather per module in forward and one in backward, each after a 16-byte header,
+and a reduce-scatter per module, instead of a handful of buckets. Each call costs a latency α whatever its size
+(chapter 6), and each gather sits on the critical path unless it is prefetched.
+
+So stage 3 is the right choice when stage 2 **does not fit**: the model states of a very large
+model, or when the memory it frees buys a bigger micro-batch. When stage 2 fits, stage 3 is more
+traffic for memory you did not need. (The "calls" count leaves out the 16-byte all-reduce of the
+overflow check and gradient norm, one per step in every stage.)
+
+## Belief 2 · "More GPUs is always faster"
+
+Doubling the crew halves each worker's share of the *carrying* (compute, with a fixed global
+batch). It does not halve the *shouting*: in a ring, each rank sends 2(N−1)/N·Ψ, which grows
+towards 2Ψ and then stays there, however many ranks join. Measured, stage 2 at N = 1 to 4:
+"""),
+code(r"""
+scaling = {n: crews[n].run(measure, 2) for n in (1, 2, 3, 4)}
+print(f"stage 2, bf16, Ψ = {PSI_LM:,}; bytes each rank puts on the wire per step")
+print(f"{'N':>2}{'measured':>12}{'2(N−1)/N · 2Ψ':>16}{'share of the limit 4Ψ':>24}")
+for n, per_rank in scaling.items():
+    wire = per_rank[0]["wire"]
+    print(f"{n:>2}{wire:>12,.0f}{comm_volume(PSI_LM, 2, n):>16,.0f}{(n - 1) / n:>24.2f}")
+"""),
+md(r"""
+(At N = 3 the measurement is a few bytes above the formula: each bucket is padded to a multiple of
+3 elements.) The traffic per rank approaches a constant; the compute per rank keeps shrinking as
+1/N. So past some N every step is as long as its communication, and more GPUs buy nothing.
+
+Time depends on the machine, so it is only drawn, never printed. Left: step time measured here.
+On this laptop-class machine the ranks share a couple of CPU cores, so beyond the core count they
+slow each other down: that is a fact about *this* machine, not about ZeRO. Right: zerolab's
+scale simulator (`zerolab.simulate`, the same formulas, published link and GPU figures) for a
+1.3-billion-parameter model on A100s over 100 Gb/s Ethernet, global batch 64 sequences of 2,048
+tokens, stage 2, communication overlapped with compute.
+"""),
+code(r"""
+gpus = [1, 2, 4, 8, 16, 32, 64]      # 64 sequences per step in all: 64 / N on each GPU
+sim = [simulate(1.3e9, 24, 2048, 2048, 64 // g, g, 2, link="ethernet-100g") for g in gpus]
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
+ns = list(scaling)
+ax1.plot(ns, [1e3 * max(r["seconds"] for r in scaling[n]) for n in ns], "o-", label="step time (slowest rank)")
+ax1.set(xlabel="N, ranks (on this machine)", ylabel="ms per step", xticks=ns, ylim=(0, None),
+        title="Here: a few CPU cores shared by N ranks")
+ax1.legend(fontsize=8)
+ax2.loglog(gpus, [s.compute_s for s in sim], "s--", label="compute per GPU")
+ax2.loglog(gpus[1:], [s.comm_s for s in sim[1:]], "^--", label="communication per GPU")
+ax2.loglog(gpus, [s.step_s for s in sim], "o-", lw=2, label="step (the slower)")
+ax2.set(xlabel="N, GPUs", ylabel="seconds per step", xticks=gpus, xticklabels=[str(g) for g in gpus],
+        title="Simulated: 1.3B params, 100 Gb/s Ethernet")
+ax2.legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+floor = next(g for s, g in zip(sim, gpus) if s.comm_s >= s.compute_s)
+print(f"simulated: from N = {floor} GPUs on, each step waits for communication")
+print("simulated step time at 16 / 32 / 64 GPUs: "
+      + " / ".join(f"{s.step_s:.2f} s" for s, g in zip(sim, gpus) if g in (16, 32, 64)))
+"""),
+md(r"""
+In the simulation, compute falls as 1/N but communication levels off near 2Ψ of bf16 per GPU
+per step; from the crossing point on, the step time stops falling: twice the GPUs, the same time
+per step, half the work per GPU. Whether a machine reaches that point at 8 GPUs or at 500
+depends on its links (NVLink, InfiniBand, Ethernet) and on the batch; that it reaches one does
+not. Change `link="ethernet-100g"` to `"nvlink-a100"` and see where the crossing moves.
+
+## Belief 3 · "Stages 1 and 2 cost no more traffic than DDP"
+
+The ZeRO paper says so, and it is true **if** stages 1 and 2 reduce-scatter their gradients: an
+all-reduce (2Ψ) is a reduce-scatter (Ψ) followed by an all-gather (Ψ), and ZeRO only moves the
+optimizer step in between. zerolab does that by default. DeepSpeed's own default is
+`"reduce_scatter": false` in stages 1 and 2 (chapter 3): it all-reduces each gradient bucket
+(2Ψ), keeps its part, and then all-gathers the parameters (Ψ more). zerolab accepts the same key,
+so we can measure both, and stage 2 with gradient accumulation too.
+
+**Predict, then run.** In Ψ units: DDP moves 2. Stage 1 and stage 2 with `reduce_scatter` true?
+With false? Stage 2 with 4 micro-batches per step?
+"""),
+code(r"""
+n = 4
+cases = [("stage 0 (DDP)", 0, {}, 1), ("stage 1, reduce_scatter true", 1, {}, 1),
+         ("stage 1, reduce_scatter false", 1, {"reduce_scatter": False}, 1),
+         ("stage 2, reduce_scatter true", 2, {}, 1),
+         ("stage 2, reduce_scatter false", 2, {"reduce_scatter": False}, 1),
+         ("stage 2, 4 micro-batches", 2, {}, 4)]
+print(f"N = {n}, bf16, Ψ = {PSI_LM:,}: one optimizer step, one rank's wire")
+print(f"{'':31}{'collectives (calls × wire bytes)':<52}{'in Ψ':>7}")
+traffic3 = {}
+for label, stage, zero, accumulate in cases:
+    r = crews[n].run(measure, stage, accumulate=accumulate, global_batch=48, **zero)[0]
+    ops = r["by_op"]
+    wire = sum(w for _, w in ops.values())
+    traffic3[label] = in_psi(wire, n)
+    text = ", ".join(f"{op} {c} × {w:,.0f}" for op, (c, w) in sorted(ops.items()))
+    print(f"{label:31}{text:<52}{in_psi(wire, n):>7.3f}")
+"""),
+md(r"""
+(The 16-byte all-reduce of the overflow check is left out of the table.) Stages 1 and 2 with
+reduce-scatter move exactly DDP's 2Ψ. With `reduce_scatter` false, DeepSpeed's default, they move
+**3Ψ**, as much as stage 3. And stage 2 with gradient accumulation pays the gradients' Ψ in every
+micro-batch (it cannot keep the full gradient between them; that is the memory it saves): 4 + 1 =
+**5Ψ**. So the belief is true as the paper states it, false for DeepSpeed's default config, and
+false for stage 2 with accumulation. Check your config before quoting the paper.
+
+## Belief 4 · "bf16 needs loss scaling"
+
+Loss scaling exists because fp16's **range** is narrow: gradients below about 6·10⁻⁸ become 0,
+values above 65,504 become inf. bf16 keeps fp32's 8 exponent bits and so fp32's range; what it
+gives up is **precision** (7 mantissa bits instead of 10). Cast a few values:
+"""),
+code(r"""
+values = torch.tensor([1e-10, 1e-8, 1e-6, 1.0, 7e4, 1e10], dtype=torch.float64)
+print(f"{'value':>10}{'fp16':>12}{'bf16':>12}")
+for v in values:
+    print(f"{float(v):>10.0e}{float(v.half()):>12.4g}{float(v.bfloat16()):>12.4g}")
+"""),
+md(r"""
+fp16 flushes the small ones to 0 and turns the large ones into inf; bf16 keeps every one, to 2
+or 3 significant digits. Now real gradients: the deep MLP of chapter 4 (25 layers, where the
+gradients of the first layers are tiny), one backward in fp64, and what each format does to
+every gradient entry (a multiplication by S = 2¹⁶ is what a loss scaler would do):
+"""),
+code(r"""
+deep = MLP(sizes=(13,) + (64,) * 24 + (7,), seed=0).double()
+data = torch.Generator().manual_seed(0)
+x_deep = torch.randn(256, 13, generator=data, dtype=torch.float64)
+y_deep = torch.randn(256, 7, generator=data, dtype=torch.float64)
+torch.nn.functional.mse_loss(deep(x_deep), y_deep).backward()
+grads = P.grad_magnitudes(deep)
+print(f"{grads.numel():,} gradient entries; how many become exactly 0:")
+for dtype, name in ((torch.float16, "fp16"), (torch.bfloat16, "bf16")):
+    for scale in (1, 2 ** 16):
+        rep = P.underflow_report(grads, scale=scale, dtype=dtype)
+        print(f"  {name}, scale {scale:>6}: {rep['zero']:>6,} lost ({100 * rep['zero_fraction']:5.1f} %), "
+              f"{rep['overflow']} overflow")
+"""),
+md(r"""
+fp16 loses a large share of these gradients unless they are scaled; bf16 loses none, with or
+without a scale. A scale would not help bf16's real weakness either: multiplying by a power of
+two shifts the exponent and leaves the mantissa, and so the precision, exactly as it was.
+"""),
+code(r"""
+x = torch.randn(100_000, dtype=torch.float64)
+scaled = (x * 2 ** 16).bfloat16().double() / 2 ** 16
+print("bf16(x · 2¹⁶) / 2¹⁶ == bf16(x) for all 100,000 values:", bool((scaled == x.bfloat16().double()).all()))
+"""),
+md(r"""
+So zerolab, like DeepSpeed, trains bf16 with no loss scaler: the scale is 1, and a step is
+skipped only if a gradient really is inf or NaN (`bf16.check_grad_overflow`). Twenty steps of
+TinyLM on 2 ranks, bf16 beside fp32:
+"""),
+code(r"""
+def train_20(precision):
+    engine = zerolab.initialize(make_lm(), lm_config(2, zerolab.world_size(), precision))
+    losses = train_engine(engine, lm_batches(20, 12, SEQ, VOCAB, seed=3), lm_loss)
+    return {"losses": losses, "scale": engine.loss_scale, "skipped": engine.skipped_steps, "log": engine.log}
+
+
+runs4 = {p: crews[2].run(train_20, p)[0] for p in ("bf16", "fp32")}
+b, f = runs4["bf16"], runs4["fp32"]
+print(f"bf16: loss scale {b['scale']:g}, skipped steps {b['skipped']}, scaler messages {len(b['log'])}")
+print("bf16 loss fell by more than 20 % over the 20 steps:", b["losses"][-1] < 0.8 * b["losses"][0])
+gap = max(abs(x - y) / y for x, y in zip(b["losses"], f["losses"]))
+print("bf16's loss within 2 % of fp32's at every step:", gap < 0.02)
+"""),
+md(r"""
+## Belief 5 · "ZeRO shards the activations"
+
+The folding chair is not a model state. ZeRO splits the parameters, gradients and optimizer
+states; the activations that each rank's forward saves for its backward depend on that rank's
+**micro-batch** and the model's shape, and on nothing else. Below, on 2 ranks, for each stage:
+the model states (`engine.memory()`) and the activations saved during one training step's
+forward, at micro-batches of 2, 4 and 6 sequences per rank.
+
+How we count the activations: every tensor autograd saves passes through
+`torch.autograd.graph.saved_tensors_hooks`, and we add up their storages, leaving out the
+parameters themselves. (`zerolab.memory.measure_activations` does the same for a plain model.
+It recognises parameters by their storage *before* the forward; at stage 3 the parameters are
+gathered into new storage during the forward, so it would count them as activations. Here each
+saved tensor is checked against the parameters at the moment it is saved.)
+"""),
+code(r"""
+def activations_per_stage(stage, micro):
+    world = zerolab.world_size()
+    engine = zerolab.initialize(make_lm(), lm_config(stage, world, global_batch=micro * world))
+    x, y = lm_batches(1, micro * world, SEQ, VOCAB)[0]
+    x, y = x[zerolab.rank()::world], y[zerolab.rank()::world]
+    saved = []
+
+    def pack(t):
+        live = {p.untyped_storage().data_ptr() for p in engine.module.parameters() if p.numel()}
+        if t.untyped_storage().data_ptr() not in live:
+            saved.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = lm_loss(engine(x), y)
+    activation_bytes = tensor_bytes(saved)
+    del saved
+    engine.backward(loss)
+    engine.step()
+    return {"activations": activation_bytes, "model_states": engine.memory()["model_states"]}
+
+
+print(f"2 ranks, bf16, TinyLM (Ψ = {PSI_LM:,}), sequences of {SEQ} tokens; bytes on rank 0")
+print(f"{'stage':>5}{'model states':>14}   {'activations at a micro-batch of 2, 4, 6 sequences':<50}")
+chair = {}
+for stage in range(4):
+    per_micro = [crews[2].run(activations_per_stage, stage, m)[0] for m in (2, 4, 6)]
+    chair[stage] = per_micro
+    print(f"{stage:>5}{per_micro[0]['model_states']:>14,}   "
+          + "".join(f"{r['activations']:>12,}" for r in per_micro))
+"""),
+code(r"""
+fig, ax = plt.subplots(figsize=(8, 3.6))
+stages = list(chair)
+ax.bar([s - 0.2 for s in stages], [chair[s][1]["model_states"] / 1e6 for s in stages], width=0.4,
+       label="model states (furniture, stickers, notebook)")
+ax.bar([s + 0.2 for s in stages], [chair[s][1]["activations"] / 1e6 for s in stages], width=0.4,
+       label="activations (folding chair), micro-batch 4")
+ax.set(xticks=stages, xticklabels=[f"stage {s}" for s in stages], ylabel="MB per rank (10⁶ bytes)",
+       title="ZeRO shrinks the model states; the activations stay the same")
+ax.legend(fontsize=8)
+plt.show()
+"""),
+md(r"""
+Each column of activations is the same for all four stages, and grows in step with the
+micro-batch. What does shrink the chair: a smaller micro-batch per rank (more ranks at a fixed
+global batch, or gradient accumulation), activation checkpointing (recompute instead of store:
+DeepSpeed's `activation_checkpointing` block, which zerolab does not implement), and, across
+GPUs, sequence or tensor parallelism: other tools than ZeRO. (DeepSpeed's
+`partition_activations` splits the *checkpointed* activations of tensor-parallel models; it is
+part of activation checkpointing, not of the ZeRO stages.)
+
+We are done with the ranks:
+"""),
+code(r"""
+for crew in crews.values():
+    crew.close()
+"""),
+md(r"""
+## What we measured
+
+**The demo's seven faults**, each found by a measurement:
+
+| | the demo | measured |
+|---|---|---|
+| a | `nbytes * 2` and `nbytes * 4` on fp32 arrays | 8 and 16 bytes per parameter where its comments mean 4 and 12: 73,728 bytes for worker 0 instead of 40,960 |
+| b | "all-reduce" = divide by N | gradients 1, 2, 3, 4 give 0.25, 0.5, 0.75, 1.0; a real all-reduce gives 2.5 on every rank |
+| c | one shared `params` dict | with a copy per worker, each worker sees only its own parameter move: no all-gather |
+| d | Adam without bias correction | the first step is 3.16x torch's, 6.6x at step 12, still 2x at step 300; with the two corrections it matches `torch.optim.Adam` |
+| e | gradients never zeroed | 0.25, 0.3125, 0.328125, ... → 1/3 instead of 1 every step |
+| f | round-robin by parameter | 1,024 / 2,048 / 4,096 / 0 elements instead of 1,792 each |
+| g | "broadcast after the update" at stage 3 | after stage 3's update nothing but a 16-byte check is sent; parameters are gathered in forward and again in backward |
+
+zerolab's stage 1 on 2, 3 and 4 ranks: equal shards, a reduce-scatter and an all-gather of
+(N−1)/N·Ψ each on the ledger, gradients zeroed, parameters equal to single-process Adam to within
+10⁻⁵.
+
+**The five beliefs**, each false as stated:
+
+1. Stage 3 against stage 2 (N = 4): less memory, but 3Ψ against 2Ψ on the wire and many times
+   the calls. Worth it when stage 2 does not fit.
+2. Traffic per rank grows as 2(N−1)/N·Ψ towards a constant while compute shrinks as 1/N: past
+   the crossing, more GPUs do not shorten a step.
+3. Stages 1 and 2 move DDP's 2Ψ only with `reduce_scatter` true; DeepSpeed's default (false)
+   moves 3Ψ, and stage 2 with 4 micro-batches 5Ψ.
+4. bf16 has fp32's range: no gradient of the deep MLP underflows, zerolab trains it with a
+   loss scale of 1 and no skipped step, and a loss scale could not improve its precision anyway.
+5. Activations per rank are identical at stages 0 to 3 and grow with the micro-batch.
+
+## Questions
+
+1. Fix the demo's `estimate_memory` so that it reports what its comments mean. Then write a
+   second version that reports what its arrays really hold. Which one should a simulation print?
+2. In fault (b), the demo's main block gives every worker the same gradient. Why does Adam then
+   hide the missing sum, and what would SGD with the same learning rate do?
+3. Run belief 1 at N = 2 (`crews[2]`). Does stage 3's memory advantage over stage 2 grow or
+   shrink, and its traffic penalty?
+4. In belief 2's simulation, change the link to `"nvlink-a100"` and the global batch to 512. At
+   what N does communication now take over?
+5. With `gradient_accumulation_steps` 4, stage 1 moves 2Ψ and stage 2 moves 5Ψ. If stage 2 fits
+   but stage 1 does not, what does that cost per step, and when would you rather use a bigger
+   micro-batch instead of accumulation?
+"""),
+]
+
+
+NOTEBOOKS = {"notebooks/10_misconceptions.ipynb": ("ch10", CHAPTER)}
+
+if __name__ == "__main__":
+    sys.exit(nbsource.main(NOTEBOOKS))
