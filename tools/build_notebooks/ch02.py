@@ -588,9 +588,9 @@ check_ring_reduce_scatter(ring_reduce_scatter)
 """, tags=["check"]),
 md("""
 **Going further.**
-* Write the all-gather half the same way: rank r starts with a finished `chunks[r]`; after N − 1
-  steps everyone has every chunk. Which chunk does rank r send at step s now?
-  (`zerolab.comm.ring_all_gather` has one answer.)
+* The other half, the all-gather, is exercise 0 (`exercises/00_ring_all_gather.ipynb`): rank r
+  starts with a finished `chunks[r]`; after N − 1 steps everyone has every chunk. Your
+  reduce-scatter followed by it is a whole ring all-reduce.
 * Count the bytes: (N−1)/N·Ψ for the reduce-scatter, the same for the all-gather. Patarasuk and
   Yuan (2009, "Bandwidth optimal all-reduce algorithms for clusters of workstations") proved that
   no all-reduce sends fewer than 2(N−1)/N·Ψ per rank, which is why NCCL rings look like yours.
