@@ -87,12 +87,12 @@ def save_checkpoint(engine, save_dir, tag=None, client_state=None) -> str:
     tmp = Path(tmp_name[0])
 
     masters, states = {}, {}
-    for g, m in zip(stage.groups, stage.masters):
+    for g in stage.groups:
         rng = _owned_range(g, stage)
         if rng is None:
             continue
-        masters[g.index] = m.detach().float().cpu().clone()
-        st = engine.optimizer.state.get(m, {})
+        masters[g.index] = stage.home.group_master(g.index).detach().float().cpu().clone()
+        st = stage.home.group_state(g.index)          # joined across sub-group tiles, read from NVMe
         states[g.index] = {k: (v.detach().cpu().clone() if torch.is_tensor(v) else v) for k, v in st.items()
                            if v is not None}
     mine = tmp / f"rank_{comm.rank}.pt"
@@ -311,19 +311,16 @@ def load_checkpoint(engine, load_dir, tag=None, load_optimizer_states=True, load
         return str(path), ms.get("client_state", {})
     if load_optimizer_states:
         opt = engine.optimizer
-        for g, m in zip(stage.groups, stage.masters):
+        for g in stage.groups:
             st = {}
             keys = set(full["states"][g.names[0]]) if g.names else set()
             for k in keys:
-                flat = g.flatten([full["states"][n][k] for n in g.names], torch.float32, m.device)
+                flat = g.flatten([full["states"][n][k] for n in g.names], torch.float32, torch.device("cpu"))
                 owned = g.shard_of(flat) if stage.shards_optimizer else flat
-                st[k] = owned.to(m.dtype).clone()
+                st[k] = owned.clone()
             for k, v in full["scalars"].items():
                 st[k] = v.clone() if torch.is_tensor(v) else v
-            if st:
-                opt.state[m] = st
-            else:
-                opt.state.pop(m, None)
+            stage.home.set_group(g.index, state=st)   # cut into the home's tiles, on its device
         for pg, saved in zip(opt.param_groups, meta["optimizer"]["param_groups"]):
             for k, v in saved.items():
                 if k in pg:

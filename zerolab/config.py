@@ -148,9 +148,8 @@ class BF16Config:
 
 @dataclass(frozen=True)
 class OffloadConfig:
-    """``offload_optimizer`` / ``offload_param``. Parsed in full (values are checked, and
-    ``zerolab explain`` describes them); zerolab refuses a device other than "none" for now, and
-    with "none" the other keys do nothing. Defaults are DeepSpeed 0.19.8's (pin_memory is True)."""
+    """``offload_optimizer`` / ``offload_param`` (run by ``offload.py`` and ``stage3.py``); with
+    device "none" the other keys do nothing. Defaults are DeepSpeed 0.19.8's (pin_memory is True)."""
     device: str = "none"             # "none" | "cpu" | "nvme"
     pin_memory: bool = True
     nvme_path: str | None = None
@@ -459,10 +458,15 @@ def _parse_offload(p: K.Problems, zero: dict, kind: str, stage: int) -> OffloadC
                         buffer_count=g("buffer_count", K.as_int(lo=0)), **kw)
     if cfg.ratio < 1 and stage != 3:
         p.add(f"'{path}.ratio' < 1 (partial offload) needs ZeRO stage 3, as in DeepSpeed; stage is {stage}")
-    if cfg.device != "none":
-        what = ("ZeRO-Offload: optimizer states and step on the CPU or NVMe" if is_opt else
-                "parameter offload to CPU or NVMe; DeepSpeed uses it with stage 3 only")
-        p.refuse(f"{path}.device", cfg.device, what, ("none",))
+    if cfg.device == "nvme" and not cfg.nvme_path:
+        p.add(f"'{path}.device' is \"nvme\" but '{path}.nvme_path' is not set: give the folder (on a fast "
+              "disk) where the swapped tensors go")
+    if cfg.device != "none" and stage == 0 and is_opt:
+        p.add(f"'{path}' needs a ZeRO stage of at least 1 (stage is 0): the offloaded step is ZeRO's "
+              "optimizer, as in DeepSpeed")
+    if cfg.device != "none" and stage != 3 and not is_opt:
+        p.add(f"'{path}' offloads the parameter shards of ZeRO stage 3; stage is {stage} (DeepSpeed "
+              "ignores it there: remove it, or use stage 3)")
     return cfg
 
 

@@ -88,14 +88,16 @@ TOP = {
     # no effect in zerolab: bookkeeping, or knobs of features zerolab refuses elsewhere
     "steps_per_print": _A("DeepSpeed logs progress every N steps; logging only, zerolab prints no progress lines"),
     "wall_clock_breakdown": _A("DeepSpeed times forward/backward/step and logs it; timing logs only"),
-    "zero_force_ds_cpu_optimizer": _A("only checked with optimizer offload, which zerolab refuses"),
+    "zero_force_ds_cpu_optimizer": _A("DeepSpeed insists on DeepSpeedCPUAdam under optimizer offload; zerolab's "
+                                      "host step runs the torch optimizer you chose, so there is nothing to force"),
     "memory_breakdown": _A("logging only"),
     "dump_state": _A("logging only"),
     "log_level": _A("logging only"),
     "timers": _A("timer logging only"),
     "vocabulary_size": _A("only a tensor-core alignment warning"),
     "seq_parallel_communication_data_type": _A("read only by sequence parallelism, which zerolab refuses"),
-    "aio": _A("libaio settings, read only by NVMe offload, which zerolab refuses"),
+    "aio": _A("libaio settings of DeepSpeed's NVMe offload; zerolab's NVMe I/O runs on Python threads and "
+               "does not read them"),
     "data_parallel_size": _A("read only together with sequence_parallel_size, which zerolab refuses"),
     "model_info": _A("read only by the autotuner, which zerolab refuses"),
     # DeepSpeed features zerolab lacks
@@ -154,9 +156,7 @@ ZERO = {
     "allgather_partitions": _A("DeepSpeed 0.19.8 parses it but no optimizer reads it (only the autotuner "
                                "lists it): it has no effect in DeepSpeed either; zerolab all-gathers the "
                                "updated partitions, as DeepSpeed does"),
-    "sub_group_size": _A("tiles DeepSpeed's stage-3 optimizer step into sub-groups of this many elements to "
-                         "bound working memory (mostly for offload); same numbers; zerolab steps each "
-                         "rank's shard in one go"),
+    "sub_group_size": _I,  # offload.py: the optimizer step runs sub-group by sub-group (the NVMe swap unit)
     "stage3_prefetch_bucket_size": _A("DeepSpeed prefetches up to this many elements of the modules about to "
                                       "run; " + _JIT),
     "stage3_max_live_parameters": _A("DeepSpeed's budget of gathered elements for prefetching; " + _JIT),
@@ -214,17 +214,22 @@ BF16 = {
     "bf16_optimizer_states": _ni("bf16 optimizer states", False),
 }
 
-# "device" is read by the engine (only "none" runs; "cpu" / "nvme" are refused by the parser).
-# The other keys tune an offload that is on; with device "none" they do nothing, in DeepSpeed too.
-_OFFLOADING = _A("tunes the offload when its device is \"cpu\" or \"nvme\"; with device \"none\" (the only "
-                 "one zerolab runs) it does nothing")
-_OFFLOAD_COMMON = {"device": _I, **{k: _OFFLOADING for k in ("nvme_path", "buffer_count", "pin_memory")}}
+# Offload (``zerolab/offload.py``; stage 3's parameters in ``stage3.py``). "device", "nvme_path",
+# "pin_memory", the pipelines and "max_in_cpu" are read; the swap-buffer sizes are not needed by
+# zerolab's I/O (it allocates one sub-group's buffers at a time) and change no number.
+_SWAP_BUFFERS = _A("sizes DeepSpeed's pool of NVMe swap buffers; zerolab allocates each sub-group's buffers "
+                   "as it swaps it (sub_group_size bounds them), so the pool size changes nothing")
+_OFFLOAD_COMMON = {"device": _I, "nvme_path": _I, "pin_memory": _I, "buffer_count": _SWAP_BUFFERS}
 OFFLOAD_OPTIMIZER = {
     **_OFFLOAD_COMMON,
-    **{k: _OFFLOADING for k in ("pipeline_read", "pipeline_write", "fast_init", "ratio", "super_offload",
-                                "cpuadam_cores_perc")},
+    "pipeline_read": _I, "pipeline_write": _I,
+    "fast_init": _A("speeds up DeepSpeed's first NVMe write of the states; same numbers"),
+    "ratio": _ni("partial offload (ZeRO-Offload++ Twin-Flow: only this fraction of sub-groups steps on the host)", 1.0, 1),
+    "super_offload": _ni("SuperOffload (Grace-Hopper CPU optimizer)", False),
+    "cpuadam_cores_perc": _A("the share of cores DeepSpeedCPUAdam uses; zerolab's host step runs torch's "
+                             "optimizer on torch's threads"),
 }
-OFFLOAD_PARAM = {**_OFFLOAD_COMMON, "buffer_size": _OFFLOADING, "max_in_cpu": _OFFLOADING}
+OFFLOAD_PARAM = {**_OFFLOAD_COMMON, "buffer_size": _SWAP_BUFFERS, "max_in_cpu": _I}
 
 # Read only by NVMe offload; the top-level "aio" key is NO_EFFECT, and a typo in it is still a typo.
 AIO = {k: _A("libaio setting, read only by NVMe offload") for k in (
@@ -252,7 +257,7 @@ OPTIMIZER_PARAMS = {
     "Adam": {
         **{k: _I for k in ADAM_DEFAULTS}, "adam_w_mode": _I,
         "torch_adam": _A("picks torch's Adam over FusedAdam; same update"),
-        "fp32_optimizer_states": _A("read only by the CPU optimizer of offload, which zerolab refuses"),
+        "fp32_optimizer_states": _A("read only by DeepSpeedCPUAdam; zerolab's host step keeps fp32 states"),
         "foreach": _A("torch implementation choice; same update"),
         "bias_correction": _ni("Adam without bias correction", True),
         "amsgrad": _ni("AMSGrad", False),

@@ -81,8 +81,6 @@ class Engine:
         self._close_previous_engine(model)
         self._warn_ignored_settings()
         zero = self.config.zero
-        if zero.offload_optimizer.device != "none" or zero.offload_param.device != "none":
-            raise NotImplementedError("offload is not implemented yet in zerolab")
         self.device = _current_device()
         self.dtype = self.config.compute_dtype
         self.module = model.to(device=self.device, dtype=self.dtype)
@@ -94,8 +92,9 @@ class Engine:
         self._sync_untrained_state(named)
         self.stage = STAGES[zero.stage](model, named, self.comm, zero, self.dtype, self.comm_dtype,
                                         self.device)
-        self.optimizer = build_optimizer(optimizer, self.config.optimizer, self.stage.masters,
+        self.optimizer = build_optimizer(optimizer, self.config.optimizer, self.stage.home.optimizer_params,
                                          self.config.zero_allow_untested_optimizer)
+        self.stage.home.attach(self.optimizer)
         # DeepSpeed's scheduler block (or the caller's): stepped after each step that is not skipped
         self.lr_scheduler = build_scheduler(self.config.scheduler, self.optimizer, lr_scheduler)
         self.scaler = make_loss_scaler(self.config.fp16 if self.config.fp16.enabled else None)
@@ -267,11 +266,8 @@ class Engine:
             norm = math.sqrt(float(stats[1])) / scale
             self.last_grad_norm = norm
             combined = scale * max(1.0, (norm + 1e-6) / clip)
-        for m, g in zip(stage.masters, grads):
-            m.grad = g.float() * (1.0 / combined) if combined != 1.0 else g.float().clone()
-        self.optimizer.step()
-        for m in stage.masters:
-            m.grad = None
+        # sub-group by sub-group, wherever the states live (offload.py), then make it everyone's
+        stage.home.step(self.optimizer, grads, combined)
         stage.publish()
         stage.zero_grads()
         if self.lr_scheduler is not None:        # after the step, and only when it was not skipped
@@ -336,24 +332,50 @@ class Engine:
         return out
 
     def optimizer_state_bytes(self) -> int:
-        masters = {m.untyped_storage().data_ptr() for m in self.stage.masters}
-        tensors = [v for st in self.optimizer.state.values() for v in st.values()
-                   if torch.is_tensor(v) and v.untyped_storage().data_ptr() not in masters]
-        return tensor_bytes(tensors)
+        """Bytes of the optimizer's side held in memory (device or host): its state tensors,
+        plus the fp32 masters when they are copies (mixed precision, offload)."""
+        return self.stage.home.optimizer_bytes()
 
-    def memory(self) -> dict[str, int]:
-        """Bytes this rank holds now, measured from its tensors: ``params``, ``grads``,
-        ``optimizer_states`` (optimizer state + fp32 masters in mixed precision),
-        ``model_states`` (their sum), ``buffers`` (buckets and gathered parameters alive now),
-        ``peak_buffers`` (the most seen at once), ``model_buffers`` (e.g. BatchNorm stats)."""
+    def memory(self, where: str = "device") -> dict[str, int]:
+        """Bytes this rank holds now, measured from its tensors.
+
+        ``where="device"`` (the default): what is on the compute device (a GPU; on a machine
+        without one, the CPU playing its part): ``params``, ``grads``, ``optimizer_states``
+        (optimizer state + fp32 masters when they are copies), ``model_states`` (their sum),
+        ``buffers`` (buckets and gathered parameters alive now), ``peak_buffers`` (the most seen
+        at once), ``model_buffers`` (e.g. BatchNorm stats).
+        ``where="host"`` / ``"nvme"``: what offload put in host memory / in files, under the
+        same keys (``buffers``: NVMe swap buffers alive now, ``peak_buffers`` their most)."""
+        if where in ("host", "nvme"):
+            return self._offloaded_memory(where)
+        if where != "device":
+            raise ValueError(f"memory(where): 'device', 'host' or 'nvme', not {where!r}")
         m = self.stage.memory()
-        m["optimizer_states"] += self.optimizer_state_bytes()
+        if self.stage.home.where == "device":
+            m["optimizer_states"] += self.optimizer_state_bytes()
         m["model_states"] = m["params"] + m["grads"] + m["optimizer_states"]
         m["peak_buffers"] = self.stage.peak_buffer_bytes
         m["model_buffers"] = tensor_bytes(self.module.buffers())
         if self.device.type == "cuda":
             m["cuda_allocated"] = torch.cuda.memory_allocated(self.device)
             m["cuda_peak"] = torch.cuda.max_memory_allocated(self.device)
+        return m
+
+    def _offloaded_memory(self, where: str) -> dict[str, int]:
+        stage, home = self.stage, self.stage.home
+        m = dict.fromkeys(("params", "grads", "optimizer_states", "buffers", "peak_buffers"), 0)
+        if where == "host":
+            m["params"] = stage.param_bytes_on("host")
+            m["grads"] = tensor_bytes(stage.grad_shards) if getattr(stage, "grads_on_host", False) else 0
+            if home.where == "cpu":
+                m["optimizer_states"] = home.optimizer_bytes()
+            elif home.where == "nvme":
+                m["buffers"] = home.optimizer_bytes()
+                m["peak_buffers"] = home.swap_peak_bytes
+        else:
+            m["params"] = stage.param_bytes_on("nvme")
+            m["optimizer_states"] = home.file_bytes()
+        m["model_states"] = m["params"] + m["grads"] + m["optimizer_states"]
         return m
 
     def __repr__(self) -> str:

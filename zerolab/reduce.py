@@ -131,8 +131,17 @@ class ReduceScatterGrads:
     through :meth:`_after_reduce` (stage 3 releases the gathered parameters there)."""
 
     def _init_grad_shards(self) -> None:
-        self.grad_shards = [torch.zeros(g.shard_numel, dtype=self.dtype, device=self.device)
-                            for g in self.groups]
+        # With optimizer offload the reduced shards go straight down to host memory, in fp32,
+        # where the host step reads them (DeepSpeed's CPU gradient buffer); otherwise they stay
+        # on the device in the model dtype.
+        self.grads_on_host = self.zero.offload_optimizer.device in ("cpu", "nvme")
+        if self.grads_on_host:
+            pin = self.zero.offload_optimizer.pin_memory and torch.cuda.is_available()
+            self.grad_shards = [torch.zeros(g.shard_numel, dtype=torch.float32, pin_memory=pin)
+                                for g in self.groups]
+        else:
+            self.grad_shards = [torch.zeros(g.shard_numel, dtype=self.dtype, device=self.device)
+                                for g in self.groups]
         self._buckets: dict[int, torch.Tensor] = {}     # group index -> gradient bucket being filled
 
     def begin_backward(self, boundary: bool = True) -> None:
@@ -156,7 +165,8 @@ class ReduceScatterGrads:
         send = self._send_buffer(bucket)
 
         def done(shard: torch.Tensor) -> None:
-            self.grad_shards[g.index].add_(shard)
+            acc = self.grad_shards[g.index]
+            acc.add_(shard if shard.device == acc.device else shard.to(acc.device))
             self._track(f"grads {g.index}", None)
         self._reduce_to_shard(g, send, done)
         self._after_reduce(g)

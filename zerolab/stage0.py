@@ -35,7 +35,7 @@ class Stage0(StageBase):
             broadcast_(self.comm, flat)          # everyone starts from rank 0's weights
             g.bind(flat)
         self._init_grads()
-        self.masters = self._make_masters(self._owned(self.param_flats))
+        self._make_home(self._owned(self.param_flats))
 
     def make_groups(self, named):
         order = list(reversed(named))            # gradients appear roughly in reverse order
@@ -99,16 +99,13 @@ class Stage0(StageBase):
             buf.zero_()
 
     def publish(self) -> None:
-        if self.mixed:                           # fold the fp32 ledger back into the furniture
-            for flat, m in zip(self.param_flats, self.masters):
-                flat.copy_(m)
+        pass                                     # the step wrote every rank's full copy already
 
     def store_flat(self, g: FlatGroup, flat: torch.Tensor) -> None:
         self.param_flats[g.index].copy_(flat)
 
     def memory(self) -> dict[str, int]:
-        opt_extra = tensor_bytes(self.masters) if self.mixed else 0
         return {"params": tensor_bytes(self.param_flats) + self._frozen_bytes(),
                 "grads": tensor_bytes(self.grad_flats),
-                "optimizer_states": opt_extra,  # the engine adds the optimizer's own state
+                "optimizer_states": 0,          # the engine adds the masters and optimizer state
                 "buffers": self.buffer_bytes()}

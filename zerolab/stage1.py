@@ -39,6 +39,6 @@ class Stage1(Stage0):
 
 def gather_shards(stage, param_flats: list[torch.Tensor]) -> None:
     """All-gather every bucket's updated shard into the full parameter buffers."""
-    for g, flat, m in zip(stage.groups, param_flats, stage.masters):
-        mine = m.detach().to(stage.dtype, copy=True)   # a copy: the input must not alias the output
+    for g, flat, own in zip(stage.groups, param_flats, stage.owned_params):
+        mine = own.clone()                        # a copy: the input must not alias the output
         stage.comm.all_gather(flat, mine, tag=f"params {g.label}")

@@ -34,6 +34,6 @@ class Stage2(ReduceScatterGrads, Stage0):
 
     def memory(self) -> dict[str, int]:
         return {"params": tensor_bytes(self.param_flats) + self._frozen_bytes(),
-                "grads": tensor_bytes(self.grad_shards),
-                "optimizer_states": tensor_bytes(self.masters) if self.mixed else 0,
+                "grads": 0 if self.grads_on_host else tensor_bytes(self.grad_shards),
+                "optimizer_states": 0,          # the engine adds the masters and optimizer state
                 "buffers": self.buffer_bytes()}

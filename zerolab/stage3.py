@@ -86,6 +86,12 @@ class Stage3(ReduceScatterGrads, StageBase):
         super().__init__(*args, **kwargs)
         self.shards: list[torch.Tensor] = []       # this rank's shard of each group (model dtype)
         self.full: dict[int, torch.Tensor] = {}    # group index -> gathered flat buffer, while alive
+        # offload_param: where the shards of the gathered groups live between uses ("device",
+        # "cpu": host memory, "nvme": files, beyond the first max_in_cpu elements kept on the host).
+        # Persistent parameters stay whole on the device, as in DeepSpeed.
+        po = self.zero.offload_param
+        self.param_where = po.device if po.device in ("cpu", "nvme") else "device"
+        pin = po.pin_memory and torch.cuda.is_available()
         for g in self.groups:
             flat = g.flatten([p.data for p in g.params], self.dtype, self.device)
             broadcast_(self.comm, flat)            # everyone starts from rank 0's weights
@@ -94,9 +100,19 @@ class Stage3(ReduceScatterGrads, StageBase):
                 self.full[g.index] = flat
                 g.bind(flat)
             else:
-                self.shards.append(g.shard_of(flat).clone())
+                shard = g.shard_of(flat)
+                if self.param_where != "device":
+                    host = torch.empty(shard.numel(), dtype=self.dtype, pin_memory=pin)
+                    self.shards.append(host.copy_(shard))
+                else:
+                    self.shards.append(shard.clone())
                 self._release(g)
-        self.masters = self._make_masters(self.shards)
+        self._make_home(self.shards)
+        self._param_files = None                   # NvmeStore of the shards swapped to files
+        self._on_nvme: set[int] = set()
+        self._staged: dict[int, torch.Tensor] = {} # nvme shards read in to take the step's values
+        if self.param_where == "nvme":
+            self._swap_params_out(po)
         self._init_grad_shards()
         self._in_backward = False
         self._forward_done = False                 # a forward ran (with grad) since the last backward
@@ -246,7 +262,7 @@ class Stage3(ReduceScatterGrads, StageBase):
         different paths through the model they would otherwise issue all-gathers of
         different sizes, which deadlocks or crashes the transport. The header costs one
         small collective per gather, recorded in the ledger under the tag 'check'."""
-        shard = self.shards[g.index]
+        shard = self._shard_on_device(g.index)
         header = torch.tensor([g.index, shard.numel()], dtype=torch.int64, device=self.device)
         headers = torch.empty(2 * self.world_size, dtype=torch.int64, device=self.device)
         self.comm.all_gather(headers, header, tag=f"check {g.label}")
@@ -293,23 +309,85 @@ class Stage3(ReduceScatterGrads, StageBase):
         self._trace.clear()
 
     def publish(self) -> None:
-        for g, shard, m in zip(self.groups, self.shards, self.masters):
-            if self.mixed:
-                shard.copy_(m)
+        # the step wrote each shard already (write_params); swapped shards go back to their files
+        writes = [self._param_files.write(i, "param", buf) for i, buf in self._staged.items()]
+        for w in writes:
+            w.result()
+        self._staged.clear()
+        for g, shard in zip(self.groups, self.shards):
             if self.persistent[g.index]:          # kept whole: refresh it now
                 flat = self.full[g.index]
                 self.comm.all_gather(flat, shard.clone(), tag=f"params {g.label}")
 
+    def write_params(self, i: int, start: int, values: torch.Tensor) -> None:
+        if i in self._on_nvme:
+            buf = self._staged.get(i)
+            if buf is None:
+                buf = self._staged[i] = self._read_shard(i)
+            buf[start:start + values.numel()].copy_(values)
+        else:
+            self.shards[i][start:start + values.numel()].copy_(values, non_blocking=True)
+
+    # -- offload_param ------------------------------------------------------------------
+    def _swap_params_out(self, po) -> None:
+        """Keep the first ``max_in_cpu`` elements of gathered groups' shards in host memory and
+        write the rest to files under ``nvme_path``."""
+        from .offload import NvmeStore
+        kept = 0
+        out = []
+        for g in self.groups:
+            if self.persistent[g.index]:
+                continue
+            n = self.shards[g.index].numel()
+            if kept + n <= po.max_in_cpu:
+                kept += n
+            else:
+                out.append(g.index)
+        need = sum(self.shards[i].numel() for i in out) * self.shards[0].element_size() * self.world_size
+        self._param_files = NvmeStore(po.nvme_path, self.rank, need, what="parameter shards of every rank")
+        for i in out:
+            self._param_files.write(i, "param", self.shards[i]).result()
+            self._on_nvme.add(i)
+            self.shards[i] = torch.empty(0, dtype=self.dtype)
+
+    def _read_shard(self, i: int) -> torch.Tensor:
+        g = self.groups[i]
+        buf = torch.empty(g.shard_numel, dtype=self.dtype)
+        self._param_files.read(i, "param", buf).result()
+        return buf
+
+    def _shard_on_device(self, i: int) -> torch.Tensor:
+        """This rank's shard of group ``i`` on the compute device (copied up when offloaded)."""
+        if i in self._on_nvme:
+            shard = self._staged.get(i)
+            shard = self._read_shard(i) if shard is None else shard
+        else:
+            shard = self.shards[i]
+        return shard if shard.device == self.device else shard.to(self.device, non_blocking=True)
+
+    def param_bytes_on(self, where: str) -> int:
+        if where == "host" and self.param_where != "device":
+            return tensor_bytes([self.shards[g.index] for g in self.groups
+                                 if not self.persistent[g.index] and g.index not in self._on_nvme])
+        if where == "nvme" and self._param_files is not None:
+            return self._param_files.bytes_on_disk()
+        return 0
+
     def store_flat(self, g: FlatGroup, flat: torch.Tensor) -> None:
-        self.shards[g.index].copy_(g.shard_of(flat))
+        if g.index in self._on_nvme:
+            self._param_files.write(g.index, "param", g.shard_of(flat).to(self.dtype).clone()).result()
+        else:
+            self.shards[g.index].copy_(g.shard_of(flat))
         if self.persistent[g.index]:
             self.full[g.index].copy_(flat)
 
     def memory(self) -> dict[str, int]:
         persistent = [self.full[i] for i in self.full if self.persistent[i]]
-        return {"params": tensor_bytes([*self.shards, *persistent]) + self._frozen_bytes(),
-                "grads": tensor_bytes(self.grad_shards),
-                "optimizer_states": tensor_bytes(self.masters) if self.mixed else 0,
+        on_device = [s for g, s in zip(self.groups, self.shards)
+                     if self.param_where == "device" and not self.persistent[g.index]]
+        return {"params": tensor_bytes([*on_device, *persistent]) + self._frozen_bytes(),
+                "grads": 0 if self.grads_on_host else tensor_bytes(self.grad_shards),
+                "optimizer_states": 0,          # the engine adds the masters and optimizer state
                 "buffers": self.buffer_bytes()}
 
     def close(self) -> None:
@@ -323,6 +401,8 @@ class Stage3(ReduceScatterGrads, StageBase):
         self._watched_modules = []
         super().close()
         self.full.clear()
+        if self._param_files is not None:
+            self._param_files.close()
 
 
 def _tensors(obj, out: list) -> list:

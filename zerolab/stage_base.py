@@ -25,6 +25,7 @@ from torch import nn
 from .comm import Comm
 from .flat import FlatGroup
 from .memory import tensor_bytes
+from .offload import make_state_home
 from .reduce import OrderedBuckets, ReduceScatterGrads  # noqa: F401  (ReduceScatterGrads: stages 2, 3)
 
 __all__ = ["StageBase", "UnusedParameterError"]
@@ -62,12 +63,28 @@ class StageBase(OrderedBuckets):
     def make_groups(self, named) -> list[FlatGroup]:
         raise NotImplementedError
 
-    def _make_masters(self, shards: list[torch.Tensor]) -> list[torch.Tensor]:
-        """fp32 tensors the optimizer steps. In fp32 training they *are* the shards (views,
-        no copy); in mixed precision they are fp32 copies: the "full ledger book"."""
-        if self.mixed:
-            return [s.detach().float().clone() for s in shards]
-        return [s.detach() for s in shards]
+    def _make_home(self, owned: list[torch.Tensor]) -> None:
+        """Where the optimizer's side lives (``offload.py``): the fp32 masters the optimizer
+        steps and its moments, on the device, the host or NVMe. ``owned``: this rank's part of
+        each group's parameters, which the step updates (through :meth:`write_params`). In fp32
+        training without offload the masters *are* those parameters (views, no copy); otherwise
+        they are fp32 copies: the full register (the seed's 登记簿)."""
+        self.owned_params = owned
+        self.home = make_state_home(self, owned, self.zero)
+
+    @property
+    def masters(self) -> list[torch.Tensor]:
+        """Each group's fp32 master shard (read back from the files under NVMe offload)."""
+        return [self.home.group_master(i) for i in range(len(self.groups))]
+
+    @property
+    def offloads_optimizer(self) -> bool:
+        return self.zero.offload_optimizer.device in ("cpu", "nvme")
+
+    def write_params(self, i: int, start: int, values: torch.Tensor) -> None:
+        """The optimizer updated ``values`` (fp32) of group ``i``'s owned part from ``start``:
+        put them into this rank's parameters, in the model dtype."""
+        self.owned_params[i][start:start + values.numel()].copy_(values, non_blocking=True)
 
     # -- gradients ----------------------------------------------------------------------
     def _on_grad(self, p: nn.Parameter) -> None:
@@ -164,6 +181,10 @@ class StageBase(OrderedBuckets):
     def memory(self) -> dict[str, int]:
         raise NotImplementedError
 
+    def param_bytes_on(self, where: str) -> int:
+        """Parameter bytes offload keeps in "host" memory or on "nvme" (stage 3 only)."""
+        return 0
+
     def _frozen_bytes(self) -> int:
         trainable = {id(p) for _, p in self.named}
         return tensor_bytes(p for p in self.model.parameters() if id(p) not in trainable)
@@ -183,15 +204,16 @@ class StageBase(OrderedBuckets):
         for p in self.model.parameters():
             p.grad = None
         self._live_buffers.clear()
+        self.home.close()
         self.closed = True
 
     def load_full_values(self, values: dict[str, torch.Tensor]) -> None:
         """Set every trained parameter (masters and the model's copy) from full fp32 values by
         name, cut the way this stage shards (a checkpoint from any world size or stage)."""
-        for g, m in zip(self.groups, self.masters):
+        for g in self.groups:
             flat = g.flatten([values[n] for n in g.names], torch.float32, self.device)
             self.store_flat(g, flat)
-            m.detach().copy_(g.shard_of(flat) if self.shards_optimizer else flat)
+            self.home.set_group(g.index, master=(g.shard_of(flat) if self.shards_optimizer else flat))
 
     def store_flat(self, g: FlatGroup, flat: torch.Tensor) -> None:
         """Put group ``g``'s full values into the model's parameters (this stage's storage)."""

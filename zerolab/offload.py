@@ -1,0 +1,460 @@
+"""Where the heavy notebook lives: the optimizer states on the device, in host memory, or on NVMe.
+
+This is one of a stage's switches (the others: how gradients are reduced, where parameters
+live). A :class:`StateHome` holds what the optimizer steps, this rank's fp32 master copy of
+its parameters (the *register*) and the optimizer's moments, and runs the step:
+
+    device   masters on the compute device; in fp32 training they *are* the parameters
+             (views, no copy), in fp16/bf16 they are fp32 copies       (no offload)
+    cpu      masters, moments and the fp32 gradients in host memory   (ZeRO-Offload,
+             ``offload_optimizer.device: "cpu"``); pinned when asked and a GPU exists
+    nvme     masters and moments in files under ``nvme_path``, brought into host memory one
+             sub-group at a time                                        (ZeRO-Infinity)
+
+The step is tiled into sub-groups of at most ``sub_group_size`` elements (DeepSpeed's key):
+for each sub-group the gradient is copied down and unscaled, the optimizer steps it, and the
+updated values are copied up into the stage's own parameter shard (cast to the model dtype).
+With NVMe the sub-groups stream: the next one's read (``pipeline_read``) and the previous
+one's write (``pipeline_write``) run on I/O threads while the current one steps.
+
+The arithmetic is the same wherever the states live: an elementwise optimizer (Adam, AdamW,
+SGD...) stepped tile by tile gives the same bits as stepped whole, so an offloaded fp32 run
+equals the same run without offload, bit for bit. On the host the optimizer runs its
+``foreach`` form (bit-identical to torch's default CPU loop and faster; torch's ``fused`` CPU
+Adam is faster still but rounds differently in the last bit, so it is used only if you pass
+an optimizer built with ``fused=True``).
+"""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import socket
+import tempfile
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import torch
+
+from .memory import tensor_bytes
+
+__all__ = ["StateHome", "NvmeStore", "NvmePathError", "make_state_home", "tile_ranges"]
+
+SWAP_PREFIX = "zerolab-swap-"
+
+
+class NvmePathError(RuntimeError):
+    """``nvme_path`` is missing, not writable, or too small for what would be swapped there."""
+
+
+def tile_ranges(numel: int, size: int) -> list[tuple[int, int]]:
+    """``[start, end)`` ranges of at most ``size`` elements covering ``numel``."""
+    size = max(1, int(size))
+    return [(a, min(a + size, numel)) for a in range(0, numel, size)] or [(0, 0)]
+
+
+def host_device() -> torch.device:
+    return torch.device("cpu")
+
+
+def _pinned(numel: int, dtype: torch.dtype, pin: bool) -> torch.Tensor:
+    t = torch.empty(numel, dtype=dtype)
+    if pin and torch.cuda.is_available():
+        t = t.pin_memory()
+    return t
+
+
+class StateHome:
+    """This rank's optimizer-side state, on ``where`` = "device", "cpu" or "nvme".
+
+    ``owned``: per group, the stage's own parameter shard that the step updates (a view into
+    the stage's storage, model dtype); the stage writes values through ``stage.write_params``.
+    """
+
+    def __init__(self, stage, owned: list[torch.Tensor], where: str = "device", *,
+                 sub_group_size: int = 1_000_000_000, pin_memory: bool = False, nvme: "NvmeStore | None" = None,
+                 pipeline_read: bool = False, pipeline_write: bool = False):
+        self.stage, self.where = stage, where
+        self.pin = pin_memory
+        self.nvme = nvme
+        self.pipeline_read, self.pipeline_write = pipeline_read, pipeline_write
+        # masters are separate fp32 tensors unless the parameters are fp32 and stay on the device
+        self.copies = stage.mixed or where != "device" or getattr(stage, "param_where", "device") != "device"
+        # tiles[j] = (group index, start, end); tensors[j] the tensor the optimizer steps
+        self.tiles: list[tuple[int, int, int]] = []
+        self.tensors: list[torch.Tensor] = []
+        self.group_tiles: list[list[int]] = []
+        for i, own in enumerate(owned):
+            # on the device a tile is a whole group (nothing to swap, no reason to cut);
+            # offloaded, groups are cut so that a sub-group never exceeds sub_group_size
+            ranges = [(0, own.numel())] if where == "device" else tile_ranges(own.numel(), sub_group_size)
+            self.group_tiles.append([])
+            for a, b in ranges:
+                src = own[a:b].detach()
+                if not self.copies:
+                    t = src                                     # the parameters themselves
+                elif where == "device":
+                    t = src.float().clone()
+                else:
+                    t = _pinned(b - a, torch.float32, pin_memory)
+                    t.copy_(src)
+                self.group_tiles[i].append(len(self.tiles))
+                self.tiles.append((i, a, b))
+                self.tensors.append(t)
+        self.sub_groups = _pack([b - a for _, a, b in self.tiles], sub_group_size)
+        self.state_keys: dict[int, list[str]] = {}   # nvme: tensor states of each tile, once known
+        self.swap_peak_bytes = 0
+        if where == "nvme":
+            for j, t in enumerate(self.tensors):
+                self.nvme.write(j, "master", t).result()
+                self.tensors[j].data = torch.empty(0)
+        self.optimizer = None
+
+    # -- the optimizer ----------------------------------------------------------------------
+    @property
+    def optimizer_params(self) -> list[torch.Tensor]:
+        return self.tensors
+
+    def attach(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+        if self.where != "device":
+            for pg in optimizer.param_groups:     # the fastest bit-exact form on the host
+                if pg.get("foreach") is None and not pg.get("fused"):
+                    pg["foreach"] = True
+
+    def step(self, optimizer: torch.optim.Optimizer, grads: list[torch.Tensor], combined: float) -> None:
+        """Step every sub-group with ``grads`` (aligned with the groups, any dtype and device)
+        divided by ``combined`` (loss scale x clipping factor), and write the results up."""
+        inv = 1.0 / combined
+        reads: dict[int, list[Future]] = {}
+        writes: list[Future] = []
+        if self.where == "nvme":
+            reads[0] = self._read_sub_group(0)
+        for k, sg in enumerate(self.sub_groups):
+            if self.where == "nvme":
+                if self.pipeline_read and k + 1 < len(self.sub_groups):
+                    reads[k + 1] = self._read_sub_group(k + 1)
+                for f in reads.pop(k):
+                    f.result()
+                self._note_swap()
+            for j in sg:
+                i, a, b = self.tiles[j]
+                g = grads[i][a:b].to(self.tensors[j].device, torch.float32, non_blocking=True)
+                self.tensors[j].grad = g * inv if inv != 1.0 else g.clone()
+            optimizer.step()
+            for j in sg:
+                t = self.tensors[j]
+                t.grad = None
+                if self.copies:
+                    i, a, b = self.tiles[j]
+                    self.stage.write_params(i, a, t)
+            if self.where == "nvme":
+                ws = self._write_sub_group(sg)
+                if self.pipeline_write:
+                    writes.extend(ws)
+                else:
+                    for f in ws:
+                        f.result()
+                if not self.pipeline_read and k + 1 < len(self.sub_groups):
+                    reads[k + 1] = self._read_sub_group(k + 1)
+        for f in writes:
+            f.result()
+
+    # -- NVMe: swap a sub-group in and out --------------------------------------------------
+    def _read_sub_group(self, k: int) -> list[Future]:
+        futures = []
+        for j in self.sub_groups[k]:
+            n = self.tiles[j][2] - self.tiles[j][1]
+            buf = _pinned(n, torch.float32, self.pin)
+            futures.append(self.nvme.read(j, "master", buf))
+            self.tensors[j].data = buf
+            st = self.optimizer.state.get(self.tensors[j]) if self.optimizer is not None else None
+            for key in self.state_keys.get(j, []):
+                sbuf = _pinned(n, st[key].dtype, self.pin)
+                futures.append(self.nvme.read(j, key, sbuf))
+                st[key] = sbuf
+        return futures
+
+    def _write_sub_group(self, sg: list[int]) -> list[Future]:
+        futures = []
+        for j in sg:
+            t = self.tensors[j]
+            futures.append(self.nvme.write(j, "master", t.data))
+            st = self.optimizer.state.get(t, {})
+            keys = [k for k, v in st.items() if torch.is_tensor(v) and v.dim() == 1 and v.numel() == t.numel()]
+            self.state_keys[j] = keys
+            for key in keys:
+                futures.append(self.nvme.write(j, key, st[key]))
+                st[key] = torch.empty(0, dtype=st[key].dtype)      # a placeholder: the file holds it
+            t.data = torch.empty(0)
+        return futures
+
+    def _note_swap(self) -> None:
+        live = [t for t in self.tensors if t.numel()]
+        live += [v for t in self.tensors for v in self.optimizer.state.get(t, {}).values()
+                 if torch.is_tensor(v) and v.dim() == 1]
+        self.swap_peak_bytes = max(self.swap_peak_bytes, tensor_bytes(live))
+
+    # -- whole groups: checkpoints, full_params, loading -------------------------------------
+    def _tile_value(self, j: int, key: str | None) -> torch.Tensor | None:
+        t = self.tensors[j]
+        if key is None:
+            if self.where == "nvme":
+                buf = torch.empty(self.tiles[j][2] - self.tiles[j][1], dtype=torch.float32)
+                self.nvme.read(j, "master", buf).result()
+                return buf
+            return t
+        st = self.optimizer.state.get(t, {}) if self.optimizer is not None else {}
+        v = st.get(key)
+        if self.where == "nvme" and key in self.state_keys.get(j, []):
+            buf = torch.empty(t.numel() or (self.tiles[j][2] - self.tiles[j][1]), dtype=v.dtype)
+            self.nvme.read(j, key, buf).result()
+            return buf
+        return v
+
+    def group_master(self, i: int) -> torch.Tensor:
+        """Group ``i``'s fp32 master shard (a fresh tensor when it is stored in tiles or files)."""
+        parts = [self._tile_value(j, None) for j in self.group_tiles[i]]
+        return parts[0] if len(parts) == 1 else torch.cat([p.reshape(-1) for p in parts])
+
+    def group_state(self, i: int) -> dict:
+        """Group ``i``'s optimizer state: per-element tensors joined across its tiles, scalars
+        (Adam's ``step``) from its first tile."""
+        js = self.group_tiles[i]
+        first = self.optimizer.state.get(self.tensors[js[0]], {}) if self.optimizer is not None else {}
+        out = {}
+        for key, v in first.items():
+            if v is None:
+                continue
+            elementwise = torch.is_tensor(v) and v.dim() == 1
+            if elementwise:
+                parts = [self._tile_value(j, key) for j in js]
+                out[key] = parts[0] if len(parts) == 1 else torch.cat([p.reshape(-1) for p in parts])
+            else:
+                out[key] = v
+        return out
+
+    def set_group(self, i: int, master: torch.Tensor | None = None, state: dict | None = None) -> None:
+        """Set group ``i``'s master (and optimizer state, when given; ``{}`` clears it)."""
+        for j in self.group_tiles[i]:
+            _, a, b = self.tiles[j]
+            t = self.tensors[j]
+            if master is not None:
+                if self.where == "nvme":
+                    self.nvme.write(j, "master", master[a:b].float().contiguous().clone()).result()
+                else:
+                    t.detach().copy_(master[a:b])
+            if state is None:
+                continue
+            if not state:
+                self.optimizer.state.pop(t, None)
+                self.state_keys.pop(j, None)
+                continue
+            st = {}
+            keys = []
+            for key, v in state.items():
+                if torch.is_tensor(v) and v.dim() == 1 and v.numel() == master_numel(self, i):
+                    piece = v[a:b].to(torch.float32 if v.is_floating_point() else v.dtype).clone()
+                    if self.where == "nvme":
+                        self.nvme.write(j, key, piece).result()
+                        st[key] = torch.empty(0, dtype=piece.dtype)
+                        keys.append(key)
+                    else:
+                        st[key] = piece.to(t.device)
+                else:
+                    st[key] = v.clone() if torch.is_tensor(v) else v
+            self.optimizer.state[t] = st
+            if self.where == "nvme":
+                self.state_keys[j] = keys
+
+    # -- bytes --------------------------------------------------------------------------------
+    def resident_tensors(self) -> list[torch.Tensor]:
+        """The masters (when copies) and optimizer state tensors held in memory now."""
+        out = [t for t in self.tensors if self.copies and t.numel()]
+        if self.optimizer is not None:
+            masters = {t.untyped_storage().data_ptr() for t in self.tensors if t.numel()}
+            for t in self.tensors:
+                for v in self.optimizer.state.get(t, {}).values():
+                    if torch.is_tensor(v) and v.numel() and v.untyped_storage().data_ptr() not in masters:
+                        out.append(v)
+        return out
+
+    def optimizer_bytes(self) -> int:
+        """Bytes of masters (copies) + optimizer state held in memory (device or host)."""
+        return tensor_bytes(self.resident_tensors())
+
+    def file_bytes(self) -> int:
+        return self.nvme.bytes_on_disk() if self.nvme is not None else 0
+
+    def close(self) -> None:
+        if self.nvme is not None:
+            self.nvme.close()
+
+
+def master_numel(home: StateHome, i: int) -> int:
+    js = home.group_tiles[i]
+    return home.tiles[js[-1]][2] if js else 0
+
+
+def _pack(sizes: list[int], limit: int) -> list[list[int]]:
+    """Consecutive tiles packed into sub-groups of at most ``limit`` elements (a tile larger
+    than ``limit`` gets a sub-group of its own)."""
+    out: list[list[int]] = []
+    cur: list[int] = []
+    total = 0
+    for j, n in enumerate(sizes):
+        if cur and total + n > limit:
+            out.append(cur)
+            cur, total = [], 0
+        cur.append(j)
+        total += n
+    if cur:
+        out.append(cur)
+    return out
+
+
+# -------------------------------------------------------------------------------- NVMe files
+
+class NvmeStore:
+    """Tensors kept in files under ``<nvme_path>/zerolab-swap-<host>-<pid>-<id>/rank<r>/``.
+
+    Reads and writes run on a small pool of I/O threads (Python's file calls release the GIL,
+    so they proceed while the optimizer computes); each returns a Future. Every run writes into
+    a folder of its own and reads only what it wrote itself, so a killed run's files are never
+    trusted by a later one; they are removed at :meth:`close` (or, if the process was killed,
+    by the next run on the same host, which deletes folders whose process is gone)."""
+
+    def __init__(self, nvme_path: str, rank: int, needed_bytes: int, *, what: str = "optimizer states",
+                 threads: int = 2, block_size: int = 1 << 20):
+        self.root = check_nvme_path(nvme_path, needed_bytes, what)
+        remove_stale_swap_dirs(self.root)
+        name = f"{SWAP_PREFIX}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.dir = os.path.join(self.root, name, f"rank{rank}")
+        os.makedirs(self.dir)
+        self.top = os.path.dirname(self.dir)
+        self.block = block_size
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="zerolab-nvme")
+        self.sizes: dict[str, int] = {}
+        self.bytes_read = self.bytes_written = 0
+        self.seconds_reading = self.seconds_writing = 0.0
+        self.closed = False
+
+    def _path(self, j, key: str) -> str:
+        return os.path.join(self.dir, f"{j}.{key}.bin")
+
+    def write(self, j, key: str, t: torch.Tensor) -> Future:
+        path = self._path(j, key)
+        t = t.detach()
+        self.sizes[path] = t.numel() * t.element_size()
+        return self.pool.submit(self._write, path, t)
+
+    def read(self, j, key: str, out: torch.Tensor) -> Future:
+        return self.pool.submit(self._read, self._path(j, key), out)
+
+    def _write(self, path: str, t: torch.Tensor) -> None:
+        import time
+        start = time.perf_counter()
+        view = memoryview(t.contiguous().view(torch.uint8).numpy())
+        with open(path, "wb", buffering=0) as f:
+            for a in range(0, len(view), self.block * 16):
+                f.write(view[a:a + self.block * 16])
+        self.bytes_written += len(view)
+        self.seconds_writing += time.perf_counter() - start
+
+    def _read(self, path: str, out: torch.Tensor) -> None:
+        import time
+        start = time.perf_counter()
+        view = memoryview(out.view(torch.uint8).numpy())
+        with open(path, "rb", buffering=0) as f:
+            got = 0
+            while got < len(view):
+                n = f.readinto(view[got:])
+                if not n:
+                    raise OSError(f"{path}: file ended after {got} of {len(view)} bytes")
+                got += n
+        self.bytes_read += len(view)
+        self.seconds_reading += time.perf_counter() - start
+
+    def bytes_on_disk(self) -> int:
+        return sum(self.sizes.values())
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.pool.shutdown(wait=True)
+        shutil.rmtree(self.top, ignore_errors=True)
+
+
+def check_nvme_path(nvme_path, needed_bytes: int, what: str) -> str:
+    """The folder, checked: it exists, is writable, and has room for ``needed_bytes``."""
+    if not nvme_path:
+        raise NvmePathError(f"offload to nvme needs 'nvme_path' (a folder on a fast disk) for the {what}")
+    path = os.path.abspath(os.path.expanduser(str(nvme_path)))
+    if not os.path.isdir(path):
+        raise NvmePathError(f"nvme_path {path!r} does not exist or is not a folder (create it first)")
+    try:
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".zerolab-probe-"):
+            pass
+    except OSError as e:
+        raise NvmePathError(f"nvme_path {path!r} is not writable: {e}") from None
+    free = shutil.disk_usage(path).free
+    if needed_bytes > free:
+        raise NvmePathError(f"nvme_path {path!r} has {free / 2**30:.2f} GiB free, but the {what} need "
+                            f"{needed_bytes / 2**30:.2f} GiB there")
+    return path
+
+
+def remove_stale_swap_dirs(root: str) -> list[str]:
+    """Delete swap folders left by killed zerolab runs on this host (their process is gone)."""
+    host = socket.gethostname()
+    removed = []
+    for name in os.listdir(root):
+        if not name.startswith(f"{SWAP_PREFIX}{host}-"):
+            continue
+        try:
+            pid = int(name[len(SWAP_PREFIX) + len(host) + 1:].split("-")[0])
+        except ValueError:
+            continue
+        if pid == os.getpid() or _alive(pid):
+            continue
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        removed.append(name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def optimizer_state_factor(optimizer_cfg, spec) -> int:
+    """Per-element optimizer state tensors (Adam: 2 moments), for sizing the NVMe files."""
+    name = ""
+    if optimizer_cfg is not None:
+        name = str(getattr(optimizer_cfg, "torch_name", "") or "")
+    elif spec is not None:
+        name = getattr(spec if isinstance(spec, type) else type(spec), "__name__", "")
+    return 1 if name in ("SGD", "Adagrad", "RMSprop") else 2
+
+
+def make_state_home(stage, owned: list[torch.Tensor], zero, needed_state_factor: int = 2) -> StateHome:
+    """The home ``zero.offload_optimizer`` asks for."""
+    cfg = zero.offload_optimizer
+    where = cfg.device if cfg.device in ("cpu", "nvme") else "device"
+    nvme = None
+    if where == "nvme":
+        numel = sum(o.numel() for o in owned)
+        nvme = NvmeStore(cfg.nvme_path, stage.rank, numel * 4 * (1 + needed_state_factor) * stage.world_size,
+                         what="optimizer states (fp32 masters and moments of every rank)")
+    return StateHome(stage, owned, where, sub_group_size=zero.sub_group_size, pin_memory=cfg.pin_memory,
+                     nvme=nvme, pipeline_read=cfg.pipeline_read, pipeline_write=cfg.pipeline_write)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return math.ceil(a / b)
