@@ -1,0 +1,201 @@
+"""zerolab.lab: the visual lab's data (real engines on 2 ranks), pictures and widgets.
+
+The gathering functions are tested on their own: who holds what (read from the engine's
+tensors, checked against engine.memory()), one step's ledger, timeline and memory samples,
+what each collective moves, and the application mode's plan against the simulator and
+DeepSpeed's estimators. Then the pictures are drawn and the widgets are driven without a
+browser (tests/test_lab_browser.py does it in JupyterLab).
+"""
+from __future__ import annotations
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from zerolab import estimate, lab, simulate  # noqa: E402
+from zerolab.comm import wire_factor  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with lab.CrewPool() as p:
+        yield p
+
+
+def _covers(ranges_by_rank, total):
+    """The ranks' ranges are disjoint and together cover 0..total."""
+    spans = sorted(s for ranges in ranges_by_rank for s in ranges)
+    pos = 0
+    for a, b in spans:
+        if a != pos:
+            return False
+        pos = b
+    return pos == total
+
+
+# ----------------------------------------------------------------------------- basic
+
+@pytest.mark.parametrize("stage, shares", [(0, ("all", "all", "all")), (1, ("all", "all", "1/2")),
+                                           (2, ("all", "1/2", "1/2")), (3, ("1/2", "1/2", "1/2"))])
+def test_holdings_say_which_giants_each_stage_splits(pool, stage, shares):
+    h = lab.holdings(2, stage, "bf16", pool=pool)
+    assert (h.world_size, h.stage, h.precision) == (2, stage, "bf16")
+    assert tuple(h.share(g) for g in lab.GIANTS) == shares
+    assert h.psi == sum(numel for _, numel, _ in h.groups)
+    for giant, share in zip(lab.GIANTS, shares):
+        held = [h.held[r][giant] for r in range(2)]
+        if share == "all":
+            assert all(_covers([ranges], h.padded_total) for ranges in held)
+        else:
+            assert _covers(held, h.padded_total)           # each element on exactly one rank
+    for r in range(2):                                     # the ranges are what engine.memory() weighs
+        assert h.bytes[r]["grads"] == 2 * h.elements(r, "grads")          # bf16 gradients
+        frozen = 2                                                         # TinyLM's frozen temperature
+        assert h.bytes[r]["params"] == 2 * h.elements(r, "params") + frozen
+    assert "N = 2" in h.headline() and "Ψ = " in h.describe()
+
+
+def test_holdings_fp32_and_fp16(pool):
+    h32 = lab.holdings(2, 1, "fp32", pool=pool)
+    assert h32.share("optimizer_states") == "1/2" and h32.share("grads") == "all"
+    assert h32.bytes[0]["grads"] == 4 * h32.elements(0, "grads")
+    h16 = lab.holdings(2, 2, "fp16", pool=pool)        # a first step that is not skipped
+    assert h16.share("grads") == "1/2" and h16.bytes[0]["optimizer_states"] > 0
+    with pytest.raises(ValueError, match="precision"):
+        lab.lab_config(1, 2, "int8")
+
+
+def test_draw_holdings(pool):
+    import matplotlib.pyplot as plt
+    fig = lab.draw_holdings(lab.holdings(2, 2, "bf16", pool=pool))
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles[0].endswith("whole on every rank") and titles[1].endswith("1/2")
+    assert "stage 2, N = 2" in fig._suptitle.get_text()
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- core
+
+def test_step_trace_stage3(pool):
+    tr = lab.step_trace(2, 3, "bf16", pool=pool)
+    calls = tr.calls
+    assert [(c.op, c.tag, c.numel) for c in tr.collectives[1]] == [(c.op, c.tag, c.numel) for c in calls]
+    ops = tr.totals()
+    groups = lab.holdings(2, 3, "bf16", pool=pool).groups
+    padded = sum(p for _, _, p in groups)
+    assert ops["reduce_scatter"]["calls"] == len(groups) and ops["reduce_scatter"]["numel"] == padded
+    params = [c for c in calls if c.op == "all_gather" and c.tag.startswith("params")]
+    assert sum(c.numel for c in params) >= 2 * padded        # gathered in forward and again in backward
+    for c in calls:
+        assert c.wire_bytes == pytest.approx(wire_factor(c.op, 2) * c.bytes)
+        assert c.start is not None and c.end >= c.start       # every record has its timeline span
+    for r in range(2):
+        after = [s.after for s in tr.memory[r] if s.after is not None]
+        assert after == list(range(len(calls)))               # a memory sample after every collective
+        assert len(tr.memory[r]) == len(calls) + 4            # + start, after forward/backward/step
+        assert [s.t for s in tr.memory[r]] == sorted(s.t for s in tr.memory[r])
+    start = tr.memory[0][0]
+    assert start.buffers == 0 and tr.peak().total > start.total      # gathered params, buckets in flight
+    assert "collectives on each rank" in tr.describe()
+
+
+def test_step_trace_stage2_moves_psi_each_way(pool):
+    tr = lab.step_trace(2, 2, "bf16", pool=pool)
+    ops = tr.totals()
+    assert ops["reduce_scatter"]["numel"] == ops["all_gather"]["numel"]
+    assert ops["reduce_scatter"]["calls"] == len(lab.holdings(2, 2, "bf16", pool=pool).groups)
+
+
+def test_moved():
+    from zerolab.lab import Collective
+    c = Collective(0, "all_gather", "params x", 12, 24, "bfloat16", 12.0, None, None)
+    m = lab.moved(c, 3)
+    assert (m["in_numel"], m["out_numel"]) == (4, 12)
+    assert m["before"][1] == [None, "own", None] and m["after"][1] == [{"from": 0}, "own", {"from": 2}]
+    m = lab.moved(Collective(0, "reduce_scatter", "grads", 12, 24, "bfloat16", 16.0, None, None), 3)
+    assert (m["in_numel"], m["out_numel"]) == (12, 4)
+    assert m["before"][2] == ["own"] * 3 and m["after"][2] == [None, None, "sum"]
+    m = lab.moved(Collective(0, "all_reduce", "g", 6, 24, "float32", 16.0, None, None), 2)
+    assert m["after"] == [["sum", "sum"]] * 2
+    m = lab.moved(Collective(0, "broadcast", "b", 6, 24, "float32", 24.0, None, None), 2)
+    assert m["after"][1] == [{"from": 0}] * 2
+    with pytest.raises(ValueError):
+        lab.moved(Collective(0, "send", "s", 6, 24, "float32", 24.0, None, None), 2)
+
+
+def test_draw_step(pool):
+    import matplotlib.pyplot as plt
+    tr = lab.step_trace(2, 3, "bf16", pool=pool)
+    k = next(c.index for c in tr.calls if c.op == "reduce_scatter")
+    fig = lab.draw_step(tr, k)
+    titles = " | ".join(ax.get_title() for ax in fig.axes)
+    assert f"collective {k + 1} of {len(tr.calls)}" in titles and "reduce_scatter" in titles
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- application
+
+def test_plan_is_the_simulator_and_the_estimator():
+    p = lab.plan("Llama-2 7B", 8, "a100-80gb", link="nvlink-a100")
+    params, layers, hidden, vocab = lab.MODELS["Llama-2 7B"]
+    sim = simulate.table(params, layers, hidden, 2048, 1, 8, gpu="a100-80gb", link="nvlink-a100",
+                         host_bytes=1024e9)
+    assert [r.name for r in p.rows][:4] == ["stage 0", "stage 1", "stage 2", "stage 3"]
+    for row, est in zip(p.rows, sim):
+        assert row.gpu_bytes == est.gpu_bytes and row.step_s == est.step_s and row.fits == est.fits
+    assert not p.rows[0].fits and p.rows[3].fits                    # 16 Ψ = 108 GB > 80 GB
+    assert p.rows[2].deepspeed_gpu_bytes == estimate.estimate_zero2_model_states_mem_needs(
+        params, 8, 1, cpu_offload=False)[1]
+    assert p.rows[3].deepspeed_gpu_bytes == estimate.estimate_zero3_model_states_mem_needs(
+        params, vocab * hidden, 8, 1, cpu_offload=False, cpu_offload_params=False)[1]
+    assert p.rows[0].deepspeed_gpu_bytes is None
+    assert p.best() is not None and p.best().fits
+    assert "fastest that fits" in p.describe()
+
+
+def test_plan_memory_override_and_nothing_fits():
+    small = lab.plan("Llama-2 70B", 8, "a100-80gb", gpu_memory_gb=16)
+    assert small.gpu_memory == 16e9
+    assert small.host_memory == 1024e9                           # one node of 8 GPUs
+    assert all(r.fits == (r.gpu_bytes["total"] <= 16e9 and r.cpu_bytes * 8 <= 1024e9) for r in small.rows)
+    assert not any(r.fits for r in small.rows)                  # 70B: 1,104 GB offloaded > 1,024 GB of host
+    assert lab.plan("Llama-2 70B", 8, "a100-80gb", gpu_memory_gb=16, host_memory_gb=2048).best().offload
+    huge = lab.plan("GPT-3 (175B)", 1, "a100-40gb", gpu_memory_gb=16)     # 16 Ψ = 2.8 TB > 1 TB of host
+    assert huge.best() is None and "nothing fits" in huge.describe()
+    assert lab.plan("GPT-3 (175B)", 1, "a100-40gb", host_memory_gb=4096).best().offload == "optimizer+params"
+
+
+def test_draw_plan():
+    import matplotlib.pyplot as plt
+    fig = lab.draw_plan(lab.plan())
+    assert "fastest that fits" in fig.axes[1].get_title()
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- widgets, without a browser
+
+def test_widgets_respond_to_their_controls(pool):
+    W = pytest.importorskip("ipywidgets")
+    box = lab.basic_widget(pool, world_size=2, stage=2, max_ranks=2)
+    controls = box.children[0].children
+    summary = box.children[-1]
+    before, image = summary.value, box.children[2].value
+    assert "stage 2, N = 2" in before and image[:4] == b"\x89PNG"
+    controls[1].value = 3                                     # the stage dropdown
+    assert "stage 3, N = 2" in summary.value and box.children[2].value != image
+
+    core = lab.core_widget(pool, world_size=2, stage=2, max_ranks=2)
+    slider, line = core.children[1].children[1], core.children[2]
+    assert isinstance(slider, W.IntSlider) and slider.max == len(lab.step_trace(2, 2, "bf16").calls) - 1
+    first = line.value
+    slider.value = slider.max
+    assert line.value != first and "all_gather" in line.value        # the step ends gathering params
+    core.children[0].children[1].value = 3                    # stage 3: more collectives
+    assert slider.max == len(lab.step_trace(2, 3, "bf16").calls) - 1
+
+    app = lab.application_widget()
+    gpus, text = app.children[0].children[1], app.children[-1]
+    first = text.value
+    gpus.value = 64
+    assert text.value != first and "on 64 x" in text.value

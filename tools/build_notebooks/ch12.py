@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""Build chapter 12, "The visual lab", from this one file.
+
+    python tools/build_notebooks/ch12.py            # write notebooks/12_visual_lab.ipynb if its cells changed
+    python tools/build_notebooks/ch12.py --execute  # ... and run it
+
+The lab's widgets (``zerolab.lab``) live in cells tagged ``nbval-ignore-output``: a widget's
+stored output is its model id and its state (pictures), which nbval cannot compare. Before each
+widget a cell prints, from the same functions, what the widget shows at its first setting
+(exact bytes, calls and elements; the simulator's arithmetic), and those outputs are compared.
+Times appear only in pictures. Built like every chapter (``nbsource.py``); stored executed.
+"""
+from __future__ import annotations
+
+import sys
+
+import nbsource
+from nbsource import code, md
+
+IGNORE = "nbval-ignore-output"
+
+CHAPTER = [
+md(r"""
+# Chapter 12 · The visual lab (可视化实验室)
+
+*Look at the move while it happens.*
+
+Every chapter so far measured one thing at a time and printed it beside its formula. This one
+puts the whole move on screen, in three modes, each a set of controls over a **real engine on
+real ranks** (or, for clusters we do not have, over the simulator):
+
+| in the story | in training | what the lab draws |
+|---|---|---|
+| the workers of the crew | the **ranks** (N processes, gloo here) | one row or one line per rank |
+| the furniture | the **parameters** | who keeps which elements |
+| the door stickers | the **gradients** | who keeps which elements |
+| the heavy notebook of experience | the **optimizer states** (fp32 masters, Adam's momentum and variance) | who keeps which elements |
+| the folding chair | the **activations** | (not sharded by any stage; the application mode counts them) |
+| the captain's tally of every shout | the **ledger** (`engine.ledger`, one record per collective) | each collective, in order |
+| the stopwatch | the **timeline** (`engine.timeline`) | when each rank computed and waited |
+
+1. **Basic**: choose N, the ZeRO stage and the precision; see which shard of each giant every
+   rank holds, measured from the engine's own tensors.
+2. **Core**: one training step played back, collective by collective: what moved between the
+   ranks, and what each rank held just after.
+3. **Application**: choose a model, a GPU count, the GPU memory and the interconnect; see which
+   configurations fit and how fast a step would be, from the scale simulator.
+
+A fourth mode, offload and prefetch (what lives on the GPU, on the CPU, and when it moves), comes
+with zerolab's offload engine.
+
+The widgets answer as you move them. If you read this notebook without a running kernel, the
+printed cell above each widget shows what the widget shows at its first setting.
+"""),
+code(r"""
+import matplotlib.pyplot as plt
+
+import zerolab
+from zerolab import lab
+
+pool = lab.CrewPool(threads=1)       # one crew per N, started on first use and kept
+N_MAX = zerolab.fit_ranks(4)         # the most ranks this machine allows (ZEROLAB_MAX_RANKS)
+model = lab.lab_model()
+print(f"the lab's model: zerolab's TinyLM, Ψ = {sum(p.numel() for p in model.parameters() if p.requires_grad):,}"
+      f" trainable parameters")
+print(f"{lab.MICRO_BATCH} sequences per rank per step")
+print(f"ranks: up to {N_MAX}; buckets of {lab.BUCKET:,} elements; AdamW")
+"""),
+md(r"""
+## 1. Basic: who holds which shard
+
+Each choice runs `zerolab.initialize` on N real ranks, trains one step (so that Adam's states
+exist) and reads, on every rank, which elements of each giant that rank's tensors hold. Every
+giant is drawn as a bar of all its elements, the model's flat buffers laid end to end (white
+lines between buffers); a rank's row is coloured where the rank keeps those elements. The
+bytes at the right are what `engine.memory()` measured on that rank.
+
+**Predict, then run.** At stage 2 with 4 ranks, what fraction of the gradients does rank 1
+keep? And of the parameters? Write both down.
+"""),
+code(r"""
+N0 = min(4, N_MAX)
+for stage in range(4):
+    print(lab.holdings(N0, stage, "bf16", pool=pool).describe(), end="\n\n")
+fig = lab.draw_holdings(lab.holdings(N0, 2, "bf16", pool=pool))
+plt.show()
+"""),
+md(r"""
+Stage 0 is the old crew: every worker carries the whole household. Stage 1 tears the heavy
+notebook into N parts, stage 2 the door stickers too, stage 3 the furniture as well; the
+coloured blocks of the ranks never overlap and together cover every element. Each flat buffer
+is padded to a multiple of N, so each rank's block in a buffer has the same size.
+
+Now the controls: change N, the stage and the precision. In fp32 the optimizer states are
+8 bytes per element (momentum and variance; the fp32 parameters are their own master copy),
+in bf16 and fp16 12 (a separate fp32 master as well). The first setting is the one printed
+above.
+"""),
+code(r"""
+lab.basic_widget(pool, world_size=N0, stage=2, precision="bf16", max_ranks=N_MAX)
+""", IGNORE),
+md(r"""
+## 2. Core: one step, played back
+
+Here the engine trains a warm-up step, then one more step while recording three things on
+every rank: the **ledger** (one record per collective: op, tag, elements, bytes), the
+**timeline** (when the rank computed, shouted and waited) and, after every collective and at
+each phase boundary, `engine.memory()` (the bytes of every giant, and of the buffers in flight:
+gradient buckets, gathered parameters).
+
+**Predict, then run.** At stage 3 the lab's model has 9 flat groups (one per module with
+parameters). How many times will each group's parameters be all-gathered in one step? And how
+many reduce-scatters will there be?
+"""),
+code(r"""
+trace = lab.step_trace(2, 3, "bf16", pool=pool)
+print(trace.describe())
+print()
+print("the step's collectives on rank 0, in the order they completed ('check': a 2-number header")
+print("that every stage-3 gather sends first, so that ranks gathering different modules fail loudly):")
+for c in trace.calls:
+    print(f"  #{c.index:<3}{c.op:<15}{c.tag:<32}{c.numel:>7,} elements of {c.dtype}")
+"""),
+md(r"""
+Read the list from the top: forward gathers the modules one after the other, and the output
+head, which shares the embedding matrix, gathers the embedding a second time. Backward gathers
+each module again (it was released after its forward), and as soon as a module's gradients are
+complete it **reduce-scatters** them and releases the module. The step ends with one small
+all-reduce (the overflow check and the gradient norm). No all-gather follows: at stage 3 each
+rank updates only its own shard, and the next forward will gather.
+
+The picture shows one moment of the step: rank 0's timeline with the collective shaded, what
+that collective did to each rank's data, and the bytes every rank held over the step.
+"""),
+code(r"""
+first_rs = next(c.index for c in trace.calls if c.op == "reduce_scatter")
+print(trace.calls[first_rs].describe(trace.world_size))
+after = trace.sample_after(first_rs)
+print(f"rank 0 right after it: params {after.params:,} B, grads {after.grads:,} B, "
+      f"optimizer states {after.optimizer_states:,} B, buffers {after.buffers:,} B")
+fig = lab.draw_step(trace, first_rs)
+plt.show()
+"""),
+md(r"""
+Now play it: press ▶ (or drag the collective slider) to step through the collectives, and
+change N, the stage and the precision to record another step. At stages 1 and 2 the gradients
+are reduce-scattered bucket by bucket and the updated parameters all-gathered after the step;
+at stage 0 every bucket is all-reduced. Watch the memory line: at stage 3 it rises as modules
+are gathered and falls as they are released.
+"""),
+code(r"""
+lab.core_widget(pool, world_size=2, stage=3, precision="bf16", max_ranks=N_MAX)
+""", IGNORE),
+md(r"""
+## 3. Application: plan a run on a real cluster
+
+The last mode leaves this machine. For a published model shape it asks `zerolab.simulate` for
+every configuration (stages 0-3, stage 3 with the optimizer offloaded to the CPU, and with the
+parameters too): memory per GPU (model states by stage, activations with checkpointing, the
+stage-3 working set, a gradient bucket) and step time (compute at 40 % of the GPU's peak,
+the stage's ideal traffic over the link, PCIe transfers and the CPU's optimizer step with
+offload). Beside it, DeepSpeed's own estimator of the model states (`zerolab.estimate`, the same
+numbers as `estimate_zero2/3_model_states_mem_needs`). These are estimates from published link
+and GPU figures: trust the shape (what fits, what dominates), not the last 10 %.
+
+**Predict, then run.** Llama-2 70B on 64 A100s of 80 GB: which stages fit?
+"""),
+code(r"""
+p = lab.plan("Llama-2 70B", gpus=64, gpu="a100-80gb", link="ib-hdr")
+print(p.describe())
+fig = lab.draw_plan(p)
+plt.show()
+"""),
+md(r"""
+16 bytes per parameter is 1,104 GB for 70B parameters: no GPU holds that, so stage 0 is out.
+Stage 1 still keeps the bf16 parameters and gradients whole on every GPU (4 bytes per
+parameter, 276 GB); stage 2 keeps the parameters whole (138 GB); only stage 3 divides all of it
+by 64. Offloading then frees the GPU almost entirely, at the price of the CPU's optimizer step.
+
+Now choose your own: a smaller GPU, fewer GPUs, a slower link, a bigger micro-batch.
+"""),
+code(r"""
+lab.application_widget(model="Llama-2 7B", gpus=8, gpu="a100-80gb", gpu_memory_gb=80, link="nvlink-a100")
+""", IGNORE),
+md(r"""
+## What we saw
+
+- **Who holds what** (basic): stage 1 splits the optimizer states, stage 2 the gradients as
+  well, stage 3 the parameters too; the ranks' shards never overlap and cover every element,
+  padded to a multiple of N. The bytes are `engine.memory()`'s, measured.
+- **One step** (core): stage 3 gathers each module twice (forward and backward) and
+  reduce-scatters its gradients once; stages 1-2 reduce-scatter the gradients and all-gather
+  the parameters; stage 0 all-reduces. A rank's memory rises while parameters are gathered and
+  buckets are in flight, and falls as they are released.
+- **Planning** (application): 16 bytes per parameter decide which stage fits; the link and the
+  CPU decide how fast.
+
+## Questions
+
+1. In the basic mode, choose N = 3, stage 3. Ψ = 7,204 is not a multiple of 3: how many
+   padding elements do the flat buffers add, and who holds them? (Compare the last element
+   number on the x axis with Ψ.)
+2. In the core mode at stage 2, how many reduce-scatters does one step make? Predict it from
+   the number of buckets, then check the summary under the widget.
+3. At stage 3 the output head shares the embedding matrix. In the core mode, find the two
+   forward gathers of `embed`. What would change if the head had its own matrix?
+4. In the application mode, take Llama-2 7B on 8 GPUs and switch the link from NVLink to
+   100 Gb Ethernet. What bounds the step now, and which stage loses the most? (Stage 3 moves
+   3Ψ per step, the others 2Ψ.)
+5. Same model: lower the GPU memory until stage 2 no longer fits. Which bytes push it over?
+
+Close the crews when you are done:
+"""),
+code(r"""
+pool.close()
+print("the lab's ranks are stopped")
+"""),
+]
+
+NOTEBOOKS = {"notebooks/12_visual_lab.ipynb": ("ch12", CHAPTER)}
+
+if __name__ == "__main__":
+    sys.exit(nbsource.main(NOTEBOOKS))
