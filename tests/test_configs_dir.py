@@ -9,9 +9,7 @@ from zerolab.config import explain_config, load_config
 CONFIGS = sorted((pathlib.Path(__file__).resolve().parents[1] / "configs").glob("*.json"))
 # The features each config asks for that zerolab does not implement (load_config refuses them).
 NOT_IMPLEMENTED = {
-    "seed002_zero3_offload.json": ["zero_optimization.round_robin_gradients",
-                                   "zero_optimization.offload_optimizer.device",
-                                   "zero_optimization.offload_param.device"],
+    # (none since issue 9: the seed's production config loads as written)
 }
 
 
@@ -37,12 +35,13 @@ def test_the_configs_zerolab_implements_load_strictly(path):
     for world in (1, 2, 4):
         c = load_config(path, world)
         assert c.train_batch_size == c.train_micro_batch_size_per_gpu * c.gradient_accumulation_steps * world
-        assert c.optimizer is not None
+        # the seed's config is quoted key for key and has no optimizer block (pass one to initialize)
+        assert (c.optimizer is None) == path.name.startswith("seed")
 
 
 def test_the_stage_and_precision_are_what_the_file_name_says():
     for path in CONFIGS:
-        if path.name in NOT_IMPLEMENTED:
+        if path.name in NOT_IMPLEMENTED or path.name.startswith("seed"):
             continue
         c = load_config(path, 2)
         stage, precision = path.stem.split("_")[:2]

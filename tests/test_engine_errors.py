@@ -58,8 +58,8 @@ def make(cfg, optimizer=None):
 
 
 @pytest.mark.parametrize("cfg,optimizer,message", [
-    (base(zero_optimization={"stage": 2, "offload_optimizer": {"device": "cpu"}}), None,
-     "offload_optimizer.device' is a DeepSpeed key that zerolab does not implement"),
+    (base(zero_optimization={"stage": 2, "offload_param": {"device": "cpu"}}), None,
+     "'zero_optimization.offload_param' offloads the parameter shards of ZeRO stage 3; stage is 2"),
     (base(zero_optimisation={"stage": 2}), None, "did you mean 'zero_optimization'"),
     ({"train_batch_size": 3, "train_micro_batch_size_per_gpu": 2}, torch.optim.SGD, "train_batch_size"),
     ({"train_batch_size": 2}, None, "no optimizer"),

@@ -56,19 +56,26 @@ def _offload_split(psi: float, world: int, precision: str, cfg) -> str | None:
         return None
     pb, gb, ob = _bytes_per_param(precision)
     m = model_state_bytes(psi, cfg.zero.stage, world, param_bytes=pb, grad_bytes=gb, optimizer_bytes=ob)
-    gpu, host = dict(m), {}
-    if opt != "none":   # ZeRO-Offload: gradients go down, the optimizer steps on the CPU
-        host["grads"], host["optimizer_states"] = gpu.pop("grads"), gpu.pop("optimizer_states")
-    if par != "none" and cfg.zero.stage == 3:
-        host["params"] = gpu.pop("params")
+    gpu, off = dict(m), {}
     gpu.pop("total")
-    where = " and ".join(sorted({{"cpu": "CPU", "nvme": "NVMe"}[d] for d in (opt, par) if d != "none"}))
+    if opt != "none":   # ZeRO-Offload: the optimizer states (and, at stages 2-3, fp32 gradients) leave the GPU
+        off["optimizer_states"] = gpu.pop("optimizer_states")
+        if cfg.zero.stage >= 2:
+            off["grads"] = 4 * gpu.pop("grads") / gb      # kept in fp32 on the host
+    if par != "none" and cfg.zero.stage == 3:
+        off["params"] = gpu.pop("params")
+    place = {"cpu": "host (CPU) memory", "nvme": "NVMe"}
+    host = {k: v for k, v in off.items() if (par if k == "params" else opt) == "cpu" or k == "grads"}
+    nvme = {k: v for k, v in off.items() if k not in host}
     show = lambda d: " + ".join(f"{k.replace('_', ' ')} {format_bytes(v, 'GB')}" for k, v in d.items()) or "none"  # noqa: E731
-    return (f"with this config's offload (not implemented in zerolab), DeepSpeed would keep per rank at stage "
-            f"{cfg.zero.stage}:\n  on the GPU: {show(gpu)} ({format_bytes(sum(gpu.values()), 'GB')})\n"
-            f"  in {where} memory: {show(host)} ({format_bytes(sum(host.values()), 'GB')})\n"
-            "  (the paper's accounting of model states; gathered layers, buckets and activations stay on the "
-            "GPU on top; DeepSpeed's own estimator: zerolab estimate --largest-layer ...)")
+    lines = [f"with this config's offload, per rank at stage {cfg.zero.stage} (zerolab runs it; DeepSpeed keeps the same):",
+             f"  on the GPU: {show(gpu)} ({format_bytes(sum(gpu.values()), 'GB')})",
+             f"  in {place['cpu']}: {show(host)} ({format_bytes(sum(host.values()), 'GB')})"]
+    if nvme:
+        lines.append(f"  on {place['nvme']}: {show(nvme)} ({format_bytes(sum(nvme.values()), 'GB')})")
+    lines.append("  (the paper's accounting of model states; gathered layers, buckets and activations stay on the "
+                 "GPU on top; DeepSpeed's own estimator: zerolab estimate --largest-layer ...)")
+    return "\n".join(lines)
 
 
 def _show(value) -> str:

@@ -170,7 +170,7 @@ class ZeroConfig:
     :mod:`zerolab.config_keys`. ``contiguous_gradients``, ``allgather_bucket_size``,
     ``allgather_partitions``, ``sub_group_size`` and the stage-3 prefetch / live / reuse knobs
     have no effect in zerolab (:meth:`Config.ignored_settings` says why);
-    ``round_robin_gradients`` must be false."""
+    ``round_robin_gradients`` is accepted and has no effect (ownership order only)."""
     stage: int = 0
     contiguous_gradients: bool = True
     reduce_scatter: bool = True
@@ -219,8 +219,7 @@ class Config:
         default) that zerolab accepts but that has no effect here (status ``NO_EFFECT`` in
         :mod:`zerolab.config_keys`), in the config's order. Keys keep the user's spelling (a
         stage-3 alias stays an alias). A no-effect block (``aio``) is listed once, not key by key;
-        the tuning keys of an offload block whose device is not "none" are left out, since that
-        offload is refused as a whole (``zerolab explain`` describes it)."""
+        the tuning keys of an offload block whose device is "none" are listed (they tune nothing)."""
         return [(path, why) for path, _, why in self._ignored()]
 
     def _ignored(self) -> list[tuple[str, Any, str]]:
@@ -240,8 +239,10 @@ class Config:
         walk(zero, "zero_optimization", K.ZERO, K.ZERO_ALIASES)
         if isinstance(zero, Mapping):
             for kind, table in (("offload_optimizer", K.OFFLOAD_OPTIMIZER), ("offload_param", K.OFFLOAD_PARAM)):
-                if getattr(self.zero, kind).device == "none":
-                    walk(zero.get(kind), f"zero_optimization.{kind}", table)
+                if getattr(self.zero, kind).device == "none":     # off: every tuning key does nothing
+                    table = {k: (v if k == "device" or v.status != K.IMPLEMENTED else K.OFFLOAD_OFF)
+                             for k, v in table.items()}
+                walk(zero.get(kind), f"zero_optimization.{kind}", table)
         walk(raw.get("fp16"), "fp16", K.FP16)
         for name in ("bf16", "bfloat16"):
             walk(raw.get(name), name, K.BF16)
@@ -458,6 +459,9 @@ def _parse_offload(p: K.Problems, zero: dict, kind: str, stage: int) -> OffloadC
                         buffer_count=g("buffer_count", K.as_int(lo=0)), **kw)
     if cfg.ratio < 1 and stage != 3:
         p.add(f"'{path}.ratio' < 1 (partial offload) needs ZeRO stage 3, as in DeepSpeed; stage is {stage}")
+    elif cfg.ratio < 1 and cfg.device != "none":
+        p.refuse(f"{path}.ratio", cfg.ratio, "partial offload, ZeRO-Offload++ Twin-Flow: only this fraction of "
+                 "the sub-groups steps on the host", (1.0,))
     if cfg.device == "nvme" and not cfg.nvme_path:
         p.add(f"'{path}.device' is \"nvme\" but '{path}.nvme_path' is not set: give the folder (on a fast "
               "disk) where the swapped tensors go")

@@ -169,7 +169,9 @@ ZERO = {
     "override_module_apply": _A("DeepSpeed's stage-3 module.apply patch"),
     "log_trace_cache_warnings": _A("logging only"),
     "enable_sanity_checks": _A("debug checks only"),
-    "round_robin_gradients": _ni("reorders gradient slots across ranks to spread offload copies", False),
+    "round_robin_gradients": _A("at stages 1-2 DeepSpeed deals the gradients of a bucket to the ranks in turn, to "
+                                "spread the offload's device-to-host copies over ranks (stage 3 ignores it); which "
+                                "rank owns which element changes, the numbers do not; zerolab keeps the order"),
     "stage3_gather_16bit_weights_on_model_save": _ni("save_16bit_model() gathers the weights", False),
     "stage3_gather_fp16_weights_on_model_save": _ni("deprecated name of the key above", False),
     "stage3_module_granularity_threshold": _ni("fetch fine-grained modules as one unit", 0),
@@ -219,12 +221,14 @@ BF16 = {
 # zerolab's I/O (it allocates one sub-group's buffers at a time) and change no number.
 _SWAP_BUFFERS = _A("sizes DeepSpeed's pool of NVMe swap buffers; zerolab allocates each sub-group's buffers "
                    "as it swaps it (sub_group_size bounds them), so the pool size changes nothing")
+OFFLOAD_OFF = _A("tunes the offload when its device is \"cpu\" or \"nvme\"; with device \"none\" it does nothing "
+                 "(in DeepSpeed too)")
 _OFFLOAD_COMMON = {"device": _I, "nvme_path": _I, "pin_memory": _I, "buffer_count": _SWAP_BUFFERS}
 OFFLOAD_OPTIMIZER = {
     **_OFFLOAD_COMMON,
     "pipeline_read": _I, "pipeline_write": _I,
     "fast_init": _A("speeds up DeepSpeed's first NVMe write of the states; same numbers"),
-    "ratio": _ni("partial offload (ZeRO-Offload++ Twin-Flow: only this fraction of sub-groups steps on the host)", 1.0, 1),
+    "ratio": _I,   # only 1.0 runs: below 1 is refused by the parser (stage 3) or an error (stages 0-2)
     "super_offload": _ni("SuperOffload (Grace-Hopper CPU optimizer)", False),
     "cpuadam_cores_perc": _A("the share of cores DeepSpeedCPUAdam uses; zerolab's host step runs torch's "
                              "optimizer on torch's threads"),

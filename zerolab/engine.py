@@ -43,7 +43,7 @@ _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def initialize(model: nn.Module, config, optimizer=None, *, broadcast_buffers: bool = False,
-               lr_scheduler=None) -> "Engine":
+               lr_scheduler=None, device_budget=None) -> "Engine":
     """Wrap ``model`` in a ZeRO engine configured by a DeepSpeed config (dict or JSON path).
 
     One live engine per model: if ``model`` already has one (a notebook cell run twice), that
@@ -53,8 +53,13 @@ def initialize(model: nn.Module, config, optimizer=None, *, broadcast_buffers: b
     DeepSpeed's behaviour: buffers are broadcast once, here, and then each rank keeps its own.
     ``lr_scheduler``: a scheduler (or a callable that takes the optimizer) instead of the config's
     ``scheduler`` block. DeepSpeed's own call and 4-tuple: :func:`zerolab.deepspeed.initialize`.
+    ``device_budget`` (zerolab's, not a DeepSpeed key): this rank's device capacity, in bytes or
+    as text ("2GB", "1.5GiB"); the engine counts what it puts on the device (model states,
+    buffers, activations) and raises :class:`zerolab.budget.DeviceOutOfMemoryError`, naming the
+    biggest consumers and configs that would fit, the moment a step would pass it.
     """
-    return Engine(model, config, optimizer, broadcast_buffers=broadcast_buffers, lr_scheduler=lr_scheduler)
+    return Engine(model, config, optimizer, broadcast_buffers=broadcast_buffers, lr_scheduler=lr_scheduler,
+                  device_budget=device_budget)
 
 
 # id(model) -> (weak model, weak engine): the live engine of each model, for "one per model".
@@ -71,7 +76,7 @@ def _current_device() -> torch.device:
 
 class Engine:
     def __init__(self, model: nn.Module, config, optimizer=None, *, broadcast_buffers: bool = False,
-                 lr_scheduler=None):
+                 lr_scheduler=None, device_budget=None):
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("zerolab.initialize needs a torch.distributed process group: call it "
                                "inside a function run by zerolab.launch / Crew.run, or under torchrun")
@@ -107,6 +112,12 @@ class Engine:
         self._buffer_hook = (model.register_forward_pre_hook(self._broadcast_buffers)
                              if broadcast_buffers and any(True for _ in model.buffers()) else None)
         _LIVE[id(model)] = (weakref.ref(model), weakref.ref(self))
+        self.budget = None
+        if device_budget is not None:
+            from .budget import Budget
+            self.budget = Budget(self, device_budget)
+            self.stage.budget_check = self.budget.check
+            self.budget.check("set-up (model states)")
 
     def _close_previous_engine(self, model: nn.Module) -> None:
         entry = _LIVE.get(id(model))
@@ -179,7 +190,10 @@ class Engine:
     def __call__(self, *args, **kwargs):
         self._check_open()
         with self.timeline.span("forward"):
-            return self.module(*args, **kwargs)
+            if self.budget is None:
+                return self.module(*args, **kwargs)
+            with torch.autograd.graph.saved_tensors_hooks(self.budget.pack, lambda t: t):
+                return self.module(*args, **kwargs)
 
     def train(self, mode: bool = True) -> "Engine":
         self.module.train(mode)
@@ -215,6 +229,8 @@ class Engine:
             self.stage.begin_backward(self.is_gradient_accumulation_boundary())
             scaled.backward()
             self.stage.end_backward()
+        if self.budget is not None:
+            self.budget.backward_done()
         if not self.config.zero.ignore_unused_parameters:
             self.stage.check_unused()
 
@@ -360,6 +376,28 @@ class Engine:
             m["cuda_allocated"] = torch.cuda.memory_allocated(self.device)
             m["cuda_peak"] = torch.cuda.max_memory_allocated(self.device)
         return m
+
+    def switches(self) -> dict[str, str]:
+        """This engine's stage as three independent choices, each with the module that makes it:
+        how gradients are reduced, where parameters live, where optimizer states live."""
+        z, stage = self.config.zero, self.config.zero.stage
+        how = "reduce-scatter" if (z.reduce_scatter and stage >= 1) else "all-reduce"
+        if stage >= 2:
+            grads = f"{how} bucket by bucket during backward; each rank keeps its shard (reduce.py)"
+        elif stage == 1:
+            grads = f"{how} at the accumulation boundary; each rank keeps its shard (reduce.py)"
+        else:
+            grads = ("all-reduce " + ("during the boundary's backward (overlap_comm)" if z.overlap_comm
+                                      else "at the accumulation boundary") + "; every rank keeps all (reduce.py)")
+        if stage == 3:
+            home = {"device": "on the device", "cpu": "in host memory", "nvme": "on NVMe"}[self.stage.param_where]
+            params = f"sharded, shards {home}; gathered per module for its forward and backward (stage3.py)"
+        else:
+            params = "replicated: every rank holds them all (stage0.py)"
+        where = {"device": "on the device", "cpu": "in host memory, stepped there",
+                 "nvme": "on NVMe, streamed through host memory sub-group by sub-group"}[self.stage.home.where]
+        states = ("sharded" if stage >= 1 else "replicated") + f", {where} (offload.py)"
+        return {"gradients": grads, "parameters": params, "optimizer states": states}
 
     def _offloaded_memory(self, where: str) -> dict[str, int]:
         stage, home = self.stage, self.stage.home

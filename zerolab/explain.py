@@ -99,6 +99,10 @@ def describe(c: Config) -> str:
         lines.append("Optimizer: none in the config (pass one to zerolab.initialize)." if o is None else
                      f"Optimizer: {o.type} (torch.optim.{o.torch_name}), " +
                      ", ".join(f"{k}={v}" for k, v in o.params.items()) + ".")
+    if z.stage >= 1 and "sub_group_size" in (c.raw.get("zero_optimization") or {}):
+        lines.append(f"Optimizer step: in sub-groups of at most {z.sub_group_size:,} elements of each rank's "
+                     "shard (sub_group_size), one after another: the unit of the host step and of NVMe swapping; "
+                     "it bounds the step's working memory and changes no number.")
     sc = c.scheduler
     if sc is not None:
         args = ", ".join(f"{k}={_show(v)}" for k, v in sc.params.items())
@@ -121,26 +125,31 @@ def _show(value: Any) -> str:
 
 
 def _offload_lines(c: Config) -> list[str]:
-    """What DeepSpeed does with an offload zerolab refuses (only a lenient config has one)."""
+    """What the config's offload does (zerolab runs it as DeepSpeed does; differences named)."""
     lines = []
     for kind in ("offload_optimizer", "offload_param"):
         o: OffloadConfig = getattr(c.zero, kind)
         if o.device == "none":
             continue
-        where = ("CPU memory" + (" (pinned)" if o.pin_memory else "") if o.device == "cpu" else
-                 f"NVMe at {o.nvme_path or '(no nvme_path given)'}, staged through CPU buffers")
+        where = ("host (CPU) memory" + (", pinned when a GPU is present" if o.pin_memory else "") if o.device == "cpu"
+                 else f"files under nvme_path ({o.nvme_path or 'not given'}), brought through host memory one "
+                      f"sub-group ({c.zero.sub_group_size:,} elements) at a time")
         if kind == "offload_optimizer":
-            part = "" if o.ratio >= 1 else f" (for {o.ratio:g} of the sub-groups; the rest step on the GPU)"
-            lines.append(f"Offload (not implemented in zerolab): with zero_optimization.offload_optimizer.device = "
-                         f"{o.device}, DeepSpeed keeps each rank's optimizer states (fp32 master weights and Adam "
-                         f"moments, 12 bytes per parameter of its shard) in {where} and runs the optimizer step "
-                         f"there on the CPU (DeepSpeedCPUAdam){part}; reduced gradients go down to the CPU during "
-                         "backward and updated parameters come back to the GPU after the step.")
+            pipe = ""
+            if o.device == "nvme":
+                pipe = (" The next sub-group's read overlaps the current step" if o.pipeline_read else
+                        " Reads are not overlapped (pipeline_read false)") + (
+                        "; the previous one's write too." if o.pipeline_write else "; writes are waited for (pipeline_write false).")
+            lines.append(f"Offload: offload_optimizer.device = {o.device}: each rank's optimizer states (fp32 "
+                         f"master weights and Adam moments, 12 bytes per parameter of its shard) and, at stages 2-3, "
+                         f"its fp32 gradient shard (4 bytes) live in {where}; the optimizer step runs there, sub-group "
+                         f"by sub-group (DeepSpeed: DeepSpeedCPUAdam; zerolab: the torch optimizer, foreach form), "
+                         f"and updated parameters are copied back to the device.{pipe}")
         else:
-            stage3 = "" if c.zero.stage == 3 else f" (DeepSpeed offloads parameters with stage 3 only; this is stage {c.zero.stage})"
-            lines.append(f"Offload (not implemented in zerolab): with zero_optimization.offload_param.device = "
-                         f"{o.device}, DeepSpeed keeps each rank's parameter shard in {where} and copies it to the GPU when "
-                         f"its module is gathered{stage3}.")
+            keep = "" if o.device != "nvme" else f" (the first {o.max_in_cpu:,} elements stay in host memory)"
+            lines.append(f"Offload: offload_param.device = {o.device}: each rank's stage-3 parameter shards live in "
+                         f"{where}{keep} and are copied to the device when their module is gathered; persistent "
+                         "(small) parameters stay on the device.")
     return lines
 
 

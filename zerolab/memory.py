@@ -112,14 +112,17 @@ def measure_activations(model: torch.nn.Module, *inputs, loss_fn=None) -> dict:
     ``skipped_param_tensors`` (saves that were parameters or buffers, not counted).
     The graph is dropped at the end; nothing is trained.
     """
-    state_keys = {_storage_key(t) for t in (*model.parameters(), *model.buffers()) if not t.is_meta}
+    def state_keys() -> set:
+        # recomputed at every save: ZeRO stage 3 gathers parameters into new storage mid-forward
+        return {_storage_key(t) for t in (*model.parameters(), *model.buffers()) if not t.is_meta and t.numel()}
+
     input_keys = {_storage_key(t) for t in _walk(inputs) if not t.is_meta}
     held: list[torch.Tensor] = []  # keep them alive so a freed address is never reused mid-count
     skipped = 0
 
     def pack(t: torch.Tensor):
         nonlocal skipped
-        if not t.is_meta and _storage_key(t) in state_keys:
+        if not t.is_meta and _storage_key(t) in state_keys():
             skipped += 1
         else:
             held.append(t)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 import shutil
 import socket
 import tempfile
@@ -130,7 +131,9 @@ class StateHome:
         writes: list[Future] = []
         if self.where == "nvme":
             reads[0] = self._read_sub_group(0)
+        timeline = getattr(self.stage.comm, "timeline", None) if self.where != "device" else None
         for k, sg in enumerate(self.sub_groups):
+            t0 = time.perf_counter()
             if self.where == "nvme":
                 if self.pipeline_read and k + 1 < len(self.sub_groups):
                     reads[k + 1] = self._read_sub_group(k + 1)
@@ -142,6 +145,8 @@ class StateHome:
                 g = grads[i][a:b].to(self.tensors[j].device, torch.float32, non_blocking=True)
                 self.tensors[j].grad = g * inv if inv != 1.0 else g.clone()
             optimizer.step()
+            if self.where == "device" and self.stage.budget_check is not None:
+                self.stage.budget_check("the optimizer step")   # Adam's moments appear at the first step
             for j in sg:
                 t = self.tensors[j]
                 t.grad = None
@@ -157,6 +162,8 @@ class StateHome:
                         f.result()
                 if not self.pipeline_read and k + 1 < len(self.sub_groups):
                     reads[k + 1] = self._read_sub_group(k + 1)
+            if timeline is not None:
+                timeline.add("host", f"host step sub-group {k}", t0, time.perf_counter())
         for f in writes:
             f.result()
 
@@ -325,7 +332,7 @@ class NvmeStore:
     by the next run on the same host, which deletes folders whose process is gone)."""
 
     def __init__(self, nvme_path: str, rank: int, needed_bytes: int, *, what: str = "optimizer states",
-                 threads: int = 2, block_size: int = 1 << 20):
+                 threads: int = 2, block_size: int = 1 << 20, timeline=None):
         self.root = check_nvme_path(nvme_path, needed_bytes, what)
         remove_stale_swap_dirs(self.root)
         name = f"{SWAP_PREFIX}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -337,6 +344,7 @@ class NvmeStore:
         self.sizes: dict[str, int] = {}
         self.bytes_read = self.bytes_written = 0
         self.seconds_reading = self.seconds_writing = 0.0
+        self.timeline = timeline
         self.closed = False
 
     def _path(self, j, key: str) -> str:
@@ -352,17 +360,18 @@ class NvmeStore:
         return self.pool.submit(self._read, self._path(j, key), out)
 
     def _write(self, path: str, t: torch.Tensor) -> None:
-        import time
         start = time.perf_counter()
         view = memoryview(t.contiguous().view(torch.uint8).numpy())
         with open(path, "wb", buffering=0) as f:
             for a in range(0, len(view), self.block * 16):
                 f.write(view[a:a + self.block * 16])
         self.bytes_written += len(view)
-        self.seconds_writing += time.perf_counter() - start
+        end = time.perf_counter()
+        self.seconds_writing += end - start
+        if self.timeline is not None:
+            self.timeline.add("io", f"nvme write {os.path.basename(path)}", start, end)
 
     def _read(self, path: str, out: torch.Tensor) -> None:
-        import time
         start = time.perf_counter()
         view = memoryview(out.view(torch.uint8).numpy())
         with open(path, "rb", buffering=0) as f:
@@ -373,7 +382,10 @@ class NvmeStore:
                     raise OSError(f"{path}: file ended after {got} of {len(view)} bytes")
                 got += n
         self.bytes_read += len(view)
-        self.seconds_reading += time.perf_counter() - start
+        end = time.perf_counter()
+        self.seconds_reading += end - start
+        if self.timeline is not None:
+            self.timeline.add("io", f"nvme read {os.path.basename(path)}", start, end)
 
     def bytes_on_disk(self) -> int:
         return sum(self.sizes.values())
@@ -447,11 +459,14 @@ def make_state_home(stage, owned: list[torch.Tensor], zero, needed_state_factor:
     """The home ``zero.offload_optimizer`` asks for."""
     cfg = zero.offload_optimizer
     where = cfg.device if cfg.device in ("cpu", "nvme") else "device"
+    if where != "device" and cfg.ratio < 1:      # the parser refuses it; a Config built by hand might not
+        raise NotImplementedError("offload_optimizer.ratio < 1 (partial offload) is not implemented in zerolab")
     nvme = None
     if where == "nvme":
         numel = sum(o.numel() for o in owned)
         nvme = NvmeStore(cfg.nvme_path, stage.rank, numel * 4 * (1 + needed_state_factor) * stage.world_size,
-                         what="optimizer states (fp32 masters and moments of every rank)")
+                         what="optimizer states (fp32 masters and moments of every rank)",
+                         timeline=getattr(stage.comm, "timeline", None))
     return StateHome(stage, owned, where, sub_group_size=zero.sub_group_size, pin_memory=cfg.pin_memory,
                      nvme=nvme, pipeline_read=cfg.pipeline_read, pipeline_write=cfg.pipeline_write)
 

@@ -344,7 +344,8 @@ class Stage3(ReduceScatterGrads, StageBase):
             else:
                 out.append(g.index)
         need = sum(self.shards[i].numel() for i in out) * self.shards[0].element_size() * self.world_size
-        self._param_files = NvmeStore(po.nvme_path, self.rank, need, what="parameter shards of every rank")
+        self._param_files = NvmeStore(po.nvme_path, self.rank, need, what="parameter shards of every rank",
+                                      timeline=getattr(self.comm, "timeline", None))
         for i in out:
             self._param_files.write(i, "param", self.shards[i]).result()
             self._on_nvme.add(i)

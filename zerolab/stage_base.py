@@ -56,6 +56,7 @@ class StageBase(OrderedBuckets):
         self._live_buffers: dict[str, torch.Tensor] = {}
         self._got_grad: set[int] = set()         # ids of params that got a gradient this backward
         self.closed = False
+        self.budget_check = None                 # the engine's device budget, when it has one
         self._init_order()
         self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for _, p in named]
 
@@ -153,6 +154,8 @@ class StageBase(OrderedBuckets):
         else:
             self._live_buffers[key] = t
         self.peak_buffer_bytes = max(self.peak_buffer_bytes, self.buffer_bytes())
+        if t is not None and self.budget_check is not None:
+            self.budget_check("backward" if key.startswith("grads") else "a parameter gather")
 
     def buffer_bytes(self) -> int:
         return tensor_bytes(self._live_buffers.values())

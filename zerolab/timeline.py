@@ -3,7 +3,9 @@
 The engine writes *spans* (forward, backward, optimizer step) and its :class:`~zerolab.comm.Comm`
 writes every collective: a blocking one as ``comm`` (the rank waits the whole call), an
 asynchronous one as ``async`` (issued, then running beside the computation) plus the ``wait``
-the rank spends in ``handle.wait()`` for it. From those:
+the rank spends in ``handle.wait()`` for it. With offload the optimizer step's work on the host
+is ``host`` (inside the ``step`` span) and each NVMe read or write, on an I/O thread, is ``io``.
+From those:
 
     exposed communication  = blocking collectives + waits     (the rank stood still)
     hidden communication   = async spans - their waits         (ran while the rank computed)
@@ -23,12 +25,12 @@ from typing import Iterator
 
 __all__ = ["Event", "Timeline"]
 
-KINDS = ("compute", "comm", "async", "wait")
+KINDS = ("compute", "comm", "async", "wait", "host", "io")
 
 
 @dataclasses.dataclass(frozen=True)
 class Event:
-    kind: str          # compute (a span), comm (blocking collective), async, wait
+    kind: str          # compute (a span), comm (blocking collective), async, wait, host, io
     name: str          # "forward", "backward", "step", or the collective's op and tag
     start: float       # perf_counter seconds
     end: float
@@ -76,14 +78,17 @@ class Timeline:
         self.events.clear()
 
     def summary(self) -> dict[str, float]:
-        """Seconds: ``wall`` (spans), ``compute``, ``exposed_comm``, ``hidden_comm``."""
+        """Seconds: ``wall`` (spans), ``compute``, ``exposed_comm``, ``hidden_comm``, and with
+        offload ``host_step`` (host optimizer work, part of compute) and ``nvme_io`` (I/O threads)."""
         wall = sum(e.seconds for e in self.events if e.kind == "compute")
         blocking = sum(e.seconds for e in self.events if e.kind == "comm")
         waits = sum(e.seconds for e in self.events if e.kind == "wait")
         async_ = sum(e.seconds for e in self.events if e.kind == "async")
         exposed = blocking + waits
         return {"wall": wall, "compute": max(wall - exposed, 0.0), "exposed_comm": exposed,
-                "hidden_comm": max(async_ - waits, 0.0)}
+                "hidden_comm": max(async_ - waits, 0.0),
+                "host_step": sum(e.seconds for e in self.events if e.kind == "host"),
+                "nvme_io": sum(e.seconds for e in self.events if e.kind == "io")}
 
     def describe(self) -> str:
         s = self.summary()
@@ -104,13 +109,17 @@ class Timeline:
         if ax is None:
             _, ax = plt.subplots(figsize=(9, 2.4))
         start = min((e.start for e in self.events), default=0.0) if t0 is None else t0
-        colours = {"compute": "#4c72b0", "comm": "#dd8452", "async": "#55a868", "wait": "#c44e52"}
-        for row, kind in enumerate(KINDS):
+        colours = {"compute": "#4c72b0", "comm": "#dd8452", "async": "#55a868", "wait": "#c44e52",
+                   "host": "#8172b3", "io": "#937860"}
+        labels = {"compute": "compute spans", "comm": "blocking comm", "async": "async comm", "wait": "waits",
+                  "host": "host step", "io": "NVMe I/O"}
+        kinds = [k for k in KINDS if k in KINDS[:4] or any(e.kind == k for e in self.events)]
+        for row, kind in enumerate(kinds):
             spans = [((e.start - start) * 1e3, e.seconds * 1e3) for e in self.events if e.kind == kind]
             if spans:
                 ax.broken_barh(spans, (row - 0.35, 0.7), color=colours[kind])
-        ax.set_yticks(range(len(KINDS)))
-        ax.set_yticklabels(["compute spans", "blocking comm", "async comm", "waits"])
+        ax.set_yticks(range(len(kinds)))
+        ax.set_yticklabels([labels[k] for k in kinds])
         ax.set_xlabel("time since the first event (ms)")
         ax.set_title(title or self.describe())
         return ax

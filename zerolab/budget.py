@@ -1,0 +1,155 @@
+"""A device-memory budget: "this rank's device has 2 GB", enforced while training.
+
+A zerolab option outside DeepSpeed's keys (``zerolab.initialize(..., device_budget="2GB")``),
+so that a laptop can show what a GPU would do: DDP running out of memory where ZeRO-3 with
+offload fits the same model. The engine counts what it places on the device:
+
+    model states   parameters, gradients, optimizer states (``engine.memory()``)
+    buffers        gradient buckets and gathered parameters alive now
+    activations    what autograd saves for backward (through saved-tensor hooks; parameters
+                   and gathered parameter buffers left out), from forward until backward frees it
+
+and, the moment their sum would pass the capacity, raises :class:`DeviceOutOfMemoryError` (a
+``torch.OutOfMemoryError``, so code that catches a real OOM catches it too), naming the
+biggest consumers and the configs that would fit. On a GPU the CUDA allocator's own figure
+(``torch.cuda.memory_allocated``) is used instead of the count.
+"""
+from __future__ import annotations
+
+import re
+
+import torch
+
+from .memory import format_bytes
+
+__all__ = ["DeviceOutOfMemoryError", "Budget", "parse_bytes"]
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+class DeviceOutOfMemoryError(torch.OutOfMemoryError):
+    """The engine's device use would pass ``device_budget``."""
+
+
+def parse_bytes(value) -> int:
+    """``2_000_000_000``, ``"2GB"``, ``"1.5 GiB"``, ``"300MB"`` -> bytes (GB decimal, GiB binary)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value <= 0:
+            raise ValueError(f"device_budget must be positive, not {value}")
+        return int(value)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]i?b|b)?\s*", str(value), re.IGNORECASE)
+    if not m:
+        raise ValueError(f"device_budget {value!r}: give bytes as a number or text like '2GB' or '1.5GiB'")
+    n = float(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
+    if n <= 0:
+        raise ValueError(f"device_budget must be positive, not {value!r}")
+    return int(n)
+
+
+class Budget:
+    """The capacity of one rank's device and the running count checked against it."""
+
+    def __init__(self, engine, capacity):
+        self.engine = engine
+        self.capacity = parse_bytes(capacity)
+        self.activation_bytes = 0          # saved for backward now (unique storages)
+        self.peak_activation_bytes = 0
+        self.peak_bytes = 0                # the most counted at once
+        self._saved: dict[int, int] = {}   # storage address -> bytes
+        self.cuda = engine.device.type == "cuda"
+        stage = engine.stage
+        if hasattr(stage, "module_groups"):       # stage 3: its parameters are released already
+            self.largest_layer = max((g.numel for g in stage.groups), default=0)
+        else:
+            from .memory import largest_layer_params
+            self.largest_layer = largest_layer_params(engine.module)
+
+    # -- counting ----------------------------------------------------------------------------
+    def pack(self, t: torch.Tensor):
+        """The saved-tensor hook: count an activation (once per storage)."""
+        if not (t.is_meta or isinstance(t, torch.nn.Parameter)) and t.device == self.engine.device:
+            st = t.untyped_storage()
+            ptr = st.data_ptr()
+            if ptr and ptr not in self._saved and ptr not in self._param_ptrs():
+                self._saved[ptr] = st.nbytes()
+                self.activation_bytes += st.nbytes()
+                self.peak_activation_bytes = max(self.peak_activation_bytes, self.activation_bytes)
+                self.check("forward")
+        return t
+
+    def _param_ptrs(self) -> set[int]:
+        stage = self.engine.stage
+        ptrs = {p.untyped_storage().data_ptr() for p in self.engine.module.parameters()}
+        ptrs.update(f.untyped_storage().data_ptr() for f in getattr(stage, "full", {}).values())
+        return ptrs
+
+    def backward_done(self) -> None:
+        self._saved.clear()
+        self.activation_bytes = 0
+
+    def used(self) -> dict[str, int]:
+        m = self.engine.memory()
+        used = {"params": m["params"], "grads": m["grads"], "optimizer_states": m["optimizer_states"],
+                "buffers (buckets, gathered parameters)": m["buffers"] + m.get("model_buffers", 0),
+                "activations": self.activation_bytes}
+        return used
+
+    def check(self, where: str) -> None:
+        if self.cuda:
+            total = torch.cuda.memory_allocated(self.engine.device)
+            parts = {"allocated by torch on the GPU": total}
+        else:
+            parts = self.used()
+            total = sum(parts.values())
+        self.peak_bytes = max(self.peak_bytes, total)
+        if total > self.capacity:
+            raise DeviceOutOfMemoryError(self._message(where, total, parts))
+
+    # -- the message ---------------------------------------------------------------------------
+    def _message(self, where: str, total: int, parts: dict[str, int]) -> str:
+        e = self.engine
+        biggest = sorted(parts.items(), key=lambda kv: -kv[1])
+        lines = [f"rank {e.comm.rank}: out of device memory in {where}: {format_bytes(total)} needed, the "
+                 f"budget is {format_bytes(self.capacity)} (device_budget). Biggest consumers:"]
+        lines += [f"  {name:<40} {format_bytes(b):>12}" for name, b in biggest if b]
+        fits = self.configs_that_fit()
+        measured = ("plus the activations and buffers measured so far" if self.peak_activation_bytes
+                    else "activations not measured yet: they come on top")
+        if fits:
+            lines.append(f"Configs whose device memory would fit (model states by the formula, {measured}):")
+            lines += [f"  {label:<52} ~{format_bytes(b)}" for label, b in fits[:4]]
+        else:
+            lines.append("No ZeRO stage or offload fits this budget with these activations: lower the micro "
+                         "batch (activations), recompute activations (torch.utils.checkpoint), or add ranks.")
+        return "\n".join(lines)
+
+    def configs_that_fit(self) -> list[tuple[str, int]]:
+        """(config change, estimated device bytes) for each option that would fit, smallest
+        change first: a higher stage, then optimizer offload, then parameter offload."""
+        e = self.engine
+        psi = sum(p.numel() for _, p in e.stage.named)
+        n = e.comm.world_size
+        p_b = torch.empty(0, dtype=e.dtype).element_size()
+        masters = 0 if e.dtype == torch.float32 else 4
+        opt_b = masters + 8                       # fp32 master (mixed) + Adam's two moments
+        extra = self.peak_activation_bytes + e.stage.peak_buffer_bytes
+        gathered = 2 * p_b * self.largest_layer           # stage 3: one layer's params + grads (4L)
+        now = e.config.zero.stage
+        current = (now, e.config.zero.offload_optimizer.device != "none", e.config.zero.offload_param.device != "none")
+        out = []
+        for stage in range(now, 4):
+            for opt_off, par_off in ((False, False), (True, False), (True, True)):
+                if par_off and stage != 3 or opt_off and stage == 0 or (stage, opt_off, par_off) == current:
+                    continue
+                params = psi * p_b / (n if stage == 3 else 1)
+                grads = 0 if opt_off and stage >= 2 else psi * p_b / (n if stage >= 2 else 1)
+                opt = 0 if opt_off else psi * opt_b / (n if stage >= 1 else 1)
+                if par_off:
+                    params = 0
+                dev = int(params + grads + opt + max(extra, gathered if stage == 3 else 0))
+                if dev <= self.capacity:
+                    label = f"stage {stage}" + (" + offload_optimizer cpu" if opt_off else "") + (
+                        " + offload_param cpu" if par_off else "")
+                    out.append((label, dev))
+        return out
