@@ -42,6 +42,16 @@ fi
 step "installing zerolab with the course and test extras"
 "$PY" -m pip install --quiet -e '.[course,test]' || exit 1
 
+# tests/test_lab_browser.py drives JupyterLab in a real headless Chromium (Debian's package; playwright
+# from the test extra launches it, no browser download). Installed here when it is missing and we
+# may (root, apt); elsewhere that one test is skipped with a message saying so.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    step "installing chromium (tests/test_lab_browser.py)"
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get update -qq && apt-get install -y -qq chromium fonts-dejavu-core >/dev/null; } \
+        || echo "(chromium could not be installed: tests/test_lab_browser.py will be skipped)"
+fi
+
 step "pytest tests/"
 start=$SECONDS
 "$PY" -m pytest tests/

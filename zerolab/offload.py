@@ -325,14 +325,14 @@ def _pack(sizes: list[int], limit: int) -> list[list[int]]:
 class NvmeStore:
     """Tensors kept in files under ``<nvme_path>/zerolab-swap-<host>-<pid>-<id>/rank<r>/``.
 
-    Reads and writes run on a small pool of I/O threads (Python's file calls release the GIL,
-    so they proceed while the optimizer computes); each returns a Future. Every run writes into
+    Reads and writes run on a pool of four I/O threads (Python's file calls release the GIL,
+    so they proceed while the optimizer computes), reading 1 MiB at a time; each returns a Future. Every run writes into
     a folder of its own and reads only what it wrote itself, so a killed run's files are never
     trusted by a later one; they are removed at :meth:`close` (or, if the process was killed,
     by the next run on the same host, which deletes folders whose process is gone)."""
 
     def __init__(self, nvme_path: str, rank: int, needed_bytes: int, *, what: str = "optimizer states",
-                 threads: int = 2, block_size: int = 1 << 20, timeline=None):
+                 threads: int = 4, block_size: int = 1 << 20, timeline=None):
         self.root = check_nvme_path(nvme_path, needed_bytes, what)
         remove_stale_swap_dirs(self.root)
         name = f"{SWAP_PREFIX}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -376,8 +376,8 @@ class NvmeStore:
         view = memoryview(out.view(torch.uint8).numpy())
         with open(path, "rb", buffering=0) as f:
             got = 0
-            while got < len(view):
-                n = f.readinto(view[got:])
+            while got < len(view):            # 1 MiB at a time (DeepSpeed's aio block): measured
+                n = f.readinto(view[got:got + self.block])   # closer to the disk's rate here
                 if not n:
                     raise OSError(f"{path}: file ended after {got} of {len(view)} bytes")
                 got += n
