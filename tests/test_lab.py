@@ -173,6 +173,83 @@ def test_draw_plan():
     plt.close(fig)
 
 
+# ----------------------------------------------------------------------------- extension
+
+def test_placement_cpu_offload_moves_the_optimizer_to_the_host(pool):
+    p = lab.placement(2, 2, "cpu", pool=pool)
+    on_device = lab.placement(2, 2, "none", pool=pool)
+    shard = sum(on_device.sub_groups[0])                       # the optimizer steps this rank's shard
+    for r in range(2):
+        dev, host, nvme = (p.places[r][w] for w in lab.PLACES)
+        assert dev["optimizer_states"] == 0 and dev["grads"] == 0
+        tiles = p.tiles[r]                                     # Adam's 4-byte step counter per tile
+        assert host["optimizer_states"] == (4 + 8) * shard + 4 * tiles     # fp32 master + two moments
+        assert host["grads"] == 4 * shard                      # the fp32 gradient shard
+        assert nvme["model_states"] == 0
+        # the same bytes the device held without offload (the counters: one per group there)
+        assert on_device.places[r]["device"]["optimizer_states"] - 4 * on_device.tiles[r] \
+            == host["optimizer_states"] - 4 * tiles
+    kinds = {k for k, _, _, _ in p.events[0]}
+    assert "host" in kinds and "io" not in kinds and p.io[0] == {}
+    assert p.split(0)["host"] > 0 and p.split(0)["io"] == 0
+    assert "in host memory" in p.switches["optimizer states"]
+    assert "optimizer states in host memory" in p.describe() and "NVMe during" not in p.describe()
+
+
+def test_placement_nvme_streams_sub_groups_and_cleans_up(pool):
+    import os
+    p = lab.placement(2, 3, "nvme", "nvme", sub_group_size=1000, pipeline_read=True, pipeline_write=True,
+                      pool=pool)
+    shard = sum(p.sub_groups[0])
+    assert len(p.sub_groups[0]) > 1 and max(p.sub_groups[0]) <= 1000
+    for r in range(2):
+        dev, host, nvme = (p.places[r][w] for w in lab.PLACES)
+        assert dev["params"] == 2 and dev["optimizer_states"] == 0     # only the frozen temperature
+        assert nvme["optimizer_states"] == (4 + 8) * shard and nvme["params"] == 2 * shard
+        assert host["optimizer_states"] == 0 and host["grads"] == 4 * shard
+        opt = p.io[r]["optimizer"]                             # every state in and out once per step
+        assert opt["bytes_read"] == opt["bytes_written"] == (4 + 8) * shard
+        assert opt["reads"] == opt["writes"] > 0
+        par = p.io[r]["params"]                                # each gather reads its shard
+        assert par["reads"] >= len(p.gathers[r]) and par["bytes_written"] == 2 * shard
+    names = [name for k, name, _, _ in p.events[0] if k == "io"]
+    assert any(".param." in n for n in names) and any(".master." in n for n in names)
+    hosts = [e for e in p.events[0] if e[0] == "host"]
+    assert len(hosts) == len(p.sub_groups[0])                  # one host event per sub-group
+    assert p.split(0)["io"] > 0
+    assert p.nvme_dir is not None and not os.path.exists(p.nvme_dir)   # the temporary folder is gone
+    assert "NVMe during the step, parameter shards" in p.describe()
+
+
+def test_placement_stage3_gathers_and_refusals(pool):
+    p = lab.placement(2, 3, "none", pool=pool)
+    tr = lab.step_trace(2, 3, "bf16", pool=pool)
+    params = [c for c in tr.calls if c.op == "all_gather" and c.tag.startswith("params")]
+    assert [(t, n) for t, n, _, _ in p.gathers[0]] == [(c.tag, c.numel) for c in params]
+    assert all(s is not None and e >= s for _, _, s, e in p.gathers[0])
+    assert ("none prefetched" in p.describe()) == (p.prefetched[0] == 0)
+    assert all(p.places[r][w]["model_states"] == 0 for r in range(2) for w in ("host", "nvme"))
+    assert max(b for _, _, b in p.memory[0]) > 0 == p.memory[0][-1][2]       # gathered, then released
+    assert p.nvme_dir is None and len(p.sub_groups[0]) == 1 and p.tiles[0] == len(lab.holdings(2, 3, "bf16", pool=pool).groups)
+    with pytest.raises(ValueError, match="stage 3"):
+        lab.placement(2, 2, "cpu", "cpu", pool=pool)
+    with pytest.raises(ValueError, match="offload_optimizer"):
+        lab.placement(2, 2, "disk", pool=pool)
+    with pytest.raises(ValueError, match="stage 1, 2 or 3"):
+        lab.offload_config(0, 2, "cpu")
+
+
+def test_draw_placement(pool):
+    import matplotlib.pyplot as plt
+    p = lab.placement(2, 3, "nvme", "nvme", sub_group_size=1000, pipeline_read=True, pipeline_write=True,
+                      pool=pool)
+    fig = lab.draw_placement(p)
+    titles = " | ".join(ax.get_title() for ax in fig.axes)
+    assert "what each rank holds where" in titles and "NVMe" in titles
+    assert "parameter shards on NVMe" in fig._suptitle.get_text()
+    plt.close(fig)
+
+
 # ----------------------------------------------------------------------------- widgets, without a browser
 
 def test_widgets_respond_to_their_controls(pool):
@@ -199,3 +276,15 @@ def test_widgets_respond_to_their_controls(pool):
     first = text.value
     gpus.value = 64
     assert text.value != first and "on 64 x" in text.value
+
+    ext = lab.extension_widget(pool, world_size=2, stage=3, offload_optimizer="none", max_ranks=2)
+    n, stage, opt, par = ext.children[0].children
+    sub, read, write = ext.children[1].children
+    text, image = ext.children[-1], ext.children[-2].value
+    assert "optimizer states on the device" in text.value and read.disabled
+    opt.value = "cpu"
+    assert "optimizer states in host memory" in text.value and ext.children[-2].value != image
+    par.value = "cpu"
+    assert "parameter shards in host memory" in text.value
+    stage.value = 2                                           # parameters are offloaded only at stage 3
+    assert par.value == "none" and par.disabled and "stage 2, N = 2" in text.value

@@ -2,10 +2,10 @@
 
 A JupyterLab server (its own port, token, config and settings directories, all temporary) opens
 a copy of notebooks/12_visual_lab.ipynb with its outputs removed; every cell is run in the
-page; then the three modes' widgets must have rendered (controls and a picture each), and
+page; then the four modes' widgets must have rendered (controls and a picture each), and
 must answer their controls: the basic mode's stage dropdown, the core mode's collective
-slider (moved with the keyboard) and the application mode's GPU-count dropdown each change
-what the widget shows.
+slider (moved with the keyboard), the application mode's GPU-count dropdown and the extension
+mode's offload_optimizer dropdown each change what the widget shows.
 
 Needs Debian's ``chromium`` (``apt-get install -y chromium``; or ``ZEROLAB_CHROMIUM=/path``)
 and the Python package ``playwright`` (the ``test`` extra; no browser download: the system
@@ -140,7 +140,8 @@ def test_the_lab_renders_and_answers_in_jupyterlab(browser_tools, lab_server):
             basic = page.locator(".zerolab-lab-basic")
             core = page.locator(".zerolab-lab-core")
             app = page.locator(".zerolab-lab-application")
-            for box in (basic, core, app):                       # each mode rendered: controls and a picture
+            ext = page.locator(".zerolab-lab-extension")
+            for box in (basic, core, app, ext):                       # each mode rendered: controls and a picture
                 expect(box.locator("img")).to_have_count(1, timeout=60_000)
                 expect(box.locator(".widget-dropdown").first).to_be_visible()
             expect(page.locator(".jp-OutputArea-output pre", has_text="the lab's ranks are stopped"))\
@@ -167,6 +168,14 @@ def test_the_lab_renders_and_answers_in_jupyterlab(browser_tools, lab_server):
             core.locator(".widget-slider").nth(1).locator(".noUi-handle").focus()
             page.keyboard.press("ArrowRight")
             expect(line).to_contain_text("#1:", timeout=30_000)
+
+            # extension mode: the optimizer states to host memory instead of the device
+            summary = ext.locator(".widget-html").last
+            expect(summary).to_contain_text("optimizer states on the device")
+            picture = ext.locator("img").get_attribute("src")
+            ext.locator(".widget-dropdown select").nth(1).select_option("cpu")
+            expect(summary).to_contain_text("optimizer states in host memory", timeout=60_000)
+            expect(ext.locator("img")).not_to_have_attribute("src", picture, timeout=30_000)
         except Exception:
             page.screenshot(path=str(tmp / "failure.png"))
             print(f"screenshot: {tmp / 'failure.png'}; server log: {tmp / 'server.log'}")

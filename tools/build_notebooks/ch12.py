@@ -26,7 +26,7 @@ md(r"""
 *Look at the move while it happens.*
 
 Every chapter so far measured one thing at a time and printed it beside its formula. This one
-puts the whole move on screen, in three modes, each a set of controls over a **real engine on
+puts the whole move on screen, in four modes, each a set of controls over a **real engine on
 real ranks** (or, for clusters we do not have, over the simulator):
 
 | in the story | in training | what the lab draws |
@@ -38,6 +38,7 @@ real ranks** (or, for clusters we do not have, over the simulator):
 | the folding chair | the **activations** | (not sharded by any stage; the application mode counts them) |
 | the captain's tally of every shout | the **ledger** (`engine.ledger`, one record per collective) | each collective, in order |
 | the stopwatch | the **timeline** (`engine.timeline`) | when each rank computed and waited |
+| the company warehouse | **offload**: host memory and NVMe | what each rank keeps where, and when it moves |
 
 1. **Basic**: choose N, the ZeRO stage and the precision; see which shard of each giant every
    rank holds, measured from the engine's own tensors.
@@ -46,8 +47,9 @@ real ranks** (or, for clusters we do not have, over the simulator):
 3. **Application**: choose a model, a GPU count, the GPU memory and the interconnect; see which
    configurations fit and how fast a step would be, from the scale simulator.
 
-A fourth mode, offload and prefetch (what lives on the GPU, on the CPU, and when it moves), comes
-with zerolab's offload engine.
+4. **Extension**: move the optimizer states (and at stage 3 the parameter shards) off the device,
+   to host memory or to NVMe files; see what each rank keeps in each place, and when in the
+   step the bytes move. (Offload only: zerolab's stage 3 does not prefetch, see section 4.)
 
 The widgets answer as you move them. If you read this notebook without a running kernel, the
 printed cell above each widget shows what the widget shows at its first setting.
@@ -183,6 +185,71 @@ code(r"""
 lab.application_widget(model="Llama-2 7B", gpus=8, gpu="a100-80gb", gpu_memory_gb=80, link="nvlink-a100")
 """, IGNORE),
 md(r"""
+## 4. Extension: what lives where, and when
+
+The heavy notebook does not have to stay on the desk. With `offload_optimizer` the optimizer
+states (fp32 masters, Adam's two moments) and the fp32 gradient shard move to **host memory**
+(`"cpu"`), and the optimizer step runs there, on the CPU; with `"nvme"` they live in **files**
+and stream through host memory one *sub-group* (at most `sub_group_size` elements) at a time,
+the next one read (`pipeline_read`) and the last one written (`pipeline_write`) on I/O threads
+while the current one steps. At stage 3, `offload_param` sends the parameter shards there too;
+each gather copies its shard up first.
+
+Each choice runs a real engine on 2 ranks: a warm-up step, then one recorded step. The bytes
+are `engine.memory("device")`, `engine.memory("host")` and `engine.memory("nvme")` after that
+step; the step's timeline has a row for the host optimizer step (one span per sub-group) and
+for every NVMe read and write. The NVMe files go to a temporary folder, removed afterwards.
+
+On this machine the "device" is the CPU playing the GPU's part, and host memory is the same
+RAM: the *accounting* is exact (which tensor lives where), the *times* are a small machine's.
+And one thing is not here: DeepSpeed's stage 3 **prefetches** the next modules'
+parameters while the current one computes (`stage3_prefetch_bucket_size`); zerolab's stage 3
+gathers each module just in time and accepts the prefetch keys without effect. What the lab
+shows for stage 3 is what zerolab does: each gather, when it happens, and the release after.
+
+**Predict, then run.** Stage 3, 2 ranks, bf16, optimizer offloaded to the CPU: how many bytes
+per element of its shard does a rank keep in host memory? (fp32 master, two moments, the fp32
+gradient.) And what is left on the device?
+"""),
+code(r"""
+shard = sum(lab.placement(2, 3, "none", pool=pool).sub_groups[0])
+print(f"stage 3, N = 2, bf16: each rank's shard is {shard:,} elements; rank 0's model states after the step, in bytes")
+print(f"{'optimizer':<11}{'params':<8}{'device':>9}{'host':>9}{'NVMe':>9}")
+for opt, par in (("none", "none"), ("cpu", "none"), ("cpu", "cpu"), ("nvme", "none"), ("nvme", "nvme")):
+    p = lab.placement(2, 3, opt, par, pool=pool)
+    print(f"{opt:<11}{par:<8}" + "".join(f"{p.bytes(0, w):>9,}" for w in lab.PLACES))
+print()
+print(lab.placement(2, 3, "none", pool=pool).describe())
+"""),
+md(r"""
+Read the host column with the optimizer on the CPU: 16 bytes per element of the shard (4 the
+fp32 master, 8 the two moments, 4 the fp32 gradient), plus Adam's 4-byte step counter per
+tensor; the device keeps only the bf16 parameter shard (and TinyLM's frozen 2-byte
+temperature). Offload the parameters too and the device keeps only that temperature. On NVMe the
+same bytes sit in files, except the gradient, which the host step reads from memory.
+
+Now the step itself, with everything on NVMe, sub-groups of at most 1,000 elements and both
+pipelines on. The rows of the timeline say when the bytes moved: parameter shards read from
+their files at each gather (forward and backward), the optimizer states read, stepped and
+written back sub-group by sub-group. The time split is measured (and so is only drawn, never
+printed): on a laptop it is mostly gloo.
+"""),
+code(r"""
+p = lab.placement(2, 3, "nvme", "nvme", sub_group_size=1000, pipeline_read=True, pipeline_write=True, pool=pool)
+print(p.describe())
+fig = lab.draw_placement(p)
+plt.show()
+"""),
+md(r"""
+Now the controls: the stage, where the optimizer states live, where the parameter shards live
+(stage 3 only), the sub-group size and the NVMe pipelines. Try the optimizer on the CPU and
+watch the host-step row appear at the end of the step; then NVMe without pipelining, with
+pipelining, and with smaller sub-groups. The first setting is the one printed above.
+"""),
+code(r"""
+lab.extension_widget(pool, world_size=2, stage=3, offload_optimizer="none", max_ranks=N_MAX)
+""", IGNORE),
+md(r"""
 ## What we saw
 
 - **Who holds what** (basic): stage 1 splits the optimizer states, stage 2 the gradients as
@@ -194,6 +261,10 @@ md(r"""
   buckets are in flight, and falls as they are released.
 - **Planning** (application): 16 bytes per parameter decide which stage fits; the link and the
   CPU decide how fast.
+- **Offload** (extension): the optimizer states and the fp32 gradient shard (16 bytes per
+  element of the shard in mixed precision) leave the device for host memory or NVMe files;
+  the step then runs on the host, sub-group by sub-group, and NVMe adds reads and writes that
+  the pipelines overlap with it. Stage 3 gathers just in time: zerolab has no prefetch.
 
 ## Questions
 
@@ -208,6 +279,11 @@ md(r"""
    100 Gb Ethernet. What bounds the step now, and which stage loses the most? (Stage 3 moves
    3Ψ per step, the others 2Ψ.)
 5. Same model: lower the GPU memory until stage 2 no longer fits. Which bytes push it over?
+6. In the extension mode, put the optimizer states on NVMe with sub_group_size 500. How many
+   reads does one step make, and why is it three times the number of tensors the optimizer
+   steps? (Compare the sub-group sizes in the summary.)
+7. Same setting: switch `pipeline_read` on. Which spans of the NVMe row move, relative to the
+   host-step spans? Do the printed bytes change?
 
 Close the crews when you are done:
 """),
