@@ -1,0 +1,457 @@
+"""Exercise 5 check: the tiled host optimizer step, written by the learner, run in the real engine.
+
+With ``offload_optimizer`` the fp32 masters and the optimizer's moments live in host memory
+(the company warehouse), and the step runs there, one *sub-group* at a time (DeepSpeed's
+``sub_group_size``). The learner writes that loop::
+
+    def host_step(home, optimizer, grads, combined):
+        # for each sub-group: copy its gradients down and unscale them (fp32),
+        # step, clear the gradients, copy the updated values up
+
+``home`` is the engine's :class:`zerolab.offload.StateHome` (``sub_groups``, ``tiles``,
+``tensors``, ``stage.write_params``), ``grads`` the reduced gradient shards (one per group, in
+any dtype), ``combined`` the loss scale times the clipping factor.
+
+:func:`check_host_step` runs in two parts:
+
+1. *Alone*: a real ``StateHome`` in host memory over three 16-bit groups that do not divide
+   into sub-groups evenly, stepped twice by AdamW with the learner's loop and with zerolab's
+   (``StateHome.step``), at three ``sub_group_size`` values.
+2. *In the engine*: on 2 ranks, ``StateHome.step`` is replaced by the learner's loop (through an
+   instrumented optimizer and ``write_params``) while a TinyLM trains with optimizer offload to
+   the host: stages 1, 2 and 3 (3 also with its parameters offloaded), fp32, fp16 and bf16,
+   gradient accumulation and clipping on, at three ``sub_group_size`` values; the same runs with
+   zerolab's own step must end with bit-identical masters, parameters and losses.
+
+In both parts every ``optimizer.step()`` call is watched: which tiles carry a gradient (exactly
+the current sub-group's), whether each gradient is the reduced one times ``1 / combined`` in
+fp32, bit for bit, and whether every tile is written up once, after its step. The first
+difference fails the check with a hint naming the likely mistake: forgetting to unscale,
+unscaling in 16 bits or dividing instead of multiplying by ``1 / combined``, stepping every
+sub-group at once, forgetting ``t.grad = None``, not writing back (or writing before the step),
+a wrong slice.
+"""
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+
+import torch
+
+from ..offload import StateHome
+from . import ExerciseCheckFailed, crew_of, not_implemented, passed, rank_failure
+
+__all__ = ["check_host_step", "check_alone", "check_engine", "reference_host_step", "ENGINE_CASES",
+           "ALONE_SIZES", "ALONE_SUB_GROUPS", "SUB_GROUP_SIZES"]
+
+_BUILTIN_STEP = StateHome.step            # zerolab's own loop, whatever is patched later
+
+ALONE_SIZES = (50, 23, 81)                # three groups' shards (elements)
+ALONE_SUB_GROUPS = (40, 64, 10**9)        # tiles cut at 40 / packed to 64 / one sub-group
+SUB_GROUP_SIZES = (37, 200, 10**9)        # in the engine: many sub-groups, a few, one
+# (stage, precision, offload_param) for the engine part; each at every SUB_GROUP_SIZES value
+ENGINE_CASES = tuple((stage, precision, False) for stage in (1, 2, 3) for precision in ("fp32", "fp16", "bf16")
+                     ) + ((3, "fp16", True),)
+ENGINE_STEPS = 3
+
+
+def reference_host_step(home, optimizer, grads, combined) -> None:
+    """zerolab's loop (``StateHome.step``), for comparison."""
+    _BUILTIN_STEP(home, optimizer, grads, combined)
+
+
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, 96, initial_indent="  ", subsequent_indent="        ")
+
+
+# ----------------------------------------------------------------------------- watching a step
+
+class _Watch:
+    """Stands in for the optimizer (and ``stage.write_params``) while the learner's loop runs,
+    and notes the first thing that differs from the built-in loop."""
+
+    def __init__(self, home, optimizer, grads, combined, where: str):
+        self._home, self._opt, self._where = home, optimizer, where
+        self._combined = combined
+        self._grads = [g.detach().clone() for g in grads]     # as the engine handed them over
+        self._real_write = home.stage.write_params
+        self.calls = 0
+        self.writes: dict[int, list[tuple[int, int, int]]] = {}   # tile -> [(call index, start, numel)]
+        self.problem: tuple[str, str] | None = None
+
+    # the optimizer's face: everything but step() is the real optimizer's
+    def __getattr__(self, name):
+        return getattr(self._opt, name)
+
+    def _note(self, what: str, hint: str) -> None:
+        if self.problem is None:
+            self.problem = (f"{self._where}: {what}", hint)
+
+    def _tile_of(self, j: int) -> str:
+        i, a, b = self._home.tiles[j]
+        return f"tile {j} (group {i}, elements {a}:{b})"
+
+    def _want(self, j: int) -> torch.Tensor:
+        i, a, b = self._home.tiles[j]
+        return self._grads[i][a:b].to(torch.float32) * (1.0 / self._combined)
+
+    def step(self, closure=None):
+        home, k = self._home, self.calls
+        sgs = home.sub_groups
+        live = [j for j, t in enumerate(home.tensors) if t.grad is not None]
+        if k >= len(sgs):
+            self._note(f"optimizer.step() called {k + 1} times; there are {len(sgs)} sub-groups",
+                       "step once per sub-group (for sg in home.sub_groups: ... optimizer.step() ...)")
+        else:
+            self._check_live(k, sgs, live)
+            for j in sgs[k]:
+                if home.tensors[j].grad is not None:
+                    self._check_grad(k, j)
+        self.calls += 1
+        return self._opt.step()
+
+    def _check_live(self, k, sgs, live) -> None:
+        want = list(sgs[k])
+        if live == want:
+            return
+        before = {j for s in sgs[:k] for j in s}
+        after = {j for s in sgs[k + 1:] for j in s}
+        extra = [j for j in live if j not in want]
+        missing = [j for j in want if j not in live]
+        if len(sgs) > 1 and sorted(live) == sorted(j for s in sgs for j in s):
+            self._note(f"at the step of sub-group {k}, all {len(live)} tiles of all {len(sgs)} sub-groups "
+                       f"had a gradient",
+                       "stepping all at once: set the gradients of ONE sub-group, step, clear them, then the "
+                       "next; sub_group_size bounds the fp32 gradients (and, with NVMe, the states) held "
+                       "at once")
+        elif extra and all(j in before for j in extra):
+            self._note(f"at the step of sub-group {k}, tiles {extra[:4]} of earlier sub-groups still had "
+                       f"their gradients (the step moves them again)",
+                       "after optimizer.step(), clear each tile's gradient: home.tensors[j].grad = None")
+        elif extra and any(j in after for j in extra):
+            self._note(f"at the step of sub-group {k}, tiles {[j for j in extra if j in after][:4]} of later "
+                       f"sub-groups already had gradients",
+                       "stepping all at once: set only the current sub-group's gradients before each "
+                       "optimizer.step()")
+        elif missing:
+            self._note(f"at the step of sub-group {k} ({want}), {self._tile_of(missing[0])} had no gradient",
+                       "give every tile of the sub-group its gradient (for j in sg: ...) before stepping")
+        else:
+            self._note(f"at the step of sub-group {k}, tiles {live[:6]} had gradients; expected {want}",
+                       "loop over home.sub_groups in order, each a list of tile numbers")
+
+    def _check_grad(self, k: int, j: int) -> None:
+        home = self._home
+        got = home.tensors[j].grad
+        i, a, b = home.tiles[j]
+        want = self._want(j)
+        where = f"sub-group {k}, {self._tile_of(j)}"
+        if got.dtype != torch.float32:
+            self._note(f"{where}: the gradient is {str(got.dtype).replace('torch.', '')}, not float32",
+                       "convert the gradient to fp32 (.to(torch.float32)) before unscaling: the masters "
+                       "and the optimizer work in fp32")
+            return
+        if got.shape != want.shape:
+            self._note(f"{where}: the gradient has shape {tuple(got.shape)}, expected {tuple(want.shape)}",
+                       "wrong slice: tile j = (i, a, b) takes grads[i][a:b]")
+            return
+        got = got.detach().to(want.device)
+        if torch.equal(got, want):
+            return
+        g = self._grads[i][a:b]
+        c = self._combined
+        if torch.equal(got, g.to(torch.float32)) and c != 1.0:
+            hint = (f"forgot to unscale: multiply by 1 / combined ({c:.6g}: the loss scale times the "
+                    f"clipping factor) after converting to fp32")
+        elif torch.equal(got, g.to(torch.float32) / c):
+            hint = ("divided by combined: multiply by inv = 1.0 / combined instead, as the engine does "
+                    "(the two round differently in the last bit)")
+        elif torch.equal(got, (g * (1.0 / c)).to(torch.float32)):
+            hint = ("unscaled in the gradient's 16-bit dtype: convert to fp32 first, then multiply by "
+                    "1 / combined")
+        elif torch.equal(got, g.to(torch.float32) * c):
+            hint = "multiplied by combined: unscaling multiplies by 1 / combined"
+        elif self._other_slice(got):
+            hint = "wrong slice: tile j = (i, a, b) takes grads[i][a:b] (group i, from a to b)"
+        else:
+            hint = "the gradient of tile j is grads[i][a:b] converted to fp32, times 1 / combined"
+        diff = float((got - want).abs().max())
+        self._note(f"{where}: the gradient at the step differs from grads[{i}][{a}:{b}] in fp32 x "
+                   f"1/combined (max |difference| {diff:.3g})", hint)
+
+    def _other_slice(self, got: torch.Tensor) -> bool:
+        n, inv = got.numel(), 1.0 / self._combined
+        for g in self._grads:
+            full = g.to(torch.float32) * inv
+            for a in range(0, max(full.numel() - n + 1, 0)):
+                if torch.equal(full[a:a + n], got):
+                    return True
+        return False
+
+    def write_params(self, i: int, start: int, values: torch.Tensor) -> None:
+        home = self._home
+        js = [j for j, (gi, a, b) in enumerate(home.tiles) if gi == i and a == start]
+        if not js:
+            self._note(f"write_params({i}, {start}, ...) starts at no tile of group {i}",
+                       "write each tile back from its own start: home.stage.write_params(i, a, t)")
+        else:
+            j = js[0]
+            _, a, b = home.tiles[j]
+            self.writes.setdefault(j, []).append((self.calls, start, values.numel()))
+            k = next(n for n, sg in enumerate(home.sub_groups) if j in sg)
+            if self.calls <= k:
+                self._note(f"{self._tile_of(j)} was written up before the step of its sub-group {k}",
+                           "write back after optimizer.step(), so that the parameters get the updated "
+                           "values")
+            elif values.numel() != b - a:
+                self._note(f"{self._tile_of(j)} was written up with {values.numel()} values, not {b - a}",
+                           "wrong slice: write the whole tile, home.stage.write_params(i, a, "
+                           "home.tensors[j])")
+        return self._real_write(i, start, values)
+
+    def finish(self) -> None:
+        home = self._home
+        n = len(home.sub_groups)
+        if self.calls == 0:
+            self._note("optimizer.step() was never called", "step once per sub-group")
+        elif self.calls < n:
+            self._note(f"optimizer.step() called {self.calls} times for {n} sub-groups",
+                       "stepping all at once: step once per sub-group, with only its tiles' gradients set"
+                       if self.calls == 1 else "step every sub-group (for sg in home.sub_groups)")
+        unwritten = [j for j in range(len(home.tiles)) if j not in self.writes]
+        if unwritten:
+            self._note(f"{self._tile_of(unwritten[0])} (and {len(unwritten) - 1} more) never written up",
+                       "not writing back: after the step, copy each tile up with "
+                       "home.stage.write_params(i, a, home.tensors[j]); the parameters keep their old "
+                       "values otherwise")
+        twice = [j for j, w in self.writes.items() if len(w) > 1]
+        if twice:
+            self._note(f"{self._tile_of(twice[0])} was written up {len(self.writes[twice[0]])} times",
+                       "write each tile once, after the step of its sub-group")
+        left = [j for j, t in enumerate(home.tensors) if t.grad is not None]
+        if left:
+            self._note(f"after the step, tiles {left[:4]} still hold their gradients",
+                       "clear each tile's gradient after stepping (home.tensors[j].grad = None): the "
+                       "host holds them for nothing, and the next step would move them again")
+
+
+def _run_watched(fn: Callable, home, optimizer, grads, combined, where: str) -> tuple[str, str] | None:
+    """Run the learner's loop on ``home`` under a :class:`_Watch`; the first problem, or None.
+    A NotImplementedError (the unfinished exercise) propagates."""
+    watch = _Watch(home, optimizer, grads, combined, where)
+    saved = home.optimizer
+    home.optimizer = watch
+    home.stage.write_params = watch.write_params
+    try:
+        fn(home, watch, grads, combined)
+    except NotImplementedError:
+        raise
+    except Exception as exc:                      # noqa: BLE001  (the learner's error, explained)
+        text = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        hint = "your host_step raised"
+        if "size" in text or "shape" in text:
+            hint = "wrong slice: tile j = (i, a, b) takes grads[i][a:b] and home.tensors[j]"
+        elif "dtype" in text or "type" in text:
+            hint = "the gradient must be float32, like the master it belongs to"
+        return (f"{where}: {text}", hint)
+    finally:
+        home.optimizer = saved
+        del home.stage.write_params               # the stage's own method again
+    watch.finish()
+    return watch.problem
+
+
+def _fail(problem: tuple[str, str]) -> ExerciseCheckFailed:
+    what, hint = problem
+    lines = textwrap.wrap(what, 96, subsequent_indent="  ")
+    return ExerciseCheckFailed("\n".join(lines) + "\n" + _wrap("hint: " + hint))
+
+
+# ----------------------------------------------------------------------------- part 1: alone
+
+class _Shard:
+    """The least a StateHome needs of a stage: the 16-bit shards it writes into."""
+
+    def __init__(self, owned):
+        self.owned = owned
+        self.mixed, self.comm, self.budget_check, self.param_where = True, None, None, "device"
+
+    def write_params(self, i: int, start: int, values: torch.Tensor) -> None:
+        self.owned[i][start:start + values.numel()].copy_(values)
+
+
+def _alone_home(sub_group_size: int, dtype=torch.float16):
+    gen = torch.Generator().manual_seed(5)
+    owned = [torch.randn(n, generator=gen).to(dtype) for n in ALONE_SIZES]
+    stage = _Shard(owned)
+    home = StateHome(stage, owned, "cpu", sub_group_size=sub_group_size)
+    opt = torch.optim.AdamW(home.optimizer_params, lr=1e-2, weight_decay=0.1)
+    home.attach(opt)
+    return home, opt, stage
+
+
+def _alone_grads(step: int, dtype=torch.float16):
+    gen = torch.Generator().manual_seed(100 + step)
+    return [(torch.randn(n, generator=gen) * 256).to(dtype) for n in ALONE_SIZES]
+
+
+def check_alone(fn: Callable) -> int:
+    """Part 1: the learner's loop on a StateHome of three fp16 groups, against zerolab's, at
+    each of ALONE_SUB_GROUPS; two AdamW steps with combined = 256 x 1.7 (loss scale x clipping).
+    Returns the number of sub-group sizes checked."""
+    combined = 256 * 1.7
+    for size in ALONE_SUB_GROUPS:
+        mine, opt_m, stage_m = _alone_home(size)
+        ref, opt_r, stage_r = _alone_home(size)
+        where = (f"alone, groups of {list(ALONE_SIZES)} elements, sub_group_size {size:,} "
+                 f"({len(mine.sub_groups)} sub-groups)")
+        for step in range(2):
+            grads = _alone_grads(step)
+            problem = _run_watched(fn, mine, opt_m, grads, combined, f"{where}, step {step + 1}")
+            if problem:
+                raise _fail(problem)
+            _BUILTIN_STEP(ref, opt_r, [g.clone() for g in grads], combined)
+        for i, (a, b) in enumerate(zip(stage_m.owned, stage_r.owned)):
+            if not torch.equal(a, b):
+                raise _fail((f"{where}: group {i}'s parameters after 2 steps differ from zerolab's",
+                             "compare your loop with the steps above: grads down and unscaled, step, "
+                             "grad = None, write up"))
+        for j, (a, b) in enumerate(zip(mine.tensors, ref.tensors)):
+            if not torch.equal(a, b):
+                raise _fail((f"{where}: tile {j}'s fp32 master after 2 steps differs from zerolab's",
+                             "step each tile exactly once per call, with its own gradient"))
+    return len(ALONE_SUB_GROUPS)
+
+
+# ----------------------------------------------------------------------------- part 2: the engine
+
+def _config(stage: int, precision: str, sub_group_size: int, offload_param: bool) -> dict:
+    import zerolab
+    world = zerolab.world_size()
+    zero = {"stage": stage, "reduce_bucket_size": 700, "stage3_param_persistence_threshold": 30,
+            "sub_group_size": sub_group_size, "offload_optimizer": {"device": "cpu"}}
+    if offload_param:
+        zero["offload_param"] = {"device": "cpu"}
+    cfg = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+           "train_batch_size": 4 * world, "gradient_clipping": 0.05,
+           "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1, "eps": 1e-6}},
+           "zero_optimization": zero}
+    if precision == "fp16":
+        cfg["fp16"] = {"enabled": True, "initial_scale_power": 8}
+    elif precision == "bf16":
+        cfg["bf16"] = {"enabled": True}
+    return cfg
+
+
+def _train(cfg: dict, fn: Callable | None, where: str) -> dict:
+    """One run; ``fn``: the learner's loop in place of StateHome.step (None: zerolab's)."""
+    import zerolab
+    from zerolab.models import TinyLM, lm_batches, lm_loss
+    from zerolab.reference import train_engine
+
+    problems: list = []
+    state = {"step": 0}
+
+    def patched(home, optimizer, grads, combined):
+        state["step"] += 1
+        if home.where != "cpu" or problems:
+            return _BUILTIN_STEP(home, optimizer, grads, combined)
+        p = _run_watched(fn, home, optimizer, grads, combined, f"{where}, optimizer step {state['step']}")
+        if p:
+            problems.append(p)
+
+    engine = zerolab.initialize(TinyLM(), cfg)
+    if fn is not None:
+        StateHome.step = patched
+    try:
+        losses = train_engine(engine, lm_batches(ENGINE_STEPS, cfg["train_batch_size"], seed=3), lm_loss)
+    finally:
+        StateHome.step = _BUILTIN_STEP
+    out = {"problem": problems[0] if problems else None, "losses": [float(x) for x in losses],
+           "masters": engine.full_params(),
+           "params": {n: p.detach().clone() for n, p in engine.module.named_parameters()},
+           "sub_groups": len(engine.stage.home.sub_groups), "tiles": len(engine.stage.home.tiles),
+           "skipped": engine.skipped_steps}
+    engine.close()
+    return out
+
+
+def _engine_runs(fn: Callable, cases, sizes) -> list[dict]:
+    out = []
+    for stage, precision, param in cases:
+        for size in sizes:
+            what = f"stage {stage}{' + offload_param' if param else ''}, {precision}, sub_group_size {size:,}"
+            cfg = _config(stage, precision, size, param)
+            mine = _train(cfg, fn, f"the engine, {what}")
+            ref = _train(cfg, None, "")
+            out.append({"what": what, "mine": mine, "ref": ref})
+            if mine["problem"]:
+                break
+        if out and out[-1]["mine"]["problem"]:
+            break
+    return out
+
+
+def _compare(run: dict, rank: int) -> tuple[str, str] | None:
+    mine, ref, what = run["mine"], run["ref"], run["what"]
+    if mine["problem"]:
+        return mine["problem"]
+    where = f"the engine, {what}, rank {rank}"
+    for key, label in (("masters", "fp32 masters"), ("params", "model parameters")):
+        for name, want in ref[key].items():
+            if not torch.equal(mine[key][name], want):
+                d = float((mine[key][name].float() - want.float()).abs().max())
+                return (f"{where}: after {ENGINE_STEPS} steps the {label} of {name} differ from zerolab's "
+                        f"(max |difference| {d:.3g})",
+                        "every step above matched: look at what happens between the steps (write every "
+                        "tile up, clear every gradient)")
+    if mine["losses"] != ref["losses"]:
+        return (f"{where}: the losses differ from zerolab's: {mine['losses']} vs {ref['losses']}",
+                "the parameters the forward pass sees come from write_params: write every tile up")
+    return None
+
+
+def check_engine(fn: Callable, world_size: int = 2, cases=ENGINE_CASES, sizes=SUB_GROUP_SIZES) -> list[dict]:
+    """Part 2: the learner's loop as the engine's host step on ``world_size`` ranks."""
+    import zerolab
+
+    crew = crew_of(world_size)
+    try:
+        results = crew.run(_engine_runs, fn, cases, sizes)
+    except (zerolab.RankError, zerolab.CrewTimeout) as exc:
+        if not_implemented(exc):
+            raise NotImplementedError("Exercise: write host_step") from exc
+        raise rank_failure(exc, f"the engine on {world_size} ranks (with your host_step)",
+                           "zerolab.checks.full_tracebacks(), then run again, shows the line") from exc
+    for r, runs in enumerate(results):
+        for run in runs:
+            problem = _compare(run, r)
+            if problem:
+                raise _fail(problem)
+    return results[0]
+
+
+def check_host_step(fn: Callable, *, world_size: int = 2, verbose: bool = True) -> None:
+    """Check ``fn(home, optimizer, grads, combined)`` against zerolab's tiled host step, alone
+    and inside the engine on ``world_size`` ranks."""
+    n = check_alone(fn)                # fast; an unfinished exercise fails here
+    if verbose:
+        print(f"alone: 3 fp16 groups ({sum(ALONE_SIZES)} elements), {n} sub_group_size values, 2 AdamW steps "
+              f"each:")
+        print("  the same bits as zerolab's loop")
+    runs = check_engine(fn, world_size)
+    if verbose:
+        print(f"engine: TinyLM on {world_size} ranks, offload_optimizer cpu, {ENGINE_STEPS} steps of 2 "
+              f"micro-batches, clipping 0.05;")
+        print("  sub-groups per rank at sub_group_size " + ", ".join(f"{s:,}" for s in SUB_GROUP_SIZES) + ":")
+        by_case: dict = {}
+        for run in runs:
+            by_case.setdefault(run["what"].rsplit(", sub_group_size", 1)[0], []).append(run["mine"]["sub_groups"])
+        for what, counts in by_case.items():
+            print(f"    {what:<34} {' / '.join(str(c) for c in counts)}")
+        skipped = sum(run["mine"]["skipped"] for run in runs)
+        print(f"  {len(runs)} runs ({skipped} steps skipped by the fp16 scaler): masters, parameters and "
+              f"losses")
+        print("  bit-identical to zerolab's")
+    passed(f"your host_step steps {n} sub-group layouts alone as zerolab does,\n"
+           f"  and is the engine's host optimizer step on {world_size} ranks (stages 1-3, fp32/fp16/bf16)")
