@@ -488,16 +488,15 @@ def test_describe_is_factual():
     assert "fp16 model, fp32 master weights; dynamic loss scale from 2^16" in text
     assert "Gradients: one flat group per module (the persistent parameters share one), reduce-scattered " \
         "in fp16 during backward" in text
-    # the engine gathers just in time: no claim of prefetching (issue 8)
-    assert "prefetch up to" not in text and "no prefetch" in text
+    # stage 3 prefetches from the recorded trace (issue 10), within the live-parameter cap
+    assert "prefetched (asynchronous all-gathers) up to 500,000,000 elements in flight" in text
+    assert "within 1,000,000,000 gathered or in flight (stage3_max_live_parameters)" in text
     assert "parameters of at most 100,000 elements stay gathered (stage3_param_persistence_threshold)" in text
     assert "Gradient clipping: clipped to global L2 norm 1." in text
     assert "Optimizer: AdamW (torch.optim.AdamW), lr=0.0001" in text
     assert "No effect in zerolab (accepted; same numbers as DeepSpeed):" in text
     assert "issued asynchronously (overlap_comm), overlapping the rest of backward" in text
-    for key, value in (("contiguous_gradients", "true"),
-                       ("stage3_prefetch_bucket_size", "500,000,000"), ("stage3_max_live_parameters", "1,000,000,000"),
-                       ("stage3_max_reuse_distance", "1,000,000,000")):
+    for key, value in (("contiguous_gradients", "true"), ("stage3_max_reuse_distance", "1,000,000,000")):
         assert f"  - zero_optimization.{key} = {value}: " in text, key
     assert "sub_group_size = " not in text
     assert "Optimizer step: in sub-groups of at most 100,000,000 elements" in text
@@ -621,8 +620,10 @@ def test_every_implemented_key_is_read_by_the_engine():
 
 def test_the_keys_of_issue_8_have_honest_statuses():
     for key in ("contiguous_gradients", "allgather_bucket_size", "allgather_partitions",
-                "stage3_prefetch_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance"):
+                "stage3_max_reuse_distance"):
         assert K.ZERO[key].status == K.NO_EFFECT, key
+    for key in ("stage3_prefetch_bucket_size", "stage3_max_live_parameters"):   # stage3.py (issue 10)
+        assert K.ZERO[key].status == K.IMPLEMENTED, key
     assert K.ZERO["sub_group_size"].status == K.IMPLEMENTED          # offload.py tiles the step (issue 9)
     # implemented since (zerolab/reduce.py): async bucket collectives, and the all-reduce path
     assert K.ZERO["overlap_comm"].status == K.ZERO["reduce_scatter"].status == K.IMPLEMENTED
@@ -662,12 +663,11 @@ def test_ignored_settings_lists_what_the_user_set_with_no_effect_and_why():
         del cfg["zero_optimization"][key]
     ignored = load_config(cfg, 8).ignored_settings()
     assert [k for k, _ in ignored] == [f"zero_optimization.{k}" for k in (
-        "contiguous_gradients", "stage3_prefetch_bucket_size", "stage3_max_live_parameters",
-        "stage3_max_reuse_distance")]
+        "contiguous_gradients", "stage3_max_reuse_distance")]
     why = dict(ignored)
     assert "never the numbers" in why["zero_optimization.contiguous_gradients"]
     assert "flat buckets" in why["zero_optimization.contiguous_gradients"]
-    assert "just in time, without prefetch" in why["zero_optimization.stage3_prefetch_bucket_size"]
+    assert "reuse distance 0" in why["zero_optimization.stage3_max_reuse_distance"]
     cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "buffer_count": 8, "pin_memory": True}
     why = dict(load_config(cfg, 8).ignored_settings())
     assert "pool of NVMe swap buffers" in why["zero_optimization.offload_optimizer.buffer_count"]
@@ -675,12 +675,12 @@ def test_ignored_settings_lists_what_the_user_set_with_no_effect_and_why():
     other = load_config(with_batch(
         steps_per_print=10, wall_clock_breakdown=True, aio={"block_size": 1048576, "queue_depth": 8},
         bf16={"enabled": True, "immediate_grad_update": True},
-        zero_optimization={"stage": 3, "prefetch_bucket_size": 5, "allgather_partitions": False,
+        zero_optimization={"stage": 3, "max_reuse_distance": 5, "allgather_partitions": False,
                            "allgather_bucket_size": 100, "offload_optimizer": {"device": "none", "pin_memory": True}},
         optimizer={"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}), 2).ignored_settings()
     assert [k for k, _ in other] == [
         "steps_per_print", "wall_clock_breakdown", "aio",      # a no-effect block is listed once
-        "zero_optimization.prefetch_bucket_size",              # the user's spelling of an alias
+        "zero_optimization.max_reuse_distance",                # the user's spelling of an alias
         "zero_optimization.allgather_partitions", "zero_optimization.allgather_bucket_size",
         "zero_optimization.offload_optimizer.pin_memory", "bf16.immediate_grad_update",
         "optimizer.params.torch_adam"]

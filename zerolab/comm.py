@@ -208,8 +208,8 @@ class Comm:
     (and, when ``timeline`` is set, to a :class:`~zerolab.timeline.Timeline`).
 
     The tensors are used in place, as with ``torch.distributed``. ``op`` is a
-    ``dist.ReduceOp`` (SUM by default; AVG works on gloo and NCCL). ``all_reduce`` and
-    ``reduce_scatter`` take ``async_op=True`` and then return a :class:`Pending`.
+    ``dist.ReduceOp`` (SUM by default; AVG works on gloo and NCCL). ``all_reduce``,
+    ``reduce_scatter`` and ``all_gather`` take ``async_op=True`` and then return a :class:`Pending`.
     """
 
     # On gloo (CPU), reduce-scatter runs as zerolab's own ring over send/recv: the same bytes,
@@ -275,12 +275,20 @@ class Comm:
         self._record("reduce_scatter", inp, t0, tag)
         return _Done() if async_op else out
 
-    def all_gather(self, out: torch.Tensor, inp: torch.Tensor, *, tag: str = "") -> torch.Tensor:
+    def all_gather(self, out: torch.Tensor, inp: torch.Tensor, *, tag: str = "", async_op: bool = False):
         """Every rank contributes ``inp``; ``out`` holds the N pieces in rank order."""
         n = self.world_size
         if out.numel() != inp.numel() * n:
             raise ValueError(f"all_gather: output has {out.numel()} elements, expected "
                              f"{n} x {inp.numel()}")
+        if async_op:
+            if n > 1:
+                fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+                work = fn(out, inp, group=self.group, async_op=True)
+            else:
+                out.copy_(inp)
+                work = None
+            return Pending(self, "all_gather", out, out.numel(), tag, work)
         t0 = time.perf_counter()
         if n > 1:
             _all_gather_base(out, inp, self.group)

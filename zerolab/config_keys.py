@@ -141,7 +141,6 @@ TOP = {
     }.items()},
 }
 
-_JIT = "zerolab gathers each module's parameters just in time, without prefetch; same numbers"
 ZERO = {
     **{k: _I for k in (
         "stage", "reduce_bucket_size", "ignore_unused_parameters", "offload_optimizer", "offload_param",
@@ -157,12 +156,14 @@ ZERO = {
                                "lists it): it has no effect in DeepSpeed either; zerolab all-gathers the "
                                "updated partitions, as DeepSpeed does"),
     "sub_group_size": _I,  # offload.py: the optimizer step runs sub-group by sub-group (the NVMe swap unit)
-    "stage3_prefetch_bucket_size": _A("DeepSpeed prefetches up to this many elements of the modules about to "
-                                      "run; " + _JIT),
-    "stage3_max_live_parameters": _A("DeepSpeed's budget of gathered elements for prefetching; " + _JIT),
+    # stage3.py: the next groups of the recorded trace are all-gathered ahead, up to this many elements
+    # in flight (0: just in time), within stage3_max_live_parameters gathered or in flight
+    "stage3_prefetch_bucket_size": _I,
+    "stage3_max_live_parameters": _I,
     "stage3_max_reuse_distance": _A("DeepSpeed keeps a parameter gathered if it is used again within this many "
-                                    "elements; zerolab releases each module right after use and gathers it again "
-                                    "when needed, without prefetch; memory and gather traffic only, same numbers"),
+                                    "elements; zerolab releases each module right after use (reuse distance 0) "
+                                    "and gathers it again for backward: memory and gather traffic only, same "
+                                    "numbers"),
     "load_from_fp32_weights": _A("read only when loading a DeepSpeed checkpoint"),
     "use_multi_rank_bucket_allreduce": _A("picks DeepSpeed's stage 1/2 collective; reduced values are the same"),
     "memory_efficient_linear": _A("DeepSpeed's stage-3 Linear patch; same values"),

@@ -84,9 +84,15 @@ def describe(c: Config) -> str:
         if z.stage3_model_persistence_threshold != sys.maxsize:
             persist += (f", up to {z.stage3_model_persistence_threshold:,} elements in all "
                         "(stage3_model_persistence_threshold)")
-        lines.append("Stage 3 fetching: each module's parameters are all-gathered just before its forward and "
-                     "again before its backward, and released after use (just in time: no prefetch); "
-                     f"{persist}.")
+        if z.stage3_prefetch_bucket_size > 0:
+            fetch = (f"following the order recorded in the previous step, the next modules' parameters are "
+                     f"prefetched (asynchronous all-gathers) up to {z.stage3_prefetch_bucket_size:,} elements in "
+                     f"flight (stage3_prefetch_bucket_size), within {z.stage3_max_live_parameters:,} gathered or "
+                     "in flight (stage3_max_live_parameters)")
+        else:
+            fetch = "just in time, no prefetch (stage3_prefetch_bucket_size 0)"
+        lines.append("Stage 3 fetching: each module's parameters are all-gathered before its forward and again "
+                     f"before its backward, and released after use; {fetch}; {persist}.")
     lines += _offload_lines(c)
     clip = f"clipped to global L2 norm {c.gradient_clipping:g}" if c.gradient_clipping else "off"
     lines.append(f"Gradient clipping: {clip}.")

@@ -120,7 +120,15 @@ class Stage3(ReduceScatterGrads, StageBase):
         self._trace: list[int] = []                # groups gathered in forward, in order
         self._registered: dict[nn.Module, set[int]] = {}   # register_external_parameter
         self.fetches = 0                           # all-gathers issued for parameters
-        self.peak_gathered_numel = 0               # most parameter elements gathered at once
+        self.prefetches = 0                        # ... of them issued ahead, from the trace
+        self.peak_gathered_numel = 0               # most parameter elements gathered (or in flight) at once
+        self.prefetch_numel = self.zero.stage3_prefetch_bucket_size
+        self.max_live = self.zero.stage3_max_live_parameters
+        self._traces: dict[str, list[int] | None] = {}   # last pass's fetch order, per kind of pass
+        self._record: dict[str, list[int]] = {}
+        self._pos: dict[str, int] = {}
+        self._inflight: dict[int, tuple] = {}      # group index -> (pending all-gather, its buffer)
+        self._pass_phase, self._following_pass = "forward", False
         self._install_hooks()
 
     # -- groups: one per module with parameters of its own, plus one of persistent params --
@@ -189,6 +197,8 @@ class Stage3(ReduceScatterGrads, StageBase):
 
     # -- forward and backward hooks -----------------------------------------------------------
     def _pre_forward(self, module, inputs):
+        if not self._frames and not self._in_backward:
+            self._start_pass(self._phase())         # a new forward pass begins at the outermost module
         ids = self.module_groups.get(module, [])
         extra = self._registered.get(module)
         frame = [module, []]
@@ -208,8 +218,12 @@ class Stage3(ReduceScatterGrads, StageBase):
         else:
             return output
         ids = [*self.module_groups.get(module, []), *frame[1]]
-        if not self._frames and torch.is_grad_enabled() and not self._in_backward:
-            self._forward_done = True
+        if not self._frames and not self._in_backward:
+            if torch.is_grad_enabled():
+                self._forward_done = True
+            if self._following_pass:
+                self._following_pass = False
+                self._check_pass()
         if not ids:
             return output
         if not self._in_backward:
@@ -241,40 +255,136 @@ class Stage3(ReduceScatterGrads, StageBase):
                 "there), or use ZeRO stage 0-2 for this model.")
 
     # -- gather and release ----------------------------------------------------------------
+    # Each pass (forward with grad, forward without, backward) records the order in which it
+    # asked for groups. The next pass of the same kind follows that trace and *prefetches*: when
+    # it gathers a group it also issues asynchronous all-gathers for the groups the trace says come
+    # next, up to stage3_prefetch_bucket_size elements in flight and stage3_max_live_parameters
+    # gathered or in flight. Every unit of gathers (one group, or a group and its prefetches) is
+    # preceded by one 16-byte header all-gather (the first group's id, and the count and a checksum
+    # of all the unit's ids), so ranks that disagree raise ModuleOrderError before any mismatched
+    # all-gather. If a pass asks for a group the trace did not predict (eval, another branch), the
+    # prefetches in flight are completed, the trace is dropped and recorded anew: no hang.
+    def _phase(self) -> str:
+        if self._in_backward:
+            return "backward"
+        return "forward" if torch.is_grad_enabled() else "eval"
+
+    def _start_pass(self, phase: str) -> None:
+        rec = self._record.get(phase)
+        if rec:
+            self._traces[phase] = rec
+        self._record[phase] = []
+        self._pos[phase] = 0
+        self._pass_phase = phase
+        # every rank on the same path makes the same choice here
+        self._following_pass = self._traces.get(phase) is not None and self.prefetch_numel > 0
+
     def _fetch(self, g: FlatGroup) -> None:
-        if g.index in self.full:
+        i = g.index
+        if i in self.full:
             return
-        flat = torch.empty(g.padded_numel, dtype=self.dtype, device=self.device)
-        self._checked_all_gather(g, flat)
-        self.full[g.index] = flat
+        phase = self._phase()
+        self._record.setdefault(phase, []).append(i)
+        trace, pos = self._traces.get(phase), self._pos.get(phase, 0)
+        if trace is not None and pos < len(trace) and trace[pos] == i:
+            self._pos[phase] = pos + 1
+        elif trace is not None:                   # the path changed: follow the model, record anew
+            self._traces[phase] = None
+            self._finish_inflight()
+        if i not in self._inflight:
+            self._issue([i, *self._next_prefetch(phase, first=i)])
+        self._wait(i)
+        if self._inflight_numel() * 2 <= self.prefetch_numel:
+            ids = self._next_prefetch(phase)
+            if ids:
+                self._issue(ids)
+
+    def _live_numel(self) -> int:
+        return sum(self.groups[j].padded_numel for j in self.full if not self.persistent[j])
+
+    def _inflight_numel(self) -> int:
+        return sum(self.groups[j].padded_numel for j in self._inflight)
+
+    def _next_prefetch(self, phase: str, first: int | None = None) -> list[int]:
+        """The groups the trace says come next that fit the prefetch window."""
+        trace = self._traces.get(phase)
+        if trace is None or self.prefetch_numel <= 0:
+            return []
+        flight = self._inflight_numel() + (self.groups[first].padded_numel if first is not None else 0)
+        live = self._live_numel()
+        out: list[int] = []
+        for j in trace[self._pos.get(phase, 0):]:
+            if j in self.full or j in self._inflight or j == first or j in out:
+                continue
+            n = self.groups[j].padded_numel
+            if flight + n > self.prefetch_numel or live + flight + n > self.max_live:
+                break
+            out.append(j)
+            flight += n
+        return out
+
+    def _issue(self, ids: list[int]) -> None:
+        """Check that every rank gathers the same unit, then start its all-gathers."""
+        self._check_unit(ids)
+        for j in ids:
+            g = self.groups[j]
+            flat = torch.empty(g.padded_numel, dtype=self.dtype, device=self.device)
+            pending = self.comm.all_gather(flat, self._shard_on_device(j), tag=f"params {g.label}",
+                                           async_op=len(ids) > 1)
+            self._inflight[j] = (pending, flat)
+            self._track(f"params {j}", flat)
+        live = self._live_numel() + self._inflight_numel()
+        self.peak_gathered_numel = max(self.peak_gathered_numel, live)
+        if len(ids) > 1:
+            self.prefetches += len(ids) - 1
+
+    def _wait(self, i: int) -> None:
+        pending, flat = self._inflight.pop(i)
+        if hasattr(pending, "wait"):
+            pending.wait()
+        g = self.groups[i]
+        self.full[i] = flat
         g.bind(flat)
         self.fetches += 1
         if not self._in_backward and torch.is_grad_enabled():
-            self._trace.append(g.index)
-        self._track(f"params {g.index}", flat)
-        live = sum(self.groups[i].padded_numel for i in self.full if not self.persistent[i])
-        self.peak_gathered_numel = max(self.peak_gathered_numel, live)
+            self._trace.append(i)
 
-    def _checked_all_gather(self, g: FlatGroup, out: torch.Tensor) -> None:
-        """All-gather the group's shards, after checking every rank is gathering this group.
+    def _finish_inflight(self) -> None:
+        for i in list(self._inflight):
+            self._wait(i)
 
-        A 16-byte header (group id, shard size) is all-gathered first: if the ranks took
-        different paths through the model they would otherwise issue all-gathers of
-        different sizes, which deadlocks or crashes the transport. The header costs one
-        small collective per gather, recorded in the ledger under the tag 'check'."""
-        shard = self._shard_on_device(g.index)
-        header = torch.tensor([g.index, shard.numel()], dtype=torch.int64, device=self.device)
+    def _check_unit(self, ids: list[int]) -> None:
+        """All-gather a 16-byte header for a unit of gathers: if the ranks took different paths
+        through the model they would otherwise issue all-gathers of different sizes, which
+        deadlocks or crashes the transport. Recorded in the ledger under the tag 'check'."""
+        self._agree(ids[0], (len(ids) << 40) | _checksum(ids), f"check {self.groups[ids[0]].label}")
+
+    def _check_pass(self) -> None:
+        """End of a forward that followed a trace (its prefetched gathers had no header of their
+        own): one 16-byte all-gather of a checksum of the groups it asked for. A rank whose path
+        left the trace is waiting in a header all-gather of the same size, so both raise."""
+        rec = self._record.get(self._pass_phase, [])
+        self._agree(-1, (len(rec) << 40) | _checksum(rec), "check forward pass")
+
+    def _agree(self, first: int, code: int, tag: str) -> None:
+        header = torch.tensor([first, code], dtype=torch.int64, device=self.device)
         headers = torch.empty(2 * self.world_size, dtype=torch.int64, device=self.device)
-        self.comm.all_gather(headers, header, tag=f"check {g.label}")
-        ids = headers.view(self.world_size, 2)[:, 0].tolist()
-        if any(i != g.index for i in ids):
-            names = {r: self.groups[i].label if 0 <= i < len(self.groups) else f"#{i}"
-                     for r, i in enumerate(ids)}
+        self.comm.all_gather(headers, header, tag=tag)
+        rows = headers.view(self.world_size, 2).tolist()
+        if any(r != rows[self.rank] for r in rows):
+            if all(i == -1 for i, _ in rows):         # all at the end of a forward, by other paths
+                what = "ranks ran different modules in this forward: " + ", ".join(
+                    f"rank {r} gathered {c >> 40} module groups" for r, (_, c) in enumerate(rows)) + (
+                    " (or the same number in another order)" if len({c >> 40 for _, c in rows}) == 1 else "")
+            else:
+                names = {r: ("the end of its forward" if i == -1 else
+                             repr(self.groups[i].label) if 0 <= i < len(self.groups) else f"#{i}")
+                         for r, (i, _) in enumerate(rows)}
+                what = "ranks ran different modules: " + ", ".join(f"rank {r} reached {n}" for r, n in names.items())
             raise ModuleOrderError(
-                "ranks ran different modules: " + ", ".join(f"rank {r} gathered {n!r}" for r, n in names.items())
+                what
                 + ". With ZeRO stage 3 every rank must run the same modules in the same order "
                   "(e.g. no rank-dependent branches, no forward on one rank only).")
-        self.comm.all_gather(out, shard, tag=f"params {g.label}")
 
     def _release(self, g: FlatGroup) -> None:
         for p in g.params:
@@ -297,12 +407,14 @@ class Stage3(ReduceScatterGrads, StageBase):
         super().begin_backward(boundary)
         self._in_backward = True
         self._forward_done = False
+        self._start_pass("backward")
 
     def _after_reduce(self, g: FlatGroup) -> None:
         self._maybe_release(g)                    # its gradient is done: the furniture goes back
 
     def end_backward(self) -> None:
         super().end_backward()
+        self._finish_inflight()
         for g in self.groups:
             self._maybe_release(g)
         self._in_backward = False
@@ -394,6 +506,7 @@ class Stage3(ReduceScatterGrads, StageBase):
     def close(self) -> None:
         if self.closed:
             return
+        self._finish_inflight()
         for h in self._module_hooks:
             h.remove()
         self._module_hooks = []
@@ -404,6 +517,13 @@ class Stage3(ReduceScatterGrads, StageBase):
         self.full.clear()
         if self._param_files is not None:
             self._param_files.close()
+
+
+def _checksum(ids) -> int:
+    acc = 0
+    for x in ids:
+        acc = (acc * 1_000_003 + x + 1) % (1 << 40)
+    return acc
 
 
 def _tensors(obj, out: list) -> list:

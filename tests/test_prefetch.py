@@ -1,0 +1,112 @@
+"""Stage-3 prefetch: the next modules' parameters gathered ahead from the recorded trace.
+
+* Same numbers: prefetch on or off, the parameters are bit-identical and the gathered bytes equal;
+  prefetch turns many 16-byte headers into a few (one per unit of gathers plus one per forward).
+* Paths that change (an eval forward in between, a branch every other step) follow the model:
+  no hang, the same parameters as without prefetch.
+* stage3_max_live_parameters caps what is gathered or in flight at once.
+* A rank that leaves the trace after it was recorded raises ModuleOrderError on every rank.
+"""
+import torch
+from torch import nn
+
+import zerolab
+from zerolab.models import TinyLM, lm_batches, lm_loss
+
+
+class Alternating(nn.Module):
+    """Takes ``extra`` on even steps (set by the caller), on every rank or on one rank only."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Linear(16, 64)
+        self.extra = nn.Linear(64, 64)
+        self.b = nn.Linear(64, 64)
+        self.c = nn.Linear(64, 4)
+        self.take_extra = True
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        if self.take_extra:
+            h = h + torch.tanh(self.extra(h))
+        return self.c(torch.relu(self.b(h)))
+
+
+def cfg(world, prefetch, **zero):
+    return {"train_batch_size": 2 * world, "train_micro_batch_size_per_gpu": 2,
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+            "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
+                                  "stage3_prefetch_bucket_size": prefetch, **zero}}
+
+
+def _tinylm(prefetch, steps=4, **zero):
+    world = zerolab.world_size()
+    engine = zerolab.initialize(TinyLM(), cfg(world, prefetch, **zero))
+    checks = []
+    for x, y in lm_batches(steps, 2 * world, seed=0):
+        mark = engine.ledger.mark()
+        engine.backward(lm_loss(engine(x), y))
+        engine.step()
+        led = engine.ledger.since(mark)
+        checks.append(sum(1 for r in led.records if r.tag.startswith("check ")))
+        gathered = sum(r.bytes for r in led.records if r.op == "all_gather" and r.tag.startswith("params"))
+    out = {"params": engine.full_params(), "checks": checks, "gathered_bytes": gathered,
+           "prefetches": engine.stage.prefetches, "peak": engine.stage.peak_gathered_numel,
+           "largest": max(g.padded_numel for g in engine.stage.groups)}
+    engine.close()
+    return out
+
+
+def test_prefetch_changes_no_number_and_fewer_headers():
+    with zerolab.Crew(2, threads=1) as crew:
+        off = crew.run(_tinylm, 0)
+        on = crew.run(_tinylm, 50_000_000)
+        capped = crew.run(_tinylm, 50_000_000, stage3_max_live_parameters=3000)
+    for a, b, c in zip(off, on, capped):
+        assert all(torch.equal(a["params"][k], b["params"][k]) for k in a["params"])
+        assert all(torch.equal(a["params"][k], c["params"][k]) for k in a["params"])
+        assert a["gathered_bytes"] == b["gathered_bytes"] == c["gathered_bytes"]
+        assert a["prefetches"] == 0 and b["prefetches"] > 0 and c["prefetches"] > 0
+        # step 1 records (a header per gather, as without prefetch); later steps follow the trace
+        assert b["checks"][0] == a["checks"][0] and all(n < a["checks"][-1] / 3 for n in b["checks"][1:])
+        # the cap bounds what is gathered or in flight (a group bigger than the cap still comes alone)
+        assert c["peak"] <= max(3000, c["largest"]) < b["peak"]
+
+
+def _changing_paths(prefetch, everyone):
+    world, rank = zerolab.world_size(), zerolab.rank()
+    model = Alternating()
+    engine = zerolab.initialize(model, cfg(world, prefetch))
+    torch.manual_seed(rank)
+    try:
+        for step in range(6):
+            model.take_extra = step % 2 == 0 if (everyone or rank == 0 or step < 3) else True
+            x = torch.randn(2, 16)
+            if step == 2:                                     # an eval forward between steps
+                with torch.no_grad():
+                    engine.eval()
+                    engine(x)
+                    engine.train()
+            engine.backward(engine(x).square().mean())
+            engine.step()
+    except zerolab.ModuleOrderError as e:
+        return str(e)
+    out = engine.full_params()
+    engine.close()
+    return out
+
+
+def test_paths_that_change_are_followed_without_a_hang():
+    with zerolab.Crew(2, threads=1) as crew:
+        off = crew.run(_changing_paths, 0, True)
+        on = crew.run(_changing_paths, 50_000_000, True)
+    for a, b in zip(off, on):
+        assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_rank_that_leaves_the_trace_raises_on_every_rank():
+    # steps 0-2 agree (the trace is recorded and followed); at step 3 rank 1 takes "extra", rank 0 not
+    messages = zerolab.launch(_changing_paths, 2, 50_000_000, False, echo=False, timeout=60)
+    for m in messages:
+        assert isinstance(m, str) and "ranks ran different modules" in m, m
