@@ -49,7 +49,7 @@ real ranks** (or, for clusters we do not have, over the simulator):
 
 4. **Extension**: move the optimizer states (and at stage 3 the parameter shards) off the device,
    to host memory or to NVMe files; see what each rank keeps in each place, and when in the
-   step the bytes move. (Offload only: zerolab's stage 3 does not prefetch, see section 4.)
+   step the bytes move, and at stage 3 how many gathers were prefetched.
 
 The widgets answer as you move them. If you read this notebook without a running kernel, the
 printed cell above each widget shows what the widget shows at its first setting.
@@ -202,10 +202,10 @@ for every NVMe read and write. The NVMe files go to a temporary folder, removed 
 
 On this machine the "device" is the CPU playing the GPU's part, and host memory is the same
 RAM: the *accounting* is exact (which tensor lives where), the *times* are a small machine's.
-And one thing is not here: DeepSpeed's stage 3 **prefetches** the next modules'
-parameters while the current one computes (`stage3_prefetch_bucket_size`); zerolab's stage 3
-gathers each module just in time and accepts the prefetch keys without effect. What the lab
-shows for stage 3 is what zerolab does: each gather, when it happens, and the release after.
+At stage 3 the gathers are also **prefetched**: from the second step on, the engine follows the
+order of modules it recorded in the previous one and starts the next modules' all-gathers while
+the current one computes (`stage3_prefetch_bucket_size` elements in flight at most). The lab
+shows each gather, when it happens, how many were prefetched, and the release after use.
 
 **Predict, then run.** Stage 3, 2 ranks, bf16, optimizer offloaded to the CPU: how many bytes
 per element of its shard does a rank keep in host memory? (fp32 master, two moments, the fp32
@@ -264,7 +264,8 @@ md(r"""
 - **Offload** (extension): the optimizer states and the fp32 gradient shard (16 bytes per
   element of the shard in mixed precision) leave the device for host memory or NVMe files;
   the step then runs on the host, sub-group by sub-group, and NVMe adds reads and writes that
-  the pipelines overlap with it. Stage 3 gathers just in time: zerolab has no prefetch.
+  the pipelines overlap with it. Stage 3 prefetches the next modules' parameters from the
+  order recorded in the previous step.
 
 ## Questions
 
