@@ -174,7 +174,7 @@ Read it per element of the shard (n = 75,232):
   model, 2Ψ, and nothing else; the host holds 4n of fp32 gradients and 12n of notebook.
 - **stage 3 + opt cpu**: 2n on the device; the host 4n + 12n.
 - **+ param cpu**: the device keeps no trained parameter at all between uses (the gathered layers
-  come and go, see `peak_buffers` below); the host holds 2n + 4n + 12n = 18 bytes per element.
+  come and go, and count as buffers); the host holds 2n + 4n + 12n = 18 bytes per element.
 - **NVMe**: 2n + 12n in files; host memory keeps the fp32 gradients and Adam's step counters.
 
 The leftovers: the optimizer column is 12n plus 4 bytes per tile, Adam's step counter (a 4-byte
@@ -216,7 +216,7 @@ step counters (4 bytes per tile per rank: 9 tiles at stage 2, one per 20,000-ele
 at stage 3, one per module): 72 - 16 = 56, 120 - 16 = 104, 120 - 18 = 102. On the GPU: every rank
 keeps the 2-byte frozen parameter, of which the estimator's 2Ψ/N counts 1. At stage 3 the estimator's GPU
 row includes 4L, one gathered layer's 16-bit parameters and gradients; zerolab's model states at
-rest hold none, so we add 4L to them (the gathered layers themselves appear as `peak_buffers`
+rest hold none, so we add 4L to them (the gathered layers themselves count as buffers,
 in the next section). So the estimator and the ranks agree: **offload moves 14 to 16 of the 16
 bytes per parameter off the device.**
 
@@ -302,10 +302,10 @@ def peaks():
 
 peak = crew.run(peaks)[0]
 BUDGET = 2**20
-print(f"{'config':<32}{'model states':>13}{'buffers':>9}{'activations':>12}{'peak':>11}  fits 1 MiB")
+print(f"bytes per rank; the peak adds the buffers (gradient buckets, stage 3's gathered layers)")
+print(f"{'config':<32}{'model states':>13}{'activations':>13}  peak fits 1 MiB")
 for name, p in peak.items():
-    print(f"{name:<32}{p['states']:>13,}{p['buffers']:>9,}{p['activations']:>12,}{p['peak']:>11,}"
-          f"  {p['peak'] <= BUDGET}")
+    print(f"{name:<32}{p['states']:>13,}{p['activations']:>13,}  {p['peak'] <= BUDGET}")
 """),
 code("""
 fig, ax = plt.subplots(figsize=(9, 3.6))
@@ -354,7 +354,7 @@ code("""
 z3 = crew.run(try_budget, BUDGETED["stage 3 + opt cpu + param cpu"], "1MiB")[0]
 print(f"stage 3 + opt cpu + param cpu under device_budget='1MiB': error {z3['error']}; "
       f"{z3['steps']} steps;")
-print(f"  peak {z3['peak']:,} bytes <= {BUDGET:,}: {z3['peak'] <= BUDGET}; loss fell: {z3['loss_fell']}")
+print(f"  peak within the {BUDGET:,} bytes: {z3['peak'] <= BUDGET}; loss fell: {z3['loss_fell']}")
 """),
 md("""
 Same model, same ranks, same training: plain data parallelism needs more than twice the budget
@@ -680,9 +680,9 @@ print(f"           {both['device']['model_states']:,} on the device and {both['h
       f"on the host (2n + 4n + 12n + counters)")
 print(f"estimator  host bytes of both ranks match DeepSpeed's 16P / 18P rows within "
       f"{max(abs(sum(p[k]['mem']['host']['model_states'] for p in places) - est(s, q)[0]) for k, s, q in [('stage 2 + opt cpu', 2, False), ('stage 3 + opt cpu', 3, False), ('stage 3 + opt cpu + param cpu', 3, True)])} bytes")
-print(f"budget     1 MiB: DDP refused ({peak['stage 0 (DDP)']['peak']:,} bytes at peak with no budget); "
+print(f"budget     1 MiB: DDP refused at set-up (its model states reach {peak['stage 0 (DDP)']['states']:,}); "
       f"stage 3 + offload trained")
-print(f"           at a peak of {z3['peak']:,} bytes")
+print(f"           within it: {z3['peak'] <= BUDGET}")
 print(f"timeline   {len(host)} host-step bars for {step['sub_groups']} sub-groups; {len(opt_reads)} NVMe reads "
       f"of optimizer state per step")
 print(f"simulated  13B on 4 A100-40GB, offload / stage 3: {off[0].step_s / plain[0].step_s:.2f}x at 1 "
