@@ -110,7 +110,8 @@ class Stage3(ReduceScatterGrads, StageBase):
         self._make_home(self.shards)
         self._param_files = None                   # NvmeStore of the shards swapped to files
         self._on_nvme: set[int] = set()
-        self._staged: dict[int, torch.Tensor] = {} # nvme shards read in to take the step's values
+        self._staged: dict[int, torch.Tensor] = {} # nvme shards assembled from the step's values
+        self._staged_covered: dict[int, int] = {}
         if self.param_where == "nvme":
             self._swap_params_out(po)
         self._init_grad_shards()
@@ -422,6 +423,9 @@ class Stage3(ReduceScatterGrads, StageBase):
 
     def publish(self) -> None:
         # the step wrote each shard already (write_params); swapped shards go back to their files
+        for i, buf in self._staged.items():
+            if self._staged_covered.get(i, buf.numel()) < buf.numel():    # (not the case in a step)
+                raise RuntimeError(f"stage 3: the step updated only part of group {i}'s shard")
         writes = [self._param_files.write(i, "param", buf) for i, buf in self._staged.items()]
         for w in writes:
             w.result()
@@ -433,10 +437,14 @@ class Stage3(ReduceScatterGrads, StageBase):
 
     def write_params(self, i: int, start: int, values: torch.Tensor) -> None:
         if i in self._on_nvme:
+            # the step writes every element of the shard (tile by tile), so the new file is
+            # assembled in memory without reading the old one; publish() writes it
             buf = self._staged.get(i)
             if buf is None:
-                buf = self._staged[i] = self._read_shard(i)
+                buf = self._staged[i] = torch.empty(self.groups[i].shard_numel, dtype=self.dtype)
+                self._staged_covered[i] = 0
             buf[start:start + values.numel()].copy_(values)
+            self._staged_covered[i] += values.numel()
         else:
             self.shards[i][start:start + values.numel()].copy_(values, non_blocking=True)
 
