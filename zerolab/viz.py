@@ -91,7 +91,7 @@ def collective_lanes(records) -> list[tuple[int, str, str, float]]:
 
 
 def collective_timeline(ax, records, title: str | None = None, label_every: int = 1):
-    """One step's collectives in issue order: one lane per kind, bar height = wire bytes (log),
+    """One step's collectives in ledger order (an asynchronous one where it was waited for): one lane per kind, bar height = wire bytes (log),
     each labelled with its tag (every ``label_every``-th). Returns the rows drawn."""
     rows = collective_lanes(records)
     lanes = [name for name in LANES.values() if any(r[1] == name for r in rows)]
@@ -105,7 +105,7 @@ def collective_timeline(ax, records, title: str | None = None, label_every: int 
             ax.text(pos, y + 0.35, tag, rotation=90, fontsize=6.5, ha="center", va="bottom")
     ax.set_yticks(range(len(lanes)), lanes)
     ax.set_ylim(-0.5, len(lanes) + 1.2)
-    ax.set_xlabel("collective number within the step (issue order)")
+    ax.set_xlabel("collective number within the step (ledger order)")
     if title:
         ax.set_title(title)
     return rows

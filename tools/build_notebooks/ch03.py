@@ -160,6 +160,7 @@ def train_and_measure(stage, precision="bf16", **zero):
     batches = lm_batches(2, GLOBAL_BATCH, SEQ, VOCAB)
     train_engine(engine, batches[:1], lm_loss)     # step 1: Adam's states appear
     mark = engine.ledger.mark()
+    prefetched_before = getattr(engine.stage, "prefetches", 0)
     train_engine(engine, batches[1:], lm_loss)     # step 2: the one we measure
     step = engine.ledger.since(mark)
     groups = engine.stage.groups
@@ -170,6 +171,9 @@ def train_and_measure(stage, precision="bf16", **zero):
         "padding": sum(g.padding for g in groups),          # zero elements added for equal shards
         "wire": step.by_tag(),                              # bytes on this rank's wire, by purpose
         "param_gathers": sum(1 for rec in step.records if rec.tag.startswith("params")),
+        "headers": sum(1 for rec in step.records if rec.tag.startswith("check")),   # stage 3's 16-byte checks
+        "prefetched": getattr(engine.stage, "prefetches", 0) - prefetched_before,   # stage 3: gathers issued ahead
+        "peak_gathered": getattr(engine.stage, "peak_gathered_numel", 0),           # stage 3: elements at once
         "persistent_numel": sum(g.numel for g, keep in zip(groups, persistent) if keep),
         "layout": [{"label": g.label, "names": g.names, "numels": g.numels, "padded": g.padded_numel,
                     "shards": [g.shard_range(r) for r in range(world)]} for g in groups],
@@ -253,7 +257,8 @@ each backpack keeps getting lighter.
 
 Model states are not all a rank holds. Stage 2 keeps a **gradient bucket** in flight during
 backward (at most `reduce_bucket_size` elements, 50,000 here) and stage 3 holds the
-**gathered parameters** of the modules being computed. `engine.memory()` reports them
+**gathered parameters** of the modules being computed, and of the modules it has already
+started to gather for later (its *prefetch*, below). `engine.memory()` reports them
 separately, as `peak_buffers`:
 """),
 code(r"""
@@ -261,6 +266,16 @@ for stage in (2, 3):
     m = runs[4, stage]["memory"]
     print(f"{NAME[stage]}, N = 4: model states {m['model_states']:>9,} bytes,"
           f" peak transient buffers {m['peak_buffers']:>9,} bytes")
+print(f"stage 3: most parameter elements gathered (or in flight) at once: {runs[4, 3]['peak_gathered']:,}"
+      f" of Ψ = {PSI:,}")
+"""),
+md(r"""
+Stage 3's peak holds the **whole model** at once here. From the second step on, stage 3
+gathers ahead of time (prefetch, explained with the timeline below), and DeepSpeed's default
+window, `stage3_prefetch_bucket_size` = 5·10⁷ elements in flight, is far larger than this
+189k-parameter model. On a model of billions of parameters the window (and
+`stage3_max_live_parameters`, 10⁹ elements gathered at most) holds a few layers, not the
+model; on a small one, the saving in memory needs a smaller window.
 """),
 md(r"""
 ## Traffic per step: measured beside 2Ψ, 2Ψ, 3Ψ
@@ -292,8 +307,8 @@ all-gather, and ZeRO only moves the optimizer step in between.
 
 Stage 3 moves **3.136 Ψ**, not 3Ψ. The extra 0.136 Ψ is one matrix: the embedding
 (257 × 100 = 25,700 elements, 25,700 / 189,000 ≈ 0.136). The output head shares it, and in
-stage 3 each module gathers the parameters it uses just before its own forward, so a tied
-matrix used by two modules is gathered twice in forward (DeepSpeed behaves the same way). The
+stage 3 each module gathers the parameters it uses for its own forward and releases them
+after, so a tied matrix used by two modules is gathered twice in forward (DeepSpeed behaves the same way). The
 formula counts one forward gather per parameter. Let us check that the difference is that
 matrix and nothing else:
 """),
@@ -369,12 +384,23 @@ everything: it also gathers the parameters again in each micro-step's forward an
 ### Stage 3 over one step: gather, use, release
 
 The ledger keeps every collective in the order it was issued. For stage 3 on 2 ranks, one
-step (accumulation 1) reads like the crew's day: before each module's forward its parameters
-are all-gathered (`params <module>`) and released after (a release sends nothing, so it is not
+step (accumulation 1) reads like the crew's day: each module's parameters are all-gathered
+(`params <module>`) for its forward and released after (a release sends nothing, so it is not
 on the ledger); backward gathers them again, in reverse order, and as each module's gradients
 are complete they are reduce-scattered (`grads <module>`) and the gathered parameters go back.
-Last comes the small all-reduce of the overflow check and the gradient norm. The 16-byte
-headers sent before each gather (`check ...`) are left out of the picture.
+Last comes the small all-reduce of the overflow check and the gradient norm.
+
+**Prefetch.** The first step gathers each module's parameters when its forward (or backward)
+starts, one blocking all-gather after another, and records the order of the modules. From the
+second step on, each pass follows the previous pass's record: when it gathers a module it also
+starts, asynchronously, the all-gathers of the modules the record says come next (up to
+`stage3_prefetch_bucket_size` elements in flight, DeepSpeed's default 5·10⁷), so their
+parameters travel while the current module computes. The step below is the second one: in it
+16 of the 19 gathers were prefetched (counted in the next section). The ledger writes an
+asynchronous collective down when it is waited for, that is where the module needs it, so the
+picture still shows each gather at the module that uses it; what changes is when the bytes
+travel (earlier, behind the work), not how many. The 16-byte headers (`check ...`, next
+section) are left out of the picture.
 """),
 code(r"""
 records = [r for r in crews[2].run(step_traffic, 3, 1)[0]["records"] if not r[1].startswith("check")]
@@ -392,15 +418,24 @@ Two kinds of small collectives are left out of the table; they are on the ledger
 step all-reduces 16 bytes (2(N−1)/N × 16 = 24 bytes on the wire at N = 4): one float64 saying whether any rank saw an inf or NaN gradient
 (bf16's overflow check) and one for the squared gradient norm that clipping needs. Both are
 on by default in DeepSpeed 0.19.8, which zerolab follows (`bf16.check_grad_overflow`, and
-`gradient_clipping` 1.0); older DeepSpeed versions have other defaults. And in stage 3, before each
-parameter gather the ranks all-gather a 16-byte header (which module, how big), so that ranks
-that took different paths through the model raise an error instead of hanging:
+`gradient_clipping` 1.0); older DeepSpeed versions have other defaults. And in stage 3 the
+ranks all-gather a 16-byte **header** (the first module's id, how many gathers, a checksum of
+them) before each *unit* of parameter gathers: one gather, or one gather and the prefetches
+issued with it. A forward that followed the recorded order ends with one more header (a
+checksum of every module it gathered, `check forward pass`). Ranks that took different paths
+through the model would otherwise issue all-gathers of different sizes and hang; with the
+headers they raise `ModuleOrderError` instead. Without prefetch (the first step, or
+`stage3_prefetch_bucket_size` 0) that is one header per gather:
 """),
 code(r"""
 for stage in range(4):
-    wire = runs[4, stage]["wire"]
-    print(f"N = 4, stage {NAME[stage]:8} overflow check + grad norm {wire.get('overflow', 0):>5.0f} bytes,"
-          f" stage 3 gather headers {wire.get('check', 0):>5.0f} bytes")
+    r = runs[4, stage]
+    print(f"N = 4, stage {NAME[stage]:8} overflow check + grad norm {r['wire'].get('overflow', 0):>5.0f} bytes,"
+          f" stage 3 headers {r['headers']:>2} calls, {r['wire'].get('check', 0):>4.0f} bytes")
+no_prefetch = crews[4].run(train_and_measure, 3, stage3_prefetch_bucket_size=0)[0]
+for label, r in (("default prefetch", runs[4, 3]), ("prefetch off (0)", no_prefetch)):
+    print(f"stage 3, N = 4, {label}: {r['param_gathers']} parameter gathers, {r['prefetched']:>2} of them"
+          f" prefetched, {r['headers']:>2} headers, {r['wire']['params']:,.0f} parameter bytes on the wire")
 """),
 md(r"""
 ### Stage 3's small parameters: `stage3_param_persistence_threshold`
