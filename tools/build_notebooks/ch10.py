@@ -439,7 +439,7 @@ def phases_of_a_step(stage):
         records = engine.ledger.since(a).records[: b - a]
         ops = {}
         for r in records:
-            if r.tag.startswith("check"):        # stage 3's 16-byte headers before each gather
+            if r.tag.startswith("check"):        # stage 3's 16-byte headers (one per unit of gathers)
                 continue
             calls, wire = ops.get(r.op, (0, 0))
             ops[r.op] = (calls + 1, wire + r.wire_bytes)
@@ -612,20 +612,38 @@ for label, get in rows:
     print(f"  {label:37}{a:>12,.0f}{b:>12,.0f}{b / a:>8.2f}")
 print(f"  traffic in Ψ units: stage 2 {in_psi(lm4[2]['wire'], n):.3f}, stage 3 {in_psi(lm4[3]['wire'], n):.3f}"
       f"   (formula 2 and 3)")
+print(f"  stage 3's calls: {', '.join(f'{op} {c}' for op, (c, _) in sorted(lm4[3]['by_op'].items()))}"
+      f" (all_gather: parameters and 16-byte headers)")
+no_prefetch = crews[n].run(measure, 3, stage3_prefetch_bucket_size=0)[0]
+a, b = (r["memory"]["model_states"] + r["memory"]["peak_buffers"] for r in (lm4[2], no_prefetch))
+print(f"  stage 3, stage3_prefetch_bucket_size 0: + peak buffers {b:,} ({b / a:.2f} of stage 2),"
+      f" {no_prefetch['calls']} calls, wire bytes {no_prefetch['wire']:,.0f}"
+      f" (+{no_prefetch['wire'] - lm4[3]['wire']:,.0f}: {no_prefetch['calls'] - lm4[3]['calls']} more headers)")
 """),
 md(r"""
 Stage 3 holds about three quarters of stage 2's model states here (16Ψ/N = 4Ψ against
-2Ψ + 14Ψ/N = 5.5Ψ at N = 4), and once the parameters it gathers for the module at work are
-counted (the peak buffers), it saves only a few percent on this small model. It pays with half
-again as many bytes (3Ψ against 2Ψ, plus the tied embedding gathered twice) and almost five times
-the calls: one gather per module in forward and one in backward, each after a 16-byte header,
-and a reduce-scatter per module, instead of a handful of buckets. Each call costs a latency α whatever its size
-(chapter 6), and each gather sits on the critical path unless it is prefetched.
+2Ψ + 14Ψ/N = 5.5Ψ at N = 4). But count the parameters it gathers (the peak buffers) and it
+holds **more** than stage 2 on this small model. From the second step on, stage 3
+**prefetches**: the first step records the order in which the modules asked for their
+parameters, and every later pass follows that record, starting the all-gathers of the next
+modules while the current one computes, up to `stage3_prefetch_bucket_size` elements in flight
+(DeepSpeed's default, 5·10⁷). That window is larger than this whole 189k-parameter model, so
+every parameter is gathered at once at the peak. With the window at 0 (no prefetch) only the
+modules at work are gathered, and stage 3 saves a few percent. On a billion-parameter model the
+same window holds a few layers: that is what it is sized for.
+
+It pays with half again as many bytes (3Ψ against 2Ψ, plus the tied embedding gathered twice)
+and three times the calls: one gather per module in forward and one in backward, and a
+reduce-scatter per module, instead of a handful of buckets, plus the 16-byte headers that
+keep the ranks in step (one per *unit* of gathers, a gather and the prefetches issued with it,
+and one per forward that followed the record; without prefetch, one before every gather).
+Each call costs a latency α whatever its size (chapter 6); prefetch takes the gathers' time off
+the critical path where compute can hide it, not their bytes and not their memory.
 
 So stage 3 is the right choice when stage 2 **does not fit**: the model states of a very large
 model, or when the memory it frees buys a bigger micro-batch. When stage 2 fits, stage 3 is more
 traffic for memory you did not need. (The "calls" count leaves out the 16-byte all-reduce of the
-overflow check and gradient norm, one per step in every stage.)
+overflow check and gradient norm, one per step in every stage; it includes stage 3's headers.)
 
 ## Belief 2 · "More GPUs is always faster"
 
@@ -691,10 +709,12 @@ not. Change `link="ethernet-100g"` to `"nvlink-a100"` and see where the crossing
 
 The ZeRO paper says so, and it is true **if** stages 1 and 2 reduce-scatter their gradients: an
 all-reduce (2Ψ) is a reduce-scatter (Ψ) followed by an all-gather (Ψ), and ZeRO only moves the
-optimizer step in between. zerolab does that by default. DeepSpeed's own default is
-`"reduce_scatter": false` in stages 1 and 2 (chapter 3): it all-reduces each gradient bucket
-(2Ψ), keeps its part, and then all-gathers the parameters (Ψ more). zerolab accepts the same key,
-so we can measure both, and stage 2 with gradient accumulation too.
+optimizer step in between. zerolab does that by default. DeepSpeed 0.19.8's stages 1 and 2 do
+not (chapter 3): `reduce_scatter` is true by default there too, but with
+`use_multi_rank_bucket_allreduce` (also true by default) they issue no reduce-scatter; they
+all-reduce each gradient bucket (2Ψ), each rank keeps its part, and then the parameters are
+all-gathered (Ψ more). zerolab's `"reduce_scatter": false` moves the same bytes, so we can
+measure both, and stage 2 with gradient accumulation too.
 
 **Predict, then run.** In Ψ units: DDP moves 2. Stage 1 and stage 2 with `reduce_scatter` true?
 With false? Stage 2 with 4 micro-batches per step?
@@ -719,8 +739,8 @@ for label, stage, zero, accumulate in cases:
 """),
 md(r"""
 (The 16-byte all-reduce of the overflow check is left out of the table.) Stages 1 and 2 with
-reduce-scatter move exactly DDP's 2Ψ. With `reduce_scatter` false, DeepSpeed's default, they move
-**3Ψ**, as much as stage 3. And stage 2 with gradient accumulation pays the gradients' Ψ in every
+reduce-scatter move exactly DDP's 2Ψ. With `reduce_scatter` false, the traffic of DeepSpeed's
+default, they move **3Ψ**, as much as stage 3. And stage 2 with gradient accumulation pays the gradients' Ψ in every
 micro-batch (it cannot keep the full gradient between them; that is the memory it saves): 4 + 1 =
 **5Ψ**. So the belief is true as the paper states it, false for DeepSpeed's default config, and
 false for stage 2 with accumulation. Check your config before quoting the paper.
@@ -882,12 +902,13 @@ zerolab's stage 1 on 2, 3 and 4 ranks: equal shards, a reduce-scatter and an all
 
 **The five beliefs**, each false as stated:
 
-1. Stage 3 against stage 2 (N = 4): less memory, but 3Ψ against 2Ψ on the wire and many times
+1. Stage 3 against stage 2 (N = 4): less model-state memory (on this small model more at the
+   peak, with DeepSpeed's default prefetch window), but 3Ψ against 2Ψ on the wire and three times
    the calls. Worth it when stage 2 does not fit.
 2. Traffic per rank grows as 2(N−1)/N·Ψ towards a constant while compute shrinks as 1/N: past
    the crossing, more GPUs do not shorten a step.
-3. Stages 1 and 2 move DDP's 2Ψ only with `reduce_scatter` true; DeepSpeed's default (false)
-   moves 3Ψ, and stage 2 with 4 micro-batches 5Ψ.
+3. Stages 1 and 2 move DDP's 2Ψ only with a reduce-scatter; DeepSpeed's default (an all-reduce
+   per bucket) moves 3Ψ, and stage 2 with 4 micro-batches 5Ψ.
 4. bf16 has fp32's range: no gradient of the deep MLP underflows, zerolab trains it with a
    loss scale of 1 and no skipped step, and a loss scale could not improve its precision anyway.
 5. Activations per rank are identical at stages 0 to 3 and grow with the micro-batch.
