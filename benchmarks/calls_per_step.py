@@ -1,5 +1,5 @@
-"""Collective calls and bytes per training step against the bucket size (stages 0-2) and the
-stage-3 persistence threshold, measured from the ledger, with the alpha-beta model's
+"""Collective calls and bytes per training step against the bucket size (stages 0-2), the
+stage-3 persistence threshold and the stage-3 prefetch bucket size, measured from the ledger, with the alpha-beta model's
 prediction of the communication time beside them (the box-packing trade-off of chapter 6).
 
     python benchmarks/calls_per_step.py [--world 2] [--out benchmarks/results/calls_per_step.png]
@@ -20,6 +20,28 @@ from zerolab.reference import train_engine
 
 BUCKETS = [1_000, 4_000, 16_000, 64_000, 256_000, 1_000_000]
 THRESHOLDS = [0, 300, 5_000, 20_000, 100_000]
+PREFETCH = [0, 10_000, 40_000, 160_000, 50_000_000]      # stage3_prefetch_bucket_size (elements)
+
+
+def prefetch_one(prefetch):
+    """Stage 3, persistence 0: per step, the 16-byte 'check' headers, the parameter gathers, how
+    many were prefetched, and the most parameter elements gathered or in flight at once."""
+    world = zerolab.world_size()
+    engine = zerolab.initialize(TinyLM(d=64, hidden=256, layers=4), {
+        "train_batch_size": 2 * world, "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
+        "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
+                              "stage3_prefetch_bucket_size": prefetch}})
+    train_engine(engine, lm_batches(1, 2 * world), lm_loss)     # records the trace
+    before = engine.stage.prefetches
+    engine.stage.peak_gathered_numel = 0
+    mark = engine.ledger.mark()
+    train_engine(engine, lm_batches(1, 2 * world, seed=1), lm_loss)
+    recs = engine.ledger.since(mark).records
+    checks = sum(1 for r in recs if r.tag.startswith("check "))
+    gathers = sum(1 for r in recs if r.op == "all_gather" and r.tag.startswith("params"))
+    out = (prefetch, checks, gathers, engine.stage.prefetches - before, engine.stage.peak_gathered_numel)
+    engine.close()
+    return out
 
 
 def one(stage, zero):
@@ -47,7 +69,7 @@ def sweep():
     for t in THRESHOLDS:
         calls, wire, psi, led = one(3, {"stage3_param_persistence_threshold": t})
         rows.append(("stage 3", "persistence threshold", t, calls, wire, psi, led))
-    return rows
+    return rows, [prefetch_one(p) for p in PREFETCH]
 
 
 def main():
@@ -57,13 +79,18 @@ def main():
     a = ap.parse_args()
     fit = bench.run(a.world)
     print(fit.describe())
-    rows = zerolab.launch(sweep, a.world, echo=False, timeout=900)[0]
+    rows, pre = zerolab.launch(sweep, a.world, echo=False, timeout=900)[0]
     psi = rows[0][5]
     print(f"\nTinyLM, {psi:,} trained parameters, {a.world} ranks, one step (gradient + parameter collectives)")
     print(f"{'':10}{'knob':>24}{'value':>11}{'calls':>7}{'wire (Psi x 4 B)':>18}{'predicted ms':>14}")
     for name, knob, value, calls, wire, p, led in rows:
         print(f"{name:10}{knob:>24}{value:>11,}{calls:>7}{wire / (p * 4) / ((a.world - 1) / a.world):>18.2f}"
               f"{fit.predict(led) * 1e3:>14.2f}")
+    print("\nstage 3 prefetch (persistence 0), one step after the trace was recorded:")
+    print(f"{'stage3_prefetch_bucket_size':>28}{'check headers':>15}{'param gathers':>15}{'prefetched':>12}"
+          f"{'peak gathered or in flight (elements)':>40}")
+    for p, checks, gathers, fetched, peak in pre:
+        print(f"{p:>28,}{checks:>15}{gathers:>15}{fetched:>12}{peak:>40,}")
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
