@@ -205,7 +205,7 @@ for s, r in runs.items():
     formula = comm_volume(PSI, s, N)
     print(f"{s:>5}" + "".join(f"{b / UNIT:>{w}.0f}Ψ" for b, w in zip(ops, (11, 15, 11)))
           + f"{total / UNIT:>8.0f}Ψ{formula / UNIT:>8.0f}Ψ   {total == formula}")
-print("stage 3, one step in issue order (g = all-gather, rs = reduce-scatter, digit = layer):")
+print("stage 3, one step in ledger order (g = all-gather, rs = reduce-scatter, digit = layer):")
 order = [f"{'g' if op == 'all_gather' else 'rs'}{tag[-1]}" for op, tag, _, _ in runs[3]["records"]]
 print("   ", " ".join(order))
 """),
@@ -213,7 +213,11 @@ md(r"""
 Read the last line as the step: forward gathers layers 0 to 3; backward gathers them again in
 reverse order, and as each layer's gradient is complete it is reduce-scattered and its gathered
 copy is freed. (DeepSpeed can skip the second gather of a layer used again soon,
-`stage3_max_reuse_distance`; the formula counts it.)
+`stage3_max_reuse_distance`; the formula counts it.) This is the second step, so the gathers
+were also **prefetched**: each pass follows the previous pass's order of layers and starts the
+next layers' all-gathers while the current one computes. The ledger writes an asynchronous
+gather down when it is waited for, at the layer that uses it; prefetch changes when the bytes
+travel, not how many.
 """),
 
 # ------------------------------------------------------------------------------------- Q4
@@ -531,7 +535,9 @@ checkpoints only under tensor parallelism.) **Activation checkpointing** keeps o
 block's input in forward and recomputes the rest during backward: activation memory drops from
 every tensor of every block to one tensor per block, for about one extra forward (roughly 33%
 more compute). They are independent and are used together; with ZeRO-3 the recomputation runs
-while the block's parameters are gathered for its backward, so the traffic stays 3Ψ in zerolab.
+while the block's parameters are gathered for its backward, so the parameters and gradients
+still move 3Ψ in zerolab. (Left out of the comparison: stage 3's 16-byte headers, one per unit
+of gathers; how many there are depends on how the prefetch groups the gathers.)
 """),
 code(r"""
 class Block(nn.Module):
@@ -567,13 +573,14 @@ def stage3_net(recompute):
     data = [tuple(torch.randn(BATCH, WIDTH, generator=g) for _ in "xy") for _ in range(2)]
     mark = engine.ledger.mark()
     train_engine(engine, data, mse_loss)
-    return engine.full_params(), engine.ledger.since(mark).wire_bytes, engine.memory()["model_states"]
+    moved = sum(r.wire_bytes for r in engine.ledger.since(mark).records if r.tag.startswith(("params", "grads")))
+    return engine.full_params(), moved, engine.memory()["model_states"]
 
 
 (p0, w0, m0), (p1, w1, m1) = crew.run(stage3_net, False)[0], crew.run(stage3_net, True)[0]
 same = all(torch.equal(p0[k], p1[k]) for k in p0)
 print(f"ZeRO-3 on {N} ranks, 2 steps, with and without checkpointing:")
-print(f"    the same model states per rank: {m0 == m1}, the same traffic: {w0 == w1}, "
+print(f"    the same model states per rank: {m0 == m1}, the same parameter and gradient traffic: {w0 == w1}, "
       f"bit-identical weights: {same}")
 """),
 
