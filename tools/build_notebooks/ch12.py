@@ -119,7 +119,8 @@ trace = lab.step_trace(2, 3, "bf16", pool=pool)
 print(trace.describe())
 print()
 print("the step's collectives on rank 0, in the order they completed ('check': a 2-number header")
-print("that every stage-3 gather sends first, so that ranks gathering different modules fail loudly):")
+print("sent before each unit of stage-3 gathers, a gather and the prefetches issued with it, and at")
+print("the end of a forward that followed the recorded order, so that ranks on different paths fail loudly):")
 for c in trace.calls:
     print(f"  #{c.index:<3}{c.op:<15}{c.tag:<32}{c.numel:>7,} elements of {c.dtype}")
 """),
