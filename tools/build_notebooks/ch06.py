@@ -48,7 +48,7 @@ down** (the waiting is hidden inside the work).
 | how fast the items travel | the bandwidth **β**, bytes per second | the same fit |
 | a box | a **bucket**: gradients flattened end to end into one buffer | `reduce_bucket_size` (elements) |
 | packing the next box while one travels | **overlap**: collectives issued asynchronously during backward | `overlap_comm` |
-| each worker keeps only his part of the box | **reduce-scatter** instead of all-reduce | `reduce_scatter` (DeepSpeed's default: false) |
+| each worker keeps only his part of the box | **reduce-scatter** instead of all-reduce | `reduce_scatter` (DeepSpeed's default: true, yet its stages 1-2 all-reduce each bucket: `use_multi_rank_bucket_allreduce`) |
 
 Backward produces a gradient per parameter tensor, and a real model has hundreds or thousands
 of them, many small (biases, LayerNorm weights). Reduced one by one, the fixed cost of each call
