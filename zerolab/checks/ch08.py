@@ -1,0 +1,203 @@
+"""Exercise 8 check: tune stage 3's knobs to meet stated goals, checked by running the engine.
+
+The learner writes ``knobs(goal) -> dict``: for each goal ("A", "B", "C") a dict of stage-3 keys
+(only :data:`ALLOWED`: ``stage3_param_persistence_threshold``, ``stage3_model_persistence_threshold``,
+``stage3_prefetch_bucket_size``, ``stage3_max_live_parameters``; a key left out keeps DeepSpeed's
+default). The model is :data:`SIZES`, an MLP of 8 ``Linear(64, 64)`` layers (8 weights of 4,096
+elements, 8 biases of 64) trained at stage 3 on 2 ranks for :data:`STEPS` steps; what is measured
+is the last step (the trace recorded, prefetch on):
+
+* **A** "biases whole, weights sharded": every bias persistent, no weight persistent.
+* **B** "few checks in little memory": biases persistent, at most :data:`B_HEADERS` 16-byte check
+  headers per step and at most :data:`B_PEAK` parameter elements gathered or in flight at once.
+* **C** "no prefetch, default window": no weight persistent, ``stage3_prefetch_bucket_size`` left
+  at DeepSpeed's 5e7, and still no gather issued ahead of use.
+
+:func:`check_knobs` runs each answer and one run with DeepSpeed's defaults in the engine on 2
+ranks, compares the measurements with the goal, and checks that the trained parameters are
+bit-identical to the defaults' (the knobs move memory and calls, never a number). A miss is
+described with what was measured and a hint naming the likely mistake. :func:`measure` is the
+same measurement, for the learner to try values before asking the check.
+"""
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+
+import torch
+
+from . import ExerciseCheckFailed, crew_of, passed, rank_failure
+
+__all__ = ["check_knobs", "measure", "GOALS", "ALLOWED", "SIZES", "STEPS", "B_HEADERS", "B_PEAK"]
+
+SIZES = (64,) * 9                  # 8 Linear(64, 64): weights 4,096 elements, biases 64
+STEPS = 3
+WORLD = 2
+WEIGHT, BIAS, LAYERS = 64 * 64, 64, 8
+B_HEADERS, B_PEAK = 7, 5 * WEIGHT
+DEFAULT_PREFETCH = 50_000_000
+ALLOWED = ("stage3_param_persistence_threshold", "stage3_model_persistence_threshold",
+           "stage3_prefetch_bucket_size", "stage3_max_live_parameters")
+GOALS = {
+    "A": "biases whole, weights sharded: all 8 biases (64 elements) persistent, no weight (4,096)",
+    "B": f"biases persistent; at most {B_HEADERS} check headers per step and at most {B_PEAK:,} "
+         f"elements gathered or in flight at once",
+    "C": "weights sharded, stage3_prefetch_bucket_size left at DeepSpeed's default (5e7), and "
+         "no gather issued ahead of use (0 prefetched gathers)",
+}
+
+
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, 96, initial_indent="  ", subsequent_indent="        ")
+
+
+def _run(zero: dict) -> dict:
+    """On a rank: train the MLP at stage 3 with ``zero``'s keys; the last step's numbers."""
+    import zerolab
+    from zerolab.models import MLP, mse_loss, regression_batches
+
+    world = zerolab.world_size()
+    engine = zerolab.initialize(MLP(sizes=SIZES, seed=0), {
+        "train_batch_size": 4 * world, "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
+        "zero_optimization": {"stage": 3, **zero}})
+    try:
+        for x, y in regression_batches(STEPS, 4 * world, d_in=SIZES[0], d_out=SIZES[-1]):
+            mark, pre = engine.ledger.mark(), engine.stage.prefetches
+            engine.stage.peak_gathered_numel = 0
+            engine.backward(mse_loss(engine(x), y))
+            engine.step()
+        led = engine.ledger.since(mark)
+        stage = engine.stage
+        persistent = [p.numel() for g in stage.groups if stage.persistent[g.index] for p in g.params]
+        return {
+            "headers": sum(1 for r in led.records if r.tag.startswith("check")),
+            "gathers": sum(1 for r in led.records if r.op == "all_gather" and r.tag.startswith("params")),
+            "prefetches": stage.prefetches - pre,
+            "peak": stage.peak_gathered_numel,
+            "persistent": sorted(persistent),
+            "param_bytes": engine.memory()["params"],
+            "params": engine.full_params(),
+        }
+    finally:
+        engine.close()
+
+
+def _runs(configs: list[dict]) -> list[dict]:
+    return [_run(z) for z in configs]
+
+
+def _validate(goal: str, zero) -> dict:
+    if not isinstance(zero, dict):
+        raise ExerciseCheckFailed(f"goal {goal}: knobs({goal!r}) returned {type(zero).__name__}\n"
+                                  f"{_wrap('hint: return a dict of stage-3 keys, e.g. {' + repr(ALLOWED[0]) + ': 100}')}")
+    bad = sorted(k for k in zero if k not in ALLOWED)
+    if bad:
+        raise ExerciseCheckFailed(
+            f"goal {goal}: key(s) {bad} are not among the knobs of this exercise\n"
+            f"{_wrap('hint: use only ' + ', '.join(ALLOWED) + ' (the stage stays 3, the model the same)')}")
+    for k, v in zero.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or int(v) != v:
+            raise ExerciseCheckFailed(f"goal {goal}: {k} = {v!r}\n"
+                                      f"{_wrap('hint: a whole number of elements, 0 or more (1e5 is fine)')}")
+    return {k: int(v) for k, v in zero.items()}
+
+
+def measure(zero: dict, world_size: int = WORLD) -> dict:
+    """Run the exercise's model at stage 3 with these keys on ``world_size`` ranks; rank 0's last
+    step: headers, gathers, prefetches, peak (elements gathered or in flight), persistent
+    (their sizes), param_bytes (engine.memory()['params'])."""
+    zero = _validate("?", zero)
+    try:
+        out = crew_of(world_size).run(_run, zero)[0]
+    except Exception as exc:             # noqa: BLE001
+        import zerolab
+        if isinstance(exc, zerolab.RankError):
+            raise rank_failure(exc, "the engine with your knobs", "see the rank's error above") from exc
+        raise
+    out.pop("params")
+    return out
+
+
+def _miss(goal: str, zero: dict, got: dict, what: str, hint: str) -> ExerciseCheckFailed:
+    shown = ", ".join(f"{k} {got[k]:,}" for k in ("headers", "gathers", "prefetches", "peak"))
+    n_p = len(got["persistent"])
+    return ExerciseCheckFailed(
+        f"goal {goal}: {what}\n"
+        f"{_wrap('the goal: ' + GOALS[goal])}\n"
+        f"{textwrap.fill(f'your knobs: {zero}', 96, initial_indent='  ', subsequent_indent='    ')}\n"
+        f"  measured (last step, rank 0): {shown}\n"
+        f"    and {n_p} persistent parameters ({sum(got['persistent']):,} elements)\n"
+        f"{_wrap('hint: ' + hint)}")
+
+
+def _judge(goal: str, zero: dict, got: dict) -> None:
+    persistent = got["persistent"]
+    biases = persistent.count(BIAS)
+    weights = persistent.count(WEIGHT)
+    threshold = zero.get("stage3_param_persistence_threshold", 100_000)
+    cap = zero.get("stage3_model_persistence_threshold")
+    if weights:
+            raise _miss(goal, zero, got, f"{weights} weight(s) of {WEIGHT:,} elements are persistent",
+                        f"a parameter is persistent when its numel <= stage3_param_persistence_threshold "
+                        f"(DeepSpeed's default 1e5 keeps every parameter of this small model whole); "
+                        f"choose a threshold that a weight ({WEIGHT:,}) does not meet")
+    if goal in ("A", "B"):
+        if biases < LAYERS:
+            if cap is not None and cap < LAYERS * BIAS and threshold >= BIAS:
+                hint = (f"stage3_model_persistence_threshold = {cap:,} caps the total persistent "
+                        f"elements: the 8 biases need {LAYERS * BIAS}")
+            elif threshold == BIAS - 1:
+                hint = f"off by one: the rule is numel <= threshold, so a {BIAS}-element bias needs {BIAS} or more"
+            else:
+                hint = (f"only {biases} of the {LAYERS} biases are persistent: the threshold must be at "
+                        f"least {BIAS} (numel <= threshold)")
+            raise _miss(goal, zero, got, f"{biases} of {LAYERS} biases persistent", hint)
+    if goal == "B":
+        if got["peak"] > B_PEAK:
+            raise _miss(goal, zero, got, f"peak {got['peak']:,} elements > {B_PEAK:,}",
+                        "stage3_max_live_parameters bounds what prefetch may add to what is gathered "
+                        "(gathered + in flight); the prefetch window alone does not count what is "
+                        "already gathered")
+        if got["headers"] > B_HEADERS:
+            raise _miss(goal, zero, got, f"{got['headers']} check headers per step > {B_HEADERS}",
+                        "each unit of gathers costs one header; a larger prefetch window "
+                        "(stage3_prefetch_bucket_size) makes fewer, larger units, but it must fit "
+                        "within what max_live leaves room for: try windows of 4 or 5 weights, measure "
+                        "with zerolab.checks.ch08.measure")
+    if goal == "C":
+        if zero.get("stage3_prefetch_bucket_size", DEFAULT_PREFETCH) != DEFAULT_PREFETCH:
+            raise _miss(goal, zero, got, "stage3_prefetch_bucket_size was changed",
+                        "leave the prefetch window at DeepSpeed's default (drop the key or set 5e7): "
+                        "another knob can stop prefetching")
+        if got["prefetches"] > 0:
+            raise _miss(goal, zero, got, f"{got['prefetches']} gathers were issued ahead of use",
+                        "stage3_max_live_parameters bounds what is gathered plus in flight: set it so "
+                        "that one gathered group leaves no room for the next (a module's own gather is "
+                        "never blocked, only prefetch)")
+
+
+def check_knobs(knobs: Callable[[str], dict], *, verbose: bool = True) -> None:
+    """Check ``knobs(goal) -> dict`` for the goals A, B, C on 2 ranks (see the module doc)."""
+    answers = {g: _validate(g, knobs(g)) for g in GOALS}      # an unfinished exercise raises here
+    try:
+        results = crew_of(WORLD).run(_runs, [{}] + list(answers.values()))
+    except Exception as exc:             # noqa: BLE001
+        import zerolab
+        if isinstance(exc, zerolab.RankError):
+            raise rank_failure(exc, "the engine with your knobs", "see the rank's error above") from exc
+        raise
+    ref, *mine = results[0]
+    for (goal, zero), got in zip(answers.items(), mine):
+        _judge(goal, zero, got)
+        if not all(torch.equal(ref["params"][k], got["params"][k]) for k in ref["params"]):
+            raise ExerciseCheckFailed(f"goal {goal}: the trained parameters differ from the run with "
+                                      f"DeepSpeed's defaults (this should never happen: report it)")
+    if verbose:
+        print(f"MLP{SIZES[:2]}x{LAYERS} at stage 3 on {WORLD} ranks, last of {STEPS} steps, rank 0:")
+        print(f"  {'run':<10}{'headers':>8}{'gathers':>8}{'prefetched':>11}{'peak':>8}"
+              f"{'persistent':>11}{'param bytes':>12}")
+        for name, got in [("defaults", ref)] + list(zip(answers, mine)):
+            print(f"  {name:<10}{got['headers']:>8}{got['gathers']:>8}{got['prefetches']:>11}"
+                  f"{got['peak']:>8,}{sum(got['persistent']):>11,}{got['param_bytes']:>12,}")
+        print("  trained parameters: bit-identical in all four runs")
+    passed("your knobs meet goals A, B and C in the real engine on 2 ranks")
