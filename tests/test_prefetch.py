@@ -110,3 +110,65 @@ def test_a_rank_that_leaves_the_trace_raises_on_every_rank():
     messages = zerolab.launch(_changing_paths, 2, 50_000_000, False, echo=False, timeout=60)
     for m in messages:
         assert isinstance(m, str) and "ranks ran different modules" in m, m
+
+
+class Checkpointed(nn.Module):
+    """Blocks recomputed in backward (torch.utils.checkpoint stops the recomputation early, by an
+    exception inside torch, so some module forwards never return)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 32)) for _ in range(4))
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = x + torch.utils.checkpoint.checkpoint(b, x, use_reentrant=False)
+        return x
+
+
+def _checkpointed(prefetch):
+    world = zerolab.world_size()
+    engine = zerolab.initialize(Checkpointed(), cfg(world, prefetch))
+    g = torch.Generator().manual_seed(0)
+    seen = []
+    for _ in range(3):
+        x = torch.randn(2, 32, generator=g)
+        out = engine(x)
+        engine.backward(out.square().mean())
+        engine.step()
+        seen.append((len(engine.stage._frames), engine.stage.prefetches))
+    # a weight used between forward and backward is still caught (the forward's end was seen)
+    out = engine(torch.randn(2, 32, generator=g))
+    try:
+        _ = (out @ engine.module.blocks[0][0].weight).sum()
+        caught = False
+    except zerolab.ExternalParameterError:
+        caught = True
+    engine.backward(out.square().mean())
+    engine.step()
+    params = engine.full_params()
+    engine.close()
+    return seen, caught, params
+
+
+def test_recomputed_blocks_leave_no_open_frames_and_still_prefetch():
+    with zerolab.Crew(2, threads=1) as crew:
+        on = crew.run(_checkpointed, 50_000_000)
+        off = crew.run(_checkpointed, 0)
+    for (seen, caught, params), (_, caught_off, params_off) in zip(on, off):
+        assert all(frames == 0 for frames, _ in seen), seen
+        assert seen[0][1] == 0 and seen[1][1] > 0 and seen[2][1] > seen[1][1], seen
+        assert caught and caught_off
+        assert all(torch.equal(params[k], params_off[k]) for k in params)
+
+
+def test_a_window_of_one_group_prefetches_asynchronously():
+    # TinyLM's groups are at most 2,816 elements: a window of 3,000 holds one group at a time
+    with zerolab.Crew(2, threads=1) as crew:
+        one = crew.run(_tinylm, 3000)
+        off = crew.run(_tinylm, 0)
+    for a, b in zip(one, off):
+        assert a["prefetches"] > 0
+        assert a["checks"][-1] < b["checks"][-1]
+        assert all(torch.equal(a["params"][k], b["params"][k]) for k in a["params"])

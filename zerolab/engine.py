@@ -189,11 +189,16 @@ class Engine:
     # -- the training step -------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         self._check_open()
-        with self.timeline.span("forward"):
-            if self.budget is None:
-                return self.module(*args, **kwargs)
-            with torch.autograd.graph.saved_tensors_hooks(self.budget.pack, lambda t: t):
-                return self.module(*args, **kwargs)
+        try:
+            with self.timeline.span("forward"):
+                if self.budget is None:
+                    return self.module(*args, **kwargs)
+                with torch.autograd.graph.saved_tensors_hooks(self.budget.pack, lambda t: t):
+                    return self.module(*args, **kwargs)
+        except BaseException:
+            if hasattr(self.stage, "forward_failed"):
+                self.stage.forward_failed()
+            raise
 
     def train(self, mode: bool = True) -> "Engine":
         self.module.train(mode)

@@ -293,7 +293,7 @@ class Stage3(ReduceScatterGrads, StageBase):
             self._traces[phase] = None
             self._finish_inflight()
         if i not in self._inflight:
-            self._issue([i, *self._next_prefetch(phase, first=i)])
+            self._issue([i, *self._next_prefetch(phase, first=i)], wanted=i)
         self._wait(i)
         if self._inflight_numel() * 2 <= self.prefetch_numel:
             ids = self._next_prefetch(phase)
@@ -324,20 +324,20 @@ class Stage3(ReduceScatterGrads, StageBase):
             flight += n
         return out
 
-    def _issue(self, ids: list[int]) -> None:
-        """Check that every rank gathers the same unit, then start its all-gathers."""
+    def _issue(self, ids: list[int], wanted: int | None = None) -> None:
+        """Check that every rank gathers the same unit, then start its all-gathers: ``wanted``
+        (needed now) blocking, the prefetched ones asynchronously."""
         self._check_unit(ids)
         for j in ids:
             g = self.groups[j]
             flat = torch.empty(g.padded_numel, dtype=self.dtype, device=self.device)
             pending = self.comm.all_gather(flat, self._shard_on_device(j), tag=f"params {g.label}",
-                                           async_op=len(ids) > 1)
+                                           async_op=j != wanted)
             self._inflight[j] = (pending, flat)
             self._track(f"params {j}", flat)
         live = self._live_numel() + self._inflight_numel()
         self.peak_gathered_numel = max(self.peak_gathered_numel, live)
-        if len(ids) > 1:
-            self.prefetches += len(ids) - 1
+        self.prefetches += sum(1 for j in ids if j != wanted)
 
     def _wait(self, i: int) -> None:
         pending, flat = self._inflight.pop(i)
@@ -406,15 +406,23 @@ class Stage3(ReduceScatterGrads, StageBase):
 
     def begin_backward(self, boundary: bool = True) -> None:
         super().begin_backward(boundary)
+        self._frames.clear()                      # (a forward that raised left frames behind)
         self._in_backward = True
         self._forward_done = False
         self._start_pass("backward")
+
+    def forward_failed(self) -> None:
+        """The model's forward raised: forget its open frames, so the next forward starts a pass."""
+        self._frames.clear()
 
     def _after_reduce(self, g: FlatGroup) -> None:
         self._maybe_release(g)                    # its gradient is done: the furniture goes back
 
     def end_backward(self) -> None:
         super().end_backward()
+        # recomputation in backward (torch.utils.checkpoint) may stop a forward early, by an
+        # exception inside torch: its module frames never closed
+        self._frames.clear()
         self._finish_inflight()
         for g in self.groups:
             self._maybe_release(g)
