@@ -44,7 +44,7 @@ def test_a_check_records_failures_then_a_pass(pfile, capsys):
                                                              ("ch02.check_ring_reduce_scatter", True)]
     assert recs[0]["message"] == "chunk 1 on rank 2 is wrong"             # the first line only
     assert recs[1]["time"].endswith("+00:00") and "notebook" not in recs[1]
-    entry = progress.summary(recs)[1]
+    entry = next(e for e in progress.summary(recs) if e["exercise"] == "ch02.check_ring_reduce_scatter")
     assert entry["status"] == "done" and entry["attempts"] == 2 and entry["failures"] == 1
 
 
@@ -148,17 +148,19 @@ def test_the_file_keeps_the_newest_records(pfile, monkeypatch):
 def test_zerolab_progress_prints_what_is_done(pfile, capsys):
     assert cli(["progress"]) == 0
     out = capsys.readouterr().out
-    assert out.count("not started") == 5 and "0 of 5 exercises done" in out
+    n = len(progress.EXERCISES)
+    assert out.count("not started") == n and f"0 of {n} exercises done" in out
     progress.record("ch01.check_model_state_bytes", False, "params: your number is 2 times too big")
     progress.record("ch01.check_model_state_bytes", True, "ok")
     progress.record("ch02.check_ring_reduce_scatter", False, "chunk 1 is wrong")
     assert cli(["progress"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"exercise checks recorded in {pfile}:"
-    assert lines[1].split()[:3] == ["done", "Exercise", "1"] and "(2 runs)" in lines[1]
-    assert lines[2].split()[:3] == ["tried", "Exercise", "2"]
-    assert lines[2].endswith("not passed yet (1 run); last: chunk 1 is wrong")
-    assert lines[-1] == "1 of 5 exercises done"
+    one = next(line for line in lines if "Exercise 1 " in line)
+    two = next(line for line in lines if "Exercise 2 " in line)
+    assert one.split()[0] == "done" and "(2 runs)" in one
+    assert two.split()[0] == "tried" and two.endswith("not passed yet (1 run); last: chunk 1 is wrong")
+    assert lines[-1] == f"1 of {len(progress.EXERCISES)} exercises done"
 
 
 def test_zerolab_progress_json_for_the_instructor(pfile, capsys):
@@ -167,7 +169,12 @@ def test_zerolab_progress_json_for_the_instructor(pfile, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["name"] == "Ana" and data["zerolab_progress"] == 1
     status = {e["exercise"]: e["status"] for e in data["exercises"]}
-    assert status == {"ch01.check_model_state_bytes": "not started", "ch02.check_ring_reduce_scatter": "not started",
-                      "ch03.check_shard_range": "not started", "ch03.check_adamw_step": "not started",
-                      "ch04.check_update_scale": "done"}
+    assert status == {**dict.fromkeys(progress.EXERCISES, "not started"), "ch04.check_update_scale": "done"}
     assert str(pfile) not in json.dumps(data)          # no home path (user name) in what is shared
+
+
+def test_every_listed_exercise_is_a_real_check():
+    import importlib
+    for key in progress.EXERCISES:
+        module, fn = key.split(".")
+        assert callable(getattr(importlib.import_module(f"zerolab.checks.{module}"), fn, None)), key

@@ -36,13 +36,20 @@ MESSAGE_CHARS = 200
 
 # The checks a learner runs, by "chapter.function", in course order, with what they check.
 EXERCISES = {
+    "ch00.check_ring_all_gather": "Exercise 0  · the ring all-gather (ring_all_gather)",
     "ch01.check_model_state_bytes": "Exercise 1  · weigh the backpack (model_state_bytes_per_rank)",
     "ch02.check_ring_reduce_scatter": "Exercise 2  · the ring reduce-scatter (ring_reduce_scatter)",
     "ch03.check_shard_range": "Exercise 3a · who owns which shard (shard_range)",
     "ch03.check_adamw_step": "Exercise 3b · AdamW on one shard (adamw_step)",
+    "stage2_buckets.check_stage2_buckets": "Exercise 3c · stage 2's buckets (add_grad, reduce_bucket)",
     "ch04.check_update_scale": "Exercise 4  · the dynamic loss scaler (update_scale)",
+    "ch05.check_host_step": "Exercise 5  · the host optimizer step over sub-groups (host_step)",
+    "ch06.check_bucket_params": "Exercise 6  · the bucket plan (bucket_params)",
+    "ch07.check_choose_config": "Exercise 7  · the config that fits a budget (device_bytes, choose_config)",
+    "ch08.check_knobs": "Exercise 8  · stage-3 knobs for a goal (knobs)",
+    "ch09.check_capstone_config": "Exercise 9  · the capstone's DeepSpeed config",
 }
-_CHECK_MODULE = re.compile(r"zerolab\.checks\.(ch\d\d)")
+_CHECK_MODULE = re.compile(r"zerolab\.checks\.(ch\d\d|stage2_buckets)")
 
 
 def progress_path() -> Path | None:
