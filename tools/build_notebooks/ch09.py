@@ -245,10 +245,13 @@ allows three times that. A checkpoint that lost anything (the Adam moments, the 
 step, a shard) would show as a jump at step 50: there is none, and the lr after the resume is
 the uninterrupted run's, exactly.
 
-The fp32 reference sits a little *below* the bf16 runs after the warmup: the whole forward pass
-(LayerNorms, attention, the residual sums) runs in bf16, as in DeepSpeed's bf16 mode, and a model
-this small feels it. A plain-PyTorch bf16 loop with fp32 master weights lands in the same place
-(try it: Question 2); it is the precision, not ZeRO.
+All three curves, the fp32 reference included, jump near the end of the warmup, when the lr
+approaches its peak: an lr spike of the kind warmups exist to soften (this peak, 6·10⁻³, is on the
+high side for this model; lower it in a copy of the config and the jump shrinks). It is the
+optimization, not ZeRO: the plain fp32 loop without zerolab jumps too. Where the fp32 curve
+separates from the bf16 ones, the reason is the precision: the whole forward pass (LayerNorms,
+attention, the residual sums) runs in bf16, as in DeepSpeed's bf16 mode; a plain-PyTorch bf16
+loop with fp32 master weights behaves like zerolab's bf16 runs (try it: Question 2).
 
 ## 3. Who carried what: the warehouse
 
