@@ -396,7 +396,7 @@ second step on, each pass follows the previous pass's record: when it gathers a 
 starts, asynchronously, the all-gathers of the modules the record says come next (up to
 `stage3_prefetch_bucket_size` elements in flight, DeepSpeed's default 5·10⁷), so their
 parameters travel while the current module computes. The step below is the second one: in it
-16 of the 19 gathers were prefetched (counted in the next section). The ledger writes an
+17 of the 19 gathers were prefetched (counted in the next section). The ledger writes an
 asynchronous collective down when it is waited for, that is where the module needs it, so the
 picture still shows each gather at the module that uses it; what changes is when the bytes
 travel (earlier, behind the work), not how many. The 16-byte headers (`check ...`, next
