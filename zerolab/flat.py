@@ -22,7 +22,7 @@ import math
 import torch
 from torch import nn
 
-__all__ = ["FlatGroup", "bucket_params"]
+__all__ = ["FlatGroup", "bucket_params", "pack_sizes"]
 
 
 class FlatGroup:
@@ -94,20 +94,25 @@ class FlatGroup:
         return out
 
 
-def bucket_params(named: list[tuple[str, nn.Parameter]], bucket_numel: int) -> list[list[int]]:
-    """Cut parameters (already in gradient order) into buckets of at most ``bucket_numel``
-    elements: a bucket is closed when the next parameter would overflow it, and a parameter
-    bigger than the bucket gets a bucket of its own (DeepSpeed's rule). Returns index lists."""
-    buckets: list[list[int]] = []
+def pack_sizes(sizes: list[int], limit: int) -> list[list[int]]:
+    """Cut consecutive items of the given sizes into runs of at most ``limit`` in total: a run
+    is closed when the next item would overflow it, and an item bigger than ``limit`` gets a run
+    of its own (DeepSpeed's rule for buckets). Returns index lists."""
+    runs: list[list[int]] = []
     current: list[int] = []
     size = 0
-    for i, (_, p) in enumerate(named):
-        n = p.numel()
-        if current and size + n > bucket_numel:
-            buckets.append(current)
+    for i, n in enumerate(sizes):
+        if current and size + n > limit:
+            runs.append(current)
             current, size = [], 0
         current.append(i)
         size += n
     if current:
-        buckets.append(current)
-    return buckets
+        runs.append(current)
+    return runs
+
+
+def bucket_params(named: list[tuple[str, nn.Parameter]], bucket_numel: int) -> list[list[int]]:
+    """Cut parameters (already in gradient order) into buckets of at most ``bucket_numel``
+    elements (:func:`pack_sizes`). Returns index lists."""
+    return pack_sizes([p.numel() for _, p in named], bucket_numel)

@@ -37,6 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
+from .flat import pack_sizes
 from .memory import tensor_bytes
 
 __all__ = ["StateHome", "NvmeStore", "NvmePathError", "make_state_home", "tile_ranges"]
@@ -102,7 +103,7 @@ class StateHome:
                 self.group_tiles[i].append(len(self.tiles))
                 self.tiles.append((i, a, b))
                 self.tensors.append(t)
-        self.sub_groups = _pack([b - a for _, a, b in self.tiles], sub_group_size)
+        self.sub_groups = pack_sizes([b - a for _, a, b in self.tiles], sub_group_size)
         self.state_keys: dict[int, list[str]] = {}   # nvme: tensor states of each tile, once known
         self.swap_peak_bytes = 0
         if where == "nvme":
@@ -301,23 +302,6 @@ class StateHome:
 def master_numel(home: StateHome, i: int) -> int:
     js = home.group_tiles[i]
     return home.tiles[js[-1]][2] if js else 0
-
-
-def _pack(sizes: list[int], limit: int) -> list[list[int]]:
-    """Consecutive tiles packed into sub-groups of at most ``limit`` elements (a tile larger
-    than ``limit`` gets a sub-group of its own)."""
-    out: list[list[int]] = []
-    cur: list[int] = []
-    total = 0
-    for j, n in enumerate(sizes):
-        if cur and total + n > limit:
-            out.append(cur)
-            cur, total = [], 0
-        cur.append(j)
-        total += n
-    if cur:
-        out.append(cur)
-    return out
 
 
 # -------------------------------------------------------------------------------- NVMe files
