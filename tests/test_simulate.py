@@ -63,3 +63,25 @@ def test_the_command():
                           "--hidden", "4096", "--gpus", "8"], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert "stage 3 + offload optimizer+params" in run.stdout and "bound by" in run.stdout
+
+
+def test_calibration_against_real_ranks_here():
+    """The simulator's traffic model is exact for what zerolab does (the same wire bytes at every
+    stage, the same calls at stages 0-2); at stage 3 zerolab reduce-scatters per module (3 calls
+    per layer) where the simulator, like DeepSpeed, reduces by bucket. Time: the ratio of
+    measured to alpha-beta time is reported (it depends on the machine's load), and must be a
+    finite positive factor."""
+    from zerolab.bench import Fit
+    fit = Fit(world_size=2, backend="gloo", samples=[],
+              ops={op: {"alpha_s": 1e-4, "beta_Bps": 1e9} for op in ("all_reduce", "reduce_scatter", "all_gather")})
+    rows = simulate.calibrate(2, layers=4, hidden=64, steps=2, reduce_bucket_size=10_000, fit=fit)
+    assert [r["stage"] for r in rows] == [0, 1, 2, 3]
+    for r in rows:
+        assert r["wire_bytes"] == pytest.approx(r["sim_wire_bytes"]), r
+        if r["stage"] < 3:
+            assert r["calls"] == r["sim_calls"], r
+    assert rows[3]["calls"] == 3 * 4
+    f = simulate.comm_factor(rows)
+    assert 0 < f < float("inf")
+    slow = simulate.simulate(7e9, 32, 4096, 2048, 1, 8, 3, comm_factor=f)
+    assert slow.comm_s == pytest.approx(simulate.simulate(7e9, 32, 4096, 2048, 1, 8, 3).comm_s * f)

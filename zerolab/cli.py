@@ -161,6 +161,15 @@ def cmd_consolidate(a) -> int:
 
 def cmd_simulate(a) -> int:
     from . import simulate
+    if a.calibrate:
+        rows = simulate.calibrate(a.nproc)
+        print(f"the simulator against {a.nproc} real ranks here (a bf16 MLP of 8 Linear(256, 256), stages 0-3):")
+        print(simulate.format_calibration(rows))
+        return 0
+    missing = [f"--{k}" for k in ("params", "layers", "hidden") if getattr(a, k) is None]
+    if missing:
+        print(f"zerolab simulate: {', '.join(missing)} required (or --calibrate)", file=sys.stderr)
+        return 2
     link = a.link
     if link not in simulate.LINKS:
         from .bench import Fit
@@ -211,9 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--tag", default=None, help="a tag other than the latest")
     c.set_defaults(fn=cmd_consolidate)
     m = sub.add_parser("simulate", help="memory per GPU and step time of a model on N GPUs, per stage")
-    m.add_argument("--params", type=float, required=True, help="parameters, e.g. 7e9")
-    m.add_argument("--layers", type=int, required=True)
-    m.add_argument("--hidden", type=int, required=True)
+    m.add_argument("--params", type=float, default=None, help="parameters, e.g. 7e9")
+    m.add_argument("--layers", type=int, default=None)
+    m.add_argument("--hidden", type=int, default=None)
     m.add_argument("--seq", type=int, default=2048)
     m.add_argument("--micro-batch", type=int, default=1)
     m.add_argument("--grad-accum", type=int, default=1)
@@ -223,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="nvlink-a100, nvlink-h100, pcie4, ib-hdr, ethernet-100g, or a zerolab bench JSON fit")
     m.add_argument("--no-checkpointing", action="store_true", help="activations kept, not recomputed")
     m.add_argument("--host-gb", type=float, default=None, help="host memory of the whole job (GB), to check offload")
+    m.add_argument("--calibrate", action="store_true",
+                   help="hold the simulator against real ranks here: bytes, calls, time (and the comm_factor)")
+    m.add_argument("--nproc", type=int, default=2, help="ranks for --calibrate")
     m.set_defaults(fn=cmd_simulate)
     b = sub.add_parser("bench", help="fit T = alpha + S/beta for each collective on this machine")
     b.add_argument("--nproc", type=int, default=2, help="ranks to measure on")

@@ -26,7 +26,7 @@ import math
 
 from .memory import model_state_bytes
 
-__all__ = ["LINKS", "GPUS", "Estimate", "simulate", "table", "capacity_check"]
+__all__ = ["LINKS", "GPUS", "Estimate", "simulate", "table", "capacity_check", "calibrate", "comm_factor"]
 
 # (alpha seconds, beta bytes/s of bus bandwidth per GPU): approximate published figures
 LINKS = {
@@ -59,6 +59,8 @@ class Estimate:
     transfer_s: float                  # host <-> GPU (offload)
     cpu_step_s: float                  # optimizer step on the CPU (offload)
     step_s: float
+    wire_bytes: float = 0.0            # per GPU per step, the stage's ideal gradient + parameter traffic
+    calls: int = 0                     # collective calls per step in the model
 
     @property
     def bound_by(self) -> str:
@@ -78,9 +80,12 @@ def simulate(params: float, layers: int, hidden: int, seq: int, micro_batch: int
              gpu: str = "a100-80gb", link="nvlink-a100", grad_accum: int = 1, mfu: float = 0.4,
              checkpointing: bool = True, heads: int | None = None, offload_optimizer: bool = False,
              offload_param: bool = False, overlap: bool = True, reduce_bucket_size: float = 5e8,
-             cpu_adam_elems_per_s: float = CPU_ADAM_ELEMS_PER_S, host_bytes: float | None = None) -> Estimate:
+             cpu_adam_elems_per_s: float = CPU_ADAM_ELEMS_PER_S, host_bytes: float | None = None,
+             comm_factor: float = 1.0) -> Estimate:
     """One configuration. ``link`` is a key of :data:`LINKS` or a :class:`zerolab.bench.Fit`;
-    ``host_bytes``: the host memory of the whole job (None: not checked)."""
+    ``host_bytes``: the host memory of the whole job (None: not checked); ``comm_factor``: the
+    ratio of measured to α-β communication time in training (:func:`calibrate` measures it
+    here; 1 is the bare link model)."""
     if offload_param and stage != 3:
         raise ValueError("offload_param needs stage 3 (as in DeepSpeed)")
     psi, n = float(params), int(gpus)
@@ -122,7 +127,7 @@ def simulate(params: float, layers: int, hidden: int, seq: int, micro_batch: int
         alpha, beta = LINKS[link]
     else:                                                   # a zerolab.bench.Fit measured here
         alpha, beta = link.ops["all_reduce"]["alpha_s"], link.ops["all_reduce"]["beta_Bps"]
-    comm = calls * alpha + wire / beta
+    comm = (calls * alpha + wire / beta) * comm_factor
     transfer, cpu_step = 0.0, 0.0
     if offload_optimizer:
         # fp16 gradients down and updated fp16 parameters up: 2 + 2 bytes per owned element
@@ -132,7 +137,8 @@ def simulate(params: float, layers: int, hidden: int, seq: int, micro_batch: int
         transfer += 2 * 2 * psi / n * grad_accum / PCIE_BYTES_PER_S
     busy = max(compute, comm, transfer) if overlap else compute + comm + transfer
     offload = "+".join(k for k, on in (("optimizer", offload_optimizer), ("params", offload_param)) if on)
-    return Estimate(stage, n, offload, gpu_b, cpu_b, fits, compute, comm, transfer, cpu_step, busy + cpu_step)
+    return Estimate(stage, n, offload, gpu_b, cpu_b, fits, compute, comm, transfer, cpu_step, busy + cpu_step,
+                    wire, calls)
 
 
 def table(params, layers, hidden, seq, micro_batch, gpus, **kw) -> list[Estimate]:
@@ -167,3 +173,83 @@ def format_table(rows: list[Estimate], gpu: str = "a100-80gb") -> str:
     lines.append(f"GB = 1e9 bytes; GPU memory {cap / 1e9:.0f} GB each; CPU GB is each GPU's share of host memory;")
     lines.append("estimates from published link/GPU figures (zerolab.simulate.LINKS, GPUS)")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------ calibration, here
+
+def _measure_stage(stage: int, layers: int, hidden: int, steps: int, bucket: int) -> dict:
+    """On each rank: one bf16 MLP of ``layers`` Linear(hidden, hidden), trained at ``stage`` (every
+    parameter sharded at stage 3, no prefetch); per step, the gradient and parameter collectives'
+    wire bytes, calls and seconds from the ledger (the median step)."""
+    import statistics
+
+    import torch
+    from torch import nn
+
+    from . import crew
+    from .engine import initialize
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(hidden, hidden) for _ in range(layers)])
+    psi = sum(p.numel() for p in model.parameters())    # (before stage 3 releases them)
+    world = crew.world_size()
+    engine = initialize(model, {
+        "train_micro_batch_size_per_gpu": 4, "train_batch_size": 4 * world, "gradient_clipping": 0.0,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}, "bf16": {"enabled": True, "check_grad_overflow": False},
+        "zero_optimization": {"stage": stage, "reduce_bucket_size": bucket, "overlap_comm": False,
+                              "stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 0}})
+    x = torch.randn(4, hidden, dtype=torch.bfloat16)
+    rows = []
+    for i in range(steps + 1):
+        mark = engine.ledger.mark()
+        engine.backward(engine(x).float().square().mean())
+        engine.step()
+        recs = [r for r in engine.ledger.since(mark).records if r.tag.split(" ")[0] in ("grads", "params")]
+        if i:                                        # the first step is a warm-up
+            rows.append((sum(r.wire_bytes for r in recs), len(recs), sum(r.seconds for r in recs)))
+    engine.close()
+    mid = sorted(rows, key=lambda r: r[2])[len(rows) // 2]
+    return {"psi": psi, "wire_bytes": mid[0], "calls": mid[1], "seconds": mid[2],
+            "seconds_all": statistics.median(r[2] for r in rows)}
+
+
+def calibrate(world_size: int = 2, *, layers: int = 8, hidden: int = 256, steps: int = 5,
+              reduce_bucket_size: int = 200_000, fit=None) -> list[dict]:
+    """Hold the simulator against what is measured here: for stages 0-3, a bf16 MLP trained on
+    ``world_size`` real ranks (gloo on CPU), its gradient and parameter traffic from the ledger
+    (wire bytes, calls, seconds) beside what :func:`simulate` predicts for the same Ψ, layers,
+    ranks and bucket size with ``link`` = the α-β ``fit`` of this machine (``zerolab.bench``;
+    measured now when not given). Returns one dict per stage: ``wire_bytes`` / ``sim_wire_bytes``,
+    ``calls`` / ``sim_calls``, ``seconds`` / ``sim_seconds``."""
+    from . import bench
+    from .crew import launch
+    fit = fit or bench.run(world_size)
+    out = []
+    for stage in range(4):
+        m = launch(_measure_stage, world_size, stage, layers, hidden, steps, reduce_bucket_size, echo=False)[0]
+        est = simulate(m["psi"], layers, hidden, 1, 1, world_size, stage, link=fit,
+                       reduce_bucket_size=reduce_bucket_size, checkpointing=False)
+        out.append({"stage": stage, "psi": m["psi"], "wire_bytes": m["wire_bytes"], "sim_wire_bytes": est.wire_bytes,
+                    "calls": m["calls"], "sim_calls": est.calls, "seconds": m["seconds"],
+                    "sim_seconds": est.comm_s})
+    return out
+
+
+def format_calibration(rows: list[dict]) -> str:
+    lines = [f"{'stage':<7}{'wire bytes':>12}{'simulated':>12}{'calls':>7}{'simulated':>11}"
+             f"{'comm ms':>10}{'simulated':>11}{'ratio':>7}"]
+    for r in rows:
+        lines.append(f"{r['stage']:<7}{r['wire_bytes']:>12,.0f}{r['sim_wire_bytes']:>12,.0f}{r['calls']:>7}"
+                     f"{r['sim_calls']:>11}{r['seconds'] * 1e3:>10.2f}{r['sim_seconds'] * 1e3:>11.2f}"
+                     f"{r['seconds'] / r['sim_seconds']:>7.2f}")
+    lines.append("measured: the ledger's gradient and parameter collectives in one step (median of the steps);")
+    lines.append("simulated: zerolab.simulate with this machine's alpha-beta fit as the link (ratio = measured / simulated);")
+    lines.append(f"comm_factor for simulate() on this machine (median ratio): {comm_factor(rows):.2f}")
+    return "\n".join(lines)
+
+
+def comm_factor(rows: list[dict]) -> float:
+    """The median measured / simulated communication time of :func:`calibrate`'s rows: what a
+    training step's collectives cost here beyond the bare α-β link (waiting for the slower
+    rank, the host's load, a call's software path), to pass to :func:`simulate`."""
+    ratios = sorted(r["seconds"] / r["sim_seconds"] for r in rows if r["sim_seconds"] > 0)
+    return ratios[len(ratios) // 2] if ratios else 1.0
