@@ -10,8 +10,9 @@ compares its outputs.
 
 Part 1 quotes a short numpy "ZeRO stage 1" demo (as the course's source story gives it, its
 comments translated), runs it as written and lets measurements find its faults; then zerolab's
-real stage 1 replaces it on real ranks. Part 2 settles five common beliefs, each with a run on
-real ranks. Offload is left out on purpose: its chapter is not written yet.
+real stage 1 replaces it on real ranks. Part 2 settles six common beliefs, each with a run on
+real ranks; the sixth, "offload is free", adds zerolab's scale simulator for what offload costs on
+GPUs (deterministic arithmetic, so its ratios are printed).
 
 Outputs must not depend on the CPU: bytes, elements and calls are exact and printed as they are;
 floats that are rounding noise are printed as verdicts with their tolerance; times appear only
@@ -45,13 +46,14 @@ then measure it, and find seven faults, from the bytes it counts to what it clai
 after the update. Then we replace it with zerolab's stage 1 on real ranks and check that it
 trains exactly like one process.
 
-**Part 2** takes five beliefs about ZeRO and runs each on real ranks:
+**Part 2** takes six beliefs about ZeRO and runs each on real ranks:
 
 1. "ZeRO-3 is always better than ZeRO-2."
 2. "More GPUs is always faster."
 3. "Stages 1 and 2 cost no more traffic than DDP."
 4. "bf16 needs loss scaling."
 5. "ZeRO shards the activations."
+6. "Offload is free."
 
 Each section is short: the claim, a cell that measures it, what the numbers say.
 """),
@@ -562,7 +564,7 @@ Every fault of the demo, fixed and measured:
 
 And the result is plain single-process Adam on the whole batch, to within float rounding.
 
-# Part 2 · Five beliefs, measured
+# Part 2 · Six beliefs, measured
 
 The measurements below use chapter 3's TinyLM (Ψ = 188,900 trainable parameters), bf16 with
 AdamW, a global batch of 12 sequences. Each run trains one step (Adam's states appear at the
@@ -874,6 +876,154 @@ DeepSpeed's `activation_checkpointing` block, which zerolab does not implement),
 GPUs, sequence or tensor parallelism: other tools than ZeRO. (DeepSpeed's
 `partition_activations` splits the *checkpointed* activations of tensor-parallel models; it is
 part of activation checkpointing, not of the ZeRO stages.)
+"""),
+md(r"""
+## Belief 6 · "Offload is free"
+
+ZeRO-Offload (chapter 5) takes the heavy notebook off the device: with
+`"offload_optimizer": {"device": "cpu"}` the fp32 master weights, Adam's two moments and the fp32
+gradients they are stepped with live in host memory, and the optimizer step runs on the CPU. The
+device keeps the 16-bit parameters and a gradient bucket in flight. The belief: this memory costs
+nothing, because the CPU and its memory sit idle anyway.
+
+On this machine the test is rigged in offload's favour: the "device" *is* the CPU, and host
+memory is the same RAM. A copy "down" to the host or "up" to the device is a memory copy, and Adam
+runs on the same cores either way. Stage 2 on 2 ranks, TinyLM in bf16, with and without
+`offload_optimizer` on the CPU: where the bytes are after 6 steps (`engine.memory()` and
+`engine.memory("host")`), and the step time (median of 5 steps after a warm-up step, the slower
+rank, the better of 2 runs of each).
+
+**Predict, then run.** How many of a rank's device bytes does offload remove? Does host memory
+receive exactly those bytes, more, or fewer? How much slower is a step here?
+"""),
+code(r"""
+def offload_run(device, steps=5):
+    zero = {"offload_optimizer": {"device": device}} if device else {}
+    engine = zerolab.initialize(make_lm(), lm_config(2, zerolab.world_size(), **zero))
+    batches = lm_batches(steps + 1, 12, SEQ, VOCAB, seed=0)
+    losses = train_engine(engine, batches[:1], lm_loss)           # warm-up: Adam's states appear
+    engine.timeline.clear()
+    times = []
+    for batch in batches[1:]:
+        t0 = time.perf_counter()
+        losses += train_engine(engine, [batch], lm_loss)
+        times.append(time.perf_counter() - t0)
+    return {"device": engine.memory(), "host": engine.memory("host"), "losses": losses,
+            "seconds": float(np.median(times)),
+            "host_step": engine.timeline.summary()["host_step"] / steps}   # the CPU optimizer, per step
+
+
+OFFLOAD = {"stage 2": None, "stage 2 + offload cpu": "cpu"}
+runs6 = {label: [] for label in OFFLOAD}
+for _ in range(2):                                   # alternate the two, twice
+    for label, device in OFFLOAD.items():
+        runs6[label].append(crews[2].run(offload_run, device))
+r6 = {label: per_run[0][0] for label, per_run in runs6.items()}       # rank 0, first run: bytes
+KEYS = ("params", "grads", "optimizer_states", "model_states")
+print(f"stage 2, bf16, 2 ranks, Ψ = {PSI_LM:,}: bytes on rank 0 after 6 steps")
+print(f"{'':31}" + "".join(f"{k:>18}" for k in KEYS))
+for label, r in r6.items():
+    for where in ("device", "host"):
+        print(f"{label + ', ' + where:31}" + "".join(f"{r[where][k]:>18,}" for k in KEYS))
+plain, off = r6["stage 2"], r6["stage 2 + offload cpu"]
+freed = plain["device"]["model_states"] - off["device"]["model_states"]
+taken = off["host"]["model_states"] - plain["host"]["model_states"]
+print(f"device bytes freed by offload: {freed:,} of {plain['device']['model_states']:,}"
+      f" ({freed / plain['device']['model_states']:.1%})")
+print(f"host bytes taken by offload:   {taken:,} ({taken - freed:+,} against the device's)")
+print("the 6 losses with and without offload agree within 1e-5 (relative):",
+      all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(off["losses"], plain["losses"])))
+"""),
+code(r"""
+best = {label: min(max(r["seconds"] for r in per_rank) for per_rank in per_run)
+        for label, per_run in runs6.items()}
+host_step = max(r["host_step"] for r in runs6["stage 2 + offload cpu"][0])
+base = best["stage 2"]
+fig, ax = plt.subplots(figsize=(8, 2.8))
+labels = list(best)
+ax.barh(labels, [best[k] / base for k in labels], color=["#4c72b0", "#55a868"], label="step")
+ax.barh(labels[1:], [host_step / base], color="#8172b3", label="of which the host optimizer step")
+ax.axvline(1, color="black", lw=0.8)
+ax.axvspan(3, 5, color="#c44e52", alpha=0.15, label="'about 3-5x slower' on GPUs")
+ax.invert_yaxis()
+ax.set_xlim(0, 5.5)
+ax.set_xlabel("step time / stage 2's (median of 5 steps, slower rank, better of 2 runs)")
+ax.set_title("Here the device is the host: offload costs little")
+ax.legend(fontsize=8, loc="lower right")
+fig.tight_layout()
+plt.show()
+print("step with offload within 3x of stage 2's here:", best["stage 2 + offload cpu"] < 3 * base)
+"""),
+md(r"""
+Offload takes the whole notebook off the device: the fp32 masters and Adam's moments (12 bytes
+per owned parameter) and stage 2's gradient shard; what stays is the bf16 parameters, which stage
+2 keeps whole on every rank. Host memory takes more than the device gave up: the gradient shard
+it steps with is fp32 there (4 bytes per owned element, not bf16's 2). On a GPU that is a good
+trade, host memory is larger and cheaper; on this machine the two are the same RAM, so offload
+here *adds* bytes. The arithmetic does not change: the same losses.
+
+And the time (the bars move from run to run, the verdict does not): a step with offload is about as
+long as one without. There is no link to cross, and the optimizer runs on the same CPU either
+way; the host step in the figure is the same Adam that stage 2 runs on its "device".
+
+## The same switch on a GPU cluster
+
+On GPUs neither shortcut holds. Each step, every rank copies its reduced 16-bit gradients down
+over PCIe and its updated 16-bit parameters back up: **2 + 2 bytes per owned parameter** over a
+link of about 25 GB/s a direction, against some 2,000 GB/s of GPU memory; and Adam runs on the
+CPU, which steps far fewer elements per second than the GPU would. `zerolab.simulate` (chapter 5)
+models both from published figures: PCIe 4.0 at 25 GB/s, a CPU Adam of 10⁹ elements per second per
+GPU's share. A 13-billion-parameter model (40 layers, width 5,120, sequences of 2,048 tokens) on 8
+A100-80GB, stage 2, with and without `offload_optimizer`, one micro-batch per step of 1 to 16
+sequences:
+"""),
+code(r"""
+MICRO = [1, 2, 4, 8, 16]
+big = dict(params=13e9, layers=40, hidden=5120, seq=2048, gpus=8, gpu="a100-80gb", stage=2)
+gpu_runs = {mb: (simulate(micro_batch=mb, **big), simulate(micro_batch=mb, offload_optimizer=True, **big))
+            for mb in MICRO}
+slow_cpu = {mb: simulate(micro_batch=mb, offload_optimizer=True, cpu_adam_elems_per_s=0.5e9, **big)
+            for mb in MICRO}
+print("13B, 8 x A100-80GB, stage 2 (simulated)")
+print(f"PCIe per GPU per step with offload: 2 + 2 bytes × {13e9 / 8:,.0f} owned parameters"
+      f" = {4 * 13e9 / 8 / 1e9:.1f} GB")
+print(f"{'micro-batch':>11}{'GB per GPU':>12}{'+ offload':>11}{'compute s':>11}{'PCIe s':>8}"
+      f"{'host Adam s':>13}{'offload / stage 2':>19}")
+for mb in (1, 8):
+    a, b = gpu_runs[mb]
+    print(f"{mb:>11}{a.gpu_bytes['total'] / 1e9:>12.1f}{b.gpu_bytes['total'] / 1e9:>11.1f}{b.compute_s:>11.2f}"
+          f"{b.transfer_s:>8.2f}{b.cpu_step_s:>13.2f}{f'{b.step_s / a.step_s:.1f}x':>19}")
+mb1 = gpu_runs[1][0].step_s
+print(f"micro-batch 1 with a CPU Adam half as fast: {slow_cpu[1].step_s / mb1:.1f}x")
+fig, ax = plt.subplots(figsize=(8, 3.4))
+ax.plot(MICRO, [b.step_s / a.step_s for a, b in gpu_runs.values()], "o-",
+        label="simulated: CPU Adam 10⁹ elements/s per GPU")
+ax.plot(MICRO, [slow_cpu[mb].step_s / gpu_runs[mb][0].step_s for mb in MICRO], "s--",
+        label="simulated: CPU Adam half as fast")
+ax.axhline(best["stage 2 + offload cpu"] / base, color="#55a868", lw=1.5, label="measured here: TinyLM, 2 CPU ranks")
+ax.axhspan(3, 5, color="#c44e52", alpha=0.15, label="'about 3-5x slower' (seed 002)")
+ax.set_xscale("log", base=2)
+ax.set_xticks(MICRO, [str(mb) for mb in MICRO])
+ax.set(xlabel="sequences per micro-batch", ylabel="step time, offload / stage 2", ylim=(0, 5.5),
+       title="13B on 8 A100-80GB: offload costs most when a step has little compute")
+ax.legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+"""),
+md(r"""
+These ratios are the simulator's estimates, not measurements: at one sequence per micro-batch, a
+step with offload is about twice as long as stage 2's on the GPUs, and with a CPU Adam half as fast
+(eight GPUs sharing one host's cores and memory bandwidth) about three times. Seed 002, the course
+material's production guide, says CPU offload is 3 to 5 times slower. Both PCIe copies hide behind
+the compute here (6.5 GB per GPU takes 0.26 s); the CPU optimizer step does not hide: it comes after
+the backward and before the next forward. It does not grow with the micro-batch while the compute
+does, so a bigger micro-batch (or gradient accumulation) makes offload cheaper per sample; that is
+why offload comes with the advice to use large batches. What offload buys: the 13B model drops from
+51.8 to 29.0 GB per GPU, room for a larger micro-batch or a model that did not fit.
+
+So the belief is false as stated. Offload trades device memory for host traffic and CPU time; it is
+free only when the device **is** the host, as on this machine. On a GPU cluster, use it when the
+model states do not fit, not by default.
 
 We are done with the ranks:
 """),
@@ -900,7 +1050,7 @@ zerolab's stage 1 on 2, 3 and 4 ranks: equal shards, a reduce-scatter and an all
 (N−1)/N·Ψ each on the ledger, gradients zeroed, parameters equal to single-process Adam to within
 10⁻⁵.
 
-**The five beliefs**, each false as stated:
+**The six beliefs**, each false as stated:
 
 1. Stage 3 against stage 2 (N = 4): less model-state memory (on this small model more at the
    peak, with DeepSpeed's default prefetch window), but 3Ψ against 2Ψ on the wire and three times
@@ -912,6 +1062,11 @@ zerolab's stage 1 on 2, 3 and 4 ranks: equal shards, a reduce-scatter and an all
 4. bf16 has fp32's range: no gradient of the deep MLP underflows, zerolab trains it with a
    loss scale of 1 and no skipped step, and a loss scale could not improve its precision anyway.
 5. Activations per rank are identical at stages 0 to 3 and grow with the micro-batch.
+6. Offload to the CPU frees 1,322,320 of a rank's 1,700,122 device bytes here (stage 2, bf16)
+   and puts 1,511,220 in host memory (the gradient shard is fp32 there), at about the same step
+   time, because here the device is the host. On 8 A100-80GB the simulator puts a 13B model's step
+   at 2.0x with offload at micro-batch 1 (2 + 2 bytes per owned parameter over PCIe, Adam on the
+   CPU), 1.1x at 8. Offload trades device memory for host traffic and CPU time.
 
 ## Questions
 
@@ -926,6 +1081,9 @@ zerolab's stage 1 on 2, 3 and 4 ranks: equal shards, a reduce-scatter and an all
 5. With `gradient_accumulation_steps` 4, stage 1 moves 2Ψ and stage 2 moves 5Ψ. If stage 2 fits
    but stage 1 does not, what does that cost per step, and when would you rather use a bigger
    micro-batch instead of accumulation?
+6. In belief 6's simulation, offload the 13B model at stage 3 instead (`stage=3`, then also
+   `offload_param=True`). How many GB per GPU does each save, and what does each cost per step at
+   one sequence per micro-batch?
 """),
 ]
 
