@@ -14,9 +14,8 @@ Four modes (chapter 12, ``notebooks/12_visual_lab.ipynb``):
   states on the device, in host memory or on NVMe (and at stage 3 its parameter shards too),
   the bytes each rank keeps in each place (``engine.memory(where)``), and one step's timeline
   with the host optimizer step, sub-group by sub-group, and every NVMe read and write
-  (:func:`placement`). Stage-3 *prefetch* is not shown because zerolab does not implement it
-  (stage 3 gathers each module just in time; the prefetch keys are accepted and do nothing):
-  the mode shows stage 3's gathers and releases as they happen instead.
+  (:func:`placement`). At stage 3 it also shows each parameter gather and release, and how many
+  gathers were prefetched from the previous step's trace (``stage3_prefetch_bucket_size``).
 
 The lab runs engines only through zerolab's public entry points (``zerolab.Crew``,
 ``zerolab.initialize``, ``engine.memory()``, ``engine.ledger``, ``engine.timeline``) and reads the
