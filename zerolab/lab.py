@@ -31,6 +31,7 @@ import io
 import math
 import shutil
 import tempfile
+import textwrap
 import time
 
 __all__ = ["GIANTS", "CrewPool", "lab_config", "lab_model", "Holdings", "holdings", "Collective",
@@ -207,7 +208,7 @@ class Holdings:
             b = self.bytes[r]
             cells = [f"{b[g]:>9,} B {self.share(g) if self.share(g) != 'mixed' else '':>3}" for g in GIANTS]
             lines.append(f"{r:>4}  {cells[0]:>15}  {cells[1]:>15}  {cells[2]:>17}  {b['model_states']:>11,} B")
-        return "\n".join(lines)
+        return _wrap(lines)
 
 
 def _holdings_on_rank(stage: int, precision: str) -> dict:
@@ -335,7 +336,7 @@ class StepTrace:
         lines.append(f"  rank 0 held at most {p.total:,} bytes, {p.label}:")
         lines.append(f"    params {p.params:,}, grads {p.grads:,}, optimizer states {p.optimizer_states:,}, "
                      f"buffers {p.buffers:,}")
-        return "\n".join(lines)
+        return _wrap(lines)
 
 
 def _step_on_rank(stage: int, precision: str) -> dict:
@@ -505,7 +506,7 @@ class Plan:
         lines.append(self.verdict())
         lines.append("GB = 1e9 bytes. DS est.: DeepSpeed's model-state estimator (no activations); "
                      "host GB: all nodes")
-        return "\n".join(lines)
+        return _wrap(lines)
 
 
 def plan(model: str = "Llama-2 7B", gpus: int = 8, gpu: str = "a100-80gb", gpu_memory_gb: float | None = None,
@@ -667,7 +668,7 @@ class Placement:
                          f"step on rank 0, " + (f"{ahead} of them prefetched ahead" if ahead else
                                                 "each just in time, none prefetched")
                          + f"; at most {peak:,} B gathered or in flight at once")
-        return "\n".join(lines)
+        return _wrap(lines)
 
 
 def _placement_on_rank(cfg: dict) -> dict:
@@ -1184,3 +1185,15 @@ def extension_widget(pool: CrewPool | None = None, world_size: int = 2, stage: i
     box = W.VBox([W.HBox([n, st, opt, par]), W.HBox([sub, pr, pw]), status, image, summary])
     box.add_class("zerolab-lab-extension")
     return box
+
+
+def _wrap(lines: list[str], width: int = 98) -> str:
+    """Printed lines of at most ``width`` characters (JupyterLab wraps longer ones mid-word),
+    continuations indented under their line."""
+    out = []
+    for line in lines:
+        for part in line.split("\n"):
+            lead = len(part) - len(part.lstrip(" "))
+            out.append(textwrap.fill(part, width, subsequent_indent=" " * (lead + 4),
+                                     break_long_words=False) if len(part) > width else part)
+    return "\n".join(out)

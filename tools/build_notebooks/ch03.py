@@ -435,7 +435,7 @@ for stage in range(4):
 no_prefetch = crews[4].run(train_and_measure, 3, stage3_prefetch_bucket_size=0)[0]
 for label, r in (("default prefetch", runs[4, 3]), ("prefetch off (0)", no_prefetch)):
     print(f"stage 3, N = 4, {label}: {r['param_gathers']} parameter gathers, {r['prefetched']:>2} of them"
-          f" prefetched, {r['headers']:>2} headers, {r['wire']['params']:,.0f} parameter bytes on the wire")
+          f" prefetched,\n    {r['headers']:>2} headers, {r['wire']['params']:,.0f} parameter bytes on the wire")
 """),
 md(r"""
 ### Stage 3's small parameters: `stage3_param_persistence_threshold`

@@ -680,8 +680,8 @@ print(f"           {both['device']['model_states']:,} on the device and {both['h
       f"on the host (2n + 4n + 12n + counters)")
 print(f"estimator  host bytes of both ranks match DeepSpeed's 16P / 18P rows within "
       f"{max(abs(sum(p[k]['mem']['host']['model_states'] for p in places) - est(s, q)[0]) for k, s, q in [('stage 2 + opt cpu', 2, False), ('stage 3 + opt cpu', 3, False), ('stage 3 + opt cpu + param cpu', 3, True)])} bytes")
-print(f"budget     1 MiB: DDP refused at set-up (its model states reach {peak['stage 0 (DDP)']['states']:,}); "
-      f"stage 3 + offload trained")
+print(f"budget     1 MiB: DDP refused at set-up (its model states reach {peak['stage 0 (DDP)']['states']:,});")
+print(f"           stage 3 + offload trained")
 print(f"           within it: {z3['peak'] <= BUDGET}")
 print(f"timeline   {len(host)} host-step bars for {step['sub_groups']} sub-groups; {len(opt_reads)} NVMe reads "
       f"of optimizer state per step")

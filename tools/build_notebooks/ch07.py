@@ -113,8 +113,8 @@ def config(stage, opt=False, param=False, micro=8, gas=1, precision="fp16", **ze
 
 
 psi = count_params(make_model())
-print(f"{N} ranks started; TinyLM: psi = {psi:,} trainable parameters; fp16 + AdamW, "
-      f"micro-batch 8 sequences of 16 tokens")
+print(f"{N} ranks started; TinyLM: psi = {psi:,} trainable parameters;")
+print("fp16 + AdamW, micro-batch 8 sequences of 16 tokens")
 """),
 md("""
 ## 1. The first check: the backpack's limit
@@ -173,12 +173,12 @@ def peaks():
 
 
 peak = crew.run(peaks)[0]
-print(f"{'config':<28}{'formula':>13}{'= bytes':>11}{'measured':>11}{'buffers':>9}{'activations':>12}"
-      f"{'peak':>11}  fits")
+print(f"{'config':<27}{'formula':>12}{'= bytes':>11}{'measured':>11}{'buffers':>9}{'activations':>12}"
+      f"{'peak':>11} fits")
 for name, p in peak.items():
     f, fv = FORMULA[name]
-    print(f"{name:<28}{f:>13}{fv:>11,.0f}{p['states']:>11,}{p['buffers']:>9,}{p['activations']:>12,}"
-          f"{p['peak']:>11,}  {p['peak'] <= BUDGET}")
+    print(f"{name:<27}{f:>12}{fv:>11,.0f}{p['states']:>11,}{p['buffers']:>9,}{p['activations']:>12,}"
+          f"{p['peak']:>11,} {p['peak'] <= BUDGET}")
 """),
 code("""
 fig, ax = plt.subplots(figsize=(9.5, 4))
@@ -580,8 +580,8 @@ def collapse(precision, steps=12):
 
 fp16 = crew.run(collapse, "fp16")[0]
 bf16 = crew.run(collapse, "bf16")[0]
-print(f"fp16: {fp16['steps']} steps, {fp16['skipped']} skipped; engine.log has {len(fp16['log'])} lines, "
-      f"the last: {fp16['log'][-1]!r}")
+print(f"fp16: {fp16['steps']} steps, {fp16['skipped']} skipped; engine.log has {len(fp16['log'])} lines,")
+print(f"  the last: {fp16['log'][-1]!r}")
 print(textwrap.fill(fp16["error"], 98, subsequent_indent="  "))
 print(f"bf16: {bf16['steps']} steps, {bf16['skipped']} skipped, error {bf16['error']}")
 
@@ -635,7 +635,7 @@ for s, (ops, _) in cb.items():
     calls = sum(c for c, _ in ops.values())
     wire = sum(w for _, w in ops.values())
     what = ", ".join(f"{op} {c}" for op, (c, _) in sorted(ops.items()))
-    print(f"stage {s}: {calls:>3} collectives per step ({what}), {wire:>8,.0f} wire bytes")
+    print(f"stage {s}: {calls:>3} collectives per step, {wire:>8,.0f} wire bytes\\n    ({what})")
 slower = cb[3][1] / cb[1][1]
 print(f"stage 3's step takes more than 3x stage 1's (median of 5 steps): {slower > 3}")
 
@@ -800,12 +800,14 @@ on 2 ranks under every config and returns the facts, and each config's measured 
 the engine's peak.
 """),
 code("""
+import textwrap
+
 facts, peaks = measure_facts(2, "fp16", 2)
-print(facts)
+print(textwrap.fill(repr(facts), 98, subsequent_indent="      "))
 for rung, ranks in peaks.items():
     print(f"  {str(rung):<22} yours {device_bytes(facts, *rung):>11,.0f}   the engine's peak {max(ranks):>11,}")
 for budget in (3_000_000, 1_540_000, 1_000_000, 350_000):
-    print(f"budget {budget:>9,}: {choose_config(facts, budget)}")
+    print(textwrap.fill(f"budget {budget:>9,}: {choose_config(facts, budget)}", 98, subsequent_indent="      "))
 """),
 md("""
 **The check.** First `device_bytes` on every config at four settings (Ψ up to 7·10⁹, N = 2, 3, 4,

@@ -276,8 +276,8 @@ for m in GPT(tok.vocab).modules():
 for n, results in ((1, one), (2, two), (3, three)):
     host = sum(res["host"]["params"] + res["host"]["grads"] + res["host"]["optimizer_states"]
                for res in results)
-    print(f"{n} rank(s): all ranks' host bytes {host:,} = 18 psi ({18 * psi:,}) + 4 bytes x {groups} "
-          f"groups x {n} rank(s): {host == 18 * psi + 4 * groups * n}")
+    print(f"{n} rank(s): host bytes of all ranks {host:,} = 18 psi ({18 * psi:,})\\n"
+          f"    + 4 bytes x {groups} groups x {n} rank(s): {host == 18 * psi + 4 * groups * n}")
 """),
 md("""
 Every rank holds 1/N of the 18 bytes per parameter, and all of it in host memory: the device
@@ -309,7 +309,7 @@ x, y = text_batches(ids, 1, 24, SEQ, seed=1)[0]
 with torch.no_grad():
     fresh = lm_loss(GPT(tok.vocab)(x), y).item()
     trained = lm_loss(model(x), y).item()
-print(f"on 24 other windows (seed 1), in fp32: the trained model scores below 2.9 nats "
+print(f"on 24 other windows (seed 1), in fp32: the trained model scores below 2.9 nats\\n"
       f"and the untrained one above 4.2: {trained < 2.9 and fresh > 4.2}")
 """),
 md("""
@@ -371,7 +371,8 @@ Reading the table:
 """),
 code("""
 print(f"model      GPT, psi = {psi:,}, on {len(text):,} characters of Alice (alphabet {tok.vocab})")
-print(f"config     {Path(CONFIG).name}: ZeRO-3, both offloads to cpu, bf16, WarmupDecayLR, 24 per step")
+print(f"config     {Path(CONFIG).name}:")
+print("           ZeRO-3, both offloads to cpu, bf16, WarmupDecayLR, 24 sequences per step")
 print(f"training   100 steps on 1 rank, and 50 on 2 ranks + 50 resumed on 3: loss below 2.9: "
       f"{tail(loss_1) < 2.9 and tail(loss_n) < 2.9}")
 print(f"parity     max |2->3 ranks - 1 rank| < 0.15 nats (bf16): {diff < 0.15}; "

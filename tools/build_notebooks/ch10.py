@@ -618,8 +618,8 @@ print(f"  stage 3's calls: {', '.join(f'{op} {c}' for op, (c, _) in sorted(lm4[3
       f" (all_gather: parameters and 16-byte headers)")
 no_prefetch = crews[n].run(measure, 3, stage3_prefetch_bucket_size=0)[0]
 a, b = (r["memory"]["model_states"] + r["memory"]["peak_buffers"] for r in (lm4[2], no_prefetch))
-print(f"  stage 3, stage3_prefetch_bucket_size 0: + peak buffers {b:,} ({b / a:.2f} of stage 2),"
-      f" {no_prefetch['calls']} calls, wire bytes {no_prefetch['wire']:,.0f}"
+print(f"  stage 3, stage3_prefetch_bucket_size 0: + peak buffers {b:,} ({b / a:.2f} of stage 2),\n"
+      f"    {no_prefetch['calls']} calls, wire bytes {no_prefetch['wire']:,.0f}"
       f" (+{no_prefetch['wire'] - lm4[3]['wire']:,.0f}: {no_prefetch['calls'] - lm4[3]['calls']} more headers)")
 """),
 md(r"""
@@ -921,10 +921,10 @@ for _ in range(2):                                   # alternate the two, twice
 r6 = {label: per_run[0][0] for label, per_run in runs6.items()}       # rank 0, first run: bytes
 KEYS = ("params", "grads", "optimizer_states", "model_states")
 print(f"stage 2, bf16, 2 ranks, Ψ = {PSI_LM:,}: bytes on rank 0 after 6 steps")
-print(f"{'':31}" + "".join(f"{k:>18}" for k in KEYS))
+print(f"{'':31}" + "".join(f"{k:>17}" for k in KEYS))
 for label, r in r6.items():
     for where in ("device", "host"):
-        print(f"{label + ', ' + where:31}" + "".join(f"{r[where][k]:>18,}" for k in KEYS))
+        print(f"{label + ', ' + where:31}" + "".join(f"{r[where][k]:>17,}" for k in KEYS))
 plain, off = r6["stage 2"], r6["stage 2 + offload cpu"]
 freed = plain["device"]["model_states"] - off["device"]["model_states"]
 taken = off["host"]["model_states"] - plain["host"]["model_states"]
@@ -1001,7 +1001,7 @@ ax.plot(MICRO, [b.step_s / a.step_s for a, b in gpu_runs.values()], "o-",
 ax.plot(MICRO, [slow_cpu[mb].step_s / gpu_runs[mb][0].step_s for mb in MICRO], "s--",
         label="simulated: CPU Adam half as fast")
 ax.axhline(best["stage 2 + offload cpu"] / base, color="#55a868", lw=1.5, label="measured here: TinyLM, 2 CPU ranks")
-ax.axhspan(3, 5, color="#c44e52", alpha=0.15, label="'about 3-5x slower' (seed 002)")
+ax.axhspan(3, 5, color="#c44e52", alpha=0.15, label="'about 3-5x slower' (chapter 8's guide)")
 ax.set_xscale("log", base=2)
 ax.set_xticks(MICRO, [str(mb) for mb in MICRO])
 ax.set(xlabel="sequences per micro-batch", ylabel="step time, offload / stage 2", ylim=(0, 5.5),
@@ -1013,8 +1013,8 @@ plt.show()
 md(r"""
 These ratios are the simulator's estimates, not measurements: at one sequence per micro-batch, a
 step with offload is about twice as long as stage 2's on the GPUs, and with a CPU Adam half as fast
-(eight GPUs sharing one host's cores and memory bandwidth) about three times. Seed 002, the course
-material's production guide, says CPU offload is 3 to 5 times slower. Both PCIe copies hide behind
+(eight GPUs sharing one host's cores and memory bandwidth) about three times. The production ZeRO-3
+guide that chapter 8 reads says CPU offload is 3 to 5 times slower. Both PCIe copies hide behind
 the compute here (6.5 GB per GPU takes 0.26 s); the CPU optimizer step does not hide: it comes after
 the backward and before the next forward. It does not grow with the micro-batch while the compute
 does, so a bigger micro-batch (or gradient accumulation) makes offload cheaper per sample; that is

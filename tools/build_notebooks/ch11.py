@@ -580,8 +580,8 @@ def stage3_net(recompute):
 (p0, w0, m0), (p1, w1, m1) = crew.run(stage3_net, False)[0], crew.run(stage3_net, True)[0]
 same = all(torch.equal(p0[k], p1[k]) for k in p0)
 print(f"ZeRO-3 on {N} ranks, 2 steps, with and without checkpointing:")
-print(f"    the same model states per rank: {m0 == m1}, the same parameter and gradient traffic: {w0 == w1}, "
-      f"bit-identical weights: {same}")
+print(f"    the same model states per rank: {m0 == m1}, the same parameter and gradient traffic: {w0 == w1},")
+print(f"    bit-identical weights: {same}")
 """),
 
 # ------------------------------------------------------------------------------------- Q13

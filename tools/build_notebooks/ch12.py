@@ -120,7 +120,8 @@ print(trace.describe())
 print()
 print("the step's collectives on rank 0, in the order they completed ('check': a 2-number header")
 print("sent before each unit of stage-3 gathers, a gather and the prefetches issued with it, and at")
-print("the end of a forward that followed the recorded order, so that ranks on different paths fail loudly):")
+print("the end of a forward that followed the recorded order, so that ranks on different paths")
+print("fail loudly):")
 for c in trace.calls:
     print(f"  #{c.index:<3}{c.op:<15}{c.tag:<32}{c.numel:>7,} elements of {c.dtype}")
 """),
@@ -214,7 +215,8 @@ gradient.) And what is left on the device?
 """),
 code(r"""
 shard = sum(lab.placement(2, 3, "none", pool=pool).sub_groups[0])
-print(f"stage 3, N = 2, bf16: each rank's shard is {shard:,} elements; rank 0's model states after the step, in bytes")
+print(f"stage 3, N = 2, bf16: each rank's shard is {shard:,} elements;")
+print("rank 0's model states after the step, in bytes")
 print(f"{'optimizer':<11}{'params':<8}{'device':>9}{'host':>9}{'NVMe':>9}")
 for opt, par in (("none", "none"), ("cpu", "none"), ("cpu", "cpu"), ("nvme", "none"), ("nvme", "nvme")):
     p = lab.placement(2, 3, opt, par, pool=pool)

@@ -387,12 +387,12 @@ def check_choose_config(device_bytes: Callable, choose_config: Callable, *, verb
     global _LEARNER_DEVICE_BYTES
     n1 = check_device_bytes(device_bytes)
     if verbose:
-        print(f"device_bytes: {n1} configs at {len(SETTINGS)} settings (Psi up to 7e9, N = 2, 3, 4, 8, "
-              f"fp16, bf16, fp32), as the formula")
+        print(f"device_bytes: {n1} configs at {len(SETTINGS)} settings (Psi up to 7e9, N = 2, 3, 4, 8,\n"
+              f"  fp16, bf16, fp32), as the formula")
     n2 = check_choices(device_bytes, choose_config)
     if verbose:
-        print(f"choose_config: {n2} budgets, each config's need just under one of them and one budget "
-              f"below all: the rule's pick")
+        print(f"choose_config: {n2} budgets, each config's need just under one of them and one budget\n"
+              f"  below all: the rule's pick")
     _LEARNER_DEVICE_BYTES = device_bytes
     try:
         rows = check_engine(choose_config, verbose)
@@ -403,7 +403,8 @@ def check_choose_config(device_bytes: Callable, choose_config: Callable, *, verb
         for world, precision, budget, rung, peak, before in rows:
             pick = rung_name(*rung) if rung else "None"
             over = f"; {len(before)} earlier config(s) over the budget" if before else ""
-            print(f"  N = {world}, {precision}, budget {budget:>9,}: {pick:<38} peak {peak:>9,}{over}"
+            print(f"  N = {world}, {precision}, budget {budget:>9,}: {pick:<38} peak {peak:>9,}"
+                  + (f"\n    {over[2:]}" if over else "")
                   if rung else f"  N = {world}, {precision}, budget {budget:>9,}: None: every config over it")
     passed("your device_bytes and choose_config pick, for every budget, the config that trains\n"
            "  under it in the real engine and no config earlier in the captain's rule fits")
