@@ -339,11 +339,45 @@ class StepTrace:
         return _wrap(lines)
 
 
-def _step_on_rank(stage: int, precision: str) -> dict:
-    from . import initialize, rank_info
+def _probed_step(engine, batch, info, sample, t0: float):
+    """One training step on ``batch`` (this rank's micro-batch) with a ledger that calls
+    ``sample(label, record_index)`` after every collective, and ``sample(label)`` at the start
+    and after forward, backward and the optimizer step. Returns the step's ledger records, its
+    timeline events as (kind, name, start, end) in seconds from ``t0``, and that timeline."""
     from .comm import Ledger
     from .models import lm_loss
-    from .reference import micro_batches, train_engine
+    from .reference import micro_batches
+
+    class Probe(Ledger):
+        """The engine's ledger, unchanged, that also notes what the rank holds after each record."""
+
+        def add(self, rec) -> None:
+            super().add(rec)
+            if self.enabled:
+                sample(f"after {rec.op} '{rec.tag}'", len(self.records) - 1)
+
+    base, probe = engine.comm.ledger, Probe()
+    engine.comm.ledger = probe
+    tmark = engine.timeline.mark()
+    try:
+        sample("start of the step")
+        x, y = next(micro_batches(batch, info.rank, info.world_size, 1))
+        loss = lm_loss(engine(x), y)
+        sample("after forward")
+        engine.backward(loss)
+        sample("after backward")
+        engine.step()
+        sample("after the optimizer step")
+    finally:
+        engine.comm.ledger = base
+    tl = engine.timeline.since(tmark)
+    return probe.records, [(e.kind, e.name, e.start - t0, e.end - t0) for e in tl.events], tl
+
+
+def _step_on_rank(stage: int, precision: str) -> dict:
+    from . import initialize, rank_info
+    from .models import lm_loss
+    from .reference import train_engine
     info = rank_info()
     engine = initialize(lab_model(), lab_config(stage, info.world_size, precision))
     batches = _batches(2, info.world_size)
@@ -356,33 +390,7 @@ def _step_on_rank(stage: int, precision: str) -> dict:
         samples.append((time.perf_counter() - t0, label, after, m["params"], m["grads"],
                         m["optimizer_states"], m["buffers"]))
 
-    base = engine.comm.ledger
-
-    class Probe(Ledger):
-        """The engine's ledger, unchanged, that also notes what the rank holds after each record."""
-
-        def add(self, rec) -> None:
-            super().add(rec)
-            if self.enabled:
-                sample(f"after {rec.op} '{rec.tag}'", len(self.records) - 1)
-
-    probe = Probe()
-    engine.comm.ledger = probe
-    tmark = engine.timeline.mark()
-    try:
-        t0 = time.perf_counter()
-        sample("start of the step")
-        x, y = next(micro_batches(batches[1], info.rank, info.world_size, 1))
-        loss = lm_loss(engine(x), y)
-        sample("after forward")
-        engine.backward(loss)
-        sample("after backward")
-        engine.step()
-        sample("after the optimizer step")
-    finally:
-        engine.comm.ledger = base
-    records = probe.records
-    events = [(e.kind, e.name, e.start - t0, e.end - t0) for e in engine.timeline.since(tmark).events]
+    records, events, _ = _probed_step(engine, batches[1], info, sample, t0)
     spans = [e for e in events if e[0] in ("comm", "async")]   # one per record, in the same order
     matched = len(spans) == len(records) and all(
         name == f"{r.op} {r.tag}".strip() for (_, name, _, _), r in zip(spans, records))
@@ -673,9 +681,8 @@ class Placement:
 
 def _placement_on_rank(cfg: dict) -> dict:
     from . import initialize, rank_info
-    from .comm import Ledger
     from .models import lm_loss
-    from .reference import micro_batches, train_engine
+    from .reference import train_engine
     info = rank_info()
     engine = initialize(lab_model(), cfg)
     try:
@@ -688,35 +695,11 @@ def _placement_on_rank(cfg: dict) -> dict:
         samples: list = []
         t0 = time.perf_counter()
 
-        def sample(label: str) -> None:
+        def sample(label: str, after: int | None = None) -> None:
             samples.append((time.perf_counter() - t0, label, engine.memory()["buffers"]))
 
-        base = engine.comm.ledger
-
-        class Probe(Ledger):
-            def add(self, rec) -> None:
-                super().add(rec)
-                if self.enabled:
-                    sample(f"after {rec.op} '{rec.tag}'")
-
-        probe = Probe()
-        engine.comm.ledger = probe
-        tmark = engine.timeline.mark()
-        try:
-            t0 = time.perf_counter()
-            sample("start of the step")
-            x, y = next(micro_batches(batches[1], info.rank, info.world_size, 1))
-            loss = lm_loss(engine(x), y)
-            sample("after forward")
-            engine.backward(loss)
-            sample("after backward")
-            engine.step()
-            sample("after the optimizer step")
-        finally:
-            engine.comm.ledger = base
-        tl = engine.timeline.since(tmark)
-        events = [(e.kind, e.name, e.start - t0, e.end - t0) for e in tl.events]
-        gathers = [(r.tag, r.numel) for r in probe.records if r.op == "all_gather" and r.tag.startswith("params")]
+        records, events, tl = _probed_step(engine, batches[1], info, sample, t0)
+        gathers = [(r.tag, r.numel) for r in records if r.op == "all_gather" and r.tag.startswith("params")]
         gspans = [(s, e) for k, n, s, e in events if k in ("comm", "async") and n.startswith("all_gather params")]
         io = {}
         for what, store in stores.items():
