@@ -58,6 +58,8 @@ class Budget:
         self.peak_bytes = 0                # the most counted at once
         self._saved: dict[int, int] = {}   # storage address -> bytes
         self.cuda = engine.device.type == "cuda"
+        self._states: dict[str, int] | None = None   # model-state bytes, measured once per phase
+        self._module_ptrs: set[int] = set()          # the model's parameter storages, at forward start
         stage = engine.stage
         if hasattr(stage, "module_groups"):       # stage 3: its parameters are released already
             self.largest_layer = max((g.numel for g in stage.groups), default=0)
@@ -71,31 +73,45 @@ class Budget:
         if not (t.is_meta or isinstance(t, torch.nn.Parameter)) and t.device == self.engine.device:
             st = t.untyped_storage()
             ptr = st.data_ptr()
-            if ptr and ptr not in self._saved and ptr not in self._param_ptrs():
+            if ptr and ptr not in self._saved and not self._is_param(ptr):
                 self._saved[ptr] = st.nbytes()
                 self.activation_bytes += st.nbytes()
                 self.peak_activation_bytes = max(self.peak_activation_bytes, self.activation_bytes)
                 self.check("forward")
         return t
 
-    def _param_ptrs(self) -> set[int]:
-        stage = self.engine.stage
-        ptrs = {p.untyped_storage().data_ptr() for p in self.engine.module.parameters()}
-        ptrs.update(f.untyped_storage().data_ptr() for f in getattr(stage, "full", {}).values())
-        return ptrs
+    def _is_param(self, ptr: int) -> bool:
+        """A storage of the model's parameters (as they were when this forward began), or one of
+        the parameter buffers stage 3 gathered since."""
+        if ptr in self._module_ptrs:
+            return True
+        return any(f.untyped_storage().data_ptr() == ptr for f in getattr(self.engine.stage, "full", {}).values())
+
+    def begin_forward(self) -> None:
+        """Called by the engine before each forward: what the model states weigh now is measured
+        once here, not again for every tensor autograd saves."""
+        self._states = None
+        self._module_ptrs = {p.untyped_storage().data_ptr() for p in self.engine.module.parameters()}
 
     def backward_done(self) -> None:
         self._saved.clear()
         self.activation_bytes = 0
 
     def used(self) -> dict[str, int]:
-        m = self.engine.memory()
-        used = {"params": m["params"], "grads": m["grads"], "optimizer_states": m["optimizer_states"],
-                "buffers (buckets, gathered parameters)": m["buffers"] + m.get("model_buffers", 0),
+        if self._states is None:
+            m = self.engine.memory()
+            self._states = {k: m[k] for k in ("params", "grads", "optimizer_states", "model_buffers")}
+        st = self._states
+        return {"params": st["params"], "grads": st["grads"], "optimizer_states": st["optimizer_states"],
+                "buffers (buckets, gathered parameters)": self.engine.stage.buffer_bytes() + st["model_buffers"],
                 "activations": self.activation_bytes}
-        return used
 
-    def check(self, where: str) -> None:
+    def check(self, where: str, fresh: bool = False) -> None:
+        """``fresh``: measure the model states again (at set-up, and after an optimizer step,
+        where Adam's moments appear); otherwise the forward's measurement is reused and only
+        the buffers and activations, which change within a step, are counted anew."""
+        if fresh:
+            self._states = None
         if self.cuda:
             total = torch.cuda.memory_allocated(self.engine.device)
             parts = {"allocated by torch on the GPU": total}

@@ -117,7 +117,7 @@ class Engine:
             from .budget import Budget
             self.budget = Budget(self, device_budget)
             self.stage.budget_check = self.budget.check
-            self.budget.check("set-up (model states)")
+            self.budget.check("set-up (model states)", fresh=True)
 
     def _close_previous_engine(self, model: nn.Module) -> None:
         entry = _LIVE.get(id(model))
@@ -193,6 +193,7 @@ class Engine:
             with self.timeline.span("forward"):
                 if self.budget is None:
                     return self.module(*args, **kwargs)
+                self.budget.begin_forward()
                 with torch.autograd.graph.saved_tensors_hooks(self.budget.pack, lambda t: t):
                     return self.module(*args, **kwargs)
         except BaseException:

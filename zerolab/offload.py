@@ -147,7 +147,7 @@ class StateHome:
                 self.tensors[j].grad = g * inv if inv != 1.0 else g.clone()
             optimizer.step()
             if self.where == "device" and self.stage.budget_check is not None:
-                self.stage.budget_check("the optimizer step")   # Adam's moments appear at the first step
+                self.stage.budget_check("the optimizer step", fresh=True)   # Adam's moments appear now
             for j in sg:
                 t = self.tensors[j]
                 t.grad = None
