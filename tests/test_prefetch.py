@@ -51,7 +51,10 @@ def _tinylm(prefetch, steps=4, **zero):
         led = engine.ledger.since(mark)
         checks.append(sum(1 for r in led.records if r.tag.startswith("check ")))
         gathered = sum(r.bytes for r in led.records if r.op == "all_gather" and r.tag.startswith("params"))
-    out = {"params": engine.full_params(), "checks": checks, "gathered_bytes": gathered,
+    st = engine.stage                       # the running counts equal a count from scratch
+    counts_agree = (st._live_numel() == sum(st.groups[j].padded_numel for j in st.full if not st.persistent[j])
+                    and st._inflight_numel() == sum(st.groups[j].padded_numel for j in st._inflight) == 0)
+    out = {"params": engine.full_params(), "checks": checks, "gathered_bytes": gathered, "counts_agree": counts_agree,
            "prefetches": engine.stage.prefetches, "peak": engine.stage.peak_gathered_numel,
            "largest": max(g.padded_numel for g in engine.stage.groups)}
     engine.close()
@@ -68,6 +71,7 @@ def test_prefetch_changes_no_number_and_fewer_headers():
         assert all(torch.equal(a["params"][k], c["params"][k]) for k in a["params"])
         assert a["gathered_bytes"] == b["gathered_bytes"] == c["gathered_bytes"]
         assert a["prefetches"] == 0 and b["prefetches"] > 0 and c["prefetches"] > 0
+        assert a["counts_agree"] and b["counts_agree"] and c["counts_agree"]
         # step 1 records (a header per gather, as without prefetch); later steps follow the trace
         assert b["checks"][0] == a["checks"][0] and all(n < a["checks"][-1] / 3 for n in b["checks"][1:])
         # the cap bounds what is gathered or in flight (a group bigger than the cap still comes alone)

@@ -82,10 +82,11 @@ class GatheredParams:
                 self._issue(ids)
 
     def _live_numel(self) -> int:
-        return sum(self.groups[j].padded_numel for j in self.full if not self.persistent[j])
+        """Elements of gathered (not persistent) groups alive now, kept as they change."""
+        return self._live_gathered
 
     def _inflight_numel(self) -> int:
-        return sum(self.groups[j].padded_numel for j in self._inflight)
+        return self._flight
 
     def _next_prefetch(self, phase: str, first: int | None = None) -> list[int]:
         """The groups the trace says come next that fit the prefetch window."""
@@ -115,6 +116,7 @@ class GatheredParams:
             pending = self.comm.all_gather(flat, self._shard_on_device(j), tag=f"params {g.label}",
                                            async_op=j != wanted)
             self._inflight[j] = (pending, flat)
+            self._flight += g.padded_numel
             self._track(f"params {j}", flat)
         live = self._live_numel() + self._inflight_numel()
         self.peak_gathered_numel = max(self.peak_gathered_numel, live)
@@ -125,7 +127,10 @@ class GatheredParams:
         if hasattr(pending, "wait"):
             pending.wait()
         g = self.groups[i]
+        self._flight -= g.padded_numel
         self.full[i] = flat
+        if not self.persistent[i]:
+            self._live_gathered += g.padded_numel
         g.bind(flat)
         self.fetches += 1
         if not self._in_backward and torch.is_grad_enabled():
@@ -171,7 +176,8 @@ class GatheredParams:
     def _release(self, g: FlatGroup) -> None:
         for p in g.params:
             p.data = torch.empty(0, dtype=self.dtype, device=self.device)
-        self.full.pop(g.index, None)
+        if self.full.pop(g.index, None) is not None and not self.persistent[g.index]:
+            self._live_gathered -= g.padded_numel
         self._track(f"params {g.index}", None)
 
     def _maybe_release(self, g: FlatGroup) -> None:

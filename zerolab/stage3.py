@@ -83,6 +83,8 @@ class Stage3(GatheredParams, ReduceScatterGrads, StageBase):
         super().__init__(*args, **kwargs)
         self.shards: list[torch.Tensor] = []       # this rank's shard of each group (model dtype)
         self.full: dict[int, torch.Tensor] = {}    # group index -> gathered flat buffer, while alive
+        self._live_gathered = 0                    # elements of non-persistent groups in self.full
+        self._flight = 0                           # elements of all-gathers in flight
         # offload_param: where the shards of the gathered groups live between uses ("device",
         # "cpu": host memory, "nvme": files, beyond the first max_in_cpu elements kept on the host).
         # Persistent parameters stay whole on the device, as in DeepSpeed.
@@ -340,6 +342,7 @@ class Stage3(GatheredParams, ReduceScatterGrads, StageBase):
         self._watched_modules = []
         super().close()
         self.full.clear()
+        self._live_gathered = 0
         if self._param_files is not None:
             self._param_files.close()
 
