@@ -1,0 +1,113 @@
+"""What every mode of the visual lab shares: the lab model and config, a pool of crews, figure helpers."""
+from __future__ import annotations
+
+import io
+import textwrap
+
+
+GIANTS = ("params", "grads", "optimizer_states")
+
+GIANT_NAMES = {"params": "parameters (the furniture)", "grads": "gradients (the door stickers)",
+               "optimizer_states": "optimizer states (the heavy notebook)"}
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+RANK_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
+               "tab:pink", "tab:olive")
+
+# The lab's model: zerolab's TinyLM (tied embedding, a frozen parameter, sizes that do not
+# divide by N), small enough that a step takes milliseconds on two ranks of a laptop.
+
+LAB_MODEL = {"vocab": 37, "d": 26, "hidden": 53, "layers": 2, "seq_len": 16}
+
+MICRO_BATCH = 2                # sequences per rank per step
+
+BUCKET = 2_000                 # reduce_bucket_size (elements): a few buckets for stages 0-2
+
+
+# ============================================================================= the ranks
+
+class CrewPool:
+    """One crew of ranks per world size, started on first use and kept (starting ranks costs
+    about a second; running on ranks that are up costs milliseconds)."""
+
+    def __init__(self, threads: int = 1, timeout: float = 120.0):
+        self.threads, self.timeout = threads, timeout
+        self._crews: dict = {}
+
+    def get(self, n: int):
+        import zerolab
+        crew = self._crews.get(n)
+        if crew is None:
+            crew = self._crews[n] = zerolab.Crew(n, threads=self.threads, timeout=self.timeout, echo=False)
+        return crew
+
+    def run(self, n: int, fn, *args, **kwargs) -> list:
+        return self.get(n).run(fn, *args, **kwargs)
+
+    def close(self) -> None:
+        while self._crews:
+            self._crews.popitem()[1].close()
+
+    def __enter__(self) -> "CrewPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+def _run(n: int, fn, *args, pool: CrewPool | None = None):
+    if pool is not None:
+        return pool.run(n, fn, *args)
+    import zerolab
+    return zerolab.launch(fn, n, *args, threads=1, echo=False)
+
+def lab_model():
+    """The lab's model, the same weights on every rank (seed 0)."""
+    from ..models import TinyLM
+    return TinyLM(**LAB_MODEL, seed=0)
+
+def lab_config(stage: int, world_size: int, precision: str = "bf16", **zero) -> dict:
+    """The DeepSpeed config of every lab run: AdamW, ``MICRO_BATCH`` sequences per rank,
+    buckets of ``BUCKET`` elements, and at stage 3 every parameter sharded (persistence
+    threshold 0: DeepSpeed's default, 100,000 elements, would keep this small model whole)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    cfg = {"train_batch_size": MICRO_BATCH * world_size, "train_micro_batch_size_per_gpu": MICRO_BATCH,
+           "gradient_accumulation_steps": 1,
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}},
+           "zero_optimization": {"stage": stage, "reduce_bucket_size": BUCKET,
+                                 "stage3_param_persistence_threshold": 0, **zero}}
+    if precision == "fp16":       # a small first loss scale: no skipped first step, so Adam's states exist
+        cfg["fp16"] = {"enabled": True, "initial_scale_power": 8}
+    elif precision == "bf16":
+        cfg["bf16"] = {"enabled": True}
+    return cfg
+
+def _batches(steps: int, world_size: int):
+    from ..models import lm_batches
+    return lm_batches(steps, MICRO_BATCH * world_size, LAB_MODEL["seq_len"], LAB_MODEL["vocab"])
+
+def _plt():
+    import matplotlib.pyplot as plt
+    return plt
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=72)
+    _plt().close(fig)
+    return buf.getvalue()
+
+def _html(text: str) -> str:
+    import html
+    return f"<pre style='font-size:12px; line-height:1.25'>{html.escape(text)}</pre>"
+
+def _wrap(lines: list[str], width: int = 98) -> str:
+    """Printed lines of at most ``width`` characters (JupyterLab wraps longer ones mid-word),
+    continuations indented under their line."""
+    out = []
+    for line in lines:
+        for part in line.split("\n"):
+            lead = len(part) - len(part.lstrip(" "))
+            out.append(textwrap.fill(part, width, subsequent_indent=" " * (lead + 4),
+                                     break_long_words=False) if len(part) > width else part)
+    return "\n".join(out)

@@ -1,0 +1,321 @@
+"""The lab's core mode: one training step played back, collective by collective, with memory per rank."""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from .common import (PRECISIONS, RANK_COLORS, CrewPool, _run, lab_model, lab_config, _batches, _plt,
+                     _png, _html, _wrap)
+
+
+@dataclasses.dataclass
+class Collective:
+    """One ledger record, with its span on the rank's timeline (seconds since the step began)."""
+    index: int
+    op: str
+    tag: str
+    numel: int
+    bytes: int
+    dtype: str
+    wire_bytes: float
+    start: float | None
+    end: float | None
+
+    def describe(self, world_size: int) -> str:
+        m = moved(self, world_size)
+        return (f"#{self.index}: {self.op} '{self.tag}', {self.numel:,} elements of {self.dtype} "
+                f"({self.bytes:,} bytes)\n    each rank puts in {m['in_numel']:,} elements, keeps "
+                f"{m['out_numel']:,}, sends {self.wire_bytes:,.0f} bytes")
+
+@dataclasses.dataclass
+class MemorySample:
+    """Bytes a rank held at one moment of the step (``engine.memory()``): ``t`` seconds since
+    the step began; ``after``: the collective index just recorded (None at a phase boundary)."""
+    t: float
+    label: str
+    after: int | None
+    params: int
+    grads: int
+    optimizer_states: int
+    buffers: int
+
+    @property
+    def total(self) -> int:
+        return self.params + self.grads + self.optimizer_states + self.buffers
+
+@dataclasses.dataclass
+class StepTrace:
+    """One training step on every rank: ``collectives[r]`` (the ledger, in the order recorded),
+    ``memory[r]`` (samples at every collective and phase boundary), ``events[r]``
+    (``(kind, name, start, end)`` from the timeline, seconds since the step began)."""
+    world_size: int
+    stage: int
+    precision: str
+    psi: int
+    collectives: list
+    memory: list
+    events: list
+
+    @property
+    def calls(self) -> list[Collective]:
+        return self.collectives[0]
+
+    def totals(self) -> dict[str, dict]:
+        """Per op on rank 0: calls, elements, bytes, wire bytes (exact)."""
+        out: dict[str, dict] = {}
+        for c in self.calls:
+            t = out.setdefault(c.op, {"calls": 0, "numel": 0, "bytes": 0, "wire_bytes": 0.0})
+            t["calls"] += 1
+            t["numel"] += c.numel
+            t["bytes"] += c.bytes
+            t["wire_bytes"] += c.wire_bytes
+        return out
+
+    def peak(self, rank: int = 0) -> MemorySample:
+        return max(self.memory[rank], key=lambda s: s.total)
+
+    def sample_after(self, index: int, rank: int = 0) -> MemorySample:
+        """The memory sample taken right after collective ``index`` on ``rank``."""
+        return next(s for s in self.memory[rank] if s.after == index)
+
+    def describe(self) -> str:
+        lines = [f"stage {self.stage}, N = {self.world_size}, {self.precision}: one step, "
+                 f"{len(self.calls)} collectives on each rank"]
+        for op, t in sorted(self.totals().items()):
+            lines.append(f"  {op:<15}{t['calls']:>4} calls {t['numel']:>9,} elements {t['bytes']:>9,} bytes"
+                         f" {t['wire_bytes']:>10,.0f} on the wire")
+        p = self.peak()
+        lines.append(f"  rank 0 held at most {p.total:,} bytes, {p.label}:")
+        lines.append(f"    params {p.params:,}, grads {p.grads:,}, optimizer states {p.optimizer_states:,}, "
+                     f"buffers {p.buffers:,}")
+        return _wrap(lines)
+
+def _probed_step(engine, batch, info, sample, t0: float):
+    """One training step on ``batch`` (this rank's micro-batch) with a ledger that calls
+    ``sample(label, record_index)`` after every collective, and ``sample(label)`` at the start
+    and after forward, backward and the optimizer step. Returns the step's ledger records, its
+    timeline events as (kind, name, start, end) in seconds from ``t0``, and that timeline."""
+    from ..comm import Ledger
+    from ..models import lm_loss
+    from ..reference import micro_batches
+
+    class Probe(Ledger):
+        """The engine's ledger, unchanged, that also notes what the rank holds after each record."""
+
+        def add(self, rec) -> None:
+            super().add(rec)
+            if self.enabled:
+                sample(f"after {rec.op} '{rec.tag}'", len(self.records) - 1)
+
+    base, probe = engine.comm.ledger, Probe()
+    engine.comm.ledger = probe
+    tmark = engine.timeline.mark()
+    try:
+        sample("start of the step")
+        x, y = next(micro_batches(batch, info.rank, info.world_size, 1))
+        loss = lm_loss(engine(x), y)
+        sample("after forward")
+        engine.backward(loss)
+        sample("after backward")
+        engine.step()
+        sample("after the optimizer step")
+    finally:
+        engine.comm.ledger = base
+    tl = engine.timeline.since(tmark)
+    return probe.records, [(e.kind, e.name, e.start - t0, e.end - t0) for e in tl.events], tl
+
+def _step_on_rank(stage: int, precision: str) -> dict:
+    from .. import initialize, rank_info
+    from ..models import lm_loss
+    from ..reference import train_engine
+    info = rank_info()
+    engine = initialize(lab_model(), lab_config(stage, info.world_size, precision))
+    batches = _batches(2, info.world_size)
+    train_engine(engine, batches[:1], lm_loss)                 # warm-up step: Adam's states appear
+    samples: list = []
+    t0 = time.perf_counter()
+
+    def sample(label: str, after: int | None = None) -> None:
+        m = engine.memory()
+        samples.append((time.perf_counter() - t0, label, after, m["params"], m["grads"],
+                        m["optimizer_states"], m["buffers"]))
+
+    records, events, _ = _probed_step(engine, batches[1], info, sample, t0)
+    spans = [e for e in events if e[0] in ("comm", "async")]   # one per record, in the same order
+    matched = len(spans) == len(records) and all(
+        name == f"{r.op} {r.tag}".strip() for (_, name, _, _), r in zip(spans, records))
+    calls = [(i, r.op, r.tag, r.numel, r.bytes, r.dtype, r.wire_bytes,
+              spans[i][2] if matched else None, spans[i][3] if matched else None)
+             for i, r in enumerate(records)]
+    psi = sum(g.numel for g in engine.stage.groups)        # (stage 3: the params hold nothing now)
+    engine.close()
+    return {"calls": calls, "samples": samples, "events": events, "psi": psi}
+
+_STEP_CACHE: dict = {}
+
+def step_trace(world_size: int, stage: int, precision: str = "bf16", *, pool: CrewPool | None = None) -> StepTrace:
+    """Run the lab's model on ``world_size`` real ranks: a warm-up step, then one step recorded
+    (ledger, timeline, and ``engine.memory()`` after every collective). Cached."""
+    key = (world_size, stage, precision)
+    if key not in _STEP_CACHE:
+        per_rank = _run(world_size, _step_on_rank, stage, precision, pool=pool)
+        _STEP_CACHE[key] = StepTrace(
+            world_size, stage, precision, per_rank[0]["psi"],
+            [[Collective(*c) for c in r["calls"]] for r in per_rank],
+            [[MemorySample(*s) for s in r["samples"]] for r in per_rank],
+            [r["events"] for r in per_rank])
+    return _STEP_CACHE[key]
+
+def moved(call, world_size: int) -> dict:
+    """What one collective does to each rank's data (the ring convention of ``zerolab.comm``).
+
+    ``before[r]`` / ``after[r]``: for each of the N chunks of the tensor, what rank r holds:
+    ``"own"`` (its own contribution, or the root's for a broadcast), ``"sum"`` (summed over every
+    rank) or ``None``; and ``{"from": r}`` for a chunk that arrived from rank r unchanged.
+    ``in_numel`` / ``out_numel``: elements a rank puts in and keeps."""
+    n, op = world_size, call.op
+    chunk = call.numel // n if n else call.numel
+    if op == "all_gather":
+        before = [[("own" if c == r else None) for c in range(n)] for r in range(n)]
+        after = [[("own" if c == r else {"from": c}) for c in range(n)] for r in range(n)]
+        return {"before": before, "after": after, "in_numel": chunk, "out_numel": call.numel}
+    if op == "reduce_scatter":
+        before = [["own"] * n for _ in range(n)]
+        after = [[("sum" if c == r else None) for c in range(n)] for r in range(n)]
+        return {"before": before, "after": after, "in_numel": call.numel, "out_numel": chunk}
+    if op == "all_reduce":
+        return {"before": [["own"] * n for _ in range(n)], "after": [["sum"] * n for _ in range(n)],
+                "in_numel": call.numel, "out_numel": call.numel}
+    if op == "broadcast":
+        before = [(["own"] * n if r == 0 else [None] * n) for r in range(n)]
+        after = [(["own"] * n if r == 0 else [{"from": 0}] * n) for r in range(n)]
+        return {"before": before, "after": after, "in_numel": call.numel, "out_numel": call.numel}
+    raise ValueError(f"moved: no picture for {op!r}")
+
+
+# ============================================================================= application: plan a run
+
+# name -> (parameters, layers, hidden, vocabulary): published shapes, rounded
+
+_CHUNK_COLORS = {"own": None, "sum": "#444444"}
+
+def _draw_moved(ax, call: Collective, n: int) -> None:
+    m = moved(call, n)
+    for col, (state, title) in enumerate(((m["before"], "before"), (m["after"], "after"))):
+        x0 = col * (n + 1.5)
+        for r in range(n):
+            for c in range(n):
+                v = state[r][c]
+                if v is None:
+                    color, hatch = "#f2f2f2", None
+                elif v == "sum":
+                    color, hatch = "#555555", None
+                elif v == "own":
+                    color, hatch = RANK_COLORS[(0 if call.op == "broadcast" else r) % len(RANK_COLORS)], None
+                else:
+                    color, hatch = RANK_COLORS[v["from"] % len(RANK_COLORS)], "//"
+                ax.add_patch(_plt().Rectangle((x0 + c, r), 0.92, 0.8, color=color, hatch=hatch,
+                                              ec="white" if hatch else color))
+        ax.text(x0 + n / 2, -0.3, title, ha="center", fontsize=9)
+    ax.annotate("", xy=(n + 1.35, n / 2), xytext=(n + 0.15, n / 2), arrowprops={"arrowstyle": "->"})
+    ax.set_xlim(-0.2, 2 * n + 1.7)
+    ax.set_ylim(n + 0.1, -0.8)
+    ax.set_yticks([r + 0.4 for r in range(n)], [f"rank {r}" for r in range(n)], fontsize=8)
+    ax.set_xticks([])
+    ax.set_frame_on(False)
+    ax.set_title(f"{call.op} '{call.tag}'\n{call.numel:,} elements, {call.wire_bytes:,.0f} B sent per rank",
+                 fontsize=9)
+    ax.text(n + 0.75, n + 0.05, "colour: whose values; dark: summed over ranks;\nhatched: arrived from that rank",
+            ha="center", va="top", fontsize=7)
+
+def draw_step(trace: StepTrace, index: int = 0):
+    """One moment of the step: rank 0's timeline with collective ``index`` marked, what that
+    collective moved, and the bytes every rank held over the step (and right after it)."""
+    plt = _plt()
+    n = trace.world_size
+    calls = trace.calls
+    index = max(0, min(index, len(calls) - 1))
+    call = calls[index]
+    fig = plt.figure(figsize=(11, 6.2))
+    grid = fig.add_gridspec(2, 2, height_ratios=[1, 1.25], width_ratios=[1.6, 1])
+    ax_t, ax_m = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[1, 0])
+    ax_c, ax_b = fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, 1])
+    # timeline of rank 0
+    lanes = ("compute", "comm", "async", "wait")
+    colours = {"compute": "#4c72b0", "comm": "#dd8452", "async": "#55a868", "wait": "#c44e52"}
+    for row, kind in enumerate(lanes):
+        spans = [(s * 1e3, (e - s) * 1e3) for k, _, s, e in trace.events[0] if k == kind]
+        if spans:
+            ax_t.broken_barh(spans, (row - 0.35, 0.7), color=colours[kind])
+    if call.start is not None:
+        ax_t.axvspan(call.start * 1e3, max(call.end * 1e3, call.start * 1e3 + 0.02), color="black", alpha=0.25)
+        ax_t.axvline(call.end * 1e3, color="black", linewidth=1)
+    ax_t.set_yticks(range(len(lanes)), ["compute spans", "blocking comm", "async comm", "waits"], fontsize=8)
+    ax_t.set_xlabel("ms since the step began (rank 0)", fontsize=8)
+    ax_t.set_title(f"stage {trace.stage}, N = {n}, {trace.precision}: collective {index + 1} of {len(calls)}",
+                   fontsize=10)
+    # memory over the step
+    for r in range(n):
+        ts = [s.t * 1e3 for s in trace.memory[r]]
+        ax_m.step(ts, [s.total for s in trace.memory[r]], where="post", color=RANK_COLORS[r % 8],
+                  label=f"rank {r}")
+    now = trace.sample_after(index)
+    ax_m.axvline(now.t * 1e3, color="black", linewidth=1)
+    ax_m.set_xlabel("ms since the step began", fontsize=8)
+    ax_m.set_ylabel("bytes held (engine.memory())", fontsize=8)
+    ax_m.set_title("what each rank holds over the step: model states + buffers in flight", fontsize=9)
+    ax_m.legend(fontsize=7, loc="lower right")
+    _draw_moved(ax_c, call, n)
+    # bytes per rank right after the collective
+    bottoms = [0] * n
+    for giant, colour in (("params", "#4c72b0"), ("grads", "#dd8452"), ("optimizer_states", "#8172b3"),
+                          ("buffers", "#937860")):
+        vals = [getattr(trace.sample_after(index, r), giant) for r in range(n)]
+        ax_b.bar(range(n), vals, bottom=bottoms, color=colour, label=giant.replace("_", " "))
+        bottoms = [b + v for b, v in zip(bottoms, vals)]
+    ax_b.set_xticks(range(n), [f"rank {r}" for r in range(n)], fontsize=8)
+    ax_b.set_ylabel("bytes", fontsize=8)
+    ax_b.set_title("held right after this collective", fontsize=9)
+    ax_b.set_ylim(0, max(bottoms) * 1.45)
+    ax_b.legend(fontsize=7, loc="upper center", ncol=2, frameon=False)
+    fig.tight_layout()
+    return fig
+
+def core_widget(pool: CrewPool | None = None, world_size: int = 2, stage: int = 3, precision: str = "bf16",
+                max_ranks: int = 4):
+    """Controls N, stage and precision, and a player over the step's collectives."""
+    import ipywidgets as W
+    n = W.IntSlider(value=world_size, min=1, max=max_ranks, description="N ranks", continuous_update=False)
+    st = W.Dropdown(options=[0, 1, 2, 3], value=stage, description="stage")
+    pr = W.Dropdown(options=list(PRECISIONS), value=precision, description="precision")
+    which = W.IntSlider(value=0, min=0, max=0, description="collective", continuous_update=False)
+    play = W.Play(value=0, min=0, max=0, interval=900, description="play")
+    W.jslink((play, "value"), (which, "value"))
+    image = W.Image(format="png")
+    line = W.HTML()
+    summary = W.HTML()
+    state: dict = {}
+
+    def redraw(*_):
+        trace = state["trace"]
+        k = min(which.value, len(trace.calls) - 1)
+        image.value = _png(draw_step(trace, k))
+        line.value = _html(trace.calls[k].describe(trace.world_size))
+
+    def rerun(*_):
+        trace = step_trace(n.value, st.value, pr.value, pool=pool)
+        state["trace"] = trace
+        summary.value = _html(trace.describe())
+        last = len(trace.calls) - 1
+        if which.value > last:
+            which.value = last                       # fires redraw
+        which.max = play.max = last
+        redraw()
+
+    for w in (n, st, pr):
+        w.observe(rerun, names="value")
+    which.observe(redraw, names="value")
+    rerun()
+    box = W.VBox([W.HBox([n, st, pr]), W.HBox([play, which]), line, image, summary])
+    box.add_class("zerolab-lab-core")
+    return box
