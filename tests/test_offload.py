@@ -18,7 +18,8 @@ import torch
 import zerolab
 from zerolab.config import ConfigError
 from zerolab.models import TinyLM, lm_batches, lm_loss
-from zerolab.offload import NvmePathError, remove_stale_swap_dirs, tile_ranges
+from zerolab.nvme import NvmePathError, remove_stale_swap_dirs
+from zerolab.offload import tile_ranges
 from zerolab.reference import train_engine, train_reference
 
 

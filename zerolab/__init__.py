@@ -14,7 +14,7 @@ from .engine import Engine, initialize
 from .stage3 import ExternalParameterError, ModuleOrderError
 from .stage_base import UnusedParameterError
 from .budget import DeviceOutOfMemoryError
-from .offload import NvmePathError
+from .nvme import NvmePathError
 from .checkpoint import CheckpointError, consolidate
 from .config import ConfigError, load_config
 from . import deepspeed, scheduler          # DeepSpeed's initialize call; its scheduler block's classes

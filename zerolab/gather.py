@@ -188,7 +188,7 @@ class GatheredParams:
     def _swap_params_out(self, po) -> None:
         """Keep the first ``max_in_cpu`` elements of gathered groups' shards in host memory and
         write the rest to files under ``nvme_path``."""
-        from .offload import NvmeStore
+        from .nvme import NvmeStore
         kept = 0
         out = []
         for g in self.groups:
