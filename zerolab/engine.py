@@ -14,10 +14,8 @@ gradients and optimizer states live and which collectives move them.
 from __future__ import annotations
 
 import math
-import os
 import warnings
 import weakref
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -197,8 +195,7 @@ class Engine:
                 with torch.autograd.graph.saved_tensors_hooks(self.budget.pack, lambda t: t):
                     return self.module(*args, **kwargs)
         except BaseException:
-            if hasattr(self.stage, "forward_failed"):
-                self.stage.forward_failed()
+            self.stage.forward_failed()
             raise
 
     def train(self, mode: bool = True) -> "Engine":
@@ -410,7 +407,7 @@ class Engine:
         m = dict.fromkeys(("params", "grads", "optimizer_states", "buffers", "peak_buffers"), 0)
         if where == "host":
             m["params"] = stage.param_bytes_on("host")
-            m["grads"] = tensor_bytes(stage.grad_shards) if getattr(stage, "grads_on_host", False) else 0
+            m["grads"] = tensor_bytes(stage.grad_shards) if stage.grads_on_host else 0
             if home.where == "cpu":
                 m["optimizer_states"] = home.optimizer_bytes()
             elif home.where == "nvme":

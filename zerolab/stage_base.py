@@ -38,6 +38,7 @@ class UnusedParameterError(RuntimeError):
 class StageBase(OrderedBuckets):
     stage: int = -1
     shards_optimizer = True      # do ranks step only their own shard? (False for stage 0)
+    grads_on_host = False        # reduced gradient shards kept in host memory (stages 2-3 with offload)
 
     def __init__(self, model: nn.Module, named: list[tuple[str, nn.Parameter]], comm: Comm,
                  zero, dtype: torch.dtype, comm_dtype: torch.dtype, device: torch.device):
@@ -106,6 +107,9 @@ class StageBase(OrderedBuckets):
 
     def end_backward(self) -> None:
         """Called after every ``loss.backward()`` (stages 2/3 flush unfinished buckets)."""
+
+    def forward_failed(self) -> None:
+        """The model's forward raised (stage 3 forgets the modules it had open)."""
 
     def check_unused(self) -> None:
         """``ignore_unused_parameters: false``: a trainable parameter that got no gradient in
