@@ -33,7 +33,7 @@ def prefetch_one(prefetch):
                               "stage3_prefetch_bucket_size": prefetch}})
     train_engine(engine, lm_batches(1, 2 * world), lm_loss)     # records the trace
     before = engine.stage.prefetches
-    engine.stage.peak_gathered_numel = 0
+    engine.stage.params.peak_gathered_numel = 0
     mark = engine.ledger.mark()
     train_engine(engine, lm_batches(1, 2 * world, seed=1), lm_loss)
     recs = engine.ledger.since(mark).records

@@ -622,7 +622,7 @@ def test_the_keys_of_issue_8_have_honest_statuses():
     for key in ("contiguous_gradients", "allgather_bucket_size", "allgather_partitions",
                 "stage3_max_reuse_distance"):
         assert K.ZERO[key].status == K.NO_EFFECT, key
-    for key in ("stage3_prefetch_bucket_size", "stage3_max_live_parameters"):   # stage3.py (issue 10)
+    for key in ("stage3_prefetch_bucket_size", "stage3_max_live_parameters"):   # gather.py (issue 10)
         assert K.ZERO[key].status == K.IMPLEMENTED, key
     assert K.ZERO["sub_group_size"].status == K.IMPLEMENTED          # offload.py tiles the step (issue 9)
     # implemented since (zerolab/reduce.py): async bucket collectives, and the all-reduce path

@@ -51,7 +51,7 @@ def _tinylm(prefetch, steps=4, **zero):
         led = engine.ledger.since(mark)
         checks.append(sum(1 for r in led.records if r.tag.startswith("check ")))
         gathered = sum(r.bytes for r in led.records if r.op == "all_gather" and r.tag.startswith("params"))
-    st = engine.stage                       # the running counts equal a count from scratch
+    st = engine.stage.params                # the running counts equal a count from scratch
     counts_agree = (st._live_numel() == sum(st.groups[j].padded_numel for j in st.full if not st.persistent[j])
                     and st._inflight_numel() == sum(st.groups[j].padded_numel for j in st._inflight) == 0)
     out = {"params": engine.full_params(), "checks": checks, "gathered_bytes": gathered, "counts_agree": counts_agree,
@@ -141,7 +141,7 @@ def _checkpointed(prefetch):
         out = engine(x)
         engine.backward(out.square().mean())
         engine.step()
-        seen.append((len(engine.stage._frames), engine.stage.prefetches))
+        seen.append((len(engine.stage.params.hooks.frames), engine.stage.prefetches))
     # a weight used between forward and backward is still caught (the forward's end was seen)
     out = engine(torch.randn(2, 32, generator=g))
     try:

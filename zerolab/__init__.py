@@ -11,8 +11,9 @@ __version__ = "0.1.0"
 from . import comm, memory
 from .comm import Comm, Ledger
 from .engine import Engine, initialize
-from .stage3 import ExternalParameterError, ModuleOrderError
-from .stage_base import UnusedParameterError
+from .gather import ModuleOrderError
+from .hooks import ExternalParameterError
+from .stage import UnusedParameterError
 from .budget import DeviceOutOfMemoryError
 from .nvme import NvmePathError
 from .checkpoint import CheckpointError, consolidate

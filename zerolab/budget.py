@@ -61,7 +61,7 @@ class Budget:
         self._states: dict[str, int] | None = None   # model-state bytes, measured once per phase
         self._module_ptrs: set[int] = set()          # the model's parameter storages, at forward start
         stage = engine.stage
-        if hasattr(stage, "module_groups"):       # stage 3: its parameters are released already
+        if stage.stage == 3:                      # its parameters are released already
             self.largest_layer = max((g.numel for g in stage.groups), default=0)
         else:
             from .memory import largest_layer_params
@@ -85,7 +85,7 @@ class Budget:
         the parameter buffers stage 3 gathered since."""
         if ptr in self._module_ptrs:
             return True
-        return any(f.untyped_storage().data_ptr() == ptr for f in getattr(self.engine.stage, "full", {}).values())
+        return any(f.untyped_storage().data_ptr() == ptr for f in getattr(self.engine.stage.params, "full", {}).values())
 
     def begin_forward(self) -> None:
         """Called by the engine before each forward: what the model states weigh now is measured

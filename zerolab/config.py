@@ -148,7 +148,7 @@ class BF16Config:
 
 @dataclass(frozen=True)
 class OffloadConfig:
-    """``offload_optimizer`` / ``offload_param`` (run by ``offload.py`` and ``stage3.py``); with
+    """``offload_optimizer`` / ``offload_param`` (run by ``offload.py`` and ``gather.py``); with
     device "none" the other keys do nothing. Defaults are DeepSpeed 0.19.8's (pin_memory is True)."""
     device: str = "none"             # "none" | "cpu" | "nvme"
     pin_memory: bool = True

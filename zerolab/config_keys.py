@@ -156,7 +156,7 @@ ZERO = {
                                "lists it): it has no effect in DeepSpeed either; zerolab all-gathers the "
                                "updated partitions, as DeepSpeed does"),
     "sub_group_size": _I,  # offload.py: the optimizer step runs sub-group by sub-group (the NVMe swap unit)
-    # stage3.py: the next groups of the recorded trace are all-gathered ahead, up to this many elements
+    # gather.py: the next groups of the recorded trace are all-gathered ahead, up to this many elements
     # in flight (0: just in time), within stage3_max_live_parameters gathered or in flight
     "stage3_prefetch_bucket_size": _I,
     "stage3_max_live_parameters": _I,
@@ -217,7 +217,7 @@ BF16 = {
     "bf16_optimizer_states": _ni("bf16 optimizer states", False),
 }
 
-# Offload (``zerolab/offload.py``; stage 3's parameters in ``stage3.py``). "device", "nvme_path",
+# Offload (``zerolab/offload.py``; stage 3's parameters in ``gather.py``). "device", "nvme_path",
 # "pin_memory", the pipelines and "max_in_cpu" are read; the swap-buffer sizes are not needed by
 # zerolab's I/O (it allocates one sub-group's buffers at a time) and change no number.
 _SWAP_BUFFERS = _A("sizes DeepSpeed's pool of NVMe swap buffers; zerolab allocates each sub-group's buffers "

@@ -8,8 +8,9 @@
 
 The engine owns what does not depend on where tensors live: the loss scale and the overflow
 check, gradient clipping (the norm is summed over every rank's shard), the optimizer, and
-the counters. The stage object (``stage0.py`` .. ``stage3.py``) owns where parameters,
-gradients and optimizer states live and which collectives move them.
+the counters. The stage object (``stage.py``: three switches, in ``reduce.py``, ``params.py`` or
+``gather.py``, and ``offload.py``) owns where parameters, gradients and optimizer states live and
+which collectives move them.
 """
 from __future__ import annotations
 
@@ -28,15 +29,11 @@ from .loss_scaler import make_loss_scaler
 from .memory import tensor_bytes
 from .optim import build_optimizer
 from .scheduler import build_scheduler
-from .stage0 import Stage0
-from .stage1 import Stage1
-from .stage2 import Stage2
-from .stage3 import Stage3
+from .stage import Stage
 from .timeline import Timeline
 
 __all__ = ["initialize", "Engine"]
 
-STAGES = {0: Stage0, 1: Stage1, 2: Stage2, 3: Stage3}
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -93,7 +90,7 @@ class Engine:
         if not named:
             raise ValueError("the model has no trainable parameters")
         self._sync_untrained_state(named)
-        self.stage = STAGES[zero.stage](model, named, self.comm, zero, self.dtype, self.comm_dtype,
+        self.stage = Stage(model, named, self.comm, zero, self.dtype, self.comm_dtype,
                                         self.device)
         self.optimizer = build_optimizer(optimizer, self.config.optimizer, self.stage.home.optimizer_params,
                                          self.config.zero_allow_untested_optimizer)
@@ -170,8 +167,7 @@ class Engine:
     def register_external_parameter(self, module: nn.Module, param: nn.Parameter) -> None:
         """Stage 3: gather ``param`` whenever ``module``'s forward runs (DeepSpeed's call of the
         same name). Parameters read by attribute inside a forward need no registration."""
-        if hasattr(self.stage, "register_external_parameter"):
-            self.stage.register_external_parameter(module, param)
+        self.stage.register_external_parameter(module, param)
 
     # -- set-up -----------------------------------------------------------------------
     def _sync_untrained_state(self, named) -> None:
@@ -229,9 +225,9 @@ class Engine:
         factor = self.loss_scale / self.gradient_accumulation_steps
         scaled = loss * factor if factor != 1.0 else loss
         with self.timeline.span("backward"):
-            self.stage.begin_backward(self.is_gradient_accumulation_boundary())
+            self.stage.pre_backward(self.is_gradient_accumulation_boundary())
             scaled.backward()
-            self.stage.end_backward()
+            self.stage.post_backward()
         if self.budget is not None:
             self.budget.backward_done()
         if not self.config.zero.ignore_unused_parameters:
@@ -247,7 +243,7 @@ class Engine:
 
     def _optimizer_step(self) -> None:
         stage, scale = self.stage, self.loss_scale
-        stage.boundary_reduce()
+        stage.reduce_grads()
         grads = stage.grads_for_step()
         clip = self.config.gradient_clipping
         # One small all-reduce carries both what every step needs to know from all ranks:
@@ -381,26 +377,31 @@ class Engine:
         return m
 
     def switches(self) -> dict[str, str]:
-        """This engine's stage as three independent choices, each with the module that makes it:
-        how gradients are reduced, where parameters live, where optimizer states live."""
-        z, stage = self.config.zero, self.config.zero.stage
-        how = "reduce-scatter" if (z.reduce_scatter and stage >= 1) else "all-reduce"
-        if stage >= 2:
-            grads = f"{how} bucket by bucket during backward; each rank keeps its shard (reduce.py)"
-        elif stage == 1:
-            grads = f"{how} at the accumulation boundary; each rank keeps its shard (reduce.py)"
+        """This engine's stage as three independent choices, each with the class (and module)
+        that makes it: how gradients are reduced, where parameters live, where optimizer states
+        live (``stage.py`` has the table for every stage)."""
+        z, st = self.config.zero, self.stage
+        how = "reduce-scatter" if (z.reduce_scatter and st.stage >= 1) else "all-reduce"
+        if st.stage >= 2:
+            grads = f"{how} bucket by bucket during backward; each rank keeps its shard"
+        elif st.stage == 1:
+            grads = f"{how} at the accumulation boundary; each rank keeps its shard"
         else:
             grads = ("all-reduce " + ("during the boundary's backward (overlap_comm)" if z.overlap_comm
-                                      else "at the accumulation boundary") + "; every rank keeps all (reduce.py)")
-        if stage == 3:
-            home = {"device": "on the device", "cpu": "in host memory", "nvme": "on NVMe"}[self.stage.param_where]
-            params = f"sharded, shards {home}; gathered per module for its forward and backward (stage3.py)"
+                                      else "at the accumulation boundary") + "; every rank keeps all")
+        if st.stage == 3:
+            home = {"device": "on the device", "cpu": "in host memory", "nvme": "on NVMe"}[st.param_where]
+            params = f"sharded, shards {home}; gathered per module for its forward and backward"
         else:
-            params = "replicated: every rank holds them all (stage0.py)"
+            params = "replicated: every rank holds them all"
         where = {"device": "on the device", "cpu": "in host memory, stepped there",
-                 "nvme": "on NVMe, streamed through host memory sub-group by sub-group"}[self.stage.home.where]
-        states = ("sharded" if stage >= 1 else "replicated") + f", {where} (offload.py)"
-        return {"gradients": grads, "parameters": params, "optimizer states": states}
+                 "nvme": "on NVMe, streamed through host memory sub-group by sub-group"}[st.home.where]
+        states = ("sharded" if st.shards_optimizer else "replicated") + f", {where}"
+
+        def made_by(obj) -> str:
+            return f" [{type(obj).__name__}, {type(obj).__module__.split('.')[-1]}.py]"
+        return {"gradients": grads + made_by(st.grads), "parameters": params + made_by(st.params),
+                "optimizer states": states + made_by(st.home)}
 
     def _offloaded_memory(self, where: str) -> dict[str, int]:
         stage, home = self.stage, self.stage.home

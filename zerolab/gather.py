@@ -1,8 +1,22 @@
-"""Where stage 3's parameters live between uses, and how they are gathered: the parameter switch.
+"""Switch 2 of a stage, stage 3: parameters sharded, gathered per unit just in time.
 
-A :class:`GatheredParams` stage keeps only this rank's shard of each group (a module's own
-parameters) and all-gathers a group when a module needs it (``_fetch``), releasing it after use
-(``_release``). The shards live on the device, in host memory or in files (``offload_param``).
+A :class:`GatheredParams` keeps only this rank's shard of each group (a module's own
+parameters: one unit) and all-gathers a group when a module needs it (:meth:`~GatheredParams.unshard`),
+releasing it after use (:meth:`~GatheredParams.reshard`). The shards live on the device, in host
+memory or in files (``offload_param``).
+
+    forward   before a module runs: unshard its units        (Psi on the wire, in total)
+              after it: reshard them (``param.data`` becomes an empty tensor)
+    backward  when the gradient reaches the module's outputs: unshard again    (Psi)
+              when all its parameters have their gradient: reduce-scatter it  (Psi, reduce.py)
+              and reshard
+    step      each rank steps its shard; nothing is gathered until the next forward
+
+A parameter of at most ``stage3_param_persistence_threshold`` elements is *persistent*
+(DeepSpeed's per-parameter rule, the total capped by ``stage3_model_persistence_threshold``): all
+persistent parameters share one group that is kept whole, refreshed by one all-gather after each
+step (``publish``), and never gathered in forward or backward (many tiny all-gathers cost more in
+latency than the memory they save). Frozen parameters are kept whole.
 
 Each pass (forward with grad, forward without, backward) records the order in which it asked for
 groups. The next pass of the same kind follows that trace and *prefetches*: when it gathers a
@@ -13,17 +27,22 @@ in flight. Every unit of gathers (one group, or a group and its prefetches) is p
 ids), and a forward that followed a trace ends with one more (a checksum of what it asked for),
 so ranks that took different paths raise :class:`ModuleOrderError` before any mismatched
 all-gather. A pass that asks for a group its trace did not predict (eval, another branch)
-completes the prefetches in flight, drops the trace and records anew: no hang.
+completes the prefetches in flight, drops the trace and records anew: no hang. Gradients are
+reduced in the reverse of the order groups were first gathered in forward (the same on every
+rank), whatever order they complete in.
 
-The hooks that call ``_fetch`` and ``_release`` (module forward pre/post hooks, output-gradient
-hooks, watched parameter dicts) are in ``stage3.py``.
+When to unshard and reshard is decided by the hooks in ``hooks.py`` (module forward pre/post
+hooks, output-gradient hooks, watched parameter dicts for parameters used outside their module).
 """
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from .flat import FlatGroup
+from .hooks import ModuleHooks
 from .memory import tensor_bytes
+from .params import broadcast_
 
 __all__ = ["GatheredParams", "ModuleOrderError"]
 
@@ -33,8 +52,190 @@ class ModuleOrderError(RuntimeError):
 
 
 class GatheredParams:
-    """Mixed into :class:`~zerolab.stage3.Stage3`, which sets up ``shards``, ``full``, the trace
-    state and the offload attributes in its ``__init__``."""
+    """Stage 3's parameters: one shard per group on each rank, gathered per unit."""
+
+    def __init__(self, stage):
+        self.stage = stage
+        zero = stage.zero
+        self.groups = self.make_groups(stage.model, stage.named, zero)
+        self.shards: list[torch.Tensor] = []       # this rank's shard of each group (model dtype)
+        self.full: dict[int, torch.Tensor] = {}    # group index -> gathered flat buffer, while alive
+        self._live_gathered = 0                    # elements of non-persistent groups in self.full
+        self._flight = 0                           # elements of all-gathers in flight
+        # offload_param: where the shards of the gathered groups live between uses ("device",
+        # "cpu": host memory, "nvme": files, beyond the first max_in_cpu elements kept on the host).
+        # Persistent parameters stay whole on the device, as in DeepSpeed.
+        po = zero.offload_param
+        self.where = po.device if po.device in ("cpu", "nvme") else "device"
+        pin = po.pin_memory and torch.cuda.is_available()
+        for g in self.groups:
+            flat = g.flatten([p.data for p in g.params], stage.dtype, stage.device)
+            broadcast_(stage.comm, flat)           # everyone starts from rank 0's weights
+            if self.persistent[g.index]:
+                self.shards.append(g.shard_of(flat))       # a view: the whole buffer stays
+                self.full[g.index] = flat
+                g.bind(flat)
+            else:
+                shard = g.shard_of(flat)
+                if self.where != "device":
+                    host = torch.empty(shard.numel(), dtype=stage.dtype, pin_memory=pin)
+                    self.shards.append(host.copy_(shard))
+                else:
+                    self.shards.append(shard.clone())
+                self._release(g)
+        self._param_files = None                   # NvmeStore of the shards swapped to files
+        self._on_nvme: set[int] = set()
+        self._staged: dict[int, torch.Tensor] = {} # nvme shards assembled from the step's values
+        self._staged_covered: dict[int, int] = {}
+        self.in_backward = False
+        self._trace: list[int] = []                # groups gathered in forward, in order
+        self.fetches = 0                           # all-gathers issued for parameters
+        self.prefetches = 0                        # ... of them issued ahead, from the trace
+        self.peak_gathered_numel = 0               # most parameter elements gathered (or in flight) at once
+        self.prefetch_numel = zero.stage3_prefetch_bucket_size
+        self.max_live = zero.stage3_max_live_parameters
+        self._traces: dict[str, list[int] | None] = {}   # last pass's fetch order, per kind of pass
+        self._record: dict[str, list[int]] = {}
+        self._pos: dict[str, int] = {}
+        self._inflight: dict[int, tuple] = {}      # group index -> (pending all-gather, its buffer)
+        self._pass_phase, self._following_pass = "forward", False
+        self.hooks: ModuleHooks | None = None
+
+    def owned(self) -> list[torch.Tensor]:
+        """The part of each group this rank's optimizer updates: its shard."""
+        return self.shards
+
+    def start(self) -> None:
+        """After the optimizer's home took its masters: swap shards to files, install the hooks."""
+        if self.where == "nvme":
+            self._swap_params_out(self.stage.zero.offload_param)
+        self.hooks = ModuleHooks(self)
+
+    # -- groups: one per module with parameters of its own, plus one of persistent params --
+    def make_groups(self, model: nn.Module, named, zero) -> list[FlatGroup]:
+        trainable = {id(p): n for n, p in named}
+        threshold = zero.stage3_param_persistence_threshold
+        budget = zero.stage3_model_persistence_threshold
+        seen: set[int] = set()
+        persistent: list[nn.Parameter] = []
+        modules = []                               # (name, module, its params, its new non-persistent)
+        for mname, m in model.named_modules():
+            own = [p for p in m.parameters(recurse=False) if id(p) in trainable]
+            new = []
+            for p in own:
+                if id(p) in seen:
+                    continue
+                seen.add(id(p))
+                if p.numel() <= threshold and p.numel() <= budget:
+                    persistent.append(p)
+                    budget -= p.numel()
+                else:
+                    new.append(p)
+            modules.append((mname, m, own, new))
+        groups: list[FlatGroup] = []
+        self.persistent: list[bool] = []
+        owner: dict[int, int] = {}
+
+        def add(params, label, keep):
+            g = FlatGroup(len(groups), params, [trainable[id(p)] for p in params], self.stage.rank,
+                          self.stage.world_size, label=label)
+            groups.append(g)
+            self.persistent.append(keep)
+            owner.update({id(p): g.index for p in params})
+
+        if persistent:
+            add(persistent, f"persistent ({len(persistent)} params)", True)
+        for mname, _, _, new in modules:
+            if new:
+                add(new, mname or "(root)", False)
+        self.module_groups: dict[nn.Module, list[int]] = {}
+        for _, m, own, _ in modules:
+            ids = sorted({owner[id(p)] for p in own if not self.persistent[owner[id(p)]]})
+            if ids:
+                self.module_groups[m] = ids
+        return groups
+
+    # -- the lifecycle -----------------------------------------------------------------------
+    def reduce_order(self) -> list[int]:
+        """The reverse of the order groups were first gathered in forward: roughly the order
+        backward finishes them, and identical on every rank (gathers are checked)."""
+        first = list(dict.fromkeys(self._trace))
+        return first[::-1]
+
+    def pre_backward(self) -> None:
+        self.hooks.pre_backward()
+        self.in_backward = True
+        self._start_pass("backward")
+
+    def reduced(self, g: FlatGroup) -> None:
+        self.reshard(g)                           # its gradient is done: the furniture goes back
+
+    def post_backward(self) -> None:
+        self.hooks.post_backward()
+        self._finish_inflight()
+        for g in self.groups:
+            self.reshard(g)
+        self.in_backward = False
+        self._trace.clear()
+
+    def forward_failed(self) -> None:
+        """The model's forward raised: forget its open frames, so the next forward starts a pass."""
+        self.hooks.forward_failed()
+
+    def register_external_parameter(self, module: nn.Module, param: nn.Parameter) -> None:
+        self.hooks.register_external_parameter(module, param)
+
+    def publish(self) -> None:
+        # the step wrote each shard already (write); swapped shards go back to their files
+        for i, buf in self._staged.items():
+            if self._staged_covered.get(i, buf.numel()) < buf.numel():    # (not the case in a step)
+                raise RuntimeError(f"stage 3: the step updated only part of group {i}'s shard")
+        writes = [self._param_files.write(i, "param", buf) for i, buf in self._staged.items()]
+        for w in writes:
+            w.result()
+        self._staged.clear()
+        for g, shard in zip(self.groups, self.shards):
+            if self.persistent[g.index]:          # kept whole: refresh it now
+                flat = self.full[g.index]
+                self.stage.comm.all_gather(flat, shard.clone(), tag=f"params {g.label}")
+
+    def write(self, i: int, start: int, values: torch.Tensor) -> None:
+        if i in self._on_nvme:
+            # the step writes every element of the shard (tile by tile), so the new file is
+            # assembled in memory without reading the old one; publish() writes it
+            buf = self._staged.get(i)
+            if buf is None:
+                buf = self._staged[i] = torch.empty(self.groups[i].shard_numel, dtype=self.stage.dtype)
+                self._staged_covered[i] = 0
+            buf[start:start + values.numel()].copy_(values)
+            self._staged_covered[i] += values.numel()
+        else:
+            self.shards[i][start:start + values.numel()].copy_(values, non_blocking=True)
+
+    def store_flat(self, g: FlatGroup, flat: torch.Tensor) -> None:
+        if g.index in self._on_nvme:
+            self._param_files.write(g.index, "param", g.shard_of(flat).to(self.stage.dtype).clone()).result()
+        else:
+            self.shards[g.index].copy_(g.shard_of(flat))
+        if self.persistent[g.index]:
+            self.full[g.index].copy_(flat)
+
+    def device_bytes(self) -> int:
+        persistent = [self.full[i] for i in self.full if self.persistent[i]]
+        on_device = [s for g, s in zip(self.groups, self.shards)
+                     if self.where == "device" and not self.persistent[g.index]]
+        return tensor_bytes([*on_device, *persistent])
+
+    def remove_hooks(self) -> None:
+        self._finish_inflight()
+        if self.hooks is not None:
+            self.hooks.remove()
+
+    def close(self) -> None:
+        self.full.clear()
+        self._live_gathered = 0
+        if self._param_files is not None:
+            self._param_files.close()
 
     # -- gather and release ----------------------------------------------------------------
     # Each pass (forward with grad, forward without, backward) records the order in which it
@@ -47,7 +248,7 @@ class GatheredParams:
     # all-gather. If a pass asks for a group the trace did not predict (eval, another branch), the
     # prefetches in flight are completed, the trace is dropped and recorded anew: no hang.
     def _phase(self) -> str:
-        if self._in_backward:
+        if self.in_backward:
             return "backward"
         return "forward" if torch.is_grad_enabled() else "eval"
 
@@ -61,7 +262,9 @@ class GatheredParams:
         # every rank on the same path makes the same choice here
         self._following_pass = self._traces.get(phase) is not None and self.prefetch_numel > 0
 
-    def _fetch(self, g: FlatGroup) -> None:
+    def unshard(self, g: FlatGroup) -> None:
+        """Gather group ``g`` (a unit's parameters) if it is not gathered: wait for its prefetch, or
+        all-gather it now with the next ones the trace predicts."""
         i = g.index
         if i in self.full:
             return
@@ -112,12 +315,12 @@ class GatheredParams:
         self._check_unit(ids)
         for j in ids:
             g = self.groups[j]
-            flat = torch.empty(g.padded_numel, dtype=self.dtype, device=self.device)
-            pending = self.comm.all_gather(flat, self._shard_on_device(j), tag=f"params {g.label}",
+            flat = torch.empty(g.padded_numel, dtype=self.stage.dtype, device=self.stage.device)
+            pending = self.stage.comm.all_gather(flat, self._shard_on_device(j), tag=f"params {g.label}",
                                            async_op=j != wanted)
             self._inflight[j] = (pending, flat)
             self._flight += g.padded_numel
-            self._track(f"params {j}", flat)
+            self.stage.track(f"params {j}", flat)
         live = self._live_numel() + self._inflight_numel()
         self.peak_gathered_numel = max(self.peak_gathered_numel, live)
         self.prefetches += sum(1 for j in ids if j != wanted)
@@ -133,7 +336,7 @@ class GatheredParams:
             self._live_gathered += g.padded_numel
         g.bind(flat)
         self.fetches += 1
-        if not self._in_backward and torch.is_grad_enabled():
+        if not self.in_backward and torch.is_grad_enabled():
             self._trace.append(i)
 
     def _finish_inflight(self) -> None:
@@ -154,11 +357,11 @@ class GatheredParams:
         self._agree(-1, (len(rec) << 40) | _checksum(rec), "check forward pass")
 
     def _agree(self, first: int, code: int, tag: str) -> None:
-        header = torch.tensor([first, code], dtype=torch.int64, device=self.device)
-        headers = torch.empty(2 * self.world_size, dtype=torch.int64, device=self.device)
-        self.comm.all_gather(headers, header, tag=tag)
-        rows = headers.view(self.world_size, 2).tolist()
-        if any(r != rows[self.rank] for r in rows):
+        header = torch.tensor([first, code], dtype=torch.int64, device=self.stage.device)
+        headers = torch.empty(2 * self.stage.world_size, dtype=torch.int64, device=self.stage.device)
+        self.stage.comm.all_gather(headers, header, tag=tag)
+        rows = headers.view(self.stage.world_size, 2).tolist()
+        if any(r != rows[self.stage.rank] for r in rows):
             if all(i == -1 for i, _ in rows):         # all at the end of a forward, by other paths
                 what = "ranks ran different modules in this forward: " + ", ".join(
                     f"rank {r} gathered {c >> 40} module groups" for r, (_, c) in enumerate(rows)) + (
@@ -175,12 +378,13 @@ class GatheredParams:
 
     def _release(self, g: FlatGroup) -> None:
         for p in g.params:
-            p.data = torch.empty(0, dtype=self.dtype, device=self.device)
+            p.data = torch.empty(0, dtype=self.stage.dtype, device=self.stage.device)
         if self.full.pop(g.index, None) is not None and not self.persistent[g.index]:
             self._live_gathered -= g.padded_numel
-        self._track(f"params {g.index}", None)
+        self.stage.track(f"params {g.index}", None)
 
-    def _maybe_release(self, g: FlatGroup) -> None:
+    def reshard(self, g: FlatGroup) -> None:
+        """Release group ``g``'s full parameters (persistent groups stay whole)."""
         if not self.persistent[g.index] and g.index in self.full:
             self._release(g)
 
@@ -199,17 +403,17 @@ class GatheredParams:
                 kept += n
             else:
                 out.append(g.index)
-        need = sum(self.shards[i].numel() for i in out) * self.shards[0].element_size() * self.world_size
-        self._param_files = NvmeStore(po.nvme_path, self.rank, need, what="parameter shards of every rank",
-                                      timeline=getattr(self.comm, "timeline", None))
+        need = sum(self.shards[i].numel() for i in out) * self.shards[0].element_size() * self.stage.world_size
+        self._param_files = NvmeStore(po.nvme_path, self.stage.rank, need, what="parameter shards of every rank",
+                                      timeline=getattr(self.stage.comm, "timeline", None))
         for i in out:
             self._param_files.write(i, "param", self.shards[i]).result()
             self._on_nvme.add(i)
-            self.shards[i] = torch.empty(0, dtype=self.dtype)
+            self.shards[i] = torch.empty(0, dtype=self.stage.dtype)
 
     def _read_shard(self, i: int) -> torch.Tensor:
         g = self.groups[i]
-        buf = torch.empty(g.shard_numel, dtype=self.dtype)
+        buf = torch.empty(g.shard_numel, dtype=self.stage.dtype)
         self._param_files.read(i, "param", buf).result()
         return buf
 
@@ -220,10 +424,10 @@ class GatheredParams:
             shard = self._read_shard(i) if shard is None else shard
         else:
             shard = self.shards[i]
-        return shard if shard.device == self.device else shard.to(self.device, non_blocking=True)
+        return shard if shard.device == self.stage.device else shard.to(self.stage.device, non_blocking=True)
 
-    def param_bytes_on(self, where: str) -> int:
-        if where == "host" and self.param_where != "device":
+    def bytes_on(self, where: str) -> int:
+        if where == "host" and self.where != "device":
             return tensor_bytes([self.shards[g.index] for g in self.groups
                                  if not self.persistent[g.index] and g.index not in self._on_nvme])
         if where == "nvme" and self._param_files is not None:

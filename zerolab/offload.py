@@ -66,7 +66,7 @@ class StateHome:
         self.nvme = nvme
         self.pipeline_read, self.pipeline_write = pipeline_read, pipeline_write
         # masters are separate fp32 tensors unless the parameters are fp32 and stay on the device
-        self.copies = stage.mixed or where != "device" or getattr(stage, "param_where", "device") != "device"
+        self.copies = stage.mixed or where != "device" or stage.param_where != "device"
         # tiles[j] = (group index, start, end); tensors[j] the tensor the optimizer steps
         self.tiles: list[tuple[int, int, int]] = []
         self.tensors: list[torch.Tensor] = []

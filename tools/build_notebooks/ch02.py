@@ -94,7 +94,8 @@ print("crews ready:", ", ".join(f"{n} rank{'s' if n > 1 else ''}" for n in crews
 md("""
 ## 1 · DDP from scratch
 
-zerolab's **stage 0** is DDP's algorithm written out by hand (`zerolab/stage0.py`). One
+zerolab's **stage 0** is DDP's algorithm written out by hand (`AllReduceAtBoundary` in
+`zerolab/reduce.py`, `ReplicatedParams` in `zerolab/params.py`). One
 difference from PyTorch's DDP, as configured here: DDP's defining optimization is to all-reduce
 each bucket as soon as backward has filled it, *overlapping* communication with the rest of
 backward. zerolab does that only with `"overlap_comm": true` (DeepSpeed's default for stages 0

@@ -81,8 +81,10 @@ factor and count bytes: Ψ elements of bf16 are 2Ψ bytes.
 The folding chair (the **activations**) is not a model state: no stage splits it, and it is
 left out of every number in this chapter.
 
-The code of each stage is short enough to read in a sitting: `zerolab/stage1.py`,
-`stage2.py`, `stage3.py`, on top of the flat, padded buffers of `zerolab/flat.py`.
+In zerolab a stage is three switches, each short enough to read in a sitting (the table is at
+the top of `zerolab/stage.py`): how gradients are reduced (`reduce.py`), where parameters live
+(`params.py` for stages 0-2, `gather.py` for stage 3) and where optimizer states live
+(`offload.py`), on top of the flat, padded buffers of `zerolab/flat.py`.
 """),
 md(r"""
 ## One model, one crew per world size
@@ -755,8 +757,9 @@ md(r"""
 ## Where this lives in zerolab
 
 Your rule is `FlatGroup.shard_range` in `zerolab/flat.py`; the stage that uses it is
-`zerolab/stage1.py` (reduce-scatter the gradients, step the owned shard, all-gather the
-parameters). The optimizer zerolab steps is torch's own, over the shard tensors
+stage 1: `ReduceScatterAtBoundary` in `zerolab/reduce.py` reduce-scatters the gradients, the
+optimizer steps the owned shard, and `ReplicatedParams.publish` in `zerolab/params.py`
+all-gathers the parameters. The optimizer zerolab steps is torch's own, over the shard tensors
 (`zerolab/optim.py`), which is why only element-wise optimizers are allowed by default.
 
 The checks kept their ranks running, so that a second try is quick. Stop them when you are done:
@@ -782,7 +785,7 @@ ever holds the whole set: while backward is still running, the stickers are pack
 (**buckets**), and the moment a box is full it is sent out, each worker keeps the part that is
 his, and the box is thrown away.
 
-You write the two pieces of zerolab's `ReduceScatterGrads` (in `zerolab/reduce.py`, shared by
+You write the two pieces of zerolab's `ReduceScatterInBackward` (in `zerolab/reduce.py`, shared by
 stages 2 and 3) that do this. The check plugs your functions into the real engine on every
 rank, trains TinyLM with stages 2 and 3 on 2 and 3 ranks, in fp32 and bf16, with gradient
 accumulation 1 and 2, and compares every parameter with zerolab's own engine and (fp32) with
@@ -850,7 +853,7 @@ def reduce_bucket(bucket, rank, world_size, comm_dtype, reduce_scatter, grad_sha
     # END SOLUTION
 """),
 md(r"""
-The check replaces `ReduceScatterGrads.accept_grad` and `ReduceScatterGrads.issue` with
+The check replaces `ReduceScatterInBackward.accept` and `ReduceScatterInBackward.issue` with
 versions that call your functions (on every rank, for the duration of the check only), trains,
 and watches each call: when a bucket was said to be complete, what was sent (its dtype and
 its size against the bucket's), and what the shard holds afterwards.
@@ -863,10 +866,11 @@ check_stage2_buckets(add_grad, reduce_bucket)
 md(r"""
 ## Where this lives in zerolab
 
-`ReduceScatterGrads.accept_grad` and `ReduceScatterGrads.issue` in `zerolab/reduce.py` do what
-you wrote; `OrderedBuckets._reduce_to_shard` sends the bucket (asynchronously when
-`overlap_comm` is on, so backward goes on computing while it travels). Stage 3
-(`zerolab/stage3.py`) uses the same code, then releases the bucket's gathered parameters.
+`ReduceScatterInBackward.accept` and `ReduceScatterInBackward.issue` in `zerolab/reduce.py` do
+what you wrote; `GradReducer._reduce_to_shard` sends the bucket (asynchronously when
+`overlap_comm` is on, so backward goes on computing while it travels). Stage 3 uses the same
+switch; its parameters (`zerolab/gather.py`) are told through `reduced(g)` and reshard the
+bucket's gathered parameters.
 
 Questions:
 

@@ -460,7 +460,7 @@ md("""
 **The check.** First your function on six lists of parameter sizes (small parameters, buckets
 filled exactly to the limit, parameters larger than a bucket, everything in one bucket,
 everything alone, an MLP's parameters in gradient order), each against zerolab's rule. Then on
-2 ranks: `zerolab.stage0.bucket_params` is replaced by yours for the duration of the run, a
+2 ranks: `zerolab.params.bucket_params` is replaced by yours for the duration of the run, a
 small MLP trains at stages 0 and 2 with three bucket sizes, and the collectives in the ledger
 (one per bucket: calls, elements, bytes) and the trained weights are compared with the same
 runs under zerolab's own rule.
@@ -471,7 +471,7 @@ check_bucket_params(bucket_params)
 md("""
 ## Where this lives in zerolab
 
-`zerolab.flat.bucket_params` is what you wrote; `Stage0.make_groups` (`zerolab/stage0.py`)
+`zerolab.flat.bucket_params` is what you wrote; `ReplicatedParams.make_groups` (`zerolab/params.py`)
 calls it with the parameters in reverse order and makes one `FlatGroup`, one flat buffer, per
 bucket, padded to a multiple of the world size. Stage 3 groups its parameters differently (by
 module, for gathering), which chapter 8 measures.

@@ -231,7 +231,7 @@ def measure(zero=None, config=None, steps=4):
     seconds = []
     for step, (x, y) in enumerate(regression_batches(steps, batch, d_in=WIDTH, d_out=WIDTH)):
         mark, pre, tmark = engine.ledger.mark(), engine.stage.prefetches, engine.timeline.mark()
-        engine.stage.peak_gathered_numel = 0
+        engine.stage.params.peak_gathered_numel = 0
         for i in range(engine.gradient_accumulation_steps):
             part = slice(i * len(x) // engine.gradient_accumulation_steps,
                          (i + 1) * len(x) // engine.gradient_accumulation_steps)
@@ -874,8 +874,8 @@ check_knobs(knobs)
 md("""
 ## Where this lives in zerolab
 
-`Stage3.make_groups` (`zerolab/stage3.py`) decides persistence, parameter by parameter in the
-model's order; `Stage3._fetch` and `_next_prefetch` follow the recorded order and issue the
+`GatheredParams.make_groups` (`zerolab/gather.py`) decides persistence, parameter by parameter in
+the model's order; `GatheredParams.unshard` and `_next_prefetch` follow the recorded order and issue the
 prefetched gathers within the window and the budget; `_check_unit` is the 16-byte header.
 DeepSpeed's counterparts are `mark_persistent_parameters` (`parameter_offload.py`) and
 `fetch_sub_module` (`partitioned_param_coordinator.py`).

@@ -20,7 +20,7 @@ exactly once, in order.
    first difference is described with a hint that names the likely mistake: ``>=`` instead of
    ``>`` at the boundary, an empty bucket before an oversized parameter, a bucket that
    overflows, the order changed, a parameter left out.
-2. *In the engine*: on 2 ranks, ``zerolab.stage0.bucket_params`` (used by stages 0, 1 and 2 to
+2. *In the engine*: on 2 ranks, ``zerolab.params.bucket_params`` (used by stages 0, 1 and 2 to
    cut their flat buckets) is replaced by the learner's function for the duration of the run;
    an MLP trains at stages 0 and 2, and the collectives in the ledger (calls, elements, bytes)
    and the trained weights are compared with the same runs using zerolab's own rule.
@@ -145,17 +145,17 @@ def check_alone(fn: Callable) -> int:
 
 def _engine_runs(fn: Callable | None) -> dict:
     """On a rank: train the MLP at stages 0 and 2 for each bucket size, with ``fn`` as
-    zerolab.stage0.bucket_params (None: zerolab's own); the ledger's collectives and the weights."""
+    zerolab.params.bucket_params (None: zerolab's own); the ledger's collectives and the weights."""
     import zerolab
-    import zerolab.stage0 as stage0
+    import zerolab.params as replicated
     from zerolab.models import MLP, mse_loss, regression_batches
     from zerolab.reference import train_engine
 
-    saved = stage0.bucket_params
+    saved = replicated.bucket_params
     out = {}
     try:
         if fn is not None:
-            stage0.bucket_params = fn
+            replicated.bucket_params = fn
         for stage in (0, 2):
             for limit in ENGINE_BUCKETS:
                 engine = zerolab.initialize(MLP(sizes=ENGINE_SIZES, seed=1), {
@@ -170,7 +170,7 @@ def _engine_runs(fn: Callable | None) -> dict:
                 weights = [p.detach().clone() for p in engine.module.parameters()]
                 out[stage, limit] = {"records": recs, "weights": weights}
     finally:
-        stage0.bucket_params = saved
+        replicated.bucket_params = saved
     return out
 
 

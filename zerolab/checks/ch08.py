@@ -63,7 +63,7 @@ def _run(zero: dict) -> dict:
     try:
         for x, y in regression_batches(STEPS, 4 * world, d_in=SIZES[0], d_out=SIZES[-1]):
             mark, pre = engine.ledger.mark(), engine.stage.prefetches
-            engine.stage.peak_gathered_numel = 0
+            engine.stage.params.peak_gathered_numel = 0
             engine.backward(mse_loss(engine(x), y))
             engine.step()
         led = engine.ledger.since(mark)

@@ -1,6 +1,6 @@
 """Exercise 3b check: stage 2's gradient buckets, written by the learner, run in the real engine.
 
-The learner writes the two pieces of :class:`zerolab.reduce.ReduceScatterGrads` that make
+The learner writes the two pieces of :class:`zerolab.reduce.ReduceScatterInBackward` that make
 stage 2 (and stage 3) keep only a shard of the gradients, reduced during backward::
 
     def add_grad(bucket, where, grad, arrived, i, n_params):
@@ -13,7 +13,7 @@ stage 2 (and stage 3) keep only a shard of the gradients, reduced during backwar
         #                                 holds the sum over all ranks)
         # keep: add chunks[rank] into grad_shard (accumulated across micro-steps)
 
-:func:`check_stage2_buckets` plugs them into ``ReduceScatterGrads`` on every rank (for the
+:func:`check_stage2_buckets` plugs them into ``ReduceScatterInBackward`` on every rank (for the
 duration of the check only), trains TinyLM with stages 2 and 3 on 2 and 3 ranks, in fp32 and
 bf16, with gradient accumulation 1 and 2, and compares every parameter with zerolab's own
 engine (fp32 runs: also with single-process training, ``zerolab.reference``). Around each call
@@ -74,18 +74,18 @@ def _close(a: torch.Tensor, b: torch.Tensor, tol) -> bool:
 
 
 def _plug(add_grad: Callable, reduce_bucket: Callable, log: dict):
-    """Replace ReduceScatterGrads.accept_grad / issue / end_backward by versions that call the
+    """Replace ReduceScatterInBackward.accept / issue / post_backward by versions that call the
     learner's functions and watch them; returns a function that restores the originals."""
-    from zerolab.reduce import ReduceScatterGrads
+    from zerolab.reduce import ReduceScatterInBackward
 
-    saved = {k: ReduceScatterGrads.__dict__[k] for k in ("accept_grad", "issue", "end_backward")}
+    saved = {k: ReduceScatterInBackward.__dict__[k] for k in ("accept", "issue", "post_backward")}
 
     def fail(message: str) -> None:
         # Record the first mistake and let the run go on, repaired, so that every rank issues the
         # same collectives (a rank that stopped alone would leave the others waiting).
         log.setdefault("error", message)
 
-    def accept_grad(self, g, i, grad):
+    def accept(self, g, i, grad):
         if g.index in self._issued:              # cannot happen: early 'ready' is refused below
             raise _Wrong(
                 f"bucket {g.label!r} was sent before it was complete: the gradient of "
@@ -95,7 +95,7 @@ def _plug(add_grad: Callable, reduce_bucket: Callable, log: dict):
         if bucket is None:
             bucket = torch.zeros(g.padded_numel, dtype=self.dtype, device=self.device)
             self._buckets[g.index] = bucket
-            self._track(f"grads {g.index}", bucket)
+            self.stage.track(f"grads {g.index}", bucket)
         seen = log["seen"].setdefault((id(self), g.index), set())
         shadow = bucket[g.param_slice(i)].clone().add_(grad.reshape(-1))
         arrived = self._arrived.setdefault(g.index, set())
@@ -198,10 +198,10 @@ def _plug(add_grad: Callable, reduce_bucket: Callable, log: dict):
                      f"into grad_shard in place: grad_shard += chunks[rank]")
             fail(f"{where}: grad_shard is not (its value before) + chunks[{r}].\n  hint: "
                          f"grad_shard += chunks[rank]")
-        self._track(f"grads {g.index}", None)
-        self._after_reduce(g)
+        self.stage.track(f"grads {g.index}", None)
+        self.stage.params.reduced(g)
 
-    def end_backward(self):
+    def post_backward(self):
         for g in self.groups:
             seen = log["seen"].get((id(self), g.index), set())
             if len(seen) == len(g.params) and g.index not in self._ready:
@@ -210,15 +210,15 @@ def _plug(add_grad: Callable, reduce_bucket: Callable, log: dict):
                              f"backward.\n  hint: return True when len(arrived) == n_params")
         log["seen"].clear()
         log["micro"] += 1
-        saved["end_backward"](self)
+        saved["post_backward"](self)
 
-    ReduceScatterGrads.accept_grad = accept_grad
-    ReduceScatterGrads.issue = issue
-    ReduceScatterGrads.end_backward = end_backward
+    ReduceScatterInBackward.accept = accept
+    ReduceScatterInBackward.issue = issue
+    ReduceScatterInBackward.post_backward = post_backward
 
     def restore():
         for k, v in saved.items():
-            setattr(ReduceScatterGrads, k, v)
+            setattr(ReduceScatterInBackward, k, v)
     return restore
 
 

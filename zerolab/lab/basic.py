@@ -9,16 +9,17 @@ from .common import (GIANTS, GIANT_NAMES, PRECISIONS, RANK_COLORS, CrewPool, _ru
 
 def _held_tensors(engine) -> dict[str, list]:
     """For each flat group of the engine's stage, the tensor this rank keeps of each giant
-    (None: nothing). Read-only: where the stage keeps them (``stage*.py``)."""
+    (None: nothing). Read-only: where the stage's switches keep them (``params.py``,
+    ``gather.py``, ``reduce.py``)."""
     st = engine.stage
-    persistent = getattr(st, "persistent", [False] * len(st.groups))
+    ps = st.params
     out = {g: [] for g in GIANTS}
     for g, master in zip(st.groups, st.masters):
-        if hasattr(st, "param_flats"):                    # stages 0-2: the whole flat buffer
-            p = st.param_flats[g.index]
+        if st.stage < 3:                                  # stages 0-2: the whole flat buffer
+            p = ps.param_flats[g.index]
         else:                                             # stage 3: a shard, or all of a persistent group
-            p = st.full[g.index] if persistent[g.index] else st.shards[g.index]
-        grad = st.grad_shards[g.index] if hasattr(st, "grad_shards") else st.grad_flats[g.index]
+            p = ps.full[g.index] if ps.persistent[g.index] else ps.shards[g.index]
+        grad = st.grad_shards[g.index] if st.stage >= 2 else st.grad_flats[g.index]
         out["params"].append(p)
         out["grads"].append(grad)
         out["optimizer_states"].append(master)            # masters and Adam's moments cover the same range

@@ -1,0 +1,197 @@
+"""When stage 3 gathers: the hooks that call ``unshard`` and ``reshard`` (``gather.py``).
+
+    module forward pre-hook     unshard the module's units (a new forward pass begins at the
+                                outermost module: the pass's trace starts there)
+    module forward hook         reshard them; hook the module's outputs so that the first
+                                gradient reaching them unshards the units again, before the
+                                module's own backward runs
+    watched parameter dicts     a released parameter read by attribute is gathered on the spot
+
+Parameters used outside their own module's forward. ``nn.MultiheadAttention`` reads
+``self.out_proj.weight`` without calling ``out_proj``; a model may compute
+``F.linear(h, self.embed.weight)`` in its own forward. Every module's parameter dict is
+watched: reading a released parameter while some module's forward runs gathers it on the
+spot, ties it to that module (released after its forward, gathered again before its backward),
+and it is otherwise treated like the module's own. Reading one between the end of forward and
+``backward`` (e.g. in the loss) is an :class:`ExternalParameterError` naming the parameter.
+A parameter reached some other way (kept in a list, say) can be tied to a module with
+``engine.register_external_parameter`` (DeepSpeed's function of the same name).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+__all__ = ["ModuleHooks", "ExternalParameterError"]
+
+
+class ExternalParameterError(RuntimeError):
+    """A stage-3 parameter was used where zerolab cannot gather it (outside any forward)."""
+
+
+class _WatchedParams(dict):
+    """A module's ``_parameters`` that tells stage 3 when a parameter is read by attribute
+    (``module.weight``), so a released one can be gathered first. Iteration (``parameters()``,
+    ``state_dict()``) does not go through ``__getitem__`` and triggers nothing."""
+
+    def __init__(self, hooks: "ModuleHooks", module_name: str, params: dict):
+        super().__init__(params)
+        self._hooks = hooks
+        self._module_name = module_name
+
+    def __getitem__(self, name):
+        p = dict.__getitem__(self, name)
+        if p is not None:
+            self._hooks.on_param_read(p, f"{self._module_name}.{name}" if self._module_name else name)
+        return p
+
+    def __reduce__(self):                    # a copied or pickled model gets a plain dict
+        return (dict, (dict(self),))
+
+
+class ModuleHooks:
+    """Installed on every module of the model for a :class:`~zerolab.gather.GatheredParams`."""
+
+    def __init__(self, params):
+        self.params = params
+        self.frames: list[list] = []               # modules whose forward is running: [module, extra ids]
+        self.forward_done = False                  # a forward ran (with grad) since the last backward
+        self._registered: dict[nn.Module, set[int]] = {}   # register_external_parameter
+        self._handles = []
+        self._watched_modules = []
+        watched = {id(p) for g in params.groups if not params.persistent[g.index] for p in g.params}
+        for mname, m in params.stage.model.named_modules():
+            self._handles.append(m.register_forward_pre_hook(self._pre_forward))
+            self._handles.append(m.register_forward_hook(self._post_forward))
+            if any(p is not None and id(p) in watched for p in m._parameters.values()):
+                m._parameters = _WatchedParams(self, mname, m._parameters)
+                self._watched_modules.append(m)
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        for m in self._watched_modules:
+            m._parameters = dict(m._parameters)
+        self._watched_modules = []
+
+    def register_external_parameter(self, module: nn.Module, param: nn.Parameter) -> None:
+        """Gather ``param`` whenever ``module``'s forward runs, for a parameter that ``module``
+        reaches other than by attribute."""
+        g = self.params.stage.group_of.get(id(param))
+        if g is None:
+            raise ValueError("register_external_parameter: that parameter is not trained by this engine")
+        if not self.params.persistent[g.index]:
+            self._registered.setdefault(module, set()).add(g.index)
+
+    # -- the step's events ----------------------------------------------------------------------
+    def pre_backward(self) -> None:
+        self.frames.clear()                        # (a forward that raised left frames behind)
+        self.forward_done = False
+
+    def post_backward(self) -> None:
+        # recomputation in backward (torch.utils.checkpoint) may stop a forward early, by an
+        # exception inside torch: its module frames never closed
+        self.frames.clear()
+
+    def forward_failed(self) -> None:
+        self.frames.clear()
+
+    # -- forward and backward hooks -----------------------------------------------------------
+    def _pre_forward(self, module, inputs):
+        ps = self.params
+        if not self.frames and not ps.in_backward:
+            ps._start_pass(ps._phase())            # a new forward pass begins at the outermost module
+        ids = ps.module_groups.get(module, [])
+        extra = self._registered.get(module)
+        frame = [module, []]
+        self.frames.append(frame)
+        for i in ids:
+            ps.unshard(ps.groups[i])
+        if extra:
+            for i in sorted(extra):
+                ps.unshard(ps.groups[i])
+                frame[1].append(i)
+
+    def _post_forward(self, module, inputs, output):
+        ps = self.params
+        while self.frames:                         # (a forward that raised left frames behind)
+            frame = self.frames.pop()
+            if frame[0] is module:
+                break
+        else:
+            return output
+        ids = [*ps.module_groups.get(module, []), *frame[1]]
+        if not self.frames and not ps.in_backward:
+            if torch.is_grad_enabled():
+                self.forward_done = True
+            if ps._following_pass:
+                ps._following_pass = False
+                ps._check_pass()
+        if not ids:
+            return output
+        if not ps.in_backward:
+            for i in ids:
+                ps.reshard(ps.groups[i])
+        if torch.is_grad_enabled():
+            def before_backward():
+                ps.in_backward = True
+                for i in ids:
+                    ps.unshard(ps.groups[i])
+            _on_first_output_grad(output, before_backward)
+        return output
+
+    def on_param_read(self, p: nn.Parameter, name: str) -> None:
+        ps = self.params
+        g = ps.stage.group_of.get(id(p))
+        if g is None or g.index in ps.full:
+            return
+        if self.frames:                            # inside some module's forward: gather it there
+            ps.unshard(g)
+            self.frames[-1][1].append(g.index)
+        elif ps.in_backward:
+            ps.unshard(g)                          # released again once its gradient is reduced
+        elif self.forward_done and torch.is_grad_enabled():
+            raise ExternalParameterError(
+                f"parameter {name!r} was used outside the model's forward (after forward, before "
+                f"backward: in the loss, say). ZeRO stage 3 keeps only a 1/{ps.stage.world_size} "
+                "shard of it on each rank, and gathers it only while a module's forward runs. "
+                "Compute with it inside the model's forward (e.g. the top-level forward: zerolab "
+                "gathers it there), or use ZeRO stage 0-2 for this model.")
+
+
+def _tensors(obj, out: list) -> list:
+    """Every tensor inside a module's output: a tensor, or tuples, lists, dicts (Hugging Face's
+    ModelOutput is one) and dataclasses of them."""
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif isinstance(obj, (tuple, list)):
+        for o in obj:
+            _tensors(o, out)
+    elif isinstance(obj, Mapping):
+        for o in obj.values():
+            _tensors(o, out)
+    elif hasattr(obj, "__dataclass_fields__"):
+        for k in obj.__dataclass_fields__:
+            _tensors(getattr(obj, k, None), out)
+    return out
+
+
+def _on_first_output_grad(output, fn) -> None:
+    """Run ``fn`` once, when the first gradient reaches any of ``output``'s tensors: before the
+    module's own backward. A hook on the tensor (not a wrapper around it) leaves the output
+    untouched, so a caller may still modify it in place (``ReLU(inplace=True)``, ``out += x``)."""
+    tensors = [t for t in _tensors(output, []) if t.requires_grad and t.grad_fn is not None]
+    if not tensors:
+        return
+    fired = [False]
+
+    def hook(grad):
+        if not fired[0]:
+            fired[0] = True
+            fn()
+
+    for t in tensors:
+        t.register_hook(hook)

@@ -1,0 +1,297 @@
+"""A ZeRO stage is three independent switches and one lifecycle.
+
+The engine (``engine.py``) owns what does not depend on *where* tensors live: loss scaling,
+the overflow check, clipping, the optimizer. A :class:`Stage` owns where they live and which
+collectives move them. It is made of three parts, each in its own module:
+
+    ============  ===============================  ============================  ==========
+    stage         gradients (``reduce.py``)        parameters                     optimizer
+                                                                                  states
+    ============  ===============================  ============================  ==========
+    0             all-reduce at the boundary       replicated (``params.py``)     replicated
+    1             reduce-scatter at the boundary   replicated                     sharded
+    2             reduce-scatter during backward   replicated                     sharded
+    3             reduce-scatter during backward   gathered per unit (``gather.py``)  sharded
+    ============  ===============================  ============================  ==========
+
+and where the optimizer states live (device, host, NVMe: ``offload.py``) is a fourth choice
+that any stage from 1 up (and stage 0 on the device) can make. ``engine.switches()`` prints
+the table for one engine.
+
+The lifecycle of one step, in the order the engine calls it (FSDP2's names where they fit):
+
+    forward        params.unshard(unit) before a unit runs, params.reshard(unit) after it
+                   (stage 3, driven by the module hooks in ``hooks.py``; nothing for 0-2)
+    pre_backward   grads: start a new order of buckets; params: start the backward pass
+    (backward)     each parameter's gradient arrives through its post-accumulate-grad hook:
+                   grads.accept() puts it in a bucket; a full bucket is reduced (stages 2-3,
+                   and 0-1 with overlap_comm at the boundary) and params.reduced(unit) is told
+                   (stage 3 reshards the unit then)
+    post_backward  grads: send what is left, wait for everything in flight; params: reshard all
+    reduce_grads   at the accumulation boundary: stages 0-1 reduce their full gradients here
+    (step)         home.step(...): the optimizer steps this rank's part, wherever it lives
+    publish        params: make the model's parameters current again (stages 1-2 all-gather the
+                   updated shards; stage 3 refreshes its persistent parameters)
+
+Gradients arrive through ``register_post_accumulate_grad_hook``: as soon as autograd has
+finished a parameter's gradient, the stage hands it to the gradient switch and sets
+``param.grad = None``, so no stray full-size ``.grad`` tensors stay behind.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .comm import Comm
+from .flat import FlatGroup
+from .gather import GatheredParams
+from .memory import tensor_bytes
+from .offload import make_state_home
+from .params import ReplicatedParams
+from .reduce import AllReduceAtBoundary, ReduceScatterAtBoundary, ReduceScatterInBackward
+
+__all__ = ["Stage", "SWITCHES", "UnusedParameterError"]
+
+# stage -> (how gradients are reduced, where parameters live, optimizer states sharded?)
+SWITCHES = {
+    0: (AllReduceAtBoundary, ReplicatedParams, False),
+    1: (ReduceScatterAtBoundary, ReplicatedParams, True),
+    2: (ReduceScatterInBackward, ReplicatedParams, True),
+    3: (ReduceScatterInBackward, GatheredParams, True),
+}
+
+
+class UnusedParameterError(RuntimeError):
+    """``ignore_unused_parameters`` is false and a trainable parameter got no gradient."""
+
+
+class Stage:
+    """One ZeRO stage: ``self.grads`` (how gradients are reduced), ``self.params`` (where
+    parameters live), ``self.home`` (where the optimizer states live, and the step)."""
+
+    def __init__(self, model: nn.Module, named: list[tuple[str, nn.Parameter]], comm: Comm,
+                 zero, dtype: torch.dtype, comm_dtype: torch.dtype, device: torch.device):
+        self.stage = zero.stage
+        grads_cls, params_cls, self.shards_optimizer = SWITCHES[zero.stage]
+        self.model = model
+        self.comm = comm
+        self.zero = zero                         # the ZeroConfig
+        self.dtype = dtype                       # compute dtype of the model (fp32/fp16/bf16)
+        self.comm_dtype = comm_dtype             # dtype gradients travel in
+        self.mixed = dtype != torch.float32      # keep separate fp32 master weights?
+        self.device = device
+        self.rank, self.world_size = comm.rank, comm.world_size
+        self.named = named
+        self.peak_buffer_bytes = 0               # largest transient buffer total seen in a step
+        self._live_buffers: dict[str, torch.Tensor] = {}
+        self._got_grad: set[int] = set()         # ids of params that got a gradient this backward
+        self.closed = False
+        self.budget_check = None                 # the engine's device budget, when it has one
+        self.params = params_cls(self)           # makes the groups and holds the parameters
+        self.groups: list[FlatGroup] = self.params.groups
+        self.group_of = {id(p): g for g in self.groups for p in g.params}
+        self.grads = grads_cls(self)
+        self.owned_params = self.params.owned()  # the part of each group this rank's step updates
+        self.home = make_state_home(self, self.owned_params, zero)
+        self.params.start()                      # stage 3: shards to NVMe, module hooks
+        self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for _, p in named]
+
+    # -- the switches, for readers ---------------------------------------------------------
+    @property
+    def param_where(self) -> str:
+        """Where parameter shards live between uses: "device", "cpu" or "nvme" (stage 3)."""
+        return self.params.where
+
+    @property
+    def grads_on_host(self) -> bool:
+        """Reduced gradient shards kept in host memory (stages 2-3 with optimizer offload)."""
+        return self.grads.on_host
+
+    @property
+    def masters(self) -> list[torch.Tensor]:
+        """Each group's fp32 master shard (read back from the files under NVMe offload)."""
+        return [self.home.group_master(i) for i in range(len(self.groups))]
+
+    @property
+    def grad_flats(self) -> list[torch.Tensor]:
+        """Stages 0-1: the full gradient of each bucket, accumulated over micro-steps."""
+        return self.grads.grad_flats
+
+    @property
+    def grad_shards(self) -> list[torch.Tensor]:
+        """Stages 2-3: this rank's shard of each group's gradient."""
+        return self.grads.grad_shards
+
+    # stage 3's counters (zero, or absent, for stages 0-2: see GatheredParams)
+    @property
+    def fetches(self) -> int:
+        return getattr(self.params, "fetches", 0)
+
+    @property
+    def prefetches(self) -> int:
+        return getattr(self.params, "prefetches", 0)
+
+    @property
+    def peak_gathered_numel(self) -> int:
+        return getattr(self.params, "peak_gathered_numel", 0)
+
+    @property
+    def persistent(self) -> list[bool]:
+        """Per group: stage 3's persistent groups, kept whole on every rank (False for 0-2)."""
+        return getattr(self.params, "persistent", [False] * len(self.groups))
+
+    def owned_part(self, flats: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The part of each group's full flat buffer this rank's optimizer steps: all of it when
+        the optimizer states are replicated (stage 0), its shard otherwise."""
+        if not self.shards_optimizer:
+            return list(flats)
+        return [g.shard_of(f) for g, f in zip(self.groups, flats)]
+
+    def write_params(self, i: int, start: int, values: torch.Tensor) -> None:
+        """The optimizer updated ``values`` (fp32) of group ``i``'s owned part from ``start``:
+        put them into this rank's parameters, in the model dtype (called by ``home.step``)."""
+        self.params.write(i, start, values)
+
+    def register_external_parameter(self, module: nn.Module, param: nn.Parameter) -> None:
+        self.params.register_external_parameter(module, param)
+
+    # -- the lifecycle -----------------------------------------------------------------------
+    def _on_grad(self, p: nn.Parameter) -> None:
+        if p.grad is None:
+            return
+        g = self.group_of[id(p)]
+        self._got_grad.add(id(p))
+        self.grads.accept(g, g.index_of[id(p)], p.grad)
+        p.grad = None
+
+    def pre_backward(self, boundary: bool = True) -> None:
+        """Before every ``loss.backward()``; ``boundary``: this micro-step ends with an
+        optimizer step."""
+        self._got_grad.clear()
+        self.params.pre_backward()
+        self.grads.pre_backward(boundary)
+
+    def post_backward(self) -> None:
+        """After every ``loss.backward()``."""
+        self.grads.post_backward()
+        self.params.post_backward()
+
+    def reduce_grads(self) -> None:
+        """Once per optimizer step, before it."""
+        self.grads.at_boundary()
+
+    def grads_for_step(self) -> list[torch.Tensor]:
+        """Averaged gradients aligned with ``self.masters`` (any float dtype)."""
+        return self.grads.for_step()
+
+    def zero_grads(self) -> None:
+        self.grads.zero()
+
+    def publish(self) -> None:
+        """After the optimizer stepped: make the model's parameters current."""
+        self.params.publish()
+
+    def forward_failed(self) -> None:
+        """The model's forward raised (stage 3 forgets the modules it had open)."""
+        self.params.forward_failed()
+
+    def check_unused(self) -> None:
+        """``ignore_unused_parameters: false``: a trainable parameter that got no gradient in
+        this backward, on any rank, is an error on every rank (one small all-reduce)."""
+        missing = [n for n, p in self.named if id(p) not in self._got_grad]
+        flags = torch.zeros(self.world_size, dtype=torch.int64, device=self.device)
+        flags[self.rank] = len(missing)
+        self.comm.all_reduce(flags, tag="unused-parameter check")
+        if int(flags.sum()) == 0:
+            return
+        ranks = [r for r in range(self.world_size) if int(flags[r])]
+        mine = (f"; on this rank (rank {self.rank}): " + ", ".join(missing[:8])
+                + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")) if missing else ""
+        raise UnusedParameterError(
+            f"trainable parameters got no gradient in this backward on rank(s) {ranks}{mine}. "
+            "zero_optimization.ignore_unused_parameters is false, so this is an error (DeepSpeed's "
+            "rule); set it to true (the default) to treat a missing gradient as zero, as DDP with "
+            "find_unused_parameters=True does, or freeze the parameter (requires_grad=False).")
+
+    # -- transient buffers (buckets, gathered parameters) -----------------------------------
+    def track(self, key: str, t: torch.Tensor | None) -> None:
+        """Remember a transient buffer (bucket, gathered params) for the memory report."""
+        if t is None:
+            self._live_buffers.pop(key, None)
+        else:
+            self._live_buffers[key] = t
+        self.peak_buffer_bytes = max(self.peak_buffer_bytes, self.buffer_bytes())
+        if t is not None and self.budget_check is not None:
+            self.budget_check("backward" if key.startswith("grads") else "a parameter gather")
+
+    def buffer_bytes(self) -> int:
+        return tensor_bytes(self._live_buffers.values())
+
+    # -- views for users ------------------------------------------------------------------
+    def full_master_flats(self) -> list[torch.Tensor]:
+        """Every group's full fp32 master values (gathers the shards when sharded)."""
+        out = []
+        for g, m in zip(self.groups, self.masters):
+            if not self.shards_optimizer:
+                out.append(m.detach().float().clone())
+                continue
+            full = torch.empty(g.padded_numel, dtype=torch.float32, device=self.device)
+            with self.comm.ledger.paused():
+                self.comm.all_gather(full, m.detach().float().contiguous())
+            out.append(full)
+        return out
+
+    def full_params(self) -> dict[str, torch.Tensor]:
+        values: dict[str, torch.Tensor] = {}
+        for g, flat in zip(self.groups, self.full_master_flats()):
+            for name, v in zip(g.names, g.views(flat)):
+                values[name] = v.clone().cpu()
+        return values
+
+    def memory(self) -> dict[str, int]:
+        """Bytes this rank holds on its device (the engine adds the masters and the optimizer's
+        state, which live in ``home``)."""
+        return {"params": self.params.device_bytes() + self._frozen_bytes(),
+                "grads": self.grads.device_bytes(),
+                "optimizer_states": 0,
+                "buffers": self.buffer_bytes()}
+
+    def param_bytes_on(self, where: str) -> int:
+        """Parameter bytes offload keeps in "host" memory or on "nvme" (stage 3 only)."""
+        return self.params.bytes_on(where)
+
+    def _frozen_bytes(self) -> int:
+        trainable = {id(p) for _, p in self.named}
+        return tensor_bytes(p for p in self.model.parameters() if id(p) not in trainable)
+
+    def close(self) -> None:
+        """Detach from the model: remove every hook, leave each parameter holding its full,
+        current value (a plain tensor), and drop buckets and gathered buffers."""
+        if self.closed:
+            return
+        self.params.remove_hooks()
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        self.restore_params()
+        for p in self.model.parameters():
+            p.grad = None
+        self._live_buffers.clear()
+        self.home.close()
+        self.params.close()
+        self.closed = True
+
+    def load_full_values(self, values: dict[str, torch.Tensor]) -> None:
+        """Set every trained parameter (masters and the model's copy) from full fp32 values by
+        name, cut the way this stage shards (a checkpoint from any world size or stage)."""
+        for g in self.groups:
+            flat = g.flatten([values[n] for n in g.names], torch.float32, self.device)
+            self.params.store_flat(g, flat)
+            self.home.set_group(g.index, master=(g.shard_of(flat) if self.shards_optimizer else flat))
+
+    def restore_params(self) -> None:
+        """Give every trained parameter its full value as a tensor of its own."""
+        for g, flat in zip(self.groups, self.full_master_flats()):
+            for p, v in zip(g.params, g.views(flat)):
+                p.data = v.to(self.dtype).clone()
+
