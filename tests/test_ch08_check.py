@@ -9,7 +9,7 @@ from zerolab.checks.ch08 import check_knobs
 
 GOOD = {"A": {"stage3_param_persistence_threshold": 64},
         "B": {"stage3_param_persistence_threshold": 64, "stage3_prefetch_bucket_size": 16384,
-              "stage3_max_live_parameters": 20480},
+              "stage3_max_live_parameters": 20480, "stage3_max_reuse_distance": 0},
         "C": {"stage3_param_persistence_threshold": 0, "stage3_max_live_parameters": 4096}}
 
 
@@ -37,9 +37,14 @@ def test_knobs_that_meet_the_goals_pass(capsys):
     ({"A": {"stage3_param_persistence_threshold": 63}}, ["off by one", "numel <= threshold"]),
     ({"A": {"stage3_param_persistence_threshold": 64, "stage3_model_persistence_threshold": 256}},
      ["caps the total"]),
-    ({"B": {"stage3_param_persistence_threshold": 64, "stage3_prefetch_bucket_size": 20480}},
+    ({"B": {"stage3_param_persistence_threshold": 64, "stage3_prefetch_bucket_size": 20480,
+            "stage3_max_reuse_distance": 0}},
      ["peak 24,576 elements > 20,480", "stage3_max_live_parameters bounds"]),
-    ({"B": {"stage3_param_persistence_threshold": 64, "stage3_max_live_parameters": 8192}},
+    ({"B": {"stage3_param_persistence_threshold": 64, "stage3_prefetch_bucket_size": 16384,
+            "stage3_max_live_parameters": 20480}},
+     ["stage3_max_reuse_distance = 1,000,000,000 keeps", "lower the reuse distance"]),
+    ({"B": {"stage3_param_persistence_threshold": 64, "stage3_max_live_parameters": 8192,
+            "stage3_max_reuse_distance": 0}},
      ["check headers per step > 7", "larger prefetch window"]),
     ({"C": {"stage3_param_persistence_threshold": 64, "stage3_prefetch_bucket_size": 0}},
      ["stage3_prefetch_bucket_size was changed"]),

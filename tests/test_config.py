@@ -496,8 +496,9 @@ def test_describe_is_factual():
     assert "Optimizer: AdamW (torch.optim.AdamW), lr=0.0001" in text
     assert "No effect in zerolab (accepted; same numbers as DeepSpeed):" in text
     assert "issued asynchronously (overlap_comm), overlapping the rest of backward" in text
-    for key, value in (("contiguous_gradients", "true"), ("stage3_max_reuse_distance", "1,000,000,000")):
+    for key, value in (("contiguous_gradients", "true"),):
         assert f"  - zero_optimization.{key} = {value}: " in text, key
+    assert "uses them again within 1,000,000,000 elements (stage3_max_reuse_distance" in text
     assert "sub_group_size = " not in text
     assert "Optimizer step: in sub-groups of at most 100,000,000 elements" in text
     plain = load_config({"train_batch_size": 4, "gradient_clipping": 0}, 1).describe()
@@ -619,10 +620,10 @@ def test_every_implemented_key_is_read_by_the_engine():
 
 
 def test_the_keys_of_issue_8_have_honest_statuses():
-    for key in ("contiguous_gradients", "allgather_bucket_size", "allgather_partitions",
-                "stage3_max_reuse_distance"):
+    for key in ("contiguous_gradients", "allgather_bucket_size", "allgather_partitions"):
         assert K.ZERO[key].status == K.NO_EFFECT, key
-    for key in ("stage3_prefetch_bucket_size", "stage3_max_live_parameters"):   # gather.py (issue 10)
+    for key in ("stage3_prefetch_bucket_size", "stage3_max_live_parameters",   # gather.py (issue 10)
+                "stage3_max_reuse_distance"):
         assert K.ZERO[key].status == K.IMPLEMENTED, key
     assert K.ZERO["sub_group_size"].status == K.IMPLEMENTED          # offload.py tiles the step (issue 9)
     # implemented since (zerolab/reduce.py): async bucket collectives, and the all-reduce path
@@ -663,11 +664,10 @@ def test_ignored_settings_lists_what_the_user_set_with_no_effect_and_why():
         del cfg["zero_optimization"][key]
     ignored = load_config(cfg, 8).ignored_settings()
     assert [k for k, _ in ignored] == [f"zero_optimization.{k}" for k in (
-        "contiguous_gradients", "stage3_max_reuse_distance")]
+        "contiguous_gradients",)]
     why = dict(ignored)
     assert "never the numbers" in why["zero_optimization.contiguous_gradients"]
     assert "flat buckets" in why["zero_optimization.contiguous_gradients"]
-    assert "reuse distance 0" in why["zero_optimization.stage3_max_reuse_distance"]
     cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "buffer_count": 8, "pin_memory": True}
     why = dict(load_config(cfg, 8).ignored_settings())
     assert "pool of NVMe swap buffers" in why["zero_optimization.offload_optimizer.buffer_count"]
@@ -675,12 +675,11 @@ def test_ignored_settings_lists_what_the_user_set_with_no_effect_and_why():
     other = load_config(with_batch(
         steps_per_print=10, wall_clock_breakdown=True, aio={"block_size": 1048576, "queue_depth": 8},
         bf16={"enabled": True, "immediate_grad_update": True},
-        zero_optimization={"stage": 3, "max_reuse_distance": 5, "allgather_partitions": False,
+        zero_optimization={"stage": 3, "allgather_partitions": False,
                            "allgather_bucket_size": 100, "offload_optimizer": {"device": "none", "pin_memory": True}},
         optimizer={"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}), 2).ignored_settings()
     assert [k for k, _ in other] == [
         "steps_per_print", "wall_clock_breakdown", "aio",      # a no-effect block is listed once
-        "zero_optimization.max_reuse_distance",                # the user's spelling of an alias
         "zero_optimization.allgather_partitions", "zero_optimization.allgather_bucket_size",
         "zero_optimization.offload_optimizer.pin_memory", "bf16.immediate_grad_update",
         "optimizer.params.torch_adam"]

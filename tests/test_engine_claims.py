@@ -15,12 +15,15 @@ from zerolab.reference import train_engine
 SIZES = (64, 96, 80, 40, 24)          # ~21k parameters; biases are small groups in stage 3
 
 
-def cfg(stage, world, prec=None, gas=1, persist=0, bucket=4000):
+def cfg(stage, world, prec=None, gas=1, persist=0, bucket=4000, reuse=0):
     c = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": gas,
          "train_batch_size": 4 * gas * world, "gradient_clipping": 1.0,
          "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
          "zero_optimization": {"stage": stage, "reduce_bucket_size": bucket,
-                               "stage3_param_persistence_threshold": persist}}
+                               "stage3_param_persistence_threshold": persist,
+                               # the paper's stage 3 releases every module after each use;
+                               # DeepSpeed's default reuse distance (10^9): the last test
+                               "stage3_max_reuse_distance": reuse}}
     if prec:
         c[prec] = {"enabled": True}
     return c
@@ -36,9 +39,9 @@ def _numel_by_op(ledger):
     return out
 
 
-def measure(stage, prec, gas, persist):
+def measure(stage, prec, gas, persist, reuse=0):
     world = zerolab.world_size()
-    engine = zerolab.initialize(MLP(SIZES), cfg(stage, world, prec, gas, persist))
+    engine = zerolab.initialize(MLP(SIZES), cfg(stage, world, prec, gas, persist, reuse=reuse))
     batches = regression_batches(2, 4 * gas * world, d_in=SIZES[0], d_out=SIZES[-1])
     train_engine(engine, batches[:1], mse_loss)           # warm-up step: optimizer states exist
     mark = engine.ledger.mark()
@@ -99,3 +102,14 @@ def test_traffic_matches_zero_ideal(crew, stage, gas, persist):
         ideal -= (2 * gas - 1) * ring * Pp * r["elem"]     # persistent params are not re-gathered
     wire = r["wire"].get("grads", 0) + r["wire"].get("params", 0)
     assert abs(wire - ideal) <= 0.01 * ideal + ring * (P - r["psi"]) * r["elem"] * 3 * gas, (wire, ideal)
+
+
+@pytest.mark.parametrize("gas", [1, 2])
+def test_stage3_traffic_with_deepspeeds_reuse_distance(crew, gas):
+    """With DeepSpeed's default stage3_max_reuse_distance (10^9, more than this whole model), a
+    module used again within that many elements stays gathered: from the second step on, the
+    turn from forward to backward gathers nothing again, and stage 3 moves 2 Psi per micro-step
+    (DeepSpeed's bytes; the paper's 3 Psi is reuse distance 0, the test above)."""
+    r = crew.run(measure, 3, None, gas, 0, 10 ** 9)[0]
+    P = r["padded"]
+    assert r["ops"] == {"reduce_scatter": gas * P, "all_gather": gas * P}

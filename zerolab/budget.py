@@ -150,7 +150,10 @@ class Budget:
         masters = 0 if e.dtype == torch.float32 else 4
         opt_b = masters + 8                       # fp32 master (mixed) + Adam's two moments
         extra = self.peak_activation_bytes + e.stage.peak_buffer_bytes
-        gathered = 2 * p_b * self.largest_layer           # stage 3: one layer's params + grads (4L)
+        # stage 3: one layer's params + grads (4L), plus what the reuse distance keeps gathered at
+        # the turn from forward to backward: the last modules of forward, about half the distance
+        kept = min(psi, e.config.zero.stage3_max_reuse_distance // 2)
+        gathered = 2 * p_b * self.largest_layer + p_b * kept
         now = e.config.zero.stage
         current = (now, e.config.zero.offload_optimizer.device != "none", e.config.zero.offload_param.device != "none")
         out = []

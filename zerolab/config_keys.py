@@ -160,10 +160,9 @@ ZERO = {
     # in flight (0: just in time), within stage3_max_live_parameters gathered or in flight
     "stage3_prefetch_bucket_size": _I,
     "stage3_max_live_parameters": _I,
-    "stage3_max_reuse_distance": _A("DeepSpeed keeps a parameter gathered if it is used again within this many "
-                                    "elements; zerolab releases each module right after use (reuse distance 0) "
-                                    "and gathers it again for backward: memory and gather traffic only, same "
-                                    "numbers"),
+    # gather.py: after a module's forward, its parameters stay gathered if the trace uses them again
+    # within this many elements (the last modules of forward are the first of backward)
+    "stage3_max_reuse_distance": _I,
     "load_from_fp32_weights": _A("read only when loading a DeepSpeed checkpoint"),
     "use_multi_rank_bucket_allreduce": _A("picks DeepSpeed's stage 1/2 collective; reduced values are the same"),
     "memory_efficient_linear": _A("DeepSpeed's stage-3 Linear patch; same values"),

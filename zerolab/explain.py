@@ -91,8 +91,14 @@ def describe(c: Config) -> str:
                      "in flight (stage3_max_live_parameters)")
         else:
             fetch = "just in time, no prefetch (stage3_prefetch_bucket_size 0)"
+        if z.stage3_max_reuse_distance > 0:
+            reuse = (f"a module's parameters stay gathered after its forward if the recorded order uses them "
+                     f"again within {z.stage3_max_reuse_distance:,} elements (stage3_max_reuse_distance: the "
+                     "last modules of forward are then not gathered again for backward)")
+        else:
+            reuse = "every module is gathered again for backward (stage3_max_reuse_distance 0)"
         lines.append("Stage 3 fetching: each module's parameters are all-gathered before its forward and again "
-                     f"before its backward, and released after use; {fetch}; {persist}.")
+                     f"before its backward, and released after use; {fetch}; {reuse}; {persist}.")
     lines += _offload_lines(c)
     clip = f"clipped to global L2 norm {c.gradient_clipping:g}" if c.gradient_clipping else "off"
     lines.append(f"Gradient clipping: {clip}.")

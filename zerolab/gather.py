@@ -99,6 +99,11 @@ class GatheredParams:
         self._pos: dict[str, int] = {}
         self._inflight: dict[int, tuple] = {}      # group index -> (pending all-gather, its buffer)
         self._pass_phase, self._following_pass = "forward", False
+        self.max_reuse = zero.stage3_max_reuse_distance
+        self.reused = 0                            # releases skipped because of the reuse distance
+        self._used_at: dict[int, int] = {}         # group -> its last use's position in the trace
+        self._gaps: list | None = None             # see _reuse_gaps
+        self._last_backward: list[int] = []        # the last backward's record of uses
         self.hooks: ModuleHooks | None = None
 
     def owned(self) -> list[torch.Tensor]:
@@ -175,6 +180,7 @@ class GatheredParams:
         self._finish_inflight()
         for g in self.groups:
             self.reshard(g)
+        self._last_backward = list(self._record.get("backward", []))
         self.in_backward = False
         self._trace.clear()
 
@@ -213,6 +219,7 @@ class GatheredParams:
             self.shards[i][start:start + values.numel()].copy_(values, non_blocking=True)
 
     def store_flat(self, g: FlatGroup, flat: torch.Tensor) -> None:
+        self.reshard(g)                           # (a gathered copy kept by reuse is stale now)
         if g.index in self._on_nvme:
             self._param_files.write(g.index, "param", g.shard_of(flat).to(self.stage.dtype).clone()).result()
         else:
@@ -261,21 +268,72 @@ class GatheredParams:
         self._pass_phase = phase
         # every rank on the same path makes the same choice here
         self._following_pass = self._traces.get(phase) is not None and self.prefetch_numel > 0
+        self._used_at.clear()
+        self._gaps = self._reuse_gaps(phase) if phase != "backward" else None
+
+    # -- reuse distance ----------------------------------------------------------------------
+    # When a module's forward ends, each of its groups is released unless the trace says it is
+    # used again soon: within stage3_max_reuse_distance elements of other groups' uses, counted
+    # along the rest of this pass and (forward with grad) the backward that follows (the last
+    # backward's record). DeepSpeed's rule (its __params_to_release). The obvious winners are the
+    # last modules of forward, which are the first of backward: with a distance at least their
+    # size they are not gathered twice. Only a pass that follows a trace keeps anything; the end
+    # of backward releases everything (the step is about to change the shards).
+    def _reuse_gaps(self, phase: str) -> list | None:
+        """For each position of this pass's trace: the elements used between it and the next use
+        of the same group (None: not used again within the pass and the backward after it)."""
+        trace = self._traces.get(phase)
+        if trace is None or self.max_reuse <= 0:
+            return None
+        seq = list(trace) + (list(self._last_backward) if phase == "forward" else [])
+        prefix = [0]
+        for j in seq:
+            prefix.append(prefix[-1] + self.groups[j].numel)
+        gaps: list = [None] * len(trace)
+        later: dict[int, int] = {}                # group -> its next position in seq
+        for k in range(len(seq) - 1, -1, -1):
+            j = seq[k]
+            if k < len(trace) and j in later:
+                gaps[k] = prefix[later[j]] - prefix[k + 1]
+            later[j] = k
+        return gaps
+
+    def after_forward(self, g: FlatGroup) -> None:
+        """A module that uses group ``g`` finished its forward: release ``g`` unless the trace
+        says it is used again within ``stage3_max_reuse_distance`` elements."""
+        k = self._used_at.get(g.index)
+        if (self._gaps is not None and k is not None and self._gaps[k] is not None
+                and self._gaps[k] < self.max_reuse and g.index in self.full):
+            self.reused += 1
+            return
+        self.reshard(g)
+
+    def end_forward_pass(self) -> None:
+        """The outermost forward returned. Without grad no backward follows: release whatever
+        reuse kept (a pass that left its trace may keep a group its trace promised)."""
+        if not torch.is_grad_enabled():
+            for g in self.groups:
+                self.reshard(g)
 
     def unshard(self, g: FlatGroup) -> None:
-        """Gather group ``g`` (a unit's parameters) if it is not gathered: wait for its prefetch, or
-        all-gather it now with the next ones the trace predicts."""
+        """Group ``g`` (a unit's parameters) is about to be used: note the use in the pass's
+        record, and gather it if it is not gathered (wait for its prefetch, or all-gather it now
+        with the next ones the trace predicts)."""
         i = g.index
-        if i in self.full:
-            return
         phase = self._phase()
         self._record.setdefault(phase, []).append(i)
         trace, pos = self._traces.get(phase), self._pos.get(phase, 0)
         if trace is not None and pos < len(trace) and trace[pos] == i:
             self._pos[phase] = pos + 1
-        elif trace is not None:                   # the path changed: follow the model, record anew
-            self._traces[phase] = None
-            self._finish_inflight()
+            self._used_at[i] = pos
+        else:
+            self._used_at.pop(i, None)
+            if trace is not None:                 # the path changed: follow the model, record anew
+                self._traces[phase] = None
+                self._gaps = None
+                self._finish_inflight()
+        if i in self.full:
+            return
         if i not in self._inflight:
             self._issue([i, *self._next_prefetch(phase, first=i)], wanted=i)
         self._wait(i)

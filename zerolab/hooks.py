@@ -124,17 +124,20 @@ class ModuleHooks:
         else:
             return output
         ids = [*ps.module_groups.get(module, []), *frame[1]]
-        if not self.frames and not ps.in_backward:
+        outermost = not self.frames and not ps.in_backward
+        if outermost:
             if torch.is_grad_enabled():
                 self.forward_done = True
             if ps._following_pass:
                 ps._following_pass = False
                 ps._check_pass()
-        if not ids:
-            return output
         if not ps.in_backward:
             for i in ids:
-                ps.reshard(ps.groups[i])
+                ps.after_forward(ps.groups[i])
+        if outermost:
+            ps.end_forward_pass()
+        if not ids:
+            return output
         if torch.is_grad_enabled():
             def before_backward():
                 ps.in_backward = True
@@ -146,14 +149,17 @@ class ModuleHooks:
     def on_param_read(self, p: nn.Parameter, name: str) -> None:
         ps = self.params
         g = ps.stage.group_of.get(id(p))
-        if g is None or g.index in ps.full:
+        if g is None or ps.persistent[g.index]:
             return
         if self.frames:                            # inside some module's forward: gather it there
-            ps.unshard(g)
-            self.frames[-1][1].append(g.index)
+            if g.index not in ps.full:
+                ps.unshard(g)
+                self.frames[-1][1].append(g.index)
         elif ps.in_backward:
-            ps.unshard(g)                          # released again once its gradient is reduced
+            if g.index not in ps.full:
+                ps.unshard(g)                      # released again once its gradient is reduced
         elif self.forward_done and torch.is_grad_enabled():
+            # (an error even when the reuse distance kept it gathered: the same rule every step)
             raise ExternalParameterError(
                 f"parameter {name!r} was used outside the model's forward (after forward, before "
                 f"backward: in the loss, say). ZeRO stage 3 keeps only a 1/{ps.stage.world_size} "

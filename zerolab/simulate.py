@@ -196,7 +196,9 @@ def _measure_stage(stage: int, layers: int, hidden: int, steps: int, bucket: int
         "train_micro_batch_size_per_gpu": 4, "train_batch_size": 4 * world, "gradient_clipping": 0.0,
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}, "bf16": {"enabled": True, "check_grad_overflow": False},
         "zero_optimization": {"stage": stage, "reduce_bucket_size": bucket, "overlap_comm": False,
-                              "stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 0}})
+                              "stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 0,
+                              # the simulator's stage 3 gathers every layer again for backward (3 Psi)
+                              "stage3_max_reuse_distance": 0}})
     x = torch.randn(4, hidden, dtype=torch.bfloat16)
     rows = []
     for i in range(steps + 1):

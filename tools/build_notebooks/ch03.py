@@ -127,13 +127,16 @@ def ds_config(stage, world_size, precision="bf16", **zero):
     # reduce_bucket_size 50,000 elements: this model then makes several buckets, as a real model
     # makes many. stage3_param_persistence_threshold 0: DeepSpeed's default (100,000 elements)
     # would keep every parameter of this small model whole; we come back to it below.
+    # stage3_max_reuse_distance 0: the paper's stage 3, every module gathered again for backward;
+    # DeepSpeed's default (10^9 elements) would keep this small model gathered across (chapter 8).
     cfg = {
         "train_batch_size": GLOBAL_BATCH,
         "train_micro_batch_size_per_gpu": GLOBAL_BATCH // world_size,
         "gradient_accumulation_steps": 1,
         "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
         "zero_optimization": {"stage": stage, "reduce_bucket_size": 50_000,
-                              "stage3_param_persistence_threshold": 0, **zero},
+                              "stage3_param_persistence_threshold": 0,
+                              "stage3_max_reuse_distance": 0, **zero},
     }
     if precision != "fp32":
         cfg[precision] = {"enabled": True}

@@ -97,9 +97,9 @@ def make_model(folded=False):
 
 def config(stage, opt=False, param=False, micro=8, gas=1, precision="fp16", **zero):
     \"\"\"DeepSpeed's keys: AdamW, ZeRO `stage`, optional offload of optimizer / parameters.\"\"\"
-    # stage 3 without prefetch: one layer gathered at a time, as chapter 3 measured
+    # stage 3 without prefetch or reuse: one layer gathered at a time, as chapter 3 measured
     z = {"stage": stage, "reduce_bucket_size": 20_000, "stage3_param_persistence_threshold": 0,
-         "stage3_prefetch_bucket_size": 0, **zero}
+         "stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0, **zero}
     if opt:
         z["offload_optimizer"] = {"device": "cpu"}
     if param:
@@ -615,7 +615,7 @@ code("""
 def comm_bound(stage, steps=5, width=32, layers=24):
     cfg = {"train_batch_size": 4 * N, "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
            "zero_optimization": {"stage": stage, "overlap_comm": False, "stage3_param_persistence_threshold": 0,
-                                 "stage3_prefetch_bucket_size": 0}}
+                                 "stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0}}
     engine = zerolab.initialize(MLP(sizes=(width,) * (layers + 1)), cfg)
     batches = regression_batches(steps + 1, 4 * N, width, width)
     train_engine(engine, batches[:1], mse_loss)

@@ -13,8 +13,9 @@ executed.
 A production ZeRO-3 config (seed 002: a 7B model, 8 GPUs, offload) taken apart key by key
 beside DeepSpeed 0.19.8's defaults (read from its source: ``deepspeed/runtime/zero/config.py``
 and ``offload_config.py``), and its knobs measured on 2 gloo ranks: calls, headers and bytes are
-exact; step times appear only in a figure. DeepSpeed's reuse-distance rule, which zerolab does
-not implement, is replayed on the order zerolab records and labelled as a computation.
+exact; step times appear only in a figure. The reuse distance is measured at four values, beside
+DeepSpeed's rule replayed on the recorded order (a computation), and the rule is replayed on
+Llama-2-7B's shapes.
 """
 from __future__ import annotations
 
@@ -84,8 +85,8 @@ here, key for key, as `configs/seed002_zero3_offload.json`.
 **What we do here:** read every key beside DeepSpeed 0.19.8's real default; run the config on 2
 ranks; measure what prefetch, persistence and the live-parameter budget change (check headers,
 gathers, bytes, peak gathered elements) and what they leave alone (every number the model
-computes); say what zerolab does not implement (reuse distance) and what DeepSpeed does with it;
-and launch a DeepSpeed training script on zerolab with one line changed.
+computes); measure the reuse distance, which keeps a small model wholly gathered at DeepSpeed's
+default; and launch a DeepSpeed training script on zerolab with one line changed.
 """),
 code("""
 import json
@@ -181,7 +182,7 @@ What each line does, and where the checklist is wrong:
 - `stage3_max_live_parameters: 1e9`, "most parameters on the GPU at once": **not a cap.** It
   bounds only what *prefetch* may add: a module's own gather always happens (section 5).
 - `stage3_max_reuse_distance: 1e9`: keep a parameter gathered if it will be used again within
-  that many **elements** of the recorded order (section 6; zerolab does not implement it).
+  that many **elements** of the recorded order (section 6: on a small model, everything).
 - `offload_optimizer` / `offload_param` with `pin_memory: true`: optimizer states and parameter
   shards in CPU memory (chapter 5). `pin_memory` is already true by default in DeepSpeed 0.19.8.
 - **Filed under the wrong heading, "communication optimisation":** `sub_group_size` tiles the
@@ -222,7 +223,9 @@ PSI = LAYERS * (WIDTH * WIDTH + WIDTH)
 def measure(zero=None, config=None, steps=4):
     \"\"\"On a rank: train the MLP at stage 3 and return the last step's numbers.\"\"\"
     world = zerolab.world_size()
-    config = config or {"train_batch_size": 4 * world, "zero_optimization": {"stage": 3, **zero}}
+    # sections 3 to 5 release every module after each use (reuse distance 0); section 6 measures reuse
+    config = config or {"train_batch_size": 4 * world,
+                        "zero_optimization": {"stage": 3, "stage3_max_reuse_distance": 0, **zero}}
     config = {**config, "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -289,6 +292,10 @@ stay sharded. With `gradient_accumulation_steps` 4, the gradients are reduce-sca
 of the 4 micro-batches, a stage-2/3 habit (chapter 6).
 
 ## 3. Persistence: which parameters never travel
+
+From here to section 5 every run sets `stage3_max_reuse_distance` to 0: each module is released
+right after each use and gathered again for backward, the paper's schedule, so that each knob
+shows alone. Section 6 measures DeepSpeed's default, which on a model this small changes a lot.
 
 **Predict, then run.** With `stage3_param_persistence_threshold` at 0, 64, 4,096 and 10⁵ (and
 10⁵ with `stage3_model_persistence_threshold` 8,192, a cap on the *total* persistent elements):
@@ -416,31 +423,35 @@ rank holds gathered is about max(budget, the largest module) plus whatever reuse
 section): with the checklist's 10⁹ on a 7B model in fp16, up to about 2 GB of gathered
 parameters per GPU, on top of the 1.75 GB shard.
 
-## 6. Reuse distance: what zerolab does not do
+## 6. Reuse distance: don't carry it back if you need it again soon
 
-`stage3_max_reuse_distance` is accepted by zerolab and **has no effect**: zerolab releases a
-module's parameters right after each use (reuse distance 0) and gathers them again for backward,
-which is where stage 3's extra Ψ of traffic comes from. Measured, at 0 and at 10⁹:
+When a module's forward ends, each of its parameters is a candidate for release. DeepSpeed's rule
+(`partitioned_param_coordinator.py`, `__params_to_release`), which zerolab follows: walk the
+recorded order forward from the next use, through the rest of the forward *and the backward that
+follows*, adding up the elements of the modules passed, until `stage3_max_reuse_distance`
+elements have been passed; a candidate met on the way **stays gathered**. The obvious winners:
+the last modules of forward are the first of backward. Only a pass that follows a recorded
+order keeps anything (step 1 records), and the end of backward releases everything: the
+optimizer step is about to change the shards.
+
+**Predict, then run.** Biases persistent, prefetch off, the distance at 0, 4,096, 16,384 and
+DeepSpeed's 10⁹ (more than this whole model): gathers, bytes and peak per step?
 """),
 code("""
+DISTANCES = [0, 4096, 16384, 10 ** 9]
 reuse = crew.run(measure_all, {d: {"zero": {"stage3_param_persistence_threshold": 64,
-                                            "stage3_max_reuse_distance": d}} for d in (0, 10 ** 9)})[0]
-a, b = reuse[0], reuse[10 ** 9]
-print(f"gathers {a['gathers']} and {b['gathers']}, bytes {a['gathered_bytes']:,} and {b['gathered_bytes']:,}, "
-      f"peak {a['peak']:,} and {b['peak']:,}")
-print("trained parameters bit-identical:", all(torch.equal(a["params"][k], b["params"][k]) for k in a["params"]))
-
+                                            "stage3_prefetch_bucket_size": 0,
+                                            "stage3_max_reuse_distance": d}} for d in DISTANCES})[0]
+print(f"{'max_reuse_distance':>19}{'gathers':>8}{'bytes gathered':>15}{'peak elements':>14}")
+for d, r in reuse.items():
+    print(f"{d:>19,}{r['gathers']:>8}{r['gathered_bytes']:>15,}{r['peak']:>14,}")
+ref = reuse[0]["params"]
+print("trained parameters bit-identical in every run:",
+      all(torch.equal(r["params"][k], ref[k]) for r in reuse.values() for k in ref))
 """),
 md("""
-**What DeepSpeed does with it** (`partitioned_param_coordinator.py`, `__params_to_release`):
-when a module finishes, each of its parameters is a candidate for release; DeepSpeed walks the
-recorded order forward from the next module, adding up the elements of the modules it passes,
-until it has passed `max_reuse_distance` elements; a candidate met on the way stays gathered.
-The obvious winner: the last modules of forward are the first of backward, so with any distance
-at least their own size they are not gathered twice.
-
-zerolab does not run this rule, but we can **replay it on the order zerolab recorded** (the
-parameter all-gathers of one step, with prefetch off), a computation, not a run of DeepSpeed:
+The same rule, **replayed** on the order recorded at distance 0 (the parameter all-gathers of
+one step, prefetch off): a computation beside the measurement, which it must match.
 """),
 code("""
 order = [t for t in prefetch[0]["order"] if not t.startswith("params persistent")]
@@ -471,19 +482,21 @@ def replay(order, numel, distance):
 
 print(textwrap.fill(f"the recorded order ({len(order)} gathers): "
                     f"{', '.join(t.split()[1] for t in order)}", 98, subsequent_indent="  "))
-print(f"{'max_reuse_distance':>19}{'gathers':>8}{'peak elements':>14}")
-for d in (0, 4096, 16384, 10 ** 9):
+print(f"{'max_reuse_distance':>19}{'gathers':>8}{'peak elements':>14}{'as measured':>12}")
+for d in DISTANCES:
     g, p, _ = replay(order, NUMEL, d)
-    print(f"{d:>19,}{g:>8}{p:>14,}")
+    measured = (reuse[d]["gathers"] - 1, reuse[d]["peak"])       # (less the persistent refresh)
+    print(f"{d:>19,}{g:>8}{p:>14,}{str((g, p) == measured):>12}")
 """),
 md("""
-Distance 0 is zerolab's behaviour (16 gathers, one weight at a time: the measured row above).
-4,096 keeps the last layer across the turn from forward to backward (15 gathers); the checklist's
-10⁹, larger than this whole model, keeps **everything** gathered from its first use to its last:
-8 gathers, and the whole model gathered at once.
-
-The same rule on Llama-2-7B's shapes (hidden 4,096, MLP 11,008, 32 layers, vocabulary 32,000;
-each Linear and the embedding a module; the norm weights persistent):
+Distance 0 releases every module after each use: 16 gathers, one weight at a time, and the
+"3Ψ" of stage 3. 4,096 keeps the last layer across the turn from forward to backward (15
+gathers). The checklist's 10⁹, larger than this whole model, keeps **everything** gathered from
+its first use to its last: 8 gathers, half the bytes (stage 3 then moves 2Ψ, like stage 2), and
+the whole model gathered at once. This is what DeepSpeed does by default on a small model; on a
+large one it is a small saving, as the same rule on Llama-2-7B's shapes shows (hidden 4,096, MLP
+11,008, 32 layers, vocabulary 32,000; each Linear and the embedding a module; the norm weights
+persistent):
 """),
 code("""
 mods = ["embed"] + [f"{l}.{p}" for l in range(32) for p in ("q", "k", "v", "o", "gate", "up", "down")] + ["head"]
@@ -504,8 +517,9 @@ With the checklist's 10⁹, DeepSpeed skips re-gathering the 13 modules at the e
 whose next use (in backward) comes within 10⁹ elements, about the last two layers and the output
 head: under 4% of the step's parameter all-gathers, paid for with a peak of gathered
 parameters of about half a billion elements (1 GB in fp16) at the turn. (A replay of the rule on
-a simplified order, the norms left out; not a measurement of DeepSpeed.) Note that `stage3_max_live_parameters` does **not** limit this retention; it only
-limits prefetch.
+a simplified order, the norms left out; not a measurement of DeepSpeed.) Note that
+`stage3_max_live_parameters` does **not** limit this retention, in DeepSpeed or in zerolab; it
+only limits prefetch.
 
 ## 7. Two keys filed under "communication": `sub_group_size` and `round_robin_gradients`
 
@@ -750,8 +764,10 @@ print(f"prefetch    headers per step {pf[0]['headers']} (off) -> {pf[50_000_000]
 print(f"            bytes unchanged ({pf[0]['gathered_bytes']:,})")
 print(f"max_live    a budget of 1,000 still gathers a {live[1000]['peak']:,}-element module; "
       f"prefetched {live[1000]['prefetched']} at 1,000, {live[10 ** 9]['prefetched']} at 1e9")
-print(f"reuse       no effect in zerolab (measured); DeepSpeed's rule replayed: "
-      f"{replay(order, NUMEL, 0)[0]} gathers at 0, {replay(order, NUMEL, 10 ** 9)[0]} at 1e9")
+print(f"reuse       gathers per step {reuse[0]['gathers']} at 0 -> {reuse[10 ** 9]['gathers']} at 1e9, "
+      f"bytes {reuse[0]['gathered_bytes']:,} -> {reuse[10 ** 9]['gathered_bytes']:,};")
+print(f"            peak {reuse[0]['peak']:,} -> {reuse[10 ** 9]['peak']:,} elements; DeepSpeed's rule "
+      f"replayed gives the same gathers")
 print(f"sub_group   host-step bars {tiles['sub_group_size 1e8']['host_steps']} vs "
       f"{tiles['sub_group_size 4,096']['host_steps']}, collectives and parameters unchanged")
 print("every knob: trained parameters bit-identical to the run without it")
@@ -765,8 +781,9 @@ md("""
   earlier gathers, and a higher peak of gathered parameters.
 - **`stage3_max_live_parameters`** bounds prefetch, not memory: a module's own gather always
   happens.
-- **Reuse distance** (DeepSpeed only) keeps parameters gathered across the forward-to-backward
-  turn; with 10⁹ on a small model, everything.
+- **Reuse distance** keeps parameters gathered across the forward-to-backward turn; with
+  DeepSpeed's 10⁹ on a small model, everything (2Ψ instead of 3Ψ, the whole model at once); on
+  Llama-2-7B a few percent of the gathers.
 - `sub_group_size` and `round_robin_gradients` are not communication settings.
 - A DeepSpeed script runs on zerolab with one line changed, under `torchrun`; `zerolab train`
   runs a config end to end.
@@ -787,7 +804,7 @@ md("""
    from its ledger, and which appear?
 
 **Your turn:** in `exercises/08_stage3_knobs.ipynb` you choose prefetch, persistence and
-live-parameter values to meet three stated goals (calls per step, peak gathered elements, no
+live-parameter and reuse values to meet three stated goals (calls per step, peak gathered elements, no
 prefetch with the default window), and the check runs your values in the real engine on 2 ranks.
 """),
 code("""
@@ -800,14 +817,14 @@ crew.close()
 
 SOLUTION = [
 md("""
-# Exercise 8 · Tuning the fetch: prefetch, persistence and the live budget
+# Exercise 8 · Tuning the fetch: prefetch, persistence, the live budget and reuse
 
 *Three goals for the same small house; you choose the knobs, the engine runs them.*
 
-In chapter 8 four keys moved the stage-3 gathers around without changing a single number the
+In chapter 8 five keys moved the stage-3 gathers around without changing a single number the
 model computes: `stage3_param_persistence_threshold` (and its cap
-`stage3_model_persistence_threshold`), `stage3_prefetch_bucket_size` and
-`stage3_max_live_parameters`. Here you pick their values to meet a goal, as you would tune a
+`stage3_model_persistence_threshold`), `stage3_prefetch_bucket_size`,
+`stage3_max_live_parameters` and `stage3_max_reuse_distance`. Here you pick their values to meet a goal, as you would tune a
 real run, and the check **runs your values in the engine on 2 ranks** and measures.
 
 The model: an MLP of 8 `Linear(64, 64)` layers (8 weights of 4,096 elements, 8 biases of 64),
@@ -819,8 +836,8 @@ stage 3, 2 ranks, 3 steps; what counts is the **last** step (the order recorded,
 | **B** | biases persistent, at most 7 check headers, at most 20,480 elements gathered or in flight at once |
 | **C** | no weight persistent, `stage3_prefetch_bucket_size` left at DeepSpeed's 5e7, and 0 gathers issued ahead of use |
 
-Write `knobs(goal)`: return a dict of those four keys (a key left out keeps DeepSpeed's default:
-persistence 1e5, no cap, prefetch 5e7, live budget 1e9).
+Write `knobs(goal)`: return a dict of those five keys (a key left out keeps DeepSpeed's default:
+persistence 1e5, no cap, prefetch 5e7, live budget 1e9, reuse distance 1e9).
 
 `measure(knobs)` runs the engine with your values and returns what the check reads: `headers`
 (16-byte check all-gathers), `gathers` (parameter all-gathers), `prefetches` (gathers issued
@@ -848,9 +865,9 @@ def knobs(goal):
     # BEGIN SOLUTION: one dict of stage-3 keys per goal
     if goal == "A":                   # numel <= threshold: 64 is in, 4,096 is out
         return {"stage3_param_persistence_threshold": 64}
-    if goal == "B":                   # a window of 4 weights, a budget of 5 weights
+    if goal == "B":                   # a window of 4 weights, a budget of 5, nothing kept by reuse
         return {"stage3_param_persistence_threshold": 64, "stage3_prefetch_bucket_size": 16384,
-                "stage3_max_live_parameters": 20480}
+                "stage3_max_live_parameters": 20480, "stage3_max_reuse_distance": 0}
     if goal == "C":                   # one gathered weight leaves no room for the next
         return {"stage3_param_persistence_threshold": 64, "stage3_max_live_parameters": 4096}
     raise ValueError(goal)

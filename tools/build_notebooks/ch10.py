@@ -418,7 +418,8 @@ def lm_config(stage, world, precision="bf16", global_batch=12, accumulate=1, **z
            "gradient_accumulation_steps": accumulate,
            "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
            "zero_optimization": {"stage": stage, "reduce_bucket_size": 50_000,
-                                 "stage3_param_persistence_threshold": 0, **zero}}
+                                 "stage3_param_persistence_threshold": 0,
+                                 "stage3_max_reuse_distance": 0, **zero}}
     if precision != "fp32":
         cfg[precision] = {"enabled": True}
     return cfg

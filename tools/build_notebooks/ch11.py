@@ -88,10 +88,13 @@ def make_model():
 
 def config(stage, precision="bf16", gas=1, optimizer=None, **zero):
     # stage3_param_persistence_threshold 0: DeepSpeed's default (100,000 elements) would keep
-    # every parameter of this small model whole, and stage 3 would behave like stage 2
+    # every parameter of this small model whole, and stage 3 would behave like stage 2;
+    # stage3_max_reuse_distance 0: its default (10^9) would keep the model gathered from forward
+    # to backward (2 Psi; chapter 8), where the paper's stage 3 gathers again (3 Psi)
     cfg = {"train_batch_size": BATCH, "gradient_accumulation_steps": gas,
            "optimizer": optimizer or {"type": "AdamW", "params": {"lr": 1e-3}},
-           "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0, **zero}}
+           "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0,
+                                 "stage3_max_reuse_distance": 0, **zero}}
     if precision != "fp32":
         cfg[precision] = {"enabled": True}
     return cfg

@@ -270,8 +270,9 @@ ENGINE_STEPS = 2
 
 
 def _config(stage, opt, par, world, precision, micro) -> dict:
+    # stage 3: one layer gathered at a time (no prefetch, no reuse across the turn to backward)
     zero = {"stage": stage, "reduce_bucket_size": 20_000, "stage3_param_persistence_threshold": 0,
-            "stage3_prefetch_bucket_size": 0}        # stage 3: one layer gathered at a time
+            "stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0}
     if opt:
         zero["offload_optimizer"] = {"device": "cpu"}
     if par:

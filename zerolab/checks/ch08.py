@@ -2,8 +2,8 @@
 
 The learner writes ``knobs(goal) -> dict``: for each goal ("A", "B", "C") a dict of stage-3 keys
 (only :data:`ALLOWED`: ``stage3_param_persistence_threshold``, ``stage3_model_persistence_threshold``,
-``stage3_prefetch_bucket_size``, ``stage3_max_live_parameters``; a key left out keeps DeepSpeed's
-default). The model is :data:`SIZES`, an MLP of 8 ``Linear(64, 64)`` layers (8 weights of 4,096
+``stage3_prefetch_bucket_size``, ``stage3_max_live_parameters``, ``stage3_max_reuse_distance``; a key
+left out keeps DeepSpeed's default). The model is :data:`SIZES`, an MLP of 8 ``Linear(64, 64)`` layers (8 weights of 4,096
 elements, 8 biases of 64) trained at stage 3 on 2 ranks for :data:`STEPS` steps; what is measured
 is the last step (the trace recorded, prefetch on):
 
@@ -37,7 +37,7 @@ WEIGHT, BIAS, LAYERS = 64 * 64, 64, 8
 B_HEADERS, B_PEAK = 7, 5 * WEIGHT
 DEFAULT_PREFETCH = 50_000_000
 ALLOWED = ("stage3_param_persistence_threshold", "stage3_model_persistence_threshold",
-           "stage3_prefetch_bucket_size", "stage3_max_live_parameters")
+           "stage3_prefetch_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance")
 GOALS = {
     "A": "biases whole, weights sharded: all 8 biases (64 elements) persistent, no weight (4,096)",
     "B": f"biases persistent; at most {B_HEADERS} check headers per step and at most {B_PEAK:,} "
@@ -153,6 +153,14 @@ def _judge(goal: str, zero: dict, got: dict) -> None:
                         f"least {BIAS} (numel <= threshold)")
             raise _miss(goal, zero, got, f"{biases} of {LAYERS} biases persistent", hint)
     if goal == "B":
+        reuse = zero.get("stage3_max_reuse_distance", 1_000_000_000)
+        if got["peak"] > B_PEAK and reuse >= WEIGHT:
+            raise _miss(goal, zero, got, f"peak {got['peak']:,} elements > {B_PEAK:,}",
+                        f"stage3_max_reuse_distance = {reuse:,} keeps a weight gathered after its forward "
+                        "when it is used again within that many elements (the last layers of forward "
+                        "are the first of backward; DeepSpeed's 1e9 keeps the whole model gathered "
+                        "across the turn), and stage3_max_live_parameters does not bound what reuse "
+                        "keeps: lower the reuse distance")
         if got["peak"] > B_PEAK:
             raise _miss(goal, zero, got, f"peak {got['peak']:,} elements > {B_PEAK:,}",
                         "stage3_max_live_parameters bounds what prefetch may add to what is gathered "

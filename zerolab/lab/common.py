@@ -69,14 +69,17 @@ def lab_model():
 def lab_config(stage: int, world_size: int, precision: str = "bf16", **zero) -> dict:
     """The DeepSpeed config of every lab run: AdamW, ``MICRO_BATCH`` sequences per rank,
     buckets of ``BUCKET`` elements, and at stage 3 every parameter sharded (persistence
-    threshold 0: DeepSpeed's default, 100,000 elements, would keep this small model whole)."""
+    threshold 0: DeepSpeed's default, 100,000 elements, would keep this small model whole) and
+    gathered again for backward (reuse distance 0: DeepSpeed's default, 10^9 elements, would keep
+    the whole model gathered from its forward to its backward)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
     cfg = {"train_batch_size": MICRO_BATCH * world_size, "train_micro_batch_size_per_gpu": MICRO_BATCH,
            "gradient_accumulation_steps": 1,
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}},
            "zero_optimization": {"stage": stage, "reduce_bucket_size": BUCKET,
-                                 "stage3_param_persistence_threshold": 0, **zero}}
+                                 "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0,
+                                 **zero}}
     if precision == "fp16":       # a small first loss scale: no skipped first step, so Adam's states exist
         cfg["fp16"] = {"enabled": True, "initial_scale_power": 8}
     elif precision == "bf16":
