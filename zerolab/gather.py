@@ -18,18 +18,13 @@ persistent parameters share one group that is kept whole, refreshed by one all-g
 step (``publish``), and never gathered in forward or backward (many tiny all-gathers cost more in
 latency than the memory they save). Frozen parameters are kept whole.
 
-Each pass (forward with grad, forward without, backward) records the order in which it asked for
-groups. The next pass of the same kind follows that trace and *prefetches*: when it gathers a
-group it also issues asynchronous all-gathers for the groups the trace says come next, up to
-``stage3_prefetch_bucket_size`` elements in flight and ``stage3_max_live_parameters`` gathered or
-in flight. Every unit of gathers (one group, or a group and its prefetches) is preceded by one
-16-byte header all-gather (the first group's id, and the count and a checksum of all the unit's
-ids), and a forward that followed a trace ends with one more (a checksum of what it asked for),
-so ranks that took different paths raise :class:`ModuleOrderError` before any mismatched
-all-gather. A pass that asks for a group its trace did not predict (eval, another branch)
-completes the prefetches in flight, drops the trace and records anew: no hang. Gradients are
-reduced in the reverse of the order groups were first gathered in forward (the same on every
-rank), whatever order they complete in.
+Each pass follows the order the previous pass of its kind recorded (``trace.py``): it
+*prefetches* the groups that come next, up to ``stage3_prefetch_bucket_size`` elements in flight
+and ``stage3_max_live_parameters`` gathered or in flight, and after a module's forward it keeps a
+group gathered if the order uses it again within ``stage3_max_reuse_distance`` elements. 16-byte
+headers make ranks that took different paths raise :class:`ModuleOrderError` instead of hanging.
+Gradients are reduced in the reverse of the order groups were first gathered in forward (the same
+on every rank), whatever order they complete in.
 
 When to unshard and reshard is decided by the hooks in ``hooks.py`` (module forward pre/post
 hooks, output-gradient hooks, watched parameter dicts for parameters used outside their module).
@@ -43,12 +38,9 @@ from .flat import FlatGroup
 from .hooks import ModuleHooks
 from .memory import tensor_bytes
 from .params import broadcast_
+from .trace import FetchTrace, ModuleOrderError, agree, checksum
 
 __all__ = ["GatheredParams", "ModuleOrderError"]
-
-
-class ModuleOrderError(RuntimeError):
-    """Ranks gathered different modules: their forward/backward took different paths."""
 
 
 class GatheredParams:
@@ -88,22 +80,16 @@ class GatheredParams:
         self._staged: dict[int, torch.Tensor] = {} # nvme shards assembled from the step's values
         self._staged_covered: dict[int, int] = {}
         self.in_backward = False
-        self._trace: list[int] = []                # groups gathered in forward, in order
+        self._first_gathered: list[int] = []       # groups gathered in forward, in order
         self.fetches = 0                           # all-gathers issued for parameters
         self.prefetches = 0                        # ... of them issued ahead, from the trace
         self.peak_gathered_numel = 0               # most parameter elements gathered (or in flight) at once
         self.prefetch_numel = zero.stage3_prefetch_bucket_size
         self.max_live = zero.stage3_max_live_parameters
-        self._traces: dict[str, list[int] | None] = {}   # last pass's fetch order, per kind of pass
-        self._record: dict[str, list[int]] = {}
-        self._pos: dict[str, int] = {}
+        self.trace = FetchTrace([g.numel for g in self.groups], zero.stage3_max_reuse_distance)
         self._inflight: dict[int, tuple] = {}      # group index -> (pending all-gather, its buffer)
-        self._pass_phase, self._following_pass = "forward", False
-        self.max_reuse = zero.stage3_max_reuse_distance
+        self._following_pass = False               # this forward follows a trace: check it at its end
         self.reused = 0                            # releases skipped because of the reuse distance
-        self._used_at: dict[int, int] = {}         # group -> its last use's position in the trace
-        self._gaps: list | None = None             # see _reuse_gaps
-        self._last_backward: list[int] = []        # the last backward's record of uses
         self.hooks: ModuleHooks | None = None
 
     def owned(self) -> list[torch.Tensor]:
@@ -164,7 +150,7 @@ class GatheredParams:
     def reduce_order(self) -> list[int]:
         """The reverse of the order groups were first gathered in forward: roughly the order
         backward finishes them, and identical on every rank (gathers are checked)."""
-        first = list(dict.fromkeys(self._trace))
+        first = list(dict.fromkeys(self._first_gathered))
         return first[::-1]
 
     def pre_backward(self) -> None:
@@ -180,9 +166,9 @@ class GatheredParams:
         self._finish_inflight()
         for g in self.groups:
             self.reshard(g)
-        self._last_backward = list(self._record.get("backward", []))
+        self.trace.end_backward()
         self.in_backward = False
-        self._trace.clear()
+        self._first_gathered.clear()
 
     def forward_failed(self) -> None:
         """The model's forward raised: forget its open frames, so the next forward starts a pass."""
@@ -245,65 +231,28 @@ class GatheredParams:
             self._param_files.close()
 
     # -- gather and release ----------------------------------------------------------------
-    # Each pass (forward with grad, forward without, backward) records the order in which it
-    # asked for groups. The next pass of the same kind follows that trace and *prefetches*: when
-    # it gathers a group it also issues asynchronous all-gathers for the groups the trace says come
-    # next, up to stage3_prefetch_bucket_size elements in flight and stage3_max_live_parameters
-    # gathered or in flight. Every unit of gathers (one group, or a group and its prefetches) is
-    # preceded by one 16-byte header all-gather (the first group's id, and the count and a checksum
-    # of all the unit's ids), so ranks that disagree raise ModuleOrderError before any mismatched
-    # all-gather. If a pass asks for a group the trace did not predict (eval, another branch), the
-    # prefetches in flight are completed, the trace is dropped and recorded anew: no hang.
+    # A pass that follows its trace (trace.py) *prefetches*: when it gathers a group it also
+    # issues asynchronous all-gathers for the groups the trace says come next, up to
+    # stage3_prefetch_bucket_size elements in flight and stage3_max_live_parameters gathered or in
+    # flight. Every unit of gathers (one group, or a group and its prefetches) is preceded by one
+    # 16-byte header all-gather, and a forward that followed a trace ends with one more, so ranks
+    # that disagree raise ModuleOrderError before any mismatched all-gather. If a pass uses a group
+    # the trace did not predict, the prefetches in flight are completed and the trace is dropped.
     def _phase(self) -> str:
         if self.in_backward:
             return "backward"
         return "forward" if torch.is_grad_enabled() else "eval"
 
     def _start_pass(self, phase: str) -> None:
-        rec = self._record.get(phase)
-        if rec:
-            self._traces[phase] = rec
-        self._record[phase] = []
-        self._pos[phase] = 0
-        self._pass_phase = phase
         # every rank on the same path makes the same choice here
-        self._following_pass = self._traces.get(phase) is not None and self.prefetch_numel > 0
-        self._used_at.clear()
-        self._gaps = self._reuse_gaps(phase) if phase != "backward" else None
-
-    # -- reuse distance ----------------------------------------------------------------------
-    # When a module's forward ends, each of its groups is released unless the trace says it is
-    # used again soon: within stage3_max_reuse_distance elements of other groups' uses, counted
-    # along the rest of this pass and (forward with grad) the backward that follows (the last
-    # backward's record). DeepSpeed's rule (its __params_to_release). The obvious winners are the
-    # last modules of forward, which are the first of backward: with a distance at least their
-    # size they are not gathered twice. Only a pass that follows a trace keeps anything; the end
-    # of backward releases everything (the step is about to change the shards).
-    def _reuse_gaps(self, phase: str) -> list | None:
-        """For each position of this pass's trace: the elements used between it and the next use
-        of the same group (None: not used again within the pass and the backward after it)."""
-        trace = self._traces.get(phase)
-        if trace is None or self.max_reuse <= 0:
-            return None
-        seq = list(trace) + (list(self._last_backward) if phase == "forward" else [])
-        prefix = [0]
-        for j in seq:
-            prefix.append(prefix[-1] + self.groups[j].numel)
-        gaps: list = [None] * len(trace)
-        later: dict[int, int] = {}                # group -> its next position in seq
-        for k in range(len(seq) - 1, -1, -1):
-            j = seq[k]
-            if k < len(trace) and j in later:
-                gaps[k] = prefix[later[j]] - prefix[k + 1]
-            later[j] = k
-        return gaps
+        self._following_pass = self.trace.start(phase) and self.prefetch_numel > 0
 
     def after_forward(self, g: FlatGroup) -> None:
         """A module that uses group ``g`` finished its forward: release ``g`` unless the trace
-        says it is used again within ``stage3_max_reuse_distance`` elements."""
-        k = self._used_at.get(g.index)
-        if (self._gaps is not None and k is not None and self._gaps[k] is not None
-                and self._gaps[k] < self.max_reuse and g.index in self.full):
+        says it is used again within ``stage3_max_reuse_distance`` elements (DeepSpeed's rule:
+        the last modules of forward, the first of backward, then stay gathered across the turn).
+        The end of backward releases everything: the step is about to change the shards."""
+        if g.index in self.full and self.trace.used_again_soon(g.index):
             self.reused += 1
             return
         self.reshard(g)
@@ -321,17 +270,8 @@ class GatheredParams:
         with the next ones the trace predicts)."""
         i = g.index
         phase = self._phase()
-        self._record.setdefault(phase, []).append(i)
-        trace, pos = self._traces.get(phase), self._pos.get(phase, 0)
-        if trace is not None and pos < len(trace) and trace[pos] == i:
-            self._pos[phase] = pos + 1
-            self._used_at[i] = pos
-        else:
-            self._used_at.pop(i, None)
-            if trace is not None:                 # the path changed: follow the model, record anew
-                self._traces[phase] = None
-                self._gaps = None
-                self._finish_inflight()
+        if not self.trace.note(phase, i):         # the path changed: follow the model, record anew
+            self._finish_inflight()
         if i in self.full:
             return
         if i not in self._inflight:
@@ -351,13 +291,13 @@ class GatheredParams:
 
     def _next_prefetch(self, phase: str, first: int | None = None) -> list[int]:
         """The groups the trace says come next that fit the prefetch window."""
-        trace = self._traces.get(phase)
-        if trace is None or self.prefetch_numel <= 0:
+        upcoming = self.trace.upcoming(phase)
+        if not upcoming or self.prefetch_numel <= 0:
             return []
         flight = self._inflight_numel() + (self.groups[first].padded_numel if first is not None else 0)
         live = self._live_numel()
         out: list[int] = []
-        for j in trace[self._pos.get(phase, 0):]:
+        for j in upcoming:
             if j in self.full or j in self._inflight or j == first or j in out:
                 continue
             n = self.groups[j].padded_numel
@@ -395,44 +335,27 @@ class GatheredParams:
         g.bind(flat)
         self.fetches += 1
         if not self.in_backward and torch.is_grad_enabled():
-            self._trace.append(i)
+            self._first_gathered.append(i)
 
     def _finish_inflight(self) -> None:
         for i in list(self._inflight):
             self._wait(i)
 
     def _check_unit(self, ids: list[int]) -> None:
-        """All-gather a 16-byte header for a unit of gathers: if the ranks took different paths
-        through the model they would otherwise issue all-gathers of different sizes, which
+        """A 16-byte header for a unit of gathers (trace.agree): if the ranks took different
+        paths through the model they would otherwise issue all-gathers of different sizes, which
         deadlocks or crashes the transport. Recorded in the ledger under the tag 'check'."""
-        self._agree(ids[0], (len(ids) << 40) | _checksum(ids), f"check {self.groups[ids[0]].label}")
+        self._agree(ids[0], (len(ids) << 40) | checksum(ids), f"check {self.groups[ids[0]].label}")
 
     def _check_pass(self) -> None:
         """End of a forward that followed a trace (its prefetched gathers had no header of their
-        own): one 16-byte all-gather of a checksum of the groups it asked for. A rank whose path
+        own): one 16-byte all-gather of a checksum of the groups it used. A rank whose path
         left the trace is waiting in a header all-gather of the same size, so both raise."""
-        rec = self._record.get(self._pass_phase, [])
-        self._agree(-1, (len(rec) << 40) | _checksum(rec), "check forward pass")
+        rec = self.trace.record.get(self.trace.phase, [])
+        self._agree(-1, (len(rec) << 40) | checksum(rec), "check forward pass")
 
     def _agree(self, first: int, code: int, tag: str) -> None:
-        header = torch.tensor([first, code], dtype=torch.int64, device=self.stage.device)
-        headers = torch.empty(2 * self.stage.world_size, dtype=torch.int64, device=self.stage.device)
-        self.stage.comm.all_gather(headers, header, tag=tag)
-        rows = headers.view(self.stage.world_size, 2).tolist()
-        if any(r != rows[self.stage.rank] for r in rows):
-            if all(i == -1 for i, _ in rows):         # all at the end of a forward, by other paths
-                what = "ranks ran different modules in this forward: " + ", ".join(
-                    f"rank {r} gathered {c >> 40} module groups" for r, (_, c) in enumerate(rows)) + (
-                    " (or the same number in another order)" if len({c >> 40 for _, c in rows}) == 1 else "")
-            else:
-                names = {r: ("the end of its forward" if i == -1 else
-                             repr(self.groups[i].label) if 0 <= i < len(self.groups) else f"#{i}")
-                         for r, (i, _) in enumerate(rows)}
-                what = "ranks ran different modules: " + ", ".join(f"rank {r} reached {n}" for r, n in names.items())
-            raise ModuleOrderError(
-                what
-                + ". With ZeRO stage 3 every rank must run the same modules in the same order "
-                  "(e.g. no rank-dependent branches, no forward on one rank only).")
+        agree(self.stage.comm, [g.label for g in self.groups], first, code, tag, self.stage.device)
 
     def _release(self, g: FlatGroup) -> None:
         for p in g.params:
@@ -492,9 +415,3 @@ class GatheredParams:
             return self._param_files.bytes_on_disk()
         return 0
 
-
-def _checksum(ids) -> int:
-    acc = 0
-    for x in ids:
-        acc = (acc * 1_000_003 + x + 1) % (1 << 40)
-    return acc
