@@ -803,7 +803,7 @@ md("""
 5. Change the script of section 10 to ZeRO stage 2 and run it again. Which collectives disappear
    from its ledger, and which appear?
 
-**Your turn:** in `exercises/08_stage3_knobs.ipynb` you choose prefetch, persistence and
+**Your turn:** in `exercises/08_stage3_knobs.ipynb` you choose prefetch, persistence,
 live-parameter and reuse values to meet three stated goals (calls per step, peak gathered elements, no
 prefetch with the default window), and the check runs your values in the real engine on 2 ranks.
 """),
