@@ -1,7 +1,8 @@
 """Stage-3 prefetch: the next modules' parameters gathered ahead from the recorded trace.
 
 * Same numbers: prefetch on or off, the parameters are bit-identical and the gathered bytes equal;
-  prefetch turns many 16-byte headers into a few (one per unit of gathers plus one per forward).
+  prefetch turns many 16-byte headers into a few (one per unit of gathers plus one per forward),
+  and a unit's prefetched modules travel in one all-gather (DeepSpeed's coalescing).
 * Paths that change (an eval forward in between, a branch every other step) follow the model:
   no hang, the same parameters as without prefetch.
 * stage3_max_live_parameters caps what is gathered or in flight at once.
@@ -54,10 +55,12 @@ def _tinylm(prefetch, steps=4, **zero):
         led = engine.ledger.since(mark)
         checks.append(sum(1 for r in led.records if r.tag.startswith("check ")))
         gathered = sum(r.bytes for r in led.records if r.op == "all_gather" and r.tag.startswith("params"))
+        calls = sum(1 for r in led.records if r.op == "all_gather" and r.tag.startswith("params"))
     st = engine.stage.params                # the running counts equal a count from scratch
     counts_agree = (st._live_numel() == sum(st.groups[j].padded_numel for j in st.full if not st.persistent[j])
                     and st._inflight_numel() == sum(st.groups[j].padded_numel for j in st._inflight) == 0)
-    out = {"params": engine.full_params(), "checks": checks, "gathered_bytes": gathered, "counts_agree": counts_agree,
+    out = {"params": engine.full_params(), "checks": checks, "gathered_bytes": gathered, "calls": calls,
+           "counts_agree": counts_agree,
            "prefetches": engine.stage.prefetches, "peak": engine.stage.peak_gathered_numel,
            "largest": max(g.padded_numel for g in engine.stage.groups)}
     engine.close()
@@ -73,6 +76,8 @@ def test_prefetch_changes_no_number_and_fewer_headers():
         assert all(torch.equal(a["params"][k], b["params"][k]) for k in a["params"])
         assert all(torch.equal(a["params"][k], c["params"][k]) for k in a["params"])
         assert a["gathered_bytes"] == b["gathered_bytes"] == c["gathered_bytes"]
+        # a prefetch batch of several modules travels in one all-gather (DeepSpeed's coalescing)
+        assert b["calls"] < c["calls"] < a["calls"], (a["calls"], b["calls"], c["calls"])
         assert a["prefetches"] == 0 and b["prefetches"] > 0 and c["prefetches"] > 0
         assert a["counts_agree"] and b["counts_agree"] and c["counts_agree"]
         # step 1 records (a header per gather, as without prefetch); later steps follow the trace

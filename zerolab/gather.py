@@ -309,23 +309,49 @@ class GatheredParams:
 
     def _issue(self, ids: list[int], wanted: int | None = None) -> None:
         """Check that every rank gathers the same unit, then start its all-gathers: ``wanted``
-        (needed now) blocking, the prefetched ones asynchronously."""
+        (needed now) alone and blocking; the prefetched ones asynchronously, coalesced into one
+        all-gather when there are several (as DeepSpeed gathers a prefetch batch)."""
         self._check_unit(ids)
-        for j in ids:
-            g = self.groups[j]
-            flat = torch.empty(g.padded_numel, dtype=self.stage.dtype, device=self.stage.device)
-            pending = self.stage.comm.all_gather(flat, self._shard_on_device(j), tag=f"params {g.label}",
-                                           async_op=j != wanted)
-            self._inflight[j] = (pending, flat)
+        st = self.stage
+        ahead = [j for j in ids if j != wanted]
+        if wanted is not None:
+            g = self.groups[wanted]
+            flat = torch.empty(g.padded_numel, dtype=st.dtype, device=st.device)
+            st.comm.all_gather(flat, self._shard_on_device(wanted), tag=f"params {g.label}")
+            self._inflight[wanted] = (None, flat)
             self._flight += g.padded_numel
-            self.stage.track(f"params {j}", flat)
+            st.track(f"params {wanted}", flat)
+        if len(ahead) == 1:
+            g = self.groups[ahead[0]]
+            flat = torch.empty(g.padded_numel, dtype=st.dtype, device=st.device)
+            pending = st.comm.all_gather(flat, self._shard_on_device(ahead[0]), tag=f"params {g.label}",
+                                         async_op=True)
+            self._inflight[ahead[0]] = (pending, flat)
+            st.track(f"params {ahead[0]}", flat)
+        elif ahead:
+            # one all-gather of every prefetched shard; each group's flat buffer is copied out of it
+            # when the group is first needed (DeepSpeed's AllGatherCoalescedHandle copies too)
+            send = torch.cat([self._shard_on_device(j) for j in ahead])
+            out = torch.empty(send.numel() * st.world_size, dtype=st.dtype, device=st.device)
+            label = f"{self.groups[ahead[0]].label} + {len(ahead) - 1} more"
+            batch = _Batch(st.comm.all_gather(out, send, tag=f"params {label}", async_op=True), out,
+                           [self.groups[j] for j in ahead], f"params batch {ahead[0]}")
+            for j in ahead:
+                self._inflight[j] = (batch, None)
+            st.track(batch.key, out)
+        self._flight += sum(self.groups[j].padded_numel for j in ahead)
         live = self._live_numel() + self._inflight_numel()
         self.peak_gathered_numel = max(self.peak_gathered_numel, live)
-        self.prefetches += sum(1 for j in ids if j != wanted)
+        self.prefetches += len(ahead)
 
     def _wait(self, i: int) -> None:
         pending, flat = self._inflight.pop(i)
-        if hasattr(pending, "wait"):
+        if isinstance(pending, _Batch):
+            flat = pending.unpack(i)
+            if pending.left == 0:
+                self.stage.track(pending.key, None)
+            self.stage.track(f"params {i}", flat)
+        elif pending is not None:
             pending.wait()
         g = self.groups[i]
         self._flight -= g.padded_numel
@@ -415,3 +441,30 @@ class GatheredParams:
             return self._param_files.bytes_on_disk()
         return 0
 
+
+class _Batch:
+    """Several groups' shards all-gathered in one call. ``out`` holds, rank after rank, each
+    rank's shards of the groups in order; a group's full flat buffer is copied out of it when the
+    group is first needed, and ``out`` is dropped once every group has been."""
+
+    def __init__(self, pending, out: torch.Tensor, groups: list[FlatGroup], key: str):
+        self.pending, self.out, self.key = pending, out, key
+        self.world = groups[0].world_size
+        self.at: dict[int, tuple[int, int]] = {}       # group index -> (offset in a rank's part, shard)
+        offset = 0
+        for g in groups:
+            self.at[g.index] = (offset, g.shard_numel)
+            offset += g.shard_numel
+        self.left = len(groups)
+
+    def unpack(self, i: int) -> torch.Tensor:
+        if self.pending is not None:
+            self.pending.wait()
+            self.pending = None
+        offset, n = self.at[i]
+        flat = torch.empty(n * self.world, dtype=self.out.dtype, device=self.out.device)
+        flat.view(self.world, n).copy_(self.out.view(self.world, -1)[:, offset:offset + n])
+        self.left -= 1
+        if self.left == 0:
+            self.out = None
+        return flat

@@ -166,6 +166,7 @@ def train_and_measure(stage, precision="bf16", **zero):
     train_engine(engine, batches[:1], lm_loss)     # step 1: Adam's states appear
     mark = engine.ledger.mark()
     prefetched_before = getattr(engine.stage, "prefetches", 0)
+    fetched_before = getattr(engine.stage, "fetches", 0)
     train_engine(engine, batches[1:], lm_loss)     # step 2: the one we measure
     step = engine.ledger.since(mark)
     groups = engine.stage.groups
@@ -175,7 +176,8 @@ def train_and_measure(stage, precision="bf16", **zero):
         "groups": len(groups),                              # flat buffers (buckets, or modules in stage 3)
         "padding": sum(g.padding for g in groups),          # zero elements added for equal shards
         "wire": step.by_tag(),                              # bytes on this rank's wire, by purpose
-        "param_gathers": sum(1 for rec in step.records if rec.tag.startswith("params")),
+        "param_gathers": sum(1 for rec in step.records if rec.tag.startswith("params")),   # all-gather calls
+        "module_gathers": getattr(engine.stage, "fetches", 0) - fetched_before,     # stage 3: groups gathered
         "headers": sum(1 for rec in step.records if rec.tag.startswith("check")),   # stage 3's 16-byte checks
         "prefetched": getattr(engine.stage, "prefetches", 0) - prefetched_before,   # stage 3: gathers issued ahead
         "peak_gathered": getattr(engine.stage, "peak_gathered_numel", 0),           # stage 3: elements at once
@@ -275,10 +277,11 @@ print(f"stage 3: most parameter elements gathered (or in flight) at once: {runs[
       f" of Ψ = {PSI:,}")
 """),
 md(r"""
-Stage 3's peak holds the **whole model** at once here. From the second step on, stage 3
-gathers ahead of time (prefetch, explained with the timeline below), and DeepSpeed's default
-window, `stage3_prefetch_bucket_size` = 5·10⁷ elements in flight, is far larger than this
-189k-parameter model. On a model of billions of parameters the window (and
+Stage 3's peak holds the **whole model** at once here, and more bytes than that: from the second
+step on, stage 3 gathers ahead of time (prefetch, explained with the timeline below), the modules
+gathered ahead travel in one all-gather and are copied out of its buffer one by one, and
+DeepSpeed's default window, `stage3_prefetch_bucket_size` = 5·10⁷ elements in flight, is far
+larger than this 189k-parameter model. On a model of billions of parameters the window (and
 `stage3_max_live_parameters`, 10⁹ elements gathered at most) holds a few layers, not the
 model; on a small one, the saving in memory needs a smaller window.
 """),
@@ -390,7 +393,8 @@ everything: it also gathers the parameters again in each micro-step's forward an
 
 The ledger keeps every collective in the order it was issued. For stage 3 on 2 ranks, one
 step (accumulation 1) reads like the crew's day: each module's parameters are all-gathered
-(`params <module>`) for its forward and released after (a release sends nothing, so it is not
+(`params <module>`, or `params <module> + k more` for the modules gathered ahead with it: see
+prefetch below) for its forward and released after (a release sends nothing, so it is not
 on the ledger); backward gathers them again, in reverse order, and as each module's gradients
 are complete they are reduce-scattered (`grads <module>`) and the gathered parameters go back.
 Last comes the small all-reduce of the overflow check and the gradient norm.
@@ -400,11 +404,12 @@ starts, one blocking all-gather after another, and records the order of the modu
 second step on, each pass follows the previous pass's record: when it gathers a module it also
 starts, asynchronously, the all-gathers of the modules the record says come next (up to
 `stage3_prefetch_bucket_size` elements in flight, DeepSpeed's default 5·10⁷), so their
-parameters travel while the current module computes. The step below is the second one: in it
-17 of the 19 gathers were prefetched (counted in the next section). The ledger writes an
-asynchronous collective down when it is waited for, that is where the module needs it, so the
-picture still shows each gather at the module that uses it; what changes is when the bytes
-travel (earlier, behind the work), not how many. The 16-byte headers (`check ...`, next
+parameters travel while the current module computes. The modules gathered ahead together travel
+in **one** all-gather (DeepSpeed coalesces a prefetch batch the same way), so the step below, the
+second one, gathers 19 modules in 5 all-gathers, 17 of them prefetched (counted in the next
+section). The ledger writes an asynchronous collective down when it is waited for, that is where
+the first of its modules needs it; what changes is when the bytes travel (earlier, behind the
+work) and in how many calls, not how many bytes. The 16-byte headers (`check ...`, next
 section) are left out of the picture.
 """),
 code(r"""
@@ -439,8 +444,9 @@ for stage in range(4):
           f" stage 3 headers {r['headers']:>2} calls, {r['wire'].get('check', 0):>4.0f} bytes")
 no_prefetch = crews[4].run(train_and_measure, 3, stage3_prefetch_bucket_size=0)[0]
 for label, r in (("default prefetch", runs[4, 3]), ("prefetch off (0)", no_prefetch)):
-    print(f"stage 3, N = 4, {label}: {r['param_gathers']} parameter gathers, {r['prefetched']:>2} of them"
-          f" prefetched,\n    {r['headers']:>2} headers, {r['wire']['params']:,.0f} parameter bytes on the wire")
+    print(f"stage 3, N = 4, {label}: {r['module_gathers']} module gathers, {r['prefetched']:>2} of them"
+          f" prefetched,\n    in {r['param_gathers']:>2} all-gathers, {r['headers']:>2} headers, "
+          f"{r['wire']['params']:,.0f} parameter bytes on the wire")
 """),
 md(r"""
 ### Stage 3's small parameters: `stage3_param_persistence_threshold`
@@ -461,19 +467,21 @@ this small model):
 code(r"""
 n = 4
 print(f"stage 3, N = {n}, Ψ = {PSI:,}; bytes")
-print(f"{'threshold':>10}{'persistent P':>14}{'param gathers':>15}{'measured':>11}{'formula':>11}"
-      f"{'params per rank':>17}")
+print(f"{'threshold':>10}{'persistent P':>14}{'modules gathered':>18}{'all-gathers':>13}{'measured':>11}"
+      f"{'formula':>11}{'params per rank':>17}")
 for threshold in (0, 30_000, 100_000):
     r = crews[n].run(train_and_measure, 3, stage3_param_persistence_threshold=threshold)[0]
     P = r["persistent_numel"]
     measured = r["wire"]["grads"] + r["wire"]["params"]
-    print(f"{threshold:>10,}{P:>14,}{r['param_gathers']:>15}{measured:>11,.0f}"
+    print(f"{threshold:>10,}{P:>14,}{r['module_gathers']:>18}{r['param_gathers']:>13}{measured:>11,.0f}"
           f"{comm_volume(PSI, 3, n, persistent_numel=P):>11,.0f}{r['memory']['params']:>17,}")
 """),
 md(r"""
 With the threshold at 30,000 the measurement meets the formula (the embedding is now gathered
-once, after the step, so its double gather is gone too), with less than half the all-gather
-calls per step: the small parameters share one. With DeepSpeed's default, every parameter of a
+once, after the step, so its double gather is gone too), and less than half the modules are
+gathered in forward and backward: the small parameters are gathered once, together, after the
+step. (The all-gather calls hardly change here: with prefetch, the modules gathered ahead travel
+in one call anyway.) With DeepSpeed's default, every parameter of a
 189k-parameter model is persistent: stage 3 quietly becomes stage 2 (parameters whole:
 2Ψ = 377,800 bytes per rank; 2Ψ of traffic, the parameters in a single all-gather per step). On a
 model with billions of parameters, 100,000 elements is a small LayerNorm or bias, and the

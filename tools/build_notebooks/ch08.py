@@ -205,8 +205,9 @@ md("""
 
 Our house: an MLP of 8 `Linear(64, 64)` layers, so 8 weights of 4,096 elements and 8 biases of
 64 (Ψ = 33,280 parameters), on 2 ranks. Each measurement trains a few steps and reads the
-**last** step (by then the order of the modules has been recorded and prefetch is on): from the
-ledger, the parameter all-gathers (`params ...`), the 16-byte check headers (`check ...`, one per
+**last** step (by then the order of the modules has been recorded and prefetch is on): the
+parameter gathers (each module's, and the persistent group's after the step), the all-gather
+calls that carried them (`params ...` in the ledger), the 16-byte check headers (`check ...`, one per
 unit of gathers, so that ranks on different paths raise an error instead of hanging) and their
 bytes; from the stage, the gathers issued ahead of use and the most parameter elements gathered
 or in flight at once.
@@ -234,6 +235,7 @@ def measure(zero=None, config=None, steps=4):
     seconds = []
     for step, (x, y) in enumerate(regression_batches(steps, batch, d_in=WIDTH, d_out=WIDTH)):
         mark, pre, tmark = engine.ledger.mark(), engine.stage.prefetches, engine.timeline.mark()
+        fetched = engine.stage.fetches
         engine.stage.params.peak_gathered_numel = 0
         for i in range(engine.gradient_accumulation_steps):
             part = slice(i * len(x) // engine.gradient_accumulation_steps,
@@ -251,7 +253,9 @@ def measure(zero=None, config=None, steps=4):
     out = {
         "headers": sum(r.tag.startswith("check") for r in led.records),
         "headers_step1": step1,
-        "gathers": sum(r.op == "all_gather" and r.tag.startswith("params") for r in led.records),
+        # parameter groups gathered: each module's (stage.fetches), and the persistent group's refresh
+        "gathers": stage.fetches - fetched + sum(r.tag.startswith("params persistent") for r in led.records),
+        "calls": sum(r.op == "all_gather" and r.tag.startswith("params") for r in led.records),
         "gathered_bytes": sum(r.bytes for r in led.records
                               if r.op == "all_gather" and r.tag.startswith("params")),
         "order": [r.tag for r in led.records if r.op == "all_gather" and r.tag.startswith("params")],
@@ -322,7 +326,7 @@ print("trained parameters bit-identical in all five runs:",
 """),
 md("""
 - **0**: nothing persistent; each of the 8 modules is gathered in forward and again in backward,
-  16 all-gathers, 266,240 bytes (Ψ in fp32, twice: the "3Ψ" of stage 3 is these 2Ψ plus the
+  16 gathers, 266,240 bytes (Ψ in fp32, twice: the "3Ψ" of stage 3 is these 2Ψ plus the
   reduce-scatter); each rank holds half the model, 66,560 bytes.
 - **64**: the 8 biases persistent. Still 16 module gathers (now of weights only), plus **one**
   all-gather after the step that refreshes the persistent group: 17. Each rank holds its half of
@@ -355,11 +359,11 @@ WINDOWS = [0, 8192, 16384, 32768, 50_000_000]
 prefetch = crew.run(measure_all, {w: {"zero": {"stage3_param_persistence_threshold": 64,
                                                "stage3_prefetch_bucket_size": w}, "steps": 7}
                                   for w in WINDOWS})[0]
-print(f"{'prefetch window':>16}{'headers step 1':>15}{'headers':>8}{'gathers':>8}"
+print(f"{'prefetch window':>16}{'headers step 1':>15}{'headers':>8}{'gathers':>8}{'calls':>6}"
       f"{'bytes gathered':>15}{'prefetched':>11}{'peak elements':>14}")
 for w, r in prefetch.items():
-    print(f"{w:>16,}{r['headers_step1']:>15}{r['headers']:>8}{r['gathers']:>8}{r['gathered_bytes']:>15,}"
-          f"{r['prefetched']:>11}{r['peak']:>14,}")
+    print(f"{w:>16,}{r['headers_step1']:>15}{r['headers']:>8}{r['gathers']:>8}{r['calls']:>6}"
+          f"{r['gathered_bytes']:>15,}{r['prefetched']:>11}{r['peak']:>14,}")
 ref = prefetch[0]["params"]
 print("bytes and gathers the same in every run:",
       len({(r["gathers"], r["gathered_bytes"]) for r in prefetch.values()}) == 1)
@@ -367,7 +371,10 @@ print("trained parameters bit-identical in every run:",
       all(torch.equal(r["params"][k], ref[k]) for r in prefetch.values() for k in ref))
 """),
 md("""
-- **The bytes never change**: prefetch moves *when* a module is gathered, not what.
+- **The bytes never change**: prefetch moves *when* a module is gathered, not what. It does change
+  the number of all-gather **calls**: the modules gathered ahead together travel in one
+  (DeepSpeed coalesces a prefetch batch the same way), and each is copied out of its buffer when
+  its module needs it.
 - **Headers**: without prefetch, one per gather (16). With a window as large as the model, 3 per
   step: one for the forward's single unit (the first gather plus the 7 prefetched), one at the
   end of that forward, one for backward's unit. Step 1 always pays one header per gather: there

@@ -621,7 +621,7 @@ no_prefetch = crews[n].run(measure, 3, stage3_prefetch_bucket_size=0)[0]
 a, b = (r["memory"]["model_states"] + r["memory"]["peak_buffers"] for r in (lm4[2], no_prefetch))
 print(f"  stage 3, stage3_prefetch_bucket_size 0: + peak buffers {b:,} ({b / a:.2f} of stage 2),\n"
       f"    {no_prefetch['calls']} calls, wire bytes {no_prefetch['wire']:,.0f}"
-      f" (+{no_prefetch['wire'] - lm4[3]['wire']:,.0f}: {no_prefetch['calls'] - lm4[3]['calls']} more headers)")
+      f" (+{no_prefetch['wire'] - lm4[3]['wire']:,.0f} bytes of headers)")
 """),
 md(r"""
 Stage 3 holds about three quarters of stage 2's model states here (16Ψ/N = 4Ψ against
@@ -631,15 +631,17 @@ holds **more** than stage 2 on this small model. From the second step on, stage 
 parameters, and every later pass follows that record, starting the all-gathers of the next
 modules while the current one computes, up to `stage3_prefetch_bucket_size` elements in flight
 (DeepSpeed's default, 5·10⁷). That window is larger than this whole 189k-parameter model, so
-every parameter is gathered at once at the peak. With the window at 0 (no prefetch) only the
-modules at work are gathered, and stage 3 saves a few percent. On a billion-parameter model the
+every parameter is gathered at once at the peak, and the modules gathered ahead travel in one
+all-gather whose buffer is copied out module by module, which adds to the peak. With the window
+at 0 (no prefetch) only the modules at work are gathered, and stage 3 saves a few percent. On a billion-parameter model the
 same window holds a few layers: that is what it is sized for.
 
 It pays with half again as many bytes (3Ψ against 2Ψ, plus the tied embedding gathered twice)
-and three times the calls: one gather per module in forward and one in backward, and a
-reduce-scatter per module, instead of a handful of buckets, plus the 16-byte headers that
-keep the ranks in step (one per *unit* of gathers, a gather and the prefetches issued with it,
-and one per forward that followed the record; without prefetch, one before every gather).
+and more calls: a reduce-scatter per module instead of a handful of buckets, the parameter
+all-gathers, and the 16-byte headers that keep the ranks in step (one per *unit* of gathers, a
+gather and the prefetches issued with it, and one per forward that followed the record). Without
+prefetch it is worse: one all-gather per module in forward and one in backward, each with its
+own header, nearly five times stage 2's calls here.
 Each call costs a latency α whatever its size (chapter 6); prefetch takes the gathers' time off
 the critical path where compute can hide it, not their bytes and not their memory.
 
@@ -1054,8 +1056,8 @@ zerolab's stage 1 on 2, 3 and 4 ranks: equal shards, a reduce-scatter and an all
 **The six beliefs**, each false as stated:
 
 1. Stage 3 against stage 2 (N = 4): less model-state memory (on this small model more at the
-   peak, with DeepSpeed's default prefetch window), but 3Ψ against 2Ψ on the wire and three times
-   the calls. Worth it when stage 2 does not fit.
+   peak, with DeepSpeed's default prefetch window), but 3Ψ against 2Ψ on the wire and almost
+   twice the calls (almost five times without prefetch). Worth it when stage 2 does not fit.
 2. Traffic per rank grows as 2(N−1)/N·Ψ towards a constant while compute shrinks as 1/N: past
    the crossing, more GPUs do not shorten a step.
 3. Stages 1 and 2 move DDP's 2Ψ only with a reduce-scatter; DeepSpeed's default (an all-reduce

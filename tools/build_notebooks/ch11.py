@@ -208,8 +208,14 @@ for s, r in runs.items():
     formula = comm_volume(PSI, s, N)
     print(f"{s:>5}" + "".join(f"{b / UNIT:>{w}.0f}Ψ" for b, w in zip(ops, (11, 15, 11)))
           + f"{total / UNIT:>8.0f}Ψ{formula / UNIT:>8.0f}Ψ   {total == formula}")
-print("stage 3, one step in ledger order (g = all-gather, rs = reduce-scatter, digit = layer):")
-order = [f"{'g' if op == 'all_gather' else 'rs'}{tag[-1]}" for op, tag, _, _ in runs[3]["records"]]
+print("stage 3, one step in ledger order (g = all-gather, rs = reduce-scatter, digit = layer,")
+print("  +k: the k layers after it in the same all-gather):")
+def short(op, tag):                 # "params layers.1 + 2 more" -> g1+2: layer 1 and the 2 after it
+    first, _, more = tag.partition(" + ")
+    return f"{'g' if op == 'all_gather' else 'rs'}{first[-1]}" + (f"+{more.split()[0]}" if more else "")
+
+
+order = [short(op, tag) for op, tag, _, _ in runs[3]["records"]]
 print("   ", " ".join(order))
 """),
 md(r"""
@@ -217,10 +223,11 @@ Read the last line as the step: forward gathers layers 0 to 3; backward gathers 
 reverse order, and as each layer's gradient is complete it is reduce-scattered and its gathered
 copy is freed. (DeepSpeed can skip the second gather of a layer used again soon,
 `stage3_max_reuse_distance`; the formula counts it.) This is the second step, so the gathers
-were also **prefetched**: each pass follows the previous pass's order of layers and starts the
-next layers' all-gathers while the current one computes. The ledger writes an asynchronous
-gather down when it is waited for, at the layer that uses it; prefetch changes when the bytes
-travel, not how many.
+were also **prefetched**: each pass follows the previous pass's order of layers and, with the
+layer it needs now, starts the next layers' gathers in **one** asynchronous all-gather
+(`g1+2`: layers 1, 2 and 3) that travels while the current layer computes. The ledger writes it
+down when it is waited for, at the first layer that uses it; prefetch changes when the bytes
+travel and in how many calls, not how many bytes.
 """),
 
 # ------------------------------------------------------------------------------------- Q4

@@ -126,10 +126,12 @@ for c in trace.calls:
     print(f"  #{c.index:<3}{c.op:<15}{c.tag:<32}{c.numel:>7,} elements of {c.dtype}")
 """),
 md(r"""
-Read the list from the top: forward gathers the modules one after the other, and the output
-head, which shares the embedding matrix, gathers the embedding a second time. Backward gathers
-each module again (it was released after its forward), and as soon as a module's gradients are
-complete it **reduce-scatters** them and releases the module. The step ends with one small
+Read the list from the top: forward gathers the root module's own parameters, then the
+embedding and the 7 modules after it in **one** all-gather (`params embed + 7 more`: the order
+was recorded in the warm-up step, and the modules that come next are prefetched together); the
+output head, which shares the embedding matrix, gathers the embedding a second time. Backward
+gathers every module again the same way (each was released after its forward), and as soon as a
+module's gradients are complete it **reduce-scatters** them and releases the module. The step ends with one small
 all-reduce (the overflow check and the gradient norm). No all-gather follows: at stage 3 each
 rank updates only its own shard, and the next forward will gather.
 

@@ -130,7 +130,7 @@ class Placement:
             peak = self.places[0]["device"]["peak_buffers"]
             ahead = self.prefetched[0]
             lines.append(f"stage 3: {len(g)} parameter all-gathers ({sum(n for _, n, _, _ in g):,} elements) in the "
-                         f"step on rank 0, " + (f"{ahead} of them prefetched ahead" if ahead else
+                         f"step on rank 0, " + (f"carrying {ahead} module gathers prefetched ahead" if ahead else
                                                 "each just in time, none prefetched")
                          + f"; at most {peak:,} B gathered or in flight at once")
         return _wrap(lines)
