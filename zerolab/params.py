@@ -42,6 +42,9 @@ class ReplicatedParams:
         for g, flat in zip(self.groups, self.param_flats):
             broadcast_(stage.comm, flat)     # everyone starts from rank 0's weights
             g.bind(flat)
+        # stage 3's counters (gather.py), which nothing here changes: no group is ever gathered
+        self.persistent = [False] * len(self.groups)
+        self.fetches = self.prefetches = self.peak_gathered_numel = 0
 
     def make_groups(self, named, bucket_numel: int) -> list[FlatGroup]:
         st = self.stage

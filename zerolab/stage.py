@@ -122,23 +122,23 @@ class Stage:
         """Stages 2-3: this rank's shard of each group's gradient."""
         return self.grads.grad_shards
 
-    # stage 3's counters (zero, or absent, for stages 0-2: see GatheredParams)
+    # stage 3's counters (GatheredParams; zero for stages 0-2)
     @property
     def fetches(self) -> int:
-        return getattr(self.params, "fetches", 0)
+        return self.params.fetches
 
     @property
     def prefetches(self) -> int:
-        return getattr(self.params, "prefetches", 0)
+        return self.params.prefetches
 
     @property
     def peak_gathered_numel(self) -> int:
-        return getattr(self.params, "peak_gathered_numel", 0)
+        return self.params.peak_gathered_numel
 
     @property
     def persistent(self) -> list[bool]:
         """Per group: stage 3's persistent groups, kept whole on every rank (False for 0-2)."""
-        return getattr(self.params, "persistent", [False] * len(self.groups))
+        return self.params.persistent
 
     def owned_part(self, flats: list[torch.Tensor]) -> list[torch.Tensor]:
         """The part of each group's full flat buffer this rank's optimizer steps: all of it when

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from .common import (GIANTS, GIANT_NAMES, PRECISIONS, RANK_COLORS, CrewPool, _run, lab_model,
-                     lab_config, _batches, _plt, _png, _html, _wrap)
+from .common import (GIANTS, GIANT_NAMES, RANK_COLORS, CrewPool, _run, lab_model,
+                     lab_config, _batches, _plt, _png, _html, _wrap, _run_controls)
 
 
 def _held_tensors(engine) -> dict[str, list]:
@@ -168,9 +168,7 @@ def basic_widget(pool: CrewPool | None = None, world_size: int = 2, stage: int =
                  max_ranks: int = 4):
     """Controls N, stage and precision over :func:`holdings` (a real engine per choice)."""
     import ipywidgets as W
-    n = W.IntSlider(value=world_size, min=1, max=max_ranks, description="N ranks", continuous_update=False)
-    st = W.Dropdown(options=[0, 1, 2, 3], value=stage, description="stage")
-    pr = W.Dropdown(options=list(PRECISIONS), value=precision, description="precision")
+    n, st, pr = _run_controls(world_size, stage, precision, max_ranks)
     image = W.Image(format="png")
     summary = W.HTML()
     status = W.HTML()

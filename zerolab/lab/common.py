@@ -114,3 +114,14 @@ def _wrap(lines: list[str], width: int = 98) -> str:
             out.append(textwrap.fill(part, width, subsequent_indent=" " * (lead + 4),
                                      break_long_words=False) if len(part) > width else part)
     return "\n".join(out)
+
+
+def _run_controls(world_size: int, stage: int, precision: str | None, max_ranks: int,
+                  stages=(0, 1, 2, 3)):
+    """The controls every mode starts with: N ranks, the stage and (if given) the precision."""
+    import ipywidgets as W
+    n = W.IntSlider(value=world_size, min=1, max=max_ranks, description="N ranks", continuous_update=False)
+    st = W.Dropdown(options=list(stages), value=stage, description="stage")
+    if precision is None:
+        return n, st
+    return n, st, W.Dropdown(options=list(PRECISIONS), value=precision, description="precision")

@@ -4,8 +4,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from .common import (PRECISIONS, RANK_COLORS, CrewPool, _run, lab_model, lab_config, _batches, _plt,
-                     _png, _html, _wrap)
+from .common import (RANK_COLORS, CrewPool, _run, lab_model, lab_config, _batches, _plt,
+                     _png, _html, _wrap, _run_controls)
 
 
 @dataclasses.dataclass
@@ -285,9 +285,7 @@ def core_widget(pool: CrewPool | None = None, world_size: int = 2, stage: int = 
                 max_ranks: int = 4):
     """Controls N, stage and precision, and a player over the step's collectives."""
     import ipywidgets as W
-    n = W.IntSlider(value=world_size, min=1, max=max_ranks, description="N ranks", continuous_update=False)
-    st = W.Dropdown(options=[0, 1, 2, 3], value=stage, description="stage")
-    pr = W.Dropdown(options=list(PRECISIONS), value=precision, description="precision")
+    n, st, pr = _run_controls(world_size, stage, precision, max_ranks)
     which = W.IntSlider(value=0, min=0, max=0, description="collective", continuous_update=False)
     play = W.Play(value=0, min=0, max=0, interval=900, description="play")
     W.jslink((play, "value"), (which, "value"))

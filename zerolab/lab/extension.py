@@ -6,7 +6,8 @@ import shutil
 import tempfile
 import time
 
-from .common import RANK_COLORS, CrewPool, _run, lab_model, lab_config, _batches, _plt, _png, _html, _wrap
+from .common import (RANK_COLORS, CrewPool, _run, lab_model, lab_config, _batches, _plt, _png, _html, _wrap,
+                     _run_controls)
 from .core import _probed_step
 
 
@@ -319,8 +320,7 @@ def extension_widget(pool: CrewPool | None = None, world_size: int = 2, stage: i
     """Controls N, stage, offload_optimizer, offload_param (stage 3 only), sub_group_size and
     the NVMe pipelines (NVMe only) over :func:`placement` (a real engine per choice)."""
     import ipywidgets as W
-    n = W.IntSlider(value=world_size, min=1, max=max_ranks, description="N ranks", continuous_update=False)
-    st = W.Dropdown(options=[1, 2, 3], value=stage, description="stage")
+    n, st = _run_controls(world_size, stage, None, max_ranks, stages=(1, 2, 3))
     opt = W.Dropdown(options=list(OFFLOAD_DEVICES), value=offload_optimizer, description="optimizer")
     par = W.Dropdown(options=list(OFFLOAD_DEVICES), value=offload_param, description="params")
     sub = W.Dropdown(options=[(f"{s:,}", s) for s in SUB_GROUP_SIZES], value=sub_group_size,
