@@ -261,8 +261,8 @@ class GatheredParams:
         """The outermost forward returned. Without grad no backward follows: release whatever
         reuse kept (a pass that left its trace may keep a group its trace promised)."""
         if not torch.is_grad_enabled():
-            for g in self.groups:
-                self.reshard(g)
+            for i in list(self.full):
+                self.reshard(self.groups[i])
 
     def unshard(self, g: FlatGroup) -> None:
         """Group ``g`` (a unit's parameters) is about to be used: note the use in the pass's
@@ -381,7 +381,7 @@ class GatheredParams:
         self._agree(-1, (len(rec) << 40) | checksum(rec), "check forward pass")
 
     def _agree(self, first: int, code: int, tag: str) -> None:
-        agree(self.stage.comm, [g.label for g in self.groups], first, code, tag, self.stage.device)
+        agree(self.stage.comm, self.groups, first, code, tag, self.stage.device)
 
     def _release(self, g: FlatGroup) -> None:
         for p in g.params:

@@ -112,7 +112,7 @@ def checksum(ids) -> int:
     return acc
 
 
-def agree(comm, labels: list[str], first: int, code: int, tag: str, device) -> None:
+def agree(comm, groups: list, first: int, code: int, tag: str, device) -> None:
     """All-gather ``(first, code)`` from every rank (16 bytes, written to the ledger under ``tag``)
     and raise :class:`ModuleOrderError` on every rank if they differ. ``first`` is a group index,
     or -1 for the end of a forward; ``code`` packs a count (above bit 40) and a checksum."""
@@ -129,7 +129,7 @@ def agree(comm, labels: list[str], first: int, code: int, tag: str, device) -> N
             " (or the same number in another order)" if len({c >> 40 for _, c in rows}) == 1 else "")
     else:
         names = {r: ("the end of its forward" if i == -1 else
-                     repr(labels[i]) if 0 <= i < len(labels) else f"#{i}")
+                     repr(groups[i].label) if 0 <= i < len(groups) else f"#{i}")
                  for r, (i, _) in enumerate(rows)}
         what = "ranks ran different modules: " + ", ".join(f"rank {r} reached {n}" for r, n in names.items())
     raise ModuleOrderError(
