@@ -1,5 +1,9 @@
 """The benchmark models, shared by the step-time and checkpoint benchmarks (and the DeepSpeed side)."""
+import statistics
+import time
+
 import torch
+import torch.distributed as dist
 from torch import nn
 
 
@@ -28,3 +32,29 @@ class ResMLP(nn.Module):
         for lin, norm in zip(self.lins[1:], self.norms):
             x = x + lin(norm(torch.relu(x)))
         return x
+
+
+def round_robin(steps: dict, rounds: int, per_round: int, device) -> dict:
+    """Time every candidate's step in turns: in each round, every candidate runs ``per_round``
+    steps (each timed alone, between barriers), the order rotating from round to round. The
+    slow spells of a shared machine (on a 2-vCPU VM a collective takes 0.3 ms or 2 ms for seconds
+    at a time) then fall on every candidate alike. Returns name -> list of per-round medians."""
+    names = list(steps)
+    for step in steps.values():                            # warm-up
+        for _ in range(5):
+            step()
+    out: dict[str, list] = {n: [] for n in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            times = []
+            for _ in range(per_round):
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                dist.barrier()
+                t0 = time.perf_counter()
+                steps[name]()
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                times.append(time.perf_counter() - t0)
+            out[name].append(statistics.median(times))
+    return out

@@ -1,13 +1,16 @@
 """Step time of zerolab stages 0-3 against torch DDP (and DeepSpeed 0.19.8, and torch's ZeRO
-baselines), in one run with interleaved repeats.
+baselines), the candidates taking turns in the same processes.
 
 Model (issue 10's shape): a residual MLP of 4 Linear and 3 LayerNorm layers, 325,464 fp32
 parameters, Adam, gradient clipping 1.0, batch 32 per rank, 2 ranks (gloo on CPU, NCCL on GPUs).
-Each repeat measures every candidate once (median of ``--steps`` steps after 5 warm-up steps);
-the table gives, per candidate, the median over repeats of its time divided by torch DDP's time
-*in the same repeat and processes*, so slow drifts of a shared machine cancel.
+All candidates are built first; then, in each of ``--rounds`` rounds, every candidate runs
+``--steps`` steps (each timed alone, between barriers; the order rotates). A candidate's ratio is
+the median over rounds of (its median step time in the round / torch DDP's in the same round):
+on a shared 2-vCPU machine the same collective takes 0.3 ms or 2 ms for seconds at a time, and
+taking turns lets those spells fall on every candidate alike. DeepSpeed runs in its own venv and
+processes, in turns with its own torch DDP (ds_reference/ds_step_time.py).
 
-    python benchmarks/step_time.py [--repeats 3] [--steps 50] [--world 2]
+    python benchmarks/step_time.py [--repeats 2] [--rounds 40] [--steps 5] [--world 2]
         [--ds-python /path/to/dsvenv/bin/python]     # adds DeepSpeed stages 1-3 (own processes)
         [--torch-zero]                               # adds ZeroRedundancyOptimizer and FSDP2
 
@@ -32,73 +35,60 @@ from torch import nn
 import zerolab
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from step_models import ResMLP, make_model  # noqa: E402,F401  (make_model: checkpoint_bench)
+from step_models import ResMLP, make_model, round_robin  # noqa: E402,F401  (make_model: checkpoint_bench)
 
 
-def timed_steps(step, steps: int, device) -> float:
-    for _ in range(5):                                   # warm-up
-        step()
-    times = []
-    for _ in range(steps):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        dist.barrier()
-        t0 = time.perf_counter()
-        step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def bench(batch, steps, torch_zero, variants):
+def bench(batch, rounds, per_round, torch_zero, variants):
     info = zerolab.rank_info()
     dev = info.device
     torch.manual_seed(1 + info.rank)
     x = torch.randn(batch, ResMLP.WIDTH, device=dev)
     y = torch.randn(batch, ResMLP.WIDTH, device=dev)
     loss_fn = nn.MSELoss()
-    results = {}
+    steps, engines = {}, {}
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    def torch_run(name, model, opt):
+    def torch_step(model, opt):
         def step():
             opt.zero_grad(set_to_none=True)
             loss_fn(model(x), y).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
-        results[name] = (timed_steps(step, steps, dev), None)
+        return step
 
     ddp = DDP(ResMLP().to(dev))
-    torch_run("torch DDP", ddp, torch.optim.Adam(ddp.parameters(), lr=1e-4))
+    steps["torch DDP"] = torch_step(ddp, torch.optim.Adam(ddp.parameters(), lr=1e-4))
     if torch_zero:
         from torch.distributed.optim import ZeroRedundancyOptimizer
-        ddp = DDP(ResMLP().to(dev))
-        torch_run("torch ZeroRedundancyOptimizer", ddp,
-                  ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.Adam, lr=1e-4))
+        zddp = DDP(ResMLP().to(dev))
+        steps["torch ZeroRedundancyOptimizer"] = torch_step(
+            zddp, ZeroRedundancyOptimizer(zddp.parameters(), optimizer_class=torch.optim.Adam, lr=1e-4))
         from torch.distributed.fsdp import fully_shard
         model = ResMLP().to(dev)
         for m in model.modules():
             if isinstance(m, nn.Linear):
                 fully_shard(m)
         fully_shard(model)
-        torch_run("torch FSDP2", model, torch.optim.Adam(model.parameters(), lr=1e-4))
+        steps["torch FSDP2"] = torch_step(model, torch.optim.Adam(model.parameters(), lr=1e-4))
     for name, stage, zero in variants:
         cfg = {"train_batch_size": batch * info.world_size, "gradient_clipping": 1.0,
                "optimizer": {"type": "Adam", "params": {"lr": 1e-4}},
                "zero_optimization": {"stage": stage, **zero}}
-        engine = zerolab.initialize(ResMLP(), cfg)
+        engine = engines[name] = zerolab.initialize(ResMLP(), cfg)
 
-        def z_step():
+        def z_step(engine=engine):
             engine.backward(loss_fn(engine(x), y))
             engine.step()
-        t = timed_steps(z_step, steps, dev)
+        steps[name] = z_step
+    times = round_robin(steps, rounds, per_round, dev)
+    wire = {}
+    ring = (info.world_size - 1) / info.world_size or 1
+    for name, engine in engines.items():
         mark = engine.ledger.mark()
-        z_step()
-        ring = (info.world_size - 1) / info.world_size or 1
-        results[name] = (t, engine.ledger.since(mark).wire_bytes / ring)
+        steps[name]()
+        wire[name] = engine.ledger.since(mark).wire_bytes / ring
         engine.close()
-    return results
+    return times, wire
 
 
 VARIANTS = [("zerolab stage 0", 0, {}), ("zerolab stage 0 + overlap", 0, {"overlap_comm": True}),
@@ -107,14 +97,14 @@ VARIANTS = [("zerolab stage 0", 0, {}), ("zerolab stage 0 + overlap", 0, {"overl
             ("zerolab stage 3", 3, {})]
 
 
-def deepspeed_run(python, world, steps, batch) -> dict:
+def deepspeed_run(python, world, rounds, steps, batch) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "ds.json")
         env = {**os.environ, "DS_ACCELERATOR": "cpu"}
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ds_reference", "ds_step_time.py")
         for attempt in range(3):       # DeepSpeed's CPU shm comm op aborts a start now and then
             run = subprocess.run([python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                                  str(world), script, "--steps", str(steps), "--batch", str(batch), "--out", out],
+                                  str(world), script, "--rounds", str(rounds), "--steps", str(steps), "--batch", str(batch), "--out", out],
                                  env=env, capture_output=True, text=True, timeout=1800)
             if run.returncode == 0:
                 break
@@ -128,8 +118,9 @@ def deepspeed_run(python, world, steps, batch) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--world", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=50)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=5, help="steps per candidate per round")
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--repeats", type=int, default=2, help="fresh processes")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--ds-python", default=None, help="python of a venv with deepspeed==0.19.8")
     ap.add_argument("--torch-zero", action="store_true", help="add ZeroRedundancyOptimizer and FSDP2")
@@ -139,25 +130,24 @@ def main() -> None:
     ms: dict[str, list] = {}
     wire: dict[str, float] = {}
     psi = sum(p.numel() for p in ResMLP().parameters())
+
+    def add(times: dict, base: str, rename=lambda n: n):
+        for name, per_round in times.items():
+            ratios.setdefault(rename(name), []).extend(t / b for t, b in zip(per_round, times[base]))
+            ms.setdefault(rename(name), []).extend(per_round)
+
     for r in range(a.repeats):
-        res = zerolab.launch(bench, a.world, a.batch, a.steps, a.torch_zero, VARIANTS, backend=a.backend,
-                             timeout=1800, echo=False)[0]
-        base = res["torch DDP"][0]
-        for name, (t, w) in res.items():
-            ratios.setdefault(name, []).append(t / base)
-            ms.setdefault(name, []).append(t)
-            if w is not None:
-                wire[name] = w
+        times, w = zerolab.launch(bench, a.world, a.batch, a.rounds, a.steps, a.torch_zero, VARIANTS,
+                                  backend=a.backend, timeout=1800, echo=False)[0]
+        add(times, "torch DDP")
+        wire.update(w)
         if a.ds_python:
-            ds = deepspeed_run(a.ds_python, a.world, a.steps, a.batch)
-            for name, t in ds.items():
-                key = name if name != "torch DDP" else "torch DDP (DeepSpeed's processes)"
-                ratios.setdefault(key, []).append(t / ds["torch DDP"])
-                ms.setdefault(key, []).append(t)
+            add(deepspeed_run(a.ds_python, a.world, a.rounds, a.steps, a.batch), "torch DDP",
+                lambda n: n if n != "torch DDP" else "torch DDP (DeepSpeed's processes)")
         print(f"repeat {r + 1}/{a.repeats} done", file=sys.stderr)
     print(f"{a.world} ranks, backend {zerolab.crew.resolve_backend(a.backend, a.world)}, ResMLP {psi:,} params "
-          f"(fp32, Adam, clip 1.0), batch {a.batch} per rank, median of {a.steps} steps, {a.repeats} interleaved "
-          "repeats")
+          f"(fp32, Adam, clip 1.0), batch {a.batch} per rank; {a.repeats} x {a.rounds} rounds of {a.steps} steps "
+          "per candidate, in turns; medians")
     print(f"{'':36}{'step ms':>9}{'x DDP':>8}{'x DeepSpeed':>13}{'wire (Psi)':>12}")
     for name in ratios:
         x = statistics.median(ratios[name])

@@ -95,12 +95,12 @@ def measure(sizes_bytes=(4 << 10, 64 << 10, 1 << 20, 8 << 20), repeats: int = 7,
             for k in range(repeats + 1):
                 dist.barrier()
                 t0 = time.perf_counter()
-                if op == "all_reduce":
-                    dist.all_reduce(full)
+                if op == "all_reduce":             # the engine's own path (zerolab.comm.Comm)
+                    comm.all_reduce(full)
                 elif op == "reduce_scatter":
-                    dist.reduce_scatter_tensor(shard, full)
+                    comm.reduce_scatter(shard, full)
                 else:
-                    dist.all_gather_into_tensor(full, shard)
+                    comm.all_gather(full, shard)
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 if k:                                   # the first call warms up
@@ -128,7 +128,8 @@ def fit(rows: list[list], world_size: int, backend: str) -> Fit:
 
 
 def _measure_on_ranks(sizes, repeats):
-    return measure(sizes, repeats), dist.get_backend()
+    rows = measure(sizes, repeats)
+    return rows, Comm().transport()
 
 
 def run(world_size: int = 2, sizes_bytes=(4 << 10, 64 << 10, 1 << 20, 8 << 20), repeats: int = 7,

@@ -212,16 +212,38 @@ class Comm:
     ``reduce_scatter`` and ``all_gather`` take ``async_op=True`` and then return a :class:`Pending`.
     """
 
-    # On gloo (CPU), reduce-scatter runs as zerolab's own ring over send/recv: the same bytes,
-    # several times faster than gloo's reduce-scatter (see _ring_reduce_scatter_into).
+    # On gloo (CPU), the blocking collectives of ranks on one machine go through shared memory
+    # (zerolab.shm: no TCP, no thread wake-ups); where that is not possible, reduce-scatter
+    # runs as zerolab's own ring over send/recv: the same bytes, several times faster than
+    # gloo's reduce-scatter (see _ring_reduce_scatter_into). Asynchronous calls stay on gloo,
+    # whose threads carry them while the rank computes.
+    shm_on_cpu = True
     ring_reduce_scatter_on_gloo = True
 
     def __init__(self, group=None, ledger: Ledger | None = None, timeline=None):
         self.group = group
         self.ledger = ledger if ledger is not None else Ledger()
         self.timeline = timeline
-        self._use_ring = (group is None and self.ring_reduce_scatter_on_gloo and dist.is_initialized()
-                          and dist.get_backend() == "gloo")
+        gloo = group is None and dist.is_initialized() and dist.get_backend() == "gloo"
+        self._use_ring = gloo and self.ring_reduce_scatter_on_gloo
+        self._may_shm = gloo and self.shm_on_cpu
+
+    def _shm(self, t: torch.Tensor):
+        """The shared-memory transport for ``t``, or None (gloo). Rank-independent: the same
+        call takes the same path on every rank."""
+        if not self._may_shm or t.device.type != "cpu" or not t.is_contiguous():
+            return None
+        from . import shm
+        tr = shm.transport()
+        if tr is None:
+            self._may_shm = False
+        return tr
+
+    def transport(self) -> str:
+        """What this Comm's blocking collectives have run on: "shm" (zerolab.shm, once made)
+        or the backend's name. Asks nothing of the other ranks."""
+        from . import shm
+        return "shm" if self._may_shm and shm.made() else dist.get_backend(self.group)
 
     @property
     def world_size(self) -> int:
@@ -246,7 +268,11 @@ class Comm:
             return Pending(self, "all_reduce", t, t.numel(), tag, work)
         t0 = time.perf_counter()
         if self.world_size > 1:
-            dist.all_reduce(t, op=op, group=self.group)
+            tr = self._shm(t) if op in _SHM_OPS else None
+            if tr is not None:
+                tr.all_reduce(t, op, what=f"all_reduce {tag}")
+            else:
+                dist.all_reduce(t, op=op, group=self.group)
         self._record("all_reduce", t, t0, tag)
         return t
 
@@ -257,7 +283,9 @@ class Comm:
         if inp.numel() != out.numel() * n:
             raise ValueError(f"reduce_scatter: input has {inp.numel()} elements, expected "
                              f"{n} x {out.numel()} (pad the flat buffer to a multiple of the world size)")
-        if async_op and not (self._use_ring and op == dist.ReduceOp.SUM and inp.device.type == "cpu"):
+        tr = self._shm(inp) if n > 1 and op in _SHM_OPS and out.is_contiguous() else None
+        if async_op and tr is None and not (self._use_ring and op == dist.ReduceOp.SUM
+                                            and inp.device.type == "cpu"):
             if n > 1:
                 fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
                 work = fn(out, inp, op=op, group=self.group, async_op=True)
@@ -266,7 +294,9 @@ class Comm:
                 work = None
             return Pending(self, "reduce_scatter", inp, inp.numel(), tag, work)
         t0 = time.perf_counter()
-        if n > 1 and self._use_ring and op == dist.ReduceOp.SUM and inp.device.type == "cpu":
+        if tr is not None:
+            tr.reduce_scatter(out, inp, op, what=f"reduce_scatter {tag}")
+        elif n > 1 and self._use_ring and op == dist.ReduceOp.SUM and inp.device.type == "cpu":
             _ring_reduce_scatter_into(out, inp)
         elif n > 1:
             _reduce_scatter_base(out, inp, op, self.group)
@@ -290,7 +320,10 @@ class Comm:
                 work = None
             return Pending(self, "all_gather", out, out.numel(), tag, work)
         t0 = time.perf_counter()
-        if n > 1:
+        tr = self._shm(out) if n > 1 else None
+        if tr is not None:
+            tr.all_gather(out, inp, what=f"all_gather {tag}")
+        elif n > 1:
             _all_gather_base(out, inp, self.group)
         else:
             out.copy_(inp)
@@ -299,7 +332,10 @@ class Comm:
 
     def broadcast(self, t: torch.Tensor, src: int = 0, *, tag: str = "") -> torch.Tensor:
         t0 = time.perf_counter()
-        if self.world_size > 1:
+        tr = self._shm(t) if self.world_size > 1 else None
+        if tr is not None:
+            tr.broadcast(t, src, what=f"broadcast {tag}")
+        elif self.world_size > 1:
             dist.broadcast(t, src=dist.get_global_rank(self.group, src) if self.group else src,
                            group=self.group)
         self._record("broadcast", t, t0, tag)
@@ -315,6 +351,9 @@ class Comm:
         t = torch.tensor([float(value)], dtype=torch.float64, device=_group_device(self.group))
         self.all_reduce(t, dist.ReduceOp.SUM, tag=tag)
         return float(t.item())
+
+
+_SHM_OPS = (dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.MIN)
 
 
 def _group_device(group) -> torch.device:

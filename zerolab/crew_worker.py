@@ -128,7 +128,8 @@ def _rank_main(conn, lifeline, rank_: int, world: int, backend: str, host: str, 
     sys.stdout = open(1, "w", buffering=1, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
     os.environ.update(GLOO_SOCKET_IFNAME="lo", MASTER_ADDR=host, MASTER_PORT=str(port),
-                      RANK=str(rank_), WORLD_SIZE=str(world), LOCAL_RANK=str(rank_))
+                      RANK=str(rank_), WORLD_SIZE=str(world), LOCAL_RANK=str(rank_),
+                      ZEROLAB_PG_TIMEOUT_S=str(pg_timeout_s))
     try:
         torch.set_num_threads(threads)
         if backend == "nccl":

@@ -4,9 +4,10 @@ Run by benchmarks/step_time.py --ds-python (a separate venv with DeepSpeed: see
 record_loss_scaler_traces.py for how to make one); it starts itself under torchrun:
 
     DS_ACCELERATOR=cpu /path/to/dsvenv/bin/python -m torch.distributed.run --nproc_per_node 2 \\
-        benchmarks/ds_reference/ds_step_time.py --steps 50 --out result.json
+        benchmarks/ds_reference/ds_step_time.py --rounds 40 --steps 5 --out result.json
 
-Prints nothing; rank 0 writes {"torch DDP": seconds, "DeepSpeed stage 1": seconds, ...} (medians).
+The candidates take turns (step_models.round_robin). Prints nothing; rank 0 writes
+{"torch DDP": [seconds per round], "DeepSpeed stage 1": [...], ...} (medians of each round).
 """
 from __future__ import annotations
 
@@ -22,24 +23,13 @@ import torch.distributed as dist
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from step_models import ResMLP  # noqa: E402
-
-
-def timed(step, steps):
-    for _ in range(5):
-        step()
-    out = []
-    for _ in range(steps):
-        dist.barrier()
-        t0 = time.perf_counter()
-        step()
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out)
+from step_models import ResMLP, round_robin  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--steps", type=int, default=5, help="steps per candidate per round")
+    ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--out", required=True)
     a, _ = ap.parse_known_args()
@@ -49,7 +39,7 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(1 + rank)
     x, y = torch.randn(a.batch, ResMLP.WIDTH), torch.randn(a.batch, ResMLP.WIDTH)
-    res = {}
+    steps = {}
     from torch.nn.parallel import DistributedDataParallel as DDP
     ddp = DDP(ResMLP())
     opt = torch.optim.Adam(ddp.parameters(), lr=1e-4)
@@ -59,19 +49,21 @@ def main():
         ((ddp(x) - y) ** 2).mean().backward()
         torch.nn.utils.clip_grad_norm_(ddp.parameters(), 1.0)
         opt.step()
-    res["torch DDP"] = timed(ddp_step, a.steps)
+    steps["torch DDP"] = ddp_step
+    engines = []
     for stage in (1, 2, 3):
         cfg = {"train_batch_size": a.batch * world, "gradient_clipping": 1.0,
                "optimizer": {"type": "Adam", "params": {"lr": 1e-4, "torch_adam": True}},
                "zero_optimization": {"stage": stage}}
         model = ResMLP()
         engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+        engines.append(engine)
 
-        def ds_step():
+        def ds_step(engine=engine):
             engine.backward(((engine(x) - y) ** 2).mean())
             engine.step()
-        res[f"DeepSpeed stage {stage}"] = timed(ds_step, a.steps)
-        del engine
+        steps[f"DeepSpeed stage {stage}"] = ds_step
+    res = round_robin(steps, a.rounds, a.steps, torch.device("cpu"))
     if rank == 0:
         with open(a.out, "w") as f:
             json.dump(res, f)
