@@ -263,16 +263,19 @@ class Comm:
 
     def all_reduce(self, t: torch.Tensor, op=dist.ReduceOp.SUM, *, tag: str = "",
                    async_op: bool = False):
+        n = self.world_size
+        tr = self._shm(t) if n > 1 and op in _SHM_OPS else None
         if async_op:
-            work = dist.all_reduce(t, op=op, group=self.group, async_op=True) if self.world_size > 1 else None
+            if tr is not None:
+                work = tr.all_reduce(t, op, what=f"all_reduce {tag}", async_op=True)
+            else:
+                work = dist.all_reduce(t, op=op, group=self.group, async_op=True) if n > 1 else None
             return Pending(self, "all_reduce", t, t.numel(), tag, work)
         t0 = time.perf_counter()
-        if self.world_size > 1:
-            tr = self._shm(t) if op in _SHM_OPS else None
-            if tr is not None:
-                tr.all_reduce(t, op, what=f"all_reduce {tag}")
-            else:
-                dist.all_reduce(t, op=op, group=self.group)
+        if tr is not None:
+            tr.all_reduce(t, op, what=f"all_reduce {tag}")
+        elif n > 1:
+            dist.all_reduce(t, op=op, group=self.group)
         self._record("all_reduce", t, t0, tag)
         return t
 
@@ -284,9 +287,11 @@ class Comm:
             raise ValueError(f"reduce_scatter: input has {inp.numel()} elements, expected "
                              f"{n} x {out.numel()} (pad the flat buffer to a multiple of the world size)")
         tr = self._shm(inp) if n > 1 and op in _SHM_OPS and out.is_contiguous() else None
-        if async_op and tr is None and not (self._use_ring and op == dist.ReduceOp.SUM
-                                            and inp.device.type == "cpu"):
-            if n > 1:
+        ring = tr is None and n > 1 and self._use_ring and op == dist.ReduceOp.SUM and inp.device.type == "cpu"
+        if async_op and not ring:                  # (the ring blocks: it runs below)
+            if tr is not None:
+                work = tr.reduce_scatter(out, inp, op, what=f"reduce_scatter {tag}", async_op=True)
+            elif n > 1:
                 fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
                 work = fn(out, inp, op=op, group=self.group, async_op=True)
             else:
@@ -296,7 +301,7 @@ class Comm:
         t0 = time.perf_counter()
         if tr is not None:
             tr.reduce_scatter(out, inp, op, what=f"reduce_scatter {tag}")
-        elif n > 1 and self._use_ring and op == dist.ReduceOp.SUM and inp.device.type == "cpu":
+        elif ring:
             _ring_reduce_scatter_into(out, inp)
         elif n > 1:
             _reduce_scatter_base(out, inp, op, self.group)
@@ -311,8 +316,11 @@ class Comm:
         if out.numel() != inp.numel() * n:
             raise ValueError(f"all_gather: output has {out.numel()} elements, expected "
                              f"{n} x {inp.numel()}")
+        tr = self._shm(out) if n > 1 else None
         if async_op:
-            if n > 1:
+            if tr is not None:
+                work = tr.all_gather(out, inp, what=f"all_gather {tag}", async_op=True)
+            elif n > 1:
                 fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
                 work = fn(out, inp, group=self.group, async_op=True)
             else:
@@ -320,7 +328,6 @@ class Comm:
                 work = None
             return Pending(self, "all_gather", out, out.numel(), tag, work)
         t0 = time.perf_counter()
-        tr = self._shm(out) if n > 1 else None
         if tr is not None:
             tr.all_gather(out, inp, what=f"all_gather {tag}")
         elif n > 1:

@@ -11,21 +11,25 @@ thread has to run for a collective to finish.
 How it works, for N ranks:
 
 * **One segment**, made by rank 0 under ``/dev/shm`` (or the temp folder), mapped by every
-  rank and unlinked at once (nothing is left behind if a rank dies). It holds a flag per rank
-  and two halves of N slots, one slot per rank.
-* **A collective** = every rank copies its input into its slot of the current half, then
-  raises its flag to the collective's sequence number and waits until every flag has reached
-  it; then it reads what it needs from the others' slots. Sums are taken in rank order, so
-  every rank gets the same bits (an all-reduce's result is identical on all ranks).
-* **Two halves** alternate, so a rank can fill collective k+1's slot while a slower rank still
-  reads collective k. A rank that reaches collective k+2 has seen everyone arrive at k+1, and
-  so finish reading k, whose half it now reuses.
+  rank and unlinked at once (nothing is left behind if a rank dies). It holds two flags per
+  rank and ``ROUNDS`` rounds of N slots, one slot per rank.
+* **A collective has two halves.** *Post*: the rank copies its input into its slot of the
+  round, then raises its flag to the collective's sequence number. *Complete*: it waits until
+  every flag has reached that number, reads what it needs from the others' slots, and raises
+  its *done* flag. A blocking call does both at once; an asynchronous one (``async_op``, for
+  ``overlap_comm`` and stage 3's prefetch) posts now and completes at ``wait()``, so the rank
+  computes while the others catch up, and nothing else has to run meanwhile.
+* **Sums are taken in rank order**, so every rank gets the same bits (an all-reduce's result
+  is identical on all ranks; at 2 ranks it is gloo's, bit for bit).
+* **Rounds are reused** in turn: before posting collective s into the round of s - ROUNDS a
+  rank waits until every rank is done reading that one (it completes its own first).
 * **Waiting** spins, yielding the core (``sched_yield``), then sleeps briefly if a peer is
-  far behind; after the process group's timeout it raises :class:`ShmTimeout` naming the ranks
-  that never arrived.
-* Tensors larger than a slot go through in pieces. Only x86-64 (whose stores are seen in
-  program order), one machine, and no more ranks than cores (a spinning rank must not take a
-  core from the one it waits for); otherwise :func:`transport` returns None and gloo is used.
+  far behind; a peer whose process has exited is named within a fraction of a second, one
+  that never arrives after the process group's timeout (:class:`ShmTimeout`).
+* Tensors larger than a slot go through in pieces, at once. Only x86-64 (whose stores are
+  seen in program order), one machine, and no more ranks than usable cores (a spinning rank
+  must not take a core from the one it waits for); otherwise :func:`transport` returns None
+  and gloo is used. ``ZEROLAB_SHM=0`` turns it off.
 """
 from __future__ import annotations
 
@@ -44,6 +48,7 @@ import torch.distributed as dist
 __all__ = ["ShmTransport", "ShmTimeout", "transport", "made", "enabled"]
 
 _LINE = 64                            # one cache line per rank's flag
+ROUNDS = 4                            # collectives whose slots can be in use at once
 _BUDGET = 32 << 20                    # bytes of slots in all (Docker's /dev/shm is 64 MiB)
 
 
@@ -86,8 +91,8 @@ class ShmTransport:
     def __init__(self, timeout_s: float | None = None, budget: int = _BUDGET):
         self.n, self.rank = dist.get_world_size(), dist.get_rank()
         self.timeout_s = timeout_s or float(os.environ.get("ZEROLAB_PG_TIMEOUT_S", 1800))
-        self.slot = max(_LINE, (budget // (2 * self.n)) // _LINE * _LINE)
-        size = _LINE * self.n + 2 * self.n * self.slot
+        self.slot = max(_LINE, (budget // (ROUNDS * self.n)) // _LINE * _LINE)
+        size = 2 * _LINE * self.n + ROUNDS * self.n * self.slot
         folder = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
         path = [None]
         if self.rank == 0:
@@ -112,100 +117,110 @@ class ShmTransport:
             if self._map is not None:
                 self._map.close()
             raise OSError("a rank could not map the shared memory segment")
-        self.flags = np.ndarray((self.n, _LINE // 8), dtype=np.int64, buffer=self._map)[:, 0]
-        self.data = torch.frombuffer(self._map, dtype=torch.uint8, offset=_LINE * self.n,
-                                     count=2 * self.n * self.slot).view(2, self.n, self.slot)
+        lines = np.ndarray((2, self.n, _LINE // 8), dtype=np.int64, buffer=self._map)
+        self.flags = lines[0, :, 0]          # flags[r]: the last collective rank r has posted
+        self.done = lines[1, :, 0]           # done[r]: rank r has read everything up to here
+        self.data = torch.frombuffer(self._map, dtype=torch.uint8, offset=2 * _LINE * self.n,
+                                     count=ROUNDS * self.n * self.slot).view(ROUNDS, self.n, self.slot)
         self.seq = 0
-        self.what = ""
+        self._unread: dict[int, object] = {}           # posted, not yet completed: seq -> Handle
         self.pids = [None] * self.n                    # to tell a dead peer from a slow one
         dist.all_gather_object(self.pids, os.getpid())
 
-    # -- the protocol ------------------------------------------------------------------------
-    def _slots(self, dtype: torch.dtype, numel: int) -> torch.Tensor:
-        """The N slots of the next collective's half, as ``numel`` elements of ``dtype`` each."""
+    # -- the protocol: post (write my slot, raise my flag), then complete (wait, read) -------
+    def _post(self, what: str, dtype: torch.dtype, numel: int, fill, read) -> "Handle":
+        """Start collective ``seq + 1``: ``fill(slots)`` writes this rank's slot, then the flag
+        goes up. ``read(slots)`` runs at completion, once every rank has posted."""
+        s = self.seq = self.seq + 1
+        if s > ROUNDS:                         # this round's slots were collective s - ROUNDS's:
+            old = self._unread.get(s - ROUNDS)  # everyone must have read them
+            if old is not None:
+                old.wait()
+            self._wait(self.done, s - ROUNDS, s, what)
         nbytes = numel * torch.empty((), dtype=dtype).element_size()
-        return self.data[(self.seq + 1) % 2, :, :nbytes].view(dtype)
+        slots = self.data[s % ROUNDS, :, :nbytes].view(dtype)
+        fill(slots)
+        self.flags[self.rank] = s
+        h = Handle(self, s, what, slots, read)
+        self._unread[s] = h
+        return h
 
-    def _arrive(self) -> None:
-        """Raise this rank's flag and wait until every rank has raised its own as far."""
-        self.seq += 1
-        s = self.seq
-        flags = self.flags
-        flags[self.rank] = s
-        if flags.min() >= s:
+    def _complete(self, h: "Handle") -> None:
+        self._wait(self.flags, h.seq, h.seq, h.what)
+        h.read(h.slots)
+        del self._unread[h.seq]
+        self.done[self.rank] = min(self._unread, default=self.seq + 1) - 1
+
+    def _wait(self, flags, level: int, seq: int, what: str) -> None:
+        """Until every rank's ``flags`` reach ``level``: spin yielding the core, then sleep a
+        little; name a dead peer at once and a missing one after the timeout."""
+        if flags.min() >= level:
             return
         spins, t0 = 0, time.monotonic()
-        while flags.min() < s:
+        while flags.min() < level:
             spins += 1
             if spins < 20_000:
                 os.sched_yield()
                 continue
             time.sleep(50e-6)
             if spins % 2_000 == 0:                     # every 0.1-0.2 s: has a peer died?
-                late = [r for r in range(self.n) if flags[r] < s]
-                dead = [r for r in late if not _alive(self.pids[r])]
+                dead = [r for r in range(self.n) if flags[r] < level and not _alive(self.pids[r])]
                 if dead:
-                    raise ShmTimeout(f"rank {self.rank} waited in collective #{s} ({self.what}) for "
+                    raise ShmTimeout(f"rank {self.rank} waited in collective #{seq} ({what}) for "
                                      f"rank(s) {dead}, whose process has exited")
             if time.monotonic() - t0 > self.timeout_s:
-                late = [r for r in range(self.n) if flags[r] < s]
+                late = [r for r in range(self.n) if flags[r] < level]
                 raise ShmTimeout(
-                    f"rank {self.rank} waited {self.timeout_s:.0f} s in collective #{s} ({self.what}) "
+                    f"rank {self.rank} waited {self.timeout_s:.0f} s in collective #{seq} ({what}) "
                     f"for rank(s) {late}, which never reached it: a rank crashed, hangs, or issued "
                     "different collectives (a branch taken on one rank only)")
 
-    def _elems(self, t: torch.Tensor) -> int:
-        """How many elements of ``t``'s dtype fit in a slot."""
-        return self.slot // t.element_size()
+    def _pieces(self, t: torch.Tensor, total: int, per: int = 1):
+        """Ranges [a, b) of ``total`` elements, each fitting a slot (``per`` of them per slot)."""
+        step = max(1, self.slot // t.element_size() // per)
+        return [(a, min(a + step, total)) for a in range(0, total, step)]
 
-    # -- the collectives (contiguous CPU tensors, in place like torch.distributed) -----------
-    def all_gather(self, out: torch.Tensor, inp: torch.Tensor, what: str = "all_gather") -> None:
-        self.what = what
-        src, dst = inp.reshape(-1), out.view(self.n, -1)
-        step = self._elems(inp)
-        for a in range(0, src.numel(), step):
-            b = min(a + step, src.numel())
-            slots = self._slots(inp.dtype, b - a)
-            slots[self.rank].copy_(src[a:b])
-            self._arrive()
-            dst[:, a:b].copy_(slots)
+    def _run(self, posts, async_op: bool):
+        """Post each piece; complete them now, or (one piece, ``async_op``) when waited for."""
+        if async_op and len(posts) == 1:
+            return posts[0]()
+        for post in posts:
+            post().wait()
+        return Handle.DONE
+
+    # -- the collectives (CPU tensors, in place like torch.distributed) ----------------------
+    # Each returns a Handle; with async_op the rank may compute until handle.wait(), and must
+    # not touch the tensors before (a tensor larger than a slot is done at once, in pieces).
+    def all_gather(self, out: torch.Tensor, inp: torch.Tensor, what: str = "all_gather",
+                   async_op: bool = False):
+        src, dst, r = inp.reshape(-1), out.view(self.n, -1), self.rank
+        return self._run([lambda a=a, b=b: self._post(
+            what, inp.dtype, b - a, lambda sl: sl[r].copy_(src[a:b]),
+            lambda sl: dst[:, a:b].copy_(sl)) for a, b in self._pieces(inp, src.numel())], async_op)
 
     def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op=dist.ReduceOp.SUM,
-                       what: str = "reduce_scatter") -> None:
-        self.what = what
-        src, dst = inp.view(self.n, -1), out.view(-1)
-        step = self._elems(inp) // self.n
-        for a in range(0, dst.numel(), step):
-            b = min(a + step, dst.numel())
-            slots = self._slots(inp.dtype, self.n * (b - a))
-            slots[self.rank].view(self.n, b - a).copy_(src[:, a:b])
-            self._arrive()
-            mine = slots.view(self.n, self.n, b - a)[:, self.rank]
-            _reduce_into(dst[a:b], mine, op)
+                       what: str = "reduce_scatter", async_op: bool = False):
+        n, r = self.n, self.rank
+        src, dst = inp.view(n, -1), out.view(-1)
+        return self._run([lambda a=a, b=b: self._post(
+            what, inp.dtype, n * (b - a), lambda sl: sl[r].view(n, b - a).copy_(src[:, a:b]),
+            lambda sl: _reduce_into(dst[a:b], sl.view(n, n, b - a)[:, r], op))
+            for a, b in self._pieces(inp, dst.numel(), per=n)], async_op)
 
-    def all_reduce(self, t: torch.Tensor, op=dist.ReduceOp.SUM, what: str = "all_reduce") -> None:
-        self.what = what
-        flat = t.view(-1)
-        step = self._elems(t)
-        for a in range(0, flat.numel(), step):
-            b = min(a + step, flat.numel())
-            slots = self._slots(t.dtype, b - a)
-            slots[self.rank].copy_(flat[a:b])
-            self._arrive()
-            _reduce_into(flat[a:b], slots, op)
+    def all_reduce(self, t: torch.Tensor, op=dist.ReduceOp.SUM, what: str = "all_reduce",
+                   async_op: bool = False):
+        flat, r = t.view(-1), self.rank
+        return self._run([lambda a=a, b=b: self._post(
+            what, t.dtype, b - a, lambda sl: sl[r].copy_(flat[a:b]),
+            lambda sl: _reduce_into(flat[a:b], sl, op)) for a, b in self._pieces(t, flat.numel())],
+            async_op)
 
-    def broadcast(self, t: torch.Tensor, src: int, what: str = "broadcast") -> None:
-        self.what = what
-        flat = t.view(-1)
-        step = self._elems(t)
-        for a in range(0, flat.numel(), step):
-            b = min(a + step, flat.numel())
-            slots = self._slots(t.dtype, b - a)
-            if self.rank == src:
-                slots[src].copy_(flat[a:b])
-            self._arrive()
-            if self.rank != src:
-                flat[a:b].copy_(slots[src])
+    def broadcast(self, t: torch.Tensor, src: int, what: str = "broadcast"):
+        flat, r = t.view(-1), self.rank
+        return self._run([lambda a=a, b=b: self._post(
+            what, t.dtype, b - a, lambda sl: sl[src].copy_(flat[a:b]) if r == src else None,
+            lambda sl: flat[a:b].copy_(sl[src]) if r != src else None)
+            for a, b in self._pieces(t, flat.numel())], False)
 
     def close(self) -> None:
         self.data = self.flags = None
@@ -214,6 +229,24 @@ class ShmTransport:
         except BufferError:               # a view still exists somewhere; the OS frees it at exit
             pass
 
+
+class Handle:
+    """A posted collective: :meth:`wait` waits for every rank's post, then reads."""
+
+    def __init__(self, tr, seq: int, what: str, slots, read):
+        self.tr, self.seq, self.what, self.slots, self.read = tr, seq, what, slots, read
+        self.finished = tr is None
+
+    def wait(self) -> None:
+        if not self.finished:
+            self.finished = True
+            self.tr._complete(self)
+
+    def is_completed(self) -> bool:
+        return self.finished
+
+
+Handle.DONE = Handle(None, 0, "", None, None)
 
 REDUCE_OPS = (dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.MIN)
 
