@@ -46,7 +46,9 @@ A shout that the whole crew makes together is a **collective**.
 How the shouting travels is the **backend**:
 
 * **gloo** is shouting down the hallway: it works on any machine, between CPU processes,
-  over ordinary sockets (here on the loopback address, 127.0.0.1).
+  over ordinary sockets (here on the loopback address, 127.0.0.1). When the engine trains on
+  CPU ranks of one machine it passes notes on a shared board instead (shared memory, chapter 6):
+  the same collectives, without the sockets.
 * **NCCL** is an intercom wired between GPUs (NVLink, PCIe, InfiniBand): much faster, but it
   needs one GPU per rank.
 

@@ -261,9 +261,11 @@ plt.show()
 md("""
 ## 3 · The engine's own ledger: one step of DDP
 
-The engine does not hand-roll its collectives: it calls the library's all-reduce (NCCL or gloo,
-which choose their own ring or tree algorithms inside) through its `Comm`, and the `Comm` writes
-**every call into a ledger**. Its "wire bytes" column counts what a ring would send per rank, the
+The engine does not use the teaching ring: it calls NCCL on GPUs (which chooses its own ring or
+tree algorithm inside) and, between CPU ranks on one machine, zerolab's shared-memory collectives
+(`zerolab/shm.py`: each rank copies its part into a shared slot, the others read it; gloo where
+that is not possible), always through its `Comm`, and the `Comm` writes **every call into a
+ledger**. Its "wire bytes" column counts what a ring would send per rank, the
 convention above, so the engine's traffic can be set beside the formula.
 
 We run one training step in **mixed precision** (bf16 parameters and gradients, fp32 master

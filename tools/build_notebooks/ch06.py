@@ -73,7 +73,7 @@ from zerolab import bench
 from zerolab.models import MLP, mse_loss, regression_batches
 from zerolab.reference import train_engine
 
-crew = zerolab.Crew(2, threads=1)      # two ranks for the whole chapter (gloo, on this CPU)
+crew = zerolab.Crew(2, threads=1)      # two ranks for the whole chapter (on this CPU)
 N = crew.world_size
 print(f"{N} ranks started")
 """),
@@ -95,7 +95,7 @@ SIZES = [1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 <
 rounds = [crew.run(bench.measure, SIZES, 5, ("all_reduce",))[0] for _ in range(3)]
 # [op, wire bytes, seconds]: noise only ever adds time, so keep each size's fastest round
 rows = [[op, s, min(r[i][2] for r in rounds)] for i, (op, s, _) in enumerate(rounds[0])]
-fit = bench.fit(rows, N, "gloo")
+fit = bench.fit(rows, N, "cpu")
 t = {int(r[1]): r[2] for r in rows}
 print(f"measured: all-reduce at {len(rows)} sizes, {SIZES[0]:,} to {SIZES[-1]:,} bytes of float32")
 print(f"1 MiB takes less than 100x as long as 1 KiB (1,024x the bytes): {t[1 << 20] < 100 * t[1 << 10]}")
@@ -121,8 +121,11 @@ md("""
 (On a busy machine a point or two may still sit far above the line: the fit weighs each point
 by its relative error, so one stray point moves it little.) Below about α·β bytes (the dotted
 line) the line is flat: a call costs α whatever it carries.
-Only past it does the size start to matter. On this machine, two processes on one CPU, α is the
-cost of Python, the gloo library and the operating system waking the other rank; on GPUs with
+Only past it does the size start to matter. Here, ranks on one machine's CPU, the engine's
+collectives go through shared memory (`zerolab/shm.py`: each rank copies its part into a shared
+slot and raises a flag; the others read once every flag is up), and α is the cost of Python and
+of the ranks noticing each other's flags (over gloo's sockets, the fallback, it is the operating
+system waking a thread at each end, several times more); on GPUs with
 NCCL α is a few microseconds to tens of microseconds, and β hundreds of GB/s inside a node, but
 the shape is the same and so is the lesson: **many small calls pay α many times.**
 
@@ -293,7 +296,7 @@ on producing the next buckets' gradients while it travels: that communication is
 collective, each asynchronous one and each wait for it; `timeline.summary()` splits a step into
 compute, exposed and hidden communication, and `timeline.plot()` draws it as a Gantt chart.
 
-**Predict, then run.** On this machine (2 CPU cores, gloo), stage 0 and stage 2 with
+**Predict, then run.** On this machine (CPU ranks talking through shared memory), stage 0 and stage 2 with
 `overlap_comm` on and off, 10 buckets per step: will any communication be hidden? In which runs?
 Will the step be faster with overlap?
 """),
@@ -322,16 +325,18 @@ for (stage, ov), steps in timelines.items():
 md("""
 What this machine shows, honestly:
 
-- **Stage 0 with overlap**: the all-reduces are issued asynchronously during backward (the green
-  *async* row runs beside the blue *backward* span) and part of their time is hidden. Without
-  overlap every call is blocking (orange) and exposed.
-- **Stage 2 on gloo**: zerolab's reduce-scatter on CPU is its own ring over send/recv (faster
-  than gloo's), and it **blocks**: with or without `overlap_comm`, nothing is hidden. The same
-  code with NCCL on GPUs issues it asynchronously.
-- **Hidden is not free here.** On two shared CPU cores, gloo's communication thread and the
-  backward computation compete for the same cores, so a "hidden" all-reduce still slows the
-  computation beside it, and the step may not be faster at all; compare the totals in the titles,
-  and run the cell again to see how much they move.
+- **With overlap**, at stage 0 (all-reduce) and stage 2 (reduce-scatter) alike, each bucket's
+  collective is *posted* during backward: the rank copies its part into its shared slot, raises
+  its flag and goes on computing; it reads the others' parts when the bucket's turn to be waited
+  for comes (the green *async* row runs beside the blue *backward* span; the short *wait* marks
+  are what was left to wait for). Without overlap every call is blocking (orange) and exposed.
+- **What "hidden" means here.** On CPU nothing else moves the bytes: the rank copies them itself,
+  in the post and in the read. What overlap hides is the *waiting*: the time until the other
+  rank has posted its part too. So the step may not be much faster; compare the totals in the
+  titles, and run the cell again to see how much they move.
+- **Where shared memory cannot be used** (an ARM CPU, more ranks than cores, `ZEROLAB_SHM=0`)
+  the collectives fall back to gloo; there zerolab's reduce-scatter is its own ring of
+  send/recv, which blocks, and stage 2 hides nothing.
 
 On a GPU with NCCL the picture changes: the collective runs on its own CUDA stream and on the
 network hardware, the backward kernels keep the compute units busy, and an overlapped bucket
@@ -355,7 +360,7 @@ print(f"            with 4 micro-batches stage 1 {row[1, True, 4]:.2f} psi, stag
       f"(2 and 5)")
 hid = {k: all(tl.summary()["hidden_comm"] > 0 for _, tl in v) for k, v in timelines.items()}
 print(f"overlap     hidden communication: stage 0 on {hid[0, True]}, off {hid[0, False]}; "
-      f"stage 2 on gloo, on {hid[2, True]}, off {hid[2, False]}")
+      f"stage 2 on {hid[2, True]}, off {hid[2, False]}")
 """),
 md("""
 - A collective costs **α + S/β**: a fixed price per call plus the bytes over the bandwidth. Below
@@ -365,8 +370,9 @@ md("""
 - **Reduce-scatter** moves 2Ψ per step where DeepSpeed's default all-reduce moves 3Ψ; stage 2
   with gradient accumulation reduces every micro-batch and moves more than stage 1.
 - **Overlap** (`overlap_comm`) hides communication behind backward when the collective can run
-  asynchronously and has its own resources: on GPUs with NCCL, yes; here, partly (stage 0) or
-  not at all (stage 2's reduce-scatter on gloo).
+  asynchronously: on GPUs with NCCL, on its own stream and hardware; here, the waiting for the
+  other rank (each rank still copies its own bytes), and not at all with the gloo fallback's
+  blocking ring.
 
 ## Questions
 
