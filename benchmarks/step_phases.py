@@ -5,8 +5,9 @@ batch 32 per rank, 2 ranks). Per variant, the median over steps (2 interleaved r
 forward, backward (DDP's all-reduce overlaps it), the boundary reduce (stages 0-1), the
 optimizer step's own collectives and checks ("stats+": the overflow / norm all-reduce and the
 rest of engine.step), the optimizer step (home.step) and publish (the parameter all-gather of
-stages 1-2). Then the spread of one 1.3 MB all-reduce, torch.distributed's and zerolab's Comm
-alike, over 20 calls x 3 repeats.
+stages 1-2). Then the spread of one 1.3 MB all-reduce over 20 calls x 3 repeats:
+torch.distributed's (gloo: TCP over loopback and its worker threads) beside zerolab's Comm
+(shared memory between the ranks, zerolab/shm.py, where the machine allows it).
 
     python benchmarks/step_phases.py
 """
@@ -116,6 +117,6 @@ if __name__ == "__main__":
     for v, ph in res["phases"].items():
         name = "torch DDP" if v == "ddp" else f"zerolab stage {v}"
         print(f"  {name:16}" + "  ".join(f"{k} {ms:.2f}" for k, ms in ph.items()))
-    print("one 1.3 MB all-reduce, median ms of 20 calls, in 3 repeats:")
+    print("one 1.3 MB all-reduce, median ms of 20 calls, in 3 repeats (gloo, then zerolab's Comm):")
     for name, ms in res["all_reduce"].items():
         print(f"  {name:16}" + "  ".join(f"{m:.2f}" for m in ms))

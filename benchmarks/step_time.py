@@ -13,6 +13,10 @@ processes, in turns with its own torch DDP (ds_reference/ds_step_time.py).
     python benchmarks/step_time.py [--repeats 2] [--rounds 40] [--steps 5] [--world 2]
         [--ds-python /path/to/dsvenv/bin/python]     # adds DeepSpeed stages 1-3 (own processes)
         [--torch-zero]                               # adds ZeroRedundancyOptimizer and FSDP2
+        [--no-gloo-rows]                             # leaves out zerolab's stages over gloo
+
+zerolab's engines talk through shared memory between CPU ranks on one machine (zerolab/shm.py);
+the "(gloo)" rows are the same engines with their collectives over gloo, as torch DDP's are.
 
 Wire bytes per step come from zerolab's ledger (in units of Psi x 4 B, divided by the ring factor
 (N-1)/N: DDP's all-reduce is 2).
@@ -26,16 +30,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 import zerolab
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from step_models import ResMLP, make_model, round_robin  # noqa: E402,F401  (make_model: checkpoint_bench)
+from step_models import ResMLP, round_robin  # noqa: E402
 
 
 def bench(batch, rounds, per_round, torch_zero, variants):
@@ -70,11 +72,14 @@ def bench(batch, rounds, per_round, torch_zero, variants):
                 fully_shard(m)
         fully_shard(model)
         steps["torch FSDP2"] = torch_step(model, torch.optim.Adam(model.parameters(), lr=1e-4))
-    for name, stage, zero in variants:
+    from zerolab.comm import Comm
+    for name, stage, zero, shm in variants:
         cfg = {"train_batch_size": batch * info.world_size, "gradient_clipping": 1.0,
                "optimizer": {"type": "Adam", "params": {"lr": 1e-4}},
                "zero_optimization": {"stage": stage, **zero}}
+        Comm.shm_on_cpu = shm                       # False: this engine's collectives over gloo
         engine = engines[name] = zerolab.initialize(ResMLP(), cfg)
+        Comm.shm_on_cpu = True
 
         def z_step(engine=engine):
             engine.backward(loss_fn(engine(x), y))
@@ -91,10 +96,13 @@ def bench(batch, rounds, per_round, torch_zero, variants):
     return times, wire
 
 
-VARIANTS = [("zerolab stage 0", 0, {}), ("zerolab stage 0 + overlap", 0, {"overlap_comm": True}),
-            ("zerolab stage 1", 1, {}), ("zerolab stage 2", 2, {}),
-            ("zerolab stage 2 + overlap", 2, {"overlap_comm": True}),
-            ("zerolab stage 3", 3, {})]
+VARIANTS = [("zerolab stage 0", 0, {}, True), ("zerolab stage 0 + overlap", 0, {"overlap_comm": True}, True),
+            ("zerolab stage 1", 1, {}, True), ("zerolab stage 2", 2, {}, True),
+            ("zerolab stage 2 + overlap", 2, {"overlap_comm": True}, True),
+            ("zerolab stage 3", 3, {}, True)]
+# the same engines with their collectives over gloo (ZEROLAB_SHM=0): what the transport is worth
+OVER_GLOO = [(f"{name} (gloo)", stage, zero, False) for name, stage, zero, _ in VARIANTS
+             if "overlap" not in name]
 
 
 def deepspeed_run(python, world, rounds, steps, batch) -> dict:
@@ -125,6 +133,7 @@ def main() -> None:
     ap.add_argument("--ds-python", default=None, help="python of a venv with deepspeed==0.19.8")
     ap.add_argument("--torch-zero", action="store_true", help="add ZeroRedundancyOptimizer and FSDP2")
     ap.add_argument("--backend", default="auto")
+    ap.add_argument("--no-gloo-rows", action="store_true", help="skip the engines over gloo")
     a = ap.parse_args()
     ratios: dict[str, list] = {}
     ms: dict[str, list] = {}
@@ -137,7 +146,8 @@ def main() -> None:
             ms.setdefault(rename(name), []).extend(per_round)
 
     for r in range(a.repeats):
-        times, w = zerolab.launch(bench, a.world, a.batch, a.rounds, a.steps, a.torch_zero, VARIANTS,
+        variants = VARIANTS + ([] if a.no_gloo_rows else OVER_GLOO)
+        times, w = zerolab.launch(bench, a.world, a.batch, a.rounds, a.steps, a.torch_zero, variants,
                                   backend=a.backend, timeout=1800, echo=False)[0]
         add(times, "torch DDP")
         wire.update(w)
@@ -145,13 +155,14 @@ def main() -> None:
             add(deepspeed_run(a.ds_python, a.world, a.rounds, a.steps, a.batch), "torch DDP",
                 lambda n: n if n != "torch DDP" else "torch DDP (DeepSpeed's processes)")
         print(f"repeat {r + 1}/{a.repeats} done", file=sys.stderr)
-    print(f"{a.world} ranks, backend {zerolab.crew.resolve_backend(a.backend, a.world)}, ResMLP {psi:,} params "
+    print(f"{a.world} ranks, backend {zerolab.crew.resolve_backend(a.backend, a.world)} (zerolab: shared memory "
+          f"unless marked gloo), ResMLP {psi:,} params "
           f"(fp32, Adam, clip 1.0), batch {a.batch} per rank; {a.repeats} x {a.rounds} rounds of {a.steps} steps "
           "per candidate, in turns; medians")
     print(f"{'':36}{'step ms':>9}{'x DDP':>8}{'x DeepSpeed':>13}{'wire (Psi)':>12}")
     for name in ratios:
         x = statistics.median(ratios[name])
-        stage = name.split("stage ")[-1][:1] if "zerolab stage" in name else None
+        stage = name.split("stage ")[-1][:1] if "zerolab stage" in name and "gloo" not in name else None
         ds = ratios.get(f"DeepSpeed stage {stage}")
         vs = f"{x / statistics.median(ds):.2f}" if ds and stage in "123" else ""
         w = f"{wire[name] / (psi * 4):.2f}" if name in wire else ""
