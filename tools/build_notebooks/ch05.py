@@ -484,7 +484,7 @@ backward, and by the step, which writes the updated values into it (the embeddin
 tied output head gathers it again in forward), then written back once.
 
 On this machine the timeline is dominated by what every stage-3 run pays here: the gathers of
-the parameters (blocking collectives on gloo, the ranks waiting for each other). The host step
+the parameters (blocking collectives, the ranks waiting for each other). The host step
 sits at the end, inside the `step` span, a bar per sub-group, with the NVMe reads and writes of
 the sub-groups running beside it on the I/O threads (the zoomed panel, sub-groups numbered):
 with `pipeline_read` the next sub-group's files are read while this one steps, and with

@@ -675,7 +675,7 @@ md(r"""
 Time depends on the machine, so it is only drawn, never printed. Left: step time measured here,
 stage 2, the same global batch of 12 sequences. What you see depends on your machine: on a
 laptop the ranks share a few CPU cores and the model is tiny, so a step is mostly fixed overhead
-(Python, gloo's collectives) and extra ranks rarely make it faster; past the number of cores
+(Python, the collectives) and extra ranks rarely make it faster; past the number of cores
 they slow each other down. That is a fact about *this* machine, not about ZeRO. Right: zerolab's
 scale simulator (`zerolab.simulate`, the same formulas, published link and GPU figures) for a
 1.3-billion-parameter model on A100s over 100 Gb/s Ethernet, global batch 64 sequences of 2,048

@@ -237,7 +237,7 @@ Now the step itself, with everything on NVMe, sub-groups of at most 1,000 elemen
 pipelines on. The rows of the timeline say when the bytes moved: parameter shards read from
 their files at each gather (forward and backward), the optimizer states read, stepped and
 written back sub-group by sub-group. The time split is measured (and so is only drawn, never
-printed): on a laptop it is mostly gloo.
+printed): on a laptop it is mostly the collectives and Python.
 """),
 code(r"""
 p = lab.placement(2, 3, "nvme", "nvme", sub_group_size=1000, pipeline_read=True, pipeline_write=True, pool=pool)
