@@ -83,10 +83,13 @@ def test_a_rank_that_never_arrives_is_named_after_the_timeout():
 
 
 def test_disabled_by_env_or_more_ranks_than_cores(monkeypatch):
+    monkeypatch.delenv("ZEROLAB_SHM", raising=False)
     assert not shm.enabled(1)
     assert not shm.enabled(10 ** 6)
     monkeypatch.setenv("ZEROLAB_SHM", "0")
     assert not shm.enabled(2)
+    monkeypatch.setenv("ZEROLAB_SHM", "force")
+    assert shm.enabled(10 ** 6) == shm.enabled(2)        # any count, where the CPU allows it
 
 
 def train(stage, use_shm):
