@@ -24,12 +24,14 @@ How it works, for N ranks:
 * **Rounds are reused** in turn: before posting collective s into the round of s - ROUNDS a
   rank waits until every rank is done reading that one (it completes its own first).
 * **Waiting** spins, yielding the core (``sched_yield``), then sleeps briefly if a peer is
-  far behind; a peer whose process has exited is named within a fraction of a second, one
-  that never arrives after the process group's timeout (:class:`ShmTimeout`).
+  far behind. With more ranks than usable cores (affinity and cgroup quota) it sleeps almost
+  at once: a spinning rank must not take the core of the rank it waits for. A peer whose
+  process has exited is named within a fraction of a second, one that never arrives after the
+  process group's timeout (:class:`ShmTimeout`).
 * Tensors larger than a slot go through in pieces, at once. Only x86-64 (whose stores are
-  seen in program order), one machine, and no more ranks than usable cores (a spinning rank
-  must not take a core from the one it waits for); otherwise :func:`transport` returns None
-  and gloo is used. ``ZEROLAB_SHM=0`` turns it off.
+  seen in program order) and one machine; otherwise :func:`transport` returns None and gloo
+  is used. ``ZEROLAB_SHM=0`` turns it off. The choice does not depend on the core count, so a
+  crew computes the same bits, in the same order, on a laptop and on a large server.
 """
 from __future__ import annotations
 
@@ -58,13 +60,11 @@ class ShmTimeout(RuntimeError):
 
 def enabled(world_size: int) -> bool:
     """Can the ranks of this process's default group use shared memory? (Rank-independent
-    checks only; :func:`transport` also checks that all ranks share one machine.)"""
-    mode = os.environ.get("ZEROLAB_SHM", "auto")      # auto | 0 (never) | force (any core count)
-    if mode == "0" or world_size < 2:
+    checks only; :func:`transport` also checks that all ranks share one machine.) Not on a CPU
+    other than x86-64, nor with ``ZEROLAB_SHM=0``."""
+    if os.environ.get("ZEROLAB_SHM", "1") == "0" or world_size < 2:
         return False
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
-    return mode == "force" or world_size <= usable_cores()
+    return platform.machine().lower() in ("x86_64", "amd64")
 
 
 def usable_cores() -> int:
@@ -122,6 +122,8 @@ class ShmTransport:
         self.done = lines[1, :, 0]           # done[r]: rank r has read everything up to here
         self.data = torch.frombuffer(self._map, dtype=torch.uint8, offset=2 * _LINE * self.n,
                                      count=ROUNDS * self.n * self.slot).view(ROUNDS, self.n, self.slot)
+        # spin (yielding) while every rank has a core of its own, else sleep almost at once
+        self.spin_limit = 20_000 if self.n <= usable_cores() else 50
         self.seq = 0
         self._unread: dict[int, object] = {}           # posted, not yet completed: seq -> Handle
         self.pids = [None] * self.n                    # to tell a dead peer from a slow one
@@ -159,7 +161,7 @@ class ShmTransport:
         spins, t0 = 0, time.monotonic()
         while flags.min() < level:
             spins += 1
-            if spins < 20_000:
+            if spins < self.spin_limit:
                 os.sched_yield()
                 continue
             time.sleep(50e-6)

@@ -995,13 +995,15 @@ for n in (2, 3, 4):
 """),
 md(r"""
 One process that adds up N micro-batches is just as far from the whole-batch run as the N
-ranks are. At N = 2 it lands exactly where the 2 ranks land, bit for bit: halving a gradient
-is exact in binary, and a + b = b + a. At N = 3 and 4 it lands close to them but not on them,
-because the order of the sums differs (one process adds micro-batch after micro-batch, the
-ring adds in its own order), and at N = 3 even the place of a division matters: gradient
-accumulation divides the loss by 3 before backward, the ranks divide their gradients by 3
-before adding them, and 1/3 is not exact in binary. So the difference is not ZeRO's: it is the
-order in which each gradient element is summed, which changes its last bits.
+ranks are. At N = 2 and N = 4 it lands exactly where the ranks land, bit for bit: zerolab's
+collectives between CPU ranks add the ranks' gradients in rank order (rank 0's, plus rank 1's,
+plus ...), the very order in which one process adds its micro-batches, and dividing by 2 or 4
+is exact in binary. At N = 3 it lands close to them but not on them: gradient accumulation
+divides the loss by 3 before backward, the ranks divide their gradients by 3 before adding
+them, and 1/3 is not exact in binary. A ring all-reduce (gloo's, NCCL's; zerolab's own on a
+CPU without shared memory) adds in yet another order, and then N = 4 lands close, not on it.
+So the difference is not ZeRO's: it is the order of the sums and the place of a division,
+which change each gradient element's last bits.
 
 ## SGD passes the last bits on; AdamW amplifies them
 
