@@ -34,18 +34,19 @@ def steps(stage, n_steps):
 
 
 def test_prediction_matches_measured_communication_within_the_band(tmp_path):
-    """Band: measured / predicted within [1/4, 6] (median over 5 steps). The fit is measured with
-    a barrier before each call; inside a step a rank's recorded time also includes waiting for
-    the other rank to arrive (skew), so measured runs above predicted, more so on a loaded
-    machine (seen here: 1.2-3.4 with other jobs on the 2 cores). A model with the wrong calls
-    or bytes is off by far more: the stage-3 step has 3x the calls of stage 2."""
+    """Band: measured / predicted within [1/4, 6] (median over 5 steps). Measured: the seconds of
+    the step's records less what they spent waiting for the other rank to arrive (``waited``,
+    known on the shared-memory path; waiting is skew, not communication, and the fit leaves it
+    out too). Over gloo the wait cannot be told apart, so measured runs above predicted, more so
+    on a loaded machine (seen here: 1.2-3.4 with other jobs on the 2 cores). A model with the
+    wrong calls or bytes is off by far more: the stage-3 step has 3x the calls of stage 2."""
     f = bench.run(2, sizes_bytes=(4 << 10, 256 << 10, 2 << 20, 8 << 20), repeats=7)
     f.save(tmp_path / "fit.json")
     f = bench.Fit.load(tmp_path / "fit.json")
     assert set(f.ops) == set(bench.OPS) and all(v["beta_Bps"] > 0 for v in f.ops.values())
     for stage in (2, 3):
         ledgers = zerolab.launch(steps, 2, stage, 5, echo=False, timeout=120)[0]
-        ratios = [sum(r.seconds for r in led.records) / f.predict(led) for led in ledgers]
+        ratios = [sum(r.seconds - r.waited for r in led.records) / f.predict(led) for led in ledgers]
         ratio = statistics.median(ratios)
         assert 1 / 4 <= ratio <= 6, f"stage {stage}: measured / predicted = {ratio:.2f} ({f.describe()})"
 

@@ -81,7 +81,8 @@ def _fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
 def measure(sizes_bytes=(4 << 10, 64 << 10, 1 << 20, 8 << 20), repeats: int = 7,
             ops=OPS) -> list[list]:
     """On the ranks (inside ``zerolab.launch``): the median time of each op at each size of the
-    full tensor, fp32. Returns [op, wire bytes per rank, seconds] rows (the same on every rank:
+    full tensor, fp32, through the engine's own path (``Comm``), less the time spent waiting
+    for the last rank to arrive where the transport tells it (``CommRecord.waited``). Returns [op, wire bytes per rank, seconds] rows (the same on every rank:
     rank 0's medians, broadcast)."""
     comm = Comm()
     n, device = comm.world_size, _device()
@@ -103,8 +104,10 @@ def measure(sizes_bytes=(4 << 10, 64 << 10, 1 << 20, 8 << 20), repeats: int = 7,
                     comm.all_gather(full, shard)
                 if device.type == "cuda":
                     torch.cuda.synchronize()
-                if k:                                   # the first call warms up
-                    times.append(time.perf_counter() - t0)
+                if k:                                   # the first call warms up; what is left of
+                    # the ranks' skew after the barrier is waiting, not moving bytes (known on
+                    # the shared-memory path, zerolab.shm): the model leaves it out
+                    times.append(time.perf_counter() - t0 - comm.ledger.records[-1].waited)
             t = torch.tensor([statistics.median(times)], dtype=torch.float64, device=device)
             dist.broadcast(t, 0)
             rows.append([op, wire_factor(op, n) * numel * 4, float(t)])

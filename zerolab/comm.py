@@ -50,6 +50,8 @@ class CommRecord:
     world_size: int
     seconds: float      # wall time of the call as seen by this rank (includes waiting for peers)
     tag: str = ""       # why: "bucket 3", "layer fc1 fwd", "step" ...
+    waited: float = 0.0  # of ``seconds``, the wait for the last rank to arrive (known on the
+                         # shared-memory path; 0 where the backend does not tell)
 
     @property
     def wire_bytes(self) -> float:
@@ -197,7 +199,8 @@ class Pending:
         self.done = True
         c = self.comm
         c.ledger.add(CommRecord(self.op, self.numel, self.numel * self.t.element_size(),
-                                str(self.t.dtype).replace("torch.", ""), c.world_size, end - self.t0, self.tag))
+                                str(self.t.dtype).replace("torch.", ""), c.world_size, end - self.t0, self.tag,
+                                getattr(self.work, "waited", 0.0)))
         if c.timeline is not None:
             c.timeline.add("async", f"{self.op} {self.tag}".strip(), self.t0, end)
             c.timeline.add("wait", f"wait {self.tag}".strip(), w0, end)
@@ -253,11 +256,12 @@ class Comm:
     def rank(self) -> int:
         return dist.get_rank(self.group)
 
-    def _record(self, op: str, t: torch.Tensor, t0: float, tag: str, numel: int | None = None) -> None:
+    def _record(self, op: str, t: torch.Tensor, t0: float, tag: str, numel: int | None = None,
+                waited: float = 0.0) -> None:
         n = t.numel() if numel is None else numel
         end = time.perf_counter()
         self.ledger.add(CommRecord(op, n, n * t.element_size(), str(t.dtype).replace("torch.", ""),
-                                   self.world_size, end - t0, tag))
+                                   self.world_size, end - t0, tag, waited))
         if self.timeline is not None and self.ledger.enabled:
             self.timeline.add("comm", f"{op} {tag}".strip(), t0, end)
 
@@ -276,7 +280,7 @@ class Comm:
             tr.all_reduce(t, op, what=f"all_reduce {tag}")
         elif n > 1:
             dist.all_reduce(t, op=op, group=self.group)
-        self._record("all_reduce", t, t0, tag)
+        self._record("all_reduce", t, t0, tag, waited=tr.waited if tr is not None else 0.0)
         return t
 
     def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op=dist.ReduceOp.SUM, *,
@@ -307,7 +311,7 @@ class Comm:
             _reduce_scatter_base(out, inp, op, self.group)
         else:
             out.copy_(inp)
-        self._record("reduce_scatter", inp, t0, tag)
+        self._record("reduce_scatter", inp, t0, tag, waited=tr.waited if tr is not None else 0.0)
         return _Done() if async_op else out
 
     def all_gather(self, out: torch.Tensor, inp: torch.Tensor, *, tag: str = "", async_op: bool = False):
@@ -334,7 +338,7 @@ class Comm:
             _all_gather_base(out, inp, self.group)
         else:
             out.copy_(inp)
-        self._record("all_gather", out, t0, tag)
+        self._record("all_gather", out, t0, tag, waited=tr.waited if tr is not None else 0.0)
         return out
 
     def broadcast(self, t: torch.Tensor, src: int = 0, *, tag: str = "") -> torch.Tensor:
@@ -345,7 +349,7 @@ class Comm:
         elif self.world_size > 1:
             dist.broadcast(t, src=dist.get_global_rank(self.group, src) if self.group else src,
                            group=self.group)
-        self._record("broadcast", t, t0, tag)
+        self._record("broadcast", t, t0, tag, waited=tr.waited if tr is not None else 0.0)
         return t
 
     def all_reduce_max(self, value: float, *, tag: str = "") -> float:

@@ -130,14 +130,15 @@ def remove_stale_swap_dirs(root: str) -> list[str]:
             pid = int(name[len(SWAP_PREFIX) + len(host) + 1:].split("-")[0])
         except ValueError:
             continue
-        if pid == os.getpid() or _alive(pid):
+        if pid == os.getpid() or pid_alive(pid):
             continue
         shutil.rmtree(os.path.join(root, name), ignore_errors=True)
         removed.append(name)
     return removed
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Is there a process with this id on this machine? (Also used by zerolab.shm.)"""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

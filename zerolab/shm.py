@@ -47,6 +47,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from .nvme import pid_alive
+
 __all__ = ["ShmTransport", "ShmTimeout", "transport", "made", "enabled"]
 
 _LINE = 64                            # one cache line per rank's flag
@@ -125,6 +127,7 @@ class ShmTransport:
         # spin (yielding) while every rank has a core of its own, else sleep almost at once
         self.spin_limit = 20_000 if self.n <= usable_cores() else 50
         self.seq = 0
+        self.waited = 0.0
         self._unread: dict[int, object] = {}           # posted, not yet completed: seq -> Handle
         self.pids = [None] * self.n                    # to tell a dead peer from a slow one
         dist.all_gather_object(self.pids, os.getpid())
@@ -148,16 +151,19 @@ class ShmTransport:
         return h
 
     def _complete(self, h: "Handle") -> None:
-        self._wait(self.flags, h.seq, h.seq, h.what)
+        w = self._wait(self.flags, h.seq, h.seq, h.what)
+        h.waited += w
+        self.waited += w
         h.read(h.slots)
         del self._unread[h.seq]
         self.done[self.rank] = min(self._unread, default=self.seq + 1) - 1
 
-    def _wait(self, flags, level: int, seq: int, what: str) -> None:
+    def _wait(self, flags, level: int, seq: int, what: str) -> float:
         """Until every rank's ``flags`` reach ``level``: spin yielding the core, then sleep a
-        little; name a dead peer at once and a missing one after the timeout."""
+        little; name a dead peer at once and a missing one after the timeout. Returns the
+        seconds waited (the time until the last rank arrived)."""
         if flags.min() >= level:
-            return
+            return 0.0
         spins, t0 = 0, time.monotonic()
         while flags.min() < level:
             spins += 1
@@ -166,7 +172,7 @@ class ShmTransport:
                 continue
             time.sleep(50e-6)
             if spins % 2_000 == 0:                     # every 0.1-0.2 s: has a peer died?
-                dead = [r for r in range(self.n) if flags[r] < level and not _alive(self.pids[r])]
+                dead = [r for r in range(self.n) if flags[r] < level and not pid_alive(self.pids[r])]
                 if dead:
                     raise ShmTimeout(f"rank {self.rank} waited in collective #{seq} ({what}) for "
                                      f"rank(s) {dead}, whose process has exited")
@@ -176,6 +182,7 @@ class ShmTransport:
                     f"rank {self.rank} waited {self.timeout_s:.0f} s in collective #{seq} ({what}) "
                     f"for rank(s) {late}, which never reached it: a rank crashed, hangs, or issued "
                     "different collectives (a branch taken on one rank only)")
+        return time.monotonic() - t0
 
     def _pieces(self, t: torch.Tensor, total: int, per: int = 1):
         """Ranges [a, b) of ``total`` elements, each fitting a slot (``per`` of them per slot)."""
@@ -183,7 +190,9 @@ class ShmTransport:
         return [(a, min(a + step, total)) for a in range(0, total, step)]
 
     def _run(self, posts, async_op: bool):
-        """Post each piece; complete them now, or (one piece, ``async_op``) when waited for."""
+        """Post each piece; complete them now, or (one piece, ``async_op``) when waited for.
+        ``self.waited``: what a blocking call spent waiting for the other ranks to arrive."""
+        self.waited = 0.0
         if async_op and len(posts) == 1:
             return posts[0]()
         for post in posts:
@@ -238,6 +247,7 @@ class Handle:
     def __init__(self, tr, seq: int, what: str, slots, read):
         self.tr, self.seq, self.what, self.slots, self.read = tr, seq, what, slots, read
         self.finished = tr is None
+        self.waited = 0.0                     # seconds its completion waited for the other ranks
 
     def wait(self) -> None:
         if not self.finished:
@@ -311,16 +321,6 @@ def _create(path: str, size: int) -> str | None:
         return None
     os.close(fd)
     return path
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
 
 
 def _boot_id() -> str:
