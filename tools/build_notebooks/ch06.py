@@ -226,10 +226,12 @@ print(f"alpha-beta: {calls[small]} calls predicted more than 3x as long as {call
 md("""
 The prediction uses only the ledger (calls and bytes) and the two numbers fitted in section 1,
 and it tells the same story as the measurement: the time per step is mostly n·α until the
-buckets are large. The measurement usually runs above the prediction: inside a training step
-the two ranks rarely reach a call at the same moment, and a call's time includes waiting for
-the later rank (the benchmark of section 1 lines them up with a barrier first). On two shared
-cores that wait is also most of the scatter you see from run to run.
+buckets are large. The two lines need not lie on each other. Inside a training step the two
+ranks rarely reach a call at the same moment, and a call's `seconds` include waiting for the
+later rank (the ledger keeps that part apart, as each record's `waited`; the fit of section 1
+leaves it out); and a call in a tight benchmark loop does not cost exactly what the same call
+costs between two layers' computations. On two shared cores the waiting is also most of the
+scatter you see from run to run.
 
 Why not one huge bucket, then? Two reasons. A bucket is a buffer: the bigger it is, the more
 memory every rank spends on it (DeepSpeed's default `reduce_bucket_size` is 5·10⁸ elements, 2 GB
