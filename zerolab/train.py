@@ -241,16 +241,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_from_args(a) -> int:
     from .config import ConfigError
-    from .crew import RankError
+    from .crew import RankError, under_torchrun
+    torchrun = under_torchrun()
+    rc = 0
     try:
         train(a.config, a.nproc, a.steps, a.seed, a.picture or None, progress=not a.no_progress)
     except ConfigError as e:
         print(f"zerolab train: {e}", file=sys.stderr)
-        return 2
+        rc = 2
     except RankError as e:
         print(f"zerolab train: {e}", file=sys.stderr)
-        return 1
-    return 0
+        rc = 1
+    if torchrun:
+        _leave_torchrun(rc)
+    return rc
+
+
+def _leave_torchrun(rc: int) -> None:
+    """End a torchrun rank of this command: close the process group in step with the other
+    ranks, then leave without the interpreter's teardown, where torch's C++ destructors can
+    still race with gloo's threads ("terminate called without an active exception", SIGABRT,
+    now and then, after a run that succeeded)."""
+    from .crew import _destroy_at_exit
+    _destroy_at_exit()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
 
 
 def main(argv: list[str] | None = None) -> int:
