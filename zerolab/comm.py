@@ -28,6 +28,8 @@ from typing import Iterator
 import torch
 import torch.distributed as dist
 
+from . import shm
+
 __all__ = ["CommRecord", "Ledger", "Comm", "Pending", "wire_factor", "ring_all_reduce",
            "ring_reduce_scatter", "ring_all_gather", "default_comm"]
 
@@ -236,7 +238,6 @@ class Comm:
         call takes the same path on every rank."""
         if not self._may_shm or t.device.type != "cpu" or not t.is_contiguous():
             return None
-        from . import shm
         tr = shm.transport()
         if tr is None:
             self._may_shm = False
@@ -245,7 +246,6 @@ class Comm:
     def transport(self) -> str:
         """What this Comm's blocking collectives have run on: "shm" (zerolab.shm, once made)
         or the backend's name. Asks nothing of the other ranks."""
-        from . import shm
         return "shm" if self._may_shm and shm.made() else dist.get_backend(self.group)
 
     @property
@@ -315,12 +315,15 @@ class Comm:
         return _Done() if async_op else out
 
     def all_gather(self, out: torch.Tensor, inp: torch.Tensor, *, tag: str = "", async_op: bool = False):
-        """Every rank contributes ``inp``; ``out`` holds the N pieces in rank order."""
+        """Every rank contributes ``inp``; ``out`` holds the N pieces in rank order. ``inp`` may
+        be a view of ``out`` (a rank's own shard of the flat buffer)."""
         n = self.world_size
         if out.numel() != inp.numel() * n:
             raise ValueError(f"all_gather: output has {out.numel()} elements, expected "
                              f"{n} x {inp.numel()}")
         tr = self._shm(out) if n > 1 else None
+        if tr is None and n > 1 and inp.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
+            inp = inp.clone()         # the library's input must not alias its output (shm copies first)
         if async_op:
             if tr is not None:
                 work = tr.all_gather(out, inp, what=f"all_gather {tag}", async_op=True)

@@ -84,8 +84,7 @@ class ReplicatedParams:
         if not st.shards_optimizer:
             return
         for g, flat, own in zip(self.groups, self.param_flats, st.owned_params):
-            mine = own.clone()                # a copy: the input must not alias the output
-            st.comm.all_gather(flat, mine, tag=f"params {g.label}")
+            st.comm.all_gather(flat, own, tag=f"params {g.label}")   # own: a view of flat
 
     def write(self, i: int, start: int, values: torch.Tensor) -> None:
         self.stage.owned_params[i][start:start + values.numel()].copy_(values, non_blocking=True)

@@ -125,7 +125,8 @@ Only past it does the size start to matter. Here, ranks on one machine's CPU, th
 collectives go through shared memory (`zerolab/shm.py`: each rank copies its part into a shared
 slot and raises a flag; the others read once every flag is up), and α is the cost of Python and
 of the ranks noticing each other's flags (over gloo's sockets, the fallback, it is the operating
-system waking a thread at each end, several times more); on GPUs with
+system waking a thread at each end: a 16-byte call takes about twice as long at the median,
+and far longer now and then; `benchmarks/transport_floor.py` measures both); on GPUs with
 NCCL α is a few microseconds to tens of microseconds, and β hundreds of GB/s inside a node, but
 the shape is the same and so is the lesson: **many small calls pay α many times.**
 
