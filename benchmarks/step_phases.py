@@ -1,4 +1,4 @@
-"""Where a step's time goes at stages 0-2 against torch DDP, and how much one gloo collective varies.
+"""Where a step's time goes at stages 0-2 against torch DDP, and how much one collective varies.
 
 The model and batch of ``step_time.py`` (ResMLP, 325,464 fp32 parameters, Adam, clipping 1.0,
 batch 32 per rank, 2 ranks). Per variant, the median over steps (2 interleaved repeats) of:
@@ -6,13 +6,17 @@ forward, backward (DDP's all-reduce overlaps it), the boundary reduce (stages 0-
 optimizer step's own collectives and checks ("stats+": the overflow / norm all-reduce and the
 rest of engine.step), the optimizer step (home.step) and publish (the parameter all-gather of
 stages 1-2). Then the spread of one 1.3 MB all-reduce over 20 calls x 3 repeats:
-torch.distributed's (gloo: TCP over loopback and its worker threads) beside zerolab's Comm
-(shared memory between the ranks, zerolab/shm.py, where the machine allows it).
+``dist.all_reduce`` beside zerolab's ``Comm.all_reduce`` (the same call plus the ledger).
 
-    python benchmarks/step_phases.py
+Everything in a run, DDP and zerolab alike, goes through one backend, ``--backend``: gloo (TCP
+over loopback and its worker threads) or shm (zerolab's shared-memory backend ``zshm``,
+zerolab/shm.py). Run it once per backend to compare the transports.
+
+    python benchmarks/step_phases.py [--backend gloo|shm] [--steps 40] [--repeats 2] [--calls 20]
 """
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import sys
@@ -81,7 +85,7 @@ def phases(variant, steps: int = 40) -> dict:
             for k, v in (("forward", t1 - t0), ("backward", t2 - t1), *parts.items(), ("total", t3 - t0)):
                 t.setdefault(k, []).append(v)
         engine.close()
-    return {k: statistics.median(v[5:]) * 1e3 for k, v in t.items()}
+    return {k: statistics.median(v[5:] or v) * 1e3 for k, v in t.items()}
 
 
 def all_reduce_spread(repeats: int = 3, calls: int = 20) -> dict:
@@ -98,25 +102,34 @@ def all_reduce_spread(repeats: int = 3, calls: int = 20) -> dict:
                 t0 = time.perf_counter()
                 fn()
                 times.append(time.perf_counter() - t0)
-            out.setdefault(name, []).append(statistics.median(times[3:]) * 1e3)
+            out.setdefault(name, []).append(statistics.median(times[3:] or times) * 1e3)
     return out
 
 
-def main() -> dict:
+def main(steps: int = 40, repeats: int = 2, calls: int = 20) -> dict:
     runs: dict = {}
-    for _ in range(2):
+    for _ in range(repeats):
         for v in ("ddp", 0, 1, 2):
-            runs.setdefault(v, []).append(phases(v))
+            runs.setdefault(v, []).append(phases(v, steps))
     return {"phases": {v: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for v, rs in runs.items()},
-            "all_reduce": all_reduce_spread()}
+            "all_reduce": all_reduce_spread(3, calls)}
 
 
 if __name__ == "__main__":
-    res = zerolab.launch(main, 2, echo=False)[0]
-    print("2 ranks, gloo, ResMLP 325,464 params; ms per step, rank 0 (median of steps, of 2 repeats)")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", choices=("gloo", "shm"), default="gloo",
+                    help="the transport of DDP and zerolab alike (shm: zerolab's zshm)")
+    ap.add_argument("--steps", type=int, default=40, help="steps per variant (the first 5 are warm-up)")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--calls", type=int, default=20, help="all-reduce calls per repeat (the first 3 are warm-up)")
+    a = ap.parse_args()
+    res = zerolab.launch(main, 2, a.steps, a.repeats, a.calls, backend=a.backend, echo=False)[0]
+    backend = zerolab.crew.resolve_backend(a.backend, 2)
+    print(f"2 ranks, {backend}, ResMLP 325,464 params; ms per step, rank 0 (median of steps, "
+          f"of {a.repeats} repeats)")
     for v, ph in res["phases"].items():
         name = "torch DDP" if v == "ddp" else f"zerolab stage {v}"
         print(f"  {name:16}" + "  ".join(f"{k} {ms:.2f}" for k, ms in ph.items()))
-    print("one 1.3 MB all-reduce, median ms of 20 calls, in 3 repeats (gloo, then zerolab's Comm):")
+    print(f"one 1.3 MB all-reduce over {backend}, median ms of {a.calls} calls, in 3 repeats:")
     for name, ms in res["all_reduce"].items():
         print(f"  {name:16}" + "  ".join(f"{m:.2f}" for m in ms))

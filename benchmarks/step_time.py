@@ -11,12 +11,15 @@ taking turns lets those spells fall on every candidate alike. DeepSpeed runs in 
 processes, in turns with its own torch DDP (ds_reference/ds_step_time.py).
 
     python benchmarks/step_time.py [--repeats 2] [--rounds 40] [--steps 5] [--world 2]
+        [--backend auto|gloo|nccl|shm]               # the transport of every candidate of the run
         [--ds-python /path/to/dsvenv/bin/python]     # adds DeepSpeed stages 1-3 (own processes)
         [--torch-zero]                               # adds ZeroRedundancyOptimizer and FSDP2
-        [--no-gloo-rows]                             # leaves out zerolab's stages over gloo
 
-zerolab's engines talk through shared memory between CPU ranks on one machine (zerolab/shm.py);
-the "(gloo)" rows are the same engines with their collectives over gloo, as torch DDP's are.
+One transport per run, for every candidate in the crew: torch DDP, torch's ZeRO baselines and
+zerolab's stages all go through the backend of ``--backend`` (``shm`` is zerolab's shared-memory
+backend ``zshm``, zerolab/shm.py, over which torch DDP runs too). To compare transports, run it
+once per backend. DeepSpeed runs in its own processes over gloo (with its own CPU collectives),
+beside a torch DDP of its own over gloo.
 
 Wire bytes per step come from zerolab's ledger (in units of Psi x 4 B, divided by the ring factor
 (N-1)/N: DDP's all-reduce is 2).
@@ -72,14 +75,11 @@ def bench(batch, rounds, per_round, torch_zero, variants):
                 fully_shard(m)
         fully_shard(model)
         steps["torch FSDP2"] = torch_step(model, torch.optim.Adam(model.parameters(), lr=1e-4))
-    from zerolab.comm import Comm
-    for name, stage, zero, shm in variants:
+    for name, stage, zero in variants:
         cfg = {"train_batch_size": batch * info.world_size, "gradient_clipping": 1.0,
                "optimizer": {"type": "Adam", "params": {"lr": 1e-4}},
                "zero_optimization": {"stage": stage, **zero}}
-        Comm.shm_on_cpu = shm                       # False: this engine's collectives over gloo
         engine = engines[name] = zerolab.initialize(ResMLP(), cfg)
-        Comm.shm_on_cpu = True
 
         def z_step(engine=engine):
             engine.backward(loss_fn(engine(x), y))
@@ -96,13 +96,10 @@ def bench(batch, rounds, per_round, torch_zero, variants):
     return times, wire
 
 
-VARIANTS = [("zerolab stage 0", 0, {}, True), ("zerolab stage 0 + overlap", 0, {"overlap_comm": True}, True),
-            ("zerolab stage 1", 1, {}, True), ("zerolab stage 2", 2, {}, True),
-            ("zerolab stage 2 + overlap", 2, {"overlap_comm": True}, True),
-            ("zerolab stage 3", 3, {}, True)]
-# the same engines with their collectives over gloo (ZEROLAB_SHM=0): what the transport is worth
-OVER_GLOO = [(f"{name} (gloo)", stage, zero, False) for name, stage, zero, _ in VARIANTS
-             if "overlap" not in name]
+VARIANTS = [("zerolab stage 0", 0, {}), ("zerolab stage 0 + overlap", 0, {"overlap_comm": True}),
+            ("zerolab stage 1", 1, {}), ("zerolab stage 2", 2, {}),
+            ("zerolab stage 2 + overlap", 2, {"overlap_comm": True}),
+            ("zerolab stage 3", 3, {})]
 
 
 def deepspeed_run(python, world, rounds, steps, batch) -> dict:
@@ -110,7 +107,7 @@ def deepspeed_run(python, world, rounds, steps, batch) -> dict:
         out = os.path.join(tmp, "ds.json")
         env = {**os.environ, "DS_ACCELERATOR": "cpu"}
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ds_reference", "ds_step_time.py")
-        for attempt in range(3):       # DeepSpeed's CPU shm comm op aborts a start now and then
+        for attempt in range(3):       # DeepSpeed's own CPU shared-memory op aborts a start now and then
             run = subprocess.run([python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                                   str(world), script, "--rounds", str(rounds), "--steps", str(steps), "--batch", str(batch), "--out", out],
                                  env=env, capture_output=True, text=True, timeout=1800)
@@ -132,8 +129,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--ds-python", default=None, help="python of a venv with deepspeed==0.19.8")
     ap.add_argument("--torch-zero", action="store_true", help="add ZeroRedundancyOptimizer and FSDP2")
-    ap.add_argument("--backend", default="auto")
-    ap.add_argument("--no-gloo-rows", action="store_true", help="skip the engines over gloo")
+    ap.add_argument("--backend", choices=("auto", "gloo", "nccl", "shm"), default="auto",
+                    help="the transport of every candidate in the crew (shm: zerolab's zshm)")
     a = ap.parse_args()
     ratios: dict[str, list] = {}
     ms: dict[str, list] = {}
@@ -146,8 +143,7 @@ def main() -> None:
             ms.setdefault(rename(name), []).extend(per_round)
 
     for r in range(a.repeats):
-        variants = VARIANTS + ([] if a.no_gloo_rows else OVER_GLOO)
-        times, w = zerolab.launch(bench, a.world, a.batch, a.rounds, a.steps, a.torch_zero, variants,
+        times, w = zerolab.launch(bench, a.world, a.batch, a.rounds, a.steps, a.torch_zero, VARIANTS,
                                   backend=a.backend, timeout=1800, echo=False)[0]
         add(times, "torch DDP")
         wire.update(w)
@@ -155,14 +151,14 @@ def main() -> None:
             add(deepspeed_run(a.ds_python, a.world, a.rounds, a.steps, a.batch), "torch DDP",
                 lambda n: n if n != "torch DDP" else "torch DDP (DeepSpeed's processes)")
         print(f"repeat {r + 1}/{a.repeats} done", file=sys.stderr)
-    print(f"{a.world} ranks, backend {zerolab.crew.resolve_backend(a.backend, a.world)} (zerolab: shared memory "
-          f"unless marked gloo), ResMLP {psi:,} params "
+    print(f"{a.world} ranks, every candidate over {zerolab.crew.resolve_backend(a.backend, a.world)}"
+          f"{' (DeepSpeed: its own processes, over gloo)' if a.ds_python else ''}, ResMLP {psi:,} params "
           f"(fp32, Adam, clip 1.0), batch {a.batch} per rank; {a.repeats} x {a.rounds} rounds of {a.steps} steps "
           "per candidate, in turns; medians")
     print(f"{'':36}{'step ms':>9}{'x DDP':>8}{'x DeepSpeed':>13}{'wire (Psi)':>12}")
     for name in ratios:
         x = statistics.median(ratios[name])
-        stage = name.split("stage ")[-1][:1] if "zerolab stage" in name and "gloo" not in name else None
+        stage = name.split("stage ")[-1][:1] if "zerolab stage" in name else None
         ds = ratios.get(f"DeepSpeed stage {stage}")
         vs = f"{x / statistics.median(ds):.2f}" if ds and stage in "123" else ""
         w = f"{wire[name] / (psi * 4):.2f}" if name in wire else ""

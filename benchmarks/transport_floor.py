@@ -1,21 +1,23 @@
-"""Why zerolab's CPU collectives go through shared memory: the floor of a ZeRO-1 step over gloo.
+"""The floor of a ZeRO-1 step on one transport: torch DDP and a hand-written ZeRO-1 step, both
+over the backend this run asks for (``--backend gloo`` or ``--backend shm``, zerolab's
+shared-memory ``zshm`` backend), so that the two sides always share a transport.
 
 Two measurements on 2 ranks, each printed as percentiles over many samples:
 
 1. **One round trip right after computing.** Each rank computes for 1 ms (a wall-clock loop,
-   so both finish together), then makes one call: a 16-byte all-reduce (a ZeRO step's
-   gradient-norm call) or a 0.65 MB all-gather (the parameter all-gather of ResMLP), through
-   gloo and through zerolab's shared-memory transport (``zerolab.shm``).
+   so both finish together), then makes one call through the process group: a 16-byte
+   all-reduce (a ZeRO step's gradient-norm call) or a 0.65 MB all-gather (the parameter
+   all-gather of ResMLP).
 2. **A hand-written ZeRO-1 step with no zerolab engine in it** (ResMLP of step_time.py, fp32
    Adam, clipping 1.0): backward into one flat gradient, reduce-scatter, the 16-byte norm
    all-reduce, Adam on this rank's shard, all-gather of the parameters: three calls in a row
-   where torch DDP makes one. Over gloo (the reduce-scatter as zerolab's send/recv ring, faster
-   than gloo's own) and over shared memory, beside torch DDP, taking turns step by step.
+   where torch DDP makes one, beside torch DDP over the same backend, taking turns step by step.
 
-If the hand-written step over gloo is already far above DDP, no engine on gloo can meet a
-"ZeRO-1 within 1.2x of DDP" target on that machine: the calls, not the engine, are the cost.
+If the hand-written step is already far above DDP on a transport, no engine on that transport
+can meet a "ZeRO-1 within 1.2x of DDP" target on that machine: the calls, not the engine, are
+the cost. Run it once per backend to compare the transports.
 
-    python benchmarks/transport_floor.py [--samples 200]
+    python benchmarks/transport_floor.py [--backend gloo|shm] [--samples 200]
 """
 from __future__ import annotations
 
@@ -30,8 +32,6 @@ import torch.distributed as dist
 from torch import nn
 
 import zerolab
-from zerolab import shm
-from zerolab.comm import _ring_reduce_scatter_into
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from step_models import ResMLP  # noqa: E402
@@ -42,8 +42,8 @@ def percentiles(xs, qs=(10, 50, 75, 90)) -> dict:
     return {q: xs[min(len(xs) - 1, int(q / 100 * len(xs)))] for q in qs}
 
 
-def round_trips(tr, samples: int) -> dict:
-    n = dist.get_world_size()
+def round_trips(samples: int) -> dict:
+    n, backend = dist.get_world_size(), dist.get_backend()
     a = torch.randn(200, 200)
     tiny = torch.zeros(2, dtype=torch.float64)
     part, full = torch.randn(162_732), torch.empty(162_732 * n)
@@ -52,10 +52,8 @@ def round_trips(tr, samples: int) -> dict:
         t = time.perf_counter()
         while time.perf_counter() - t < 1e-3:
             a @ a
-    calls = {"16 B all-reduce, gloo": lambda: dist.all_reduce(tiny),
-             "16 B all-reduce, shm": lambda: tr.all_reduce(tiny),
-             "0.65 MB all-gather, gloo": lambda: dist.all_gather_into_tensor(full, part),
-             "0.65 MB all-gather, shm": lambda: tr.all_gather(full, part)}
+    calls = {f"16 B all-reduce, {backend}": lambda: dist.all_reduce(tiny),
+             f"0.65 MB all-gather, {backend}": lambda: dist.all_gather_into_tensor(full, part)}
     out = {k: [] for k in calls}
     for _ in range(samples):
         for name, call in calls.items():
@@ -67,8 +65,8 @@ def round_trips(tr, samples: int) -> dict:
     return out
 
 
-def hand_zero1(tr, x, y):
-    """One process's side of a minimal ZeRO-1 step; ``tr`` None: over gloo."""
+def hand_zero1(x, y):
+    """One process's side of a minimal ZeRO-1 step over the default group."""
     r, n = dist.get_rank(), dist.get_world_size()
     model, loss_fn = ResMLP(), nn.MSELoss()
     params = list(model.parameters())
@@ -90,21 +88,18 @@ def hand_zero1(tr, x, y):
         gflat.zero_()
         loss_fn(model(x), y).backward()
         gflat.div_(n)
-        if tr is None:
-            _ring_reduce_scatter_into(shard, gflat)
-        else:
-            tr.reduce_scatter(shard, gflat)
+        dist.reduce_scatter_tensor(shard, gflat)
         stats[0] = torch.linalg.vector_norm(shard, dtype=torch.float64).square()
-        dist.all_reduce(stats) if tr is None else tr.all_reduce(stats)
+        dist.all_reduce(stats)
         norm = float(stats[0]) ** 0.5
         master.grad = shard / norm if norm > 1.0 else shard
         opt.step()
-        mine = master.detach().clone()
-        dist.all_gather_into_tensor(flat, mine) if tr is None else tr.all_gather(flat, mine)
+        dist.all_gather_into_tensor(flat, master.detach().clone())
     return step
 
 
-def steps(tr, samples: int) -> dict:
+def steps(samples: int) -> dict:
+    backend = dist.get_backend()
     torch.manual_seed(1 + dist.get_rank())
     x, y = torch.randn(32, ResMLP.WIDTH), torch.randn(32, ResMLP.WIDTH)
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -117,8 +112,7 @@ def steps(tr, samples: int) -> dict:
         loss_fn(ddp(x), y).backward()
         torch.nn.utils.clip_grad_norm_(ddp.parameters(), 1.0)
         opt.step()
-    candidates = {"torch DDP": ddp_step, "hand ZeRO-1, gloo": hand_zero1(None, x, y),
-                  "hand ZeRO-1, shm": hand_zero1(tr, x, y)}
+    candidates = {f"torch DDP, {backend}": ddp_step, f"hand ZeRO-1, {backend}": hand_zero1(x, y)}
     for step in candidates.values():
         for _ in range(5):
             step()
@@ -133,25 +127,26 @@ def steps(tr, samples: int) -> dict:
 
 
 def main_on_ranks(samples: int):
-    tr = shm.ShmTransport()
-    return round_trips(tr, samples), steps(tr, samples)
+    return round_trips(samples), steps(samples)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=200)
+    ap.add_argument("--backend", choices=("gloo", "shm"), default="gloo",
+                    help="the transport of both sides: gloo, or zerolab's shared-memory zshm")
     a = ap.parse_args()
-    if not shm.enabled(2):
-        sys.exit("shared memory is not available here (x86-64 only, ZEROLAB_SHM not 0)")
-    trips, step_times = zerolab.launch(main_on_ranks, 2, a.samples, echo=False, timeout=1800)[0]
-    print(f"2 ranks, rank 0, {a.samples} samples each, ms")
+    trips, step_times = zerolab.launch(main_on_ranks, 2, a.samples, backend=a.backend, echo=False,
+                                       timeout=1800)[0]
+    backend = zerolab.crew.resolve_backend(a.backend, 2)
+    print(f"2 ranks over {backend}, rank 0, {a.samples} samples each, ms")
     print("1. one call right after 1 ms of computation")
     for name, ts in trips.items():
         p = percentiles(ts)
         print(f"   {name:28}" + "  ".join(f"p{q} {v * 1e3:6.3f}" for q, v in p.items())
               + f"  mean {statistics.mean(ts) * 1e3:6.3f}")
     print("2. one training step (ResMLP, 325,464 params, Adam, clipping 1.0), candidates in turns")
-    ddp = statistics.median(step_times["torch DDP"])
+    ddp = statistics.median(step_times[f"torch DDP, {backend}"])
     for name, ts in step_times.items():
         p = percentiles(ts)
         print(f"   {name:28}" + "  ".join(f"p{q} {v * 1e3:6.2f}" for q, v in p.items())

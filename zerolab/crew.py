@@ -77,13 +77,28 @@ __all__ = [
 
 # ----------------------------------------------------------------------------- parent side
 
+SHM_NAMES = ("shm", "zshm")      # what a crew accepts for zerolab's shared-memory backend
+
+
 def resolve_backend(backend: str, world_size: int) -> str:
-    """``auto`` means NCCL with one GPU per rank where there are enough GPUs, else gloo."""
+    """The ``torch.distributed`` backend a crew of ``world_size`` ranks uses for ``backend``:
+
+    * ``"auto"``: NCCL with one GPU per rank where there are enough GPUs, else gloo (never the
+      shared-memory backend: that one is asked for by name);
+    * ``"gloo"`` or ``"nccl"``: that one;
+    * ``"shm"`` (or its torch name ``"zshm"``): zerolab's shared-memory collectives for CPU ranks
+      on one x86-64 machine (:mod:`zerolab.shm`). Returns ``"zshm"``. Where it cannot work, the
+      ranks refuse at the start with :class:`zerolab.shm.ShmUnavailable` and the reason; there is
+      no fallback to gloo.
+    """
     if backend == "auto":
         enough = torch.cuda.is_available() and torch.cuda.device_count() >= world_size
         return "nccl" if enough and dist.is_nccl_available() else "gloo"
+    if backend in SHM_NAMES:
+        return "zshm"
     if backend not in ("gloo", "nccl"):
-        raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl', not {backend!r}")
+        raise ValueError(f"backend must be 'auto', 'gloo', 'nccl' or 'shm' (zerolab's shared-memory "
+                         f"collectives for CPU ranks on one machine), not {backend!r}")
     if backend == "nccl" and not (torch.cuda.is_available() and torch.cuda.device_count() >= world_size):
         raise ValueError(f"backend='nccl' needs {world_size} GPUs; this machine has "
                          f"{torch.cuda.device_count() if torch.cuda.is_available() else 0}")
@@ -235,7 +250,9 @@ class Crew:
 
     Args:
         world_size: number of ranks.
-        backend: "auto" (NCCL with one GPU per rank if there are enough, else gloo), "gloo" or "nccl".
+        backend: "auto" (NCCL with one GPU per rank if there are enough, else gloo), "gloo", "nccl",
+            or "shm": zerolab's shared-memory collectives (CPU ranks on one x86-64 machine; the
+            process group's backend is then named "zshm"). "auto" never picks "shm".
         timeout: default seconds a ``run`` may take before the crew is stopped.
         threads: torch intra-op threads per rank (default: cores // world_size, at least 1).
         echo: print each rank's output after every ``run`` (grouped by rank, in rank order).
@@ -478,6 +495,9 @@ def init_from_env(backend: str = "auto", timeout_s: float = 600.0) -> RankInfo:
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
         enough = torch.cuda.is_available() and torch.cuda.device_count() >= local_world
         backend = "nccl" if enough and dist.is_nccl_available() else "gloo"
+    elif backend in SHM_NAMES:      # asked for by name: registered here, refuses where it cannot run
+        from . import shm
+        backend = shm.BACKEND
     if backend == "nccl":
         torch.cuda.set_device(local)
     if not dist.is_initialized():
@@ -505,6 +525,7 @@ def _destroy_at_exit() -> None:
 def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout: float = 120.0,
            threads: int | None = None, echo: bool = True, **kwargs) -> list:
     """Run ``fn(*args, **kwargs)`` on ``world_size`` fresh ranks; return the results by rank.
+    ``backend`` as for :class:`Crew` ("auto", "gloo", "nccl" or "shm").
 
     Under torchrun the ranks already exist: ``fn`` runs once in this process (the world size
     comes from the environment) and the results of all ranks are all-gathered. Elsewhere more

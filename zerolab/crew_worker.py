@@ -40,7 +40,7 @@ class RankInfo:
     world_size: int      # number of ranks in the process group
     local_rank: int      # rank on this machine (selects the GPU)
     device: torch.device # cuda:<local_rank> with NCCL, else cpu with gloo
-    backend: str         # "nccl" or "gloo"
+    backend: str         # "nccl", "gloo" or "zshm" (zerolab.shm, asked for with backend="shm")
 
 
 _INFO: RankInfo | None = None
@@ -137,6 +137,8 @@ def _rank_main(conn, lifeline, rank_: int, world: int, backend: str, host: str, 
             dev = torch.device("cuda", rank_)
         else:
             dev = torch.device("cpu")
+        if backend == "zshm":       # zerolab's shared-memory backend: registered on import
+            from . import shm  # noqa: F401
         store = dist.TCPStore(host, port, world, is_master=False,
                               timeout=datetime.timedelta(seconds=pg_timeout_s))
         kwargs = dict(device_id=dev) if backend == "nccl" else {}
