@@ -486,16 +486,18 @@ def test_describe_is_factual():
         in text
     assert "train_batch_size 128 = 4 (micro-batch per rank) x 4 (gradient accumulation steps) x 8 (ranks)" in text
     assert "fp16 model, fp32 master weights; dynamic loss scale from 2^16" in text
-    assert "Gradients: one flat group per module (the persistent parameters share one), reduce-scattered " \
-        "in fp16 during backward" in text
-    # stage 3 prefetches from the recorded trace (issue 10), within the live-parameter cap
-    assert "prefetched (asynchronous all-gathers) up to 500,000,000 elements in flight" in text
-    assert "within 1,000,000,000 gathered or in flight (stage3_max_live_parameters)" in text
+    assert "collected in buckets of reduce_bucket_size 500,000,000 elements" in text
+    assert "is reduce-scattered (each module's gradient padded to N shards; each rank receives its shards) " \
+        "in fp16 in one call" in text
+    # stage 3 prefetches from the recorded trace, DeepSpeed's rule: a top-up per fetch, max_live the bound
+    assert "up to 500,000,000 more elements (stage3_prefetch_bucket_size)" in text
+    assert "fewer than 1,000,000,000 are gathered or in flight (stage3_max_live_parameters: the only bound" in text
+    assert "[DeepSpeed's]" in text and "Order checks [zerolab's own, zerolab.order_checks]" in text
     assert "parameters of at most 100,000 elements stay gathered (stage3_param_persistence_threshold)" in text
     assert "Gradient clipping: clipped to global L2 norm 1." in text
     assert "Optimizer: AdamW (torch.optim.AdamW), lr=0.0001" in text
     assert "No effect in zerolab (accepted; same numbers as DeepSpeed):" in text
-    assert "issued asynchronously (overlap_comm), overlapping the rest of backward" in text
+    assert "issued asynchronously (overlap_comm), one in flight (DeepSpeed's one IPG buffer per dtype)" in text
     for key, value in (("contiguous_gradients", "true"),):
         assert f"  - zero_optimization.{key} = {value}: " in text, key
     assert "uses them again within 1,000,000,000 elements (stage3_max_reuse_distance" in text
@@ -504,12 +506,20 @@ def test_describe_is_factual():
     plain = load_config({"train_batch_size": 4, "gradient_clipping": 0}, 1).describe()
     assert "nothing is partitioned" in plain and "fp32 throughout" in plain and "Gradient clipping: off." in plain
     assert "Stage 3" not in plain and "none in the config" in plain and "No effect" not in plain
-    assert "Gradient buckets: reduce_bucket_size 500,000,000 elements (2.00 GB in fp32); at the accumulation " \
-        "boundary each bucket is all-reduced." in plain
+    assert "at the accumulation boundary the gradients are all-reduced in buckets of 500,000,000 elements " \
+        "(DeepSpeed's stage 0 reduces like DDP; reduce_bucket_size is not used)" in plain
     two = load_config({"train_batch_size": 4, "bf16": {"enabled": True},
                        "zero_optimization": {"stage": 2, "reduce_bucket_size": 1000}}, 2).describe()
-    assert "reduce_bucket_size 1,000 elements (0.00 GB in bf16); during backward each bucket is " \
-        "reduce-scattered once its gradients are complete" in two
+    assert "reduce_bucket_size 1,000 elements (0.00 GB in bf16); during backward, once a bucket's gradients " \
+        "are complete, the parameters form one flat buffer" in two
+    assert "each bucket (a range of it) is all-reduced and each rank keeps the slices of its partition" in two
+    ideal = load_config({"train_batch_size": 4, "zero_optimization": {"stage": 1},
+                         "zerolab": {"ideal_reduce_scatter": True}}, 2).describe()
+    assert "is reduce-scattered (each rank receives only its shard: Psi per step, the ZeRO paper's ideal) " \
+        "[zerolab's own: zerolab.ideal_reduce_scatter; DeepSpeed all-reduces]" in ideal
+    owner = load_config({"train_batch_size": 4, "zero_optimization": {"stage": 2,
+                         "use_multi_rank_bucket_allreduce": False}}, 2).describe()
+    assert "one reduce per owner (use_multi_rank_bucket_allreduce false) [DeepSpeed's]" in owner
 
 
 # ---- the key tables ------------------------------------------------------------------------
@@ -517,7 +527,7 @@ def test_describe_is_factual():
 def test_key_tables_are_consistent_with_the_dataclasses():
     statuses = {K.IMPLEMENTED, K.NO_EFFECT, K.NOT_IMPLEMENTED, K.REMOVED}
     assert K.ACCEPTED == K.NO_EFFECT                                  # the old name
-    for table in (K.TOP, K.ZERO, K.FP16, K.BF16, K.OFFLOAD_OPTIMIZER, K.OFFLOAD_PARAM, K.OPTIMIZER,
+    for table in (K.TOP, K.ZERO, K.ZEROLAB, K.FP16, K.BF16, K.OFFLOAD_OPTIMIZER, K.OFFLOAD_PARAM, K.OPTIMIZER,
                   *K.OPTIMIZER_PARAMS.values()):
         for name, key in table.items():
             assert key.status in statuses, name

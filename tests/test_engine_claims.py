@@ -15,7 +15,7 @@ from zerolab.reference import train_engine
 SIZES = (64, 96, 80, 40, 24)          # ~21k parameters; biases are small groups in stage 3
 
 
-def cfg(stage, world, prec=None, gas=1, persist=0, bucket=4000, reuse=0):
+def cfg(stage, world, prec=None, gas=1, persist=0, bucket=4000, reuse=0, extra=None):
     c = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": gas,
          "train_batch_size": 4 * gas * world, "gradient_clipping": 1.0,
          "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
@@ -26,7 +26,15 @@ def cfg(stage, world, prec=None, gas=1, persist=0, bucket=4000, reuse=0):
                                "stage3_max_reuse_distance": reuse}}
     if prec:
         c[prec] = {"enabled": True}
+    for k, v in (extra or {}).items():
+        if k == "zerolab":
+            c["zerolab"] = v
+        else:
+            c["zero_optimization"][k] = v
     return c
+
+
+IDEAL = {"zerolab": {"ideal_reduce_scatter": True}}     # the paper's reduce-scatter at stages 1-2
 
 
 def _numel_by_op(ledger):
@@ -39,9 +47,9 @@ def _numel_by_op(ledger):
     return out
 
 
-def measure(stage, prec, gas, persist, reuse=0):
+def measure(stage, prec, gas, persist, reuse=0, extra=None):
     world = zerolab.world_size()
-    engine = zerolab.initialize(MLP(SIZES), cfg(stage, world, prec, gas, persist, reuse=reuse))
+    engine = zerolab.initialize(MLP(SIZES), cfg(stage, world, prec, gas, persist, reuse=reuse, extra=extra))
     batches = regression_batches(2, 4 * gas * world, d_in=SIZES[0], d_out=SIZES[-1])
     train_engine(engine, batches[:1], mse_loss)           # warm-up step: optimizer states exist
     mark = engine.ledger.mark()
@@ -54,6 +62,8 @@ def measure(stage, prec, gas, persist, reuse=0):
             "padded": sum(g.padded_numel for g in groups),
             "persistent_padded": sum(g.padded_numel for g, p in zip(groups, persistent) if p),
             "ops": _numel_by_op(step),
+            "calls": {op: t["calls"] for op, t in step.totals().items()},
+            "buckets": len(engine.stage.grads.buckets),
             "wire": {tag: b for tag, b in step.by_tag().items()},
             "elem": engine.dtype.itemsize}
 
@@ -87,10 +97,12 @@ def test_memory_matches_zero_formula(crew, stage, prec):
 @pytest.mark.parametrize("stage,gas,persist", [(0, 1, 0), (1, 1, 0), (2, 1, 0), (2, 2, 0),
                                                (3, 1, 0), (3, 2, 0), (3, 1, 100)])
 def test_traffic_matches_zero_ideal(crew, stage, gas, persist):
+    """The paper's traffic: stages 1-2 with zerolab's ideal_reduce_scatter (opt-in), stage 3 as
+    DeepSpeed does it with reuse distance 0."""
     n = crew.world_size
-    r = crew.run(measure, stage, None, gas, persist)[0]
+    r = crew.run(measure, stage, None, gas, persist, 0, IDEAL if stage in (1, 2) else None)[0]
     P, Pp = r["padded"], r["persistent_padded"]
-    want = {0: {"all_reduce": P},
+    want = {0: {"all_reduce": r["psi"]},
             1: {"reduce_scatter": P, "all_gather": P},
             2: {"reduce_scatter": gas * P, "all_gather": P},
             3: {"reduce_scatter": gas * P, "all_gather": 2 * gas * (P - Pp) + Pp}}[stage]
@@ -102,6 +114,25 @@ def test_traffic_matches_zero_ideal(crew, stage, gas, persist):
         ideal -= (2 * gas - 1) * ring * Pp * r["elem"]     # persistent params are not re-gathered
     wire = r["wire"].get("grads", 0) + r["wire"].get("params", 0)
     assert abs(wire - ideal) <= 0.01 * ideal + ring * (P - r["psi"]) * r["elem"] * 3 * gas, (wire, ideal)
+
+
+@pytest.mark.parametrize("stage,gas", [(1, 1), (2, 1), (2, 2)])
+def test_stages_1_2_traffic_is_deepspeeds_by_default(crew, stage, gas):
+    """DeepSpeed 0.19.8's defaults (reduce_scatter and use_multi_rank_bucket_allreduce true): each
+    gradient bucket is all-reduced (every real element once per reduction: 2 Psi on the wire),
+    then one all-gather of the padded flat buffer (Psi): 3 Psi, not the paper's 2 Psi. With
+    use_multi_rank_bucket_allreduce false, one reduce per owner a bucket touches."""
+    n = crew.world_size
+    r = crew.run(measure, stage, None, gas, 0)[0]
+    psi, P = r["psi"], r["padded"]
+    assert r["ops"] == {"all_reduce": gas * psi, "all_gather": P}
+    assert r["calls"]["all_gather"] == 1                 # one call for the whole buffer
+    assert r["calls"]["all_reduce"] == gas * r["buckets"] + 1    # + the 8-byte gradient norm
+    assert r["buckets"] == -(-psi // 4000) or r["buckets"] > psi // 4000    # buckets of <= 4000
+    owner = crew.run(measure, stage, None, gas, 0, 0, {"use_multi_rank_bucket_allreduce": False})[0]
+    assert owner["ops"] == {"reduce": gas * psi, "all_gather": P}
+    # a bucket touches one partition or a few, never more than it has elements for
+    assert gas * owner["buckets"] <= owner["calls"]["reduce"] <= gas * (owner["buckets"] + n - 1)
 
 
 @pytest.mark.parametrize("gas", [1, 2])

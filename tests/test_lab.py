@@ -84,7 +84,8 @@ def test_step_trace_stage3(pool):
     ops = tr.totals()
     groups = lab.holdings(2, 3, "bf16", pool=pool).groups
     padded = sum(p for _, _, p in groups)
-    assert ops["reduce_scatter"]["calls"] == len(groups) and ops["reduce_scatter"]["numel"] == padded
+    # DeepSpeed's buckets: several modules' gradients per reduce-scatter, every group once
+    assert ops["reduce_scatter"]["calls"] <= len(groups) and ops["reduce_scatter"]["numel"] == padded
     params = [c for c in calls if c.op == "all_gather" and c.tag.startswith("params")]
     assert sum(c.numel for c in params) >= 2 * padded        # gathered in forward and again in backward
     for c in calls:
@@ -100,11 +101,13 @@ def test_step_trace_stage3(pool):
     assert "collectives on each rank" in tr.describe()
 
 
-def test_step_trace_stage2_moves_psi_each_way(pool):
+def test_step_trace_stage2_is_deepspeeds_all_reduce_then_one_all_gather(pool):
     tr = lab.step_trace(2, 2, "bf16", pool=pool)
     ops = tr.totals()
-    assert ops["reduce_scatter"]["numel"] == ops["all_gather"]["numel"]
-    assert ops["reduce_scatter"]["calls"] == len(lab.holdings(2, 2, "bf16", pool=pool).groups)
+    h = lab.holdings(2, 2, "bf16", pool=pool)
+    assert ops["all_reduce"]["numel"] - 2 == h.psi               # every gradient (+ the norm's 2)
+    assert ops["all_gather"]["numel"] == h.padded_total and ops["all_gather"]["calls"] == 1
+    assert "reduce_scatter" not in ops
 
 
 def test_moved():

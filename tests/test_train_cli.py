@@ -24,7 +24,7 @@ def check_summary(out: str, world: int, steps: int, picture: pathlib.Path):
     assert f"at step {steps}" in out
     for r in range(world):
         assert f"\n    {r:<6}" in out, out                       # a memory row per rank
-    for op in ("reduce_scatter", "all_gather"):                 # stage 2's collectives
+    for op in ("all_reduce", "all_gather"):                     # stage 2: DeepSpeed all-reduces each bucket
         assert f"    {op}" in out, out
     assert "ms per step" in out
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

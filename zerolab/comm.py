@@ -11,11 +11,18 @@ N ranks and S the size in bytes of the *full* (unsharded) tensor:
     reduce-scatter     (N-1)/N * S     (each rank ends with S/N, having sent N-1 chunks)
     all-gather         (N-1)/N * S     (each rank starts with S/N and receives N-1 chunks)
     broadcast                    S     (a pipelined chain: every rank but the root receives S)
+    reduce                       S     (the same chain backwards: every rank but the root sends S)
     send / recv       the bytes sent   (point-to-point, counted by the sender)
 
 This is what each rank sends (and receives) in a bandwidth-optimal ring, so a ZeRO stage's
 traffic can be compared directly with the paper: an all-reduce of Psi elements is 2 Psi.
 With N = 1 nothing crosses a wire and every factor is 0.
+
+**Two kinds of calls.** What ZeRO moves (``kind="zero"``) is what DeepSpeed moves for the same
+config, and it is all that :meth:`Ledger.totals`, :meth:`Ledger.table` and
+:attr:`Ledger.wire_bytes` count. zerolab's own safety calls (``kind="check"``: stage 3's 16-byte
+headers that make ranks on different paths fail instead of hang; DeepSpeed sends none) are kept
+apart, in :attr:`Ledger.checks`, with totals of their own (:meth:`Ledger.check_totals`).
 """
 from __future__ import annotations
 
@@ -28,7 +35,6 @@ from typing import Iterator
 import torch
 import torch.distributed as dist
 
-from . import shm
 
 __all__ = ["CommRecord", "Ledger", "Comm", "Pending", "wire_factor", "ring_all_reduce",
            "ring_reduce_scatter", "ring_all_gather", "default_comm"]
@@ -40,20 +46,21 @@ def wire_factor(op: str, world_size: int) -> float:
     if n <= 1:
         return 0.0
     return {"all_reduce": 2 * (n - 1) / n, "reduce_scatter": (n - 1) / n,
-            "all_gather": (n - 1) / n, "broadcast": 1.0, "send": 1.0, "recv": 0.0}[op]
+            "all_gather": (n - 1) / n, "broadcast": 1.0, "reduce": 1.0, "send": 1.0, "recv": 0.0}[op]
 
 
 @dataclasses.dataclass(frozen=True)
 class CommRecord:
-    op: str             # all_reduce, reduce_scatter, all_gather, broadcast, send, recv
+    op: str             # all_reduce, reduce, reduce_scatter, all_gather, broadcast, send, recv
     numel: int          # elements of the full tensor (the all-gathered output, the reduce-scattered input)
     bytes: int          # numel * element size
     dtype: str          # e.g. "float32"
     world_size: int
     seconds: float      # wall time of the call as seen by this rank (includes waiting for peers)
     tag: str = ""       # why: "bucket 3", "layer fc1 fwd", "step" ...
-    waited: float = 0.0  # of ``seconds``, the wait for the last rank to arrive (known on the
-                         # shared-memory path; 0 where the backend does not tell)
+    waited: float = 0.0  # of ``seconds``, the wait for the last rank to arrive, where the
+                         # transport tells it (0 on gloo and NCCL)
+    kind: str = "zero"   # "zero": what ZeRO moves; "check": zerolab's own safety headers
 
     @property
     def wire_bytes(self) -> float:
@@ -63,38 +70,62 @@ class CommRecord:
         return wire_factor(self.op, self.world_size) * self.bytes
 
 
+class _Mark(int):
+    """A position in a ledger (an int: the ZeRO records so far), which also remembers the
+    position in the ledger's checks."""
+    checks: int = 0
+
+
 class Ledger:
-    """An append-only list of :class:`CommRecord` with totals."""
+    """An append-only list of :class:`CommRecord` with totals. ``records`` holds what ZeRO
+    moves; ``checks`` holds zerolab's own safety calls (``kind == "check"``), never counted
+    in the totals."""
 
     MAX_RECORDS = 200_000         # a long run keeps the newest; marks stay valid (see mark)
 
     def __init__(self) -> None:
         self.records: list[CommRecord] = []
+        self.checks: list[CommRecord] = []
         self.enabled = True
         self._dropped = 0             # records dropped from the front so far
+        self._dropped_checks = 0
 
     def add(self, rec: CommRecord) -> None:
-        if self.enabled:
-            self.records.append(rec)
-            if len(self.records) > self.MAX_RECORDS:
-                half = len(self.records) // 2
-                del self.records[:half]
-                self._dropped += half
+        if not self.enabled:
+            return
+        if rec.kind == "check":
+            self.checks.append(rec)
+            if len(self.checks) > self.MAX_RECORDS:
+                half = len(self.checks) // 2
+                del self.checks[:half]
+                self._dropped_checks += half
+            return
+        self.records.append(rec)
+        if len(self.records) > self.MAX_RECORDS:
+            half = len(self.records) // 2
+            del self.records[:half]
+            self._dropped += half
 
     def clear(self) -> None:
         self._dropped += len(self.records)
+        self._dropped_checks += len(self.checks)
         self.records.clear()
+        self.checks.clear()
 
     def __len__(self) -> int:
         return len(self.records)
 
     def mark(self) -> int:
         """A position to pass to :meth:`since` (e.g. at the start of a step)."""
-        return self._dropped + len(self.records)
+        m = _Mark(self._dropped + len(self.records))
+        m.checks = self._dropped_checks + len(self.checks)
+        return m
 
     def since(self, mark: int) -> "Ledger":
         out = Ledger()
         out.records = self.records[max(mark - self._dropped, 0):]
+        if isinstance(mark, _Mark):
+            out.checks = self.checks[max(mark.checks - self._dropped_checks, 0):]
         return out
 
     @contextlib.contextmanager
@@ -106,11 +137,11 @@ class Ledger:
         finally:
             self.enabled = before
 
-    def totals(self) -> dict[str, dict[str, float]]:
-        """Per op: calls, numel, bytes, wire_bytes, seconds."""
+    @staticmethod
+    def _totals(records) -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = defaultdict(lambda: dict(calls=0, numel=0, bytes=0,
                                                                      wire_bytes=0.0, seconds=0.0))
-        for r in self.records:
+        for r in records:
             t = out[r.op]
             t["calls"] += 1
             t["numel"] += r.numel
@@ -118,6 +149,14 @@ class Ledger:
             t["wire_bytes"] += r.wire_bytes
             t["seconds"] += r.seconds
         return dict(out)
+
+    def totals(self) -> dict[str, dict[str, float]]:
+        """Per op: calls, numel, bytes, wire_bytes, seconds (ZeRO's calls only)."""
+        return self._totals(self.records)
+
+    def check_totals(self) -> dict[str, dict[str, float]]:
+        """The same for zerolab's own safety checks (:attr:`checks`)."""
+        return self._totals(self.checks)
 
     @property
     def wire_bytes(self) -> float:
@@ -130,55 +169,42 @@ class Ledger:
             out[r.tag.split(" ")[0] if r.tag else ""] += r.wire_bytes
         return dict(out)
 
-    def table(self, *, times: bool = False) -> str:
-        """A small text table of the totals per op (times are left out by default: they vary)."""
+    def table(self, *, times: bool = False, checks: bool = False) -> str:
+        """A small text table of the totals per op (times are left out by default: they vary).
+        ``checks=True`` adds zerolab's safety calls on a line of their own."""
         rows = self.totals()
         head = f"{'op':<15}{'calls':>6}{'elements':>12}{'bytes':>12}{'wire bytes':>13}"
         head += f"{'seconds':>10}" if times else ""
         lines = [head]
+
+        def line(name, t):
+            out = f"{name:<15}{t['calls']:>6}{t['numel']:>12}{t['bytes']:>12}{t['wire_bytes']:>13.0f}"
+            return out + (f"{t['seconds']:>10.4f}" if times else "")
         for op in sorted(rows):
-            t = rows[op]
-            line = f"{op:<15}{t['calls']:>6}{t['numel']:>12}{t['bytes']:>12}{t['wire_bytes']:>13.0f}"
-            line += f"{t['seconds']:>10.4f}" if times else ""
-            lines.append(line)
+            lines.append(line(op, rows[op]))
+        if checks:
+            for op, t in sorted(self.check_totals().items()):
+                lines.append(line(f"(check) {op}"[:15], t))
         return "\n".join(lines)
 
 
-def _all_gather_base(out: torch.Tensor, inp: torch.Tensor, group) -> None:
-    fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    fn(out, inp, group=group)
-
-
-def _reduce_scatter_base(out: torch.Tensor, inp: torch.Tensor, op, group) -> None:
-    fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    fn(out, inp, op=op, group=group)
-
-
-def _ring_reduce_scatter_into(out: torch.Tensor, inp: torch.Tensor) -> None:
-    """Sum-reduce-scatter of ``inp`` (N equal chunks) into ``out`` with a ring of send/recv,
-    the bandwidth-optimal algorithm: N-1 steps, each sending one chunk to the right neighbour
-    and adding the chunk that arrives from the left. Used on gloo, whose own reduce-scatter
-    is several times slower than its all-reduce on CPU (measured: 1.3 MB on 2 ranks, 3.6 ms
-    against 0.4 ms for this ring and 0.9 ms for an all-reduce moving twice the bytes)."""
-    n, r = dist.get_world_size(), dist.get_rank()
-    chunks = inp.view(n, -1)
-    right, left = (r + 1) % n, (r - 1) % n
-    send = chunks[(r - 1) % n]
-    for s in range(n - 1):
-        recv = torch.empty_like(chunks[0])
-        for req in dist.batch_isend_irecv([dist.P2POp(dist.isend, send, right),
-                                           dist.P2POp(dist.irecv, recv, left)]):
-            req.wait()
-        recv.add_(chunks[(r - s - 2) % n])
-        send = recv
-    out.copy_(send)
-
-
 class _Done:
-    """What an ``async_op`` call returns when the collective already ran to completion."""
+    """What an ``async_op`` call returns on one rank (nothing to wait for)."""
 
     def wait(self) -> None:
         pass
+
+
+class _All:
+    """Several works waited for as one (the per-owner reduces of one bucket)."""
+
+    def __init__(self, works):
+        self.works = works
+
+    def wait(self) -> None:
+        for w in self.works:
+            if w is not None:
+                w.wait()
 
 
 class Pending:
@@ -186,8 +212,10 @@ class Pending:
     done, then writes it to the ledger (seconds from issue to completion) and the timeline
     (the collective's span, and the wait: the part the rank could not hide)."""
 
-    def __init__(self, comm: "Comm", op: str, t: torch.Tensor, numel: int, tag: str, work):
+    def __init__(self, comm: "Comm", op: str, t: torch.Tensor, numel: int, tag: str, work,
+                 kind: str = "zero"):
         self.comm, self.op, self.t, self.numel, self.tag, self.work = comm, op, t, numel, tag, work
+        self.kind = kind
         self.t0 = time.perf_counter()
         self.done = False
 
@@ -202,51 +230,35 @@ class Pending:
         c = self.comm
         c.ledger.add(CommRecord(self.op, self.numel, self.numel * self.t.element_size(),
                                 str(self.t.dtype).replace("torch.", ""), c.world_size, end - self.t0, self.tag,
-                                getattr(self.work, "waited", 0.0)))
+                                getattr(self.work, "waited", 0.0), self.kind))
         if c.timeline is not None:
             c.timeline.add("async", f"{self.op} {self.tag}".strip(), self.t0, end)
             c.timeline.add("wait", f"wait {self.tag}".strip(), w0, end)
 
 
 class Comm:
-    """The collectives the engine uses, over one process group, each written to a ledger
-    (and, when ``timeline`` is set, to a :class:`~zerolab.timeline.Timeline`).
+    """The collectives the engine uses, over one ``torch.distributed`` process group, each
+    written to a ledger (and, when ``timeline`` is set, to a :class:`~zerolab.timeline.Timeline`).
 
-    The tensors are used in place, as with ``torch.distributed``. ``op`` is a
-    ``dist.ReduceOp`` (SUM by default; AVG works on gloo and NCCL). ``all_reduce``,
-    ``reduce_scatter`` and ``all_gather`` take ``async_op=True`` and then return a :class:`Pending`.
+    Every call goes through ``torch.distributed`` on the group's backend: gloo on CPU, NCCL on
+    GPUs, or zerolab's shared-memory backend when a crew asked for it (``backend="shm"``,
+    :mod:`zerolab.shm`). The tensors are used in place, as with ``torch.distributed``. ``op`` is
+    a ``dist.ReduceOp`` (SUM by default). ``all_reduce``, ``reduce``, ``reduce_scatter`` and
+    ``all_gather`` take ``async_op=True`` and then return a :class:`Pending`.
+
+    ``kind`` files a call in the ledger: ``"zero"`` (the default) for what ZeRO itself moves,
+    ``"check"`` for zerolab's own safety checks (stage 3's 16-byte order headers), which
+    DeepSpeed does not send and which the ledger keeps apart (:attr:`Ledger.checks`).
     """
-
-    # On gloo (CPU), the blocking collectives of ranks on one machine go through shared memory
-    # (zerolab.shm: no TCP, no thread wake-ups); where that is not possible, reduce-scatter
-    # runs as zerolab's own ring over send/recv: the same bytes, several times faster than
-    # gloo's reduce-scatter (see _ring_reduce_scatter_into). Asynchronous calls stay on gloo,
-    # whose threads carry them while the rank computes.
-    shm_on_cpu = True
-    ring_reduce_scatter_on_gloo = True
 
     def __init__(self, group=None, ledger: Ledger | None = None, timeline=None):
         self.group = group
         self.ledger = ledger if ledger is not None else Ledger()
         self.timeline = timeline
-        gloo = group is None and dist.is_initialized() and dist.get_backend() == "gloo"
-        self._use_ring = gloo and self.ring_reduce_scatter_on_gloo
-        self._may_shm = gloo and self.shm_on_cpu
-
-    def _shm(self, t: torch.Tensor):
-        """The shared-memory transport for ``t``, or None (gloo). Rank-independent: the same
-        call takes the same path on every rank."""
-        if not self._may_shm or t.device.type != "cpu" or not t.is_contiguous():
-            return None
-        tr = shm.transport()
-        if tr is None:
-            self._may_shm = False
-        return tr
 
     def transport(self) -> str:
-        """What this Comm's blocking collectives have run on: "shm" (zerolab.shm, once made)
-        or the backend's name. Asks nothing of the other ranks."""
-        return "shm" if self._may_shm and shm.made() else dist.get_backend(self.group)
+        """The backend this Comm's collectives run on ("gloo", "nccl", or "zshm": zerolab.shm)."""
+        return dist.get_backend(self.group)
 
     @property
     def world_size(self) -> int:
@@ -257,102 +269,71 @@ class Comm:
         return dist.get_rank(self.group)
 
     def _record(self, op: str, t: torch.Tensor, t0: float, tag: str, numel: int | None = None,
-                waited: float = 0.0) -> None:
+                kind: str = "zero") -> None:
         n = t.numel() if numel is None else numel
         end = time.perf_counter()
         self.ledger.add(CommRecord(op, n, n * t.element_size(), str(t.dtype).replace("torch.", ""),
-                                   self.world_size, end - t0, tag, waited))
+                                   self.world_size, end - t0, tag, 0.0, kind))
         if self.timeline is not None and self.ledger.enabled:
             self.timeline.add("comm", f"{op} {tag}".strip(), t0, end)
 
-    def all_reduce(self, t: torch.Tensor, op=dist.ReduceOp.SUM, *, tag: str = "",
-                   async_op: bool = False):
-        n = self.world_size
-        tr = self._shm(t) if n > 1 and op in _SHM_OPS else None
+    def _run(self, op: str, t: torch.Tensor, numel: int, tag: str, async_op: bool, kind: str, call):
+        """Run ``call(async_op)`` (None on one rank) and write it down: now, or at ``wait()``."""
         if async_op:
-            if tr is not None:
-                work = tr.all_reduce(t, op, what=f"all_reduce {tag}", async_op=True)
-            else:
-                work = dist.all_reduce(t, op=op, group=self.group, async_op=True) if n > 1 else None
-            return Pending(self, "all_reduce", t, t.numel(), tag, work)
+            return Pending(self, op, t, numel, tag, call(True) if self.world_size > 1 else None, kind)
         t0 = time.perf_counter()
-        if tr is not None:
-            tr.all_reduce(t, op, what=f"all_reduce {tag}")
-        elif n > 1:
-            dist.all_reduce(t, op=op, group=self.group)
-        self._record("all_reduce", t, t0, tag, waited=tr.waited if tr is not None else 0.0)
-        return t
+        if self.world_size > 1:
+            call(False)
+        self._record(op, t, t0, tag, numel, kind)
+        return None
+
+    def all_reduce(self, t: torch.Tensor, op=dist.ReduceOp.SUM, *, tag: str = "",
+                   async_op: bool = False, kind: str = "zero"):
+        p = self._run("all_reduce", t, t.numel(), tag, async_op, kind,
+                      lambda a: dist.all_reduce(t, op=op, group=self.group, async_op=a))
+        return p if async_op else t
+
+    def reduce(self, t: torch.Tensor, dst: int, op=dist.ReduceOp.SUM, *, tag: str = "",
+               async_op: bool = False, kind: str = "zero"):
+        """Sum ``t`` over ranks into rank ``dst``'s ``t`` (the other ranks' ``t`` is undefined after)."""
+        gdst = dist.get_global_rank(self.group, dst) if self.group is not None else dst
+        p = self._run("reduce", t, t.numel(), tag, async_op, kind,
+                      lambda a: dist.reduce(t, gdst, op=op, group=self.group, async_op=a))
+        return p if async_op else t
 
     def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op=dist.ReduceOp.SUM, *,
-                       tag: str = "", async_op: bool = False):
+                       tag: str = "", async_op: bool = False, kind: str = "zero"):
         """``inp`` holds N equal chunks; rank r receives the reduction of chunk r in ``out``."""
         n = self.world_size
         if inp.numel() != out.numel() * n:
             raise ValueError(f"reduce_scatter: input has {inp.numel()} elements, expected "
                              f"{n} x {out.numel()} (pad the flat buffer to a multiple of the world size)")
-        tr = self._shm(inp) if n > 1 and op in _SHM_OPS and out.is_contiguous() else None
-        ring = tr is None and n > 1 and self._use_ring and op == dist.ReduceOp.SUM and inp.device.type == "cpu"
-        if async_op and not ring:                  # (the ring blocks: it runs below)
-            if tr is not None:
-                work = tr.reduce_scatter(out, inp, op, what=f"reduce_scatter {tag}", async_op=True)
-            elif n > 1:
-                fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-                work = fn(out, inp, op=op, group=self.group, async_op=True)
-            else:
-                out.copy_(inp)
-                work = None
-            return Pending(self, "reduce_scatter", inp, inp.numel(), tag, work)
-        t0 = time.perf_counter()
-        if tr is not None:
-            tr.reduce_scatter(out, inp, op, what=f"reduce_scatter {tag}")
-        elif ring:
-            _ring_reduce_scatter_into(out, inp)
-        elif n > 1:
-            _reduce_scatter_base(out, inp, op, self.group)
-        else:
+        if n == 1:
             out.copy_(inp)
-        self._record("reduce_scatter", inp, t0, tag, waited=tr.waited if tr is not None else 0.0)
-        return _Done() if async_op else out
+        p = self._run("reduce_scatter", inp, inp.numel(), tag, async_op, kind,
+                      lambda a: _REDUCE_SCATTER(out, inp, op=op, group=self.group, async_op=a))
+        return p if async_op else out
 
-    def all_gather(self, out: torch.Tensor, inp: torch.Tensor, *, tag: str = "", async_op: bool = False):
+    def all_gather(self, out: torch.Tensor, inp: torch.Tensor, *, tag: str = "", async_op: bool = False,
+                   kind: str = "zero"):
         """Every rank contributes ``inp``; ``out`` holds the N pieces in rank order. ``inp`` may
         be a view of ``out`` (a rank's own shard of the flat buffer)."""
         n = self.world_size
         if out.numel() != inp.numel() * n:
             raise ValueError(f"all_gather: output has {out.numel()} elements, expected "
                              f"{n} x {inp.numel()}")
-        tr = self._shm(out) if n > 1 else None
-        if tr is None and n > 1 and inp.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
-            inp = inp.clone()         # the library's input must not alias its output (shm copies first)
-        if async_op:
-            if tr is not None:
-                work = tr.all_gather(out, inp, what=f"all_gather {tag}", async_op=True)
-            elif n > 1:
-                fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-                work = fn(out, inp, group=self.group, async_op=True)
-            else:
-                out.copy_(inp)
-                work = None
-            return Pending(self, "all_gather", out, out.numel(), tag, work)
-        t0 = time.perf_counter()
-        if tr is not None:
-            tr.all_gather(out, inp, what=f"all_gather {tag}")
-        elif n > 1:
-            _all_gather_base(out, inp, self.group)
-        else:
-            out.copy_(inp)
-        self._record("all_gather", out, t0, tag, waited=tr.waited if tr is not None else 0.0)
-        return out
+        if n == 1:
+            out.view(-1).copy_(inp.reshape(-1))
+        elif inp.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
+            inp = inp.clone()         # torch.distributed's input must not alias its output
+        p = self._run("all_gather", out, out.numel(), tag, async_op, kind,
+                      lambda a: _ALL_GATHER(out, inp, group=self.group, async_op=a))
+        return p if async_op else out
 
     def broadcast(self, t: torch.Tensor, src: int = 0, *, tag: str = "") -> torch.Tensor:
-        t0 = time.perf_counter()
-        tr = self._shm(t) if self.world_size > 1 else None
-        if tr is not None:
-            tr.broadcast(t, src, what=f"broadcast {tag}")
-        elif self.world_size > 1:
-            dist.broadcast(t, src=dist.get_global_rank(self.group, src) if self.group else src,
-                           group=self.group)
-        self._record("broadcast", t, t0, tag, waited=tr.waited if tr is not None else 0.0)
+        gsrc = dist.get_global_rank(self.group, src) if self.group is not None else src
+        self._run("broadcast", t, t.numel(), tag, False, "zero",
+                  lambda a: dist.broadcast(t, src=gsrc, group=self.group))
         return t
 
     def all_reduce_max(self, value: float, *, tag: str = "") -> float:
@@ -361,13 +342,10 @@ class Comm:
         self.all_reduce(t, dist.ReduceOp.MAX, tag=tag)
         return float(t.item())
 
-    def all_reduce_sum(self, value: float, *, tag: str = "") -> float:
-        t = torch.tensor([float(value)], dtype=torch.float64, device=_group_device(self.group))
-        self.all_reduce(t, dist.ReduceOp.SUM, tag=tag)
-        return float(t.item())
 
-
-_SHM_OPS = (dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.MIN)
+# torch >= 2.13 names them all_gather_single / reduce_scatter_single (the old names warn)
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 def _group_device(group) -> torch.device:

@@ -31,7 +31,7 @@ import torch
 from . import config_keys as K
 
 __all__ = ["Config", "ConfigError", "OptimizerConfig", "SchedulerConfig", "FP16Config", "BF16Config",
-           "OffloadConfig", "ZeroConfig", "FrozenDict", "Explanation", "load_config", "explain_config"]
+           "OffloadConfig", "ZeroConfig", "ZerolabConfig", "FrozenDict", "Explanation", "load_config", "explain_config"]
 
 
 class ConfigError(ValueError):
@@ -167,13 +167,17 @@ class ZeroConfig:
     """The ``zero_optimization`` block. Sizes are in elements, not bytes.
 
     Every key is parsed and checked, but only some are read by the engine: see the statuses in
-    :mod:`zerolab.config_keys`. ``contiguous_gradients``, ``allgather_bucket_size``,
-    ``allgather_partitions``, ``sub_group_size`` and the stage-3 prefetch / live / reuse knobs
-    have no effect in zerolab (:meth:`Config.ignored_settings` says why);
-    ``round_robin_gradients`` is accepted and has no effect (ownership order only)."""
+    :mod:`zerolab.config_keys` (``contiguous_gradients``, ``allgather_bucket_size``,
+    ``allgather_partitions`` and ``round_robin_gradients`` have no effect in zerolab;
+    :meth:`Config.ignored_settings` says why). ``reduce_scatter`` and
+    ``use_multi_rank_bucket_allreduce`` pick DeepSpeed's collectives: at stages 1-2 each bucket
+    is all-reduced (both true, the default, or ``reduce_scatter`` false) or reduced to each of
+    its owners (``use_multi_rank_bucket_allreduce`` false); at stage 3 each bucket is
+    reduce-scattered (``reduce_scatter`` true) or all-reduced."""
     stage: int = 0
     contiguous_gradients: bool = True
     reduce_scatter: bool = True
+    use_multi_rank_bucket_allreduce: bool = True
     reduce_bucket_size: int = 500_000_000
     allgather_bucket_size: int = 500_000_000
     overlap_comm: bool = False       # DeepSpeed's None, resolved: True iff stage == 3
@@ -191,6 +195,22 @@ class ZeroConfig:
 
 
 @dataclass(frozen=True)
+class ZerolabConfig:
+    """The ``zerolab`` block: zerolab's own options, where it does something DeepSpeed does not.
+    Everything else in a config means what it means in DeepSpeed 0.19.8; these are opt-in and
+    named so that a ledger never shows zerolab's mechanism as DeepSpeed's.
+
+    ``ideal_reduce_scatter``: at stages 1-2, reduce-scatter each bucket (the ZeRO paper's Psi per
+    step, each rank receiving only its shard; each bucket is then its own partition) instead of
+    DeepSpeed's all-reduce of each bucket (2 Psi). ``order_checks``: at stage 3, a 16-byte
+    all-gather before each unit of parameter gathers, so that ranks taking different paths
+    through the model raise an error naming the modules instead of hanging (DeepSpeed sends
+    none; the ledger files them apart, as ``kind == "check"``)."""
+    ideal_reduce_scatter: bool = False
+    order_checks: bool = True
+
+
+@dataclass(frozen=True)
 class Config:
     """A resolved DeepSpeed config for one data-parallel world size."""
     train_batch_size: int
@@ -201,6 +221,7 @@ class Config:
     optimizer: OptimizerConfig | None = None
     scheduler: SchedulerConfig | None = None     # None: no scheduler (the lr stays the optimizer's)
     zero: ZeroConfig = ZeroConfig()
+    zerolab: ZerolabConfig = ZerolabConfig()     # zerolab's own opt-in options (not DeepSpeed's)
     fp16: FP16Config = FP16Config()
     bf16: BF16Config = BF16Config()
     communication_data_type: str | None = None   # None | "fp32" | "fp16" | "bf16"
@@ -343,11 +364,12 @@ def _parse(d: dict, world_size: int) -> tuple[Config, K.Problems]:
         p.add(f"'fp16.enabled' and '{bf16_key}.enabled' are both true: bfloat16 and fp16 modes cannot be "
               "enabled together (DeepSpeed asserts the same); pick one")
     zero = _parse_zero(p, d)
+    own = _parse_zerolab(p, d)
     optimizer = _parse_optimizer(p, d)
     scheduler = _parse_scheduler(p, d)
     if not p.bad.intersection(names):
         batch = _resolve_batch(p, *batch, world_size) or batch   # unresolved: kept as given, to explain
-    cfg = Config(*batch, world_size, optimizer=optimizer, scheduler=scheduler, zero=zero, fp16=fp16, bf16=bf16, raw=_freeze(d), **top)
+    cfg = Config(*batch, world_size, optimizer=optimizer, scheduler=scheduler, zero=zero, zerolab=own, fp16=fp16, bf16=bf16, raw=_freeze(d), **top)
     return cfg, p
 
 
@@ -428,6 +450,7 @@ def _parse_zero(p: K.Problems, d: dict) -> ZeroConfig:
         stage=stage, overlap_comm=(stage == 3) if overlap is None else overlap,
         contiguous_gradients=g("contiguous_gradients", K.as_bool, True),
         reduce_scatter=g("reduce_scatter", K.as_bool, True),
+        use_multi_rank_bucket_allreduce=g("use_multi_rank_bucket_allreduce", K.as_bool, True),
         reduce_bucket_size=g("reduce_bucket_size", K.as_int(lo=1), 500_000_000),
         allgather_bucket_size=g("allgather_bucket_size", K.as_int(lo=1), 500_000_000),
         allgather_partitions=g("allgather_partitions", K.as_bool, True),
@@ -439,6 +462,16 @@ def _parse_zero(p: K.Problems, d: dict) -> ZeroConfig:
         offload_optimizer=_parse_offload(p, b, "offload_optimizer", stage),
         offload_param=_parse_offload(p, b, "offload_param", stage),
         ignore_unused_parameters=g("ignore_unused_parameters", K.as_bool, True))
+
+
+def _parse_zerolab(p: K.Problems, d: dict) -> ZerolabConfig:
+    b = K.read_block(p, d, "zerolab", "zerolab")
+    if b is None:
+        return ZerolabConfig()
+    K.check_keys(p, b, "zerolab", K.ZEROLAB)
+    default = ZerolabConfig()
+    return ZerolabConfig(**{k: K.read(p, b, "zerolab", k, K.as_bool, getattr(default, k))
+                            for k in ("ideal_reduce_scatter", "order_checks")})
 
 
 def _parse_offload(p: K.Problems, zero: dict, kind: str, stage: int) -> OffloadConfig:

@@ -10,9 +10,9 @@ of its monitors, profiler, autotuner and AIO). Each key found there has one of f
 * ``NO_EFFECT``: accepted, but has no effect in zerolab. Either DeepSpeed bookkeeping that
   changes nothing zerolab computes (logging, debug checks, knobs read only by a feature zerolab
   refuses elsewhere), or a DeepSpeed knob that changes *when* or *in what memory* work happens
-  but never the numbers, where zerolab's engine does it one fixed way (it does not overlap
-  communication, gathers just in time without prefetch, always packs gradients into flat
-  buckets). Read, validated, and dropped; the ``what`` text says why that is safe. A key the
+  but never the numbers, where zerolab's engine does it one fixed way (it always packs
+  gradients into flat buckets, all-gathers the updated partitions in one call). Read,
+  validated, and dropped; the ``what`` text says why that is safe. A key the
   user sets with this status is listed by ``Config.ignored_settings()`` (shown by ``zerolab
   explain`` and warned once when the engine is built). ``ACCEPTED`` is its old name.
 * ``NOT_IMPLEMENTED``: a DeepSpeed feature zerolab does not have yet. It is an error, named,
@@ -85,6 +85,7 @@ TOP = {
     "communication_data_type": _I, "zero_allow_untested_optimizer": _I,
     "scheduler": _I,  # zerolab.scheduler: DeepSpeed's schedulers, built from the block and stepped by the engine
     "dataloader_drop_last": _I,  # the data loader zerolab.deepspeed.initialize builds from training_data
+    "zerolab": _I,  # zerolab's own opt-in options (ZEROLAB below); DeepSpeed ignores a block it does not know
     # no effect in zerolab: bookkeeping, or knobs of features zerolab refuses elsewhere
     "steps_per_print": _A("DeepSpeed logs progress every N steps; logging only, zerolab prints no progress lines"),
     "wall_clock_breakdown": _A("DeepSpeed times forward/backward/step and logs it; timing logs only"),
@@ -146,7 +147,10 @@ ZERO = {
         "stage", "reduce_bucket_size", "ignore_unused_parameters", "offload_optimizer", "offload_param",
         "stage3_param_persistence_threshold", "stage3_model_persistence_threshold",
         "overlap_comm",       # reduce.py: async bucket collectives during backward
-        "reduce_scatter")},   # reduce.py: false all-reduces each bucket (DeepSpeed's stage 1/2 traffic)
+        # reduce.py: DeepSpeed's collective per bucket. Stages 1-2: all-reduce (both true, the default,
+        # or reduce_scatter false), a reduce to each owner (use_multi_rank_bucket_allreduce false);
+        # stage 3: reduce-scatter (true) or all-reduce (false)
+        "reduce_scatter", "use_multi_rank_bucket_allreduce")},
     "contiguous_gradients": _A("zerolab always packs gradients into flat buckets (what true does); false in "
                                "DeepSpeed changes only the memory layout, never the numbers"),
     "allgather_bucket_size": _A("zerolab all-gathers updated parameters one bucket (stages 1-2) or one module "
@@ -164,7 +168,6 @@ ZERO = {
     # within this many elements (the last modules of forward are the first of backward)
     "stage3_max_reuse_distance": _I,
     "load_from_fp32_weights": _A("read only when loading a DeepSpeed checkpoint"),
-    "use_multi_rank_bucket_allreduce": _A("picks DeepSpeed's stage 1/2 collective; reduced values are the same"),
     "memory_efficient_linear": _A("DeepSpeed's stage-3 Linear patch; same values"),
     "override_module_apply": _A("DeepSpeed's stage-3 module.apply patch"),
     "log_trace_cache_warnings": _A("logging only"),
@@ -236,6 +239,12 @@ OFFLOAD_OPTIMIZER = {
 OFFLOAD_PARAM = {**_OFFLOAD_COMMON, "buffer_size": _SWAP_BUFFERS, "max_in_cpu": _I}
 
 # Read only by NVMe offload; the top-level "aio" key is NO_EFFECT, and a typo in it is still a typo.
+# zerolab's own block: options DeepSpeed does not have, opt-in and named (config.ZerolabConfig)
+ZEROLAB = {
+    "ideal_reduce_scatter": _I,   # reduce.py/params.py: stages 1-2 reduce-scatter each bucket (the paper's Psi)
+    "order_checks": _I,           # gather.py: stage 3's 16-byte order headers (kind "check" in the ledger)
+}
+
 AIO = {k: _A("libaio setting, read only by NVMe offload") for k in (
     "block_size", "queue_depth", "intra_op_parallelism", "single_submit", "overlap_events", "use_gds")}
 

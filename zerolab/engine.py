@@ -91,7 +91,7 @@ class Engine:
             raise ValueError("the model has no trainable parameters")
         self._sync_untrained_state(named)
         self.stage = Stage(model, named, self.comm, zero, self.dtype, self.comm_dtype,
-                                        self.device)
+                           self.device, zerolab=self.config.zerolab)
         self.optimizer = build_optimizer(optimizer, self.config.optimizer, self.stage.home.optimizer_params,
                                          self.config.zero_allow_untested_optimizer)
         self.stage.home.attach(self.optimizer)

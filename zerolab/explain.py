@@ -59,36 +59,55 @@ def describe(c: Config) -> str:
     comm = c.communication_data_type or {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(
         c.compute_dtype, "fp32")
     nbytes = {"fp32": 4, "fp16": 2, "bf16": 2}[comm]
+    own = c.zerolab
     if z.stage < 3:
-        how = {0: "at the accumulation boundary each bucket is all-reduced",
-               1: "at the accumulation boundary each bucket is reduce-scattered (each rank gets the "
-                  "average of its shard), and after the step the updated shards are all-gathered",
-               2: "during backward each bucket is reduce-scattered once its gradients are complete "
-                  "(each rank keeps its shard), and after the step the updated shards are all-gathered"}[z.stage]
-        if z.stage > 0 and not z.reduce_scatter:
-            how = how.replace("reduce-scattered", "all-reduced (reduce_scatter false: each rank keeps "
-                              "its shard of the sum, DeepSpeed's 3 Psi of traffic)", 1)
+        if z.stage == 0:
+            how = ("at the accumulation boundary the gradients are all-reduced in buckets of 500,000,000 "
+                   "elements (DeepSpeed's stage 0 reduces like DDP; reduce_bucket_size is not used)")
+        elif own.ideal_reduce_scatter:
+            how = ("each bucket is its own flat buffer and is reduce-scattered (each rank receives only its "
+                   "shard: Psi per step, the ZeRO paper's ideal) [zerolab's own: zerolab.ideal_reduce_scatter; "
+                   "DeepSpeed all-reduces]")
+        elif z.reduce_scatter and not z.use_multi_rank_bucket_allreduce:
+            how = ("the parameters form one flat buffer cut into one contiguous partition per rank; each bucket "
+                   "(a range of it) is reduced to each rank whose partition it touches, one reduce per owner "
+                   "(use_multi_rank_bucket_allreduce false) [DeepSpeed's]")
+        else:
+            why = "reduce_scatter false" if not z.reduce_scatter else (
+                "reduce_scatter and use_multi_rank_bucket_allreduce true, DeepSpeed's defaults")
+            how = ("the parameters form one flat buffer cut into one contiguous partition per rank; each bucket "
+                   f"(a range of it) is all-reduced and each rank keeps the slices of its partition ({why}: "
+                   "2 Psi on the wire, not the paper's Psi) [DeepSpeed's]")
+        if z.stage == 1:
+            how = "at the accumulation boundary " + how
+        elif z.stage == 2:
+            how = "during backward, once a bucket's gradients are complete, " + how
+        if z.stage > 0:
+            how += "; after the step the updated partitions are all-gathered, one call (Psi) [DeepSpeed's]"
         if z.overlap_comm:
             how += ("; overlap_comm: each bucket's collective is issued asynchronously as soon as it is "
-                    "complete, while backward goes on")
+                    "complete, while backward goes on, at most two in flight (DeepSpeed's two IPG buffers)")
         lines.append(f"Gradient buckets: reduce_bucket_size {z.reduce_bucket_size:,} elements "
                      f"({z.reduce_bucket_size * nbytes / 1e9:.2f} GB in {comm}); {how}.")
     else:
-        verb = "reduce-scattered" if z.reduce_scatter else "all-reduced (reduce_scatter false)"
-        when = ("issued asynchronously (overlap_comm), overlapping the rest of backward" if z.overlap_comm
-                else "each call blocking (overlap_comm false)")
-        lines.append(f"Gradients: one flat group per module (the persistent parameters share one), "
-                     f"{verb} in {comm} during backward once complete (each rank keeps its shard), {when}.")
+        verb = ("reduce-scattered (each module's gradient padded to N shards; each rank receives its shards)"
+                if z.reduce_scatter else "all-reduced (reduce_scatter false; each rank keeps its shards)")
+        when = ("issued asynchronously (overlap_comm), one in flight (DeepSpeed's one IPG buffer per dtype)"
+                if z.overlap_comm else "each call blocking (overlap_comm false)")
+        lines.append(f"Gradients: during backward, collected in buckets of reduce_bucket_size "
+                     f"{z.reduce_bucket_size:,} elements in the order backward finishes the modules; each bucket "
+                     f"is {verb} in {comm} in one call, {when} [DeepSpeed's].")
         persist = (f"parameters of at most {z.stage3_param_persistence_threshold:,} elements stay gathered "
                    "(stage3_param_persistence_threshold)")
         if z.stage3_model_persistence_threshold != sys.maxsize:
             persist += (f", up to {z.stage3_model_persistence_threshold:,} elements in all "
                         "(stage3_model_persistence_threshold)")
         if z.stage3_prefetch_bucket_size > 0:
-            fetch = (f"following the order recorded in the previous step, the next modules' parameters are "
-                     f"prefetched (asynchronous all-gathers) up to {z.stage3_prefetch_bucket_size:,} elements in "
-                     f"flight (stage3_prefetch_bucket_size), within {z.stage3_max_live_parameters:,} gathered or "
-                     "in flight (stage3_max_live_parameters)")
+            fetch = (f"following the order recorded in the previous step, each module's fetch also issues one "
+                     f"asynchronous all-gather of the next modules' parameters, up to "
+                     f"{z.stage3_prefetch_bucket_size:,} more elements (stage3_prefetch_bucket_size), as long as "
+                     f"fewer than {z.stage3_max_live_parameters:,} are gathered or in flight "
+                     "(stage3_max_live_parameters: the only bound on what is in flight) [DeepSpeed's]")
         else:
             fetch = "just in time, no prefetch (stage3_prefetch_bucket_size 0)"
         if z.stage3_max_reuse_distance > 0:
@@ -99,6 +118,11 @@ def describe(c: Config) -> str:
             reuse = "every module is gathered again for backward (stage3_max_reuse_distance 0)"
         lines.append("Stage 3 fetching: each module's parameters are all-gathered before its forward and again "
                      f"before its backward, and released after use; {fetch}; {reuse}; {persist}.")
+        if own.order_checks:
+            lines.append("Order checks [zerolab's own, zerolab.order_checks]: a 16-byte all-gather before each "
+                         "unit of parameter gathers, so that ranks on different paths through the model fail "
+                         "with the modules named instead of hanging; DeepSpeed sends none, and the ledger files "
+                         "them apart from ZeRO's calls.")
     lines += _offload_lines(c)
     clip = f"clipped to global L2 norm {c.gradient_clipping:g}" if c.gradient_clipping else "off"
     lines.append(f"Gradient clipping: {clip}.")

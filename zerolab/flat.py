@@ -17,12 +17,13 @@ module's parameters are gathered together just before it runs.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
 from torch import nn
 
-__all__ = ["FlatGroup", "bucket_params", "pack_sizes"]
+__all__ = ["FlatGroup", "Part", "Bucket", "bucket_params", "pack_sizes", "pack_buckets", "pack_after"]
 
 
 class FlatGroup:
@@ -116,3 +117,82 @@ def bucket_params(named: list[tuple[str, nn.Parameter]], bucket_numel: int) -> l
     """Cut parameters (already in gradient order) into buckets of at most ``bucket_numel``
     elements (:func:`pack_sizes`). Returns index lists."""
     return pack_sizes([p.numel() for _, p in named], bucket_numel)
+
+
+# ----------------------------------------------------------------------------- gradient buckets
+
+@dataclasses.dataclass
+class Part:
+    """A range ``[start, end)`` of one group's flat buffer whose gradients travel together:
+    the parameters ``params`` (indices in the group) and, for a whole group, its padding."""
+    group: FlatGroup
+    start: int
+    end: int
+    params: list[int]
+    numel: int                     # real elements (what counts against a bucket's size)
+
+    def param_offsets(self, at: int):
+        """(parameter index, its offset in a buffer where this part begins at ``at``)."""
+        return [(i, at + self.group.offsets[i] - self.start) for i in self.params]
+
+
+@dataclasses.dataclass
+class Bucket:
+    """One reduction: parts laid end to end in one buffer (DeepSpeed's IPG bucket)."""
+    index: int
+    parts: list[Part]
+
+    def __post_init__(self) -> None:
+        self.offsets, at = [], 0
+        for p in self.parts:
+            self.offsets.append(at)
+            at += p.end - p.start
+        self.numel = at                                  # elements of the buffer (with padding)
+        self.members = [(p.group.index, i) for p in self.parts for i in p.params]
+        self.label = f"bucket {self.index}"
+
+    def offset_of(self, part: Part) -> int:
+        return self.offsets[self.parts.index(part)]
+
+    def owners(self, world_size: int) -> list[tuple[int, int, int]]:
+        """(rank, start, end) of each rank's partition inside the buffer, for the ranks whose
+        partition it touches (a one-part bucket: the per-owner reduce of DeepSpeed's stages 1-2)."""
+        (p,) = self.parts
+        out = []
+        for r in range(world_size):
+            lo, hi = p.group.shard_range(r)
+            s, e = max(lo, p.start), min(hi, p.end)
+            if s < e:
+                out.append((r, s - p.start, e - p.start))
+        return out
+
+
+def pack_buckets(units: list[Part], runs: list[list[int]]) -> list[Bucket]:
+    """Buckets from units (in the order their gradients arrive) and ``runs``, the indices of the
+    units each bucket takes (:func:`bucket_params` or :func:`pack_after`). Adjacent units of the
+    same group merge into one part."""
+    out = []
+    for run in runs:
+        parts: list[Part] = []
+        for u in (units[k] for k in run):
+            if parts and parts[-1].group is u.group and parts[-1].end == u.start:
+                last = parts[-1]
+                parts[-1] = Part(u.group, last.start, u.end, last.params + u.params, last.numel + u.numel)
+            else:
+                parts.append(u)
+        out.append(Bucket(len(out), parts))
+    return out
+
+
+def pack_after(sizes: list[int], limit: int) -> list[list[int]]:
+    """DeepSpeed's stage-0 rule (``allreduce_no_retain``): items join the bucket, which is sent
+    once it holds *more* than ``limit``. Returns index lists."""
+    runs: list[list[int]] = [[]]
+    size = 0
+    for i, n in enumerate(sizes):
+        runs[-1].append(i)
+        size += n
+        if size > limit:
+            runs.append([])
+            size = 0
+    return [r for r in runs if r]

@@ -18,13 +18,17 @@ persistent parameters share one group that is kept whole, refreshed by one all-g
 step (``publish``), and never gathered in forward or backward (many tiny all-gathers cost more in
 latency than the memory they save). Frozen parameters are kept whole.
 
-Each pass follows the order the previous pass of its kind recorded (``trace.py``): it
-*prefetches* the groups that come next, up to ``stage3_prefetch_bucket_size`` elements in flight
-and ``stage3_max_live_parameters`` gathered or in flight, and after a module's forward it keeps a
-group gathered if the order uses it again within ``stage3_max_reuse_distance`` elements. 16-byte
-headers make ranks that took different paths raise :class:`ModuleOrderError` instead of hanging.
-Gradients are reduced in the reverse of the order groups were first gathered in forward (the same
-on every rank), whatever order they complete in.
+Each pass follows the order the previous pass of its kind recorded (``trace.py``). DeepSpeed's
+prefetch rule (``fetch_sub_module``): at every module's fetch, one asynchronous all-gather of the
+groups that come next, while fewer than min(``stage3_max_live_parameters`` - available,
+``stage3_prefetch_bucket_size``) elements are taken; what is in flight is bounded only by
+``stage3_max_live_parameters``. After a module's forward a group stays gathered if the order uses
+it again within ``stage3_max_reuse_distance`` elements. zerolab's own safety, on by default and
+switched off with ``"zerolab": {"order_checks": false}``: 16-byte headers make ranks that took
+different paths raise :class:`ModuleOrderError` instead of hanging (filed in the ledger's checks,
+never among ZeRO's calls). Gradients are reduced (``reduce.py``, in buckets of
+``reduce_bucket_size``) in the reverse of the order groups were first gathered in forward (the
+same on every rank), whatever order they complete in.
 
 When to unshard and reshard is decided by the hooks in ``hooks.py`` (module forward pre/post
 hooks, output-gradient hooks, watched parameter dicts for parameters used outside their module).
@@ -34,7 +38,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .flat import FlatGroup
+from .flat import FlatGroup, Part
 from .hooks import ModuleHooks
 from .memory import tensor_bytes
 from .params import broadcast_
@@ -45,6 +49,7 @@ __all__ = ["GatheredParams", "ModuleOrderError"]
 
 class GatheredParams:
     """Stage 3's parameters: one shard per group on each rank, gathered per unit."""
+    ordered_per_pass = True                   # gradient buckets follow each forward's order
 
     def __init__(self, stage):
         self.stage = stage
@@ -85,6 +90,7 @@ class GatheredParams:
         self.prefetches = 0                        # ... of them issued ahead, from the trace
         self.peak_gathered_numel = 0               # most parameter elements gathered (or in flight) at once
         self.prefetch_numel = zero.stage3_prefetch_bucket_size
+        self.order_checks = stage.zerolab.order_checks
         self.max_live = zero.stage3_max_live_parameters
         self.trace = FetchTrace([g.numel for g in self.groups], zero.stage3_max_reuse_distance)
         self._inflight: dict[int, tuple] = {}      # group index -> (pending all-gather, its buffer)
@@ -158,8 +164,19 @@ class GatheredParams:
         self.in_backward = True
         self._start_pass("backward")
 
-    def reduced(self, g: FlatGroup) -> None:
-        self.reshard(g)                           # its gradient is done: the furniture goes back
+    def grads_done(self, g: FlatGroup) -> None:
+        self.reshard(g)                           # its gradient is in a bucket: the furniture goes back
+
+    def reduce_units(self) -> list[Part]:
+        """The groups in this backward's reduce order, each whole (padded: it is reduce-scattered
+        into its N shards), for the gradient buckets."""
+        return [Part(g, 0, g.padded_numel, list(range(len(g.params))), g.numel)
+                for g in (self.groups[i] for i in self._full_reduce_order())]
+
+    def _full_reduce_order(self) -> list[int]:
+        order = self.reduce_order()
+        seen = set(order)
+        return order + [i for i in range(len(self.groups)) if i not in seen]
 
     def post_backward(self) -> None:
         self.hooks.post_backward()
@@ -231,13 +248,13 @@ class GatheredParams:
             self._param_files.close()
 
     # -- gather and release ----------------------------------------------------------------
-    # A pass that follows its trace (trace.py) *prefetches*: when it gathers a group it also
-    # issues asynchronous all-gathers for the groups the trace says come next, up to
-    # stage3_prefetch_bucket_size elements in flight and stage3_max_live_parameters gathered or in
-    # flight. Every unit of gathers (one group, or a group and its prefetches) is preceded by one
-    # 16-byte header all-gather, and a forward that followed a trace ends with one more, so ranks
-    # that disagree raise ModuleOrderError before any mismatched all-gather. If a pass uses a group
-    # the trace did not predict, the prefetches in flight are completed and the trace is dropped.
+    # A pass that follows its trace (trace.py) *prefetches*: at each group's fetch it also issues
+    # one asynchronous all-gather for the groups the trace says come next (DeepSpeed's budget, see
+    # _next_prefetch). With order checks on, every unit of gathers (a group and/or its prefetches)
+    # is preceded by one 16-byte header all-gather, and a forward that followed a trace ends with
+    # one more, so ranks that disagree raise ModuleOrderError before any mismatched all-gather. If
+    # a pass uses a group the trace did not predict, the prefetches in flight are completed and the
+    # trace is dropped.
     def _phase(self) -> str:
         if self.in_backward:
             return "backward"
@@ -266,21 +283,27 @@ class GatheredParams:
 
     def unshard(self, g: FlatGroup) -> None:
         """Group ``g`` (a unit's parameters) is about to be used: note the use in the pass's
-        record, and gather it if it is not gathered (wait for its prefetch, or all-gather it now
-        with the next ones the trace predicts)."""
+        record, gather it if it is not gathered (all-gather it now, or wait for its prefetch),
+        and, when the pass follows a recorded trace, top up the prefetch (DeepSpeed's rule in
+        ``fetch_sub_module``: up to ``stage3_prefetch_bucket_size`` more elements of the groups
+        the trace says come next, within ``stage3_max_live_parameters`` gathered or in flight)."""
         i = g.index
         phase = self._phase()
         if not self.trace.note(phase, i):         # the path changed: follow the model, record anew
             self._finish_inflight()
-        if i in self.full:
-            return
-        if i not in self._inflight:
-            self._issue([i, *self._next_prefetch(phase, first=i)], wanted=i)
-        self._wait(i)
-        if self._inflight_numel() * 2 <= self.prefetch_numel:
-            ids = self._next_prefetch(phase)
-            if ids:
-                self._issue(ids)
+        wanted = i not in self.full and i not in self._inflight
+        ahead = self._next_prefetch(phase, first=i if wanted else None)
+        if wanted or ahead:
+            self._issue(([i] if wanted else []) + ahead, wanted=i if wanted else None)
+        if i not in self.full:
+            self._wait(i)
+
+    def top_up(self) -> None:
+        """A module with no parameters of its own is about to run (the root, a container):
+        DeepSpeed's ``fetch_sub_module`` runs for it too, and tops up the prefetch."""
+        ahead = self._next_prefetch(self._phase())
+        if ahead:
+            self._issue(ahead)
 
     def _live_numel(self) -> int:
         """Elements of gathered (not persistent) groups alive now, kept as they change."""
@@ -290,21 +313,25 @@ class GatheredParams:
         return self._flight
 
     def _next_prefetch(self, phase: str, first: int | None = None) -> list[int]:
-        """The groups the trace says come next that fit the prefetch window."""
+        """The groups to prefetch now: from the trace's upcoming uses, those not gathered or in
+        flight, while fewer than min(max_live - available, prefetch_bucket_size) elements are
+        taken (DeepSpeed's budget; the group that crosses it is taken too). ``first``: a group
+        about to be gathered, counted as available."""
         upcoming = self.trace.upcoming(phase)
         if not upcoming or self.prefetch_numel <= 0:
             return []
-        flight = self._inflight_numel() + (self.groups[first].padded_numel if first is not None else 0)
-        live = self._live_numel()
+        available = self._live_numel() + self._inflight_numel() + (
+            self.groups[first].padded_numel if first is not None else 0)
+        budget = min(self.max_live - available, self.prefetch_numel)
         out: list[int] = []
+        taken = 0
         for j in upcoming:
+            if taken >= budget:
+                break
             if j in self.full or j in self._inflight or j == first or j in out:
                 continue
-            n = self.groups[j].padded_numel
-            if flight + n > self.prefetch_numel or live + flight + n > self.max_live:
-                break
             out.append(j)
-            flight += n
+            taken += self.groups[j].padded_numel
         return out
 
     def _issue(self, ids: list[int], wanted: int | None = None) -> None:
@@ -370,13 +397,18 @@ class GatheredParams:
     def _check_unit(self, ids: list[int]) -> None:
         """A 16-byte header for a unit of gathers (trace.agree): if the ranks took different
         paths through the model they would otherwise issue all-gathers of different sizes, which
-        deadlocks or crashes the transport. Recorded in the ledger under the tag 'check'."""
+        deadlocks or crashes the transport. zerolab's own safety (``zerolab.order_checks``;
+        DeepSpeed sends none): filed in the ledger's checks, never among ZeRO's calls."""
+        if not self.order_checks:
+            return
         self._agree(ids[0], (len(ids) << 40) | checksum(ids), f"check {self.groups[ids[0]].label}")
 
     def _check_pass(self) -> None:
         """End of a forward that followed a trace (its prefetched gathers had no header of their
         own): one 16-byte all-gather of a checksum of the groups it used. A rank whose path
         left the trace is waiting in a header all-gather of the same size, so both raise."""
+        if not self.order_checks:
+            return
         rec = self.trace.record.get(self.trace.phase, [])
         self._agree(-1, (len(rec) << 40) | checksum(rec), "check forward pass")
 

@@ -110,6 +110,8 @@ class ModuleHooks:
         self.frames.append(frame)
         for i in ids:
             ps.unshard(ps.groups[i])
+        if not ids and not extra:
+            ps.top_up()                            # DeepSpeed prefetches at every module's fetch
         if extra:
             for i in sorted(extra):
                 ps.unshard(ps.groups[i])

@@ -1,14 +1,20 @@
 """Switch 2 of a stage: where the parameters live. Stages 0-2: replicated on every rank.
 
 Every rank holds every parameter (the whole household: no one hands furniture to anyone
-during the step). Parameters are packed in buckets of at most ``reduce_bucket_size`` elements,
-cut in the reverse of the model's order (roughly the order backward produces their gradients),
-one flat buffer per bucket; the model's parameters are views into those buffers, so the
-optimizer's writes need no copy.
+during the step). As in DeepSpeed, the trainable parameters are laid end to end in **one flat
+buffer** (in the reverse of the model's order, roughly the order backward produces their
+gradients), padded to a multiple of N and cut into N equal, contiguous **partitions**: rank r
+owns partition r, and a parameter may straddle two. The model's parameters are views into the
+buffer, so the optimizer's writes need no copy. Gradient buckets (``reduce.py``) are ranges of
+this buffer, so a bucket touches one partition or a few.
 
-    stage 0   the optimizer steps the whole of every buffer on every rank: nothing to publish
-    stages 1-2  each rank steps only its shard of each buffer; ``publish`` all-gathers the
-              updated shards so that everyone has the full parameters again (Psi on the wire)
+    stage 0   the optimizer steps the whole buffer on every rank: nothing to publish
+    stages 1-2  each rank steps only its partition; ``publish`` all-gathers the updated
+              partitions in one call so that everyone has the full parameters again (Psi)
+
+With ``"zerolab": {"ideal_reduce_scatter": true}`` (the ZeRO paper's layout, not DeepSpeed's)
+each bucket is its own flat buffer, cut into N shards, so that a bucket can be reduce-scattered;
+``publish`` then all-gathers every bucket's buffer.
 
 Stage 3's parameters (sharded, gathered per unit just in time) are in ``gather.py``; both
 classes answer the same lifecycle calls (see ``stage.py``).
@@ -18,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from .comm import Comm
-from .flat import FlatGroup, bucket_params
+from .flat import FlatGroup, Part, bucket_params
 from .memory import tensor_bytes
 
 __all__ = ["ReplicatedParams", "broadcast_"]
@@ -33,9 +39,11 @@ def broadcast_(comm: Comm, t: torch.Tensor) -> None:
 
 class ReplicatedParams:
     where = "device"                         # parameters never leave the device
+    ordered_per_pass = False                 # the gradient order is fixed (reduce_units)
 
     def __init__(self, stage):
         self.stage = stage
+        self.per_bucket = stage.zerolab.ideal_reduce_scatter and stage.stage in (1, 2)
         self.groups = self.make_groups(stage.named, stage.zero.reduce_bucket_size)
         self.param_flats = [g.flatten([p.data for p in g.params], stage.dtype, stage.device)
                             for g in self.groups]
@@ -49,9 +57,22 @@ class ReplicatedParams:
     def make_groups(self, named, bucket_numel: int) -> list[FlatGroup]:
         st = self.stage
         order = list(reversed(named))        # gradients appear roughly in reverse order
+        if not order:
+            return []
+        if not self.per_bucket:              # DeepSpeed: one buffer, N contiguous partitions
+            return [FlatGroup(0, [p for _, p in order], [n for n, _ in order], st.rank, st.world_size,
+                              label="flat buffer")]
         buckets = bucket_params(order, bucket_numel)
         return [FlatGroup(k, [order[i][1] for i in b], [order[i][0] for i in b], st.rank,
                           st.world_size, label=f"bucket {k}") for k, b in enumerate(buckets)]
+
+    def reduce_units(self) -> list[Part]:
+        """What the gradient buckets are packed from, in gradient order: each parameter's range
+        of the flat buffer (DeepSpeed), or each bucket's whole buffer (ideal_reduce_scatter)."""
+        if self.per_bucket:
+            return [Part(g, 0, g.padded_numel, list(range(len(g.params))), g.numel) for g in self.groups]
+        return [Part(g, g.offsets[i], g.offsets[i] + g.numels[i], [i], g.numels[i])
+                for g in self.groups for i in range(len(g.params))]
 
     def owned(self) -> list[torch.Tensor]:
         """The part of each buffer this rank's optimizer updates (all of it at stage 0)."""
@@ -61,14 +82,10 @@ class ReplicatedParams:
         pass
 
     # -- the lifecycle: nothing to gather or release ------------------------------------------
-    def reduce_order(self) -> list[int]:
-        """Buckets are reduced in bucket order (they are cut in gradient order)."""
-        return list(range(len(self.groups)))
-
     def pre_backward(self) -> None:
         pass
 
-    def reduced(self, g: FlatGroup) -> None:
+    def grads_done(self, g: FlatGroup) -> None:
         pass
 
     def post_backward(self) -> None:
@@ -78,8 +95,9 @@ class ReplicatedParams:
         pass
 
     def publish(self) -> None:
-        """After the step: all-gather every bucket's updated shard into the full buffers
-        (stages 1-2; at stage 0 every rank stepped the whole buffer already)."""
+        """After the step: all-gather the updated partitions into the full buffer (stages 1-2;
+        at stage 0 every rank stepped the whole buffer already). One call, as DeepSpeed's
+        ``all_gather_into_tensor`` per parameter group (one per bucket with ideal_reduce_scatter)."""
         st = self.stage
         if not st.shards_optimizer:
             return

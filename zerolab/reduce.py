@@ -1,32 +1,45 @@
 """Switch 1 of a stage: how gradients are reduced (the boxes of the story).
 
-Gradients are packed into buckets (the stage's groups), and a bucket is sent (reduced) as a
-whole once every parameter in it has its gradient. Three choices, one class each:
+Gradients are packed into **buckets** (DeepSpeed's IPG buckets) of at most ``reduce_bucket_size``
+elements, in the order backward produces them, and a bucket is sent as a whole once every
+gradient in it has arrived. The collective per bucket is DeepSpeed 0.19.8's for the same keys:
 
-    AllReduceAtBoundary       stage 0: the full gradient is accumulated over micro-steps and
-                              all-reduced at the accumulation boundary; every rank keeps all
-    ReduceScatterAtBoundary   stage 1: the same, but each bucket is reduced to this rank's
-                              shard, which is all its optimizer steps
-    ReduceScatterInBackward   stages 2-3: each bucket is reduced the moment it is complete,
-                              during every backward; the rank adds its shard to
-                              ``grad_shards`` and the bucket is freed
+    stage 0     one all-reduce per bucket of 5e8 elements, at the accumulation boundary
+                (DeepSpeed's engine reduces stage 0 like DDP, whatever reduce_bucket_size says)
+    stages 1-2  ``reduce_scatter`` and ``use_multi_rank_bucket_allreduce`` true (the defaults):
+                the bucket is **all-reduced** and each rank keeps the slices of its partition
+                (2 Psi on the wire, plus the Psi of the all-gather after the step);
+                ``use_multi_rank_bucket_allreduce`` false: one **reduce** to each rank whose
+                partition the bucket touches; ``reduce_scatter`` false: all-reduce
+    stage 3     ``reduce_scatter`` true (the default): one **reduce-scatter** of the bucket (each
+                module's gradient padded to a multiple of N and cut into N shards, every rank
+                receiving its shard of each); false: all-reduce, each rank keeping its shards
+
+Where zerolab does what DeepSpeed does not, it is opt-in and named: ``"zerolab":
+{"ideal_reduce_scatter": true}`` makes stages 1-2 reduce-scatter each bucket (the ZeRO paper's
+Psi, each bucket then being its own partition; see ``params.py``).
+
+Three classes, one per stage family:
+
+    AllReduceAtBoundary       stage 0: every rank accumulates the full gradient over micro-steps
+                              and all-reduces it at the accumulation boundary; every rank keeps all
+    ReduceScatterAtBoundary   stage 1: the same, but each rank keeps only its partition's slices
+    ReduceScatterInBackward   stages 2-3: each bucket is reduced the moment it is complete, during
+                              every backward; the rank adds its slices to ``grad_shards`` and the
+                              bucket is freed
 
 Rules they share (:class:`GradReducer`):
 
-* **One order on every rank.** A bucket that is complete early waits for the buckets before
-  it in the parameters' ``reduce_order()``; buckets still incomplete when backward ends (a
-  parameter this rank did not use) are reduced then, in the same order. So every rank issues
-  the same collectives in the same order, whatever path its forward took (DDP's rule; the
-  result is DDP's with ``find_unused_parameters=True``).
-* **Reduce-scatter or all-reduce** (``reduce_scatter``): to end with only its shard a rank
-  needs a reduce-scatter (Psi on the wire). DeepSpeed's stages 1-2 all-reduce each bucket and
-  keep a shard of the result (2 Psi); ``"reduce_scatter": false`` does that here too.
-* **Overlap** (``overlap_comm``): a collective is issued asynchronously the moment its bucket
-  is ready, and backward goes on computing the next buckets' gradients while it travels. At
-  most two are in flight (DeepSpeed double-buffers too); the oldest is waited for before a
-  third is issued, and all of them when backward ends. Without overlap each call blocks. At
-  stages 0-1 only the boundary micro-step's backward overlaps (as torch DDP does with
-  ``no_sync``): the other micro-steps only accumulate.
+* **One order on every rank.** A bucket that is complete early waits for the buckets before it;
+  buckets still incomplete when backward ends (a parameter this rank did not use) are sent then,
+  in the same order. So every rank issues the same collectives in the same order, whatever path
+  its forward took (DDP's rule; the result is DDP's with ``find_unused_parameters=True``).
+* **Overlap** (``overlap_comm``): a collective is issued asynchronously the moment its bucket is
+  ready, and backward goes on computing the next buckets' gradients while it travels. Stages 1-2
+  keep at most two in flight (DeepSpeed's two IPG buffers), stage 3 one (its single IPG buffer
+  per dtype); the oldest is waited for before another is issued, and all of them when backward
+  ends. Without overlap each call blocks. At stages 0-1 only the boundary micro-step's backward
+  overlaps (as torch DDP does with ``no_sync``): the other micro-steps only accumulate.
 """
 from __future__ import annotations
 
@@ -34,12 +47,29 @@ from collections import deque
 
 import torch
 
-from .flat import FlatGroup
+from . import params as _params
+from .comm import _All
+from .flat import Bucket, FlatGroup, pack_after, pack_buckets
 from .memory import tensor_bytes
 
-__all__ = ["GradReducer", "AllReduceAtBoundary", "ReduceScatterAtBoundary", "ReduceScatterInBackward"]
+__all__ = ["GradReducer", "AllReduceAtBoundary", "ReduceScatterAtBoundary", "ReduceScatterInBackward",
+           "reduce_mode", "STAGE0_BUCKET"]
 
-MAX_IN_FLIGHT = 2
+STAGE0_BUCKET = 500_000_000       # DeepSpeed's MEMORY_OPT_ALLREDUCE_SIZE: stage 0's all-reduce buckets
+
+
+def reduce_mode(stage: int, zero, zerolab) -> str:
+    """The collective that reduces one bucket, as DeepSpeed 0.19.8 picks it for these keys:
+    "all_reduce", "reduce" (one per owner) or "reduce_scatter"."""
+    if stage == 0:
+        return "all_reduce"
+    if stage == 3:
+        return "reduce_scatter" if zero.reduce_scatter else "all_reduce"
+    if zerolab.ideal_reduce_scatter:
+        return "reduce_scatter"
+    if zero.reduce_scatter and not zero.use_multi_rank_bucket_allreduce:
+        return "reduce"
+    return "all_reduce"
 
 
 class GradReducer:
@@ -58,13 +88,18 @@ class GradReducer:
         self.rank, self.world_size = stage.rank, stage.world_size
         self.comm_dtype = stage.comm_dtype       # the dtype gradients travel in
         self.overlap = bool(stage.zero.overlap_comm)             # async collectives during backward
-        self.use_reduce_scatter = bool(stage.zero.reduce_scatter)
-        self._arrived: dict[int, set[int]] = {}   # group index -> params whose gradient arrived
-        self._ready: set[int] = set()             # complete groups waiting for their turn
-        self._issued: set[int] = set()            # groups sent in this backward
-        self._order: list[int] = []               # this backward's order of groups
-        self._next = 0                            # position in _order of the next to send
+        self.mode = reduce_mode(stage.stage, stage.zero, stage.zerolab)
+        self.max_in_flight = 1 if stage.stage == 3 else 2
+        self.bucket_numel = STAGE0_BUCKET if stage.stage == 0 else stage.zero.reduce_bucket_size
+        self.buckets: list[Bucket] = []           # the plan (fixed at stages 0-2, per backward at 3)
+        self._where: dict[tuple[int, int], tuple[Bucket, int]] = {}   # (group, param) -> bucket, offset
+        self._group_left: dict[int, int] = {}    # group index -> gradients still to arrive
+        self._left: dict[int, int] = {}           # bucket index -> gradients still to arrive
+        self._ready: set[int] = set()             # complete buckets waiting for their turn
+        self._next = 0                            # index of the next bucket to send
         self._in_flight: deque = deque()          # (Pending, finish) of async collectives
+        if not stage.params.ordered_per_pass:
+            self._plan(stage.params.reduce_units())
 
     # -- the lifecycle (called by the Stage) -----------------------------------------------
     def pre_backward(self, boundary: bool) -> None:
@@ -88,44 +123,61 @@ class GradReducer:
     def device_bytes(self) -> int:
         raise NotImplementedError
 
-    # -- the order of buckets ----------------------------------------------------------------
+    # -- the plan and the order of buckets -------------------------------------------------------
+    def _plan(self, units) -> None:
+        """Pack the units (params.reduce_units(): ranges of group buffers, in gradient order) into
+        buckets: DeepSpeed's IPG rule at stages 1-3, its stage-0 rule at stage 0."""
+        sizes = [u.numel for u in units]
+        if self.stage.stage == 0:
+            runs = pack_after(sizes, self.bucket_numel)
+        else:                                     # (looked up here: exercise 6 plugs in its own)
+            runs = _params.bucket_params([(f"unit {k}", _Sized(n)) for k, n in enumerate(sizes)],
+                                         self.bucket_numel)
+        self.buckets = pack_buckets(units, runs)
+        self._where = {(part.group.index, i): (b, off)
+                       for b in self.buckets for part, off in zip(b.parts, b.offsets)
+                       for i, off in part.param_offsets(off)}
+
     def _start_order(self) -> None:
-        order = self.stage.params.reduce_order()
-        seen = set(order)
-        self._order = order + [i for i in range(len(self.groups)) if i not in seen]
-        self._next = 0
+        """A backward begins: every bucket waits for all its gradients again."""
+        if self.stage.params.ordered_per_pass:    # stage 3: the order of this pass's forward
+            self._plan(self.stage.params.reduce_units())
+        self._left = {b.index: len(b.members) for b in self.buckets}
+        self._group_left = {g.index: len(g.params) for g in self.groups}
         self._ready.clear()
-        self._issued.clear()
-        self._arrived.clear()
+        self._next = 0
 
     def _check_not_sent(self, g: FlatGroup, i: int) -> None:
-        if g.index in self._issued:
+        b, _ = self._where[(g.index, i)]
+        if b.index < self._next:
             raise RuntimeError(
                 f"a second gradient for {g.names[i]!r} arrived in one backward, after its bucket "
-                f"({g.label}) was sent: its gradient was accumulated twice in one backward "
+                f"({b.label}) was sent: its gradient was accumulated twice in one backward "
                 "(e.g. reentrant activation checkpointing), which zerolab does not support; use "
                 "torch.utils.checkpoint with use_reentrant=False")
 
     def _arrive(self, g: FlatGroup, i: int) -> None:
-        got = self._arrived.setdefault(g.index, set())
-        got.add(i)
-        if len(got) == len(g.params):
-            self._ready.add(g.index)
-            while self._next < len(self._order) and self._order[self._next] in self._ready:
+        b, _ = self._where[(g.index, i)]
+        self._group_left[g.index] -= 1
+        if self._group_left[g.index] == 0:
+            self.stage.params.grads_done(g)       # stage 3: its parameters can go back now
+        self._left[b.index] -= 1
+        if self._left[b.index] == 0:
+            self._ready.add(b.index)
+            while self._next < len(self.buckets) and self._next in self._ready:
                 self._issue_next()
 
     def _issue_next(self) -> None:
-        gi = self._order[self._next]
+        b = self.buckets[self._next]
         self._next += 1
-        self._issued.add(gi)
-        self.issue(self.groups[gi])
+        self.issue(b)
 
     def _issue_rest(self) -> None:
-        """Send every group not sent yet, in order (end of backward)."""
-        while self._next < len(self._order):
+        """Send every bucket not sent yet, in order (end of backward)."""
+        while self._next < len(self.buckets):
             self._issue_next()
 
-    def issue(self, g: FlatGroup) -> None:
+    def issue(self, b: Bucket) -> None:
         raise NotImplementedError
 
     # -- the collectives --------------------------------------------------------------------
@@ -137,33 +189,82 @@ class GradReducer:
             send.div_(self.world_size)
         return send
 
-    def _reduce_to_shard(self, g: FlatGroup, send: torch.Tensor, on_shard) -> None:
-        """Sum ``send`` (group ``g``'s padded bucket, pre-divided by N) over ranks and call
-        ``on_shard(this rank's shard of the sum)`` when it has arrived."""
-        tag = f"grads {g.label}"
-        if self.use_reduce_scatter:
-            out = torch.empty(g.shard_numel, dtype=send.dtype, device=send.device)
-            p = self.comm.reduce_scatter(out, send, tag=tag, async_op=self.overlap)
-            self._after_send(p, lambda: on_shard(out))
-        else:
-            p = self.comm.all_reduce(send, tag=tag, async_op=self.overlap)
-            self._after_send(p, lambda: on_shard(g.shard_of(send)))
+    def _owned(self, b: Bucket):
+        """(part, start, end) of this rank's partition inside each part of bucket ``b``, in the
+        part's group's numbering (empty ranges left out)."""
+        out = []
+        for part in b.parts:
+            lo, hi = part.group.shard_range()
+            s, e = max(lo, part.start), min(hi, part.end)
+            if s < e:
+                out.append((part, s, e))
+        return out
 
-    def _all_reduce(self, g: FlatGroup, send: torch.Tensor, on_done) -> None:
-        p = self.comm.all_reduce(send, tag=f"grads {g.label}", async_op=self.overlap)
-        self._after_send(p, on_done)
+    def _reduce(self, b: Bucket, send: torch.Tensor, deliver, then=None) -> None:
+        """Sum ``send`` (bucket ``b``'s gradients, pre-divided by N) over ranks with this stage's
+        collective and call ``deliver(group, start, end, values)`` for each range of this rank's
+        partitions once the sum has arrived (``start``/``end`` in the group's numbering), then
+        ``then()``."""
+        tag = f"grads {b.label}"
+        if self.mode == "reduce_scatter":
+            out, inp = self._scatter_layout(b, send)
+            p = self.comm.reduce_scatter(out, inp, tag=tag, async_op=self.overlap)
+
+            def finish() -> None:
+                at = 0
+                for part in b.parts:
+                    n = part.group.shard_numel
+                    lo, _ = part.group.shard_range()
+                    deliver(part.group, lo, lo + n, out[at:at + n])
+                    at += n
+                if then is not None:
+                    then()
+        else:
+            if self.mode == "reduce":
+                works = []
+                for r, s, e in b.owners(self.world_size):
+                    works.append(self.comm.reduce(send[s:e], r, tag=f"{tag} to rank {r}",
+                                                  async_op=self.overlap))
+                p = _All(works) if self.overlap else None
+            else:
+                p = self.comm.all_reduce(send, tag=tag, async_op=self.overlap)
+
+            def finish() -> None:
+                for (part, s, e), off in ((x, b.offset_of(x[0])) for x in self._owned(b)):
+                    deliver(part.group, s, e, send[off + s - part.start:off + e - part.start])
+                if then is not None:
+                    then()
+        self._after_send(p, finish)
+
+    def _scatter_layout(self, b: Bucket, send: torch.Tensor):
+        """For a reduce-scatter: (out, inp) with ``inp`` holding, rank after rank, that rank's shard
+        of every group in the bucket (DeepSpeed's reduce_scatter_coalesced). Every part of a
+        reduce-scattered bucket is a whole padded group."""
+        n = self.world_size
+        shard = sum(p.group.shard_numel for p in b.parts)
+        out = torch.empty(shard, dtype=send.dtype, device=send.device)
+        if len(b.parts) == 1:
+            return out, send
+        inp = torch.empty(n, shard, dtype=send.dtype, device=send.device)
+        at = 0
+        for part, off in zip(b.parts, b.offsets):
+            k = part.group.shard_numel
+            inp[:, at:at + k].copy_(send[off:off + part.group.padded_numel].view(n, k))
+            at += k
+        return out, inp.view(-1)
 
     def _after_send(self, pending, finish) -> None:
         if not self.overlap:                      # the call blocked: its result is here
             finish()
             return
         self._in_flight.append((pending, finish))
-        while len(self._in_flight) > MAX_IN_FLIGHT:
+        while len(self._in_flight) > self.max_in_flight:
             self._finish_oldest()
 
     def _finish_oldest(self) -> None:
         pending, finish = self._in_flight.popleft()
-        pending.wait()
+        if pending is not None:
+            pending.wait()
         finish()
 
     def _drain(self) -> None:
@@ -172,10 +273,10 @@ class GradReducer:
 
 
 class AllReduceAtBoundary(GradReducer):
-    """Stage 0 (the old-style crew): every rank accumulates the full gradient of each bucket
-    over the micro-steps and all-reduces it at the accumulation boundary. With
-    ``overlap_comm`` the boundary micro-step's backward sends each bucket as soon as it is
-    complete, as torch DDP does."""
+    """Stage 0 (the old-style crew): every rank accumulates the full gradient over the
+    micro-steps and all-reduces each bucket at the accumulation boundary. With ``overlap_comm``
+    the boundary micro-step's backward sends each bucket as soon as it is complete, as torch DDP
+    does (DeepSpeed's stage 0 reduces at the boundary only)."""
 
     def __init__(self, stage):
         super().__init__(stage)
@@ -211,15 +312,19 @@ class AllReduceAtBoundary(GradReducer):
         if self._sent_in_backward:
             self._sent_in_backward = False
             return
-        for g in self.groups:
-            self.issue(g)
+        for b in self.buckets:
+            self.issue(b)
         self._drain()
 
-    def issue(self, g: FlatGroup) -> None:
+    def _views(self, b: Bucket) -> list[torch.Tensor]:
+        return [self.grad_flats[p.group.index][p.start:p.end] for p in b.parts]
+
+    def issue(self, b: Bucket) -> None:
         """All-reduce the bucket; every rank keeps the whole average."""
-        buf = self.grad_flats[g.index]
-        send = self._send_buffer(buf)
-        self._all_reduce(g, send, lambda: buf.copy_(send) if send is not buf else None)
+        (view,) = self._views(b)
+        send = self._send_buffer(view)
+        p = self.comm.all_reduce(send, tag=f"grads {b.label}", async_op=self.overlap)
+        self._after_send(p, lambda: view.copy_(send) if send is not view else None)
 
     def for_step(self) -> list[torch.Tensor]:
         return self.stage.owned_part(self.grad_flats)
@@ -233,22 +338,28 @@ class AllReduceAtBoundary(GradReducer):
 
 
 class ReduceScatterAtBoundary(AllReduceAtBoundary):
-    """Stage 1: as stage 0, but each bucket is reduced to this rank's shard (only that shard
-    of ``grad_flats`` is valid afterwards: it is all this rank's optimizer steps)."""
+    """Stage 1: as stage 0, but each rank keeps only the slices of its own partition (only
+    that shard of ``grad_flats`` is valid afterwards: it is all this rank's optimizer steps)."""
 
-    def issue(self, g: FlatGroup) -> None:
-        buf = self.grad_flats[g.index]
-        send = self._send_buffer(buf)
-        self._reduce_to_shard(g, send, lambda shard: g.shard_of(buf).copy_(shard))
+    def issue(self, b: Bucket) -> None:
+        (view,) = self._views(b)
+        send = self._send_buffer(view)
+        start = b.parts[0].start
+
+        def deliver(g: FlatGroup, s: int, e: int, values: torch.Tensor) -> None:
+            if values.data_ptr() != view[s - start:].data_ptr():
+                self.grad_flats[g.index][s:e].copy_(values)
+        self._reduce(b, send, deliver)
 
 
 class ReduceScatterInBackward(GradReducer):
     """Stages 2-3: no rank ever holds the full gradient.
 
-    A group's gradient is collected in a bucket as backward produces it; when the bucket's turn
-    comes it is reduced, this rank adds its shard to ``grad_shards`` (accumulating across
-    micro-steps) and the bucket is freed; the parameters are told (``params.reduced(g)``: stage 3
-    reshards the unit then)."""
+    Each bucket's gradients are collected in a buffer of the bucket's size as backward produces
+    them; when the bucket's turn comes it is reduced, this rank adds its slices to
+    ``grad_shards`` (accumulating across micro-steps) and the buffer is freed. When every
+    gradient of a group has arrived the parameters are told (``params.grads_done(g)``: stage 3
+    releases the gathered unit then)."""
 
     def __init__(self, stage):
         super().__init__(stage)
@@ -263,33 +374,37 @@ class ReduceScatterInBackward(GradReducer):
         else:
             self.grad_shards = [torch.zeros(g.shard_numel, dtype=self.dtype, device=self.device)
                                 for g in self.groups]
-        self._buckets: dict[int, torch.Tensor] = {}     # group index -> gradient bucket being filled
+        self._buffers: dict[int, torch.Tensor] = {}     # bucket index -> gradient buffer being filled
 
     def pre_backward(self, boundary: bool) -> None:
         self._start_order()
 
+    def _buffer(self, b: Bucket) -> torch.Tensor:
+        buf = self._buffers.get(b.index)
+        if buf is None:
+            buf = torch.zeros(b.numel, dtype=self.dtype, device=self.device)
+            self._buffers[b.index] = buf
+            self.stage.track(f"grads {b.index}", buf)
+        return buf
+
     def accept(self, g: FlatGroup, i: int, grad: torch.Tensor) -> None:
         self._check_not_sent(g, i)
-        bucket = self._buckets.get(g.index)
-        if bucket is None:
-            bucket = torch.zeros(g.padded_numel, dtype=self.dtype, device=self.device)
-            self._buckets[g.index] = bucket
-            self.stage.track(f"grads {g.index}", bucket)
-        bucket[g.param_slice(i)].add_(grad.reshape(-1))
+        b, off = self._where[(g.index, i)]
+        self._buffer(b)[off:off + g.numels[i]].add_(grad.reshape(-1))
         self._arrive(g, i)
 
-    def issue(self, g: FlatGroup) -> None:
-        bucket = self._buckets.pop(g.index, None)
-        if bucket is None:                        # no gradient reached this group here
-            bucket = torch.zeros(g.padded_numel, dtype=self.dtype, device=self.device)
-        send = self._send_buffer(bucket)
+    def issue(self, b: Bucket) -> None:
+        buf = self._buffers.pop(b.index, None)
+        if buf is None:                           # no gradient reached this bucket here
+            buf = torch.zeros(b.numel, dtype=self.dtype, device=self.device)
+        send = self._send_buffer(buf)
+        self._reduce(b, send, self._add_to_shard, then=lambda: self.stage.track(f"grads {b.index}", None))
 
-        def done(shard: torch.Tensor) -> None:
-            acc = self.grad_shards[g.index]
-            acc.add_(shard if shard.device == acc.device else shard.to(acc.device))
-            self.stage.track(f"grads {g.index}", None)
-        self._reduce_to_shard(g, send, done)
-        self.stage.params.reduced(g)
+    def _add_to_shard(self, g: FlatGroup, s: int, e: int, values: torch.Tensor) -> None:
+        acc = self.grad_shards[g.index]
+        lo, _ = g.shard_range()
+        dst = acc[s - lo:e - lo]
+        dst.add_(values if values.device == acc.device else values.to(acc.device))
 
     def post_backward(self) -> None:
         self._issue_rest()
@@ -304,3 +419,14 @@ class ReduceScatterInBackward(GradReducer):
 
     def device_bytes(self) -> int:
         return 0 if self.on_host else tensor_bytes(self.grad_shards)
+
+
+
+class _Sized:
+    """What ``bucket_params`` reads of a parameter: its number of elements."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def numel(self) -> int:
+        return self.n

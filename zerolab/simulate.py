@@ -80,12 +80,17 @@ def simulate(params: float, layers: int, hidden: int, seq: int, micro_batch: int
              gpu: str = "a100-80gb", link="nvlink-a100", grad_accum: int = 1, mfu: float = 0.4,
              checkpointing: bool = True, heads: int | None = None, offload_optimizer: bool = False,
              offload_param: bool = False, overlap: bool = True, reduce_bucket_size: float = 5e8,
+             ideal_reduce_scatter: bool = False,
              cpu_adam_elems_per_s: float = CPU_ADAM_ELEMS_PER_S, host_bytes: float | None = None,
              comm_factor: float = 1.0) -> Estimate:
     """One configuration. ``link`` is a key of :data:`LINKS` or a :class:`zerolab.bench.Fit`;
     ``host_bytes``: the host memory of the whole job (None: not checked); ``comm_factor``: the
     ratio of measured to α-β communication time in training (:func:`calibrate` measures it
-    here; 1 is the bare link model)."""
+    here; 1 is the bare link model). The traffic is DeepSpeed 0.19.8's: stage 0 all-reduces in
+    buckets of 5e8; stages 1-2 all-reduce each bucket (2 Psi) and all-gather the partitions in one
+    call (Psi); ``ideal_reduce_scatter`` gives the paper's reduce-scatter instead (Psi), as
+    zerolab's opt-in of that name does; stage 3 all-gathers each layer in forward and again in
+    backward and reduce-scatters each bucket."""
     if offload_param and stage != 3:
         raise ValueError("offload_param needs stage 3 (as in DeepSpeed)")
     psi, n = float(params), int(gpus)
@@ -113,11 +118,13 @@ def simulate(params: float, layers: int, hidden: int, seq: int, micro_batch: int
     f = (n - 1) / n
     grads_bytes = 2 * psi
     if stage == 0:
-        wire, calls = 2 * f * grads_bytes, math.ceil(psi / reduce_bucket_size)
+        wire, calls = 2 * f * grads_bytes, max(1, math.ceil(psi / 5e8))
     elif stage in (1, 2):
         rs_times = grad_accum if stage == 2 else 1
-        wire = f * grads_bytes * rs_times + f * grads_bytes
-        calls = math.ceil(psi / reduce_bucket_size) * rs_times + math.ceil(psi / reduce_bucket_size)
+        per = 1 if ideal_reduce_scatter else 2          # reduce-scatter (the paper) or all-reduce (DeepSpeed)
+        wire = per * f * grads_bytes * rs_times + f * grads_bytes
+        calls = math.ceil(psi / reduce_bucket_size) * rs_times + (
+            math.ceil(psi / reduce_bucket_size) if ideal_reduce_scatter else 1)
     else:
         wire = (2 * f * grads_bytes + f * grads_bytes) * grad_accum
         calls = (2 * layers + math.ceil(psi / reduce_bucket_size)) * grad_accum

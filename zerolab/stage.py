@@ -25,8 +25,8 @@ The lifecycle of one step, in the order the engine calls it (FSDP2's names where
     pre_backward   grads: start a new order of buckets; params: start the backward pass
     (backward)     each parameter's gradient arrives through its post-accumulate-grad hook:
                    grads.accept() puts it in a bucket; a full bucket is reduced (stages 2-3,
-                   and 0-1 with overlap_comm at the boundary) and params.reduced(unit) is told
-                   (stage 3 reshards the unit then)
+                   and 0-1 with overlap_comm at the boundary); when a unit's gradients are
+                   all in, params.grads_done(unit) is told (stage 3 reshards the unit then)
     post_backward  grads: send what is left, wait for everything in flight; params: reshard all
     reduce_grads   at the accumulation boundary: stages 0-1 reduce their full gradients here
     (step)         home.step(...): the optimizer steps this rank's part, wherever it lives
@@ -43,6 +43,7 @@ import torch
 from torch import nn
 
 from .comm import Comm
+from .config import ZerolabConfig
 from .flat import FlatGroup
 from .gather import GatheredParams
 from .memory import tensor_bytes
@@ -70,12 +71,14 @@ class Stage:
     parameters live), ``self.home`` (where the optimizer states live, and the step)."""
 
     def __init__(self, model: nn.Module, named: list[tuple[str, nn.Parameter]], comm: Comm,
-                 zero, dtype: torch.dtype, comm_dtype: torch.dtype, device: torch.device):
+                 zero, dtype: torch.dtype, comm_dtype: torch.dtype, device: torch.device,
+                 zerolab=None):
         self.stage = zero.stage
         grads_cls, params_cls, self.shards_optimizer = SWITCHES[zero.stage]
         self.model = model
         self.comm = comm
         self.zero = zero                         # the ZeroConfig
+        self.zerolab = zerolab or ZerolabConfig()   # zerolab's own opt-in options
         self.dtype = dtype                       # compute dtype of the model (fp32/fp16/bf16)
         self.comm_dtype = comm_dtype             # dtype gradients travel in
         self.mixed = dtype != torch.float32      # keep separate fp32 master weights?

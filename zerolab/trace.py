@@ -119,7 +119,7 @@ def agree(comm, groups: list, first: int, code: int, tag: str, device) -> None:
     world, rank = comm.world_size, comm.rank
     header = torch.tensor([first, code], dtype=torch.int64, device=device)
     headers = torch.empty(2 * world, dtype=torch.int64, device=device)
-    comm.all_gather(headers, header, tag=tag)
+    comm.all_gather(headers, header, tag=tag, kind="check")
     rows = headers.view(world, 2).tolist()
     if all(r == rows[rank] for r in rows):
         return

@@ -20,9 +20,9 @@ exactly once, in order.
    first difference is described with a hint that names the likely mistake: ``>=`` instead of
    ``>`` at the boundary, an empty bucket before an oversized parameter, a bucket that
    overflows, the order changed, a parameter left out.
-2. *In the engine*: on 2 ranks, ``zerolab.params.bucket_params`` (used by stages 0, 1 and 2 to
-   cut their flat buckets) is replaced by the learner's function for the duration of the run;
-   an MLP trains at stages 0 and 2, and the collectives in the ledger (calls, elements, bytes)
+2. *In the engine*: on 2 ranks, ``zerolab.params.bucket_params`` (the rule stages 1-3 pack their
+   gradient buckets by) is replaced by the learner's function for the duration of the run;
+   an MLP trains at stages 1 and 2, and the collectives in the ledger (calls, elements, bytes)
    and the trained weights are compared with the same runs using zerolab's own rule.
 """
 from __future__ import annotations
@@ -144,7 +144,7 @@ def check_alone(fn: Callable) -> int:
 
 
 def _engine_runs(fn: Callable | None) -> dict:
-    """On a rank: train the MLP at stages 0 and 2 for each bucket size, with ``fn`` as
+    """On a rank: train the MLP at stages 1 and 2 for each bucket size, with ``fn`` as
     zerolab.params.bucket_params (None: zerolab's own); the ledger's collectives and the weights."""
     import zerolab
     import zerolab.params as replicated
@@ -156,7 +156,7 @@ def _engine_runs(fn: Callable | None) -> dict:
     try:
         if fn is not None:
             replicated.bucket_params = fn
-        for stage in (0, 2):
+        for stage in (1, 2):
             for limit in ENGINE_BUCKETS:
                 engine = zerolab.initialize(MLP(sizes=ENGINE_SIZES, seed=1), {
                     "train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"lr": 1e-2}},
@@ -218,11 +218,11 @@ def check_bucket_params(fn: Callable, *, world_size: int = 2, verbose: bool = Tr
               f"your buckets inside zerolab")
         for (stage, limit), run in ref.items():
             recs = run["records"]
-            grads = [n for op, n, _ in recs if op in ("all_reduce", "reduce_scatter")]
+            grads = [n for op, n, _ in recs if op in ("all_reduce", "reduce", "reduce_scatter")]
             ops = sorted({op for op, _, _ in recs})
             print(f"  stage {stage}, reduce_bucket_size {limit}: {len(recs)} collectives "
                   f"({', '.join(ops)}), {sum(b for _, _, b in recs):,} bytes;")
             print(f"    gradient buckets per step (elements): {grads[:len(grads) // ENGINE_STEPS]}")
         print("  calls, elements, bytes and trained weights: the same as with zerolab's rule")
     passed(f"your bucket_params cuts {n} parameter lists as zerolab does\n"
-           f"  and packs the real engine's buckets on {world_size} ranks (stages 0 and 2)")
+           f"  and packs the real engine's buckets on {world_size} ranks (stages 1 and 2)")

@@ -58,9 +58,13 @@ def _config(n: int, stage: int, precision: str, gas: int, comm: str | None) -> d
            "train_micro_batch_size_per_gpu": GLOBAL_BATCH // (n * gas),
            "optimizer": {"type": "AdamW", "params": dict(HP)},
            "zero_optimization": {"stage": stage, "reduce_bucket_size": BUCKET,
-                                 "overlap_comm": False}}
+                                 "overlap_comm": False},
+           # the exercise's bucket is the paper's: reduce-scattered, each its own set of shards
+           # (zerolab's opt-in; DeepSpeed's stages 1-2 all-reduce a range of one flat buffer)
+           "zerolab": {"ideal_reduce_scatter": True}}
     if stage == 3:             # small parameters stay whole; the rest: one bucket per module
         cfg["zero_optimization"]["stage3_param_persistence_threshold"] = 100
+        cfg["zero_optimization"]["reduce_bucket_size"] = 1    # (DeepSpeed packs several modules)
     if precision == "bf16":
         cfg["bf16"] = {"enabled": True}
     if comm:
@@ -86,19 +90,21 @@ def _plug(add_grad: Callable, reduce_bucket: Callable, log: dict):
         log.setdefault("error", message)
 
     def accept(self, g, i, grad):
-        if g.index in self._issued:              # cannot happen: early 'ready' is refused below
+        b, _ = self._where[(g.index, i)]
+        assert len(b.parts) == 1 and b.parts[0].group is g      # one bucket = one whole group here
+        if b.index < self._next:                 # cannot happen: early 'ready' is refused below
             raise _Wrong(
                 f"bucket {g.label!r} was sent before it was complete: the gradient of "
                 f"{g.names[i]!r} arrived after the bucket had gone.\n  hint: add_grad must return "
                 f"True only when all n_params gradients of the bucket have arrived")
-        bucket = self._buckets.get(g.index)
+        bucket = self._buffers.get(b.index)
         if bucket is None:
             bucket = torch.zeros(g.padded_numel, dtype=self.dtype, device=self.device)
-            self._buckets[g.index] = bucket
-            self.stage.track(f"grads {g.index}", bucket)
+            self._buffers[b.index] = bucket
+            self.stage.track(f"grads {b.index}", bucket)
         seen = log["seen"].setdefault((id(self), g.index), set())
         shadow = bucket[g.param_slice(i)].clone().add_(grad.reshape(-1))
-        arrived = self._arrived.setdefault(g.index, set())
+        arrived = log["arrived"].setdefault((id(self), g.index), set())
         ready = add_grad(bucket, g.param_slice(i), grad, arrived, i, len(g.params))
         seen.add(i)
         if not torch.equal(bucket[g.param_slice(i)], shadow):
@@ -115,12 +121,13 @@ def _plug(add_grad: Callable, reduce_bucket: Callable, log: dict):
                     f"  hint: return True only when all n_params gradients have arrived "
                     f"(len(arrived) == n_params)")
                 return
-            self._ready.add(g.index)
-            while self._next < len(self._order) and self._order[self._next] in self._ready:
+            self._ready.add(b.index)
+            while self._next < len(self.buckets) and self._next in self._ready:
                 self._issue_next()
 
-    def issue(self, g):
-        bucket = self._buckets.pop(g.index, None)
+    def issue(self, b):
+        g = b.parts[0].group
+        bucket = self._buffers.pop(b.index, None)
         if bucket is None:
             bucket = torch.zeros(g.padded_numel, dtype=self.dtype, device=self.device)
         n, r = self.world_size, self.rank
@@ -198,17 +205,19 @@ def _plug(add_grad: Callable, reduce_bucket: Callable, log: dict):
                      f"into grad_shard in place: grad_shard += chunks[rank]")
             fail(f"{where}: grad_shard is not (its value before) + chunks[{r}].\n  hint: "
                          f"grad_shard += chunks[rank]")
-        self.stage.track(f"grads {g.index}", None)
-        self.stage.params.reduced(g)
+        self.stage.track(f"grads {b.index}", None)
+        self.stage.params.grads_done(g)
 
     def post_backward(self):
-        for g in self.groups:
+        for b in self.buckets:
+            g = b.parts[0].group
             seen = log["seen"].get((id(self), g.index), set())
-            if len(seen) == len(g.params) and g.index not in self._ready:
+            if len(seen) == len(g.params) and b.index not in self._ready:
                 fail(f"all {len(g.params)} gradients of bucket {g.label!r} arrived, but "
                              f"add_grad never returned True: the bucket waited for the end of "
                              f"backward.\n  hint: return True when len(arrived) == n_params")
         log["seen"].clear()
+        log["arrived"].clear()
         log["micro"] += 1
         saved["post_backward"](self)
 
@@ -242,7 +251,7 @@ def _train(add_grad: Callable, reduce_bucket: Callable, case) -> dict:
     n, stage, precision, gas, comm = case
     cfg = _config(n, stage, precision, gas, comm)
     batches = lm_batches(STEPS, GLOBAL_BATCH, CHECK_MODEL["seq_len"], CHECK_MODEL["vocab"], seed=5)
-    log = {"seen": {}, "micro": 0}
+    log = {"seen": {}, "arrived": {}, "micro": 0}
     restore = _plug(add_grad, reduce_bucket, log)
     try:
         engine = zerolab.initialize(TinyLM(**CHECK_MODEL), cfg)
