@@ -69,6 +69,10 @@ def _current_device() -> torch.device:
         return torch.device("cpu")
 
 
+def _drop_grad(p: torch.Tensor) -> None:
+    p.grad = None
+
+
 class Engine:
     def __init__(self, model: nn.Module, config, optimizer=None, *, broadcast_buffers: bool = False,
                  lr_scheduler=None, device_budget=None):
@@ -87,6 +91,9 @@ class Engine:
         cdt = self.config.communication_data_type
         self.comm_dtype = _DTYPES[cdt] if cdt else self.dtype
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self._untrained_hooks = []
+        if isinstance(optimizer, torch.optim.Optimizer):
+            named = self._only_the_optimizers(model, named, optimizer)
         if not named:
             raise ValueError("the model has no trainable parameters")
         self._sync_untrained_state(named)
@@ -145,6 +152,8 @@ class Engine:
         if self.closed:
             return
         self.stage.close()
+        for h in self._untrained_hooks:
+            h.remove()
         if self._buffer_hook is not None:
             self._buffer_hook.remove()
         self.optimizer.state.clear()
@@ -170,6 +179,25 @@ class Engine:
         self.stage.register_external_parameter(module, param)
 
     # -- set-up -----------------------------------------------------------------------
+    def _only_the_optimizers(self, model, named, optimizer) -> list:
+        """An optimizer built over some of the parameters trains those alone, as in DeepSpeed:
+        the other ``requires_grad`` parameters are left as they are (their gradients dropped as
+        autograd makes them, so they neither change nor pile up)."""
+        mine = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        stray = mine - {id(p) for p in model.parameters()}
+        if stray:
+            raise ValueError(f"the optimizer holds {len(stray)} tensor(s) that are not parameters of the "
+                             "model given to initialize: build it over model.parameters() (or some of them)")
+        left = [(n, p) for n, p in named if id(p) not in mine]
+        if left:
+            for _, p in left:
+                self._untrained_hooks.append(p.register_post_accumulate_grad_hook(_drop_grad))
+            if self.comm.rank == 0:
+                print(f"zerolab: {len(left)} parameter(s) with requires_grad are not in the optimizer "
+                      f"({', '.join(repr(n) for n, _ in left[:3])}{', ...' if len(left) > 3 else ''}): "
+                      "they are not trained, as in DeepSpeed")
+        return [(n, p) for n, p in named if id(p) in mine]
+
     def _sync_untrained_state(self, named) -> None:
         """Frozen parameters and module buffers start equal on every rank (rank 0's)."""
         trainable = {id(p) for _, p in named}

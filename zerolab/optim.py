@@ -12,6 +12,7 @@ class and hyper-parameters are re-used on the shard) or a factory ``params -> op
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -21,6 +22,28 @@ __all__ = ["build_optimizer", "ELEMENTWISE"]
 # Optimizers whose update of an element depends only on that element's history.
 ELEMENTWISE = {torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD, torch.optim.Adagrad,
                torch.optim.RMSprop, torch.optim.Adamax, torch.optim.NAdam, torch.optim.RAdam}
+
+
+def _rebuild(spec: torch.optim.Optimizer, params) -> torch.optim.Optimizer:
+    """A new optimizer of ``spec``'s class over ``params`` with ``spec``'s hyper-parameters. A
+    param group also holds entries its constructor does not take (``AdamW`` stores
+    ``decoupled_weight_decay``, which only ``Adam`` accepts): those are left to the class and must
+    come out the same, or the optimizer cannot be rebuilt faithfully and the error says which."""
+    cls = type(spec)
+    group = {k: v for k, v in spec.param_groups[0].items() if k != "params"}
+    try:
+        accepted = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        accepted = None
+    takes_any = accepted is None or any(p.kind is p.VAR_KEYWORD for p in accepted.values())
+    hp = group if takes_any else {k: v for k, v in group.items() if k in accepted}
+    opt = cls(params, **hp)
+    differ = [k for k in group if k not in hp and opt.param_groups[0].get(k, group[k]) != group[k]]
+    if differ:
+        raise ValueError(f"cannot rebuild {cls.__name__} over the shards with the same settings: "
+                         f"{', '.join(f'{k}={group[k]!r}' for k in differ)} is not a constructor "
+                         "argument; pass the optimizer class or a factory (params -> optimizer) instead")
+    return opt
 
 
 def _from_config(opt_cfg, params) -> torch.optim.Optimizer:
@@ -52,8 +75,7 @@ def build_optimizer(spec, opt_cfg, params: list[torch.Tensor], allow_untested: b
         if len(spec.param_groups) != 1:
             raise ValueError("zerolab supports a single parameter group; the optimizer passed "
                              f"has {len(spec.param_groups)}")
-        hp = {k: v for k, v in spec.param_groups[0].items() if k != "params"}
-        opt = type(spec)(params, **hp)
+        opt = _rebuild(spec, params)
     elif isinstance(spec, type) and issubclass(spec, torch.optim.Optimizer):
         opt = spec(params)
     elif callable(spec):

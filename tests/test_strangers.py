@@ -1,0 +1,54 @@
+"""Cases from users' scripts that once went wrong (issue 23): each fails on the code before its fix."""
+import pytest
+import torch
+from torch import nn
+
+import zerolab
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = nn.Linear(8, 16)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.body(x)))
+
+
+def _train(stage, make_optimizer):
+    world = zerolab.world_size()
+    model = Net()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    engine = zerolab.initialize(model, {"train_batch_size": 4 * world,
+                                        "zero_optimization": {"stage": stage}},
+                                optimizer=make_optimizer(model))
+    torch.manual_seed(1)
+    for _ in range(2):
+        x = torch.randn(4, 8)
+        engine.backward(engine(x).square().mean())
+        engine.step()
+    after = engine.full_params()
+    engine.close()
+    return {n: not torch.equal(before[n], after[n].to(before[n].dtype)) for n in before}
+
+
+def head_only(model):
+    return torch.optim.SGD(model.head.parameters(), lr=0.1)
+
+
+def adamw(model):
+    return torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.05)
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_an_optimizer_over_the_head_trains_only_the_head(stage):
+    changed = zerolab.launch(_train, 2, stage, head_only, echo=False, timeout=60)[0]
+    assert changed == {"body.weight": False, "body.bias": False, "head.weight": True, "head.bias": True}
+
+
+@pytest.mark.parametrize("stage", [0, 3])
+def test_a_torch_adamw_instance_is_rebuilt_over_the_shards(stage):
+    changed = zerolab.launch(_train, 2, stage, adamw, echo=False, timeout=60)[0]
+    assert all(changed.values())
