@@ -227,8 +227,12 @@ def test_hung_rank_times_out_and_leaves_no_process(timeout, scripts):
     assert {p.pid for p in stray_descendants(scripts.pids)} == before
 
 
-def test_keyboard_interrupt_kills_ranks_and_a_new_crew_starts(tmp_path, scripts):
+def test_keyboard_interrupt_kills_ranks_and_a_new_crew_starts(tmp_path, scripts, request):
     flag = tmp_path / "sleeping"
+    # a parent that ignores SIGINT (nohup, some CI runners) must not decide the test: Python's own
+    # handler is what turns the notebook's stop button into KeyboardInterrupt, as in a kernel
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, saved))
 
     def sleeper(path):
         open(f"{path}.{zerolab.rank()}", "w").close()
