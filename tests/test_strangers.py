@@ -52,3 +52,19 @@ def test_an_optimizer_over_the_head_trains_only_the_head(stage):
 def test_a_torch_adamw_instance_is_rebuilt_over_the_shards(stage):
     changed = zerolab.launch(_train, 2, stage, adamw, echo=False, timeout=60)[0]
     assert all(changed.values())
+
+
+def test_nvme_swap_files_are_private_and_go_with_a_dropped_store(tmp_path):
+    import gc
+    import stat
+
+    from zerolab.nvme import SWAP_PREFIX, NvmeStore
+    store = NvmeStore(str(tmp_path), 0, 1 << 10)
+    store.write(0, "param", torch.arange(16.0)).result()
+    (top,) = [p for p in tmp_path.iterdir() if p.name.startswith(SWAP_PREFIX)]
+    files = list(top.rglob("*.bin"))
+    assert files and all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)
+    assert all(stat.S_IMODE(d.stat().st_mode) == 0o700 for d in (top, *top.iterdir()))
+    del store                                  # an engine dropped without close()
+    gc.collect()
+    assert not top.exists()

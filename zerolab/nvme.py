@@ -11,6 +11,7 @@ import socket
 import tempfile
 import time
 import uuid
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
@@ -39,8 +40,10 @@ class NvmeStore:
         remove_stale_swap_dirs(self.root)
         name = f"{SWAP_PREFIX}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.dir = os.path.join(self.root, name, f"rank{rank}")
-        os.makedirs(self.dir)
+        os.makedirs(self.dir, mode=0o700)         # private: training data (the files are 0600)
         self.top = os.path.dirname(self.dir)
+        os.chmod(self.top, 0o700)                 # (makedirs' mode applies to the last folder only
+        os.chmod(self.dir, 0o700)                 #  and is masked by the umask)
         self.block = block_size
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="zerolab-nvme")
         self.sizes: dict[str, int] = {}
@@ -48,6 +51,8 @@ class NvmeStore:
         self.seconds_reading = self.seconds_writing = 0.0
         self.timeline = timeline
         self.closed = False
+        # an engine dropped without close() still takes its folder with it
+        self._finalizer = weakref.finalize(self, _remove, self.pool, self.top)
 
     def _path(self, j, key: str) -> str:
         return os.path.join(self.dir, f"{j}.{key}.bin")
@@ -64,7 +69,7 @@ class NvmeStore:
     def _write(self, path: str, t: torch.Tensor) -> None:
         start = time.perf_counter()
         view = memoryview(t.contiguous().view(torch.uint8).numpy())
-        with open(path, "wb", buffering=0) as f:
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb", buffering=0) as f:
             for a in range(0, len(view), self.block * 16):
                 f.write(view[a:a + self.block * 16])
         self.bytes_written += len(view)
@@ -96,8 +101,12 @@ class NvmeStore:
         if self.closed:
             return
         self.closed = True
-        self.pool.shutdown(wait=True)
-        shutil.rmtree(self.top, ignore_errors=True)
+        self._finalizer()
+
+
+def _remove(pool: ThreadPoolExecutor, top: str) -> None:
+    pool.shutdown(wait=True)
+    shutil.rmtree(top, ignore_errors=True)
 
 
 def check_nvme_path(nvme_path, needed_bytes: int, what: str) -> str:
