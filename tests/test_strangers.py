@@ -68,3 +68,33 @@ def test_nvme_swap_files_are_private_and_go_with_a_dropped_store(tmp_path):
     del store                                  # an engine dropped without close()
     gc.collect()
     assert not top.exists()
+
+
+def _twice_without_keeping(stage):
+    world = zerolab.world_size()
+    model = Net()
+    cfg = {"train_batch_size": 4 * world, "optimizer": {"type": "SGD", "params": {"lr": 0.1}},
+           "zero_optimization": {"stage": stage}}
+
+    def one_run():                             # a helper that drops its engine
+        engine = zerolab.initialize(model, cfg)
+        engine.backward(engine(torch.ones(4, 8)).square().mean())
+        engine.step()
+    import gc
+    import warnings
+    one_run()
+    gc.collect()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        engine = zerolab.initialize(model, cfg)
+    before = {n: p.detach().clone() for n, p in engine.full_params().items()}
+    engine.backward(engine(torch.ones(4, 8)).square().mean())
+    engine.step()
+    after = engine.full_params()
+    engine.close()
+    return all(not torch.equal(before[n], after[n]) for n in before)
+
+
+@pytest.mark.parametrize("stage", [0, 3])
+def test_a_second_engine_trains_when_the_first_was_not_kept(stage):
+    assert all(zerolab.launch(_twice_without_keeping, 2, stage, echo=False, timeout=60))

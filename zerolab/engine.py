@@ -57,7 +57,9 @@ def initialize(model: nn.Module, config, optimizer=None, *, broadcast_buffers: b
                   device_budget=device_budget)
 
 
-# id(model) -> (weak model, weak engine): the live engine of each model, for "one per model".
+# id(model) -> (weak model, weak engine, what the engine attached): the live engine of each model,
+# for "one per model". The attachments are held strongly: they stay on the model (hooks) even
+# when nobody keeps the engine, and a new engine must take them off.
 _LIVE: dict[int, tuple] = {}
 _WARNED: set[str] = set()                 # no-effect settings already warned about, per process
 
@@ -71,6 +73,24 @@ def _current_device() -> torch.device:
 
 def _drop_grad(p: torch.Tensor) -> None:
     p.grad = None
+
+
+class _Attached:
+    """What an engine leaves on its model (the stage's hooks and buffers, the hooks that drop
+    untrained gradients), closable without the engine."""
+
+    def __init__(self, stage, hooks: list):
+        self.stage, self.hooks = stage, hooks
+
+    @property
+    def closed(self) -> bool:
+        return self.stage.closed
+
+    def close(self) -> None:
+        self.stage.close()
+        for h in self.hooks:
+            h.remove()
+        self.hooks.clear()
 
 
 class Engine:
@@ -113,7 +133,7 @@ class Engine:
         self.closed = False
         self._buffer_hook = (model.register_forward_pre_hook(self._broadcast_buffers)
                              if broadcast_buffers and any(True for _ in model.buffers()) else None)
-        _LIVE[id(model)] = (weakref.ref(model), weakref.ref(self))
+        _LIVE[id(model)] = (weakref.ref(model), weakref.ref(self), _Attached(self.stage, self._untrained_hooks))
         self.budget = None
         if device_budget is not None:
             from .budget import Budget
@@ -123,13 +143,18 @@ class Engine:
 
     def _close_previous_engine(self, model: nn.Module) -> None:
         entry = _LIVE.get(id(model))
-        old = entry[1]() if entry and entry[0]() is model else None
-        if old is not None and not old.closed:
+        if not entry or entry[0]() is not model:
+            return
+        old, attached = entry[1](), entry[2]
+        if (old is not None and not old.closed) or (old is None and not attached.closed):
             if self.comm.rank == 0:
                 warnings.warn("this model already had a zerolab engine: it is closed now (its hooks "
                               "removed, the model given its full current weights), and the new engine "
                               "starts from them", stacklevel=4)
-            old.close()
+            if old is not None:
+                old.close()
+            else:                                 # the engine is gone, its hooks are not
+                attached.close()
 
     def _warn_ignored_settings(self) -> None:
         ignored = getattr(self.config, "ignored_settings", None)
@@ -151,9 +176,7 @@ class Engine:
         value again, so the model can be used on its own or given to a new engine."""
         if self.closed:
             return
-        self.stage.close()
-        for h in self._untrained_hooks:
-            h.remove()
+        _Attached(self.stage, self._untrained_hooks).close()
         if self._buffer_hook is not None:
             self._buffer_hook.remove()
         self.optimizer.state.clear()
