@@ -98,3 +98,25 @@ def _twice_without_keeping(stage):
 @pytest.mark.parametrize("stage", [0, 3])
 def test_a_second_engine_trains_when_the_first_was_not_kept(stage):
     assert all(zerolab.launch(_twice_without_keeping, 2, stage, echo=False, timeout=60))
+
+
+def _sub_group_zero(size):
+    world = zerolab.world_size()
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(64, 64) for _ in range(8)])
+    engine = zerolab.initialize(model, {
+        "train_batch_size": 2 * world, "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
+        "zero_optimization": {"stage": 2, "sub_group_size": size, "offload_optimizer": {"device": "cpu"}}})
+    engine.backward(engine(torch.ones(2, 64)).square().mean())
+    engine.step()
+    out = (len(engine.stage.home.sub_groups), engine.full_params())
+    engine.close()
+    return out
+
+
+def test_sub_group_size_zero_makes_one_sub_group_per_parameter():
+    """DeepSpeed's schema allows 0: every parameter its own sub-group (not one per element)."""
+    (n0, p0), (n1, p1) = (zerolab.launch(_sub_group_zero, 2, size, echo=False, timeout=120)[0]
+                          for size in (0, 10 ** 9))
+    assert n1 == 1 and 8 <= n0 <= 16 + 1          # 16 tensors over 2 partitions (+ a straddler, padding)
+    assert all(torch.equal(p0[k], p1[k]) for k in p0)

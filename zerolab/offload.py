@@ -44,6 +44,21 @@ def tile_ranges(numel: int, size: int) -> list[tuple[int, int]]:
     return [(a, min(a + size, numel)) for a in range(0, numel, size)] or [(0, 0)]
 
 
+def _param_pieces(g, numel: int, sharded: bool) -> list[tuple[int, int]]:
+    """``[start, end)`` of each parameter's piece of this rank's part of group ``g`` (``numel``
+    elements; the padding at the end, if any, is a piece of its own)."""
+    lo = g.shard_range()[0] if sharded else 0
+    out = []
+    for off, n in zip(g.offsets, g.numels):
+        a, b = max(lo, off) - lo, min(lo + numel, off + n) - lo
+        if a < b:
+            out.append((a, b))
+    end = out[-1][1] if out else 0
+    if end < numel:
+        out.append((end, numel))
+    return out or [(0, numel)]
+
+
 def _pinned(numel: int, dtype: torch.dtype, pin: bool) -> torch.Tensor:
     t = torch.empty(numel, dtype=dtype)
     if pin and torch.cuda.is_available():
@@ -74,7 +89,12 @@ class StateHome:
         for i, own in enumerate(owned):
             # on the device a tile is a whole group (nothing to swap, no reason to cut);
             # offloaded, groups are cut so that a sub-group never exceeds sub_group_size
-            ranges = [(0, own.numel())] if where == "device" else tile_ranges(own.numel(), sub_group_size)
+            if where == "device":
+                ranges = [(0, own.numel())]
+            elif sub_group_size <= 0:                   # DeepSpeed: every parameter a sub-group of its own
+                ranges = _param_pieces(stage.groups[i], own.numel(), stage.shards_optimizer)
+            else:
+                ranges = tile_ranges(own.numel(), sub_group_size)
             self.group_tiles.append([])
             for a, b in ranges:
                 src = own[a:b].detach()
