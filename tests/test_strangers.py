@@ -120,3 +120,21 @@ def test_sub_group_size_zero_makes_one_sub_group_per_parameter():
                           for size in (0, 10 ** 9))
     assert n1 == 1 and 8 <= n0 <= 16 + 1          # 16 tensors over 2 partitions (+ a straddler, padding)
     assert all(torch.equal(p0[k], p1[k]) for k in p0)
+
+
+def _compiled(stage):
+    model = torch.compile(Net())               # nothing is compiled until it is called
+    try:
+        engine = zerolab.initialize(model, {"train_batch_size": 4 * zerolab.world_size(),
+                                            "optimizer": {"type": "SGD", "params": {"lr": 0.1}},
+                                            "zero_optimization": {"stage": stage}})
+    except ValueError as e:
+        return str(e)
+    engine.close()
+    return "accepted"
+
+
+def test_stage3_refuses_a_compiled_model_with_the_reason():
+    assert zerolab.launch(_compiled, 2, 2, echo=False, timeout=60)[0] == "accepted"
+    msg = zerolab.launch(_compiled, 2, 3, echo=False, timeout=60)[0]
+    assert "cannot run a torch.compile'd module" in msg and "before torch.compile" in msg

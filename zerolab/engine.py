@@ -71,6 +71,20 @@ def _current_device() -> torch.device:
         return torch.device("cpu")
 
 
+def _refuse_compiled(model: nn.Module) -> None:
+    """Stage 3 gathers each module's parameters in forward hooks and swaps ``param.data``, which
+    torch.compile cannot trace (dynamo fails deep inside with "already tracked for mutation")."""
+    compiled = getattr(getattr(torch, "_dynamo", None), "eval_frame", None)
+    kind = getattr(compiled, "OptimizedModule", None)
+    names = [n or "the model" for n, m in model.named_modules() if kind is not None and isinstance(m, kind)]
+    if names:
+        raise ValueError(
+            f"ZeRO stage 3 cannot run a torch.compile'd module ({names[0]}): stage 3 gathers and "
+            "releases each module's parameters in module hooks, which the compiler cannot trace. "
+            "Pass the model before torch.compile, or use ZeRO stage 0-2 (they run compiled models "
+            "unchanged)")
+
+
 def _drop_grad(p: torch.Tensor) -> None:
     p.grad = None
 
@@ -105,6 +119,8 @@ class Engine:
         self._close_previous_engine(model)
         self._warn_ignored_settings()
         zero = self.config.zero
+        if zero.stage == 3:
+            _refuse_compiled(model)
         self.device = _current_device()
         self.dtype = self.config.compute_dtype
         self.module = model.to(device=self.device, dtype=self.dtype)
