@@ -138,3 +138,94 @@ def test_stage3_refuses_a_compiled_model_with_the_reason():
     assert zerolab.launch(_compiled, 2, 2, echo=False, timeout=60)[0] == "accepted"
     msg = zerolab.launch(_compiled, 2, 3, echo=False, timeout=60)[0]
     assert "cannot run a torch.compile'd module" in msg and "before torch.compile" in msg
+
+
+# -- checkpoints (issue 23 item 5) -------------------------------------------------------------
+
+class Based(nn.Module):
+    """A frozen base and a trained head (LoRA-style), the base unfrozen later."""
+
+    def __init__(self, width=16):
+        super().__init__()
+        torch.manual_seed(0)
+        self.base = nn.Linear(8, width)
+        self.head = nn.Linear(width, 4)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.base(x)))
+
+
+def _cfg(stage):
+    return {"train_batch_size": 2 * zerolab.world_size(), "optimizer": {"type": "SGD", "params": {"lr": 0.1}},
+            "zero_optimization": {"stage": stage}}
+
+
+def _save_frozen_base(path, stage):
+    model = Based()
+    model.base.requires_grad_(False)
+    engine = zerolab.initialize(model, _cfg(stage))
+    engine.backward(engine(torch.ones(2, 8)).square().mean())
+    engine.step()
+    engine.save_checkpoint(path, "t")
+    saved = engine.full_params()
+    engine.close()
+    return saved, {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def _load_other_frozen_shape(path, stage):
+    model = Based(width=12)                        # a frozen base of another shape: another model
+    model.base.requires_grad_(False)
+    model.head = nn.Linear(16, 4)
+    engine = zerolab.initialize(model, _cfg(stage))
+    before = engine.full_params()
+    try:
+        engine.load_checkpoint(path, "t")
+    except zerolab.CheckpointError as e:
+        after = engine.full_params()
+        return str(e), all(torch.equal(before[n], after[n]) for n in before)
+    return None, None
+
+
+def _load_unfrozen(path, stage, module_only):
+    model = Based()                                # the base now trained too
+    engine = zerolab.initialize(model, _cfg(stage))
+    try:
+        engine.load_checkpoint(path, "t", load_module_only=module_only)
+    except zerolab.CheckpointError as e:
+        return str(e)
+    out = engine.full_params()
+    engine.close()
+    return out
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_checkpoints_of_a_frozen_base(tmp_path, stage):
+    saved, weights = zerolab.launch(_save_frozen_base, 2, str(tmp_path), stage, echo=False, timeout=60)[0]
+    msg, untouched = zerolab.launch(_load_other_frozen_shape, 2, str(tmp_path), stage, echo=False, timeout=60)[0]
+    assert msg and "base.weight" in msg and "Nothing was loaded" in msg and untouched
+    msg = zerolab.launch(_load_unfrozen, 2, str(tmp_path), stage, False, echo=False, timeout=60)[0]
+    assert isinstance(msg, str) and "load_module_only=True" in msg
+    got = zerolab.launch(_load_unfrozen, 2, str(tmp_path), stage, True, echo=False, timeout=60)[0]
+    assert all(torch.equal(got[n], weights[n].float()) for n in weights)   # base from the frozen part
+
+
+def test_a_save_killed_between_its_renames_loses_nothing(tmp_path):
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    zerolab.launch(_save_frozen_base, 1, str(tmp_path), 1, echo=False, timeout=60)
+    # what a save killed between "old aside" and "new in" leaves, by a process that is gone
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = socket.gethostname()
+    os.replace(tmp_path / "t", tmp_path / f".t.old-{host}-{dead.pid}")
+    os.makedirs(tmp_path / f".t.tmp-{host}-{dead.pid}-abc")
+    assert (tmp_path / "latest").read_text() == "t" and not (tmp_path / "t").exists()
+    got = zerolab.launch(_load_unfrozen, 1, str(tmp_path), 1, True, echo=False, timeout=60)[0]
+    assert isinstance(got, dict)                   # the previous checkpoint is still read
+    zerolab.launch(_save_frozen_base, 1, str(tmp_path), 1, echo=False, timeout=60)   # the next save
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ["latest", "t"], left           # old put back then replaced; the tmp swept
+    shutil.rmtree(tmp_path / "t")

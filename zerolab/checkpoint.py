@@ -32,6 +32,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 
@@ -81,7 +82,8 @@ def save_checkpoint(engine, save_dir, tag=None, client_state=None) -> str:
     tmp_name = [None]
     if comm.rank == 0:
         save_dir.mkdir(parents=True, exist_ok=True)
-        tmp_name[0] = tempfile.mkdtemp(prefix=f".{tag}.tmp-", dir=save_dir)
+        _sweep(save_dir)
+        tmp_name[0] = tempfile.mkdtemp(prefix=f".{tag}.tmp-{_me()}-", dir=save_dir)
     if comm.world_size > 1:
         dist.broadcast_object_list(tmp_name, src=0)
     tmp = Path(tmp_name[0])
@@ -133,10 +135,12 @@ def save_checkpoint(engine, save_dir, tag=None, client_state=None) -> str:
                      | {"model_states.pt": _sha256(tmp / "model_states.pt")},
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=_json_default))
-        # into place: the old checkpoint of the same tag goes only once the new one is complete
+        # into place: the old checkpoint of the same tag goes only once the new one is complete.
+        # Killed between these two renames, the old one waits under .<tag>.old-<host>-<pid>: the
+        # loader reads it there, and the next save puts it back or removes it (_sweep)
         old = None
         if final.exists():
-            old = save_dir / f".{tag}.old-{os.getpid()}"
+            old = save_dir / f".{tag}.old-{_me()}"
             os.replace(final, old)
         os.replace(tmp, final)
         if old is not None:
@@ -147,6 +151,41 @@ def save_checkpoint(engine, save_dir, tag=None, client_state=None) -> str:
     if comm.world_size > 1:
         dist.barrier()
     return str(final)
+
+
+def _me() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _leftover(name: str, kind: str):
+    """For ``.<tag>.<kind>-<host>-<pid>[-...]`` made on this host: (tag, pid), else None."""
+    if not name.startswith(".") or f".{kind}-" not in name:
+        return None
+    tag, _, rest = name[1:].rpartition(f".{kind}-")
+    host = socket.gethostname()
+    if not tag or not rest.startswith(f"{host}-"):
+        return None
+    try:
+        return tag, int(rest[len(host) + 1:].split("-")[0])
+    except ValueError:
+        return None
+
+
+def _sweep(save_dir: Path) -> None:
+    """What saves killed on this host left behind: their temporary folders are removed; a
+    previous checkpoint moved aside and never replaced is put back (or removed once its tag has a
+    complete checkpoint again)."""
+    from .nvme import pid_alive
+    for entry in save_dir.iterdir():
+        for kind in ("tmp", "old"):
+            found = _leftover(entry.name, kind)
+            if found is None or found[1] == os.getpid() or pid_alive(found[1]):
+                continue
+            tag = found[0]
+            if kind == "old" and not (save_dir / tag).exists() and (entry / "meta.json").is_file():
+                os.replace(entry, save_dir / tag)          # the previous checkpoint, back in place
+            else:
+                shutil.rmtree(entry, ignore_errors=True)
 
 
 def _check_client_state(v, where="client_state") -> None:
@@ -214,6 +253,10 @@ def _resolve(load_dir, tag) -> Path:
         tag = latest.read_text().strip()
     path = load_dir / str(tag)
     if not (path / "meta.json").is_file():
+        # a save killed between moving the old checkpoint aside and renaming the new one in
+        aside = sorted(load_dir.glob(f".{tag}.old-*/meta.json"))
+        if aside:
+            return aside[-1].parent
         raise CheckpointError(f"no checkpoint at {path} (meta.json missing)")
     return path
 
@@ -287,7 +330,7 @@ def load_checkpoint(engine, load_dir, tag=None, load_optimizer_states=True, load
     try:
         path = _resolve(load_dir, tag)
         full = read_full_state(path)
-        _check_matches(engine, full, load_optimizer_states and not load_module_only)
+        _check_matches(engine, full, load_optimizer_states and not load_module_only, load_module_only)
     except CheckpointError as e:
         error = str(e)
     # decide together: one rank's problem stops every rank, before anything is changed
@@ -299,13 +342,20 @@ def load_checkpoint(engine, load_dir, tag=None, load_optimizer_states=True, load
         raise CheckpointError("; ".join(f"rank {r}: {e}" for r, e in bad[:2]) + ". Nothing was loaded.")
 
     meta, params = full["meta"], full["params"]
-    stage.load_full_values(params)
     ms = full["model_states"]
+    trained = {n for g in stage.groups for n in g.names}
+    if load_module_only:      # the weights by name, whichever were frozen when saved or are now
+        every = {**{n: t.float() for n, t in ms["frozen"].items()}, **params}
+        stage.load_full_values({n: every[n] for n in trained})
+        fixed = {n: t for n, t in every.items() if n not in trained}
+    else:
+        stage.load_full_values(params)
+        fixed = ms["frozen"]
     named_buffers = dict(engine.module.named_buffers())
     for n, b in ms["buffers"].items():
         named_buffers[n].data.copy_(b)
     named = dict(engine.module.named_parameters())
-    for n, p in ms["frozen"].items():
+    for n, p in fixed.items():
         named[n].data.copy_(p)
     if load_module_only:
         return str(path), ms.get("client_state", {})
@@ -337,12 +387,29 @@ def load_checkpoint(engine, load_dir, tag=None, load_optimizer_states=True, load
     return str(path), ms.get("client_state", {})
 
 
-def _check_matches(engine, full, with_optimizer: bool) -> None:
-    """The checkpoint must describe this model: the same trainable names and shapes."""
+def _check_matches(engine, full, with_optimizer: bool, module_only: bool = False) -> None:
+    """The checkpoint must describe this model: the same trainable names and shapes, and frozen
+    parameters this model has, of the same shapes (all checked before anything is changed).
+    ``module_only``: weights by name, frozen or trained when saved, whatever they are now."""
     # the group layout, not p.shape: stage 3's released parameters are empty tensors
     want = {n: tuple(s) for g in engine.stage.groups for n, s in zip(g.names, g.shapes)}
     have = {n: tuple(t.shape) for n, t in full["params"].items()}
+    frozen_saved = {n: tuple(t.shape) for n, t in full["model_states"]["frozen"].items()}
+    model_frozen = {n: tuple(p.shape) for n, p in engine.module.named_parameters() if n not in want}
+    if module_only:
+        have = {**frozen_saved, **have}
+        want = {**want, **{n: s for n, s in model_frozen.items() if n in have}}
     missing, extra = sorted(set(want) - set(have)), sorted(set(have) - set(want))
+    if not module_only:
+        extra += sorted(n for n in frozen_saved if n not in model_frozen and n not in want)
+        unfrozen = [n for n in missing if n in frozen_saved]
+        if unfrozen:
+            raise CheckpointError(
+                f"{', '.join(unfrozen[:4])} were frozen when this checkpoint was saved (no optimizer "
+                "state): pass load_module_only=True to load the weights and start the optimizer afresh")
+    for n, s in frozen_saved.items():
+        if n in model_frozen and model_frozen[n] != s and not module_only:
+            want[n], have[n] = model_frozen[n], s              # reported as a shape difference
     shapes = [f"{n}: checkpoint {list(have[n])}, model {list(want[n])}" for n in want
               if n in have and have[n] != want[n]]
     if missing or extra or shapes:
