@@ -12,8 +12,9 @@ executed.
 
 A production ZeRO-3 config (seed 002: a 7B model, 8 GPUs, offload) taken apart key by key
 beside DeepSpeed 0.19.8's defaults (read from its source: ``deepspeed/runtime/zero/config.py``
-and ``offload_config.py``), and its knobs measured on 2 gloo ranks: calls, headers and bytes are
-exact; step times appear only in a figure. The reuse distance is measured at four values, beside
+and ``offload_config.py``), and its knobs measured on 2 gloo ranks: all-gather calls, elements,
+bytes, prefetched groups and peaks are exact (zerolab's own order checks are kept out of them);
+step times appear only in a figure. The reuse distance is measured at four values, beside
 DeepSpeed's rule replayed on the recorded order (a computation), and the rule is replayed on
 Llama-2-7B's shapes.
 """
@@ -33,9 +34,9 @@ md("""
 
 *The real move: a checklist from a crew that did it before, read line by line.*
 
-The crew has learned every trick: split the notebooks (stage 1), the receipts (stage 2), the
+The crew has learned every trick: split the notebooks (stage 1), the door stickers (stage 2), the
 furniture itself (stage 3), fetch each room's furniture only while working in it, keep the heavy
-notebooks in the garage (offload). Now the captain is handed a **checklist from another crew**,
+notebooks in the warehouse (offload). Now the captain is handed a **checklist from another crew**,
 the config they say they used to move a 7-billion-parameter household with 8 workers, and a
 table of "recommended values". Some lines are right, some are copied from an old manual, and two
 are filed under the wrong heading. Before trusting it with the real move, the captain reads every
@@ -48,7 +49,7 @@ line, asks what it does, and tries the ones that can be tried on a small house.
 | small items nobody bothers to pack away | **persistent** parameters: kept whole on every rank | `stage3_param_persistence_threshold` |
 | "don't carry it back if you need it again soon" | **reuse distance** | `stage3_max_reuse_distance` |
 | doing the paperwork one folder at a time | the optimizer step **tiled** into sub-groups | `sub_group_size` |
-| the notebooks in the garage | **offload** of optimizer states / parameter shards to CPU | `offload_optimizer`, `offload_param` |
+| the notebooks in the warehouse | **offload** of optimizer states / parameter shards to CPU | `offload_optimizer`, `offload_param` |
 
 The checklist (a production ZeRO-3 config for Llama-2-7B on 8 GPUs, as published, comments
 translated):
@@ -83,10 +84,11 @@ tuning table: `reduce_bucket_size` 5e8-1e9, `stage3_prefetch_bucket_size` 5e8-1e
 here, key for key, as `configs/seed002_zero3_offload.json`.
 
 **What we do here:** read every key beside DeepSpeed 0.19.8's real default; run the config on 2
-ranks; measure what prefetch, persistence and the live-parameter budget change (check headers,
-gathers, bytes, peak gathered elements) and what they leave alone (every number the model
-computes); measure the reuse distance, which keeps a small model wholly gathered at DeepSpeed's
-default; and launch a DeepSpeed training script on zerolab with one line changed.
+ranks; measure what prefetch, persistence and the live-parameter budget change (all-gather
+calls, bytes, groups gathered ahead, peak gathered elements) and what they leave alone (every
+number the model computes); measure the reuse distance, which keeps a small model wholly
+gathered at DeepSpeed's default; and launch a DeepSpeed training script on zerolab with one line
+changed.
 """),
 code("""
 import json
@@ -170,17 +172,21 @@ What each line does, and where the checklist is wrong:
   `initial_scale_power: 16`: **all DeepSpeed's defaults at stage 3.** Writing them changes
   nothing (harmless, and it documents intent). `reduce_bucket_size` is in **elements**: 5·10⁸
   fp16 gradients make a 1 GB bucket (chapter 6).
-- `stage3_prefetch_bucket_size: 5e8`, "prefetch bucket size": how many parameter elements may
-  be all-gathered **ahead of use**. DeepSpeed's default is **5e7**, not 5e8: the documentation
-  page says 5e8 and the checklist copied it; the code has said 5e7 for years. It is a window, not
-  a granularity: the unit that is gathered is still one module (section 4).
+- `stage3_prefetch_bucket_size: 5e8`, "prefetch bucket size": how many parameter elements one
+  **top-up** may all-gather ahead of use. DeepSpeed's default is **5e7**, not 5e8: the
+  documentation page says 5e8 and the checklist copied it; the code has said 5e7 for years. At
+  every module's fetch DeepSpeed tops up once: the next modules of the recorded order, taken
+  while fewer than min(this, `stage3_max_live_parameters` − what is gathered or in flight)
+  elements are taken (the module that crosses it is taken too). It bounds one top-up, not what
+  is in flight (section 4).
 - `stage3_param_persistence_threshold: 1e5`, "small parameters are not partitioned": **half
   right**. A parameter of at most 10⁵ elements keeps its 16-bit copy whole on every rank and is
   never gathered in forward or backward; but its gradient and optimizer states are still
   sharded, and it is all-gathered once after every step, so that every rank's copy takes the
   update (section 3).
 - `stage3_max_live_parameters: 1e9`, "most parameters on the GPU at once": **not a cap.** It
-  bounds only what *prefetch* may add: a module's own gather always happens (section 5).
+  bounds only what *prefetch* may add: a module's own gather always happens, and the module
+  that crosses the budget is taken too (section 5).
 - `stage3_max_reuse_distance: 1e9`: keep a parameter gathered if it will be used again within
   that many **elements** of the recorded order (section 6: on a small model, everything).
 - `offload_optimizer` / `offload_param` with `pin_memory: true`: optimizer states and parameter
@@ -207,10 +213,11 @@ Our house: an MLP of 8 `Linear(64, 64)` layers, so 8 weights of 4,096 elements a
 64 (Ψ = 33,280 parameters), on 2 ranks. Each measurement trains a few steps and reads the
 **last** step (by then the order of the modules has been recorded and prefetch is on): the
 parameter gathers (each module's, and the persistent group's after the step), the all-gather
-calls that carried them (`params ...` in the ledger), the 16-byte check headers (`check ...`, one per
-unit of gathers, so that ranks on different paths raise an error instead of hanging) and their
-bytes; from the stage, the gathers issued ahead of use and the most parameter elements gathered
-or in flight at once.
+calls that carried them (`params ...` in `engine.ledger.records`) and their bytes; from the
+stage, the groups gathered ahead of use (`engine.stage.prefetches`) and the most parameter
+elements gathered or in flight at once. (zerolab also sends 16-byte order checks of its own at
+stage 3, so that ranks on different paths raise an error instead of hanging; DeepSpeed sends
+none. The ledger files them apart, in `engine.ledger.checks`, and no number here counts them.)
 
 **Predict, then run.** The checklist, unchanged (plus an Adam optimizer, which it leaves to the
 script), on this MLP: how many parameter all-gathers will forward and backward make per step?
@@ -246,13 +253,10 @@ def measure(zero=None, config=None, steps=4):
             engine.step()
         seconds.append(engine.timeline.since(tmark).summary()["wall"])
         led = engine.ledger.since(mark)
-        if step == 0:
-            step1 = sum(r.tag.startswith("check") for r in led.records)
     stage = engine.stage
     persistent = [p.numel() for g in stage.groups if stage.persistent[g.index] for p in g.params]
     out = {
-        "headers": sum(r.tag.startswith("check") for r in led.records),
-        "headers_step1": step1,
+        "checks": len(led.checks),               # zerolab's own order checks, filed apart
         # parameter groups gathered: each module's (stage.fetches), and the persistent group's refresh
         "gathers": stage.fetches - fetched + sum(r.tag.startswith("params persistent") for r in led.records),
         "calls": sum(r.op == "all_gather" and r.tag.startswith("params") for r in led.records),
@@ -260,6 +264,7 @@ def measure(zero=None, config=None, steps=4):
                               if r.op == "all_gather" and r.tag.startswith("params")),
         "order": [r.tag for r in led.records if r.op == "all_gather" and r.tag.startswith("params")],
         "ops": sorted({(r.op, r.tag.split()[0]) for r in led.records}),
+        "grad_calls": sum(r.tag.startswith("grads") for r in led.records),
         "prefetched": stage.prefetches - pre, "peak": stage.peak_gathered_numel,
         "persistent": persistent, "param_bytes": engine.memory()["params"],
         "host_steps": sum(e.kind == "host" for e in engine.timeline.since(tmark).events),
@@ -281,7 +286,8 @@ print(f"MLP: {LAYERS} x Linear({WIDTH}, {WIDTH}), psi = {PSI:,}; the checklist o
 print(f"  persistent parameters: {len(c['persistent'])} of {2 * LAYERS} ({sum(c['persistent']):,} elements)")
 print(f"  parameter all-gathers in forward and backward: {c['gathers'] - 1}; after the step: 1")
 print(f"    ({c['gathered_bytes']:,} bytes: the whole model in fp16, 2 x {PSI:,})")
-print(f"  check headers: {c['headers']}; collectives: {', '.join(f'{op} {t}' for op, t in c['ops'])}")
+print(f"  collectives: {', '.join(f'{op} {t}' for op, t in c['ops'])}")
+print(f"  gradient reduce-scatters: {c['grad_calls']} (one per micro-batch: a single bucket)")
 print(f"  parameter bytes per rank: {c['param_bytes']:,} = the whole fp16 model: "
       f"{c['param_bytes'] == 2 * PSI}")
 """),
@@ -293,7 +299,8 @@ small model "ZeRO-3" with default settings behaves like stage 2 for its paramete
 threshold is sized for 7B models, where only the LayerNorm/RMSNorm weights (4,096 elements) fall
 under it. The optimizer states (in host memory here, with `offload_optimizer`) and the gradients
 stay sharded. With `gradient_accumulation_steps` 4, the gradients are reduce-scattered after each
-of the 4 micro-batches, a stage-2/3 habit (chapter 6).
+of the 4 micro-batches, a stage-2/3 habit (chapter 6): one call per `reduce_bucket_size` bucket
+of modules, and the checklist's 5·10⁸ holds this whole model in one.
 
 ## 3. Persistence: which parameters never travel
 
@@ -316,10 +323,10 @@ PERSIST = {"0": {"stage3_param_persistence_threshold": 0},
                               "stage3_model_persistence_threshold": 8192}}
 persist = crew.run(measure_all, {k: {"zero": z} for k, z in PERSIST.items()})[0]
 print(f"{'threshold':<16}{'persistent':>11}{'elements':>9}{'gathers':>8}{'bytes gathered':>15}"
-      f"{'headers':>8}{'param bytes/rank':>17}")
+      f"{'param bytes/rank':>17}")
 for name, r in persist.items():
     print(f"{name:<16}{len(r['persistent']):>11}{sum(r['persistent']):>9,}{r['gathers']:>8}"
-          f"{r['gathered_bytes']:>15,}{r['headers']:>8}{r['param_bytes']:>17,}")
+          f"{r['gathered_bytes']:>15,}{r['param_bytes']:>17,}")
 ref = persist["0"]["params"]
 print("trained parameters bit-identical in all five runs:",
       all(torch.equal(r["params"][k], ref[k]) for r in persist.values() for k in ref))
@@ -343,49 +350,61 @@ more in latency than keeping them costs in memory.
 
 ## 4. Prefetch: gathering ahead, from the recorded order
 
-In the first step zerolab (like DeepSpeed) records the order in which the modules gather their
-parameters. From the second step on, when a module's gather is issued, the gathers of the next
-modules in the recorded order are issued with it, asynchronously, up to
-`stage3_prefetch_bucket_size` elements in flight, within `stage3_max_live_parameters` gathered
-or in flight. One 16-byte header checks the whole unit (plus one per forward that followed the
-order).
+In the first step DeepSpeed (and zerolab with it) records the order in which the modules gather
+their parameters. From the second step on, DeepSpeed's rule (`fetch_sub_module` in
+`partitioned_param_coordinator.py`): at **every module's fetch**, the modules without
+parameters of their own included (here the root `MLP`), it issues one asynchronous all-gather
+of the next groups in the recorded order that are not gathered or in flight yet, taking groups
+while fewer than
 
-**Predict, then run.** Biases persistent (threshold 64), weights of 4,096 elements. With the
-window at 0 (off), 8,192, 16,384, 32,768 and DeepSpeed's 5·10⁷: how many check headers per step?
-How many bytes of parameters gathered? How many elements gathered at once, at most?
+    min(stage3_max_live_parameters - available, stage3_prefetch_bucket_size)
+
+elements are taken, where *available* counts what is gathered or in flight (the group that
+crosses the limit is taken too). A module that needs a group then waits for it instead of
+gathering it.
+
+**Predict, then run.** Biases persistent (threshold 64), weights of 4,096 elements,
+`stage3_max_live_parameters` at its 10⁹. With `stage3_prefetch_bucket_size` at 0 (off), 4,096
+(one weight), 8,192 (two), 16,384 (four) and DeepSpeed's 5·10⁷: how many all-gather calls per
+step, and how many bytes? How many elements gathered or in flight at once, at most? (Careful
+with 8,192.)
 """),
 code("""
-WINDOWS = [0, 8192, 16384, 32768, 50_000_000]
+WINDOWS = [0, 4096, 8192, 16384, 50_000_000]
 prefetch = crew.run(measure_all, {w: {"zero": {"stage3_param_persistence_threshold": 64,
                                                "stage3_prefetch_bucket_size": w}, "steps": 7}
                                   for w in WINDOWS})[0]
-print(f"{'prefetch window':>16}{'headers step 1':>15}{'headers':>8}{'gathers':>8}{'calls':>6}"
-      f"{'bytes gathered':>15}{'prefetched':>11}{'peak elements':>14}")
+print(f"{'prefetch_bucket_size':>20}{'gathers':>8}{'all-gather calls':>17}{'bytes gathered':>15}"
+      f"{'prefetched':>11}{'peak elements':>14}")
 for w, r in prefetch.items():
-    print(f"{w:>16,}{r['headers_step1']:>15}{r['headers']:>8}{r['gathers']:>8}{r['calls']:>6}"
-          f"{r['gathered_bytes']:>15,}{r['prefetched']:>11}{r['peak']:>14,}")
+    print(f"{w:>20,}{r['gathers']:>8}{r['calls']:>17}{r['gathered_bytes']:>15,}"
+          f"{r['prefetched']:>11}{r['peak']:>14,}")
 ref = prefetch[0]["params"]
 print("bytes and gathers the same in every run:",
       len({(r["gathers"], r["gathered_bytes"]) for r in prefetch.values()}) == 1)
 print("trained parameters bit-identical in every run:",
       all(torch.equal(r["params"][k], ref[k]) for r in prefetch.values() for k in ref))
+print(f"apart, zerolab's own order checks (ledger.checks; DeepSpeed sends none): "
+      f"{prefetch[0]['checks']} per step off, {prefetch[50_000_000]['checks']} at 5e7")
 """),
 md("""
-- **The bytes never change**: prefetch moves *when* a module is gathered, not what. It does change
-  the number of all-gather **calls**: the modules gathered ahead together travel in one
-  (DeepSpeed coalesces a prefetch batch the same way), and each is copied out of its buffer when
-  its module needs it.
-- **Headers**: without prefetch, one per gather (16). With a window as large as the model, 3 per
-  step: one for the forward's single unit (the first gather plus the 7 prefetched), one at the
-  end of that forward, one for backward's unit. Step 1 always pays one header per gather: there
-  is no recorded order yet.
-- **Peak**: the price. With a window of the whole model, all 8 weights (32,768 elements) are
-  gathered or in flight at once: for the parameters, no saving left over stage 2 at that moment.
-  The window trades memory for fewer, earlier calls.
+- **The bytes never change**: prefetch moves *when* a module is gathered, not what. It changes
+  the number of all-gather **calls**: the groups one top-up takes travel in one call (DeepSpeed
+  coalesces a prefetch batch the same way), each copied out of it when its module needs it. At
+  4,096 every top-up takes one weight: 17 calls as without prefetch, each issued one module
+  early. At 5·10⁷ the root's fetch takes the whole forward in one call, and in backward the
+  last layer's fetch takes the other seven: 4 calls with the persistent refresh.
+- **The peak: the prefetch bucket bounds one top-up, not what is in flight.** At 8,192 (two
+  weights) the root's fetch takes layers 0 and 1; layer 0's fetch, with both still in flight,
+  takes 2 and 3; layer 1's takes 4 and 5; layer 2's, 6 and 7: six weights (24,576 elements)
+  gathered or in flight at once. Only `stage3_max_live_parameters` (10⁹ here) bounds that (section 5). With
+  the whole model prefetched, stage 3 holds for a moment what stage 2 always holds.
+- With prefetch on, 15 of the 16 module gathers were prefetched: the first of backward (the
+  last layer, released after its forward at distance 0) is needed before any fetch takes it.
 
 On GPUs the point of prefetch is **time**: the next module's all-gather runs on its own stream
 while this module computes. On this CPU the gathers are cheap and the cores shared, so what shows
-is mostly the saved round trips of the headers. The step times, for what they are worth here:
+is mostly the saved calls. The step times, for what they are worth here:
 """),
 code("""
 fig, ax = plt.subplots(figsize=(7.5, 3.4))
@@ -398,37 +417,41 @@ ax.set_xticklabels([f"{w:,}" for w in WINDOWS])
 ax.set_xlabel("stage3_prefetch_bucket_size (elements)")
 ax.set_ylabel("step time on rank 0 (ms)")
 ax.set_ylim(bottom=0)
-ax.set_title("Step time by prefetch window (dots: 6 steps, bar: median); a noisy 2-core CPU")
+ax.set_title("Step time by prefetch bucket size (dots: 6 steps, bar: median); a noisy 2-core CPU")
 fig.tight_layout()
 plt.show()
 """),
 md("""
 ## 5. The live-parameter budget is not a cap
 
-**Predict, then run.** Prefetch at DeepSpeed's default window (5·10⁷), biases persistent, and
-`stage3_max_live_parameters` at 1,000, 4,096, 8,192, 16,384 and 10⁹. The smallest is below the
-size of a single weight (4,096): what is the peak?
+**Predict, then run.** Prefetch at DeepSpeed's default `stage3_prefetch_bucket_size` (5·10⁷),
+biases persistent, and `stage3_max_live_parameters` at 0, 1,000, 4,096, 6,144, 16,384 and 10⁹.
+1,000 is below the size of a single weight (4,096): what is the peak, and is anything prefetched?
+And at 6,144, one and a half weights?
 """),
 code("""
-LIVES = [1000, 4096, 8192, 16384, 1_000_000_000]
+LIVES = [0, 1000, 4096, 6144, 16384, 1_000_000_000]
 live = crew.run(measure_all, {m: {"zero": {"stage3_param_persistence_threshold": 64,
                                            "stage3_max_live_parameters": m}} for m in LIVES})[0]
-print(f"{'max_live_parameters':>20}{'peak elements':>14}{'prefetched':>11}{'headers':>8}")
+print(f"{'max_live_parameters':>20}{'peak elements':>14}{'prefetched':>11}{'all-gather calls':>17}")
 for m, r in live.items():
-    print(f"{m:>20,}{r['peak']:>14,}{r['prefetched']:>11}{r['headers']:>8}")
+    print(f"{m:>20,}{r['peak']:>14,}{r['prefetched']:>11}{r['calls']:>17}")
 print(f"at max_live 1,000 the peak is {live[1000]['peak']:,} elements, above the 'cap': "
       f"{live[1000]['peak'] > 1000}")
-print(f"peak within max(max_live, one weight) in every run: "
-      f"{all(r['peak'] <= max(m, 4096) for m, r in live.items())}")
+print(f"peak at most max_live + one weight (the group that crosses the budget) in every run: "
+      f"{all(r['peak'] <= m + 4096 for m, r in live.items())}")
 """),
 md("""
-A module's own parameters are always gathered, whatever the budget: a budget smaller than one
-module only switches prefetch off (DeepSpeed's rule: the prefetch allowance is `max_live −
-currently available`, and fetching the current module is never blocked). What
-`stage3_max_live_parameters` bounds is how far prefetch may run ahead. Memory-wise, the most a
-rank holds gathered is about max(budget, the largest module) plus whatever reuse keeps (next
-section): with the checklist's 10⁹ on a 7B model in fp16, up to about 2 GB of gathered
-parameters per GPU, on top of the 1.75 GB shard.
+Two things make the budget less than a cap, both DeepSpeed's rule. A module's own parameters
+are always gathered, whatever the budget: fetching the current module is never blocked, only
+prefetch. And a top-up takes groups while the allowance `max_live − available` is not yet used
+up, **the group that crosses it included**: at the root's fetch nothing is gathered yet
+(available 0), so any budget above 0, even 1,000, prefetches layer 0's whole weight; at 6,144
+the top-ups take two weights where one and a half were allowed. Only a budget of 0 switches
+prefetch off entirely. So the most a rank holds gathered or in flight is below budget + the
+largest group (or the one module it needs, if that is larger), plus whatever reuse keeps (next
+section): with the checklist's 10⁹ on a 7B model in fp16, about 2 GB of gathered parameters
+per GPU, on top of the 1.75 GB shard.
 
 ## 6. Reuse distance: don't carry it back if you need it again soon
 
@@ -499,7 +522,8 @@ md("""
 Distance 0 releases every module after each use: 16 gathers, one weight at a time, and the
 "3Ψ" of stage 3. 4,096 keeps the last layer across the turn from forward to backward (15
 gathers). The checklist's 10⁹, larger than this whole model, keeps **everything** gathered from
-its first use to its last: 8 gathers, half the bytes (stage 3 then moves 2Ψ, like stage 2), and
+its first use to its last: 8 gathers, half the bytes (stage 3 then moves 2Ψ: Ψ gathered, Ψ
+reduce-scattered), and
 the whole model gathered at once. This is what DeepSpeed does by default on a small model; on a
 large one it is a small saving, as the same rule on Llama-2-7B's shapes shows (hidden 4,096, MLP
 11,008, 32 layers, vocabulary 32,000; each Linear and the embedding a module; the norm weights
@@ -544,8 +568,8 @@ tiles = crew.run(measure_all, {
 base = tiles["sub_group_size 1e8"]
 print(f"{'':<22}{'host-step bars':>15}{'collectives as the first run':>30}{'parameters identical':>22}")
 for name, r in tiles.items():
-    same_ledger = (r["gathers"], r["headers"], r["ops"], r["gathered_bytes"]) == \\
-        (base["gathers"], base["headers"], base["ops"], base["gathered_bytes"])
+    same_ledger = (r["gathers"], r["calls"], r["ops"], r["gathered_bytes"]) == \\
+        (base["gathers"], base["calls"], base["ops"], base["gathered_bytes"])
     same = all(torch.equal(r["params"][k], base["params"][k]) for k in base["params"])
     print(f"{name:<22}{r['host_steps']:>15}{str(same_ledger):>30}{str(same):>22}")
 print(f"rank 0's shard: {PSI // N:,} elements, {PSI // N // 4096 + (PSI // N % 4096 > 0)} tiles of at most 4,096")
@@ -571,7 +595,7 @@ rows = [
     ("reduce_bucket_size", "5e8 - 1e9", "5e8",
      f"a 5e8 bucket = {5e8 * 2 / 1e9:.0f} GB in fp16; the bytes per step do not depend on it"),
     ("stage3_prefetch_bucket_size", "5e8 - 1e9", "5e7",
-     f"headers {p[0]['headers']} -> {p[50_000_000]['headers']}, peak {p[0]['peak']:,} -> "
+     f"all-gather calls {p[0]['calls']} -> {p[50_000_000]['calls']}, peak {p[0]['peak']:,} -> "
      f"{p[50_000_000]['peak']:,} elements; bytes equal"),
     ("stage3_max_live_parameters", "1e9 - 2e9", "1e9",
      f"bounds prefetch only: peak {q[1000]['peak']:,} elements at a budget of 1,000"),
@@ -586,16 +610,19 @@ print(f"Llama-2-7B: 5e8 elements = {5e8 / LAYER:.1f} layers = {5e8 / BIGGEST:.0f
 """),
 md("""
 - `reduce_bucket_size` 5e8-1e9: the default is already 5e8. Larger buckets send the same bytes
-  in fewer calls (chapter 6), each costing a buffer; with `overlap_comm` DeepSpeed keeps two.
+  in fewer calls (chapter 6), each costing a buffer: at stage 3 DeepSpeed fills one bucket buffer
+  per dtype (its single IPG buffer; stages 1-2 with `overlap_comm` keep two), 1 GB in fp16 at 5e8.
 - `stage3_prefetch_bucket_size` 5e8-1e9: ten to twenty times DeepSpeed's default. On a 7B model,
-  5·10⁸ elements is two and a half layers in flight at once, about 1 GB in fp16. What that buys
-  (fewer, earlier gathers, more overlap) we measured on the small house; what it costs, too: the
-  peak of gathered parameters grows with the window until it is the whole model.
+  5·10⁸ elements is two and a half layers taken by one top-up, about 1 GB in fp16, and top-ups
+  repeat at every module's fetch: what is in flight is bounded only by
+  `stage3_max_live_parameters` (1e9, five layers). What that buys (fewer, earlier gathers, more
+  overlap) we measured on the small house; what it costs, too: the peak of gathered parameters
+  grows with the prefetch bucket until it is the whole model.
 - `stage3_max_live_parameters` 1e9-2e9: a budget for prefetch, not a cap on memory (section 5).
 - `stage3_param_persistence_threshold` 1e5: the default, and sensible for 7B; on small models it
   makes everything persistent (section 2).
 
-Times (how much a larger window speeds up a real 7B step on 8 GPUs) cannot be checked on a
+Times (how much a larger prefetch bucket speeds up a real 7B step on 8 GPUs) cannot be checked on a
 2-core CPU: the table gives no measurement either. The offload rows of the same source (70B on 4
 A100-40GB "at about 35% speed") are checked in chapter 5: 70B needs 1,120 GB of model states,
 more than any row's CPU memory.
@@ -766,11 +793,13 @@ print(f"persistence gathers per step at threshold 0 / 64 / 4,096: {pt['0']['gath
       f"{pt['64']['gathers']} / {pt['4,096']['gathers']};")
 print(f"            param bytes per rank {pt['0']['param_bytes']:,} / {pt['64']['param_bytes']:,} / "
       f"{pt['4,096']['param_bytes']:,}")
-print(f"prefetch    headers per step {pf[0]['headers']} (off) -> {pf[50_000_000]['headers']} (5e7); "
+print(f"prefetch    all-gather calls per step {pf[0]['calls']} (off) -> {pf[50_000_000]['calls']} (5e7); "
       f"peak {pf[0]['peak']:,} -> {pf[50_000_000]['peak']:,} elements;")
-print(f"            bytes unchanged ({pf[0]['gathered_bytes']:,})")
-print(f"max_live    a budget of 1,000 still gathers a {live[1000]['peak']:,}-element module; "
-      f"prefetched {live[1000]['prefetched']} at 1,000, {live[10 ** 9]['prefetched']} at 1e9")
+print(f"            bytes unchanged ({pf[0]['gathered_bytes']:,}); at 8,192 the peak is "
+      f"{pf[8192]['peak']:,}")
+print(f"max_live    a budget of 1,000 still gathers a {live[1000]['peak']:,}-element module;")
+print(f"            groups prefetched {live[0]['prefetched']} at 0, {live[1000]['prefetched']} at 1,000, "
+      f"{live[10 ** 9]['prefetched']} at 1e9")
 print(f"reuse       gathers per step {reuse[0]['gathers']} at 0 -> {reuse[10 ** 9]['gathers']} at 1e9, "
       f"bytes {reuse[0]['gathered_bytes']:,} -> {reuse[10 ** 9]['gathered_bytes']:,};")
 print(f"            peak {reuse[0]['peak']:,} -> {reuse[10 ** 9]['peak']:,} elements; DeepSpeed's rule "
@@ -781,13 +810,14 @@ print("every knob: trained parameters bit-identical to the run without it")
 """),
 md("""
 - The checklist is mostly DeepSpeed's defaults written out. Its real changes are the prefetch
-  window (5e8 against the code's 5e7), `sub_group_size` (1e8 against 1e9) and offload.
+  bucket (5e8 against the code's 5e7), `sub_group_size` (1e8 against 1e9) and offload.
 - **Persistence** trades memory on every rank against many small gathers; the default 10⁵ makes
   a small model entirely persistent.
-- **Prefetch** changes when parameters are gathered, never how many bytes: fewer check headers,
-  earlier gathers, and a higher peak of gathered parameters.
+- **Prefetch** changes when parameters are gathered, never how many bytes: fewer all-gather
+  calls, earlier gathers, and a higher peak of gathered parameters. `stage3_prefetch_bucket_size`
+  bounds one top-up; top-ups repeat at every module's fetch.
 - **`stage3_max_live_parameters`** bounds prefetch, not memory: a module's own gather always
-  happens.
+  happens, and the group that crosses the budget is taken too.
 - **Reuse distance** keeps parameters gathered across the forward-to-backward turn; with
   DeepSpeed's 10⁹ on a small model, everything (2Ψ instead of 3Ψ, the whole model at once); on
   Llama-2-7B a few percent of the gathers.
@@ -797,9 +827,10 @@ md("""
 
 ## Questions
 
-1. In section 4, why does a window of 8,192 elements (two weights) give 15 headers and not 8?
-   Count the units in one forward. (Hint: prefetch starts a new unit only when less than half
-   the window is in flight.)
+1. In section 4, `stage3_prefetch_bucket_size` 8,192 (two weights) gave 10 all-gather calls
+   and a peak of six weights. Walk the forward fetch by fetch (the root, then layers 0 to 7):
+   what is available at each, and what does the top-up take? Then set
+   `stage3_max_live_parameters` to 8,192 as well and predict the calls and the peak.
 2. Re-run section 3 with `stage3_model_persistence_threshold` at 4,608. Predict which parameters
    are persistent first.
 3. For Llama-2-7B, what `stage3_max_reuse_distance` keeps exactly the last layer's MLP `down`
@@ -811,8 +842,8 @@ md("""
    from its ledger, and which appear?
 
 **Your turn:** in `exercises/08_stage3_knobs.ipynb` you choose prefetch, persistence,
-live-parameter and reuse values to meet three stated goals (calls per step, peak gathered elements, no
-prefetch with the default window), and the check runs your values in the real engine on 2 ranks.
+live-parameter and reuse values to meet three stated goals (all-gather calls per step, peak
+gathered elements, no prefetch with the default `stage3_prefetch_bucket_size`), and the check runs your values in the real engine on 2 ranks.
 """),
 code("""
 crew.close()
@@ -840,16 +871,23 @@ stage 3, 2 ranks, 3 steps; what counts is the **last** step (the order recorded,
 | goal | what must hold in the last step |
 |---|---|
 | **A** | all 8 biases persistent, no weight persistent |
-| **B** | biases persistent, at most 7 check headers, at most 20,480 elements gathered or in flight at once |
-| **C** | no weight persistent, `stage3_prefetch_bucket_size` left at DeepSpeed's 5e7, and 0 gathers issued ahead of use |
+| **B** | biases persistent, at most 12 parameter all-gather calls, at most 18,432 elements (4.5 weights) gathered or in flight at once |
+| **C** | no weight persistent, `stage3_prefetch_bucket_size` left at DeepSpeed's 5e7, and 0 groups gathered ahead of use |
+
+The rule behind B and C is DeepSpeed's (chapter 8, sections 4 and 5): at every module's fetch,
+the root's included, one all-gather of the next groups in the recorded order, taken while
+fewer than min(`stage3_max_live_parameters` − available, `stage3_prefetch_bucket_size`)
+elements are taken, **the group that crosses the limit included** (available: what is gathered
+or in flight).
 
 Write `knobs(goal)`: return a dict of those five keys (a key left out keeps DeepSpeed's default:
 persistence 1e5, no cap, prefetch 5e7, live budget 1e9, reuse distance 1e9).
 
-`measure(knobs)` runs the engine with your values and returns what the check reads: `headers`
-(16-byte check all-gathers), `gathers` (parameter all-gathers), `prefetches` (gathers issued
-ahead of use), `peak` (most elements gathered or in flight at once), `persistent` (the sizes of
-the persistent parameters) and `param_bytes` (per rank). Use it to try values.
+`measure(knobs)` runs the engine with your values and returns what the check reads: `calls`
+(parameter all-gather calls, from `engine.ledger.records`: ZeRO's own; zerolab's 16-byte order
+checks are filed apart and not counted), `prefetches` (groups gathered ahead of use), `peak`
+(most elements gathered or in flight at once), `persistent` (the sizes of the persistent
+parameters) and `param_bytes` (per rank). Use it to try values.
 
 **When a check fails** it says what was measured, what the goal was, and a hint. To see the full
 traceback as well, run `import zerolab.checks; zerolab.checks.full_tracebacks()` and run the
@@ -872,11 +910,11 @@ def knobs(goal):
     # BEGIN SOLUTION: one dict of stage-3 keys per goal
     if goal == "A":                   # numel <= threshold: 64 is in, 4,096 is out
         return {"stage3_param_persistence_threshold": 64}
-    if goal == "B":                   # a window of 4 weights, a budget of 5, nothing kept by reuse
-        return {"stage3_param_persistence_threshold": 64, "stage3_prefetch_bucket_size": 16384,
-                "stage3_max_live_parameters": 20480, "stage3_max_reuse_distance": 0}
-    if goal == "C":                   # one gathered weight leaves no room for the next
-        return {"stage3_param_persistence_threshold": 64, "stage3_max_live_parameters": 4096}
+    if goal == "B":                   # room for the crossing weight: 18,432 - 4,096; no reuse
+        return {"stage3_param_persistence_threshold": 64, "stage3_max_live_parameters": 14336,
+                "stage3_max_reuse_distance": 0}
+    if goal == "C":                   # the root's fetch has 0 available: only a budget of 0 leaves no room
+        return {"stage3_param_persistence_threshold": 64, "stage3_max_live_parameters": 0}
     raise ValueError(goal)
     # END SOLUTION
 """),
@@ -885,7 +923,7 @@ Try your values for goal B before the check (a few seconds):
 """),
 code("""
 m = measure(knobs("B"))
-print(f"headers {m['headers']}, peak {m['peak']:,}, prefetched {m['prefetches']}, "
+print(f"all-gather calls {m['calls']}, peak {m['peak']:,}, prefetched {m['prefetches']}, "
       f"{len(m['persistent'])} persistent")
 """),
 md("""
@@ -899,18 +937,20 @@ md("""
 ## Where this lives in zerolab
 
 `GatheredParams.make_groups` (`zerolab/gather.py`) decides persistence, parameter by parameter in
-the model's order; `GatheredParams.unshard` and `_next_prefetch` follow the recorded order and issue the
-prefetched gathers within the window and the budget; `_check_unit` is the 16-byte header.
+the model's order; `GatheredParams.unshard`, `top_up` (a module without parameters of its own)
+and `_next_prefetch` follow the recorded order and take the next groups by DeepSpeed's budget.
 DeepSpeed's counterparts are `mark_persistent_parameters` (`parameter_offload.py`) and
-`fetch_sub_module` (`partitioned_param_coordinator.py`).
+`fetch_sub_module` (`partitioned_param_coordinator.py`). `_check_unit`, the 16-byte order check,
+is zerolab's own (DeepSpeed sends none; `"zerolab": {"order_checks": false}` turns it off).
 
 Questions:
 
-1. Goal B has more than one answer. Find one with a different prefetch window, and say why the
-   headers and the peak move the way they do.
+1. Goal B has more than one answer. Find one with `stage3_max_live_parameters` 16,384, and
+   one with a different `stage3_max_reuse_distance`; say why the calls and the peak move the
+   way they do.
 2. Why can no value of `stage3_max_live_parameters` push the peak below 4,096 elements here?
-3. In goal C, would `"stage3_prefetch_bucket_size": 0` have been the simpler answer? Why might a
-   production run prefer to keep the window and lower the budget instead, or the other way round?
+3. In goal C, would `"stage3_prefetch_bucket_size": 0` have been the simpler answer? Why does
+   a budget of one weight (4,096) still prefetch once per step?
 """),
 code("""
 import zerolab.checks
