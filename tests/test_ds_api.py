@@ -158,15 +158,22 @@ def call_forms(config):
     out["config_params"] = engine.zero_optimization_stage()
     engine.close()
     errors = []
-    for kwargs in ({"args": args, "config": config}, {}, {"model_parameters": list(model.parameters())[:1],
-                                                         "config": config},
-                   {"model_parameters": [{"params": list(model.parameters()), "weight_decay": 0.0}],
-                    "config": config}):
+    for kwargs in ({"args": args, "config": config}, {}):
         try:
             ds.initialize(model=model, **kwargs)
         except (ValueError, NotImplementedError) as e:
             errors.append(str(e))
     out["errors"] = errors
+    # DeepSpeed trains model_parameters, in their groups with their own settings
+    first = list(model.parameters())[:1]
+    engine, opt, *_ = ds.initialize(model=model, model_parameters=first, config=config)
+    out["subset"] = [len(pg["params"]) for pg in opt.param_groups], len(engine.stage.named)
+    engine.close()
+    ps = list(model.parameters())
+    engine, opt, *_ = ds.initialize(model=model, config=config, model_parameters=[
+        {"params": ps[:2], "weight_decay": 0.0}, {"params": ps[2:], "lr": 0.05}])
+    out["groups"] = [(pg["lr"], pg["weight_decay"]) for pg in opt.param_groups]
+    engine.close()
     plain = zerolab.initialize(model, config)          # zerolab's own call is unchanged: the engine alone
     out["plain"] = (type(plain).__name__, plain.gradient_accumulation_steps, plain.gradient_accumulation_steps())
     return out
@@ -179,11 +186,11 @@ def test_deepspeeds_call_forms_and_errors():
     assert got["tuple"] == ("DeepSpeedEngine", True, None, None)
     assert got["args"] == 8 and got["config_params"] == 1
     e = got["errors"]
-    assert len(e) == 4
+    assert len(e) == 2
     assert "given deepspeed configs in the deepspeed arguments and deepspeed.initialize() function call" in e[0]
     assert "DeepSpeed requires --deepspeed_config" in e[1]
-    assert "model_parameters holds 1 trainable tensors, the model has 4" in e[2]
-    assert "its own weight_decay" in e[3]
+    assert got["subset"] == ([1], 1)
+    assert got["groups"] == [(0.1, 0.0), (0.05, 0)]
     assert got["plain"] == ("Engine", 2, 2)
 
 

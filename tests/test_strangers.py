@@ -229,3 +229,99 @@ def test_a_save_killed_between_its_renames_loses_nothing(tmp_path):
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == ["latest", "t"], left           # old put back then replaced; the tmp swept
     shutil.rmtree(tmp_path / "t")
+
+
+# -- parameter groups (issue 23 item 4) --------------------------------------------------------
+
+class Normed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Linear(6, 20)
+        self.norm = nn.LayerNorm(20)
+        self.b = nn.Linear(20, 3)
+
+    def forward(self, x):
+        return self.b(self.norm(torch.relu(self.a(x))))
+
+
+def _hf_groups(model):
+    """Hugging Face's two groups: weight decay on weights, none on biases and norms."""
+    decay = [p for n, p in model.named_parameters() if n.endswith("weight") and "norm" not in n]
+    rest = [p for n, p in model.named_parameters() if not (n.endswith("weight") and "norm" not in n)]
+    return [{"params": decay, "weight_decay": 0.5}, {"params": rest, "weight_decay": 0.0, "lr": 0.02}]
+
+
+def _batches(world, steps=3):
+    g = torch.Generator().manual_seed(3)
+    return [(torch.randn(2 * world, 6, generator=g), torch.randn(2 * world, 3, generator=g)) for _ in range(steps)]
+
+
+def _groups_run(stage, how, extra=None):
+    world, rank = zerolab.world_size(), zerolab.rank()
+    model = Normed()
+    zero = {"stage": stage, "reduce_bucket_size": 50, **(extra or {})}
+    cfg = {"train_batch_size": 2 * world, "gradient_clipping": 0.0, "zero_optimization": zero}
+    if how == "instance":
+        engine = zerolab.initialize(model, cfg, optimizer=torch.optim.AdamW(_hf_groups(model), lr=0.01))
+    else:
+        cfg["optimizer"] = {"type": "AdamW", "params": {"lr": 0.01}}
+        engine = zerolab.initialize(model, cfg, param_groups=_hf_groups(model))
+    for x, y in _batches(world):
+        x, y = x[2 * rank:2 * rank + 2], y[2 * rank:2 * rank + 2]
+        engine.backward(nn.functional.mse_loss(engine(x), y))
+        engine.step()
+    out = engine.full_params(), [(pg["lr"], pg["weight_decay"]) for pg in engine.optimizer.param_groups]
+    engine.close()
+    return out
+
+
+def _plain_groups(world):
+    model = Normed()
+    opt = torch.optim.AdamW(_hf_groups(model), lr=0.01)
+    for x, y in _batches(world):
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    return {n: p.detach() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("stage,how,extra", [
+    (0, "instance", None), (1, "config", None), (2, "instance", None),
+    (2, "config", {"offload_optimizer": {"device": "cpu"}, "use_multi_rank_bucket_allreduce": False}),
+    (3, "instance", {"stage3_param_persistence_threshold": 10}),
+    (3, "config", {"offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}})])
+def test_parameter_groups_keep_their_own_settings(stage, how, extra):
+    for world in (2, 3):
+        params, groups = zerolab.launch(_groups_run, world, stage, how, extra, echo=False, timeout=120)[0]
+        assert groups == [(0.01, 0.5), (0.02, 0.0)]
+        ref = _plain_groups(world)
+        for n in ref:
+            assert torch.allclose(params[n], ref[n], atol=2e-6, rtol=1e-5), (stage, world, n)
+
+
+def _groups_ckpt(path, stage, save):
+    world = zerolab.world_size()
+    model = Normed()
+    engine = zerolab.initialize(model, {"train_batch_size": 2 * world, "zero_optimization": {"stage": stage}},
+                                optimizer=torch.optim.AdamW(_hf_groups(model), lr=0.01))
+    if save:
+        for x, y in _batches(1, 2):
+            engine.backward(nn.functional.mse_loss(engine(x[:2]), y[:2]))
+            engine.step()
+        engine.save_checkpoint(path, "g")
+    else:
+        engine.load_checkpoint(path, "g")
+    x, y = _batches(1, 3)[2]
+    engine.backward(nn.functional.mse_loss(engine(x[:2]), y[:2]))
+    engine.step()
+    out = engine.full_params()
+    engine.close()
+    return out
+
+
+def test_parameter_groups_checkpoint_across_stages_and_ranks(tmp_path):
+    saved = zerolab.launch(_groups_ckpt, 2, str(tmp_path), 2, True, echo=False, timeout=120)[0]
+    resumed = zerolab.launch(_groups_ckpt, 3, str(tmp_path), 3, False, echo=False, timeout=120)[0]
+    # the same next step from the same state (the batch is the same on every rank)
+    assert all(torch.allclose(saved[n], resumed[n], atol=1e-6) for n in saved)

@@ -102,30 +102,19 @@ def init_distributed(dist_backend: str | None = None, **_ignored: Any) -> None:
     crew.init_from_env(dist_backend or "auto")
 
 
-def _check_model_parameters(model: torch.nn.Module, model_parameters) -> None:
-    """DeepSpeed builds the config's optimizer over ``model_parameters``; zerolab trains every
-    parameter with ``requires_grad`` in one group, so they must be that set."""
+def _param_groups(model: torch.nn.Module, model_parameters):
+    """DeepSpeed builds the config's optimizer over ``model_parameters``: the parameters it
+    trains, in groups that may carry their own settings (Hugging Face's two groups: no weight
+    decay on biases and norms). None when that is every trainable parameter in one plain group."""
     if model_parameters is None:
-        return
-    given = []
-    for item in model_parameters:
-        if isinstance(item, dict):
-            extra = sorted(k for k in item if k != "params")
-            if extra:
-                raise NotImplementedError(
-                    f"model_parameters has a parameter group with its own {', '.join(extra)}: zerolab trains "
-                    "one group with the config's hyperparameters; pass model.parameters()")
-            ps = item["params"]
-            given += [ps] if torch.is_tensor(ps) else list(ps)
-        else:
-            given.append(item)
+        return None
+    items = list(model_parameters)
+    if any(isinstance(item, dict) for item in items):
+        return items
     want = {id(p) for p in model.parameters() if p.requires_grad}
-    have = {id(p) for p in given if getattr(p, "requires_grad", False)}
-    if have != want:
-        raise NotImplementedError(
-            f"model_parameters holds {len(have)} trainable tensors, the model has {len(want)}: zerolab trains "
-            "every parameter with requires_grad=True; freeze the others (p.requires_grad_(False)) and pass "
-            "model.parameters()")
+    if {id(p) for p in items} == want:
+        return None
+    return [{"params": items}]
 
 
 def _training_dataloader(engine: DeepSpeedEngine, dataset, collate_fn):
@@ -167,8 +156,8 @@ def initialize(args=None, model: torch.nn.Module | None = None, optimizer=None, 
     if config is None:
         raise ValueError("DeepSpeed requires --deepspeed_config to specify configuration file")
     init_distributed()
-    _check_model_parameters(model, model_parameters)
-    engine = DeepSpeedEngine(model, config, optimizer, lr_scheduler=lr_scheduler)
+    groups = None if isinstance(optimizer, torch.optim.Optimizer) else _param_groups(model, model_parameters)
+    engine = DeepSpeedEngine(model, config, optimizer, lr_scheduler=lr_scheduler, param_groups=groups)
     loader = _training_dataloader(engine, training_data, collate_fn) if training_data is not None else None
     engine.training_dataloader = loader
     return engine, engine.optimizer, loader, engine.lr_scheduler

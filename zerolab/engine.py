@@ -38,7 +38,7 @@ _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def initialize(model: nn.Module, config, optimizer=None, *, broadcast_buffers: bool = False,
-               lr_scheduler=None, device_budget=None) -> "Engine":
+               lr_scheduler=None, device_budget=None, param_groups=None) -> "Engine":
     """Wrap ``model`` in a ZeRO engine configured by a DeepSpeed config (dict or JSON path).
 
     One live engine per model: if ``model`` already has one (a notebook cell run twice), that
@@ -52,9 +52,15 @@ def initialize(model: nn.Module, config, optimizer=None, *, broadcast_buffers: b
     as text ("2GB", "1.5GiB"); the engine counts what it puts on the device (model states,
     buffers, activations) and raises :class:`zerolab.budget.DeviceOutOfMemoryError`, naming the
     biggest consumers and configs that would fit, the moment a step would pass it.
+
+    Parameter groups (no weight decay on biases and norms, say) come with an optimizer built over
+    them, or as ``param_groups`` (torch's list of ``{"params": [...], "weight_decay": 0.0, ...}``,
+    DeepSpeed's ``model_parameters``) for the config's optimizer: each group keeps its own
+    hyper-parameters, as in DeepSpeed, and is sharded as a flat buffer of its own. Only the
+    parameters in the groups are trained.
     """
     return Engine(model, config, optimizer, broadcast_buffers=broadcast_buffers, lr_scheduler=lr_scheduler,
-                  device_budget=device_budget)
+                  device_budget=device_budget, param_groups=param_groups)
 
 
 # id(model) -> (weak model, weak engine, what the engine attached): the live engine of each model,
@@ -69,6 +75,27 @@ def _current_device() -> torch.device:
         return crew.rank_info().device
     except RuntimeError:
         return torch.device("cpu")
+
+
+def _as_groups(param_groups) -> list[dict]:
+    """torch's parameter groups (dicts with "params"), or a plain iterable of tensors (one group)."""
+    groups = list(param_groups)
+    if not groups or not all(isinstance(g, dict) for g in groups):
+        if any(isinstance(g, dict) for g in groups):
+            raise ValueError("param_groups mixes dicts and tensors: give a list of dicts with 'params'")
+        groups = [{"params": groups}]
+    out = []
+    for g in groups:
+        ps = g["params"]
+        ps = [ps] if torch.is_tensor(ps) else list(ps)
+        out.append({**g, "params": ps})
+    seen = set()
+    for g in out:
+        for p in g["params"]:
+            if id(p) in seen:
+                raise ValueError("a parameter appears in more than one parameter group")
+            seen.add(id(p))
+    return out
 
 
 def _refuse_compiled(model: nn.Module) -> None:
@@ -109,7 +136,7 @@ class _Attached:
 
 class Engine:
     def __init__(self, model: nn.Module, config, optimizer=None, *, broadcast_buffers: bool = False,
-                 lr_scheduler=None, device_budget=None):
+                 lr_scheduler=None, device_budget=None, param_groups=None):
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("zerolab.initialize needs a torch.distributed process group: call it "
                                "inside a function run by zerolab.launch / Crew.run, or under torchrun")
@@ -129,12 +156,21 @@ class Engine:
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self._untrained_hooks = []
         if isinstance(optimizer, torch.optim.Optimizer):
-            named = self._only_the_optimizers(model, named, optimizer)
+            if param_groups is not None:
+                raise ValueError("pass either an optimizer built over the parameter groups or "
+                                 "param_groups, not both")
+            param_groups = optimizer.param_groups
+        group_of, group_hps = {}, [{}]
+        if param_groups is not None:
+            param_groups = _as_groups(param_groups)
+            named = self._only_the_optimizers(model, named, param_groups)
+            group_of = {id(p): k for k, pg in enumerate(param_groups) for p in pg["params"]}
+            group_hps = [{k: v for k, v in pg.items() if k != "params"} for pg in param_groups]
         if not named:
             raise ValueError("the model has no trainable parameters")
         self._sync_untrained_state(named)
         self.stage = Stage(model, named, self.comm, zero, self.dtype, self.comm_dtype,
-                           self.device, zerolab=self.config.zerolab)
+                           self.device, zerolab=self.config.zerolab, opt_groups=(group_of, group_hps))
         self.optimizer = build_optimizer(optimizer, self.config.optimizer, self.stage.home.optimizer_params,
                                          self.config.zero_allow_untested_optimizer)
         self.stage.home.attach(self.optimizer)
@@ -218,11 +254,15 @@ class Engine:
         self.stage.register_external_parameter(module, param)
 
     # -- set-up -----------------------------------------------------------------------
-    def _only_the_optimizers(self, model, named, optimizer) -> list:
+    def _only_the_optimizers(self, model, named, param_groups) -> list:
         """An optimizer built over some of the parameters trains those alone, as in DeepSpeed:
         the other ``requires_grad`` parameters are left as they are (their gradients dropped as
         autograd makes them, so they neither change nor pile up)."""
-        mine = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        mine = {id(p) for g in param_groups for p in g["params"]}
+        frozen = [n for n, p in model.named_parameters() if id(p) in mine and not p.requires_grad]
+        if frozen:
+            raise ValueError(f"the optimizer's parameter groups hold frozen parameters ({frozen[0]!r}): "
+                             "leave them out, or set requires_grad=True")
         stray = mine - {id(p) for p in model.parameters()}
         if stray:
             raise ValueError(f"the optimizer holds {len(stray)} tensor(s) that are not parameters of the "

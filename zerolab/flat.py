@@ -30,8 +30,9 @@ class FlatGroup:
     """Parameters packed into one padded flat buffer, cut into ``world_size`` equal shards."""
 
     def __init__(self, index: int, params: list[nn.Parameter], names: list[str], rank: int,
-                 world_size: int, label: str = ""):
+                 world_size: int, label: str = "", opt_group: int = 0):
         self.index = index                           # position in the engine's list of groups
+        self.opt_group = opt_group                   # the optimizer's parameter group it belongs to
         self.params = params                         # the nn.Parameters packed here, in order
         self.names = names                           # their names (model.named_parameters())
         self.label = label or f"group {index}"       # what logs and errors call this group
@@ -154,17 +155,24 @@ class Bucket:
     def offset_of(self, part: Part) -> int:
         return self.offsets[self.parts.index(part)]
 
-    def owners(self, world_size: int) -> list[tuple[int, int, int]]:
-        """(rank, start, end) of each rank's partition inside the buffer, for the ranks whose
-        partition it touches (a one-part bucket: the per-owner reduce of DeepSpeed's stages 1-2)."""
-        (p,) = self.parts
-        out = []
-        for r in range(world_size):
-            lo, hi = p.group.shard_range(r)
-            s, e = max(lo, p.start), min(hi, p.end)
-            if s < e:
-                out.append((r, s - p.start, e - p.start))
-        return out
+    def owners(self, world_size: int) -> list[tuple[int, list[tuple[int, int]]]]:
+        """(rank, [(start, end), ...]) of each rank's partition slices inside the buffer, for the
+        ranks whose partitions it touches, in the order owners first appear (DeepSpeed's per-owner
+        reduce of stages 1-2: one call per owner, its slices flattened together)."""
+        found: dict[int, list[tuple[int, int]]] = {}
+        for p, at in zip(self.parts, self.offsets):
+            for r in range(world_size):
+                lo, hi = p.group.shard_range(r)
+                s, e = max(lo, p.start), min(hi, p.end)
+                if s < e:
+                    ranges = found.setdefault(r, [])
+                    a, b = at + s - p.start, at + e - p.start
+                    if ranges and ranges[-1][1] == a:
+                        ranges[-1] = (ranges[-1][0], b)
+                    else:
+                        ranges.append((a, b))
+        first = sorted(found, key=lambda r: found[r][0][0])
+        return [(r, found[r]) for r in first]
 
 
 def pack_buckets(units: list[Part], runs: list[list[int]]) -> list[Bucket]:

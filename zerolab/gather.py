@@ -111,6 +111,7 @@ class GatheredParams:
     # -- groups: one per module with parameters of its own, plus one of persistent params --
     def make_groups(self, model: nn.Module, named, zero) -> list[FlatGroup]:
         trainable = {id(p): n for n, p in named}
+        trainable_params = [p for _, p in named]
         threshold = zero.stage3_param_persistence_threshold
         budget = zero.stage3_model_persistence_threshold
         seen: set[int] = set()
@@ -133,18 +134,24 @@ class GatheredParams:
         self.persistent: list[bool] = []
         owner: dict[int, int] = {}
 
-        def add(params, label, keep):
+        def add(params, label, keep, k):
             g = FlatGroup(len(groups), params, [trainable[id(p)] for p in params], self.stage.rank,
-                          self.stage.world_size, label=label)
+                          self.stage.world_size, label=label, opt_group=k)
             groups.append(g)
             self.persistent.append(keep)
             owner.update({id(p): g.index for p in params})
 
-        if persistent:
-            add(persistent, f"persistent ({len(persistent)} params)", True)
+        opt = self.stage.opt_group_of
+        ks = sorted({opt.get(id(p), 0) for p in trainable_params})
+        for k in ks:                               # (one per optimizer parameter group)
+            kept = [p for p in persistent if opt.get(id(p), 0) == k]
+            if kept:
+                add(kept, f"persistent ({len(kept)} params)" + (f" [group {k}]" if len(ks) > 1 else ""), True, k)
         for mname, _, _, new in modules:
-            if new:
-                add(new, mname or "(root)", False)
+            for k in ks:
+                mine = [p for p in new if opt.get(id(p), 0) == k]
+                if mine:
+                    add(mine, (mname or "(root)") + (f" [group {k}]" if len(ks) > 1 else ""), False, k)
         self.module_groups: dict[nn.Module, list[int]] = {}
         for _, m, own, _ in modules:
             ids = sorted({owner[id(p)] for p in own if not self.persistent[owner[id(p)]]})

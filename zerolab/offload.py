@@ -119,8 +119,15 @@ class StateHome:
 
     # -- the optimizer ----------------------------------------------------------------------
     @property
-    def optimizer_params(self) -> list[torch.Tensor]:
-        return self.tensors
+    def optimizer_params(self) -> list:
+        """What the optimizer is built over: the tiles, or, when the optimizer has parameter groups,
+        one group per parameter group (its tiles and its own settings)."""
+        hps = self.stage.opt_group_hps
+        if len(hps) == 1 and not hps[0]:
+            return self.tensors
+        groups = self.stage.groups
+        return [{**hp, "params": [t for (i, _, _), t in zip(self.tiles, self.tensors) if groups[i].opt_group == k]}
+                for k, hp in enumerate(hps)]
 
     def attach(self, optimizer: torch.optim.Optimizer) -> None:
         self.optimizer = optimizer

@@ -31,6 +31,9 @@ def _rebuild(spec: torch.optim.Optimizer, params) -> torch.optim.Optimizer:
     come out the same, or the optimizer cannot be rebuilt faithfully and the error says which."""
     cls = type(spec)
     group = {k: v for k, v in spec.param_groups[0].items() if k != "params"}
+    if params and isinstance(params[0], dict):      # one per parameter group, with its own settings
+        params = [{**{k: v for k, v in pg.items() if k != "params"}, **extra}
+                  for pg, extra in zip(spec.param_groups, params)]
     try:
         accepted = inspect.signature(cls.__init__).parameters
     except (TypeError, ValueError):
@@ -72,9 +75,6 @@ def build_optimizer(spec, opt_cfg, params: list[torch.Tensor], allow_untested: b
                              "(e.g. {'type': 'AdamW', 'params': {'lr': 1e-3}}) or pass optimizer=")
         opt = _from_config(opt_cfg, params)
     elif isinstance(spec, torch.optim.Optimizer):
-        if len(spec.param_groups) != 1:
-            raise ValueError("zerolab supports a single parameter group; the optimizer passed "
-                             f"has {len(spec.param_groups)}")
         opt = _rebuild(spec, params)
     elif isinstance(spec, type) and issubclass(spec, torch.optim.Optimizer):
         opt = spec(params)

@@ -55,24 +55,35 @@ class ReplicatedParams:
         self.fetches = self.prefetches = self.peak_gathered_numel = 0
 
     def make_groups(self, named, bucket_numel: int) -> list[FlatGroup]:
+        """One flat buffer per parameter group of the optimizer (DeepSpeed's bit16 groups), or,
+        with ideal_reduce_scatter, one per bucket within each parameter group."""
         st = self.stage
         order = list(reversed(named))        # gradients appear roughly in reverse order
-        if not order:
-            return []
-        if not self.per_bucket:              # DeepSpeed: one buffer, N contiguous partitions
-            return [FlatGroup(0, [p for _, p in order], [n for n, _ in order], st.rank, st.world_size,
-                              label="flat buffer")]
-        buckets = bucket_params(order, bucket_numel)
-        return [FlatGroup(k, [order[i][1] for i in b], [order[i][0] for i in b], st.rank,
-                          st.world_size, label=f"bucket {k}") for k, b in enumerate(buckets)]
+        ks = sorted({st.opt_group_of.get(id(p), 0) for _, p in order})
+        groups: list[FlatGroup] = []
+        for k in ks:
+            mine = [(n, p) for n, p in order if st.opt_group_of.get(id(p), 0) == k]
+            name = "flat buffer" if len(ks) == 1 else f"flat buffer {k}"
+            if not self.per_bucket:          # DeepSpeed: one buffer, N contiguous partitions
+                groups.append(FlatGroup(len(groups), [p for _, p in mine], [n for n, _ in mine], st.rank,
+                                        st.world_size, label=name, opt_group=k))
+                continue
+            for b in bucket_params(mine, bucket_numel):
+                groups.append(FlatGroup(len(groups), [mine[i][1] for i in b], [mine[i][0] for i in b],
+                                        st.rank, st.world_size, label=f"bucket {len(groups)}", opt_group=k))
+        return groups
 
     def reduce_units(self) -> list[Part]:
         """What the gradient buckets are packed from, in gradient order: each parameter's range
-        of the flat buffer (DeepSpeed), or each bucket's whole buffer (ideal_reduce_scatter)."""
+        of its flat buffer (DeepSpeed), or each bucket's whole buffer (ideal_reduce_scatter)."""
         if self.per_bucket:
             return [Part(g, 0, g.padded_numel, list(range(len(g.params))), g.numel) for g in self.groups]
-        return [Part(g, g.offsets[i], g.offsets[i] + g.numels[i], [i], g.numels[i])
-                for g in self.groups for i in range(len(g.params))]
+        where = {id(p): (g, i) for g in self.groups for i, p in enumerate(g.params)}
+        units = []
+        for _, p in reversed(self.stage.named):
+            g, i = where[id(p)]
+            units.append(Part(g, g.offsets[i], g.offsets[i] + g.numels[i], [i], g.numels[i]))
+        return units
 
     def owned(self) -> list[torch.Tensor]:
         """The part of each buffer this rank's optimizer updates (all of it at stage 0)."""

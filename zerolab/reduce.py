@@ -221,11 +221,18 @@ class GradReducer:
                     then()
         else:
             if self.mode == "reduce":
-                works = []
-                for r, s, e in b.owners(self.world_size):
-                    works.append(self.comm.reduce(send[s:e], r, tag=f"{tag} to rank {r}",
-                                                  async_op=self.overlap))
+                works, backs = [], []
+                for r, ranges in b.owners(self.world_size):
+                    if len(ranges) == 1:                  # one slice of the bucket: reduced in place
+                        piece = send[ranges[0][0]:ranges[0][1]]
+                    else:                                 # DeepSpeed flattens an owner's slices
+                        piece = torch.cat([send[s:e] for s, e in ranges])
+                        if r == self.rank:
+                            backs.append((piece, ranges))
+                    works.append(self.comm.reduce(piece, r, tag=f"{tag} to rank {r}", async_op=self.overlap))
                 p = _All(works) if self.overlap else None
+                if backs:
+                    deliver = _unflatten_first(send, backs, deliver)
             else:
                 p = self.comm.all_reduce(send, tag=tag, async_op=self.overlap)
 
@@ -319,12 +326,26 @@ class AllReduceAtBoundary(GradReducer):
     def _views(self, b: Bucket) -> list[torch.Tensor]:
         return [self.grad_flats[p.group.index][p.start:p.end] for p in b.parts]
 
+    def _bucket(self, b: Bucket):
+        """The bucket's gradients in one buffer (a view of the accumulated gradient when it is one
+        range of one buffer, else a copy of its ranges end to end), and the ranges' views."""
+        views = self._views(b)
+        return (views[0] if len(views) == 1 else torch.cat(views)), views
+
+    def _copy_back(self, send: torch.Tensor, views: list[torch.Tensor]) -> None:
+        if len(views) == 1 and send.data_ptr() == views[0].data_ptr():
+            return
+        at = 0
+        for v in views:
+            v.copy_(send[at:at + v.numel()])
+            at += v.numel()
+
     def issue(self, b: Bucket) -> None:
         """All-reduce the bucket; every rank keeps the whole average."""
-        (view,) = self._views(b)
-        send = self._send_buffer(view)
+        buf, views = self._bucket(b)
+        send = self._send_buffer(buf)
         p = self.comm.all_reduce(send, tag=f"grads {b.label}", async_op=self.overlap)
-        self._after_send(p, lambda: view.copy_(send) if send is not view else None)
+        self._after_send(p, lambda: self._copy_back(send, views))
 
     def for_step(self) -> list[torch.Tensor]:
         return self.stage.owned_part(self.grad_flats)
@@ -342,13 +363,13 @@ class ReduceScatterAtBoundary(AllReduceAtBoundary):
     that shard of ``grad_flats`` is valid afterwards: it is all this rank's optimizer steps)."""
 
     def issue(self, b: Bucket) -> None:
-        (view,) = self._views(b)
-        send = self._send_buffer(view)
-        start = b.parts[0].start
+        buf, _ = self._bucket(b)
+        send = self._send_buffer(buf)
 
         def deliver(g: FlatGroup, s: int, e: int, values: torch.Tensor) -> None:
-            if values.data_ptr() != view[s - start:].data_ptr():
-                self.grad_flats[g.index][s:e].copy_(values)
+            dst = self.grad_flats[g.index][s:e]
+            if values.data_ptr() != dst.data_ptr():       # (in place when the bucket was a view)
+                dst.copy_(values)
         self._reduce(b, send, deliver)
 
 
@@ -430,3 +451,20 @@ class _Sized:
 
     def numel(self) -> int:
         return self.n
+
+
+def _unflatten_first(send: torch.Tensor, backs, deliver):
+    """Copy this rank's reduced slices from the flat piece they travelled in back into the
+    bucket's buffer, then deliver as usual."""
+    done = [False]
+
+    def then(g, s, e, values):
+        if not done[0]:
+            done[0] = True
+            for piece, ranges in backs:
+                at = 0
+                for a, b in ranges:
+                    send[a:b].copy_(piece[at:at + b - a])
+                    at += b - a
+        deliver(g, s, e, values)
+    return then

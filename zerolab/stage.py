@@ -72,13 +72,15 @@ class Stage:
 
     def __init__(self, model: nn.Module, named: list[tuple[str, nn.Parameter]], comm: Comm,
                  zero, dtype: torch.dtype, comm_dtype: torch.dtype, device: torch.device,
-                 zerolab=None):
+                 zerolab=None, opt_groups=None):
         self.stage = zero.stage
         grads_cls, params_cls, self.shards_optimizer = SWITCHES[zero.stage]
         self.model = model
         self.comm = comm
         self.zero = zero                         # the ZeroConfig
         self.zerolab = zerolab or ZerolabConfig()   # zerolab's own opt-in options
+        # the optimizer's parameter groups: param id -> group index, and each group's own settings
+        self.opt_group_of, self.opt_group_hps = opt_groups or ({}, [{}])
         self.dtype = dtype                       # compute dtype of the model (fp32/fp16/bf16)
         self.comm_dtype = comm_dtype             # dtype gradients travel in
         self.mixed = dtype != torch.float32      # keep separate fp32 master weights?
