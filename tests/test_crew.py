@@ -320,6 +320,7 @@ import json, os, sys, time
 import torch, torch.distributed as dist
 import zerolab
 from multiprocessing import forkserver, resource_tracker
+import multiprocessing.util
 
 def work(flag, how):
     open(f"{flag}.{zerolab.rank()}", "w").close()
@@ -332,7 +333,7 @@ crew = zerolab.Crew(2, backend="gloo", timeout=900)
 with open(info + ".tmp", "w") as f:
     json.dump({"ranks": crew.pids, "forkserver": forkserver._forkserver._forkserver_pid,
                "resource_tracker": resource_tracker._resource_tracker._pid,
-               "workdir": crew._workdir}, f)
+               "workdir": crew._workdir, "mp_tempdir": multiprocessing.util.get_temp_dir()}, f)
 os.rename(info + ".tmp", info)
 if how == "idle":                             # the ranks wait for a task
     for r in range(2):
@@ -387,6 +388,9 @@ def test_killed_driver_leaves_nothing_running(sig, ranks_are, tmp_path):
         assert not left, f"still running {elapsed:.1f} s after the driver got {sig.name}: {left}"
         assert elapsed <= 5, f"everything ended, but only after {elapsed:.1f} s"
         assert not os.path.exists(started["workdir"])    # the crew's log files went too
+        while os.path.exists(started["mp_tempdir"]) and time.monotonic() - t0 < 10:
+            time.sleep(0.05)                              # multiprocessing's pymp-* folder too
+        assert not os.path.exists(started["mp_tempdir"]), "the driver's pymp-* folder was left"
     finally:                                              # whatever failed: leave nothing behind
         for p in procs:
             with contextlib.suppress(psutil.Error):

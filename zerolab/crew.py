@@ -80,6 +80,13 @@ __all__ = [
 SHM_NAMES = ("shm", "zshm")      # what a crew accepts for zerolab's shared-memory backend
 
 
+def _driver_tmp(rank: int) -> tuple:
+    """For rank 0: this process's pid and multiprocessing's temp folder (the forkserver's socket
+    lives there), which rank 0 removes if this process is killed (its atexit never runs)."""
+    import multiprocessing.util
+    return (os.getpid(), multiprocessing.util.get_temp_dir()) if rank == 0 else ()
+
+
 def resolve_backend(backend: str, world_size: int) -> str:
     """The ``torch.distributed`` backend a crew of ``world_size`` ranks uses for ``backend``:
 
@@ -308,7 +315,8 @@ class Crew:
                     parent_end, child_end = ctx.Pipe(duplex=True)
                     p = ctx.Process(target=_rank_main, name=f"zerolab-rank{r}", daemon=True,
                                     args=(child_end, lifeline_r, r, self.world_size, self.backend,
-                                          "127.0.0.1", port, self._workdir, self.threads, pg_timeout))
+                                          "127.0.0.1", port, self._workdir, self.threads, pg_timeout,
+                                          _driver_tmp(r)))
                     self._conns.append(parent_end)
                     try:
                         with _main_module_hidden():

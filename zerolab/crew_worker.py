@@ -24,6 +24,7 @@ import shutil
 import signal
 import sys
 import threading
+import time
 import traceback
 
 import cloudpickle
@@ -95,7 +96,7 @@ class _Redirect:
         os.dup2(self._saved[1], 2)
 
 
-def _watch_lifeline(lifeline, workdir: str) -> None:
+def _watch_lifeline(lifeline, workdir: str, driver_tmp: tuple = ()) -> None:
     """End this rank as soon as the parent's end of ``lifeline`` is closed.
 
     Nothing is ever sent on the lifeline, so the read returns only at EOF: when the parent
@@ -109,15 +110,29 @@ def _watch_lifeline(lifeline, workdir: str) -> None:
             lifeline.recv_bytes()
     except BaseException:          # EOFError (the usual way), or OSError: the parent is gone either way
         pass
-    shutil.rmtree(workdir, ignore_errors=True)   # the parent could not: it is gone
+    _parent_gone(workdir, driver_tmp)
     os._exit(1)
 
 
+def _parent_gone(workdir: str, driver_tmp: tuple) -> None:
+    """Remove what the parent would have removed: the crew's folder, and (rank 0, when the driver
+    was killed, so that its atexit never ran) multiprocessing's temp folder of the driver."""
+    shutil.rmtree(workdir, ignore_errors=True)
+    if driver_tmp:
+        from .nvme import pid_alive
+        pid, folder = driver_tmp
+        for _ in range(20):                      # (a killed process takes a moment to go)
+            if not pid_alive(pid):
+                shutil.rmtree(folder, ignore_errors=True)
+                return
+            time.sleep(0.05)
+
+
 def _rank_main(conn, lifeline, rank_: int, world: int, backend: str, host: str, port: int,
-               workdir: str, threads: int, pg_timeout_s: float) -> None:
+               workdir: str, threads: int, pg_timeout_s: float, driver_tmp: tuple = ()) -> None:
     """The life of one rank: join the group, then run tasks until told to stop."""
     global _INFO
-    threading.Thread(target=_watch_lifeline, args=(lifeline, workdir), name="zerolab-lifeline",
+    threading.Thread(target=_watch_lifeline, args=(lifeline, workdir, driver_tmp), name="zerolab-lifeline",
                      daemon=True).start()
     # The parent manages the ranks (it kills them on interrupt); a Ctrl-C or kernel shutdown
     # reaching an idle rank must not print a KeyboardInterrupt traceback of its own.
@@ -155,6 +170,7 @@ def _rank_main(conn, lifeline, rank_: int, world: int, backend: str, host: str, 
             try:
                 msg = conn.recv()
             except EOFError:        # the parent went away
+                _parent_gone(workdir, driver_tmp)
                 return
             if msg[0] == "close":
                 return
