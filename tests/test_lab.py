@@ -110,6 +110,34 @@ def test_step_trace_stage2_is_deepspeeds_all_reduce_then_one_all_gather(pool):
     assert "reduce_scatter" not in ops
 
 
+def test_step_trace_says_whose_pattern_and_offers_the_papers_ideal(pool):
+    default = lab.step_trace(2, 2, "bf16", pool=pool)
+    ideal = lab.step_trace(2, 2, "bf16", ideal=True, pool=pool)
+    assert not default.ideal and ideal.ideal
+    assert "DeepSpeed's default" in default.describe() and "3Ψ" in default.describe()
+    assert "ideal_reduce_scatter" in ideal.describe() and "not DeepSpeed's" in ideal.describe()
+    ops = ideal.totals()
+    h = lab.holdings(2, 2, "bf16", pool=pool)
+    assert ops["reduce_scatter"]["numel"] >= h.psi               # every gradient, each bucket padded to N
+    assert ops["all_reduce"]["numel"] == 2                       # only the overflow flag and the norm
+    assert ops["all_gather"]["numel"] == ops["reduce_scatter"]["numel"]
+    wire_default, wire_ideal = (sum(c.wire_bytes for c in t.calls if c.numel > 2) for t in (default, ideal))
+    assert wire_ideal == pytest.approx(2 / 3 * wire_default, rel=0.02)       # 2Ψ against 3Ψ
+    assert "the paper's ideal" in " ".join(ax.get_title() for ax in lab.draw_step(ideal, 0).axes)
+    assert lab.step_trace(2, 3, "bf16", ideal=True, pool=pool) is lab.step_trace(2, 3, "bf16", pool=pool)
+    with pytest.raises(ValueError, match="stages 1 and 2"):
+        lab.lab_config(3, 2, "bf16", ideal=True)
+
+
+def test_step_trace_keeps_zerolabs_order_checks_apart(pool):
+    tr = lab.step_trace(2, 3, "bf16", pool=pool)
+    assert tr.checks and all(op == "all_gather" and nbytes == 16 * 2 for op, _, nbytes in tr.checks)   # 16 B a rank
+    assert not any(c.tag.startswith("check") for c in tr.calls)     # never among ZeRO's collectives
+    assert "zerolab's own" in tr.describe() and "DeepSpeed sends none" in tr.describe()
+    assert "DeepSpeed's stage 3" in tr.describe()
+    assert lab.step_trace(2, 2, "bf16", pool=pool).checks == []
+
+
 def test_moved():
     from zerolab.lab import Collective
     c = Collective(0, "all_gather", "params x", 12, 24, "bfloat16", 12.0, None, None)
@@ -271,8 +299,16 @@ def test_widgets_respond_to_their_controls(pool):
     first = line.value
     slider.value = slider.max
     assert line.value != first and "all_gather" in line.value        # the step ends gathering params
+    import html
+    summary = core.children[-1]
+    ideal = core.children[0].children[3]                      # the paper's ideal, zerolab's switch
+    assert isinstance(ideal, W.Checkbox) and not ideal.disabled
+    assert "DeepSpeed's default" in html.unescape(summary.value)
+    ideal.value = True
+    assert "ideal_reduce_scatter" in summary.value and "reduce_scatter " in summary.value
     core.children[0].children[1].value = 3                    # stage 3: more collectives
     assert slider.max == len(lab.step_trace(2, 3, "bf16").calls) - 1
+    assert ideal.disabled and "DeepSpeed's stage 3" in html.unescape(summary.value)
 
     app = lab.application_widget()
     gpus, text = app.children[0].children[1], app.children[-1]

@@ -43,7 +43,8 @@ real ranks** (or, for clusters we do not have, over the simulator):
 1. **Basic**: choose N, the ZeRO stage and the precision; see which shard of each giant every
    rank holds, measured from the engine's own tensors.
 2. **Core**: one training step played back, collective by collective: what moved between the
-   ranks, and what each rank held just after.
+   ranks, and what each rank held just after. The collectives are DeepSpeed's for the config; at
+   stages 1-2 the paper's ideal is an option, labelled as zerolab's switch.
 3. **Application**: choose a model, a GPU count, the GPU memory and the interconnect; see which
    configurations fit and how fast a step would be, from the scale simulator.
 
@@ -112,26 +113,27 @@ gradient buckets, gathered parameters).
 
 **Predict, then run.** At stage 3 the lab's model has 9 flat groups (one per module with
 parameters). How many times will each group's parameters be all-gathered in one step? And how
-many reduce-scatters will there be?
+many reduce-scatters will there be, with `reduce_bucket_size` 2,000 elements?
 """),
 code(r"""
 trace = lab.step_trace(2, 3, "bf16", pool=pool)
 print(trace.describe())
 print()
-print("the step's collectives on rank 0, in the order they completed ('check': a 2-number header")
-print("sent before each unit of stage-3 gathers, a gather and the prefetches issued with it, and at")
-print("the end of a forward that followed the recorded order, so that ranks on different paths")
-print("fail loudly):")
+print("the step's collectives on rank 0, in the order they completed (zerolab's own order checks,")
+print("which DeepSpeed does not send, are kept apart: the summary's last line)")
 for c in trace.calls:
     print(f"  #{c.index:<3}{c.op:<15}{c.tag:<32}{c.numel:>7,} elements of {c.dtype}")
 """),
 md(r"""
 Read the list from the top: forward gathers the root module's own parameters, then the
-embedding and the 7 modules after it in **one** all-gather (`params embed + 7 more`: the order
-was recorded in the warm-up step, and the modules that come next are prefetched together); the
-output head, which shares the embedding matrix, gathers the embedding a second time. Backward
-gathers every module again the same way (each was released after its forward), and as soon as a
-module's gradients are complete it **reduce-scatters** them and releases the module. The step ends with one small
+embedding and the 7 modules after it in **one** all-gather (`params embed + 7 more`): the order
+was recorded in the warm-up step, and DeepSpeed's prefetch rule takes the next modules while
+fewer than `stage3_prefetch_bucket_size` elements (5·10⁷ by default, more than this model) are
+taken. The output head, which shares the embedding matrix, gathers the embedding a second time.
+Backward gathers every module again the same way (each was released after its forward). The
+gradients are packed, in the order backward finishes the modules, into buckets of
+`reduce_bucket_size` elements, and each bucket is **reduce-scattered** in one call
+(`grads bucket 0`, ...): DeepSpeed's stage 3, not one call per module. The step ends with one small
 all-reduce (the overflow check and the gradient norm). No all-gather follows: at stage 3 each
 rank updates only its own shard, and the next forward will gather.
 
@@ -149,10 +151,14 @@ plt.show()
 """),
 md(r"""
 Now play it: press ▶ (or drag the collective slider) to step through the collectives, and
-change N, the stage and the precision to record another step. At stages 1 and 2 the gradients
-are reduce-scattered bucket by bucket and the updated parameters all-gathered after the step;
-at stage 0 every bucket is all-reduced. Watch the memory line: at stage 3 it rises as modules
-are gathered and falls as they are released.
+change N, the stage and the precision to record another step. At stages 1 and 2 DeepSpeed
+**all-reduces** each gradient bucket (each rank keeps the slices of its own partition) and
+all-gathers the flat parameter buffer once after the step: 3Ψ. Tick *paper's ideal* to see the
+ZeRO paper's reduce-scatter instead (zerolab's `ideal_reduce_scatter` switch, not DeepSpeed's):
+2Ψ. At stage 0 the gradients are all-reduced at the boundary. Watch the memory line: at stage 3
+it rises as modules are gathered and falls as they are released. (*On a GPU cluster* DeepSpeed
+issues these calls on NCCL streams beside the compute, into preallocated bucket buffers; here
+they run over gloo on the same CPU cores.)
 """),
 code(r"""
 lab.core_widget(pool, world_size=2, stage=3, precision="bf16", max_ranks=N_MAX)
@@ -164,8 +170,8 @@ The last mode leaves this machine. For a published model shape it asks `zerolab.
 every configuration (stages 0-3, stage 3 with the optimizer offloaded to the CPU, and with the
 parameters too): memory per GPU (model states by stage, activations with checkpointing, the
 stage-3 working set, a gradient bucket) and step time (compute at 40 % of the GPU's peak,
-the stage's ideal traffic over the link, PCIe transfers and the CPU's optimizer step with
-offload). Beside it, DeepSpeed's own estimator of the model states (`zerolab.estimate`, the same
+DeepSpeed's traffic for the stage over the link, 2Ψ at stage 0 and 3Ψ at stages 1-3, PCIe
+transfers and the CPU's optimizer step with offload). Beside it, DeepSpeed's own estimator of the model states (`zerolab.estimate`, the same
 numbers as `estimate_zero2/3_model_states_mem_needs`). These are estimates from published link
 and GPU figures: trust the shape (what fits, what dominates), not the last 10 %.
 
@@ -207,9 +213,11 @@ for every NVMe read and write. The NVMe files go to a temporary folder, removed 
 On this machine the "device" is the CPU playing the GPU's part, and host memory is the same
 RAM: the *accounting* is exact (which tensor lives where), the *times* are a small machine's.
 At stage 3 the gathers are also **prefetched**: from the second step on, the engine follows the
-order of modules it recorded in the previous one and starts the next modules' all-gathers while
-the current one computes (`stage3_prefetch_bucket_size` elements in flight at most). The lab
-shows each gather, when it happens, how many were prefetched, and the release after use.
+order of modules it recorded in the previous one and, at every module's fetch (DeepSpeed's
+rule), starts one all-gather of the next modules while fewer than
+min(`stage3_max_live_parameters` − available, `stage3_prefetch_bucket_size`) elements are taken;
+what is in flight is bounded only by `stage3_max_live_parameters`. The lab shows each gather,
+when it happens, how many were prefetched, and the release after use.
 
 **Predict, then run.** Stage 3, 2 ranks, bf16, optimizer offloaded to the CPU: how many bytes
 per element of its shard does a rank keep in host memory? (fp32 master, two moments, the fp32
@@ -261,9 +269,10 @@ md(r"""
   well, stage 3 the parameters too; the ranks' shards never overlap and cover every element,
   padded to a multiple of N. The bytes are `engine.memory()`'s, measured.
 - **One step** (core): stage 3 gathers each module twice (forward and backward) and
-  reduce-scatters its gradients once; stages 1-2 reduce-scatter the gradients and all-gather
-  the parameters; stage 0 all-reduces. A rank's memory rises while parameters are gathered and
-  buckets are in flight, and falls as they are released.
+  reduce-scatters the gradients once, a bucket of modules per call; DeepSpeed's stages 1-2
+  all-reduce each gradient bucket and all-gather the parameters once (3Ψ; the paper's
+  reduce-scatter, zerolab's switch, 2Ψ); stage 0 all-reduces. A rank's memory rises while
+  parameters are gathered and buckets are in flight, and falls as they are released.
 - **Planning** (application): 16 bytes per parameter decide which stage fits; the link and the
   CPU decide how fast.
 - **Offload** (extension): the optimizer states and the fp32 gradient shard (16 bytes per
@@ -277,13 +286,14 @@ md(r"""
 1. In the basic mode, choose N = 3, stage 3. Ψ = 7,204 is not a multiple of 3: how many
    padding elements do the flat buffers add, and who holds them? (Compare the last element
    number on the x axis with Ψ.)
-2. In the core mode at stage 2, how many reduce-scatters does one step make? Predict it from
-   the number of buckets, then check the summary under the widget.
+2. In the core mode at stage 2, how many gradient all-reduces does one step make? Predict it
+   from the number of buckets (`reduce_bucket_size` 2,000 elements), then check the summary
+   under the widget. Tick *paper's ideal*: how many reduce-scatters, and how many bytes fewer?
 3. At stage 3 the output head shares the embedding matrix. In the core mode, find the two
    forward gathers of `embed`. What would change if the head had its own matrix?
 4. In the application mode, take Llama-2 7B on 8 GPUs and switch the link from NVLink to
-   100 Gb Ethernet. What bounds the step now, and which stage loses the most? (Stage 3 moves
-   3Ψ per step, the others 2Ψ.)
+   100 Gb Ethernet. What bounds the step now, and which stages lose the most? (DeepSpeed's
+   stages 1-3 move 3Ψ per step, stage 0 2Ψ.)
 5. Same model: lower the GPU memory until stage 2 no longer fits. Which bytes push it over?
 6. In the extension mode, put the optimizer states on NVMe with sub_group_size 500. How many
    reads does one step make, and why is it three times the number of tensors the optimizer

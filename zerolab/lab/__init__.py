@@ -6,7 +6,9 @@ Four modes (chapter 12, ``notebooks/12_visual_lab.ipynb``):
   at each ZeRO stage, read from the tensors of a real engine on N ranks (:func:`holdings`).
 * **Core**: one training step played back from the engine's ledger (every collective) and
   timeline (what each rank spent its time on), with the bytes each rank held after every
-  collective (:func:`step_trace`, :func:`moved`).
+  collective (:func:`step_trace`, :func:`moved`). The collectives are DeepSpeed's for the config
+  (stages 1-2: each bucket all-reduced, one all-gather after the step); at stages 1-2 the paper's
+  reduce-scatter is an option (zerolab's ``ideal_reduce_scatter`` switch), labelled as such.
 * **Application**: a model size, a GPU count, a GPU memory and an interconnect in; which
   configurations fit and how fast out, from :mod:`zerolab.simulate` and DeepSpeed's
   estimators in :mod:`zerolab.estimate` (:func:`plan`).
@@ -15,7 +17,9 @@ Four modes (chapter 12, ``notebooks/12_visual_lab.ipynb``):
   the bytes each rank keeps in each place (``engine.memory(where)``), and one step's timeline
   with the host optimizer step, sub-group by sub-group, and every NVMe read and write
   (:func:`placement`). At stage 3 it also shows each parameter gather and release, and how many
-  gathers were prefetched from the previous step's trace (``stage3_prefetch_bucket_size``).
+  gathers were prefetched from the previous step's trace (DeepSpeed's rule: at each module's
+  fetch, the next groups while fewer than min(``stage3_max_live_parameters`` - available,
+  ``stage3_prefetch_bucket_size``) elements are taken).
 
 The lab runs engines only through zerolab's public entry points (``zerolab.Crew``,
 ``zerolab.initialize``, ``engine.memory()``, ``engine.ledger``, ``engine.timeline``) and reads the
@@ -31,13 +35,15 @@ from __future__ import annotations
 
 from .application import MODELS, Plan, PlanRow, application_widget, draw_plan, plan
 from .basic import Holdings, basic_widget, draw_holdings, holdings
-from .common import BUCKET, GIANT_NAMES, GIANTS, LAB_MODEL, MICRO_BATCH, PRECISIONS, CrewPool, lab_config, lab_model
+from .common import (BUCKET, GIANT_NAMES, GIANTS, LAB_MODEL, MICRO_BATCH, PRECISIONS, CrewPool, lab_config,
+                     lab_model, pattern)
 from .core import Collective, MemorySample, StepTrace, core_widget, draw_step, moved, step_trace
 from .extension import (OFFLOAD_DEVICES, PLACE_NAMES, PLACES, SUB_GROUP_SIZES, Placement, draw_placement,
                         extension_widget, offload_config, placement)
 
 __all__ = ["GIANTS", "GIANT_NAMES", "PRECISIONS", "LAB_MODEL", "MICRO_BATCH", "BUCKET", "CrewPool", "lab_config",
-           "lab_model", "Holdings", "holdings", "Collective", "MemorySample", "StepTrace", "step_trace", "moved",
+           "lab_model", "pattern", "Holdings", "holdings", "Collective", "MemorySample", "StepTrace", "step_trace",
+           "moved",
            "MODELS", "PlanRow", "Plan", "plan", "draw_holdings", "draw_step", "draw_plan", "basic_widget",
            "core_widget", "application_widget", "OFFLOAD_DEVICES", "PLACES", "PLACE_NAMES", "SUB_GROUP_SIZES",
            "offload_config", "Placement", "placement", "draw_placement", "extension_widget"]

@@ -70,6 +70,7 @@ class Plan:
         lines.append(self.verdict())
         lines.append("GB = 1e9 bytes. DS est.: DeepSpeed's model-state estimator (no activations); "
                      "host GB: all nodes")
+        lines.append("step s: zerolab.simulate with DeepSpeed's traffic per step: 2Ψ at stage 0, 3Ψ at stages 1-3")
         return _wrap(lines)
 
 def plan(model: str = "Llama-2 7B", gpus: int = 8, gpu: str = "a100-80gb", gpu_memory_gb: float | None = None,

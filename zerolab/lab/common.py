@@ -66,14 +66,21 @@ def lab_model():
     from ..models import TinyLM
     return TinyLM(**LAB_MODEL, seed=0)
 
-def lab_config(stage: int, world_size: int, precision: str = "bf16", **zero) -> dict:
+def lab_config(stage: int, world_size: int, precision: str = "bf16", ideal: bool = False, **zero) -> dict:
     """The DeepSpeed config of every lab run: AdamW, ``MICRO_BATCH`` sequences per rank,
     buckets of ``BUCKET`` elements, and at stage 3 every parameter sharded (persistence
     threshold 0: DeepSpeed's default, 100,000 elements, would keep this small model whole) and
     gathered again for backward (reuse distance 0: DeepSpeed's default, 10^9 elements, would keep
-    the whole model gathered from its forward to its backward)."""
+    the whole model gathered from its forward to its backward).
+
+    The collectives are DeepSpeed's for that config. ``ideal`` (stages 1-2 only) adds zerolab's
+    own switch ``"zerolab": {"ideal_reduce_scatter": true}``: the ZeRO paper's reduce-scatter of
+    each bucket (2Ψ per step) instead of DeepSpeed's all-reduce of each bucket (3Ψ with the
+    all-gather)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    if ideal and stage not in (1, 2):
+        raise ValueError(f"ideal (the paper's reduce-scatter) is a switch of stages 1 and 2, not of stage {stage}")
     cfg = {"train_batch_size": MICRO_BATCH * world_size, "train_micro_batch_size_per_gpu": MICRO_BATCH,
            "gradient_accumulation_steps": 1,
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}},
@@ -84,7 +91,25 @@ def lab_config(stage: int, world_size: int, precision: str = "bf16", **zero) -> 
         cfg["fp16"] = {"enabled": True, "initial_scale_power": 8}
     elif precision == "bf16":
         cfg["bf16"] = {"enabled": True}
+    if ideal:
+        cfg["zerolab"] = {"ideal_reduce_scatter": True}
     return cfg
+
+
+def pattern(stage: int, ideal: bool = False) -> str:
+    """Whose collectives a lab run shows, in one line: DeepSpeed's for the config, or the paper's
+    ideal through zerolab's switch."""
+    if stage == 0:
+        return ("DeepSpeed's stage 0 (DDP's reduction): the gradients all-reduced at the boundary, "
+                "in buckets of 5e8 elements")
+    if stage in (1, 2) and ideal:
+        return ("the ZeRO paper's ideal, zerolab's own switch ideal_reduce_scatter (not DeepSpeed's): "
+                "each gradient bucket reduce-scattered, the parameters all-gathered after the step: 2Ψ")
+    if stage in (1, 2):
+        return ("DeepSpeed's default: each gradient bucket all-reduced (each rank keeps its "
+                "partition's slices), one all-gather of the flat parameter buffer after the step: 3Ψ")
+    return ("DeepSpeed's stage 3: each module's parameters all-gathered for forward and again for "
+            "backward (prefetched), gradients reduce-scattered per bucket of modules: 3Ψ")
 
 def _batches(steps: int, world_size: int):
     from ..models import lm_batches

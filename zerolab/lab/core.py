@@ -5,7 +5,7 @@ import dataclasses
 import time
 
 from .common import (RANK_COLORS, CrewPool, _run, lab_model, lab_config, _batches, _plt,
-                     _png, _html, _wrap, _run_controls)
+                     _png, _html, _wrap, _run_controls, pattern)
 
 
 @dataclasses.dataclass
@@ -47,7 +47,10 @@ class MemorySample:
 class StepTrace:
     """One training step on every rank: ``collectives[r]`` (the ledger, in the order recorded),
     ``memory[r]`` (samples at every collective and phase boundary), ``events[r]``
-    (``(kind, name, start, end)`` from the timeline, seconds since the step began)."""
+    (``(kind, name, start, end)`` from the timeline, seconds since the step began).
+    ``ideal``: zerolab's ``ideal_reduce_scatter`` was on (the paper's pattern, not DeepSpeed's).
+    ``checks``: rank 0's zerolab order checks ``(op, numel, bytes)`` (stage 3): zerolab's own
+    safety calls, which DeepSpeed does not send, kept apart from ``collectives``."""
     world_size: int
     stage: int
     precision: str
@@ -55,6 +58,8 @@ class StepTrace:
     collectives: list
     memory: list
     events: list
+    ideal: bool = False
+    checks: list = dataclasses.field(default_factory=list)
 
     @property
     def calls(self) -> list[Collective]:
@@ -78,12 +83,20 @@ class StepTrace:
         """The memory sample taken right after collective ``index`` on ``rank``."""
         return next(s for s in self.memory[rank] if s.after == index)
 
+    def pattern(self) -> str:
+        """Whose collectives these are: DeepSpeed's for the config, or the paper's through zerolab's switch."""
+        return pattern(self.stage, self.ideal)
+
     def describe(self) -> str:
         lines = [f"stage {self.stage}, N = {self.world_size}, {self.precision}: one step, "
-                 f"{len(self.calls)} collectives on each rank"]
+                 f"{len(self.calls)} collectives on each rank", f"  ({self.pattern()})"]
         for op, t in sorted(self.totals().items()):
             lines.append(f"  {op:<15}{t['calls']:>4} calls {t['numel']:>9,} elements {t['bytes']:>9,} bytes"
                          f" {t['wire_bytes']:>10,.0f} on the wire")
+        if self.checks:
+            each = self.checks[0][2] // self.world_size
+            lines.append(f"  not counted above: {len(self.checks)} order checks (all_gather, {each} bytes from "
+                         f"each rank), zerolab's own safety; DeepSpeed sends none")
         p = self.peak()
         lines.append(f"  rank 0 held at most {p.total:,} bytes, {p.label}:")
         lines.append(f"    params {p.params:,}, grads {p.grads:,}, optimizer states {p.optimizer_states:,}, "
@@ -94,7 +107,8 @@ def _probed_step(engine, batch, info, sample, t0: float):
     """One training step on ``batch`` (this rank's micro-batch) with a ledger that calls
     ``sample(label, record_index)`` after every collective, and ``sample(label)`` at the start
     and after forward, backward and the optimizer step. Returns the step's ledger records, its
-    timeline events as (kind, name, start, end) in seconds from ``t0``, and that timeline."""
+    timeline events as (kind, name, start, end) in seconds from ``t0``, that timeline, and the
+    step's zerolab order checks (``ledger.checks``: zerolab's own, never among the records)."""
     from ..comm import Ledger
     from ..models import lm_loss
     from ..reference import micro_batches
@@ -122,14 +136,14 @@ def _probed_step(engine, batch, info, sample, t0: float):
     finally:
         engine.comm.ledger = base
     tl = engine.timeline.since(tmark)
-    return probe.records, [(e.kind, e.name, e.start - t0, e.end - t0) for e in tl.events], tl
+    return probe.records, [(e.kind, e.name, e.start - t0, e.end - t0) for e in tl.events], tl, probe.checks
 
-def _step_on_rank(stage: int, precision: str) -> dict:
+def _step_on_rank(stage: int, precision: str, ideal: bool = False) -> dict:
     from .. import initialize, rank_info
     from ..models import lm_loss
     from ..reference import train_engine
     info = rank_info()
-    engine = initialize(lab_model(), lab_config(stage, info.world_size, precision))
+    engine = initialize(lab_model(), lab_config(stage, info.world_size, precision, ideal))
     batches = _batches(2, info.world_size)
     train_engine(engine, batches[:1], lm_loss)                 # warm-up step: Adam's states appear
     samples: list = []
@@ -140,7 +154,7 @@ def _step_on_rank(stage: int, precision: str) -> dict:
         samples.append((time.perf_counter() - t0, label, after, m["params"], m["grads"],
                         m["optimizer_states"], m["buffers"]))
 
-    records, events, _ = _probed_step(engine, batches[1], info, sample, t0)
+    records, events, _, checks = _probed_step(engine, batches[1], info, sample, t0)
     # one per record, in the same order (zerolab's order checks are on the timeline, not in records)
     spans = [e for e in events if e[0] in ("comm", "async") and not e[1].split(" ", 1)[-1].startswith("check")]
     matched = len(spans) == len(records) and all(
@@ -150,21 +164,26 @@ def _step_on_rank(stage: int, precision: str) -> dict:
              for i, r in enumerate(records)]
     psi = sum(g.numel for g in engine.stage.groups)        # (stage 3: the params hold nothing now)
     engine.close()
-    return {"calls": calls, "samples": samples, "events": events, "psi": psi}
+    return {"calls": calls, "samples": samples, "events": events, "psi": psi,
+            "checks": [(c.op, c.numel, c.bytes) for c in checks]}
 
 _STEP_CACHE: dict = {}
 
-def step_trace(world_size: int, stage: int, precision: str = "bf16", *, pool: CrewPool | None = None) -> StepTrace:
+def step_trace(world_size: int, stage: int, precision: str = "bf16", *, ideal: bool = False,
+               pool: CrewPool | None = None) -> StepTrace:
     """Run the lab's model on ``world_size`` real ranks: a warm-up step, then one step recorded
-    (ledger, timeline, and ``engine.memory()`` after every collective). Cached."""
-    key = (world_size, stage, precision)
+    (ledger, timeline, and ``engine.memory()`` after every collective). DeepSpeed's collectives
+    for the config; ``ideal`` (stages 1-2): the paper's reduce-scatter through zerolab's
+    ``ideal_reduce_scatter`` switch. Cached."""
+    ideal = bool(ideal) and stage in (1, 2)
+    key = (world_size, stage, precision, ideal)
     if key not in _STEP_CACHE:
-        per_rank = _run(world_size, _step_on_rank, stage, precision, pool=pool)
+        per_rank = _run(world_size, _step_on_rank, stage, precision, ideal, pool=pool)
         _STEP_CACHE[key] = StepTrace(
             world_size, stage, precision, per_rank[0]["psi"],
             [[Collective(*c) for c in r["calls"]] for r in per_rank],
             [[MemorySample(*s) for s in r["samples"]] for r in per_rank],
-            [r["events"] for r in per_rank])
+            [r["events"] for r in per_rank], ideal, per_rank[0]["checks"])
     return _STEP_CACHE[key]
 
 def moved(call, world_size: int) -> dict:
@@ -253,8 +272,9 @@ def draw_step(trace: StepTrace, index: int = 0):
         ax_t.axvline(call.end * 1e3, color="black", linewidth=1)
     ax_t.set_yticks(range(len(lanes)), ["compute spans", "blocking comm", "async comm", "waits"], fontsize=8)
     ax_t.set_xlabel("ms since the step began (rank 0)", fontsize=8)
-    ax_t.set_title(f"stage {trace.stage}, N = {n}, {trace.precision}: collective {index + 1} of {len(calls)}",
-                   fontsize=10)
+    whose = "the paper's ideal (zerolab's switch)" if trace.ideal else "DeepSpeed's collectives"
+    ax_t.set_title(f"stage {trace.stage}, N = {n}, {trace.precision}, {whose}: collective {index + 1} of "
+                   f"{len(calls)}", fontsize=10)
     # memory over the step
     for r in range(n):
         ts = [s.t * 1e3 for s in trace.memory[r]]
@@ -284,9 +304,13 @@ def draw_step(trace: StepTrace, index: int = 0):
 
 def core_widget(pool: CrewPool | None = None, world_size: int = 2, stage: int = 3, precision: str = "bf16",
                 max_ranks: int = 4):
-    """Controls N, stage and precision, and a player over the step's collectives."""
+    """Controls N, stage and precision (and, at stages 1-2, the paper's ideal through zerolab's
+    ``ideal_reduce_scatter`` switch; DeepSpeed's default otherwise), and a player over the step's
+    collectives."""
     import ipywidgets as W
     n, st, pr = _run_controls(world_size, stage, precision, max_ranks)
+    ideal = W.Checkbox(value=False, description="paper's ideal (zerolab's switch)", indent=False,
+                       disabled=stage not in (1, 2))
     which = W.IntSlider(value=0, min=0, max=0, description="collective", continuous_update=False)
     play = W.Play(value=0, min=0, max=0, interval=900, description="play")
     W.jslink((play, "value"), (which, "value"))
@@ -302,7 +326,8 @@ def core_widget(pool: CrewPool | None = None, world_size: int = 2, stage: int = 
         line.value = _html(trace.calls[k].describe(trace.world_size))
 
     def rerun(*_):
-        trace = step_trace(n.value, st.value, pr.value, pool=pool)
+        ideal.disabled = st.value not in (1, 2)            # a switch of stages 1-2 only
+        trace = step_trace(n.value, st.value, pr.value, ideal=ideal.value, pool=pool)
         state["trace"] = trace
         summary.value = _html(trace.describe())
         last = len(trace.calls) - 1
@@ -311,10 +336,10 @@ def core_widget(pool: CrewPool | None = None, world_size: int = 2, stage: int = 
         which.max = play.max = last
         redraw()
 
-    for w in (n, st, pr):
+    for w in (n, st, pr, ideal):
         w.observe(rerun, names="value")
     which.observe(redraw, names="value")
     rerun()
-    box = W.VBox([W.HBox([n, st, pr]), W.HBox([play, which]), line, image, summary])
+    box = W.VBox([W.HBox([n, st, pr, ideal]), W.HBox([play, which]), line, image, summary])
     box.add_class("zerolab-lab-core")
     return box

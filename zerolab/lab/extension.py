@@ -155,7 +155,7 @@ def _placement_on_rank(cfg: dict) -> dict:
         def sample(label: str, after: int | None = None) -> None:
             samples.append((time.perf_counter() - t0, label, engine.memory()["buffers"]))
 
-        records, events, tl = _probed_step(engine, batches[1], info, sample, t0)
+        records, events, tl, _ = _probed_step(engine, batches[1], info, sample, t0)
         gathers = [(r.tag, r.numel) for r in records if r.op == "all_gather" and r.tag.startswith("params")]
         gspans = [(s, e) for k, n, s, e in events if k in ("comm", "async") and n.startswith("all_gather params")]
         io = {}
