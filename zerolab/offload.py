@@ -122,7 +122,7 @@ class StateHome:
     def optimizer_params(self) -> list:
         """What the optimizer is built over: the tiles, or, when the optimizer has parameter groups,
         one group per parameter group (its tiles and its own settings)."""
-        hps = self.stage.opt_group_hps
+        hps = getattr(self.stage, "opt_group_hps", [{}])      # (a stand-in stage has one group)
         if len(hps) == 1 and not hps[0]:
             return self.tensors
         groups = self.stage.groups
