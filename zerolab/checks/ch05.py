@@ -275,6 +275,7 @@ class _Shard:
     def __init__(self, owned):
         self.owned = owned
         self.mixed, self.comm, self.budget_check, self.param_where = True, None, None, "device"
+        self.opt_group_hps = [{}]          # one optimizer parameter group, its own settings
 
     def write_params(self, i: int, start: int, values: torch.Tensor) -> None:
         self.owned[i][start:start + values.numel()].copy_(values)
