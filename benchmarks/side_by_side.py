@@ -30,9 +30,7 @@ import argparse
 import importlib.util
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -142,20 +140,9 @@ def run_zerolab(names: list[str], world: int) -> dict:
 
 # --------------------------------------------------------------------------- DeepSpeed side
 def run_deepspeed(python: str, names: list[str], world: int) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "ds.json")
-        env = {**os.environ, "DS_ACCELERATOR": "cpu"}
-        for attempt in range(3):       # DeepSpeed's CPU shm comm op aborts a start now and then
-            run = subprocess.run([python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                                  str(world), DS_SCRIPT, "--out", out, "--configs", ",".join(names)],
-                                 env=env, capture_output=True, text=True, timeout=1800)
-            if run.returncode == 0:
-                break
-            print(f"DeepSpeed run failed (attempt {attempt + 1}), retrying", file=sys.stderr)
-        if run.returncode:
-            raise RuntimeError(f"the DeepSpeed run failed:\n{run.stderr[-3000:]}\n{run.stdout[-3000:]}")
-        with open(out) as f:
-            return json.load(f)
+    sys.path.insert(0, HERE)
+    from step_models import run_deepspeed as run
+    return run(python, world, DS_SCRIPT, ["--configs", ",".join(names)])
 
 
 def load_reference() -> dict:

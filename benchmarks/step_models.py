@@ -1,5 +1,10 @@
 """The benchmark models, shared by the step-time and checkpoint benchmarks (and the DeepSpeed side)."""
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import torch
@@ -58,3 +63,22 @@ def round_robin(steps: dict, rounds: int, per_round: int, device) -> dict:
                 times.append(time.perf_counter() - t0)
             out[name].append(statistics.median(times))
     return out
+
+
+def run_deepspeed(python: str, world: int, script: str, args: list[str]) -> dict:
+    """Run a DeepSpeed reference script under torch.distributed.run in DeepSpeed's venv
+    (``python``), on the CPU, with ``--out FILE`` appended; returns the JSON it wrote there."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "ds.json")
+        env = {**os.environ, "DS_ACCELERATOR": "cpu"}
+        for attempt in range(3):       # DeepSpeed's own CPU shared-memory op aborts a start now and then
+            run = subprocess.run([python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                                  str(world), script, *args, "--out", out],
+                                 env=env, capture_output=True, text=True, timeout=1800)
+            if run.returncode == 0:
+                break
+            print(f"DeepSpeed run failed (attempt {attempt + 1}), retrying", file=sys.stderr)
+        if run.returncode:
+            raise RuntimeError(f"the DeepSpeed run failed:\n{run.stderr[-3000:]}\n{run.stdout[-3000:]}")
+        with open(out) as f:
+            return json.load(f)

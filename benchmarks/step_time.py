@@ -27,12 +27,9 @@ Wire bytes per step come from zerolab's ledger (in units of Psi x 4 B, divided b
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 
 import torch
 from torch import nn
@@ -40,7 +37,7 @@ from torch import nn
 import zerolab
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from step_models import ResMLP, round_robin  # noqa: E402
+from step_models import ResMLP, round_robin, run_deepspeed  # noqa: E402
 
 
 def bench(batch, rounds, per_round, torch_zero, variants):
@@ -103,21 +100,9 @@ VARIANTS = [("zerolab stage 0", 0, {}), ("zerolab stage 0 + overlap", 0, {"overl
 
 
 def deepspeed_run(python, world, rounds, steps, batch) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "ds.json")
-        env = {**os.environ, "DS_ACCELERATOR": "cpu"}
-        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ds_reference", "ds_step_time.py")
-        for attempt in range(3):       # DeepSpeed's own CPU shared-memory op aborts a start now and then
-            run = subprocess.run([python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                                  str(world), script, "--rounds", str(rounds), "--steps", str(steps), "--batch", str(batch), "--out", out],
-                                 env=env, capture_output=True, text=True, timeout=1800)
-            if run.returncode == 0:
-                break
-            print(f"DeepSpeed run failed (attempt {attempt + 1}), retrying", file=sys.stderr)
-        if run.returncode:
-            raise RuntimeError(f"the DeepSpeed run failed:\n{run.stderr[-3000:]}\n{run.stdout[-3000:]}")
-        with open(out) as f:
-            return json.load(f)
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ds_reference", "ds_step_time.py")
+    return run_deepspeed(python, world, script, ["--rounds", str(rounds), "--steps", str(steps),
+                                                 "--batch", str(batch)])
 
 
 def main() -> None:

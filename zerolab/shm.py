@@ -691,35 +691,23 @@ class ShmProcessGroup(ProcessGroup):
     def barrier(self, opts=None):
         return self._gloo("barrier", opts) if opts is not None else self._gloo("barrier")
 
-    def monitored_barrier(self, *args):
-        return self._gloo("monitored_barrier", *args)
-
-    def gather(self, *args):
-        return self._gloo("gather", *args)
-
-    def scatter(self, *args):
-        return self._gloo("scatter", *args)
-
-    def alltoall(self, *args):
-        return self._gloo("alltoall", *args)
-
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         return self._gloo("alltoall_base", output, input, output_split_sizes or [],
                           input_split_sizes or [], opts)
 
     alltoall_base = all_to_all_single
 
-    def allgather_coalesced(self, *args):
-        return self._gloo("allgather_coalesced", *args)
 
-    def send(self, *args):
-        return self._gloo("send", *args)
+def _through_gloo(name: str):
+    def method(self, *args):
+        return self._gloo(name, *args)
+    method.__name__ = name
+    return method
 
-    def recv(self, *args):
-        return self._gloo("recv", *args)
 
-    def recv_anysource(self, *args):
-        return self._gloo("recv_anysource", *args)
+for _name in ("monitored_barrier", "gather", "scatter", "alltoall", "allgather_coalesced", "send", "recv",
+              "recv_anysource"):
+    setattr(ShmProcessGroup, _name, _through_gloo(_name))
 
 
 def _joined(works: list[ShmWork], result):
