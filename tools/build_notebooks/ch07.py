@@ -749,9 +749,9 @@ slowest. So: **the first config of the captain's rule that fits.** The rule, che
 3. then stage 3 with `offload_optimizer` and `offload_param`.
 
 Why this order, from what chapters 3, 6 and 7 measured (bytes and calls, not timings): at one
-micro-batch per step, stages 0, 1 and 2 put the same bytes on the wire (2Ψ), and stage 1 and 2 add
-calls (a reduce-scatter and an all-gather instead of one all-reduce); stage 3 moves 3Ψ in several
-calls per layer (chapter 7, 5d). Every offload carries each step's gradients down and parameters
+micro-batch per step, stage 0 puts 2Ψ on the wire in one all-reduce; stages 1 and 2 put 3Ψ
+(DeepSpeed all-reduces their gradient buckets, then all-gathers the updated parameters), in more
+calls; stage 3 moves 3Ψ too, in several calls per layer (chapter 7, 5d). Every offload carries each step's gradients down and parameters
 up over the PCIe link and runs Adam on the CPU, whatever the stage; offloading the parameters too
 brings every gathered layer up from the host, twice a step. So no offload comes before any
 offload, and within the same offload the lowest stage comes first.
