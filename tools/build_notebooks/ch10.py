@@ -14,6 +14,11 @@ real stage 1 replaces it on real ranks. Part 2 settles six common beliefs, each 
 real ranks; the sixth, "offload is free", adds zerolab's scale simulator for what offload costs on
 GPUs (deterministic arithmetic, so its ratios are printed).
 
+Collectives are DeepSpeed 0.19.8's for each config (stages 1-2: each bucket all-reduced, one
+all-gather, 3Ψ); where the paper's reduce-scatter (2Ψ) matters it is measured too, through
+zerolab's ``ideal_reduce_scatter`` switch, and labelled. zerolab's stage-3 order checks are
+counted apart, never as ZeRO's calls.
+
 Outputs must not depend on the CPU: bytes, elements and calls are exact and printed as they are;
 floats that are rounding noise are printed as verdicts with their tolerance; times appear only
 in figures.
@@ -412,7 +417,8 @@ def make_lm():
 PSI_LM = sum(p.numel() for p in make_lm().parameters() if p.requires_grad)
 
 
-def lm_config(stage, world, precision="bf16", global_batch=12, accumulate=1, **zero):
+def lm_config(stage, world, precision="bf16", global_batch=12, accumulate=1, ideal=False, **zero):
+    # ideal=True: zerolab's own switch, the paper's reduce-scatter at stages 1-2 (not DeepSpeed's)
     cfg = {"train_batch_size": global_batch,
            "train_micro_batch_size_per_gpu": global_batch // (world * accumulate),
            "gradient_accumulation_steps": accumulate,
@@ -422,6 +428,8 @@ def lm_config(stage, world, precision="bf16", global_batch=12, accumulate=1, **z
                                  "stage3_max_reuse_distance": 0, **zero}}
     if precision != "fp32":
         cfg[precision] = {"enabled": True}
+    if ideal:
+        cfg["zerolab"] = {"ideal_reduce_scatter": True}
     return cfg
 
 
@@ -441,9 +449,7 @@ def phases_of_a_step(stage):
     for phase, a, b in zip(("forward", "backward", "step"), marks, marks[1:]):
         records = engine.ledger.since(a).records[: b - a]
         ops = {}
-        for r in records:
-            if r.tag.startswith("check"):        # stage 3's 16-byte headers (one per unit of gathers)
-                continue
+        for r in records:        # ZeRO's calls only: zerolab's own order checks are in ledger.checks
             calls, wire = ops.get(r.op, (0, 0))
             ops[r.op] = (calls + 1, wire + r.wire_bytes)
         out[phase] = ops
@@ -451,7 +457,7 @@ def phases_of_a_step(stage):
 
 
 OPS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast")
-print(f"TinyLM, Ψ = {PSI_LM:,}, bf16, 2 ranks, one step: calls × wire bytes on rank 0")
+print(f"TinyLM, Ψ = {PSI_LM:,}, bf16, 2 ranks, one step, DeepSpeed's collectives: calls × wire bytes")
 print(f"{'':17}" + "".join(f"{op:>18}" for op in OPS))
 for stage in (1, 2, 3):
     result = crews[2].run(phases_of_a_step, stage)[0]
@@ -463,9 +469,12 @@ md(r"""
 At stage 3 the optimizer step sends one small all-reduce (16 bytes: the overflow flag and the
 squared gradient norm for clipping, which every stage sends) and **no parameters**: no
 broadcast, no all-gather. The parameters travel in the forward (Ψ) and again in the backward
-(Ψ, beside the gradients' reduce-scatter). Stages 1 and 2 send the parameters in the step, as
-an all-gather (stage 1 keeps the whole gradient through backward and reduce-scatters it at the
-start of the step; stage 2 reduce-scatters bucket by bucket during backward).
+(Ψ, beside the gradients' reduce-scatter, one per bucket of modules). Stages 1 and 2 send the
+parameters in the step, as one all-gather of the flat buffer. Their gradients travel the way
+DeepSpeed sends them: stage 1 keeps the whole gradient through backward and all-reduces it,
+bucket by bucket, at the start of the step (the step's all-reduces include the 16-byte one);
+stage 2 all-reduces bucket by bucket during backward. (This step is the first: stage 3 has no
+recorded order yet, so each module is gathered on its own, without prefetch.)
 
 At N = 2, one pass over all Ψ parameters of bf16 puts (1/2)·2Ψ = 188,900 bytes on each rank's
 wire. Stage 3's forward gathers 25,700 bytes more than that: the output head shares the embedding
@@ -504,18 +513,23 @@ for _ in range(5):
     household_batches.append((x, x @ w_true + 0.1 * torch.randn(12, generator=gen)))
 
 
-def household_config(world):
-    return {"train_batch_size": 12, "train_micro_batch_size_per_gpu": 12 // world,
-            "optimizer": {"type": "Adam", "params": {"lr": 0.01, "adam_w_mode": False}},
-            "gradient_clipping": 0, "zero_optimization": {"stage": 1}}
+def household_config(world, ideal=False):
+    cfg = {"train_batch_size": 12, "train_micro_batch_size_per_gpu": 12 // world,
+           "optimizer": {"type": "Adam", "params": {"lr": 0.01, "adam_w_mode": False}},
+           "gradient_clipping": 0, "zero_optimization": {"stage": 1}}
+    if ideal:                 # zerolab's own switch: the paper's reduce-scatter, not DeepSpeed's all-reduce
+        cfg["zerolab"] = {"ideal_reduce_scatter": True}
+    return cfg
 
 
-def train_household():
-    engine = zerolab.initialize(Household(), household_config(zerolab.world_size()))
+def train_household(ideal=False):
+    engine = zerolab.initialize(Household(), household_config(zerolab.world_size(), ideal))
     train_engine(engine, household_batches[:-1], mse_loss)
     mark = engine.ledger.mark()
     train_engine(engine, household_batches[-1:], mse_loss)     # the last step: measured
-    last = engine.ledger.since(mark).totals()
+    last = engine.ledger.since(mark)
+    last.records = [r for r in last.records if r.tag.startswith(("grads", "params"))]  # not the norm's
+    last = last.totals()
     return {"params": engine.full_params(),
             "stepped_numel": sum(m.numel() for m in engine.stage.masters),   # this rank's notebook
             "grads_zero_after_step": all(bool((g == 0).all()) for g in engine.stage.grad_flats),
@@ -524,41 +538,49 @@ def train_household():
 
 
 reference = train_reference(Household(), household_config(1), household_batches, mse_loss)
-household = {n: crews[n].run(train_household) for n in (2, 3, 4)}
+household = {n: crews[n].run(train_household) for n in (2, 3, 4)}                # DeepSpeed's way
+household_ideal = {n: crews[n].run(train_household, True) for n in (2, 3, 4)}    # the paper's
 print(f"Ψ = {sum(SIZES):,}; elements each rank's optimizer steps (padded to a multiple of N):")
 for n, per_rank in household.items():
     print(f"  N = {n}: {[r['stepped_numel'] for r in per_rank]}")
 """),
 md(r"""
 Every rank gets an equal piece, 1,792 elements at N = 4 (fault **f**); at N = 3, 7,168 is
-padded with 2 zeros to 7,170 and each rank gets 2,390. Now the rest: what went over the wire in
-the last step, whether the gradients were zeroed, and whether the result is the one a single
-process gets.
+padded with 2 zeros to 7,170 and each rank gets 2,390. Now the rest, DeepSpeed's way and the
+paper's (each trained separately): what went over the wire in the last step, whether the
+gradients were zeroed, and whether the result is the one a single process gets.
 """),
 code(r"""
 def max_diff(a, b):
     return max(float((a[k] - b[k]).abs().max()) for k in b)
 
 
-print("bytes on one rank's wire in the last step; formula (N−1)/N·Ψ·4 bytes for each collective")
-print(f"{'N':>2}{'reduce-scatter':>18}{'all-gather':>16}{'formula':>9}{'grads zeroed':>14}"
-      f"{'|Δ| vs 1 process < 1e-5':>25}")
-for n, per_rank in household.items():
-    r0 = per_rank[0]
-    rs, ag = r0["wire"]["reduce_scatter"], r0["wire"]["all_gather"]
-    same = all(max_diff(r["params"], reference) < 1e-5 for r in per_rank)
-    print(f"{n:>2}{f'{rs[0]} × {rs[1]:,.0f}':>18}{f'{ag[0]} × {ag[1]:,.0f}':>16}"
-          f"{(n - 1) / n * sum(SIZES) * 4:>9,.0f}{str(all(r['grads_zero_after_step'] for r in per_rank)):>14}"
-          f"{str(same):>25}")
+print("bytes on one rank's wire in the last step, fp32. DeepSpeed's default: all-reduce 2(N−1)/N·Ψ·4,")
+print("then all-gather (N−1)/N·Ψ·4; the paper's (zerolab's switch): reduce-scatter (N−1)/N·Ψ·4, then")
+print("the all-gather. Last column: every parameter within 1e-5 of one process on the whole batch.")
+print(f"{'N':>2}  {'pattern':<13}{'gradients':>26}{'all-gather':>15}{'total':>9}{'formula':>9}{'zeroed':>8}"
+      f"{'= 1 proc':>10}")
+for n in household:
+    for who, runs_n, factor in (("DeepSpeed's", household[n], 3), ("paper's", household_ideal[n], 2)):
+        wire = runs_n[0]["wire"]
+        op = "all_reduce" if "all_reduce" in wire else "reduce_scatter"
+        g, ag = wire[op], wire["all_gather"]
+        same = all(max_diff(r["params"], reference) < 1e-5 for r in runs_n)
+        zeroed = all(r["grads_zero_after_step"] for r in runs_n)
+        print(f"{n:>2}  {who:<13}{f'{op} {g[0]} × {g[1]:,.0f}':>26}{f'{ag[0]} × {ag[1]:,.0f}':>15}"
+              f"{g[1] + ag[1]:>9,.0f}{factor * (n - 1) / n * sum(SIZES) * 4:>9,.0f}{str(zeroed):>8}"
+              f"{str(same):>10}")
 """),
 md(r"""
 Every fault of the demo, fixed and measured:
 
 - **(a)** memory is read from the tensors (`engine.memory()`), not from a factor;
-- **(b)** the reduce-scatter *sums* the ranks' gradients (the engine pre-divides by N, so the sum
-  is the average) and hands each rank its shard;
-- **(c)** the all-gather is a real collective on the ledger, one per bucket per step, (N−1)/N·Ψ
-  elements of fp32 (a bit more at N = 3: the 2 padding elements);
+- **(b)** DeepSpeed's all-reduce *sums* the ranks' gradients (the engine pre-divides by N, so the
+  sum is the average) and each rank keeps its partition's part; the paper's reduce-scatter
+  (zerolab's `ideal_reduce_scatter` switch) sums as well and hands each rank only its shard, for
+  half the gradient bytes;
+- **(c)** the all-gather is a real collective on the ledger, one per step of the whole flat
+  buffer, (N−1)/N·Ψ elements of fp32 (a bit more at N = 3: the 2 padding elements);
 - **(d)** the optimizer is torch's Adam, bias correction included;
 - **(e)** the gradient buffers are zero after every step;
 - **(f)** the shards are equal.
@@ -572,9 +594,10 @@ AdamW, a global batch of 12 sequences. Each run trains one step (Adam's states a
 first step) and measures the second, on every rank; we print rank 0's numbers.
 """),
 code(r"""
-def measure(stage, precision="bf16", accumulate=1, global_batch=12, **zero):
+def measure(stage, precision="bf16", accumulate=1, global_batch=12, ideal=False, **zero):
     world = zerolab.world_size()
-    engine = zerolab.initialize(make_lm(), lm_config(stage, world, precision, global_batch, accumulate, **zero))
+    engine = zerolab.initialize(make_lm(), lm_config(stage, world, precision, global_batch, accumulate,
+                                                     ideal, **zero))
     batches = lm_batches(2, global_batch, SEQ, VOCAB)
     train_engine(engine, batches[:1], lm_loss)
     mark = engine.ledger.mark()
@@ -582,9 +605,10 @@ def measure(stage, precision="bf16", accumulate=1, global_batch=12, **zero):
     train_engine(engine, batches[1:], lm_loss)
     seconds = time.perf_counter() - t0
     step = engine.ledger.since(mark)
-    step.records = [r for r in step.records if not r.tag.startswith("overflow")]   # the 16-byte check
+    step.records = [r for r in step.records if not r.tag.startswith("overflow")]   # the 16-byte overflow/norm
     return {"memory": engine.memory(), "seconds": seconds, "wire": step.wire_bytes, "calls": len(step.records),
-            "by_op": {op: (int(v["calls"]), v["wire_bytes"]) for op, v in step.totals().items()}}
+            "by_op": {op: (int(v["calls"]), v["wire_bytes"]) for op, v in step.totals().items()},
+            "checks": len(step.checks)}     # zerolab's own order checks: never among ZeRO's calls
 
 
 def in_psi(wire, n):
@@ -604,73 +628,81 @@ crew pay for it?
 """),
 code(r"""
 n = 4
-lm4 = {stage: crews[n].run(measure, stage)[0] for stage in (2, 3)}
-print(f"N = {n}, one step, rank 0{'':14}{'stage 2':>12}{'stage 3':>12}{'3 / 2':>8}")
+lm4 = {stage: crews[n].run(measure, stage)[0] for stage in (2, 3)}      # DeepSpeed's collectives
+paper2 = crews[n].run(measure, 2, ideal=True)[0]                          # zerolab's switch
+print(f"N = {n}, one step, rank 0{'':13}{'stage 2':>11}{'stage 2':>11}{'stage 3':>11}{'3 / 2':>8}")
+print(f"{'':38}{'DeepSpeed':>11}{'paper':>11}{'':>11}{'(DS)':>8}")
 rows = [("model states, bytes", lambda r: r["memory"]["model_states"]),
         ("+ peak buffers, bytes", lambda r: r["memory"]["model_states"] + r["memory"]["peak_buffers"]),
         ("wire bytes per step", lambda r: r["wire"]),
         ("collective calls per step", lambda r: r["calls"])]
 for label, get in rows:
-    a, b = get(lm4[2]), get(lm4[3])
-    print(f"  {label:37}{a:>12,.0f}{b:>12,.0f}{b / a:>8.2f}")
-print(f"  traffic in Ψ units: stage 2 {in_psi(lm4[2]['wire'], n):.3f}, stage 3 {in_psi(lm4[3]['wire'], n):.3f}"
-      f"   (formula 2 and 3)")
-print(f"  stage 3's calls: {', '.join(f'{op} {c}' for op, (c, _) in sorted(lm4[3]['by_op'].items()))}"
-      f" (all_gather: parameters and 16-byte headers)")
+    a, p, b = get(lm4[2]), get(paper2), get(lm4[3])
+    print(f"  {label:36}{a:>11,.0f}{p:>11,.0f}{b:>11,.0f}{b / a:>8.2f}")
+print(f"  traffic in Ψ units: stage 2 {in_psi(lm4[2]['wire'], n):.3f} (DeepSpeed), {in_psi(paper2['wire'], n):.3f}"
+      f" (paper), stage 3 {in_psi(lm4[3]['wire'], n):.3f}   (formulas 3, 2, 3)")
+print(f"  stage 3's calls: {', '.join(f'{op} {c}' for op, (c, _) in sorted(lm4[3]['by_op'].items()))};")
+print(f"    not among them: {lm4[3]['checks']} order checks of 16 bytes, zerolab's own (DeepSpeed sends none)")
 no_prefetch = crews[n].run(measure, 3, stage3_prefetch_bucket_size=0)[0]
 a, b = (r["memory"]["model_states"] + r["memory"]["peak_buffers"] for r in (lm4[2], no_prefetch))
 print(f"  stage 3, stage3_prefetch_bucket_size 0: + peak buffers {b:,} ({b / a:.2f} of stage 2),\n"
       f"    {no_prefetch['calls']} calls, wire bytes {no_prefetch['wire']:,.0f}"
-      f" (+{no_prefetch['wire'] - lm4[3]['wire']:,.0f} bytes of headers)")
+      f" (the same as with prefetch: {no_prefetch['wire'] == lm4[3]['wire']})")
 """),
 md(r"""
 Stage 3 holds about three quarters of stage 2's model states here (16Ψ/N = 4Ψ against
 2Ψ + 14Ψ/N = 5.5Ψ at N = 4). But count the parameters it gathers (the peak buffers) and it
 holds **more** than stage 2 on this small model. From the second step on, stage 3
-**prefetches**: the first step records the order in which the modules asked for their
-parameters, and every later pass follows that record, starting the all-gathers of the next
-modules while the current one computes, up to `stage3_prefetch_bucket_size` elements in flight
-(DeepSpeed's default, 5·10⁷). That window is larger than this whole 189k-parameter model, so
-every parameter is gathered at once at the peak, and the modules gathered ahead travel in one
-all-gather whose buffer is copied out module by module, which adds to the peak. With the window
-at 0 (no prefetch) only the modules at work are gathered, and stage 3 saves a few percent. On a billion-parameter model the
-same window holds a few layers: that is what it is sized for.
+**prefetches**, by DeepSpeed's rule: the first step records the order in which the modules asked
+for their parameters, and at every later module's fetch the engine starts one asynchronous
+all-gather of the next modules in that order, taking modules while fewer than
+min(`stage3_max_live_parameters` − available, `stage3_prefetch_bucket_size`) elements are taken
+(10⁹ and 5·10⁷ by default). Nothing else bounds what is in flight: on this 189k-parameter model
+the first fetch takes every module, the whole model is gathered at the peak, and the modules
+gathered ahead travel in one all-gather whose buffer is copied out module by module, which adds
+to the peak. With `stage3_prefetch_bucket_size` 0 (no prefetch) only the modules at work are
+gathered, and stage 3 saves a few percent. On a billion-parameter model the same budget holds a
+few layers: that is what it is sized for.
 
-It pays with half again as many bytes (3Ψ against 2Ψ, plus the tied embedding gathered twice)
-and more calls: a reduce-scatter per module instead of a handful of buckets, the parameter
-all-gathers, and the 16-byte headers that keep the ranks in step (one per *unit* of gathers, a
-gather and the prefetches issued with it, and one per forward that followed the record). Without
-prefetch it is worse: one all-gather per module in forward and one in backward, each with its
-own header, nearly five times stage 2's calls here.
-Each call costs a latency α whatever its size (chapter 6); prefetch takes the gathers' time off
-the critical path where compute can hide it, not their bytes and not their memory.
+What stage 3 pays depends on the stage 2 you compare it with. DeepSpeed's stage 2 already moves
+3Ψ (each gradient bucket all-reduced, then the parameters all-gathered), so stage 3 moves about
+as many bytes (3Ψ, plus the tied embedding gathered twice); against the paper's stage 2 (2Ψ,
+zerolab's `ideal_reduce_scatter`) it moves half again as many. It makes more calls than
+DeepSpeed's stage 2: the parameter all-gathers in forward and in backward, and a reduce-scatter
+per `reduce_bucket_size` bucket of modules (50,000 elements here). Without prefetch, one
+all-gather per module in forward and one in backward: four times stage 2's calls. Each call
+costs a latency α whatever its size (chapter 6); prefetch takes the gathers' time off the
+critical path where compute can hide it, not their bytes and not their memory. (The "calls" count leaves out the 16-byte all-reduce of
+the overflow check and gradient norm, one per step in every stage, and zerolab's own order
+checks, which DeepSpeed does not send.)
 
 So stage 3 is the right choice when stage 2 **does not fit**: the model states of a very large
 model, or when the memory it frees buys a bigger micro-batch. When stage 2 fits, stage 3 is more
-traffic for memory you did not need. (The "calls" count leaves out the 16-byte all-reduce of the
-overflow check and gradient norm, one per step in every stage; it includes stage 3's headers.)
+calls (and, against the paper's stage 2, more bytes) for memory you did not need.
 
 ## Belief 2 · "More GPUs is always faster"
 
 Doubling the crew halves each worker's share of the *carrying* (compute, with a fixed global
-batch). It does not halve the *shouting*: in a ring, each rank sends 2(N−1)/N·Ψ, which grows
-towards 2Ψ and then stays there, however many ranks join. Measured, stage 2 at N = 1 to 4:
+batch). It does not halve the *shouting*: in a ring, each rank of DeepSpeed's stage 2 sends
+3(N−1)/N·Ψ elements (the all-reduce's 2, the all-gather's 1), which grows towards 3Ψ and then
+stays there, however many ranks join (towards 2Ψ with the paper's reduce-scatter). Measured,
+stage 2 at N = 1 to 4:
 """),
 code(r"""
 scaling = {n: crews[n].run(measure, 2) for n in (1, 2, 3, 4)}
 # for the time figure below: the fastest of three more runs (each: the slowest rank's step)
 step_ms = {n: 1e3 * min(max(r["seconds"] for r in crews[n].run(measure, 2)) for _ in range(3))
            for n in scaling}
-print(f"stage 2, bf16, Ψ = {PSI_LM:,}; bytes each rank puts on the wire per step")
-print(f"{'N':>2}{'measured':>12}{'2(N−1)/N · 2Ψ':>16}{'share of the limit 4Ψ':>24}")
+print(f"stage 2 (DeepSpeed's collectives), bf16, Ψ = {PSI_LM:,}; bytes each rank puts on the wire per step")
+print(f"{'N':>2}{'measured':>12}{'3(N−1)/N · 2Ψ':>16}{'share of the limit 6Ψ':>24}")
 for n, per_rank in scaling.items():
     wire = per_rank[0]["wire"]
-    print(f"{n:>2}{wire:>12,.0f}{comm_volume(PSI_LM, 2, n):>16,.0f}{(n - 1) / n:>24.2f}")
+    print(f"{n:>2}{wire:>12,.0f}{3 * (n - 1) / n * 2 * PSI_LM:>16,.0f}{(n - 1) / n:>24.2f}")
 """),
 md(r"""
-(At N = 3 the measurement is a few bytes above the formula: each bucket is padded to a multiple of
-3 elements.) The traffic per rank approaches a constant; the compute per rank keeps shrinking as
-1/N. So past some N every step is as long as its communication, and more GPUs buy nothing.
+(At N = 3 the measurement is a few bytes above the formula: the flat buffer is padded to a
+multiple of 3 elements.) The traffic per rank approaches a constant; the compute per rank keeps
+shrinking as 1/N. So past some N every step is as long as its communication, and more GPUs buy nothing.
 
 Time depends on the machine, so it is only drawn, never printed. Left: step time measured here,
 stage 2, the same global batch of 12 sequences. What you see depends on your machine: on a
@@ -679,7 +711,7 @@ laptop the ranks share a few CPU cores and the model is tiny, so a step is mostl
 they slow each other down. That is a fact about *this* machine, not about ZeRO. Right: zerolab's
 scale simulator (`zerolab.simulate`, the same formulas, published link and GPU figures) for a
 1.3-billion-parameter model on A100s over 100 Gb/s Ethernet, global batch 64 sequences of 2,048
-tokens, stage 2, communication overlapped with compute.
+tokens, stage 2 with DeepSpeed's traffic, communication overlapped with compute.
 """),
 code(r"""
 gpus = [1, 2, 4, 8, 16, 32, 64]      # 64 sequences per step in all: 64 / N on each GPU
@@ -704,8 +736,8 @@ print("simulated step time at 16 / 32 / 64 GPUs: "
       + " / ".join(f"{s.step_s:.2f} s" for s, g in zip(sim, gpus) if g in (16, 32, 64)))
 """),
 md(r"""
-In the simulation, compute falls as 1/N but communication levels off near 2Ψ of bf16 per GPU
-per step; from the crossing point on, the step time stops falling: twice the GPUs, the same time
+In the simulation, compute falls as 1/N but communication levels off near DeepSpeed's 3Ψ of
+bf16 per GPU per step; from the crossing point on, the step time stops falling: twice the GPUs, the same time
 per step, half the work per GPU. Whether a machine reaches that point at 8 GPUs or at 500
 depends on its links (NVLink, InfiniBand, Ethernet) and on the batch; that it reaches one does
 not. Change `link="ethernet-100g"` to `"nvlink-a100"` and see where the crossing moves.
@@ -714,41 +746,42 @@ not. Change `link="ethernet-100g"` to `"nvlink-a100"` and see where the crossing
 
 The ZeRO paper says so, and it is true **if** stages 1 and 2 reduce-scatter their gradients: an
 all-reduce (2Ψ) is a reduce-scatter (Ψ) followed by an all-gather (Ψ), and ZeRO only moves the
-optimizer step in between. zerolab does that by default. DeepSpeed 0.19.8's stages 1 and 2 do
-not (chapter 3): `reduce_scatter` is true by default there too, but with
-`use_multi_rank_bucket_allreduce` (also true by default) they issue no reduce-scatter; they
-all-reduce each gradient bucket (2Ψ), each rank keeps its part, and then the parameters are
-all-gathered (Ψ more). zerolab's `"reduce_scatter": false` moves the same bytes, so we can
-measure both, and stage 2 with gradient accumulation too.
+optimizer step in between. DeepSpeed 0.19.8's stages 1 and 2 do not (chapter 3): `reduce_scatter`
+is true by default, but with `use_multi_rank_bucket_allreduce` (also true by default) they issue
+no reduce-scatter; they all-reduce each gradient bucket (2Ψ), each rank keeps its part, and then
+the parameters are all-gathered (Ψ more). zerolab issues DeepSpeed's collectives, and the paper's
+reduce-scatter is its own switch (`"zerolab": {"ideal_reduce_scatter": true}`), so we can measure
+both, and stage 2 with gradient accumulation too.
 
-**Predict, then run.** In Ψ units: DDP moves 2. Stage 1 and stage 2 with `reduce_scatter` true?
-With false? Stage 2 with 4 micro-batches per step?
+**Predict, then run.** In Ψ units: DDP moves 2. Stage 1 and stage 2, DeepSpeed's way and the
+paper's? Stage 2 with 4 micro-batches per step, each way?
 """),
 code(r"""
 n = 4
-cases = [("stage 0 (DDP)", 0, {}, 1), ("stage 1, reduce_scatter true", 1, {}, 1),
-         ("stage 1, reduce_scatter false", 1, {"reduce_scatter": False}, 1),
-         ("stage 2, reduce_scatter true", 2, {}, 1),
-         ("stage 2, reduce_scatter false", 2, {"reduce_scatter": False}, 1),
-         ("stage 2, 4 micro-batches", 2, {}, 4)]
+DS, PAPER = "DeepSpeed's default", "paper (zerolab switch)"
+cases = [("stage 0 (DDP)", 0, False, 1), (f"stage 1, {DS}", 1, False, 1), (f"stage 1, {PAPER}", 1, True, 1),
+         (f"stage 2, {DS}", 2, False, 1), (f"stage 2, {PAPER}", 2, True, 1),
+         ("stage 2, 4 micro-batches, DeepSpeed's", 2, False, 4), ("stage 2, 4 micro-batches, paper", 2, True, 4)]
 print(f"N = {n}, bf16, Ψ = {PSI_LM:,}: one optimizer step, one rank's wire")
-print(f"{'':31}{'collectives (calls × wire bytes)':<52}{'in Ψ':>7}")
+print(f"{'':38}{'collectives (calls × wire bytes)':<50}{'in Ψ':>7}")
 traffic3 = {}
-for label, stage, zero, accumulate in cases:
-    r = crews[n].run(measure, stage, accumulate=accumulate, global_batch=48, **zero)[0]
+for label, stage, ideal, accumulate in cases:
+    r = crews[n].run(measure, stage, accumulate=accumulate, global_batch=48, ideal=ideal)[0]
     ops = r["by_op"]
     wire = sum(w for _, w in ops.values())
     traffic3[label] = in_psi(wire, n)
     text = ", ".join(f"{op} {c} × {w:,.0f}" for op, (c, w) in sorted(ops.items()))
-    print(f"{label:31}{text:<52}{in_psi(wire, n):>7.3f}")
+    print(f"{label:38}{text:<50}{in_psi(wire, n):>7.3f}")
 """),
 md(r"""
-(The 16-byte all-reduce of the overflow check is left out of the table.) Stages 1 and 2 with
-reduce-scatter move exactly DDP's 2Ψ. With `reduce_scatter` false, the traffic of DeepSpeed's
-default, they move **3Ψ**, as much as stage 3. And stage 2 with gradient accumulation pays the gradients' Ψ in every
-micro-batch (it cannot keep the full gradient between them; that is the memory it saves): 4 + 1 =
-**5Ψ**. So the belief is true as the paper states it, false for DeepSpeed's default config, and
-false for stage 2 with accumulation. Check your config before quoting the paper.
+(The 16-byte all-reduce of the overflow check is left out of the table.) Stages 1 and 2 with the
+paper's reduce-scatter move exactly DDP's 2Ψ. DeepSpeed's default moves **3Ψ**, as much as stage
+3. And stage 2 with gradient accumulation pays the gradients in every micro-batch (it cannot keep
+the full gradient between them; that is the memory it saves): 4 × 2 + 1 = **9Ψ** DeepSpeed's way,
+4 + 1 = 5Ψ the paper's. So the belief is true as the paper states it, false for DeepSpeed's
+default config, and false for stage 2 with accumulation. Check your config before quoting the
+paper; `benchmarks/results/side_by_side.txt` sets zerolab's calls and bytes beside DeepSpeed
+0.19.8's own, config by config.
 
 ## Belief 4 · "bf16 needs loss scaling"
 
@@ -1047,26 +1080,29 @@ md(r"""
 | d | Adam without bias correction | the first step is 3.16x torch's, 6.6x at step 12, still 2x at step 300; with the two corrections it matches `torch.optim.Adam` |
 | e | gradients never zeroed | 0.25, 0.3125, 0.328125, ... → 1/3 instead of 1 every step |
 | f | round-robin by parameter | 1,024 / 2,048 / 4,096 / 0 elements instead of 1,792 each |
-| g | "broadcast after the update" at stage 3 | after stage 3's update nothing but a 16-byte check is sent; parameters are gathered in forward and again in backward |
+| g | "broadcast after the update" at stage 3 | after stage 3's update no parameter is sent (only the 16-byte overflow-and-norm all-reduce); parameters are gathered in forward and again in backward |
 
-zerolab's stage 1 on 2, 3 and 4 ranks: equal shards, a reduce-scatter and an all-gather of
-(N−1)/N·Ψ each on the ledger, gradients zeroed, parameters equal to single-process Adam to within
-10⁻⁵.
+zerolab's stage 1 on 2, 3 and 4 ranks: equal shards; on the ledger DeepSpeed's all-reduce of the
+gradients (2(N−1)/N·Ψ) and one all-gather ((N−1)/N·Ψ), or with zerolab's switch the paper's
+reduce-scatter ((N−1)/N·Ψ) and the all-gather; gradients zeroed, parameters equal to
+single-process Adam to within 10⁻⁵ either way.
 
 **The six beliefs**, each false as stated:
 
 1. Stage 3 against stage 2 (N = 4): less model-state memory (on this small model more at the
-   peak, with DeepSpeed's default prefetch window), but 3Ψ against 2Ψ on the wire and almost
-   twice the calls (almost five times without prefetch). Worth it when stage 2 does not fit.
-2. Traffic per rank grows as 2(N−1)/N·Ψ towards a constant while compute shrinks as 1/N: past
-   the crossing, more GPUs do not shorten a step.
-3. Stages 1 and 2 move DDP's 2Ψ only with a reduce-scatter; DeepSpeed's default (an all-reduce
-   per bucket) moves 3Ψ, and stage 2 with 4 micro-batches 5Ψ.
+   peak, with DeepSpeed's default prefetch budget), about the bytes of DeepSpeed's stage 2 (3Ψ
+   each; the paper's stage 2 moves 2Ψ) but more calls (four times as many without prefetch).
+   Worth it when stage 2 does not fit.
+2. Traffic per rank of DeepSpeed's stage 2 grows as 3(N−1)/N·Ψ towards a constant while compute
+   shrinks as 1/N: past the crossing, more GPUs do not shorten a step.
+3. Stages 1 and 2 move DDP's 2Ψ only with the paper's reduce-scatter (zerolab's switch);
+   DeepSpeed's default (an all-reduce per bucket) moves 3Ψ, and stage 2 with 4 micro-batches 9Ψ
+   (5Ψ the paper's way).
 4. bf16 has fp32's range: no gradient of the deep MLP underflows, zerolab trains it with a
    loss scale of 1 and no skipped step, and a loss scale could not improve its precision anyway.
 5. Activations per rank are identical at stages 0 to 3 and grow with the micro-batch.
-6. Offload to the CPU frees 1,322,320 of a rank's 1,700,122 device bytes here (stage 2, bf16)
-   and puts 1,511,220 in host memory (the gradient shard is fp32 there), at about the same step
+6. Offload to the CPU frees 1,322,304 of a rank's 1,700,106 device bytes here (stage 2, bf16)
+   and puts 1,511,204 in host memory (the gradient shard is fp32 there), at about the same step
    time, because here the device is the host. On 8 A100-80GB the simulator puts a 13B model's step
    at 2.0x with offload at micro-batch 1 (2 + 2 bytes per owned parameter over PCIe, Adam on the
    CPU), 1.1x at 8. Offload trades device memory for host traffic and CPU time.
@@ -1081,9 +1117,9 @@ zerolab's stage 1 on 2, 3 and 4 ranks: equal shards, a reduce-scatter and an all
    shrink, and its traffic penalty?
 4. In belief 2's simulation, change the link to `"nvlink-a100"` and the global batch to 512. At
    what N does communication now take over?
-5. With `gradient_accumulation_steps` 4, stage 1 moves 2Ψ and stage 2 moves 5Ψ. If stage 2 fits
-   but stage 1 does not, what does that cost per step, and when would you rather use a bigger
-   micro-batch instead of accumulation?
+5. With `gradient_accumulation_steps` 4, DeepSpeed's stage 1 moves 3Ψ and its stage 2 9Ψ. If
+   stage 2 fits but stage 1 does not, what does that cost per step, and when would you rather use
+   a bigger micro-batch instead of accumulation?
 6. In belief 6's simulation, offload the 13B model at stage 3 instead (`stage=3`, then also
    `offload_param=True`). How many GB per GPU does each save, and what does each cost per step at
    one sequence per micro-batch?
