@@ -6,9 +6,13 @@ divide by common world sizes (vocabulary 37, width 26).
 """
 from __future__ import annotations
 
+import functools
+import platform
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 __all__ = ["TinyLM", "MLP", "lm_batches", "lm_loss", "regression_batches", "mse_loss"]
 
@@ -85,6 +89,19 @@ def mse_loss(out, y):
 
 
 # -- a small GPT and a public-domain text (chapter 9) ---------------------------------------------
+@functools.cache
+def _flash_may_crash() -> bool:
+    """Whether torch's CPU flash attention may fail in bf16/fp16 on this machine.
+
+    On an x86 CPU with AMX, torch's flash kernel packs its operands with a routine that exists only
+    in its AVX-512 build, and raises "pack_vnni2 is only supported when avx512 is supported" when
+    the kernels were lowered (``ATEN_CPU_CAPABILITY=avx2`` or ``default``, as the test suite does to
+    check that no stored output depends on them). There the math kernel is used instead.
+    """
+    return platform.machine().lower() in ("x86_64", "amd64") and \
+        torch.backends.cpu.get_cpu_capability() != "AVX512"
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head self-attention with a causal mask (GPT-2's, without dropout)."""
 
@@ -100,7 +117,11 @@ class CausalSelfAttention(nn.Module):
         b, t, d = x.shape
         q, k, v = self.qkv(x).split(d, dim=2)
         q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16) and _flash_may_crash():
+            with sdpa_kernel(SDPBackend.MATH):
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
 
