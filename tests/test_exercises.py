@@ -229,6 +229,35 @@ def test_exercise3_check_catches_wrong_adamw_steps():
     _fails(check_adamw_step, _adamw(eps_inside=True), "inside the square root")
 
 
+def _shard_rule(kind):
+    def fn(padded_numel, world_size, rank):
+        size = padded_numel // world_size
+        if kind == "reversed":                                   # tiles, but not in rank order
+            rank = world_size - 1 - rank
+        if kind == "last_takes_rest" and rank == world_size - 1:  # unequal pieces
+            return rank * (size - 1), padded_numel
+        if kind == "last_takes_rest":
+            return rank * (size - 1), (rank + 1) * (size - 1)
+        if kind == "engine_buffer_reversed" and padded_numel == 7206:   # wrong only on the engine's buffer
+            rank = world_size - 1 - rank
+        return rank * size, (rank + 1) * size
+    return fn
+
+
+@pytest.mark.timeout(300)
+def test_exercise3_check_catches_wrong_shard_ranges():
+    from zerolab.checks.ch03 import check_shard_range, close_crews
+
+    try:
+        _fails(check_shard_range, _shard_rule("reversed"), "not in rank order")
+        _fails(check_shard_range, _shard_rule("last_takes_rest"), "equal pieces")
+        _fails(check_shard_range, _shard_rule("engine_buffer_reversed"),
+               "on a flat buffer the engine really made (DeepSpeed's flat buffer)")
+        check_shard_range(_shard_rule("right"))                                # the solution passes
+    finally:
+        close_crews()
+
+
 def _scaler_rule(factor=None, floor_ignores_hysteresis=False):
     from zerolab.loss_scaler import LossScaleAtMinimum
 

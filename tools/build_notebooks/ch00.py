@@ -46,9 +46,9 @@ A shout that the whole crew makes together is a **collective**.
 How the shouting travels is the **backend**:
 
 * **gloo** is shouting down the hallway: it works on any machine, between CPU processes,
-  over ordinary sockets (here on the loopback address, 127.0.0.1). When the engine trains on
-  CPU ranks of one machine it passes notes on a shared board instead (shared memory, chapter 6):
-  the same collectives, without the sockets.
+  over ordinary sockets (here on the loopback address, 127.0.0.1). It is what runs on CPU ranks
+  in this course. (zerolab also has a shared board for CPU ranks of one machine, shared memory,
+  but only when asked for: `zerolab.Crew(N, backend="shm")`, chapter 6.)
 * **NCCL** is an intercom wired between GPUs (NVLink, PCIe, InfiniBand): much faster, but it
   needs one GPU per rank.
 
@@ -124,7 +124,7 @@ Everything ZeRO does over the network is one of these four collectives:
 | collective | before | after | where ZeRO uses it |
 |---|---|---|---|
 | **all-reduce** | each rank has its own vector | every rank has the sum | plain data parallelism: averaging gradients (chapter 2) |
-| **reduce-scatter** | each rank has a full vector | rank r has the sum of **slice r** only | stages 2 and 3: each rank keeps only its shard of the gradients (chapter 3) |
+| **reduce-scatter** | each rank has a full vector | rank r has the sum of **slice r** only | stage 3, and the ZeRO paper's stages 1 and 2: each rank keeps only its shard of the gradients (DeepSpeed's stages 1 and 2 all-reduce instead; chapter 3) |
 | **all-gather** | rank r has slice r | every rank has every slice | stages 1 to 3: rebuilding full parameters from the shards (chapter 3) |
 | **broadcast** | only the source rank has the data | every rank has its copy | the foreman hands everyone the same starting weights |
 
@@ -167,8 +167,9 @@ md("""
 ### Reduce-scatter: each rank ends with one slice of the sum
 
 The 8 numbers are 4 slices of 2. After `reduce_scatter`, rank r holds only **slice r** of the
-sum: a quarter of the result each, and together the whole of it. This is how ZeRO stage 2
-keeps gradients: no rank ever holds all of them.
+sum: a quarter of the result each, and together the whole of it. This is how ZeRO stage 3
+(and the ZeRO paper's stage 2) keeps gradients: no rank ever holds all of them. (DeepSpeed's
+stage 2 all-reduces instead and each rank keeps its own slice: chapter 3 weighs the difference.)
 """),
 code("""
 def reduce_scatter_demo():

@@ -57,7 +57,7 @@ it. This chapter measures why it must.
 **In this chapter**, on real ranks (gloo on CPU here; NCCL on GPUs):
 1. DDP from scratch (zerolab's stage 0) on 1–4 ranks trains exactly like one process;
 2. chapter 0's ring all-reduce, weighed in its two halves: reduce-scatter + all-gather = 2(N−1)/N·Ψ·b;
-3. the engine's own ledger for one step: one all-reduce per gradient bucket;
+3. the engine's own ledger for one step: DeepSpeed's stage 0 sends the whole gradient in one all-reduce;
 4. memory per rank against 16Ψ as ranks are added: it does not shrink;
 5. the memory wall on the 40 GB and 80 GB GPUs that real ZeRO runs use.
 
@@ -95,18 +95,19 @@ md("""
 ## 1 · DDP from scratch
 
 zerolab's **stage 0** is DDP's algorithm written out by hand (`AllReduceAtBoundary` in
-`zerolab/reduce.py`, `ReplicatedParams` in `zerolab/params.py`). One
-difference from PyTorch's DDP, as configured here: DDP's defining optimization is to all-reduce
-each bucket as soon as backward has filled it, *overlapping* communication with the rest of
-backward. zerolab does that only with `"overlap_comm": true` (DeepSpeed's default for stages 0
-to 2 is false); this chapter leaves it off, so the buckets are all-reduced at the step, after
-backward. The bytes on the wire are the same either way; only the time differs. On every rank:
+`zerolab/reduce.py`, `ReplicatedParams` in `zerolab/params.py`), reducing the gradients the
+way DeepSpeed's stage 0 does. One difference from PyTorch's DDP: DDP's defining optimization is
+to all-reduce each bucket (`bucket_cap_mb`, 25 MB) as soon as backward has filled it,
+*overlapping* communication with the rest of backward. DeepSpeed's stage 0 all-reduces after
+backward, in buckets of 5·10⁸ elements (`reduce_bucket_size` is not used at stage 0), so a
+model smaller than that sends its whole gradient in one all-reduce. The bytes on the wire are
+the same either way; only the time differs. On every rank:
 
-* the parameters live in a few flat buffers, the **buckets**; at start-up every rank copies
-  rank 0's values, so all copies begin equal;
-* during backward, each parameter's gradient is added into its bucket's flat gradient buffer;
-* at the step, each bucket's gradient is divided by N and **all-reduced** (summed over ranks):
-  now every rank holds the *average* gradient of the whole global batch;
+* the parameters live in one flat buffer; at start-up every rank copies rank 0's values, so all
+  copies begin equal;
+* during backward, each parameter's gradient is added into the flat gradient buffer;
+* at the step, the gradient is divided by N and **all-reduced** (summed over ranks): now every
+  rank holds the *average* gradient of the whole global batch;
 * every rank runs the same AdamW step on the same gradient, so the copies stay identical.
 
 The claim to test: N ranks, each taking 1/N of a global batch, end with **the same parameters as
@@ -126,7 +127,7 @@ def ds_config(world_size, precision="fp32"):
         "train_micro_batch_size_per_gpu": GLOBAL_BATCH // world_size,
         "gradient_accumulation_steps": 1,
         "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
-        "zero_optimization": {"stage": 0, "reduce_bucket_size": 2000},  # elements per gradient bucket
+        "zero_optimization": {"stage": 0},
     }
     if precision == "bf16":
         config["bf16"] = {"enabled": True}
@@ -261,12 +262,11 @@ plt.show()
 md("""
 ## 3 · The engine's own ledger: one step of DDP
 
-The engine does not use the teaching ring: it calls NCCL on GPUs (which chooses its own ring or
-tree algorithm inside) and, between CPU ranks on one machine, zerolab's shared-memory collectives
-(`zerolab/shm.py`: each rank copies its part into a shared slot, the others read it; gloo where
-that is not possible), always through its `Comm`, and the `Comm` writes **every call into a
-ledger**. Its "wire bytes" column counts what a ring would send per rank, the
-convention above, so the engine's traffic can be set beside the formula.
+The engine does not use the teaching ring: it calls the library's collectives through
+`torch.distributed` (gloo here on CPU, NCCL on GPUs, each choosing its own ring or tree algorithm
+inside), through its `Comm`, and the `Comm` writes **every call into a ledger**. Its "wire
+bytes" column counts what a ring would send per rank, the convention above, so the engine's
+traffic can be set beside the formula.
 
 We run one training step in **mixed precision** (bf16 parameters and gradients, fp32 master
 weights and Adam states) on every crew, and keep both the step's ledger and the memory each rank
@@ -280,7 +280,7 @@ def one_mixed_precision_step(batches):
     step = engine.ledger.since(mark)
     return {"records": [(rec.tag, rec.op, rec.numel, rec.dtype, rec.bytes, rec.wire_bytes)
                         for rec in step.records],
-            "buckets": [(g.label, len(g.params), g.numel, g.padded_numel) for g in engine.stage.groups],
+            "buffers": [(g.label, len(g.params), g.numel, g.padded_numel) for g in engine.stage.groups],
             "memory": engine.memory()}
 
 
@@ -295,35 +295,32 @@ for tag, op, numel, dtype, nbytes, wire in step[2][0]["records"]:
     print(f"{tag:<30}{op:<12}{numel:>9,}  {dtype:<9}{nbytes:>7,}{wire:>12,.0f}")
 """),
 md("""
-One all-reduce per **bucket**. The engine packs the gradients, in the order backward produces
-them, into buckets of at most `reduce_bucket_size` = 2,000 elements (DeepSpeed's knob; PyTorch
-DDP's is `bucket_cap_mb`), and all-reduces each bucket as one message: fewer, larger messages
-waste less time on per-call latency. The last line is not a gradient: one 2-element
-all-reduce asks every rank at once "did anyone see an inf or NaN?" and carries the squared
-gradient norm when clipping is on. (zerolab follows DeepSpeed 0.19.8 here, where bf16 steps
-are checked by default, `bf16.check_grad_overflow`; older versions differ.)
+**One all-reduce** carries the whole gradient: DeepSpeed's stage 0 packs the gradients into
+buckets of 5·10⁸ elements, far more than this model has, and all-reduces each bucket as one
+message (fewer, larger messages waste less time on per-call latency). The last line is not a
+gradient: one 2-element all-reduce asks every rank at once "did anyone see an inf or NaN?" and
+carries the squared gradient norm when clipping is on. (zerolab follows DeepSpeed 0.19.8 here,
+where bf16 steps are checked by default, `bf16.check_grad_overflow`; older versions differ.)
 
-The buckets, and the same step on every crew:
+The flat buffer, and the same step on every crew:
 """),
 code("""
-for label, params, numel, padded in step[2][0]["buckets"]:
+for label, params, numel, padded in step[2][0]["buffers"]:
     print(f"{label}: {params} parameters, {numel:,} elements (padded to {padded:,} for N = 2)")
 print()
-print(f"{'N':>2}  {'buckets':>7}  {'all-reduces':>11}  {'elements':>8}  {'measured B/rank':>15}  "
-      f"{'2(N-1)/N·elements·2 B':>21}")
+print(f"{'N':>2}  {'all-reduces':>11}  {'elements':>8}  {'measured B/rank':>15}  {'2(N-1)/N·elements·2 B':>21}")
 for n, results in step.items():
     grads = [rec for rec in results[0]["records"] if rec[0].startswith("grads")]
     numel = sum(rec[2] for rec in grads)
     wire = sum(rec[5] for rec in grads)
-    print(f"{n:>2}  {len(results[0]['buckets']):>7}  {len(grads):>11}  {numel:>8,}  "
-          f"{wire:>15,.1f}  {2 * (n - 1) / n * numel * 2:>21,.1f}")
+    print(f"{n:>2}  {len(grads):>11}  {numel:>8,}  {wire:>15,.1f}  {2 * (n - 1) / n * numel * 2:>21,.1f}")
 """),
 md("""
-Calls per step = number of buckets, at every N. The elements add up to Ψ = 7,204 plus a few zeros
-of **padding**: zerolab's flat buffers are padded to a multiple of N (every ZeRO stage shares that
-layout, and chapter 3 cuts them into N equal shards; plain DDP would not need it). The wire bytes
-are 2(N−1)/N of the gradient's bytes, the ring formula again, now measured on the engine's own
-traffic.
+One call per step at every N, of exactly Ψ = 7,204 elements: the gradients, without the flat
+buffer's **padding** (the buffer is padded to a multiple of N, 7,206 at N = 3, because every ZeRO
+stage shares that layout and chapter 3 cuts it into N equal partitions; the memory below counts
+it). The wire bytes are 2(N−1)/N of the gradient's bytes, the ring formula again, now measured on
+the engine's own traffic.
 
 ## 4 · Memory per rank: nobody's backpack gets lighter
 
@@ -339,23 +336,23 @@ step above, against the formula:
 code("""
 formula = model_state_bytes(PSI, stage=0, world_size=1)["total"]    # 16 Ψ bytes
 print(f"16Ψ = 16 x {PSI:,} = {formula:,.0f} B per rank (formula)\\n")
-print("extra = measured - 16Ψ = 16·padding + 4·buckets + 2·frozen (bytes)")
+print("extra = measured - 16Ψ = 16·padding + 4·buffers + 2·frozen (bytes)")
 print(f"{'N':>2}  {'params B':>8}  {'grads B':>7}  {'optimizer B':>11}  {'model states B':>14}  extra")
 for n, results in step.items():
     m = results[0]["memory"]
     assert all(res["memory"]["model_states"] == m["model_states"] for res in results)  # same on every rank
-    padding = sum(padded - numel for *_, numel, padded in results[0]["buckets"])
-    buckets = len(results[0]["buckets"])
+    padding = sum(padded - numel for *_, numel, padded in results[0]["buffers"])
+    buffers = len(results[0]["buffers"])
     frozen = count_params(model) - PSI
     extra = m["model_states"] - formula
-    assert extra == 16 * padding + 4 * buckets + 2 * frozen
+    assert extra == 16 * padding + 4 * buffers + 2 * frozen
     print(f"{n:>2}  {m['params']:>8,}  {m['grads']:>7,}  {m['optimizer_states']:>11,}  "
-          f"{m['model_states']:>14,}  {extra:>5,.0f} = 16·{padding} + 4·{buckets} + 2·{frozen}")
+          f"{m['model_states']:>14,}  {extra:>5,.0f} = 16·{padding} + 4·{buffers} + 2·{frozen}")
 """),
 md("""
 The measured bytes are 16Ψ plus a few dozen bytes, and every one of those is accounted for: 16 B
 for each padding element (it has a parameter, a gradient and optimizer states like any other),
-Adam's 4-byte `step` counter for each bucket's optimizer state, and the frozen `temperature`
+Adam's 4-byte `step` counter for the flat buffer's optimizer state, and the frozen `temperature`
 scalar (2 B in bf16, no gradient, no optimizer state). What matters: **per rank it does not
 shrink** as ranks join. The crew as a whole carries N copies:
 """),
@@ -453,9 +450,8 @@ print("- Ring all-reduce of Ψ bf16 elements = reduce-scatter + all-gather, N-1 
 print("  bytes sent per rank:")
 for n, v in sent.items():
     print(f"    N={n}: {'/'.join(f'{b:,}' for b in v):>13}   formula 2(N-1)/N·Ψ·2 B = {ring_formula(n):,.1f}")
-print(f"- One engine step: {grad_calls[2]} gradient all-reduces (= {len(step[2][0]['buckets'])} buckets) "
-      f"at every N,")
-print("  plus one 2-element overflow/norm check.")
+print(f"- One engine step: {grad_calls[2]} gradient all-reduce at every N (DeepSpeed's stage 0: buckets")
+print("  of 5e8 elements), plus one 2-element overflow/norm check.")
 print(f"- Model states per rank vs 16Ψ = {formula:,.0f} B: flat in N (the rest is padding, step")
 print("  counters and a frozen scalar):")
 print("    " + ", ".join(f"N={n}: {b:,} B" for n, b in per_rank.items()))
@@ -478,10 +474,11 @@ measurements show each backpack shrinking as 1/N.
 
 1. The ring's bytes per rank approach 2Ψ·2 B as N grows. Why does adding ranks not make each
    rank's traffic grow, and what does grow with N?
-2. Set `reduce_bucket_size` to 500 in `ds_config` and re-run section 3. How many all-reduces
-   per step now, and do the bytes on the wire change?
-3. Here stage 0 all-reduces after backward; with `"overlap_comm": true` (and in PyTorch's DDP)
-   the all-reduces overlap backward. Which measurements in this chapter would overlap change?
+2. Add `"reduce_bucket_size": 500` to `zero_optimization` in `ds_config` and re-run section 3:
+   does stage 0 make more all-reduces? Then set `"stage": 1` too: how many gradient all-reduces
+   per step now, do the bytes change, and what else appears on the ledger? (Chapter 3 explains.)
+3. Here stage 0 all-reduces after backward, as DeepSpeed's does; PyTorch's DDP overlaps its
+   buckets with backward. Which measurements in this chapter would overlap change?
 4. Read the memory wall for a 13B model: how many GB of model states per GPU under DDP? How
    many 80 GB GPUs would ZeRO-3 need just for the model states?
 

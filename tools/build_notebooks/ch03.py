@@ -65,12 +65,21 @@ md(r"""
 precision and Adam, one parameter costs 2 bytes (bf16/fp16 parameter) + 2 bytes (bf16/fp16
 gradient) + 12 bytes (fp32 master 4, momentum 4, variance 4) = **16 bytes**. Per rank:
 
-| stage | split among the N ranks | model-state bytes per rank | traffic per rank per step |
+| stage | split among the N ranks | model-state bytes per rank | traffic per rank per step: the paper |
 |---|---|---|---|
 | 0 (DDP) | nothing | 2Ψ + 2Ψ + 12Ψ = **16Ψ** | **2Ψ**: all-reduce the gradients |
 | 1 | optimizer states | 2Ψ + 2Ψ + 12Ψ/N = **4Ψ + 12Ψ/N** | **2Ψ**: reduce-scatter the gradients (Ψ), all-gather the updated parameters (Ψ) |
 | 2 | + gradients | 2Ψ + (2 + 12)Ψ/N = **2Ψ + 14Ψ/N** | **2Ψ**: the same two collectives |
 | 3 | + parameters | (2 + 2 + 12)Ψ/N = **16Ψ/N** | **3Ψ**: all-gather in forward (Ψ), again in backward (Ψ), reduce-scatter the gradients (Ψ) |
+
+**DeepSpeed does not move the paper's bytes at stages 1 and 2.** DeepSpeed 0.19.8, by default,
+**all-reduces** each gradient bucket (2Ψ in all) and each rank keeps the slices it owns; after
+the step it all-gathers the parameters (Ψ): **3Ψ**, as much as stage 3. At stage 3 it moves 3Ψ
+when every module is gathered again for backward (`stage3_max_reuse_distance` 0), less with its
+default, which keeps recently used modules gathered. zerolab runs DeepSpeed's collectives by
+default (`benchmarks/results/side_by_side.txt` sets its calls and bytes beside DeepSpeed's, config
+by config); the paper's reduce-scatter is zerolab's own switch, `"zerolab":
+{"ideal_reduce_scatter": true}`. We measure both, and every table below says which it shows.
 
 **The traffic convention.** We count the bytes each rank puts on the wire in a ring, as
 nccl-tests' *bus bandwidth* and `zerolab.comm` do: for a tensor of S bytes, an all-reduce costs
@@ -123,12 +132,13 @@ code(r"""
 GLOBAL_BATCH = 12     # sequences per step, split over the ranks: 12 / N each, for N = 1, 2, 3, 4
 
 
-def ds_config(stage, world_size, precision="bf16", **zero):
+def ds_config(stage, world_size, precision="bf16", ideal=False, **zero):
     # reduce_bucket_size 50,000 elements: this model then makes several buckets, as a real model
     # makes many. stage3_param_persistence_threshold 0: DeepSpeed's default (100,000 elements)
     # would keep every parameter of this small model whole; we come back to it below.
     # stage3_max_reuse_distance 0: the paper's stage 3, every module gathered again for backward;
     # DeepSpeed's default (10^9 elements) would keep this small model gathered across (chapter 8).
+    # ideal=True: zerolab's own switch, the paper's reduce-scatter at stages 1-2 (not DeepSpeed's).
     cfg = {
         "train_batch_size": GLOBAL_BATCH,
         "train_micro_batch_size_per_gpu": GLOBAL_BATCH // world_size,
@@ -140,6 +150,8 @@ def ds_config(stage, world_size, precision="bf16", **zero):
     }
     if precision != "fp32":
         cfg[precision] = {"enabled": True}
+    if ideal:
+        cfg["zerolab"] = {"ideal_reduce_scatter": True}
     return cfg
 """),
 md(r"""
@@ -159,42 +171,49 @@ engine issued). The first step is there because torch's AdamW creates its moment
 variance lazily, at the first step.
 """),
 code(r"""
-def train_and_measure(stage, precision="bf16", **zero):
+def train_and_measure(stage, precision="bf16", ideal=False, **zero):
     world = zerolab.world_size()
-    engine = zerolab.initialize(make_model(), ds_config(stage, world, precision, **zero))
+    engine = zerolab.initialize(make_model(), ds_config(stage, world, precision, ideal, **zero))
     batches = lm_batches(2, GLOBAL_BATCH, SEQ, VOCAB)
     train_engine(engine, batches[:1], lm_loss)     # step 1: Adam's states appear
     mark = engine.ledger.mark()
     prefetched_before = getattr(engine.stage, "prefetches", 0)
     fetched_before = getattr(engine.stage, "fetches", 0)
     train_engine(engine, batches[1:], lm_loss)     # step 2: the one we measure
-    step = engine.ledger.since(mark)
+    step = engine.ledger.since(mark)               # ZeRO's calls (zerolab's own checks: step.checks)
     groups = engine.stage.groups
     persistent = getattr(engine.stage, "persistent", [False] * len(groups))
     return {
         "memory": engine.memory(),                          # bytes this rank holds
-        "groups": len(groups),                              # flat buffers (buckets, or modules in stage 3)
+        "groups": len(groups),       # flat buffers: 1 at stages 0-2, 1 per bucket (ideal), per module (3)
         "padding": sum(g.padding for g in groups),          # zero elements added for equal shards
         "wire": step.by_tag(),                              # bytes on this rank's wire, by purpose
+        "calls": {op: t["calls"] for op, t in step.totals().items()},    # collectives, by kind
         "param_gathers": sum(1 for rec in step.records if rec.tag.startswith("params")),   # all-gather calls
         "module_gathers": getattr(engine.stage, "fetches", 0) - fetched_before,     # stage 3: groups gathered
-        "headers": sum(1 for rec in step.records if rec.tag.startswith("check")),   # stage 3's 16-byte checks
+        "headers": len(step.checks),                        # stage 3: zerolab's own 16-byte order checks
+        "header_bytes": sum(rec.wire_bytes for rec in step.checks),
         "prefetched": getattr(engine.stage, "prefetches", 0) - prefetched_before,   # stage 3: gathers issued ahead
         "peak_gathered": getattr(engine.stage, "peak_gathered_numel", 0),           # stage 3: elements at once
         "persistent_numel": sum(g.numel for g, keep in zip(groups, persistent) if keep),
         "layout": [{"label": g.label, "names": g.names, "numels": g.numels, "padded": g.padded_numel,
                     "shards": [g.shard_range(r) for r in range(world)]} for g in groups],
+        "bucket_starts": [b.parts[0].start for b in engine.stage.grads.buckets],   # (one-group layout)
         "master_numel": sum(m.numel() for m in engine.stage.masters),   # what this rank's optimizer steps
     }
 
 
-runs = {}          # (N, stage) -> rank 0's measurements
+runs = {}          # (N, stage) -> rank 0's measurements, DeepSpeed's collectives (zerolab's default)
+ideal = {}         # (N, stage) -> the same with the paper's reduce-scatter (zerolab's switch), stages 1-2
 for n, crew in crews.items():
     for stage in (0, 1, 2, 3):
         per_rank = crew.run(train_and_measure, stage)
         assert all(r["memory"] == per_rank[0]["memory"] for r in per_rank), "ranks hold different amounts"
         runs[n, stage] = per_rank[0]
+        if stage in (1, 2) and n > 1:
+            ideal[n, stage] = crew.run(train_and_measure, stage, ideal=True)[0]
 print(f"{len(runs)} runs: N = 1..4, stages 0..3, bf16 + AdamW; every rank of a run holds the same bytes")
+print(f"{len(ideal)} more at stages 1-2 with the paper's reduce-scatter (N = 2..4)")
 """),
 md(r"""
 ## Memory per rank: measured beside the formula
@@ -262,11 +281,19 @@ the heavy part; it can never go below 4Ψ, the bf16 parameters and gradients eve
 keeps whole. Stage 2 can never go below 2Ψ. Only stage 3 keeps falling as 1/N: add ranks and
 each backpack keeps getting lighter.
 
+These are DeepSpeed's numbers with its default bf16 settings, where gradients accumulate in the
+model's dtype: stage 0 takes its DDP path (`FP16_Optimizer`, which also serves bf16) and stages
+1-2 its ZeRO optimizer. With `"data_types": {"grad_accum_dtype": "fp32"}`, stages 0 and 1 run
+DeepSpeed's `BF16_Optimizer` instead, which adds a full fp32 gradient buffer on every rank:
+**8Ψ + 12Ψ/N** (zerolab does not have that path: it refuses a `data_types` block).
+
 Model states are not all a rank holds. Stage 2 keeps a **gradient bucket** in flight during
 backward (at most `reduce_bucket_size` elements, 50,000 here) and stage 3 holds the
 **gathered parameters** of the modules being computed, and of the modules it has already
 started to gather for later (its *prefetch*, below). `engine.memory()` reports them
-separately, as `peak_buffers`:
+separately, as `peak_buffers`. (*On a GPU cluster* DeepSpeed allocates its bucket buffers
+once and reuses them, two of them with `overlap_comm`; here a bucket's buffer is made when it
+fills and freed when it is sent.)
 """),
 code(r"""
 for stage in (2, 3):
@@ -280,45 +307,73 @@ md(r"""
 Stage 3's peak holds the **whole model** at once here, and more bytes than that: from the second
 step on, stage 3 gathers ahead of time (prefetch, explained with the timeline below), the modules
 gathered ahead travel in one all-gather and are copied out of its buffer one by one, and
-DeepSpeed's default window, `stage3_prefetch_bucket_size` = 5·10⁷ elements in flight, is far
-larger than this 189k-parameter model. On a model of billions of parameters the window (and
-`stage3_max_live_parameters`, 10⁹ elements gathered at most) holds a few layers, not the
-model; on a small one, the saving in memory needs a smaller window.
+DeepSpeed's defaults are far larger than this 189k-parameter model: each fetch may start
+gathering up to `stage3_prefetch_bucket_size` = 5·10⁷ elements ahead, and only
+`stage3_max_live_parameters` = 10⁹ bounds what is gathered at once. On a model of billions of
+parameters those bounds hold a few layers, not the model; on a small one, saving memory needs
+smaller values.
 """),
 md(r"""
-## Traffic per step: measured beside 2Ψ, 2Ψ, 3Ψ
+## Traffic per step: DeepSpeed's 3Ψ beside the paper's 2Ψ
 
 From the ledger of the measured step, the bytes on one rank's wire, split by purpose: moving
-**gradients** (the all-reduce of DDP, the reduce-scatter of stages 1 to 3) and moving
-**parameters** (the all-gathers). The last column divides the total by (N−1)/N·Ψ·2 bytes,
-so it reads directly as the paper's 2Ψ and 3Ψ.
+**gradients** (DDP's all-reduce; at stages 1 and 2 DeepSpeed's all-reduce of each bucket, or the
+paper's reduce-scatter; stage 3's reduce-scatter) and moving **parameters** (the all-gathers).
+The "in Ψ" column divides the total by (N−1)/N·Ψ·2 bytes, so it reads directly as the paper's
+2Ψ and 3Ψ. Stages 1 and 2 run twice: as DeepSpeed runs them (zerolab's default) and with the
+paper's reduce-scatter (zerolab's switch); stage 3 with reuse distance 0 (every module gathered
+again for backward, the paper's count) and with DeepSpeed's default reuse distance.
 
-**Predict, then run.** Stage 2 holds a quarter of DDP's gradients at N = 4. Does it move
-fewer bytes than DDP, the same, or more? And stage 3, which must fetch every parameter before
-using it? Write down a multiple of Ψ for each of the four stages, then run the cell.
+**Predict, then run.** Stage 2 holds a quarter of DDP's gradients at N = 4. Does it move fewer
+bytes than DDP, the same, or more, the paper's way? And DeepSpeed's way? And stage 3, which must
+fetch every parameter before using it? Write down a multiple of Ψ for each row, then run the cell.
 """),
 code(r"""
+reuse = {n: crews[n].run(train_and_measure, 3, stage3_max_reuse_distance=10**9)[0] for n in (2, 3, 4)}
+ROWS = [  # (what runs, where its measurement is, the formula in units of (N-1)/N·Ψ·2 bytes)
+    ("0 (DDP)", lambda n: runs[n, 0], 2),
+    ("1 DeepSpeed: all-reduce", lambda n: runs[n, 1], 3),     # all-reduce (2) + all-gather (1)
+    ("1 paper: reduce-scatter", lambda n: ideal[n, 1], 2),    # reduce-scatter (1) + all-gather (1)
+    ("2 DeepSpeed: all-reduce", lambda n: runs[n, 2], 3),
+    ("2 paper: reduce-scatter", lambda n: ideal[n, 2], 2),
+    ("3 reuse distance 0", lambda n: runs[n, 3], 3),          # gather, gather again, reduce-scatter
+    ("3 DeepSpeed's reuse 1e9", lambda n: reuse[n], 2),       # gather once, reduce-scatter
+]
 print(f"bytes on one rank's wire in one step (ring convention; bf16 = 2 bytes per element), Ψ = {PSI:,}")
-print(f"{'N':>2}  {'stage':14}{'gradients':>11}{'parameters':>12}{'total':>11}{'formula':>11}   {'total in Ψ':>10}")
+print(f"{'N':>2}  {'stage':25}{'gradients':>11}{'parameters':>12}{'total':>10}{'formula':>10}"
+      f"   in Ψ (formula)")
 for n in (2, 3, 4):
-    for stage in range(4):
-        wire = runs[n, stage]["wire"]
+    unit = (n - 1) / n * PSI * 2
+    for label, where, k in ROWS:
+        wire = where(n)["wire"]
         total = wire.get("grads", 0) + wire.get("params", 0)
-        unit = (n - 1) / n * PSI * 2
-        print(f"{n:>2}  {NAME[stage]:14}{wire.get('grads', 0):>11,.0f}{wire.get('params', 0):>12,.0f}"
-              f"{total:>11,.0f}{comm_volume(PSI, stage, n):>11,.0f}   {total / unit:>8.3f} Ψ")
+        print(f"{n:>2}  {label:25}{wire.get('grads', 0):>11,.0f}{wire.get('params', 0):>12,.0f}"
+              f"{total:>10,.0f}{k * unit:>10,.0f}   {total / unit:.3f} ({k}Ψ)")
 """),
 md(r"""
-Stages 0, 1 and 2 move exactly 2Ψ (up to the padding): stage 1 and 2 buy their memory
-savings **for free in traffic**, because an all-reduce is a reduce-scatter followed by an
-all-gather, and ZeRO only moves the optimizer step in between.
+**The paper's way** (the switch), stages 1 and 2 move exactly DDP's 2Ψ (up to the padding): an
+all-reduce is a reduce-scatter followed by an all-gather, and ZeRO only moves the optimizer step
+in between, so stages 1 and 2 buy their memory savings **for free in traffic**.
 
-Stage 3 moves **3.136 Ψ**, not 3Ψ. The extra 0.136 Ψ is one matrix: the embedding
-(257 × 100 = 25,700 elements, 25,700 / 189,000 ≈ 0.136). The output head shares it, and in
-stage 3 each module gathers the parameters it uses for its own forward and releases them
-after, so a tied matrix used by two modules is gathered twice in forward (DeepSpeed behaves the same way). The
-formula counts one forward gather per parameter. Let us check that the difference is that
-matrix and nothing else:
+**DeepSpeed's way** they move **3Ψ**, half again as much: each bucket is all-reduced (2Ψ over
+the step), each rank keeps the slices that fall in its own partition, and after the step the
+updated parameters are all-gathered (Ψ). The reason is DeepSpeed's layout (pictured in *Who owns
+what*, below): its stages 1 and 2 keep the parameters in **one** flat buffer cut into N contiguous
+partitions, and a bucket is a stretch of that buffer that lies in one or two ranks' partitions,
+not a buffer that cuts into N equal pieces, as a reduce-scatter needs. DeepSpeed's
+`"use_multi_rank_bucket_allreduce": false` sends one `reduce` to each owner instead. The paper's
+layout, which the switch builds, makes every bucket its own flat buffer of N shards.
+
+Stage 3 moves **3.136 Ψ** when every module is gathered again for backward, not 3Ψ. The extra
+0.136 Ψ is one matrix: the embedding (257 × 100 = 25,700 elements, 25,700 / 189,000 ≈ 0.136).
+The output head shares it, and in stage 3 each module gathers the parameters it uses for its own
+forward and releases them after, so a tied matrix used by two modules is gathered twice in
+forward (DeepSpeed behaves the same way). The formula counts one forward gather per parameter.
+With DeepSpeed's default `stage3_max_reuse_distance` (10⁹ elements), a module that the recorded
+order uses again within that many elements stays gathered: this small model is gathered once per
+step and moves 2Ψ, like the paper's stage 2. On a model of billions of parameters only the
+modules near the turn from forward to backward stay. Let us check that the difference at reuse
+distance 0 is the embedding and nothing else:
 """),
 code(r"""
 embed = model.embed.weight.numel()
@@ -335,28 +390,33 @@ code(r"""
 from zerolab.viz import collective_timeline, traffic_bars
 
 n = 4
-fig, ax = plt.subplots(figsize=(7.5, 4.2))
-traffic_bars(ax, {s: runs[n, s]["wire"] for s in range(4)},
-             {s: comm_volume(PSI, s, n) for s in range(4)}, unit=(n - 1) / n * PSI * 2, names=NAME,
-             title=f"Stages 1 and 2 move DDP's 2Ψ; stage 3 moves 3Ψ (N = {n}, bf16, Ψ = {PSI:,})")
+unit = (n - 1) / n * PSI * 2
+BARS = [("0 (DDP)", runs[n, 0], 2), ("1\nDeepSpeed", runs[n, 1], 3), ("1\npaper", ideal[n, 1], 2),
+        ("2\nDeepSpeed", runs[n, 2], 3), ("2\npaper", ideal[n, 2], 2), ("3\nreuse 0", runs[n, 3], 3)]
+fig, ax = plt.subplots(figsize=(8.5, 4.2))
+traffic_bars(ax, {i: r["wire"] for i, (_, r, _) in enumerate(BARS)},
+             {i: k * unit for i, (_, _, k) in enumerate(BARS)}, unit=unit,
+             names={i: label for i, (label, _, _) in enumerate(BARS)},
+             title=f"DeepSpeed's stages 1-2 move 3Ψ, the paper's 2Ψ; stage 3 3Ψ (N = {n}, Ψ = {PSI:,})")
+ax.lines[0].set_label("formula: 2Ψ or 3Ψ")
+ax.legend(loc="upper left", fontsize=8, frameon=False)
 plt.show()
 """),
 md(r"""
 ### Gradient accumulation: stage 2 pays per micro-step
 
 With `gradient_accumulation_steps = 4` a rank runs 4 forward/backward passes per optimizer step.
-Stage 1 keeps full gradients, so it can add the 4 micro-steps up locally and reduce-scatter
-once at the end. Stage 2 keeps only its shard: it must reduce-scatter every bucket in every
-micro-step, as soon as backward fills it. Stage 3 gathers the parameters in every micro-step
-too.
+Stage 1 keeps full gradients, so it can add the 4 micro-steps up locally and reduce them once
+at the end. Stage 2 keeps only its shard: it must reduce every bucket in every micro-step, as
+soon as backward fills it. Stage 3 gathers the parameters in every micro-step too.
 
 **Predict, then run.** At N = 3 with accumulation 4, how many Ψ (in (N−1)/N·2Ψ units) does
-each stage move per optimizer step? (Accumulation 1 gives 2, 2, 2, 3.)
+each row move per optimizer step? (Accumulation 1 gives 2, 3, 2, 3, 2 and 3, as above.)
 """),
 code(r"""
-def step_traffic(stage, accumulate):
+def step_traffic(stage, accumulate, ideal=False):
     world = zerolab.world_size()
-    cfg = ds_config(stage, world)
+    cfg = ds_config(stage, world, ideal=ideal)
     cfg["gradient_accumulation_steps"] = accumulate
     cfg["train_micro_batch_size_per_gpu"] = GLOBAL_BATCH // (world * accumulate)
     engine = zerolab.initialize(make_model(), cfg)
@@ -372,48 +432,56 @@ def step_traffic(stage, accumulate):
 n = 3
 unit = (n - 1) / n * PSI * 2
 print(f"N = {n}, bytes per optimizer step on one rank's wire (gradients + parameters), in Ψ units")
-print(f"{'stage':10}{'accumulation 1':>16}{'accumulation 4':>16}   reduce-scatters / all-reduces")
-for stage in range(4):
+print(f"{'stage':26}{'accumulation 1':>15}{'accumulation 4':>16}   gradient calls")
+for label, stage, paper in (("0 (DDP)", 0, False), ("1 DeepSpeed: all-reduce", 1, False),
+                            ("1 paper: reduce-scatter", 1, True), ("2 DeepSpeed: all-reduce", 2, False),
+                            ("2 paper: reduce-scatter", 2, True), ("3 reuse distance 0", 3, False)):
     cells, calls = [], []
     for accumulate in (1, 4):
-        r = crews[n].run(step_traffic, stage, accumulate)[0]
+        r = crews[n].run(step_traffic, stage, accumulate, paper)[0]
         wire = r["wire"]
         cells.append(f"{(wire.get('grads', 0) + wire.get('params', 0)) / unit:.3f} Ψ")
         calls.append(str(sum(1 for op, tag, _ in r["records"] if tag.startswith("grads"))))
-    print(f"{NAME[stage]:10}{cells[0]:>16}{cells[1]:>16}   {' -> '.join(calls)} gradient calls")
+    print(f"{label:26}{cells[0]:>15}{cells[1]:>16}   {' -> '.join(calls)}")
 """),
 md(r"""
 Stages 0 and 1 do not care how many micro-steps there are: they send the summed gradient once
-per optimizer step. Stage 2 sends each micro-step's gradient as it is made: with accumulation
-4 its gradient traffic is 4 times larger, 1 + 4 = 5 units in all instead of 2. That is the
-price of never holding a full gradient; DeepSpeed's stage 2 pays it too. Stage 3 pays 4 times
-everything: it also gathers the parameters again in each micro-step's forward and backward.
+per optimizer step. Stage 2 sends each micro-step's gradient as it is made, so with accumulation
+4 its gradient traffic is 4 times larger: DeepSpeed's way 4 × 2 + 1 = 9 units instead of 3, the
+paper's way 4 × 1 + 1 = 5 instead of 2. That is the price of never holding a full gradient;
+DeepSpeed's stage 2 pays it too. Stage 3 pays 4 times everything: it also gathers the parameters
+again in each micro-step's forward and backward.
 
 ### Stage 3 over one step: gather, use, release
 
 The ledger keeps every collective in the order it was issued. For stage 3 on 2 ranks, one
 step (accumulation 1) reads like the crew's day: each module's parameters are all-gathered
 (`params <module>`, or `params <module> + k more` for the modules gathered ahead with it: see
-prefetch below) for its forward and released after (a release sends nothing, so it is not
-on the ledger); backward gathers them again, in reverse order, and as each module's gradients
-are complete they are reduce-scattered (`grads <module>`) and the gathered parameters go back.
-Last comes the small all-reduce of the overflow check and the gradient norm.
+prefetch below; `(root)` is the model's own parameter, the position table) for its forward and
+released after (a release sends nothing, so it is not on the ledger); backward gathers them
+again, in reverse order, and as the modules' gradients complete they are packed into buckets of
+up to `reduce_bucket_size` elements, each reduce-scattered as one call (`grads bucket k`), and
+the gathered parameters go back. Last comes the small all-reduce of the overflow check and the
+gradient norm.
 
 **Prefetch.** The first step gathers each module's parameters when its forward (or backward)
 starts, one blocking all-gather after another, and records the order of the modules. From the
-second step on, each pass follows the previous pass's record: when it gathers a module it also
-starts, asynchronously, the all-gathers of the modules the record says come next (up to
-`stage3_prefetch_bucket_size` elements in flight, DeepSpeed's default 5·10⁷), so their
-parameters travel while the current module computes. The modules gathered ahead together travel
-in **one** all-gather (DeepSpeed coalesces a prefetch batch the same way), so the step below, the
-second one, gathers 19 modules in 5 all-gathers, 17 of them prefetched (counted in the next
-section). The ledger writes an asynchronous collective down when it is waited for, that is where
-the first of its modules needs it; what changes is when the bytes travel (earlier, behind the
-work) and in how many calls, not how many bytes. The 16-byte headers (`check ...`, next
-section) are left out of the picture.
+second step on, each pass follows the previous pass's record, by DeepSpeed's rule
+(`fetch_sub_module` in `partitioned_param_coordinator.py`): at every module's fetch (a module
+without parameters of its own too) it starts one asynchronous all-gather of the modules the
+record says come next, taking them while fewer than min(`stage3_max_live_parameters` − elements
+already gathered, `stage3_prefetch_bucket_size`) elements are taken (the one that crosses the
+budget goes too). With DeepSpeed's defaults (10⁹ and 5·10⁷) a pass's first fetch starts all the
+rest of this model at once, in **one** all-gather (DeepSpeed coalesces a prefetch batch the same
+way), so the
+step below, the second one, gathers 19 modules in 5 all-gathers, 17 of them prefetched (counted
+in the next section). The ledger writes an asynchronous collective down when it is waited for,
+that is where the first of its modules needs it; what changes is when the bytes travel (earlier,
+behind the work) and in how many calls, not how many bytes. *On a GPU cluster* DeepSpeed issues
+these all-gathers on a CUDA stream of their own, so they overlap the current module's kernels.
 """),
 code(r"""
-records = [r for r in crews[2].run(step_traffic, 3, 1)[0]["records"] if not r[1].startswith("check")]
+records = crews[2].run(step_traffic, 3, 1)[0]["records"]     # ZeRO's calls (no order checks)
 fig, ax = plt.subplots(figsize=(11, 3.8))
 rows = collective_timeline(ax, records, title="Stage 3, one step on 2 ranks: gather before use, "
                            "reduce-scatter and release after backward")
@@ -424,28 +492,32 @@ for _, lane, tag, _ in rows:
 print("collectives in the step:", ", ".join(f"{k} {v}" for k, v in kinds.items()))
 """),
 md(r"""
-Two kinds of small collectives are left out of the table; they are on the ledger too. Every
-step all-reduces 16 bytes (2(N−1)/N × 16 = 24 bytes on the wire at N = 4): one float64 saying whether any rank saw an inf or NaN gradient
-(bf16's overflow check) and one for the squared gradient norm that clipping needs. Both are
-on by default in DeepSpeed 0.19.8, which zerolab follows (`bf16.check_grad_overflow`, and
-`gradient_clipping` 1.0); older DeepSpeed versions have other defaults. And in stage 3 the
-ranks all-gather a 16-byte **header** (the first module's id, how many gathers, a checksum of
-them) before each *unit* of parameter gathers: one gather, or one gather and the prefetches
-issued with it. A forward that followed the recorded order ends with one more header (a
-checksum of every module it gathered, `check forward pass`). Ranks that took different paths
-through the model would otherwise issue all-gathers of different sizes and hang; with the
-headers they raise `ModuleOrderError` instead. Without prefetch (the first step, or
-`stage3_prefetch_bucket_size` 0) that is one header per gather:
+Two kinds of small collectives are left out of the tables. Every step all-reduces 16 bytes
+(2(N−1)/N × 16 = 24 bytes on the wire at N = 4): one float64 saying whether any rank saw an inf
+or NaN gradient (bf16's overflow check) and one for the squared gradient norm that clipping
+needs. Both are DeepSpeed's, on by default in DeepSpeed 0.19.8 (`bf16.check_grad_overflow`, and
+`gradient_clipping` 1.0); older DeepSpeed versions have other defaults.
+
+The other kind is **zerolab's own**, not DeepSpeed's: in stage 3 the ranks all-gather a 16-byte
+**header** (the first module's id, how many gathers, a checksum of them) before each *unit* of
+parameter gathers: one gather, or one gather and the prefetches issued with it. A forward that
+followed the recorded order ends with one more header (a checksum of every module it gathered,
+`check forward pass`). Ranks that took different paths through the model would otherwise issue
+all-gathers of different sizes and hang; with the headers they raise `ModuleOrderError`
+instead. DeepSpeed sends no such thing, so the ledger files them apart (`ledger.checks`), out of
+every count of ZeRO's calls and bytes above; `"zerolab": {"order_checks": false}` turns them
+off. Without prefetch (the first step, or `stage3_prefetch_bucket_size` 0) there is one header
+per gather:
 """),
 code(r"""
 for stage in range(4):
     r = runs[4, stage]
-    print(f"N = 4, stage {NAME[stage]:8} overflow check + grad norm {r['wire'].get('overflow', 0):>5.0f} bytes,"
-          f" stage 3 headers {r['headers']:>2} calls, {r['wire'].get('check', 0):>4.0f} bytes")
+    print(f"N = 4, stage {NAME[stage]:8} overflow check + grad norm {r['wire'].get('overflow', 0):>3.0f} bytes;"
+          f" zerolab's headers {r['headers']:>2} calls, {r['header_bytes']:>3.0f} bytes")
 no_prefetch = crews[4].run(train_and_measure, 3, stage3_prefetch_bucket_size=0)[0]
 for label, r in (("default prefetch", runs[4, 3]), ("prefetch off (0)", no_prefetch)):
     print(f"stage 3, N = 4, {label}: {r['module_gathers']} module gathers, {r['prefetched']:>2} of them"
-          f" prefetched,\n    in {r['param_gathers']:>2} all-gathers, {r['headers']:>2} headers, "
+          f" prefetched,\n    in {r['param_gathers']:>2} all-gathers (+ {r['headers']:>2} headers, zerolab's), "
           f"{r['wire']['params']:,.0f} parameter bytes on the wire")
 """),
 md(r"""
@@ -482,31 +554,11 @@ once, after the step, so its double gather is gone too), and less than half the 
 gathered in forward and backward: the small parameters are gathered once, together, after the
 step. (The all-gather calls hardly change here: with prefetch, the modules gathered ahead travel
 in one call anyway.) With DeepSpeed's default, every parameter of a
-189k-parameter model is persistent: stage 3 quietly becomes stage 2 (parameters whole:
-2Ψ = 377,800 bytes per rank; 2Ψ of traffic, the parameters in a single all-gather per step). On a
+189k-parameter model is persistent: stage 3 quietly becomes the paper's stage 2 (parameters
+whole: 2Ψ = 377,800 bytes per rank; 2Ψ of traffic, the gradients reduce-scattered and the
+parameters in a single all-gather per step, less than DeepSpeed's own stage 2 moves). On a
 model with billions of parameters, 100,000 elements is a small LayerNorm or bias, and the
 default makes sense; on a small model, set the threshold yourself.
-
-### What DeepSpeed does in stages 1 and 2
-
-zerolab's stages 1 and 2 **reduce-scatter** each gradient bucket: rank r receives only the sum of
-its own shard. DeepSpeed 0.19.8, by default (`use_multi_rank_bucket_allreduce`), instead
-**all-reduces** each bucket, and each owner keeps its slices. The result is the same; the
-traffic is not. An all-reduce moves 2Ψ, then the parameter all-gather moves Ψ more: about 3Ψ
-per step, as much as stage 3.
-
-Memory differs too. In bf16 at stages 0 and 1, DeepSpeed 0.19.8 runs its `BF16_Optimizer`,
-which keeps a full fp32 gradient buffer on every rank: **+4Ψ bytes per rank** beyond the
-formulas above (stage 1 holds 8Ψ + 12Ψ/N, not 4Ψ + 12Ψ/N). zerolab keeps bf16 gradients, as
-the paper's formula assumes.
-"""),
-code(r"""
-n = 4
-zerolab_stage12 = comm_volume(PSI, 1, n)
-deepspeed_stage12 = comm_ops(PSI, 0, n)["all_reduce"] + comm_ops(PSI, 1, n)["all_gather"]
-unit = (n - 1) / n * PSI * 2
-print(f"N = {n}: zerolab stage 1/2 {zerolab_stage12:,.0f} bytes ({zerolab_stage12 / unit:.0f} Ψ); "
-      f"DeepSpeed's default {deepspeed_stage12:,.0f} bytes ({deepspeed_stage12 / unit:.0f} Ψ)")
 """),
 md(r"""
 ## Correct first: every stage trains like one process
@@ -569,25 +621,35 @@ two: it is AdamW that amplifies those last bits, in any data-parallel training.
 The rule behind all of it fits in one line. A flat buffer of `padded_numel` elements (a
 multiple of N) is cut into N equal pieces, and **rank r owns the r-th piece**:
 `[r · padded_numel / N, (r + 1) · padded_numel / N)`. Equal pieces, in rank order, because that
-is what reduce-scatter delivers and what all-gather expects.
+is what an all-gather collects (and what a reduce-scatter delivers).
 
-The cut ignores parameter boundaries. Below, stage 1 on 3 ranks: one bar per bucket (buckets
-are filled in the order backward produces gradients, so the last layer comes first), colored
-by owner. Black lines are parameter boundaries; the dense black edges are the small
-parameters, biases and LayerNorms of 100 to 400 elements. The padding (0 to 2 elements per
-bucket here) is too thin to see.
+Which buffer is cut is where DeepSpeed and the paper part. DeepSpeed's stages 1 and 2 lay every
+trainable parameter in **one** flat buffer, in the order backward produces the gradients (the
+last layer first), so a rank's partition is one stretch of the model; a gradient bucket (dashed
+lines) is a stretch of `reduce_bucket_size` elements of that buffer, wherever the partitions
+fall. The paper's layout (the switch) makes each bucket a flat buffer of its own, cut into N
+shards: every rank owns a piece of every bucket, which is what lets a bucket be reduce-scattered.
+Below, stage 1 on 3 ranks in both layouts, colored by owner. Black lines are parameter
+boundaries; the dense black edges are the small parameters, biases and LayerNorms of 100 to 400
+elements. The padding (at most N − 1 = 2 elements per buffer) is too thin to see.
 """),
 code(r"""
 from zerolab.viz import shard_map
 
-n, layout = 3, runs[3, 1]["layout"]
-fig, ax = plt.subplots(figsize=(10, 0.9 + 0.55 * len(layout)))
-shard_map(ax, layout,
-          title=f"Stage 1 on {n} ranks: who owns which shard (black lines: parameter boundaries)")
+n, layout, paper_layout = 3, runs[3, 1]["layout"], ideal[3, 1]["layout"]
+fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 2.2 + 0.55 * len(paper_layout)),
+                                  height_ratios=[1, len(paper_layout)], layout="constrained")
+shard_map(top, layout, title=f"DeepSpeed's layout, stage 1 on {n} ranks: one flat buffer "
+          "(red: where gradient buckets begin)")
+top.vlines(runs[3, 1]["bucket_starts"][1:], -0.5, 0.5, colors="red", linestyles="--", linewidth=2)
+top.get_legend().remove()                  # the same colours as below
+top.set_xlabel("element offset in the flat buffer")
+shard_map(bottom, paper_layout, title="The paper's layout (zerolab's switch): every bucket its own "
+          "buffer, cut into N shards")
 plt.show()
 """),
 code(r"""
-print("parameters cut between ranks (stage 1, N = 3; element ranges inside the parameter):")
+print("parameters cut between ranks (stage 1, N = 3, DeepSpeed's layout; ranges inside the parameter):")
 for g in layout:
     offset = 0
     for name, numel in zip(g["names"], g["numels"]):
@@ -599,7 +661,7 @@ for g in layout:
         offset += numel
 per_rank = crews[3].run(train_and_measure, 1)
 print("elements each rank's optimizer steps:", [r["master_numel"] for r in per_rank],
-      f"(sum of padded buckets {sum(g['padded'] for g in layout):,} / 3)")
+      f"(the padded buffer's {sum(g['padded'] for g in layout):,} / 3)")
 """),
 md(r"""
 A parameter cut in two is not a problem: Adam, AdamW and SGD update every element on its own,
@@ -618,45 +680,53 @@ md(r"""
 
 On a 188,900-parameter TinyLM, bf16 + AdamW, 1 to 4 ranks, per rank:
 
-- **Memory** (bytes) at N = 4: DDP holds 3,022,422 (16Ψ = 3,022,400), stage 1 1,322,322
-  (4Ψ + 12Ψ/N = 1,322,300), stage 2 1,038,972 (2Ψ + 14Ψ/N = 1,038,950), stage 3 755,638
+- **Memory** (bytes) at N = 4: DDP holds 3,022,406 (16Ψ = 3,022,400), stage 1 1,322,306
+  (4Ψ + 12Ψ/N = 1,322,300), stage 2 1,038,956 (2Ψ + 14Ψ/N = 1,038,950), stage 3 755,638
   (16Ψ/N = 755,600). In all 16 runs the difference from the formula is exactly the padding, the
   one frozen parameter and AdamW's 4-byte step counters.
-- **Traffic** (bytes per step, ring convention): stages 0, 1 and 2 move 2.000 Ψ·(N−1)/N each,
-  stage 3 moves 3.136 Ψ·(N−1)/N: 3Ψ plus a second forward gather of the tied embedding.
-  Persistent parameters (`stage3_param_persistence_threshold`) bring stage 3 to the formula
-  exactly; with DeepSpeed's default threshold they turn this small model's stage 3 into stage 2.
-  DeepSpeed's default stages 1 and 2 all-reduce their buckets: about 3Ψ instead of 2Ψ.
+- **Traffic** (bytes per step, ring convention, in units of (N−1)/N·Ψ·2 bytes): DDP moves
+  2.000; DeepSpeed's stages 1 and 2 move 3.000 (each bucket all-reduced, then one all-gather),
+  the paper's 2.000 (each bucket reduce-scattered, zerolab's switch); stage 3 moves 3.136 when
+  every module is gathered again for backward (3Ψ plus a second forward gather of the tied
+  embedding) and 2.000 with DeepSpeed's default reuse distance, which keeps this small model
+  gathered. Persistent parameters (`stage3_param_persistence_threshold`) bring stage 3 to the
+  formula exactly; with DeepSpeed's default threshold they turn this small model's stage 3 into
+  the paper's stage 2. With gradient accumulation 4, stage 2 pays every micro-step: 9 units
+  DeepSpeed's way, 5 the paper's.
 - **Correctness** (fp32): every stage differs from one whole-batch process just as much as
   any data-parallel run does: below 10⁻⁶ (a rounding step or two) with SGD, below 3·10⁻⁴ (a
   tenth of one step's move) with AdamW, which amplifies the last bits of the gradient sum; one
   process accumulating N micro-batches shows the same (appendix 3a).
 
-The trade is the one the captain saw: stages 1 and 2 are free in traffic (the same 2Ψ as DDP,
-if you reduce-scatter), stage 3 buys its 1/N with 1.5× the traffic.
+The trade is the one the captain saw, with a twist: the paper's stages 1 and 2 are free in
+traffic (the same 2Ψ as DDP), DeepSpeed's pay 1.5× for keeping one contiguous partition per
+rank, and stage 3 buys its 1/N with 1.5× the traffic.
 
 ## Questions
 
-1. Stage 2 keeps a quarter of the gradients at N = 4, yet moves the same bytes as DDP. Where
-   in the step does each gradient byte go, and why is nothing saved or added?
-2. DeepSpeed's default stages 1 and 2 all-reduce their buckets. For a 7B model in bf16 on 64
-   GPUs, how many GB per step does each rank put on the wire that way, and how many with
-   zerolab's reduce-scatter?
+1. With the paper's reduce-scatter, stage 2 keeps a quarter of the gradients at N = 4, yet moves
+   the same bytes as DDP. Where in the step does each gradient byte go, and why is nothing saved
+   or added? What does DeepSpeed's all-reduce add?
+2. For a 7B model in bf16 on 64 GPUs, how many GB per step does each rank put on the wire at
+   stage 2, DeepSpeed's way and the paper's way?
 3. The memory table's "measured − formula" reaches 91 bytes at N = 3 but at most 38 at N = 4.
    Which of the three reasons grows when N does not divide the buffers?
 4. Why is stage 3's traffic 3Ψ and not 2Ψ + Ψ/N? Count the gathers in forward, in backward,
-   and the reduce-scatter.
+   and the reduce-scatter. Then set `stage3_max_reuse_distance` back to DeepSpeed's default in
+   `ds_config`: which of those gathers go away on this model?
 
 ## Your turn
 
 Open **`exercises/03_stage1_shards.ipynb`**. You write the two pieces stage 1 rests on:
 (a) the shard ownership rule `shard_range(padded_numel, world_size, rank)`, and (b) the
-shard-only AdamW step. The checks plug your code into the real engine on 2 and 3 ranks and
-compare the training with a single process.
+shard-only AdamW step. The checks plug your code into the real engine on 2 and 3 ranks (your
+rule cuts DeepSpeed's flat buffer, and the paper's buckets) and compare the training with a
+single process.
 
 Then open **`exercises/03b_stage2_buckets.ipynb`**, the heart of stage 2: you write what
 happens to a gradient bucket during backward (when it is complete, what it sends, what this
-rank keeps), and the check trains stages 2 and 3 with it.
+rank keeps), in the paper's pattern (each bucket reduce-scattered, zerolab's switch; DeepSpeed
+all-reduces it), and the check trains stages 2 and 3 with it.
 """),
 ]
 
@@ -689,17 +759,20 @@ start Jupyter with the environment variable `ZEROLAB_FULL_TRACEBACK=1`.
 md(r"""
 ## (a) The shard ownership rule
 
-Every bucket of parameters lives in one flat 1-D buffer of `padded_numel` elements: the
-parameters end to end, padded with zeros to a multiple of `world_size`. Rank `rank` owns one
-contiguous piece of it, `[start, end)` in element offsets.
+At stages 1 and 2 DeepSpeed lays the trainable parameters in one flat 1-D buffer of
+`padded_numel` elements: the parameters end to end, padded with zeros to a multiple of
+`world_size`. (The paper's layout, zerolab's `ideal_reduce_scatter` switch, makes one such
+buffer per gradient bucket.) Rank `rank` owns one contiguous piece of it, its **partition**,
+`[start, end)` in element offsets: the elements its optimizer steps.
 
 What the engine needs from the rule:
 
 - the pieces of all ranks **tile** the buffer: together they cover `[0, padded_numel)`, with no
   gap and no overlap (every element has exactly one owner);
-- they are **equal**: reduce-scatter delivers, and all-gather collects, pieces of
-  `padded_numel / world_size` elements;
-- they are **in rank order**: reduce-scatter hands rank r the r-th piece, so rank r must own it.
+- they are **equal**: the all-gather after the step collects (and the paper's reduce-scatter
+  delivers) pieces of `padded_numel / world_size` elements;
+- they are **in rank order**: the all-gather puts rank r's piece r-th in the buffer, so rank r
+  must own the r-th piece.
 
 Write `shard_range(padded_numel, world_size, rank) -> (start, end)`.
 """),
@@ -713,7 +786,9 @@ def shard_range(padded_numel, world_size, rank):
 md(r"""
 The check first tests that your ranges tile the buffer, for several sizes; then it replaces
 the engine's own rule (`zerolab.flat.FlatGroup.shard_range`) by yours on every rank, trains
-stage 1 on 2 and on 3 ranks, and compares every parameter with single-process training.
+stage 1 on 2 and on 3 ranks, in DeepSpeed's layout (one flat buffer; some parameters straddle
+two partitions) and in the paper's (one buffer per bucket), and compares every parameter with
+single-process training.
 """),
 code(r"""
 from zerolab.checks.ch03 import check_shard_range
@@ -723,8 +798,9 @@ check_shard_range(shard_range)
 md(r"""
 ## (b) The shard-only AdamW step
 
-After the reduce-scatter, rank r holds the averaged gradient of its shard only, and the fp32
-master weights and Adam's momentum and variance of that shard only. The optimizer step uses
+Once the gradients are reduced (DeepSpeed all-reduces each bucket and rank r keeps the slices
+in its partition), rank r holds the averaged gradient of its shard only, and the fp32 master
+weights and Adam's momentum and variance of that shard only. The optimizer step uses
 nothing else: AdamW updates every element on its own.
 
 Write `adamw_step(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay)`. The
@@ -768,9 +844,10 @@ md(r"""
 ## Where this lives in zerolab
 
 Your rule is `FlatGroup.shard_range` in `zerolab/flat.py`; the stage that uses it is
-stage 1: `ReduceScatterAtBoundary` in `zerolab/reduce.py` reduce-scatters the gradients, the
-optimizer steps the owned shard, and `ReplicatedParams.publish` in `zerolab/params.py`
-all-gathers the parameters. The optimizer zerolab steps is torch's own, over the shard tensors
+stage 1: `ReduceScatterAtBoundary` in `zerolab/reduce.py` all-reduces each gradient bucket and
+keeps the slices inside this rank's partition (DeepSpeed's way; with the switch it
+reduce-scatters each bucket), the optimizer steps the owned partition, and
+`ReplicatedParams.publish` in `zerolab/params.py` all-gathers the parameters. The optimizer zerolab steps is torch's own, over the shard tensors
 (`zerolab/optim.py`), which is why only element-wise optimizers are allowed by default.
 
 The checks kept their ranks running, so that a second try is quick. Stop them when you are done:
@@ -797,10 +874,15 @@ ever holds the whole set: while backward is still running, the stickers are pack
 his, and the box is thrown away.
 
 You write the two pieces of zerolab's `ReduceScatterInBackward` (in `zerolab/reduce.py`, shared by
-stages 2 and 3) that do this. The check plugs your functions into the real engine on every
-rank, trains TinyLM with stages 2 and 3 on 2 and 3 ranks, in fp32 and bf16, with gradient
-accumulation 1 and 2, and compares every parameter with zerolab's own engine and (fp32) with
-single-process training.
+stages 2 and 3) that do this, in **the paper's pattern**: each bucket is its own flat buffer,
+cut into N shards, and is **reduce-scattered**, so each rank receives only the sum of its own
+shard. That is what stage 3 does in DeepSpeed too; at stage 2 it is zerolab's switch
+`"zerolab": {"ideal_reduce_scatter": true}`, which the check turns on. DeepSpeed's own stage 2
+keeps one flat buffer and **all-reduces** each bucket instead, keeping the slices of its
+partition (chapter 3 measures the difference: 3Ψ against the paper's 2Ψ). The check plugs your
+functions into the real engine on every rank, trains TinyLM with stages 2 and 3 on 2 and 3
+ranks, in fp32 and bf16, with gradient accumulation 1 and 2, and compares every parameter with
+zerolab's own engine and (fp32) with single-process training.
 
 **When a check fails** it says in a few lines what is wrong and names the likely mistake. For
 the full traceback run `import zerolab.checks; zerolab.checks.full_tracebacks()` and run the
@@ -878,15 +960,17 @@ md(r"""
 ## Where this lives in zerolab
 
 `ReduceScatterInBackward.accept` and `ReduceScatterInBackward.issue` in `zerolab/reduce.py` do
-what you wrote; `GradReducer._reduce_to_shard` sends the bucket (asynchronously when
-`overlap_comm` is on, so backward goes on computing while it travels). Stage 3 uses the same
-switch; its parameters (`zerolab/gather.py`) are told through `reduced(g)` and reshard the
-bucket's gathered parameters.
+what you wrote; `GradReducer._reduce` sends the bucket (asynchronously when `overlap_comm` is
+on, so backward goes on computing while it travels) with the collective DeepSpeed would use for
+the config: a reduce-scatter here and at stage 3, an all-reduce at DeepSpeed's default stage 2.
+Stage 3 uses the same switch, with buckets of whole modules; its parameters
+(`zerolab/gather.py`) are told through `grads_done(g)` and reshard a module's gathered
+parameters once all its gradients are in.
 
 Questions:
 
 1. With gradient accumulation 4, how many reduce-scatters does stage 2 make per optimizer
-   step, and how many would stage 1 make? (Chapter 3 measures it.)
+   step, and how many would stage 1 make? (Chapter 3 measures it, both ways.)
 2. Why must every rank send its buckets in the same order, even if one rank's bucket is
    complete sooner?
 3. Why divide before the sum rather than after, in fp16?
@@ -995,15 +1079,14 @@ for n in (2, 3, 4):
 """),
 md(r"""
 One process that adds up N micro-batches is just as far from the whole-batch run as the N
-ranks are. At N = 2 and N = 4 it lands exactly where the ranks land, bit for bit: zerolab's
-collectives between CPU ranks add the ranks' gradients in rank order (rank 0's, plus rank 1's,
-plus ...), the very order in which one process adds its micro-batches, and dividing by 2 or 4
-is exact in binary. At N = 3 it lands close to them but not on them: gradient accumulation
-divides the loss by 3 before backward, the ranks divide their gradients by 3 before adding
-them, and 1/3 is not exact in binary. A ring all-reduce (gloo's, NCCL's; zerolab's own on a
-CPU without shared memory) adds in yet another order, and then N = 4 lands close, not on it.
-So the difference is not ZeRO's: it is the order of the sums and the place of a division,
-which change each gradient element's last bits.
+ranks are. At N = 2 it lands exactly where the 2 ranks land, bit for bit: halving a gradient
+is exact in binary, and a + b = b + a. At N = 3 and 4 it lands close to them but not on them,
+because the order of the sums differs (one process adds micro-batch after micro-batch, gloo's
+collectives add the ranks' pieces in their own order, as NCCL's ring does), and at N = 3 even
+the place of a division matters: gradient accumulation divides the loss by 3 before backward,
+the ranks divide their gradients by 3 before adding them, and 1/3 is not exact in binary. So
+the difference is not ZeRO's: it is the order of the sums and the place of a division, which
+change each gradient element's last bits.
 
 ## SGD passes the last bits on; AdamW amplifies them
 

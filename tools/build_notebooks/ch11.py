@@ -12,8 +12,10 @@ Built like every chapter (``nbsource.py``): fixed cell ids; an unchanged noteboo
 stored executed. Outputs must not depend on the CPU's floating-point kernels or thread count:
 byte and element counts are exact and printed as they are; floats that are rounding noise (parity
 with one process, the gradient norm) are printed as verdicts with their tolerance; times (the
-alpha-beta question) only as verdicts with wide margins. Offload is only estimated here (the
-estimators of ``zerolab.estimate``); no cell runs it.
+alpha-beta question) only as verdicts with wide margins. Traffic is DeepSpeed's pattern for each
+config (3Ψ at stages 1-2), beside the paper's (zerolab's ``ideal_reduce_scatter`` switch), each
+labelled. Offload runs once on real ranks (Q13); its sizes for 7B and 70B come from DeepSpeed's
+estimators (``zerolab.estimate``).
 """
 from __future__ import annotations
 
@@ -41,14 +43,16 @@ Traffic is counted as the bytes one rank puts on the wire in a ring (nccl-tests'
 convention): an all-reduce of S bytes costs each rank 2(N−1)/N·S, a reduce-scatter or an
 all-gather (N−1)/N·S. The paper's "2Ψ" and "3Ψ" drop the factor (N−1)/N.
 
-The facts about DeepSpeed are those of its release 0.19.8. The questions follow chapters 1 to 6,
-where each answer is taken apart at length.
+The facts about DeepSpeed are those of its release 0.19.8; zerolab issues DeepSpeed's collectives
+for each config, and where the ZeRO paper differs (stages 1-2 move 3Ψ in DeepSpeed, 2Ψ in the
+paper) both are measured and labelled. The questions follow chapters 0 to 9, where each answer is
+taken apart at length (the map is at the end).
 
 | # | question | checked with |
 |---|---|---|
 | 1 | Why 16 bytes per parameter? | `engine.memory()` on 4 ranks |
 | 2 | Memory per rank at each stage? | 4 stages on 4 ranks |
-| 3 | Traffic per stage; why is stage 3 3Ψ? | the ledger |
+| 3 | Traffic per stage: DeepSpeed's and the paper's; why 3Ψ? | the ledger |
 | 4 | Reduce-scatter or all-reduce? | collectives + the engine |
 | 5 | Gradient accumulation with stage 2? | the ledger at 4 micro-steps |
 | 6 | FSDP's names for the stages? | gathers per step |
@@ -58,7 +62,7 @@ where each answer is taken apart at length.
 | 10 | Loss scaling in fp16 but not in bf16? | casts + the engine's scale |
 | 11 | How does the dynamic loss scaler move? | an injected overflow |
 | 12 | Activation checkpointing or ZeRO? | saved tensors + stage 3 |
-| 13 | ZeRO-Offload and ZeRO-Infinity? | DeepSpeed's estimators |
+| 13 | ZeRO-Offload and ZeRO-Infinity? | `engine.memory("host")` + DeepSpeed's estimators |
 | 14 | Does a 7B / 70B model fit? | the formulas + estimators |
 | 15 | What is the α-β model? | a fit on 2 ranks |
 """),
@@ -86,23 +90,26 @@ def make_model():
     return MLP(sizes=(WIDTH,) * (LAYERS + 1), seed=0)
 
 
-def config(stage, precision="bf16", gas=1, optimizer=None, **zero):
+def config(stage, precision="bf16", gas=1, optimizer=None, ideal=False, **zero):
     # stage3_param_persistence_threshold 0: DeepSpeed's default (100,000 elements) would keep
     # every parameter of this small model whole, and stage 3 would behave like stage 2;
     # stage3_max_reuse_distance 0: its default (10^9) would keep the model gathered from forward
-    # to backward (2 Psi; chapter 8), where the paper's stage 3 gathers again (3 Psi)
+    # to backward (2 Psi; chapter 8), where the paper's stage 3 gathers again (3 Psi).
+    # ideal=True: zerolab's own switch, the paper's reduce-scatter at stages 1-2 (not DeepSpeed's)
     cfg = {"train_batch_size": BATCH, "gradient_accumulation_steps": gas,
            "optimizer": optimizer or {"type": "AdamW", "params": {"lr": 1e-3}},
            "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0,
                                  "stage3_max_reuse_distance": 0, **zero}}
     if precision != "fp32":
         cfg[precision] = {"enabled": True}
+    if ideal:
+        cfg["zerolab"] = {"ideal_reduce_scatter": True}
     return cfg
 
 
-def measured_step(stage, precision="bf16", gas=1, **zero):
+def measured_step(stage, precision="bf16", gas=1, ideal=False, **zero):
     # runs on every rank: one warm-up step (AdamW creates its states), then the measured step
-    engine = zerolab.initialize(make_model(), config(stage, precision, gas, **zero))
+    engine = zerolab.initialize(make_model(), config(stage, precision, gas, ideal=ideal, **zero))
     batches = regression_batches(2, BATCH, d_in=WIDTH, d_out=WIDTH)
     train_engine(engine, batches[:1], mse_loss)
     mark = engine.ledger.mark()
@@ -189,45 +196,62 @@ md(r"""
 *Try first:* for each stage, name the collectives of one step and their sizes.
 
 **Answer.** DDP all-reduces the gradients: 2Ψ (an all-reduce is a reduce-scatter plus an
-all-gather). Stages 1 and 2 split that all-reduce in two and put the optimizer step in the
-middle: reduce-scatter the gradients (Ψ; each rank gets the sum of its own shard), step the
-shard, all-gather the updated parameters (Ψ). Also 2Ψ: **no extra traffic**, for up to 4×
-(stage 1) or 8× (stage 2) less memory.
+all-gather). **The paper**'s stages 1 and 2 split that all-reduce in two and put the optimizer
+step in the middle: reduce-scatter the gradients (Ψ; each rank gets the sum of its own shard),
+step the shard, all-gather the updated parameters (Ψ). Also 2Ψ: no extra traffic, for up to 4×
+(stage 1) or 8× (stage 2) less memory. **DeepSpeed 0.19.8 does not, by default**: it all-reduces
+each gradient bucket (2Ψ), each rank keeps the slices it owns, then it all-gathers the
+parameters (Ψ): **3Ψ, 1.5× DDP** at stages 1 and 2 (Q4 says why).
 Stage 3 holds no full parameters, so it must all-gather each layer before its forward (Ψ),
 **again** before its backward, because the gathered copy was freed after the forward (Ψ), and
-then reduce-scatter the gradients (Ψ): **3Ψ, 1.5× DDP**. There is no all-gather after the
-step: each rank updates its own shard, and the next forward gathers it.
+then reduce-scatter the gradients (Ψ): **3Ψ**, in the paper and in DeepSpeed. There is no
+all-gather after the step: each rank updates its own shard, and the next forward gathers it.
+In the room: "the paper says 2Ψ, 2Ψ, 3Ψ; DeepSpeed's defaults move 3Ψ at every stage from 1 on".
 """),
 code(r"""
+runs_ideal = {s: crew.run(measured_step, s, ideal=True)[0] for s in (1, 2)}   # zerolab's switch
+DS = {0: 2, 1: 3, 2: 3, 3: 3}                      # DeepSpeed's pattern, in Ψ
 print(f"bytes on one rank's wire in one step, N = {N}; 1Ψ = (N-1)/N x 2 B x Ψ = {UNIT:,.0f} B")
-print(f"{'stage':>5}{'all-reduce':>12}{'reduce-scatter':>16}{'all-gather':>12}{'total':>9}"
-      f"{'formula':>9}   measured == formula")
-for s, r in runs.items():
+print(f"{'stage':>5}  {'pattern':<16}{'all-reduce':>11}{'reduce-scatter':>16}{'all-gather':>12}{'total':>8}"
+      f"{'formula':>9}   ==")
+rows = [(s, "DeepSpeed's", runs[s], DS[s] * UNIT) for s in range(4)]
+rows[2:2] = [(1, "paper (switch)", runs_ideal[1], comm_volume(PSI, 1, N))]
+rows[4:4] = [(2, "paper (switch)", runs_ideal[2], comm_volume(PSI, 2, N))]
+for s, who, r, formula in rows:
     ops = [wire(r, op) for op in ("all_reduce", "reduce_scatter", "all_gather")]
     total = sum(ops)
-    formula = comm_volume(PSI, s, N)
-    print(f"{s:>5}" + "".join(f"{b / UNIT:>{w}.0f}Ψ" for b, w in zip(ops, (11, 15, 11)))
-          + f"{total / UNIT:>8.0f}Ψ{formula / UNIT:>8.0f}Ψ   {total == formula}")
-print("stage 3, one step in ledger order (g = all-gather, rs = reduce-scatter, digit = layer,")
-print("  +k: the k layers after it in the same all-gather):")
-def short(op, tag):                 # "params layers.1 + 2 more" -> g1+2: layer 1 and the 2 after it
+    print(f"{s:>5}  {who:<16}" + "".join(f"{b / UNIT:>{w}.0f}Ψ" for b, w in zip(ops, (10, 15, 11)))
+          + f"{total / UNIT:>7.0f}Ψ{formula / UNIT:>8.0f}Ψ   {total == formula}")
+print("stage 3, one step in ledger order (g = all-gather, digit = layer, +k: the k layers after")
+print("  it in the same all-gather; rs(b): the reduce-scatter of gradient bucket b):")
+
+
+def short(op, tag):      # "params layers.1 + 2 more" -> g1+2; "grads bucket 0" -> rs(0)
+    if op == "reduce_scatter":
+        return f"rs({tag.split()[-1]})"
     first, _, more = tag.partition(" + ")
-    return f"{'g' if op == 'all_gather' else 'rs'}{first[-1]}" + (f"+{more.split()[0]}" if more else "")
+    return f"g{first[-1]}" + (f"+{more.split()[0]}" if more else "")
 
 
 order = [short(op, tag) for op, tag, _, _ in runs[3]["records"]]
 print("   ", " ".join(order))
 """),
 md(r"""
-Read the last line as the step: forward gathers layers 0 to 3; backward gathers them again in
-reverse order, and as each layer's gradient is complete it is reduce-scattered and its gathered
-copy is freed. (DeepSpeed can skip the second gather of a layer used again soon,
-`stage3_max_reuse_distance`; the formula counts it.) This is the second step, so the gathers
-were also **prefetched**: each pass follows the previous pass's order of layers and, with the
-layer it needs now, starts the next layers' gathers in **one** asynchronous all-gather
-(`g1+2`: layers 1, 2 and 3) that travels while the current layer computes. The ledger writes it
-down when it is waited for, at the first layer that uses it; prefetch changes when the bytes
-travel and in how many calls, not how many bytes.
+Stages 1 and 2 moved DeepSpeed's 3Ψ (all-reduce 2Ψ + all-gather Ψ) by default, and the paper's
+2Ψ (reduce-scatter Ψ + all-gather Ψ) only with zerolab's `ideal_reduce_scatter` switch; stage 3
+moved 3Ψ either way. Read the last line as stage 3's step. This is the second step, so the engine
+follows the order of layers recorded in the first and **prefetches** by DeepSpeed's rule: at a
+module's fetch it also starts one asynchronous all-gather of the next layers, while fewer than
+`stage3_prefetch_bucket_size` elements (5·10⁷ by default, far more than this model) are taken.
+So forward gathers layers 0 to 3 in one call (`g0+3`); backward gathers them again (each was
+freed after its forward): layer 3 when it is needed, and with it layers 2, 1 and 0 in one call
+(`g2+2`). The gradients are packed into buckets of `reduce_bucket_size` elements (5·10⁸ by
+default: here the whole model is one bucket), each reduce-scattered in one call: `rs(0)`, not
+one call per layer. The ledger writes a call down when it is waited for. (DeepSpeed can skip the
+second gather of a layer used again soon, `stage3_max_reuse_distance`; the formula counts it.
+zerolab's own order checks, 16-byte all-gathers DeepSpeed does not send, are filed apart in
+`ledger.checks` and not shown.) Prefetch changes when the bytes travel and in how many calls,
+not how many bytes.
 """),
 
 # ------------------------------------------------------------------------------------- Q4
@@ -242,8 +266,11 @@ by an all-gather, so it costs twice as much: 2(N−1)/N·S against (N−1)/N·S.
 only their own shard of the gradient, so the paper reduce-scatters. A catch for the interview:
 DeepSpeed 0.19.8's stages 1 and 2 issue **no** reduce-scatter by default: each bucket is
 all-reduced (`use_multi_rank_bucket_allreduce`, true by default) and each owner keeps its slice,
-so they move about **3Ψ**, as much as stage 3. Only DeepSpeed's stage 3 calls a real
-reduce-scatter. zerolab reduce-scatters; `"reduce_scatter": false` gives the all-reduce traffic.
+so they move about **3Ψ**, as much as stage 3. Why: the parameters form one flat buffer cut
+into N contiguous partitions, and a bucket is a range of it that cuts those partitions unevenly,
+not the N equal pieces a reduce-scatter hands out. Only DeepSpeed's stage 3 calls a real
+reduce-scatter. zerolab issues DeepSpeed's collectives; the paper's reduce-scatter is zerolab's
+own switch, `"zerolab": {"ideal_reduce_scatter": true}` (each bucket then its own N shards).
 """),
 code(r"""
 def collectives():
@@ -268,10 +295,10 @@ print(f"wire bytes per rank for S = {S:,} B on {N} ranks:")
 print("    " + ", ".join(f"{k} {v:,.0f} B" for k, v in w.items()))
 print(f"    all-reduce == 2(N-1)/N S: {w['all-reduce'] == 2 * (N - 1) / N * S}; "
       f"reduce-scatter == (N-1)/N S: {w['reduce-scatter'] == (N - 1) / N * S}")
-r = crew.run(measured_step, 2, reduce_scatter=False)[0]
-print(f"engine, stage 2, reduce_scatter false: gradients {wire(r, what='grads') / UNIT:.0f}Ψ "
-      f"+ parameters {wire(r, what='params') / UNIT:.0f}Ψ = {wire(r) / UNIT:.0f}Ψ")
-print(f"    (with reduce_scatter true: {wire(runs[2]) / UNIT:.0f}Ψ)")
+for who, r in (("DeepSpeed's default", runs[2]), ("paper's, zerolab switch", runs_ideal[2])):
+    how = ", ".join(sorted({op for op, tag, _, _ in r["records"] if tag.startswith("grads")}))
+    print(f"engine, stage 2, {who}: gradients by {how} {wire(r, what='grads') / UNIT:.0f}Ψ "
+          f"+ parameters {wire(r, what='params') / UNIT:.0f}Ψ = {wire(r) / UNIT:.0f}Ψ")
 """),
 
 # ------------------------------------------------------------------------------------- Q5
@@ -281,21 +308,25 @@ md(r"""
 *Try first:* with 4 micro-batches per optimizer step, how many Ψ does each stage move?
 
 **Answer.** Stage 1 keeps full gradients, so it can add the 4 micro-batches' gradients locally
-and reduce-scatter once at the boundary: 2Ψ per step, whatever the accumulation. Stage 2 keeps
+and reduce them once at the boundary, whatever the accumulation: DeepSpeed all-reduces them (2Ψ)
+and all-gathers the parameters (Ψ), 3Ψ per step; the paper's reduce-scatter, 2Ψ. Stage 2 keeps
 only its shard of the gradient, so it cannot hold a micro-batch's full gradient until the end: it
-reduce-scatters every bucket in every micro-step, as backward fills it. With k micro-steps
-that is kΨ + Ψ = (k + 1)Ψ; 5Ψ at k = 4. DeepSpeed's stage 2 pays it too (its `no_sync()`
-refuses stages 2 and 3); stage 3 pays k × 3Ψ. Remedies: fewer, larger micro-batches, or stage 1
-when the gradients fit.
+reduces every bucket in every micro-step, as backward fills it. With k micro-steps DeepSpeed's
+all-reduce moves 2kΨ + Ψ, **9Ψ** at k = 4; the paper's reduce-scatter kΨ + Ψ, 5Ψ. DeepSpeed's
+stage 2 cannot skip it (its `no_sync()` refuses stages 2 and 3); stage 3 pays k × 3Ψ. Remedies:
+fewer, larger micro-batches, or stage 1 when the gradients fit.
 """),
 code(r"""
 print(f"N = {N}, gradient_accumulation_steps 4, bytes per optimizer step in Ψ units")
+FORMULA = {(1, False): 2 + 1, (1, True): 1 + 1, (2, False): 2 * 4 + 1, (2, True): 4 + 1}
 for s in (1, 2):
-    r = crew.run(measured_step, s, gas=4)[0]
-    calls = sum(1 for _, tag, _, _ in r["records"] if tag.startswith("grads"))
-    print(f"stage {s}: {calls} gradient reduce-scatter(s), {wire(r, what='grads') / UNIT:.0f}Ψ + "
-          f"parameters {wire(r, what='params') / UNIT:.0f}Ψ = {wire(r) / UNIT:.0f}Ψ; "
-          f"formula {2 if s == 1 else 4 + 1}Ψ: {wire(r) == (2 if s == 1 else 5) * UNIT}")
+    for ideal in (False, True):
+        r = crew.run(measured_step, s, gas=4, ideal=ideal)[0]
+        grads = [op for op, tag, _, _ in r["records"] if tag.startswith("grads")]
+        who = "paper, zerolab switch" if ideal else "DeepSpeed's default"
+        print(f"stage {s}, {who:<21}: {len(grads)} {grads[0]}, {wire(r, what='grads') / UNIT:.0f}Ψ + "
+              f"parameters {wire(r, what='params') / UNIT:.0f}Ψ = {wire(r) / UNIT:.0f}Ψ; "
+              f"formula {FORMULA[s, ideal]}Ψ: {wire(r) == FORMULA[s, ideal] * UNIT}")
 """),
 
 # ------------------------------------------------------------------------------------- Q6
@@ -546,8 +577,8 @@ block's input in forward and recomputes the rest during backward: activation mem
 every tensor of every block to one tensor per block, for about one extra forward (roughly 33%
 more compute). They are independent and are used together; with ZeRO-3 the recomputation runs
 while the block's parameters are gathered for its backward, so the parameters and gradients
-still move 3Ψ in zerolab. (Left out of the comparison: stage 3's 16-byte headers, one per unit
-of gathers; how many there are depends on how the prefetch groups the gathers.)
+still move 3Ψ, in DeepSpeed and in zerolab. (zerolab's own order checks, 16-byte all-gathers
+that DeepSpeed does not send, are filed apart in `ledger.checks`, outside this count.)
 """),
 code(r"""
 class Block(nn.Module):
@@ -611,11 +642,27 @@ staging buffer. The cost is time: PCIe (about 25 GB/s per direction for PCIe 4.0
 CPU's Adam are far slower than the GPU, so offload is for fitting a model that does not fit
 otherwise.
 
-DeepSpeed's estimators (reproduced in `zerolab.estimate`, same signatures) give the bytes, with
-L the largest layer's parameters and a 1.5× host buffer factor. zerolab does not run offload
-here; the estimators are the check.
+zerolab runs offload too (chapter 5 measures it, chapter 9 trains with it): the first lines
+below check the answer's bytes on 4 real ranks. DeepSpeed's estimators (reproduced in
+`zerolab.estimate`, same signatures) give the bytes for sizes no laptop holds, with L the
+largest layer's parameters and a 1.5× host buffer factor. *On a GPU cluster* DeepSpeed copies
+through pinned host buffers and steps with its vectorised CPUAdam; here the "device" is the CPU
+too, so only the bytes, not the times, carry over.
 """),
 code(r"""
+def offloaded():
+    engine = zerolab.initialize(make_model(), config(2, offload_optimizer={"device": "cpu"}))
+    train_engine(engine, regression_batches(1, BATCH, d_in=WIDTH, d_out=WIDTH), mse_loss)
+    return engine.memory(), engine.memory("host"), len(engine.stage.groups)
+
+
+dev, host, groups = crew.run(offloaded)[0]
+print(f"stage 2 + offload_optimizer cpu on {N} ranks, rank 0: device params {dev['params']:,} B == 2Ψ: "
+      f"{dev['params'] == 2 * PSI};")
+print(f"    device grads {dev['grads']} B, optimizer states {dev['optimizer_states']} B; host: fp32 master "
+      f"+ moments + fp32 gradient")
+print(f"    shard {host['model_states']:,} B == 16Ψ/N + 4 B per step counter: "
+      f"{host['model_states'] == 16 * PSI // N + 4 * groups}")
 GIB = 2 ** 30
 rows = estimate.zero3_rows(2851e6, 32e6, num_gpus_per_node=8)       # DeepSpeed's t5-3b example
 got = [(round(r["cpu_bytes"] / GIB, 2), round(r["gpu_bytes"] / GIB, 2)) for r in rows]
@@ -708,17 +755,18 @@ md(r"""
 
 | questions | chapter |
 |---|---|
-| 1, 12 | 01 the four memory giants |
-| 2, 3, 5, 6, 7 | 03 the three stages (and 02 for DDP and the ring) |
-| 4 | 00 meet the crew, 02 the pain of data parallelism, 06 the boxes |
+| 1, 12 | 01 the four memory giants (07 for recomputation's cost) |
+| 2, 3, 5, 6, 7 | 03 the three stages (02 for DDP and the ring; 08 for stage 3's prefetch and reuse distance) |
+| 4 | 00 meet the crew, 02 the pain of data parallelism, 03, 06 the boxes |
 | 8, 9, 10, 11 | 04 mixed precision (and exercise 04, the loss scaler) |
-| 13, 14 | `zerolab estimate`, `zerolab simulate` |
+| 13 | 05 the warehouse (offload, measured), 09 a whole move |
+| 14 | 07 the captain's three checks, `zerolab estimate`, `zerolab simulate` |
 | 15 | 06 the boxes |
 
 Two more to practise on your own, each answerable by changing a number above and re-running:
 
-- Set `"reduce_scatter": False` at stage 1 in Q4's last line: how many Ψ now? Why does that
-  match DeepSpeed's default stages 1 and 2?
+- Run `crew.run(measured_step, 2, use_multi_rank_bucket_allreduce=False)[0]` and read it as Q4's
+  last lines do: which collective does DeepSpeed issue for each bucket now, and how many Ψ?
 - In Q5, run stage 3 with 4 micro-steps: how many Ψ per optimizer step, and why 12?
 """),
 ]

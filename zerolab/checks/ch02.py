@@ -244,7 +244,7 @@ def _engine_task(fn: Callable, steps: int = 2) -> dict:
     cfg = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
            "train_batch_size": 2 * n,
            "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
-           "zero_optimization": {"stage": 0, "reduce_bucket_size": 2000}}
+           "zero_optimization": {"stage": 0}}     # DeepSpeed's stage 0: one bucket of 5e8 elements
     batches = lm_batches(steps, cfg["train_batch_size"], seed=2)
     engine = zerolab.initialize(TinyLM(), cfg)
     comm = engine.comm
@@ -260,7 +260,7 @@ def _engine_task(fn: Callable, steps: int = 2) -> dict:
         out = chunks if out is None else out
         full = ring_all_gather(out)
         t.copy_(full.reshape(t.shape))
-        calls.append(tag)
+        calls.append((tag, t.numel()))
         if async_op:                              # the engine asked for a handle: it is done already
             from zerolab.comm import Pending
             return Pending(comm, "all_reduce", t, t.numel(), tag, None)
@@ -272,8 +272,9 @@ def _engine_task(fn: Callable, steps: int = 2) -> dict:
     ref = train_reference(TinyLM(), cfg, batches, lm_loss)
     diff = max(float((got[k] - ref[k]).abs().max()) for k in ref)
     rel = max(float(((got[k] - ref[k]).abs() / (1e-6 / 1e-5 + ref[k].abs())).max()) for k in ref)
-    return {"max_abs_diff": diff, "ok": rel < 1e-5, "calls": len(calls), "steps": steps,
-            "buckets": len(engine.stage.groups)}
+    return {"max_abs_diff": diff, "ok": rel < 1e-5, "steps": steps,
+            "grad_calls": sum(1 for tag, _ in calls if tag.startswith("grads")),
+            "numel": max(numel for tag, numel in calls if tag.startswith("grads"))}
 
 
 def _run(crew: Crew, task, *args, timeout: float) -> list[dict]:
@@ -295,8 +296,8 @@ def check_ring_reduce_scatter(fn: Callable, *, cases=CASES, engine_world_sizes=(
     """Run ``fn`` (the learner's ring reduce-scatter) on real ranks; raise
     :class:`ExerciseCheckFailed` saying what is wrong, or print what was verified.
 
-    ``engine_world_sizes``: where DDP is also trained with ``fn`` (3 by default: its buckets do
-    not divide by 3, so the chunks are uneven; a fresh rank's first optimizer costs seconds).
+    ``engine_world_sizes``: where DDP is also trained with ``fn`` (3 by default: an odd world
+    size; a fresh rank's first optimizer costs seconds).
     ``timeout`` (seconds) bounds each run of ``fn`` alone, ``engine_timeout`` the DDP training."""
     lines = []
     engine_lines = []
@@ -326,9 +327,9 @@ def check_ring_reduce_scatter(fn: Callable, *, cases=CASES, engine_world_sizes=(
                         f"training (rank {bad[0]}: max |difference| {res[bad[0]]['max_abs_diff']:.3g}).")
                 engine_lines.append(
                     f"N={n}: DDP (zerolab stage 0) on TinyLM, its gradient all-reduce = your "
-                    f"reduce-scatter\n    + a ring all-gather ({res[0]['buckets']} buckets x "
-                    f"{res[0]['steps']} steps = {res[0]['calls']} calls): every rank's parameters\n"
-                    f"    equal single-process training's to float32 rounding")
+                    f"reduce-scatter\n    + a ring all-gather ({res[0]['grad_calls']} calls in "
+                    f"{res[0]['steps']} steps, each of {res[0]['numel']:,} elements):\n"
+                    f"    every rank's parameters equal single-process training's to float32 rounding")
     sizes_text = ", ".join(str(n) for n, _ in cases)
     passed(f"your ring reduce-scatter sums the right chunk on every rank (N = {sizes_text})\n"
            f"  and sends exactly the N-1 chunks a ring sends:\n  " + "\n  ".join(lines + engine_lines))

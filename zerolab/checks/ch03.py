@@ -4,9 +4,12 @@
     ``shard_range(padded_numel, world_size, rank) -> (start, end)``. It first checks that the
     ranges tile ``[0, padded_numel)`` in equal pieces, in rank order (no gap, no overlap), for
     a few sizes; then it replaces ``zerolab.flat.FlatGroup.shard_range`` by the learner's rule
-    on every rank, trains ZeRO stage 1 on 2 and on 3 ranks, checks the rule again on every
-    bucket size the engine really used, and compares every trained parameter with plain
-    single-process training.
+    on every rank and trains ZeRO stage 1 on 2 and on 3 ranks twice: in DeepSpeed's layout (one
+    flat buffer of every trainable parameter, cut into N partitions, with parameters straddling
+    two partitions and the padding at the end; each gradient bucket all-reduced, each rank
+    keeping the slices in its partition) and in the paper's (zerolab's ``ideal_reduce_scatter``:
+    one flat buffer per bucket, reduce-scattered). It checks the rule again on every buffer the
+    engine really made, and compares every trained parameter with single-process training.
 
 (b) :func:`check_adamw_step` takes the learner's in-place shard update
     ``adamw_step(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay)``. It
@@ -49,10 +52,12 @@ RTOL, ATOL = 1e-5, 1e-6
 # (padded_numel, world_size) pairs tried before any rank starts
 RULE_CASES = [(6, 1), (6, 2), (6, 3), (12, 4), (700, 2), (702, 3), (1_000_000, 4), (188_901, 3)]
 
-def _config(world_size: int, with_optimizer: bool = True) -> dict:
+def _config(world_size: int, with_optimizer: bool = True, ideal: bool = False) -> dict:
     cfg = {"train_batch_size": GLOBAL_BATCH,
            "train_micro_batch_size_per_gpu": GLOBAL_BATCH // world_size,
            "zero_optimization": {"stage": 1, "reduce_bucket_size": BUCKET}}
+    if ideal:          # the paper's layout: every bucket its own flat buffer (zerolab's switch)
+        cfg["zerolab"] = {"ideal_reduce_scatter": True}
     if with_optimizer:
         cfg["optimizer"] = {"type": "AdamW", "params": {**HP, "betas": list(HP["betas"])}}
     else:
@@ -128,27 +133,30 @@ def rule_problem(ranges: list[tuple[int, int]], padded: int) -> str | None:
                 "\n  hint: the last rank's piece ends at padded_numel")
     for r, (s, e) in enumerate(ranges):
         if e - s != size:
-            return (where + f"rank {r} owns {e - s:,} elements ([{s:,}, {e:,})), but reduce-scatter "
-                    f"delivers and all-gather collects equal pieces of padded_numel / world_size = "
+            return (where + f"rank {r} owns {e - s:,} elements ([{s:,}, {e:,})), but the all-gather "
+                    f"after the step collects equal pieces of padded_numel / world_size = "
                     f"{size:,}.\n  hint: every rank owns exactly padded_numel // world_size elements")
     for r, (s, e) in enumerate(ranges):
         if (s, e) != (r * size, (r + 1) * size):
             return (where + f"the pieces tile the buffer, but not in rank order: rank {r} owns "
-                    f"[{s:,}, {e:,}), while reduce-scatter hands rank {r} the piece number {r}, "
+                    f"[{s:,}, {e:,}), while the all-gather puts rank {r}'s piece at number {r}, "
                     f"[{r * size:,}, {(r + 1) * size:,}).\n  hint: rank r's piece starts at r * shard size")
     return None
 
 
+LAYOUTS = (("DeepSpeed's flat buffer", False), ("the paper's buckets", True))
+
+
 def _train_with_rule(rule: Callable) -> dict:
-    """On every rank: stage 1 with FlatGroup.shard_range replaced by ``rule``, then the
-    single-process reference; returns the worst difference and the bucket sizes used."""
+    """On every rank: stage 1 with FlatGroup.shard_range replaced by ``rule``, in DeepSpeed's
+    layout and in the paper's, then the single-process reference; per layout the worst
+    difference and what the engine made (buffer sizes, buckets, parameters cut between ranks)."""
     import zerolab
     import zerolab.flat as flat
     from zerolab.models import TinyLM, lm_batches, lm_loss
     from zerolab.reference import train_engine, train_reference
 
     world = zerolab.world_size()
-    cfg = _config(world)
     batches = lm_batches(STEPS, GLOBAL_BATCH, CHECK_MODEL["seq_len"], CHECK_MODEL["vocab"], seed=3)
     original = flat.FlatGroup.shard_range
 
@@ -156,16 +164,36 @@ def _train_with_rule(rule: Callable) -> dict:
         start, end = rule(self.padded_numel, self.world_size, self.rank if rank is None else rank)
         return int(start), int(end)
 
-    flat.FlatGroup.shard_range = learner_shard_range
-    try:
-        engine = zerolab.initialize(TinyLM(**CHECK_MODEL), cfg)
-        train_engine(engine, batches, lm_loss)
-        got = engine.full_params()
-        sizes = sorted({g.padded_numel for g in engine.stage.groups})
-    finally:
-        flat.FlatGroup.shard_range = original
-    ref = train_reference(TinyLM(**CHECK_MODEL), cfg, batches, lm_loss)
-    return {"worst": _worst(got, ref), "sizes": sizes}
+    ref = train_reference(TinyLM(**CHECK_MODEL), _config(world), batches, lm_loss)
+    out = {}
+    for name, ideal in LAYOUTS:
+        cfg = _config(world, ideal=ideal)
+        flat.FlatGroup.shard_range = learner_shard_range
+        try:
+            engine = zerolab.initialize(TinyLM(**CHECK_MODEL), cfg)
+            train_engine(engine, batches, lm_loss)
+            got = engine.full_params()
+            groups = engine.stage.groups
+            straddling = sum(1 for g in groups for i in range(len(g.params)) if len(g.owner_ranges(i)) > 1)
+            made = {"sizes": [g.padded_numel for g in groups], "padding": sum(g.padding for g in groups),
+                    "buckets": len(engine.stage.grads.buckets), "straddling": straddling,
+                    "grad_calls": {op: sum(1 for r in engine.ledger.records
+                                            if r.op == op and r.tag.startswith("grads")) // STEPS
+                                   for op in ("all_reduce", "reduce_scatter")}}
+        finally:
+            flat.FlatGroup.shard_range = original
+        out[name] = {"worst": _worst(got, ref), **made}
+    return out
+
+
+def _made(n: int, res: dict) -> str:
+    """What the engine made, in both layouts, in two lines."""
+    ds, paper = res[LAYOUTS[0][0]], res[LAYOUTS[1][0]]
+    return (f"{n} ranks: DeepSpeed's flat buffer of {ds['sizes'][0]:,} elements ({ds['padding']} padding, "
+            f"{ds['straddling']} parameter(s)\n    cut between ranks, {ds['grad_calls']['all_reduce']} "
+            f"bucket all-reduces per step) and the paper's {len(paper['sizes'])} buckets\n"
+            f"    ({paper['padding']} padding in all, {paper['grad_calls']['reduce_scatter']} "
+            f"reduce-scatters per step)")
 
 
 def check_shard_range(fn: Callable, *, world_sizes=WORLD_SIZES) -> None:
@@ -180,19 +208,21 @@ def check_shard_range(fn: Callable, *, world_sizes=WORLD_SIZES) -> None:
             per_rank = _crew(n).run(_train_with_rule, fn)
         except Exception as exc:             # a RankError (a rank raised) or a CrewTimeout
             raise _rank_error(exc, f"stage 1 with your shard_range on {n} ranks") from None
-        for padded in per_rank[0]["sizes"]:
-            problem = rule_problem(_ranges(fn, padded, n), padded)
-            if problem:
-                raise ExerciseCheckFailed(f"shard_range, on a bucket the engine really made: {problem}")
-        for rank, res in enumerate(per_rank):
-            name, score, err = res["worst"]
-            if not score <= 1:
-                raise ExerciseCheckFailed(
-                    f"stage 1 on {n} ranks with your shard_range trained to different parameters than "
-                    f"one process: on rank {rank}, {name} is off by up to {err:.3g} (allowed: "
-                    f"{ATOL:g} + {RTOL:g} x |value|). Your ranges tile the buffer, so look for a rule "
-                    "that depends on more than (padded_numel, world_size, rank).")
-        lines.append(f"{n} ranks (buckets of {', '.join(f'{s:,}' for s in per_rank[0]['sizes'])} elements)")
+        for layout, _ in LAYOUTS:
+            for padded in sorted(set(per_rank[0][layout]["sizes"])):
+                problem = rule_problem(_ranges(fn, padded, n), padded)
+                if problem:
+                    raise ExerciseCheckFailed(f"shard_range, on a flat buffer the engine really made "
+                                              f"({layout}): {problem}")
+            for rank, res in enumerate(per_rank):
+                name, score, err = res[layout]["worst"]
+                if not score <= 1:
+                    raise ExerciseCheckFailed(
+                        f"stage 1 on {n} ranks ({layout}) with your shard_range trained to different "
+                        f"parameters than one process: on rank {rank}, {name} is off by up to {err:.3g} "
+                        f"(allowed: {ATOL:g} + {RTOL:g} x |value|). Your ranges tile the buffer, so look "
+                        "for a rule that depends on more than (padded_numel, world_size, rank).")
+        lines.append(_made(n, per_rank[0]))
     print("for example, a buffer of 12 elements on 3 ranks:\n   ",
           ", ".join(f"rank {r} owns {tuple(fn(12, 3, r))}" for r in range(3)))
     passed("your shard_range tiles every flat buffer in equal pieces, in rank order, and ZeRO stage 1\n"

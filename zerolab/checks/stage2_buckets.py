@@ -21,6 +21,11 @@ it watches what the learner did, so that a failure names the likely mistake: a b
 complete too early, a send not divided by N or not in the communication dtype, the wrong
 chunk kept, a shard overwritten instead of accumulated across micro-steps.
 
+The bucket is the ZeRO paper's: at stage 2 the runs turn on zerolab's own switch
+``"zerolab": {"ideal_reduce_scatter": true}``, so each bucket is its own flat buffer of N shards
+and is reduce-scattered (DeepSpeed 0.19.8's stage 2 instead keeps one flat buffer and
+all-reduces each bucket, chapter 3); stage 3 reduce-scatters its buckets in DeepSpeed too.
+
 The ``reduce_scatter`` handed to the learner is a real one (``engine.comm.reduce_scatter``,
 recorded in the ledger); like ``zerolab.comm.ring_reduce_scatter`` it returns every chunk,
 and the chunks of other ranks hold only this rank's own contribution (a partial sum).
@@ -325,4 +330,5 @@ def check_stage2_buckets(add_grad: Callable, reduce_bucket: Callable, *, cases=C
         lines.append(f"{what}: {res['buckets']} buckets, {res['reduce_scatters']} reduce-scatters;"
                      f"\n    equal to zerolab's engine{ref}")
     passed("your add_grad and reduce_bucket, plugged into zerolab's stages 2 and 3, train like\n"
-           "  the engine's own:\n  " + "\n  ".join(lines))
+           "  the engine's own (stage 2 in the paper's pattern: zerolab's ideal_reduce_scatter;\n"
+           "  DeepSpeed's stage 2 all-reduces each bucket instead):\n  " + "\n  ".join(lines))
