@@ -17,6 +17,8 @@ def _formula(drop=None):
         p, k = facts.param_bytes, facts.optimizer_bytes
         if drop == "fp16 bytes everywhere":
             p, k = 2, 12
+        if drop == "12 optimizer bytes":          # mixed precision's master + moments, in fp32 too
+            k = 12
         params = 0 if par else (p * n if stage == 3 or (drop == "params sharded early" and stage >= 1) else p * psi)
         if drop == "stage 1 offload drops grads":
             grads = 0 if opt else (p * n if stage >= 2 else p * psi)
@@ -52,6 +54,7 @@ strict = _chooser(LADDER, lambda f, *r: 1.2 * reference_device_bytes(f, *r))   #
     ("params sharded early", ["Psi against Psi/N"]),
     ("stage 1 offload drops grads", ["stage 1 still keeps the full gradient"]),
     ("fp16 bytes everywhere", ["fp32"]),
+    ("12 optimizer bytes", ["no separate master copy", "8 bytes per parameter"]),
 ])
 def test_wrong_formulas_fail_with_a_hint(drop, words):
     with pytest.raises(ExerciseCheckFailed) as info:
@@ -68,7 +71,11 @@ def test_the_formula_passes_alone():
     assert check_choices(_formula(), reference_choose_config) > 30
 
 
+strictly_under = _chooser(LADDER, lambda f, *r: reference_device_bytes(f, *r) + 1)   # need < budget
+
+
 @pytest.mark.parametrize("fn, words", [
+    (strictly_under, ["<= the budget"]),
     (smallest_always, ["also fits", "comes first"]),
     (stage_major, ["raise the", "only when no stage 0-3 fits"]),
     (strict, ["<= the budget"]),

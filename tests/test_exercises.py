@@ -326,7 +326,9 @@ def test_exercise5_check_catches_wrong_stage2_buckets():
         _fails(check, _stage2_pieces(keep=0), "partial sum that belongs to rank 0")
         _fails(check, _stage2_pieces(overwrite=True), "accumulate across micro-steps")
         _fails(check, _stage2_pieces(ready_early=True), "sent before it was complete")
-        _fails(check, _stage2_pieces(no_cast=True), "bucket.to(comm_dtype)")
+        text = _fails(check, _stage2_pieces(no_cast=True), "bucket.to(comm_dtype)")
+        sent, used = text.split("was sent as ")[1].split(", but this run communicates in ")
+        assert sent.split()[0] != used.split()[0], text        # the learner's dtype, not the corrected one
     finally:
         close_crews()
 

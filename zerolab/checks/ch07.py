@@ -30,7 +30,7 @@ CPU; offloading the parameters too brings every gathered layer up from the host 
    (within 64 bytes, or 0.01 %). The first difference is named: the difference is matched
    against the terms a learner might have dropped or added (the activations, the buffers,
    Psi versus Psi/N of parameters, gradients or optimizer states, bytes per parameter).
-2. *choose_config alone*: budgets placed between the configs' needs at the same settings
+2. *choose_config alone*: budgets equal to and just above the configs' needs at the same settings
    (and one below every config: None), against the rule.
 3. *In the engine*: a TinyLM on 2 ranks in fp16 and on 3 ranks in fp32; the facts are measured
    there; for each budget the learner's choice trains two steps under ``device_budget`` and
@@ -38,6 +38,8 @@ CPU; offloading the parameters too brings every gathered layer up from the host 
    the budget (its peak measured by the engine).
 """
 from __future__ import annotations
+
+import math
 
 import dataclasses
 import textwrap
@@ -178,6 +180,11 @@ def _explain(facts: Facts, rung, diff: float) -> str:
         (k * n, "the optimizer shard (k Psi / N): offload_optimizer takes all of it to the host"),
         (k * psi, "the optimizer states (k Psi): offload_optimizer takes them all to the host"),
     ]
+    if facts.precision == "fp32" and not opt:   # 12 optimizer bytes where fp32 keeps 8 (no master copy)
+        extra = 4 * (psi if stage == 0 else n)
+        terms.insert(0, (extra, "fp32 training keeps no separate master copy: its optimizer states are Adam's two "
+                                "moments, 8 bytes per parameter, not mixed precision's 12 (master + moments); "
+                                "otherwise look for a copy of parameters or gradients too many or too few"))
     for value, why in terms:
         if value and abs(abs(diff) - value) <= max(64, 1e-6 * value):
             return why
@@ -210,9 +217,10 @@ def check_device_bytes(fn: Callable) -> int:
 
 # -- part 2: choose_config alone ------------------------------------------------------------------
 def _budgets(facts: Facts) -> list[int]:
-    """A budget just above each distinct need (so each rung is someone's answer), and one below all."""
-    needs = sorted({round(reference_device_bytes(facts, *r)) for r in LADDER})
-    return [int(x * 1.002) + 1 for x in needs] + [int(needs[0] * 0.9)]
+    """Each distinct need exactly ("at most the budget": a config whose need equals it fits), a budget
+    just above each (so each rung is someone's answer), and one below all."""
+    needs = sorted({math.ceil(reference_device_bytes(facts, *r)) for r in LADDER})
+    return needs + [int(x * 1.002) + 1 for x in needs] + [int(needs[0] * 0.9)]
 
 
 def _wrong_choice(facts: Facts, budget: int, got, want, need) -> str:
@@ -392,8 +400,8 @@ def check_choose_config(device_bytes: Callable, choose_config: Callable, *, verb
               f"  fp16, bf16, fp32), as the formula")
     n2 = check_choices(device_bytes, choose_config)
     if verbose:
-        print(f"choose_config: {n2} budgets, each config's need just under one of them and one budget\n"
-              f"  below all: the rule's pick")
+        print(f"choose_config: {n2} budgets, each config's need exactly (it fits: at most the budget),\n"
+              f"  just under another, and one below all: the rule's pick")
     _LEARNER_DEVICE_BYTES = device_bytes
     try:
         rows = check_engine(choose_config, verbose)

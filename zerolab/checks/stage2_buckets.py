@@ -160,11 +160,11 @@ def _plug(add_grad: Callable, reduce_bucket: Callable, log: dict):
                      f"({g.padded_numel} elements), every rank the same size")
                 send = right
             elif send.dtype != self.comm_dtype:
-                send = right
                 fail(
                     f"the bucket was sent as {send.dtype}, but this run communicates in "
                     f"{self.comm_dtype} (training in {self.dtype}).\n  hint: convert the "
                     f"bucket to comm_dtype before sending: bucket.to(comm_dtype)")
+                send = right
             elif norm > 0:
                 ratio = float(send.float().norm()) / norm
                 if abs(ratio * n - 1) > 0.02:
