@@ -175,8 +175,8 @@ def _picture(results: list[dict], path: str) -> None:
     ax[1].set_xlabel("step")
     ax[1].set_ylabel("bytes on the wire (rank 0)")
     ax[1].set_title("traffic per step")
-    if ops:
-        ax[1].legend()
+    if ops:   # outside the bars: under the axis
+        ax[1].legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=len(ops), fontsize="small", frameon=False)
     ranks = [r["rank"] for r in results]
     bottom = [0.0] * len(ranks)
     for g in GIANTS:
@@ -186,7 +186,7 @@ def _picture(results: list[dict], path: str) -> None:
     ax[2].set_xlabel("rank")
     ax[2].set_ylabel("bytes held")
     ax[2].set_title("memory per rank, by giant")
-    ax[2].legend()
+    ax[2].legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, fontsize="small", frameon=False)
     fig.suptitle(f"zerolab train: ZeRO stage {r0['stage']}, {r0['world']} rank(s), {r0['dtype']}")
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
