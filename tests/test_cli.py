@@ -16,6 +16,8 @@ def test_estimate_prints_the_paper_numbers(capsys):
     # ZeRO paper, Psi = 7.5B, N = 64: 120 GB, 31.4 GB, 16.6 GB, 1.9 GB
     for want in ("120.00 GB", "31.41 GB", "16.64 GB", "1.88 GB"):
         assert want in out, out
+    # DeepSpeed's estimator is named with its stage, and its extra 4 Psi/N said
+    assert "ZeRO stage 2, DeepSpeed's own estimator" in out and "18Ψ/N" in out, out
 
 
 def test_explain_reads_a_config_and_reports_errors(tmp_path, capsys):
