@@ -184,7 +184,7 @@ def report_text() -> str:
           "-" * 78, "what the course can run here:"]
     avail = m["available"]
     enough = avail is None or avail >= COURSE_NEEDS_GB * 1e9
-    L.append(f"  chapters 00-04 ... {'yes' if enough and t['gloo'] else 'NO'}: up to {RANKS_AT_ONCE} ranks at once "
+    L.append(f"  every chapter .... {'yes' if enough and t['gloo'] else 'NO'}: up to {RANKS_AT_ONCE} ranks at once "
              f"on gloo (CPU), about {COURSE_NEEDS_GB:g} GB free needed"
              + ("" if enough else f", {_gb(avail)} available"))
     if c["usable"] < 2:
