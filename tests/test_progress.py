@@ -178,3 +178,20 @@ def test_every_listed_exercise_is_a_real_check():
     for key in progress.EXERCISES:
         module, fn = key.split(".")
         assert callable(getattr(importlib.import_module(f"zerolab.checks.{module}"), fn, None)), key
+
+
+def test_a_solution_notebook_records_nothing(pfile, monkeypatch, tmp_path):
+    # an instructor's dry run of solutions/ (JupyterLab names the notebook) or the course's rebuild
+    # (jupyter execute in the solutions folder) must not mark the learner's exercises done
+    check = _fake_check("zerolab.checks.ch01", "check_model_state_bytes")
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/ana/zerolab/solutions/01_weigh_the_backpack.ipynb")
+    check(True)
+    monkeypatch.delenv("JPY_SESSION_NAME")
+    (tmp_path / "solutions").mkdir()
+    monkeypatch.chdir(tmp_path / "solutions")
+    check(True)
+    assert not pfile.exists()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/ana/zerolab/exercises/01_weigh_the_backpack.ipynb")
+    check(True)                                                     # the learner's own notebook counts
+    assert [r["passed"] for r in progress.load()] == [True]

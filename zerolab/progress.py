@@ -11,6 +11,9 @@ nothing), else ``~/.zerolab/progress.json``. Inside a pytest run without ``$ZERO
 nothing is recorded (nor in the kernels nbval starts, which inherit ``PYTEST_CURRENT_TEST``), so
 a test suite that runs the checks on the solutions never marks a learner's exercises done.
 
+Checks run from a solution notebook (in ``solutions/``: an instructor's dry run, the course's
+rebuild) are not recorded: the learner did not write those answers.
+
 Recording never breaks a check: any error (a read-only home, a damaged file) is reported in one
 line on stderr and the check goes on as if nothing happened. A damaged file is left alone (the
 warning names it); delete it to start again.
@@ -86,8 +89,17 @@ def record_check(passed: bool, message: str = "") -> None:
     if crew_worker._INFO is not None:        # a rank process: its parent's check decides
         return
     exercise = exercise_from_stack(sys._getframe(1))
-    if exercise is not None:
+    if exercise is not None and not running_a_solution():
         record(exercise, passed, message)
+
+
+def running_a_solution() -> bool:
+    """True in a kernel that runs one of the course's solution notebooks (``solutions/``: an
+    instructor's dry run, the notebooks' rebuild): the learner did not write that answer."""
+    notebook = os.environ.get("JPY_SESSION_NAME", "")
+    if notebook:
+        return Path(notebook).parent.name == "solutions"
+    return Path.cwd().name == "solutions"       # jupyter execute / nbconvert run in the notebook's folder
 
 
 @contextlib.contextmanager
