@@ -160,6 +160,8 @@ def application_widget(model: str = "Llama-2 7B", gpus: int = 8, gpu: str = "a10
     ln = W.Dropdown(options=list(LINKS), value=link, description="link")
     mb = W.Dropdown(options=[1, 2, 4, 8], value=1, description="micro-batch")
     host = W.Dropdown(options=[256, 512, 1024, 2048], value=1024, description="host GB/node")
+    for w in (md, ng, kind, mem, ln, mb, host):     # labels at their own width: "host GB/node" was cut off
+        w.style.description_width = "initial"
     image = W.Image(format="png")
     summary = W.HTML()
 
