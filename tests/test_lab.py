@@ -283,18 +283,31 @@ def test_draw_placement(pool):
 
 # ----------------------------------------------------------------------------- widgets, without a browser
 
+def _static_view(box):
+    """What a notebook stores for the widget besides its live view: (png bytes, text)."""
+    import base64
+    data = box._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in data          # live in JupyterLab, as before
+    return base64.b64decode(data["image/png"]), data["text/plain"]
+
+
 def test_widgets_respond_to_their_controls(pool):
     W = pytest.importorskip("ipywidgets")
+    import html as html_mod
     box = lab.basic_widget(pool, world_size=2, stage=2, max_ranks=2)
     controls = box.children[0].children
     summary = box.children[-1]
     before, image = summary.value, box.children[2].value
+    png, text = _static_view(box)              # read without a kernel: the first state, not "VBox(...)"
+    assert png == image and text in html_mod.unescape(before) and "stage 2, N = 2" in text
     assert "stage 2, N = 2" in before and image[:4] == b"\x89PNG"
     controls[1].value = 3                                     # the stage dropdown
     assert "stage 3, N = 2" in summary.value and box.children[2].value != image
 
     core = lab.core_widget(pool, world_size=2, stage=2, max_ranks=2)
     slider, line = core.children[1].children[1], core.children[2]
+    png, static_text = _static_view(core)
+    assert png == core.children[3].value and "DeepSpeed's default" in static_text
     assert isinstance(slider, W.IntSlider) and slider.max == len(lab.step_trace(2, 2, "bf16").calls) - 1
     first = line.value
     slider.value = slider.max
@@ -313,6 +326,8 @@ def test_widgets_respond_to_their_controls(pool):
     app = lab.application_widget()
     gpus, text = app.children[0].children[1], app.children[-1]
     first = text.value
+    png, static_text = _static_view(app)
+    assert png[:4] == b"\x89PNG" and "Llama-2 7B on 8 x" in static_text
     gpus.value = 64
     assert text.value != first and "on 64 x" in text.value
 
@@ -321,6 +336,8 @@ def test_widgets_respond_to_their_controls(pool):
     sub, read, write = ext.children[1].children
     text, image = ext.children[-1], ext.children[-2].value
     assert "optimizer states on the device" in text.value and read.disabled
+    png, static_text = _static_view(ext)
+    assert png == image and "optimizer states on the device" in static_text
     opt.value = "cpu"
     assert "optimizer states in host memory" in text.value and ext.children[-2].value != image
     par.value = "cpu"

@@ -309,7 +309,9 @@ preset.observe(lambda change: setattr(psi_box, "value", change["new"]), names="v
 psi_box.observe(update, names="value")
 precision.observe(update, names="value")
 update()
-widgets.VBox([preset, psi_box, precision, result])
+# the live calculator; read without a kernel (GitHub, nbviewer) it shows the table for 7B in bf16
+import zerolab.lab
+zerolab.lab.lab_box([preset, psi_box, precision, result], html=result.value)
 """, tags=["nbval-ignore-output"]),
 md("""
 ## What we measured

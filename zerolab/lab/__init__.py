@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from .application import MODELS, Plan, PlanRow, application_widget, draw_plan, plan
 from .basic import Holdings, basic_widget, draw_holdings, holdings
-from .common import (BUCKET, GIANT_NAMES, GIANTS, LAB_MODEL, MICRO_BATCH, PRECISIONS, CrewPool, lab_config,
-                     lab_model, pattern)
+from .common import (BUCKET, GIANT_NAMES, GIANTS, LAB_MODEL, MICRO_BATCH, PRECISIONS, CrewPool, lab_box,
+                     lab_config, lab_model, pattern)
 from .core import Collective, MemorySample, StepTrace, core_widget, draw_step, moved, step_trace
 from .extension import (OFFLOAD_DEVICES, PLACE_NAMES, PLACES, SUB_GROUP_SIZES, Placement, draw_placement,
                         extension_widget, offload_config, placement)
@@ -46,4 +46,4 @@ __all__ = ["GIANTS", "GIANT_NAMES", "PRECISIONS", "LAB_MODEL", "MICRO_BATCH", "B
            "moved",
            "MODELS", "PlanRow", "Plan", "plan", "draw_holdings", "draw_step", "draw_plan", "basic_widget",
            "core_widget", "application_widget", "OFFLOAD_DEVICES", "PLACES", "PLACE_NAMES", "SUB_GROUP_SIZES",
-           "offload_config", "Placement", "placement", "draw_placement", "extension_widget"]
+           "offload_config", "Placement", "placement", "draw_placement", "extension_widget", "lab_box"]

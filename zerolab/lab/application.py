@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .common import _plt, _png, _html, _wrap
+from .common import _plt, _png, _html, _wrap, lab_box
 
 
 MODELS = {
@@ -164,16 +164,17 @@ def application_widget(model: str = "Llama-2 7B", gpus: int = 8, gpu: str = "a10
         w.style.description_width = "initial"
     image = W.Image(format="png")
     summary = W.HTML()
+    first = {}
 
     def update(*_):
         p = plan(md.value, ng.value, kind.value, mem.value, ln.value, micro_batch=mb.value,
                  host_memory_gb=host.value)
         image.value = _png(draw_plan(p))
         summary.value = _html(p.describe())
+        first.setdefault("text", p.describe())
 
     for w in (md, ng, kind, mem, ln, mb, host):
         w.observe(update, names="value")
     update()
-    box = W.VBox([W.HBox([md, ng, kind, mem]), W.HBox([ln, mb, host]), image, summary])
-    box.add_class("zerolab-lab-application")
-    return box
+    return lab_box([W.HBox([md, ng, kind, mem]), W.HBox([ln, mb, host]), image, summary], png=image.value,
+                   text=first["text"], css_class="zerolab-lab-application")

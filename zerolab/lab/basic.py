@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 
 from .common import (GIANTS, GIANT_NAMES, RANK_COLORS, CrewPool, _run, lab_model,
-                     lab_config, _batches, _plt, _png, _html, _wrap, _run_controls)
+                     lab_config, _batches, _plt, _png, _html, _wrap, _run_controls, lab_box)
 
 
 def _held_tensors(engine) -> dict[str, list]:
@@ -172,17 +172,18 @@ def basic_widget(pool: CrewPool | None = None, world_size: int = 2, stage: int =
     image = W.Image(format="png")
     summary = W.HTML()
     status = W.HTML()
+    first = {}
 
     def update(*_):
         status.value = "<i>running the engine on the ranks ...</i>"
         h = holdings(n.value, st.value, pr.value, pool=pool)
         image.value = _png(draw_holdings(h))
         summary.value = _html(h.describe())
+        first.setdefault("text", h.describe())
         status.value = ""
 
     for w in (n, st, pr):
         w.observe(update, names="value")
     update()
-    box = W.VBox([W.HBox([n, st, pr]), status, image, summary])
-    box.add_class("zerolab-lab-basic")
-    return box
+    return lab_box([W.HBox([n, st, pr]), status, image, summary], png=image.value,
+                   text=first["text"], css_class="zerolab-lab-basic")

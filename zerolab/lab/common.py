@@ -1,6 +1,7 @@
 """What every mode of the visual lab shares: the lab model and config, a pool of crews, figure helpers."""
 from __future__ import annotations
 
+import base64
 import io
 import textwrap
 
@@ -124,6 +125,36 @@ def _png(fig) -> bytes:
     fig.savefig(buf, format="png", dpi=72)
     _plt().close(fig)
     return buf.getvalue()
+
+_STATIC_BOX = None
+
+
+def lab_box(children, *, png: bytes = b"", text: str = "", html: str = "", css_class: str = ""):
+    """A widget's box that also renders without a kernel. Where nothing draws widgets (GitHub,
+    nbviewer, a printed handout), a plain VBox shows as the line ``VBox(...)``; this one also
+    offers the state it was made in: its picture (``png``), its text, or an HTML table. JupyterLab
+    with a kernel draws the live widget, as before (the widget view outranks the other types)."""
+    global _STATIC_BOX
+    if _STATIC_BOX is None:
+        import ipywidgets as W
+
+        class StaticFallbackBox(W.VBox):
+            static: dict = {}
+
+            def _repr_mimebundle_(self, **kwargs):
+                data = super()._repr_mimebundle_(**kwargs)
+                if isinstance(data, tuple):              # (data, metadata)
+                    data = data[0]
+                return {**data, **self.static}
+
+        _STATIC_BOX = StaticFallbackBox
+    box = _STATIC_BOX(children)
+    box.static = {k: v for k, v in (("image/png", base64.b64encode(png).decode("ascii") if png else ""),
+                                    ("text/plain", text), ("text/html", html)) if v}
+    if css_class:
+        box.add_class(css_class)
+    return box
+
 
 def _html(text: str) -> str:
     import html

@@ -5,7 +5,7 @@ import dataclasses
 import time
 
 from .common import (RANK_COLORS, CrewPool, _run, lab_model, lab_config, _batches, _plt,
-                     _png, _html, _wrap, _run_controls, pattern)
+                     _png, _html, _wrap, _run_controls, pattern, lab_box)
 
 
 @dataclasses.dataclass
@@ -340,6 +340,6 @@ def core_widget(pool: CrewPool | None = None, world_size: int = 2, stage: int = 
         w.observe(rerun, names="value")
     which.observe(redraw, names="value")
     rerun()
-    box = W.VBox([W.HBox([n, st, pr, ideal]), W.HBox([play, which]), line, image, summary])
-    box.add_class("zerolab-lab-core")
-    return box
+    trace = state["trace"]
+    return lab_box([W.HBox([n, st, pr, ideal]), W.HBox([play, which]), line, image, summary], png=image.value,
+                   text=trace.calls[0].describe(trace.world_size) + "\n" + trace.describe(), css_class="zerolab-lab-core")

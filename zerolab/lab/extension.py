@@ -7,7 +7,7 @@ import tempfile
 import time
 
 from .common import (RANK_COLORS, CrewPool, _run, lab_model, lab_config, _batches, _plt, _png, _html, _wrap,
-                     _run_controls)
+                     _run_controls, lab_box)
 from .core import _probed_step
 
 
@@ -331,6 +331,7 @@ def extension_widget(pool: CrewPool | None = None, world_size: int = 2, stage: i
     summary = W.HTML()
     status = W.HTML()
     busy = {"on": False}
+    first = {}
 
     def update(*_):
         if busy["on"]:
@@ -347,11 +348,11 @@ def extension_widget(pool: CrewPool | None = None, world_size: int = 2, stage: i
         p = placement(n.value, st.value, opt.value, par.value, sub.value, pr.value, pw.value, pool=pool)
         image.value = _png(draw_placement(p))
         summary.value = _html(p.describe())
+        first.setdefault("text", p.describe())
         status.value = ""
 
     for w in (n, st, opt, par, sub, pr, pw):
         w.observe(update, names="value")
     update()
-    box = W.VBox([W.HBox([n, st, opt, par]), W.HBox([sub, pr, pw]), status, image, summary])
-    box.add_class("zerolab-lab-extension")
-    return box
+    return lab_box([W.HBox([n, st, opt, par]), W.HBox([sub, pr, pw]), status, image, summary], png=image.value,
+                   text=first["text"], css_class="zerolab-lab-extension")
