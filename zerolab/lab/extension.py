@@ -268,6 +268,8 @@ def draw_placement(p: Placement):
             ax_s.barh(2 * r, split[key] * 1e3, left=left, color=colour, label=label if r == 0 else None)
             left += split[key] * 1e3
         ax_s.barh(2 * r + 0.8, split["io"] * 1e3, color="#55a868", label="NVMe I/O threads" if r == 0 else None)
+    longest = max(max(sum(p.split(r)[k] for k, _, _ in parts), p.split(r)["io"]) for r in range(n)) * 1e3
+    ax_s.set_xlim(0, max(longest, 1e-3) * 1.05)          # every bar inside its axis, whatever its length
     ax_s.set_yticks([2 * r + 0.4 for r in range(n)], [f"rank {r}" for r in range(n)], fontsize=8)
     ax_s.invert_yaxis()
     ax_s.set_xlabel("ms in the recorded step (measured; machine-dependent)", fontsize=8)
