@@ -59,3 +59,22 @@ def test_zerolab_bench_command(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert "reduce_scatter  alpha" in run.stdout and bench.Fit.load(out).world_size == 2
+
+
+def test_bandwidths_follow_nccl_tests_formulas():
+    # nccl-tests: algbw = size / time; busbw = algbw x 2(N-1)/N (all-reduce), x (N-1)/N (all-gather,
+    # reduce-scatter): at N = 4 an all-reduce of 4 MB in 1 ms is 4 GB/s algbw, 6 GB/s busbw
+    from zerolab.bench import bandwidths, format_bandwidths
+    from zerolab.comm import CommRecord, Ledger
+    ledger = Ledger()
+    ledger.add(CommRecord("all_reduce", 10**6, 4 * 10**6, "float32", 4, 1e-3))
+    ledger.add(CommRecord("all_gather", 10**6, 4 * 10**6, "float32", 4, 2e-3))
+    ledger.add(CommRecord("reduce_scatter", 10**6, 2 * 10**6, "bfloat16", 2, 1e-3))
+    ar, ag, rs = bandwidths(ledger)
+    assert (ar.algbw, ar.busbw) == (4e9, 6e9)
+    assert (ag.algbw, ag.busbw) == (2e9, 1.5e9)
+    assert (rs.algbw, rs.busbw) == (2e9, 1e9)                     # N = 2: half
+    # the bus bandwidth is the beta of this module's fit: wire bytes per second
+    assert ar.busbw == ledger.records[0].wire_bytes / ledger.records[0].seconds
+    text = format_bandwidths(bandwidths(ledger))
+    assert "~4.000 GB/s" in text and "~6.000 GB/s" in text and "1.500" in text, text

@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from .comm import Comm, Ledger, wire_factor
 
-__all__ = ["Fit", "measure", "run", "OPS"]
+__all__ = ["Fit", "measure", "run", "OPS", "Bandwidth", "bandwidths", "format_bandwidths"]
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather")
 
@@ -112,6 +112,60 @@ def measure(sizes_bytes=(4 << 10, 64 << 10, 1 << 20, 8 << 20), repeats: int = 7,
             dist.broadcast(t, 0)
             rows.append([op, wire_factor(op, n) * numel * 4, float(t)])
     return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class Bandwidth:
+    """nccl-tests' two bandwidths of one collective call (its ``PERFORMANCE.md``).
+
+    ``algbw = size / time``, where size is the bytes of the full tensor (the all-reduced buffer,
+    the all-gathered output, the reduce-scattered input): what the caller sees. ``busbw = algbw x
+    factor``, the factor being what one rank must put on the wire per byte of that tensor on a
+    ring: 2(N-1)/N for all-reduce, (N-1)/N for all-gather and reduce-scatter, 1 for broadcast and
+    reduce. The bus bandwidth is comparable across operations and world sizes, and against the
+    link's speed; it is what this module's beta fits (S = wire bytes, ``CommRecord.wire_bytes``).
+    At N = 2 an all-reduce's two bandwidths are equal and an all-gather's bus bandwidth is half its
+    algorithm bandwidth; as N grows the all-reduce's factor tends to 2."""
+    op: str
+    bytes: int
+    seconds: float
+    world_size: int
+
+    @property
+    def factor(self) -> float:
+        return wire_factor(self.op, self.world_size)
+
+    @property
+    def algbw(self) -> float:
+        """Bytes of the full tensor per second."""
+        return self.bytes / self.seconds if self.seconds > 0 else float("nan")
+
+    @property
+    def busbw(self) -> float:
+        """Bytes on a ring's busiest link per second: algbw x factor."""
+        return self.algbw * self.factor
+
+
+def bandwidths(records) -> list[Bandwidth]:
+    """nccl-tests' algorithm and bus bandwidth of each collective in ``records`` (a
+    :class:`~zerolab.comm.Ledger` or its ``records``), from the time this rank saw (waiting for
+    peers included: the bandwidth a training step got, not the link's best)."""
+    records = getattr(records, "records", records)
+    return [Bandwidth(r.op, r.bytes, r.seconds, r.world_size) for r in records
+            if r.op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")]
+
+
+def format_bandwidths(rows: list[Bandwidth]) -> str:
+    """Per operation: calls, bytes, the factor, and the total bytes over the total time both ways
+    (measured values are written ``~x GB/s``: they depend on the machine and its load)."""
+    lines = [f"{'op':<15}{'calls':>6}{'bytes':>13}{'busbw/algbw':>13}{'algbw':>16}{'busbw':>16}"]
+    for op in dict.fromkeys(r.op for r in rows):
+        mine = [r for r in rows if r.op == op]
+        size, secs = sum(r.bytes for r in mine), sum(r.seconds for r in mine)
+        alg = size / secs if secs > 0 else float("nan")
+        lines.append(f"{op:<15}{len(mine):>6}{size:>13,}{mine[0].factor:>13.3f}"
+                     + "".join(f"{f'~{v / 1e9:.3f} GB/s':>16}" for v in (alg, alg * mine[0].factor)))
+    return "\n".join(lines)
 
 
 def _device() -> torch.device:

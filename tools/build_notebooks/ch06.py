@@ -250,6 +250,31 @@ in fp32, sized for billion-parameter models). And a bucket can only be sent once
 complete: with one bucket for the whole model, nothing can travel until backward ends, so
 nothing can be hidden behind backward (section 4).
 
+**Two bandwidths, as nccl-tests prints them.** NVIDIA's benchmark of collectives reports two
+numbers per call. The *algorithm bandwidth* is what the caller sees: the tensor's bytes over the
+time. The *bus bandwidth* multiplies it by what a ring must put on each link per byte of the
+tensor: 2(N−1)/N for an all-reduce, (N−1)/N for an all-gather or a reduce-scatter. Only the bus
+bandwidth can be set against a link's datasheet speed, or compared across operations and crew
+sizes; it is the β fitted in section 1 (the ledger's wire bytes over the time).
+
+**Predict, then run.** For one step at 200,000 elements per bucket (one all-reduce of the
+gradients, one all-gather of the parameters, on N = 2), what is busbw / algbw for each call?
+"""),
+code("""
+led = runs[200_000][0][0]                          # the ledger of one step: 1 all-reduce, 1 all-gather
+print(bench.format_bandwidths(bench.bandwidths(led)))
+busbw = 230e9                                      # nccl-tests, all-reduce, 8 GPUs (an example figure)
+print(f"an all-reduce at {busbw / 1e9:.0f} GB/s bus bandwidth on 8 GPUs: the caller sees "
+      f"{busbw / bench.wire_factor('all_reduce', 8) / 1e9:.0f} GB/s of tensor per second")
+"""),
+md("""
+At N = 2 an all-reduce's two bandwidths are equal (2(N−1)/N = 1) and an all-gather's bus
+bandwidth is half its algorithm bandwidth: each rank sends only the other's half. As N grows the
+all-reduce's factor tends to 2, because a ring all-reduce moves every byte about twice (a
+reduce-scatter, then an all-gather). So an all-reduce of 1 GB on 8 GPUs that nccl-tests reports
+at 230 GB/s bus bandwidth takes 1 GB / 131 GB/s ≈ 7.6 ms, not 1 GB / 230 GB/s. (The values measured
+here are printed as `~x GB/s`: they depend on the machine and its load.)
+
 ## 3. Keep only your part: the paper's reduce-scatter against DeepSpeed's all-reduce
 
 At stages 1 and 2 a rank needs only **its partition** of the averaged gradient. A
