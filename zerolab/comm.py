@@ -10,6 +10,7 @@ N ranks and S the size in bytes of the *full* (unsharded) tensor:
     all-reduce       2 (N-1)/N * S     (a reduce-scatter followed by an all-gather)
     reduce-scatter     (N-1)/N * S     (each rank ends with S/N, having sent N-1 chunks)
     all-gather         (N-1)/N * S     (each rank starts with S/N and receives N-1 chunks)
+    all-to-all         (N-1)/N * S     (S: this rank's input; it keeps one of its N chunks, sends the rest)
     broadcast                    S     (a pipelined chain: every rank but the root receives S)
     reduce                       S     (the same chain backwards: every rank but the root sends S)
     send / recv       the bytes sent   (point-to-point, counted by the sender)
@@ -46,12 +47,12 @@ def wire_factor(op: str, world_size: int) -> float:
     if n <= 1:
         return 0.0
     return {"all_reduce": 2 * (n - 1) / n, "reduce_scatter": (n - 1) / n,
-            "all_gather": (n - 1) / n, "broadcast": 1.0, "reduce": 1.0, "send": 1.0, "recv": 0.0}[op]
+            "all_gather": (n - 1) / n, "all_to_all": (n - 1) / n, "broadcast": 1.0, "reduce": 1.0, "send": 1.0, "recv": 0.0}[op]
 
 
 @dataclasses.dataclass(frozen=True)
 class CommRecord:
-    op: str             # all_reduce, reduce, reduce_scatter, all_gather, broadcast, send, recv
+    op: str             # all_reduce, reduce, reduce_scatter, all_gather, all_to_all, broadcast, send, recv
     numel: int          # elements of the full tensor (the all-gathered output, the reduce-scattered input)
     bytes: int          # numel * element size
     dtype: str          # e.g. "float32"
@@ -430,6 +431,19 @@ class Comm:
         p = self._run("all_gather", out, out.numel(), tag, async_op, kind,
                       lambda a: _ALL_GATHER(out, inp, group=self.group, async_op=a))
         return p if async_op else out
+
+    def all_to_all(self, out: torch.Tensor, inp: torch.Tensor, *, tag: str = "", kind: str = "zero"):
+        """``inp`` holds N equal chunks; chunk j goes to rank j, and ``out``'s chunk i comes from rank
+        i (``torch.distributed.all_to_all_single``, which gloo runs on CPU). Blocking, as DeepSpeed's
+        qgZ calls it. The ledger counts ``inp``'s elements and (N-1)/N of its bytes on the wire."""
+        if out.numel() != inp.numel() or inp.numel() % self.world_size:
+            raise ValueError(f"all_to_all: input of {inp.numel()} and output of {out.numel()} elements must be "
+                             f"equal and cut into {self.world_size} chunks")
+        if self.world_size == 1:
+            out.copy_(inp)
+        self._run("all_to_all", inp, inp.numel(), tag, False, kind,
+                  lambda a: dist.all_to_all_single(out, inp, group=self.group))
+        return out
 
     def broadcast(self, t: torch.Tensor, src: int = 0, *, tag: str = "") -> torch.Tensor:
         gsrc = dist.get_global_rank(self.group, src) if self.group is not None else src
