@@ -450,6 +450,9 @@ def _parse_zero(p: K.Problems, d: dict) -> ZeroConfig:
     g = lambda key, conv, default: K.read(p, b, path, key, conv, default)  # noqa: E731
     stage = g("stage", K.as_int(lo=0, hi=3), 0)
     overlap = g("overlap_comm", K.optional(K.as_bool), None)
+    if stage == 3 and b.get("zero_quantized_gradients") is True and b.get("reduce_scatter") is False:
+        p.add(f"'{path}.zero_quantized_gradients' needs '{path}.reduce_scatter' true (DeepSpeed 0.19.8's stage 3 "
+              "asserts it: qgZ replaces the reduce-scatter); remove reduce_scatter: false or turn qgZ off")
     return ZeroConfig(
         stage=stage, overlap_comm=(stage == 3) if overlap is None else overlap,
         contiguous_gradients=g("contiguous_gradients", K.as_bool, True),

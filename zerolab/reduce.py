@@ -499,8 +499,11 @@ class QuantizedReduce:
     The result is the sum over all N ranks divided by K, the number of nodes: DeepSpeed 0.19.8 does
     not pre-divide here (its reduce-scatter path divides by N), so its qgZ gradient is L times the
     mean the reduce-scatter gives; zerolab does the same. Adam's update barely changes with a
-    constant gradient scale; gradient clipping and SGD see it. Bytes per rank: (N-1)/N ... of M/2
-    bytes inside the node, 1/L of that across nodes, plus the scales (fp16 moves 2 M).
+    constant gradient scale; gradient clipping and SGD see it.
+
+    Bytes a rank sends (M elements, g blocks per partition): inside the node (L-1)/L of M/2 bytes
+    of int4 plus 4 N g of scales; across nodes (K-1)/K of M/(2L) plus 4 K g. A reduce-scatter of
+    fp16/bf16 sends (N-1)/N of 2 M, all of it across nodes when the group spans them.
 
     Fallbacks, as DeepSpeed: a gradient of 1-D parameters only (DeepSpeed reduce-scatters 1-D
     tensors) or whose size is not a multiple of 2N is reduce-scattered, pre-divided by N. With
