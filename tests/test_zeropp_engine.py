@@ -9,12 +9,11 @@ Tolerances, derived from the quantization (zerolab/quant.py):
 * qgZ, one reduction: each rank's int4 quantization errs by at most one step (max|g_r| / 8), the
   node's sum again by one step of the requantized sum (max|S_n| / 8), both divided by K nodes
   (DeepSpeed divides the sum by K), plus fp16 rounding of the sums.
-* Loss curves (24 steps): within 0.03 of the exact run's loss at every step (losses near 3.9; the
-  observed gap is below 0.006 for qwZ and 0.01 for qgZ: a margin of about 3x, while a wrong
-  dequantization or a lost partition moves the loss by far more).
+* Loss curves (23 steps after a first one; empirical, no closed form through Adam): within LOSS_TOL of the exact run's loss at every step
+  (losses near 3.9). Observed: qwZ 0.0014-0.0018 at 2, 3 and 2x2 ranks, qgZ 0.0077 on 2x2; the
+  tolerances (0.01 for qwZ, 0.03 for qgZ) are about 4-6x that, while the test also asserts that
+  the curves differ (the quantization ran).
 """
-import math
-
 import pytest
 import torch
 
@@ -25,7 +24,7 @@ from zerolab.models import GPT, lm_loss
 from zerolab.reference import train_engine
 
 VOCAB, D, SEQ = 48, 48, 24
-LOSS_TOL = 0.03
+LOSS_TOL = {"qwz": 0.01, "qgz": 0.03}
 
 
 def gpt():
@@ -118,7 +117,7 @@ def test_qwz_halves_the_parameter_all_gathers(world, nodes):
     assert w["max_err"] > 0                                            # (it was quantized)
     assert w["shards_exact"]                                           # the shards (and masters) are exact
     for a, b in zip(ex["losses"], qw["losses"]):
-        assert abs(a - b) <= LOSS_TOL, (ex["losses"], qw["losses"])
+        assert abs(a - b) <= LOSS_TOL["qwz"], (ex["losses"], qw["losses"])
     assert ex["losses"] != qw["losses"]
 
 
@@ -215,7 +214,7 @@ def test_qgz_on_two_nodes_of_two():
     assert {o[0] for o in ex["ops"]} == {"reduce_scatter"}
     assert qg["links"]["intra"] > 0 and qg["links"]["inter"] < ex["links"]["inter"]
     for a, b in zip(ex["losses"], qg["losses"]):
-        assert abs(a - b) <= LOSS_TOL, (ex["losses"], qg["losses"])
+        assert abs(a - b) <= LOSS_TOL["qgz"], (ex["losses"], qg["losses"])
     assert ex["losses"] != qg["losses"]
 
 

@@ -114,7 +114,9 @@ class GatheredParams:
         self._following_pass = False               # this forward follows a trace: check it at its end
         self.reused = 0                            # releases skipped because of the reuse distance
         self.hooks: ModuleHooks | None = None
-        self.quantized_weights = bool(zero.zero_quantized_weights)   # qwZ (see _all_gather)
+        # qwZ (see _all_gather); on one rank DeepSpeed gathers nothing, so quantizes nothing
+        # (all_gather_coalesced: _no_gather_coalesced when the partition world size is 1)
+        self.quantized_weights = bool(zero.zero_quantized_weights) and stage.world_size > 1
         if self.quantized_weights:
             self._check_qwz()
 
