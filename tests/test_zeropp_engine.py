@@ -279,3 +279,26 @@ def test_qwz_refuses_a_shard_that_is_not_a_multiple_of_8():
     msgs = zerolab.launch(_odd_shard_rank, 3, backend="gloo", timeout=50)
     # 3 ranks, width 32: a LayerNorm (64 elements) has shards of 22, which DeepSpeed's quantizer cannot cut
     assert all(m and "zero_quantized_weights" in m and "multiple of 8" in m and "Fix:" in m for m in msgs), msgs
+
+
+def _with_rank(extra, gas, steps):
+    world = zerolab.world_size()
+    out = []
+    for zpp in ({}, {"zero_quantized_weights": True, "zero_quantized_gradients": True}):
+        c = config(world, **extra, **zpp)
+        c["gradient_accumulation_steps"], c["train_batch_size"] = gas, 2 * gas * world
+        eng = zerolab.initialize(gpt(), c)
+        out.append(train_engine(eng, batches(steps, 2 * gas * world), lm_loss))
+    return out
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("extra,gas", [({"offload_optimizer": {"device": "cpu"}}, 2),
+                                       ({"offload_param": {"device": "cpu"}, "overlap_comm": False,
+                                         "stage3_prefetch_bucket_size": 0}, 1)])
+def test_qwz_and_qgz_with_offload_and_accumulation(extra, gas):
+    """Both on, 2 nodes of 2, with offload and gradient accumulation: the losses track the exact
+    run with the same settings (qgZ's tolerance)."""
+    for exact, both in zerolab.launch(_with_rank, 4, extra, gas, 6, backend="gloo", nodes=2, timeout=110):
+        assert exact != both
+        assert max(abs(a - b) for a, b in zip(exact, both)) <= LOSS_TOL["qgz"], (exact, both)
