@@ -186,6 +186,8 @@ ZERO = {
     "parameter_alignment": _ni("16-byte alignment padding in flat buffers", False),
     "zero_hpz_partition_size": _ni("ZeRO++ hierarchical partitioning (hpZ)", 1),
     "zero_quantized_weights": _I,   # gather.py: stage 3's parameter all-gathers as int8 blocks + scales (qwZ)
+    # (DeepSpeed 0.19.8 quantizes a frozen parameter's freshly allocated, empty partition at partitioning and
+    # then copies the values into the int8 tensor: partition_parameters.py, _partition_param; not reproduced)
     "zero_quantized_nontrainable_weights": _ni("ZeRO++ frozen weights stored quantized (stage 3 keeps frozen "
                                                "parameters whole in zerolab; DeepSpeed partitions them)", False),
     "zero_quantized_gradients": _I,  # reduce.py: stage 3's gradients as int4 through two all-to-alls (qgZ)

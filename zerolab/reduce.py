@@ -516,7 +516,9 @@ class QuantizedReduce:
     that block size for the module's 2-D parameters (:meth:`per_partition_groups`). DeepSpeed's
     kernels read the gradient as fp16 without converting it (correct for fp16 gradients only);
     zerolab converts to fp16 first, as DeepSpeed's qwZ quantizer does. Its kernels are CUDA only:
-    this runs their arithmetic in torch, on gloo's ``all_to_all_single``."""
+    this runs their arithmetic in torch, on gloo's ``all_to_all_single``. The calls block (DeepSpeed
+    issues them on its reduction stream, which a GPU overlaps with backward; on a CPU rank nothing
+    would run beside them)."""
 
     BITS = 4
 
