@@ -8,7 +8,7 @@ from .crew import Crew, CrewError, CrewTimeout, RankError, RankInfo, device, lau
 from .crew import TooManyRanks, fit_ranks, max_ranks, set_max_ranks
 
 __version__ = "0.1.0"
-from . import comm, memory
+from . import comm, memory, topology
 from .comm import Comm, Ledger
 from .engine import Engine, initialize
 from .gather import ModuleOrderError

@@ -10,6 +10,7 @@ N ranks and S the size in bytes of the *full* (unsharded) tensor:
     all-reduce       2 (N-1)/N * S     (a reduce-scatter followed by an all-gather)
     reduce-scatter     (N-1)/N * S     (each rank ends with S/N, having sent N-1 chunks)
     all-gather         (N-1)/N * S     (each rank starts with S/N and receives N-1 chunks)
+    all-to-all         (N-1)/N * S     (S: this rank's input; it keeps one of its N chunks, sends the rest)
     broadcast                    S     (a pipelined chain: every rank but the root receives S)
     reduce                       S     (the same chain backwards: every rank but the root sends S)
     send / recv       the bytes sent   (point-to-point, counted by the sender)
@@ -46,12 +47,12 @@ def wire_factor(op: str, world_size: int) -> float:
     if n <= 1:
         return 0.0
     return {"all_reduce": 2 * (n - 1) / n, "reduce_scatter": (n - 1) / n,
-            "all_gather": (n - 1) / n, "broadcast": 1.0, "reduce": 1.0, "send": 1.0, "recv": 0.0}[op]
+            "all_gather": (n - 1) / n, "all_to_all": (n - 1) / n, "broadcast": 1.0, "reduce": 1.0, "send": 1.0, "recv": 0.0}[op]
 
 
 @dataclasses.dataclass(frozen=True)
 class CommRecord:
-    op: str             # all_reduce, reduce, reduce_scatter, all_gather, broadcast, send, recv
+    op: str             # all_reduce, reduce, reduce_scatter, all_gather, all_to_all, broadcast, send, recv
     numel: int          # elements of the full tensor (the all-gathered output, the reduce-scattered input)
     bytes: int          # numel * element size
     dtype: str          # e.g. "float32"
@@ -61,6 +62,7 @@ class CommRecord:
     waited: float = 0.0  # of ``seconds``, the wait for the last rank to arrive, where the
                          # transport tells it (0 on gloo and NCCL)
     kind: str = "zero"   # "zero": what ZeRO moves; "check": zerolab's own safety headers
+    link: str = "intra"  # "intra": every rank of the call's group is on one node; else "inter"
 
     @property
     def wire_bytes(self) -> float:
@@ -87,6 +89,7 @@ class Ledger:
         self.records: list[CommRecord] = []
         self.checks: list[CommRecord] = []
         self.enabled = True
+        self.nodes = 1                # the topology's nodes (set by a Comm): the table splits by link when > 1
         self._dropped = 0             # records dropped from the front so far
         self._dropped_checks = 0
 
@@ -123,6 +126,7 @@ class Ledger:
 
     def since(self, mark: int) -> "Ledger":
         out = Ledger()
+        out.nodes = self.nodes
         out.records = self.records[max(mark - self._dropped, 0):]
         if isinstance(mark, _Mark):
             out.checks = self.checks[max(mark.checks - self._dropped_checks, 0):]
@@ -169,19 +173,36 @@ class Ledger:
             out[r.tag.split(" ")[0] if r.tag else ""] += r.wire_bytes
         return dict(out)
 
+    def by_link(self) -> dict[str, float]:
+        """Wire bytes inside a node ("intra") and across nodes ("inter"): a call is "inter" when
+        its group spans more than one node (:mod:`zerolab.topology`). Checks excluded."""
+        out = {"intra": 0.0, "inter": 0.0}
+        for r in self.records:
+            out[r.link] += r.wire_bytes
+        return out
+
     def table(self, *, times: bool = False, checks: bool = False) -> str:
         """A small text table of the totals per op (times are left out by default: they vary).
-        ``checks=True`` adds zerolab's safety calls on a line of their own."""
+        ``checks=True`` adds zerolab's safety calls on a line of their own. With more than one
+        node two more columns split the wire bytes: inside a node, and across nodes."""
         rows = self.totals()
+        split = self.nodes > 1
+        links: dict[str, dict[str, float]] = defaultdict(lambda: {"intra": 0.0, "inter": 0.0})
+        for r in self.records:
+            links[r.op][r.link] += r.wire_bytes
         head = f"{'op':<15}{'calls':>6}{'elements':>12}{'bytes':>12}{'wire bytes':>13}"
+        head += f"{'intra-node':>12}{'inter-node':>12}" if split else ""
         head += f"{'seconds':>10}" if times else ""
         lines = [head]
 
-        def line(name, t):
+        def line(name, t, op=None):
             out = f"{name:<15}{t['calls']:>6}{t['numel']:>12}{t['bytes']:>12}{t['wire_bytes']:>13.0f}"
+            if split:
+                lk = links.get(op)
+                out += f"{lk['intra']:>12.0f}{lk['inter']:>12.0f}" if lk else " " * 24
             return out + (f"{t['seconds']:>10.4f}" if times else "")
         for op in sorted(rows):
-            lines.append(line(op, rows[op]))
+            lines.append(line(op, rows[op], op))
         if checks:
             for op, t in sorted(self.check_totals().items()):
                 lines.append(line(f"(check) {op}"[:15], t))
@@ -230,7 +251,7 @@ class Pending:
         c = self.comm
         c.ledger.add(CommRecord(self.op, self.numel, self.numel * self.t.element_size(),
                                 str(self.t.dtype).replace("torch.", ""), c.world_size, end - self.t0, self.tag,
-                                getattr(self.work, "waited", 0.0), self.kind))
+                                getattr(self.work, "waited", 0.0), self.kind, c.link))
         if c.timeline is not None:
             c.timeline.add("async", f"{self.op} {self.tag}".strip(), self.t0, end)
             c.timeline.add("wait", f"wait {self.tag}".strip(), w0, end)
@@ -255,6 +276,87 @@ class Comm:
         self.group = group
         self.ledger = ledger if ledger is not None else Ledger()
         self.timeline = timeline
+        self._link: str | None = None
+        self._subs: dict = {}                 # ("node",) / ("cross",) / ("sub", k) -> Comm, made once
+
+    # -- nodes (zerolab.topology) ---------------------------------------------------------
+    def global_ranks(self) -> list[int]:
+        """The global ranks of this Comm's group, in group order."""
+        if self.group is None:
+            return list(range(dist.get_world_size()))
+        return list(dist.get_process_group_ranks(self.group))
+
+    @property
+    def link(self) -> str:
+        """"intra" when every rank of this Comm's group is on one node (:func:`zerolab.topology.current`),
+        else "inter"; what each of its calls is filed under in the ledger (:meth:`Ledger.by_link`)."""
+        if self._link is None:
+            from .topology import current
+            topo = current() if dist.is_initialized() else None
+            if topo is None:
+                self._link = "intra"
+            else:
+                self._link = "intra" if topo.same_node(self.global_ranks()) else "inter"
+                self.ledger.nodes = max(self.ledger.nodes, topo.nodes)
+        return self._link
+
+    def _child(self, key: tuple, blocks: list[list[int]]) -> "Comm":
+        """Make one process group per block of this Comm's ranks (group-local indices), every
+        rank making all of them in the same order (``dist.new_group`` is collective over the
+        whole world), and return a Comm over the block that holds this rank: same ledger and
+        timeline, its own group. Cached: the groups are made only once."""
+        if key not in self._subs:
+            ranks, me = self.global_ranks(), self.rank
+            mine = None
+            for block in blocks:
+                group = dist.new_group([ranks[i] for i in block])
+                if me in block:
+                    mine = Comm(group, self.ledger, self.timeline)
+            self._subs[key] = mine
+        return self._subs[key]
+
+    def _topology_blocks(self) -> tuple[list[list[int]], list[list[int]]]:
+        """This Comm's ranks (group-local) by node, and by local rank across the nodes."""
+        from .topology import current
+        topo = current()
+        ranks = self.global_ranks()
+        nodes: dict[int, list[int]] = {}
+        for i, r in enumerate(ranks):
+            nodes.setdefault(topo.node_of(r), []).append(i)
+        by_node = list(nodes.values())
+        if len({len(b) for b in by_node}) != 1:
+            raise RuntimeError(f"this Comm's ranks {ranks} hold a different number of ranks on each node "
+                               f"({topo}); node and cross-node groups need the same number on every node")
+        cross = [[b[j] for b in by_node] for j in range(len(by_node[0]))]
+        return by_node, cross
+
+    def node_comm(self) -> "Comm":
+        """A Comm over this rank's node (its ranks on the same node as this one): calls on it never
+        leave the node (``link`` "intra"). The node and cross-node groups are made together the
+        first time either is asked for, on every rank in the same order (it is collective)."""
+        if ("node",) not in self._subs:
+            by_node, cross = self._topology_blocks()
+            self._child(("node",), by_node)
+            self._child(("cross",), cross)
+        return self._subs[("node",)]
+
+    def cross_comm(self) -> "Comm":
+        """A Comm over the ranks with this rank's local rank on every node (one rank per node:
+        with more than one node, every call on it crosses nodes)."""
+        self.node_comm()
+        return self._subs[("cross",)]
+
+    def sub_comm(self, ranks_per_group: int) -> "Comm":
+        """A Comm over this rank's group of ``ranks_per_group`` consecutive ranks (ranks
+        0..k-1, k..2k-1, ...: hpZ's partition groups, DeepSpeed's ``_create_zero_param_parallel_group``).
+        ``ranks_per_group`` must divide this Comm's world size. Made once, collectively, then cached."""
+        n, k = self.world_size, ranks_per_group
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1 or n % k:
+            raise ValueError(f"sub_comm({k!r}): the group size must be a whole number >= 1 that divides "
+                             f"the world size {n}")
+        if k == n:
+            return self
+        return self._child(("sub", k), [list(range(s, s + k)) for s in range(0, n, k)])
 
     def transport(self) -> str:
         """The backend this Comm's collectives run on ("gloo", "nccl", or "zshm": zerolab.shm)."""
@@ -273,7 +375,7 @@ class Comm:
         n = t.numel() if numel is None else numel
         end = time.perf_counter()
         self.ledger.add(CommRecord(op, n, n * t.element_size(), str(t.dtype).replace("torch.", ""),
-                                   self.world_size, end - t0, tag, 0.0, kind))
+                                   self.world_size, end - t0, tag, 0.0, kind, self.link))
         if self.timeline is not None and self.ledger.enabled:
             self.timeline.add("comm", f"{op} {tag}".strip(), t0, end)
 
@@ -330,6 +432,19 @@ class Comm:
                       lambda a: _ALL_GATHER(out, inp, group=self.group, async_op=a))
         return p if async_op else out
 
+    def all_to_all(self, out: torch.Tensor, inp: torch.Tensor, *, tag: str = "", kind: str = "zero"):
+        """``inp`` holds N equal chunks; chunk j goes to rank j, and ``out``'s chunk i comes from rank
+        i (``torch.distributed.all_to_all_single``, which gloo runs on CPU). Blocking, as DeepSpeed's
+        qgZ calls it. The ledger counts ``inp``'s elements and (N-1)/N of its bytes on the wire."""
+        if out.numel() != inp.numel() or inp.numel() % self.world_size:
+            raise ValueError(f"all_to_all: input of {inp.numel()} and output of {out.numel()} elements must be "
+                             f"equal and cut into {self.world_size} chunks")
+        if self.world_size == 1:
+            out.copy_(inp)
+        self._run("all_to_all", inp, inp.numel(), tag, False, kind,
+                  lambda a: dist.all_to_all_single(out, inp, group=self.group))
+        return out
+
     def broadcast(self, t: torch.Tensor, src: int = 0, *, tag: str = "") -> torch.Tensor:
         gsrc = dist.get_global_rank(self.group, src) if self.group is not None else src
         self._run("broadcast", t, t.numel(), tag, False, "zero",
@@ -377,10 +492,16 @@ def _ring_step(send: torch.Tensor, recv: torch.Tensor, rank: int, n: int, ledger
     for r in reqs:
         r.wait()
     if ledger is not None:
+        from .topology import current
         dt = time.perf_counter() - t0
         dtype = str(send.dtype).replace("torch.", "")
-        ledger.add(CommRecord("send", send.numel(), send.numel() * send.element_size(), dtype, n, dt, tag))
-        ledger.add(CommRecord("recv", recv.numel(), recv.numel() * recv.element_size(), dtype, n, 0.0, tag))
+        topo = current()
+        link = "intra" if topo.same_node([rank, right]) else "inter"       # (the sender's link)
+        ledger.nodes = max(ledger.nodes, topo.nodes)
+        ledger.add(CommRecord("send", send.numel(), send.numel() * send.element_size(), dtype, n, dt, tag,
+                              link=link))
+        ledger.add(CommRecord("recv", recv.numel(), recv.numel() * recv.element_size(), dtype, n, 0.0, tag,
+                              link="intra" if topo.same_node([rank, left]) else "inter"))
 
 
 def _trace_step(trace: list | None, phase: str, step: int, rank: int, n: int, sent: int,

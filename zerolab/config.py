@@ -192,6 +192,8 @@ class ZeroConfig:
     offload_optimizer: OffloadConfig = OffloadConfig()
     offload_param: OffloadConfig = OffloadConfig(buffer_count=5)
     ignore_unused_parameters: bool = True
+    zero_quantized_weights: bool = False     # qwZ (stage 3, gather.py): int8 parameter all-gathers
+    zero_quantized_gradients: bool = False   # qgZ (stage 3 on >1 node, reduce.py): int4 all-to-all reduction
 
 
 @dataclass(frozen=True)
@@ -257,7 +259,8 @@ class Config:
         raw = self.raw
         walk(raw, "", K.TOP)
         zero = raw.get("zero_optimization")
-        walk(zero, "zero_optimization", K.ZERO, K.ZERO_ALIASES)
+        walk(zero, "zero_optimization", K.ZERO if self.zero.stage == 3 else {**K.ZERO, **K.ZEROPP_BELOW_STAGE3},
+             K.ZERO_ALIASES)
         if isinstance(zero, Mapping):
             for kind, table in (("offload_optimizer", K.OFFLOAD_OPTIMIZER), ("offload_param", K.OFFLOAD_PARAM)):
                 if getattr(self.zero, kind).device == "none":     # off: every tuning key does nothing
@@ -442,10 +445,14 @@ def _parse_zero(p: K.Problems, d: dict) -> ZeroConfig:
             if long in b:
                 p.add(f"give only one of '{path}.{short}' and '{path}.{long}' (the same setting)")
             b[long] = b.pop(short)
-    K.check_keys(p, b, path, K.ZERO)
+    below3 = b.get("stage", 0) in (0, 1, 2) and not isinstance(b.get("stage"), bool)
+    K.check_keys(p, b, path, {**K.ZERO, **K.ZEROPP_BELOW_STAGE3} if below3 else K.ZERO)
     g = lambda key, conv, default: K.read(p, b, path, key, conv, default)  # noqa: E731
     stage = g("stage", K.as_int(lo=0, hi=3), 0)
     overlap = g("overlap_comm", K.optional(K.as_bool), None)
+    if stage == 3 and b.get("zero_quantized_gradients") is True and b.get("reduce_scatter") is False:
+        p.add(f"'{path}.zero_quantized_gradients' needs '{path}.reduce_scatter' true (DeepSpeed 0.19.8's stage 3 "
+              "asserts it: qgZ replaces the reduce-scatter); remove reduce_scatter: false or turn qgZ off")
     return ZeroConfig(
         stage=stage, overlap_comm=(stage == 3) if overlap is None else overlap,
         contiguous_gradients=g("contiguous_gradients", K.as_bool, True),
@@ -461,7 +468,9 @@ def _parse_zero(p: K.Problems, d: dict) -> ZeroConfig:
             ("stage3_max_live_parameters", 1_000_000_000), ("stage3_max_reuse_distance", 1_000_000_000))},
         offload_optimizer=_parse_offload(p, b, "offload_optimizer", stage),
         offload_param=_parse_offload(p, b, "offload_param", stage),
-        ignore_unused_parameters=g("ignore_unused_parameters", K.as_bool, True))
+        ignore_unused_parameters=g("ignore_unused_parameters", K.as_bool, True),
+        zero_quantized_weights=g("zero_quantized_weights", K.as_bool, False),
+        zero_quantized_gradients=g("zero_quantized_gradients", K.as_bool, False))
 
 
 def _parse_zerolab(p: K.Problems, d: dict) -> ZerolabConfig:

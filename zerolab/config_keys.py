@@ -185,9 +185,12 @@ ZERO = {
     "compute_grad_norm": _ni("false skips the global gradient norm", True),
     "parameter_alignment": _ni("16-byte alignment padding in flat buffers", False),
     "zero_hpz_partition_size": _ni("ZeRO++ hierarchical partitioning (hpZ)", 1),
-    "zero_quantized_weights": _ni("ZeRO++ quantized weight all-gather (qwZ)", False),
-    "zero_quantized_nontrainable_weights": _ni("ZeRO++ quantized frozen weights", False),
-    "zero_quantized_gradients": _ni("ZeRO++ quantized gradient reduction (qgZ)", False),
+    "zero_quantized_weights": _I,   # gather.py: stage 3's parameter all-gathers as int8 blocks + scales (qwZ)
+    # (DeepSpeed 0.19.8 quantizes a frozen parameter's freshly allocated, empty partition at partitioning and
+    # then copies the values into the int8 tensor: partition_parameters.py, _partition_param; not reproduced)
+    "zero_quantized_nontrainable_weights": _ni("ZeRO++ frozen weights stored quantized (stage 3 keeps frozen "
+                                               "parameters whole in zerolab; DeepSpeed partitions them)", False),
+    "zero_quantized_gradients": _I,  # reduce.py: stage 3's gradients as int4 through two all-to-alls (qgZ)
     "pipeline_loading_checkpoint": _ni("pipeline-mode checkpoint loading", False),
     "save_muon_momentum_buffer_in_memory": _ni("Muon momentum buffer placement", False),
     "zenflow": _ni("ZenFlow asynchronous offloaded updates", DISABLED_BLOCK),
@@ -199,6 +202,12 @@ ZERO = {
     "mics_hierarchical_params_gather": Key(REMOVED, "MiCS sharding"),
     "zeropp_loco_param": Key(REMOVED, "LoCo-ZeRO++"),
 }
+
+# ZeRO++'s quantization keys are read by DeepSpeed's stage 3 only (partition_parameters.py, stage3.py): at
+# stages 0-2 they change nothing (the engine makes qgZ's all-to-all groups, and nothing uses them)
+ZEROPP_BELOW_STAGE3 = {k: _A("read by DeepSpeed's stage 3 only; at stages 0-2 it changes nothing (in DeepSpeed "
+                             "too)") for k in ("zero_quantized_weights", "zero_quantized_nontrainable_weights",
+                                               "zero_quantized_gradients")}
 
 # DeepSpeed's pydantic model also takes the field names of the stage3_* aliases.
 ZERO_ALIASES = {k[len("stage3_"):]: k for k in ZERO if k.startswith("stage3_")

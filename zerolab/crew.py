@@ -263,16 +263,28 @@ class Crew:
         timeout: default seconds a ``run`` may take before the crew is stopped.
         threads: torch intra-op threads per rank (default: cores // world_size, at least 1).
         echo: print each rank's output after every ``run`` (grouped by rank, in rank order).
+        nodes: a virtual topology (:mod:`zerolab.topology`): the ranks as ``nodes`` nodes of
+            ``world_size // nodes`` consecutive ranks (torchrun's layout; ``nodes`` must divide
+            ``world_size``). Each rank sees torchrun's LOCAL_RANK, LOCAL_WORLD_SIZE and GROUP_RANK
+            for it; nothing else changes (all ranks still run on this machine, on one transport),
+            but ``Comm.node_comm()``/``cross_comm()`` group the ranks by these nodes and the ledger
+            files each call as "intra" or "inter" node. Default 1: one node.
     """
 
     def __init__(self, world_size: int, backend: str = "auto", *, timeout: float = 120.0,
-                 threads: int | None = None, echo: bool = True, start_timeout: float = 60.0):
+                 threads: int | None = None, echo: bool = True, start_timeout: float = 60.0,
+                 nodes: int = 1):
         if int(world_size) < 1:
             raise ValueError(f"world_size must be >= 1, got {world_size}")
+        if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1 or int(world_size) % nodes:
+            raise ValueError(f"Crew(nodes={nodes!r}): nodes must be a whole number >= 1 that divides "
+                             f"world_size={world_size} (each node holds world_size // nodes consecutive "
+                             f"ranks, as under torchrun); e.g. Crew({world_size}, nodes=1)")
         cap, source = _cap()
         if cap is not None and int(world_size) > cap:
             raise TooManyRanks(int(world_size), cap, source)
         self.world_size = int(world_size)
+        self.nodes = nodes
         self.backend = resolve_backend(backend, self.world_size)
         self.timeout = timeout
         self.threads = threads or max(1, (os.cpu_count() or 1) // self.world_size)
@@ -316,7 +328,7 @@ class Crew:
                     p = ctx.Process(target=_rank_main, name=f"zerolab-rank{r}", daemon=True,
                                     args=(child_end, lifeline_r, r, self.world_size, self.backend,
                                           "127.0.0.1", port, self._workdir, self.threads, pg_timeout,
-                                          _driver_tmp(r)))
+                                          _driver_tmp(r), self.world_size // self.nodes))
                     self._conns.append(parent_end)
                     try:
                         with _main_module_hidden():
@@ -389,7 +401,8 @@ class Crew:
 
     def __repr__(self) -> str:
         state = "running" if self.alive else "stopped"
-        return f"Crew(world_size={self.world_size}, backend={self.backend!r}, {state})"
+        nodes = f", nodes={self.nodes}" if self.nodes != 1 else ""
+        return f"Crew(world_size={self.world_size}, backend={self.backend!r}{nodes}, {state})"
 
     # -- running
     def run(self, fn: Callable, *args, timeout: float | None = None, **kwargs) -> list:
@@ -531,9 +544,10 @@ def _destroy_at_exit() -> None:
 
 
 def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout: float = 120.0,
-           threads: int | None = None, echo: bool = True, **kwargs) -> list:
+           threads: int | None = None, echo: bool = True, nodes: int = 1, **kwargs) -> list:
     """Run ``fn(*args, **kwargs)`` on ``world_size`` fresh ranks; return the results by rank.
-    ``backend`` as for :class:`Crew` ("auto", "gloo", "nccl" or "shm").
+    ``backend`` and ``nodes`` as for :class:`Crew` ("auto", "gloo", "nccl" or "shm"; a virtual
+    topology of ``nodes`` nodes).
 
     Under torchrun the ranks already exist: ``fn`` runs once in this process (the world size
     comes from the environment) and the results of all ranks are all-gathered. Elsewhere more
@@ -548,5 +562,5 @@ def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout:
         gathered: list[Any] = [None] * info.world_size
         dist.all_gather_object(gathered, value)
         return gathered
-    with Crew(world_size, backend, timeout=timeout, threads=threads, echo=echo) as crew:
+    with Crew(world_size, backend, timeout=timeout, threads=threads, echo=echo, nodes=nodes) as crew:
         return crew.run(fn, *args, **kwargs)

@@ -39,7 +39,7 @@ class RankInfo:
     """Who this process is inside the crew."""
     rank: int            # 0 .. world_size-1
     world_size: int      # number of ranks in the process group
-    local_rank: int      # rank on this machine (selects the GPU)
+    local_rank: int      # rank on its node (torchrun's LOCAL_RANK; a crew's virtual node, see topology.py)
     device: torch.device # cuda:<local_rank> with NCCL, else cpu with gloo
     backend: str         # "nccl", "gloo" or "zshm" (zerolab.shm, asked for with backend="shm")
 
@@ -129,8 +129,12 @@ def _parent_gone(workdir: str, driver_tmp: tuple) -> None:
 
 
 def _rank_main(conn, lifeline, rank_: int, world: int, backend: str, host: str, port: int,
-               workdir: str, threads: int, pg_timeout_s: float, driver_tmp: tuple = ()) -> None:
-    """The life of one rank: join the group, then run tasks until told to stop."""
+               workdir: str, threads: int, pg_timeout_s: float, driver_tmp: tuple = (),
+               per_node: int | None = None) -> None:
+    """The life of one rank: join the group, then run tasks until told to stop. ``per_node``: the
+    ranks per (virtual) node; the rank gets torchrun's LOCAL_RANK, LOCAL_WORLD_SIZE and GROUP_RANK
+    for that layout (consecutive ranks per node). The GPU is still picked by the global rank: all
+    the virtual nodes are on this machine."""
     global _INFO
     threading.Thread(target=_watch_lifeline, args=(lifeline, workdir, driver_tmp), name="zerolab-lifeline",
                      daemon=True).start()
@@ -142,8 +146,11 @@ def _rank_main(conn, lifeline, rank_: int, world: int, backend: str, host: str, 
     # Each rank writes to its own file; line-buffering keeps partial output if it is killed.
     sys.stdout = open(1, "w", buffering=1, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
+    per_node = per_node or world
+    local = rank_ % per_node
     os.environ.update(GLOO_SOCKET_IFNAME="lo", MASTER_ADDR=host, MASTER_PORT=str(port),
-                      RANK=str(rank_), WORLD_SIZE=str(world), LOCAL_RANK=str(rank_),
+                      RANK=str(rank_), WORLD_SIZE=str(world), LOCAL_RANK=str(local),
+                      LOCAL_WORLD_SIZE=str(per_node), GROUP_RANK=str(rank_ // per_node),
                       ZEROLAB_PG_TIMEOUT_S=str(pg_timeout_s))
     try:
         torch.set_num_threads(threads)
@@ -159,7 +166,7 @@ def _rank_main(conn, lifeline, rank_: int, world: int, backend: str, host: str, 
         kwargs = dict(device_id=dev) if backend == "nccl" else {}
         dist.init_process_group(backend, store=store, rank=rank_, world_size=world,
                                 timeout=datetime.timedelta(seconds=pg_timeout_s), **kwargs)
-        _INFO = RankInfo(rank_, world, rank_, dev, backend)
+        _INFO = RankInfo(rank_, world, local, dev, backend)
         conn.send(("ready", None))
     except BaseException:
         conn.send(("error", _format_error(rank_)))

@@ -118,6 +118,21 @@ def describe(c: Config) -> str:
             reuse = "every module is gathered again for backward (stage3_max_reuse_distance 0)"
         lines.append("Stage 3 fetching: each module's parameters are all-gathered before its forward and again "
                      f"before its backward, and released after use; {fetch}; {reuse}; {persist}.")
+        if z.zero_quantized_weights:
+            lines.append("qwZ (zero_quantized_weights) [DeepSpeed's ZeRO++]: every all-gather of a module's "
+                         "parameters in forward and backward carries int8 blocks (each rank's shard in fp16, cut "
+                         "into blocks of a multiple of 8, about 8,000 elements, by DeepSpeed's rule) plus one fp32 "
+                         "scale per block, in two calls (values, then scales): about half of fp16/bf16's bytes; each "
+                         "rank dequantizes to fp16, then to the model dtype. The shards and the fp32 master weights "
+                         "stay exact; the persistent parameters' refresh after the step is not quantized.")
+        if z.zero_quantized_gradients:
+            lines.append("qgZ (zero_quantized_gradients) [DeepSpeed's ZeRO++]: with more than one node, each "
+                         "module's gradient is quantized to int4 (one fp32 scale per block), exchanged by an "
+                         "all-to-all inside the node, summed there and quantized again, exchanged by an all-to-all "
+                         "across nodes, dequantized and divided by the number of nodes (DeepSpeed 0.19.8 divides the "
+                         "sum over all ranks by the nodes only: the gradient is ranks-per-node times the mean); 1-D "
+                         "parameters and sizes not a multiple of 2N are reduce-scattered. With one node it does "
+                         "nothing (DeepSpeed's condition num_nodes > 1).")
         if own.order_checks:
             lines.append("Order checks [zerolab's own, zerolab.order_checks]: a 16-byte all-gather before each "
                          "unit of parameter gathers, so that ranks on different paths through the model fail "

@@ -30,6 +30,22 @@ never among ZeRO's calls). Gradients are reduced (``reduce.py``, in buckets of
 ``reduce_bucket_size``) in the reverse of the order groups were first gathered in forward (the
 same on every rank), whatever order they complete in.
 
+**qwZ** (``zero_quantized_weights``, ZeRO++; DeepSpeed 0.19.8's ``all_gather_coalesced(...,
+quantize=True)`` in ``runtime/zero/partition_parameters.py``): every all-gather of a unit's
+parameters, in forward and in backward, prefetched or not, carries int8 blocks plus their fp32
+scales instead of model-dtype values. Each rank converts its shard to fp16, quantizes it (blocks
+by DeepSpeed's adaptive rule, :func:`zerolab.quant.qwz_groups`; a prefetch batch is one tensor,
+as DeepSpeed quantizes the concatenation of a coalesced fetch), and two all-gathers follow, as in
+DeepSpeed: the int8 values, then the scales. Each rank dequantizes the whole buffer to fp16, then
+to the model dtype. The shards (and the optimizer's fp32 masters) are never quantized: only the
+gathered copies used in forward and backward are. Not quantized, as in DeepSpeed: the persistent
+parameters' refresh after each step (``_post_step`` gathers them with ``all_gather``, which
+quantizes only weights stored quantized) and the broadcast at initialization. DeepSpeed also
+fetches the persistent parameters once in the first forward (quantized); zerolab keeps them whole
+from initialization, so they are exact from the first step. Frozen parameters are kept whole in
+zerolab (DeepSpeed partitions them and quantizes their fetches too). Every gathered shard must
+be a multiple of 8 elements (DeepSpeed's quantizer asserts it): checked at initialization.
+
 When to unshard and reshard is decided by the hooks in ``hooks.py`` (module forward pre/post
 hooks, output-gradient hooks, watched parameter dicts for parameters used outside their module).
 """
@@ -42,6 +58,7 @@ from .flat import FlatGroup, Part
 from .hooks import ModuleHooks
 from .memory import tensor_bytes
 from .params import broadcast_
+from .quant import dequantize, quantize, qwz_groups
 from .trace import FetchTrace, ModuleOrderError, agree, checksum
 
 __all__ = ["GatheredParams", "ModuleOrderError"]
@@ -97,6 +114,11 @@ class GatheredParams:
         self._following_pass = False               # this forward follows a trace: check it at its end
         self.reused = 0                            # releases skipped because of the reuse distance
         self.hooks: ModuleHooks | None = None
+        # qwZ (see _all_gather); on one rank DeepSpeed gathers nothing, so quantizes nothing
+        # (all_gather_coalesced: _no_gather_coalesced when the partition world size is 1)
+        self.quantized_weights = bool(zero.zero_quantized_weights) and stage.world_size > 1
+        if self.quantized_weights:
+            self._check_qwz()
 
     def owned(self) -> list[torch.Tensor]:
         """The part of each group this rank's optimizer updates: its shard."""
@@ -351,15 +373,14 @@ class GatheredParams:
         if wanted is not None:
             g = self.groups[wanted]
             flat = torch.empty(g.padded_numel, dtype=st.dtype, device=st.device)
-            st.comm.all_gather(flat, self._shard_on_device(wanted), tag=f"params {g.label}")
+            self._all_gather(flat, self._shard_on_device(wanted), f"params {g.label}")
             self._inflight[wanted] = (None, flat)
             self._flight += g.padded_numel
             st.track(f"params {wanted}", flat)
         if len(ahead) == 1:
             g = self.groups[ahead[0]]
             flat = torch.empty(g.padded_numel, dtype=st.dtype, device=st.device)
-            pending = st.comm.all_gather(flat, self._shard_on_device(ahead[0]), tag=f"params {g.label}",
-                                         async_op=True)
+            pending = self._all_gather(flat, self._shard_on_device(ahead[0]), f"params {g.label}", async_op=True)
             self._inflight[ahead[0]] = (pending, flat)
             st.track(f"params {ahead[0]}", flat)
         elif ahead:
@@ -368,7 +389,7 @@ class GatheredParams:
             send = torch.cat([self._shard_on_device(j) for j in ahead])
             out = torch.empty(send.numel() * st.world_size, dtype=st.dtype, device=st.device)
             label = f"{self.groups[ahead[0]].label} + {len(ahead) - 1} more"
-            batch = _Batch(st.comm.all_gather(out, send, tag=f"params {label}", async_op=True), out,
+            batch = _Batch(self._all_gather(out, send, f"params {label}", async_op=True), out,
                            [self.groups[j] for j in ahead], f"params batch {ahead[0]}")
             for j in ahead:
                 self._inflight[j] = (batch, None)
@@ -377,6 +398,49 @@ class GatheredParams:
         live = self._live_numel() + self._inflight_numel()
         self.peak_gathered_numel = max(self.peak_gathered_numel, live)
         self.prefetches += len(ahead)
+
+    def _all_gather(self, out: torch.Tensor, shard: torch.Tensor, tag: str, async_op: bool = False):
+        """All-gather ``shard`` of every rank into ``out``: in the model dtype, or with qwZ as int8
+        blocks and their scales (:meth:`_all_gather_quantized`)."""
+        if not self.quantized_weights:
+            return self.stage.comm.all_gather(out, shard, tag=tag, async_op=async_op)
+        return self._all_gather_quantized(out, shard, tag, async_op, self.stage.comm)
+
+    @staticmethod
+    def _all_gather_quantized(out: torch.Tensor, shard: torch.Tensor, tag: str, async_op: bool, comm):
+        """qwZ: quantize this rank's ``shard`` (fp16, then int8 in blocks, DeepSpeed's
+        ``CUDAQuantizer``), all-gather the int8 values, then the fp32 scales (two calls, as
+        DeepSpeed makes), and dequantize every rank's blocks into ``out`` (fp16, then ``out``'s
+        dtype). Every rank quantizes a shard of the same size, so the gathered scales line up with
+        the gathered blocks. Returns a :class:`_Dequantize` (``async_op``) or ``out``."""
+        n = comm.world_size
+        q, scales = quantize(shard.to(torch.float16), qwz_groups(shard.numel()), bits=8)
+        q_all = torch.empty(q.numel() * n, dtype=torch.int8, device=q.device)
+        s_all = torch.empty(scales.numel() * n, dtype=torch.float32, device=q.device)
+        pq = comm.all_gather(q_all, q, tag=tag, async_op=async_op)
+        ps = comm.all_gather(s_all, scales, tag=f"{tag} scales", async_op=async_op)
+        done = _Dequantize([pq, ps] if async_op else [], q_all, s_all, out)
+        if not async_op:
+            done.wait()
+            return out
+        return done
+
+    def _check_qwz(self) -> None:
+        """qwZ quantizes each gathered shard in blocks of a multiple of 8 elements (DeepSpeed's
+        CUDAQuantizer asserts it): say which group's shard cannot be, and what to do."""
+        for g in self.groups:
+            if self.persistent[g.index] or g.shard_numel == 0:
+                continue
+            try:
+                qwz_groups(g.shard_numel)
+            except ValueError:
+                raise ValueError(
+                    f"zero_optimization.zero_quantized_weights: stage 3's shard of {g.label} has {g.shard_numel} "
+                    f"elements on each of {g.world_size} ranks, not a multiple of 8, and DeepSpeed's qwZ quantizer "
+                    "cuts a shard into blocks of a multiple of 8 (its CUDAQuantizer asserts it). Fix: a world size "
+                    "or layer widths that make each module's shard a multiple of 8, make that module's parameters "
+                    "persistent (stage3_param_persistence_threshold), or set zero_quantized_weights to false"
+                ) from None
 
     def _wait(self, i: int) -> None:
         pending, flat = self._inflight.pop(i)
@@ -479,6 +543,22 @@ class GatheredParams:
         if where == "nvme" and self._param_files is not None:
             return self._param_files.bytes_on_disk()
         return 0
+
+
+class _Dequantize:
+    """A quantized all-gather in flight (qwZ): :meth:`wait` waits for the values' and the
+    scales' all-gathers, then writes the dequantized parameters into ``out``."""
+
+    def __init__(self, pendings, q_all: torch.Tensor, s_all: torch.Tensor, out: torch.Tensor):
+        self.pendings, self.q_all, self.s_all, self.out = pendings, q_all, s_all, out
+
+    def wait(self) -> None:
+        if self.q_all is None:
+            return
+        for p in self.pendings:
+            p.wait()
+        self.out.view(-1).copy_(dequantize(self.q_all, self.s_all).to(torch.float16))
+        self.q_all = self.s_all = None
 
 
 class _Batch:
