@@ -526,6 +526,13 @@ class QuantizedReduce:
         self.comm = comm
         self.node, self.cross = comm.node_comm(), comm.cross_comm()     # (collective: made on every rank)
         self.n, self.local, self.nodes = comm.world_size, self.node.world_size, self.cross.world_size
+        if self.nodes > 1 and self.local > 1 and comm.rank == 0:
+            import warnings
+            warnings.warn(f"zero_quantized_gradients: as in DeepSpeed 0.19.8, qgZ's gradients come out "
+                          f"{self.local}x the mean (ranks per node): its all-to-all path sums inside each node "
+                          f"and divides only by the number of nodes ({self.nodes}), while its reduce-scatter "
+                          f"fallback (1-D parameters) divides by all {self.n} ranks. Adam barely notices a "
+                          f"constant scale; gradient clipping and the reported gradient norm see it", stacklevel=2)
 
     def per_partition_groups(self, g: FlatGroup) -> int | None:
         """Blocks per partition for group ``g``'s gradient, or None where DeepSpeed falls back to a
