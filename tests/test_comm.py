@@ -114,7 +114,9 @@ def _ledger_totals():
     with comm.ledger.paused():
         comm.all_reduce(torch.ones(7), tag="not counted")
     mark = comm.ledger.mark()
-    amax = comm.all_reduce_max(float(r), tag="overflow")
+    t = torch.tensor([float(r)], dtype=torch.float64)
+    comm.all_reduce(t, dist.ReduceOp.MAX, tag="overflow")
+    amax = t.item()
     ring_ledger = Ledger()
     ring = ring_all_reduce(torch.ones(S_NUMEL), ledger=ring_ledger)
     uneven = Ledger()

@@ -527,7 +527,6 @@ def test_describe_is_factual():
 
 def test_key_tables_are_consistent_with_the_dataclasses():
     statuses = {K.IMPLEMENTED, K.NO_EFFECT, K.NOT_IMPLEMENTED, K.REMOVED}
-    assert K.ACCEPTED == K.NO_EFFECT                                  # the old name
     for table in (K.TOP, K.ZERO, K.ZEROLAB, K.FP16, K.BF16, K.OFFLOAD_OPTIMIZER, K.OFFLOAD_PARAM, K.OPTIMIZER,
                   *K.OPTIMIZER_PARAMS.values()):
         for name, key in table.items():

@@ -175,7 +175,7 @@ def _sweep(save_dir: Path) -> None:
     """What saves killed on this host left behind: their temporary folders are removed; a
     previous checkpoint moved aside and never replaced is put back (or removed once its tag has a
     complete checkpoint again)."""
-    from .nvme import pid_alive
+    from .procs import pid_alive
     for entry in save_dir.iterdir():
         for kind in ("tmp", "old"):
             found = _leftover(entry.name, kind)

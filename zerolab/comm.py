@@ -1,7 +1,6 @@
 """Collectives with a ledger: every call the engine makes is written down.
 
-In the story, the crew shouts across the house; the ledger is the captain's tally of who
-shouted what, how much, and why. Each record holds the op, the number of elements, the
+Each record holds the op, the number of elements, the
 payload bytes, the dtype, the wall time and a tag (which bucket, layer or phase).
 
 **Bytes on the wire per rank** use the ring convention of nccl-tests' *bus bandwidth*. With
@@ -451,22 +450,10 @@ class Comm:
                   lambda a: dist.broadcast(t, src=gsrc, group=self.group))
         return t
 
-    def all_reduce_max(self, value: float, *, tag: str = "") -> float:
-        """Max of a Python number over ranks (e.g. "did any rank overflow?")."""
-        t = torch.tensor([float(value)], dtype=torch.float64, device=_group_device(self.group))
-        self.all_reduce(t, dist.ReduceOp.MAX, tag=tag)
-        return float(t.item())
-
 
 # torch >= 2.13 names them all_gather_single / reduce_scatter_single (the old names warn)
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-
-
-def _group_device(group) -> torch.device:
-    if dist.get_backend(group) == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
 
 
 _DEFAULT: Comm | None = None

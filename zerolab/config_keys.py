@@ -14,7 +14,7 @@ of its monitors, profiler, autotuner and AIO). Each key found there has one of f
   gradients into flat buckets, all-gathers the updated partitions in one call). Read,
   validated, and dropped; the ``what`` text says why that is safe. A key the
   user sets with this status is listed by ``Config.ignored_settings()`` (shown by ``zerolab
-  explain`` and warned once when the engine is built). ``ACCEPTED`` is its old name.
+  explain`` and warned once when the engine is built).
 * ``NOT_IMPLEMENTED``: a DeepSpeed feature zerolab does not have yet. It is an error, named,
   unless the value is *inert*: DeepSpeed's default, or a block that is empty or has
   ``"enabled": false``. Then the key asks for nothing, and refusing it would only annoy.
@@ -37,7 +37,6 @@ from typing import Any
 
 IMPLEMENTED = "implemented"
 NO_EFFECT = "no effect"
-ACCEPTED = NO_EFFECT        # the old name of NO_EFFECT
 NOT_IMPLEMENTED = "not implemented"
 REMOVED = "removed"
 

@@ -119,7 +119,7 @@ def _parent_gone(workdir: str, driver_tmp: tuple) -> None:
     was killed, so that its atexit never ran) multiprocessing's temp folder of the driver."""
     shutil.rmtree(workdir, ignore_errors=True)
     if driver_tmp:
-        from .nvme import pid_alive
+        from .procs import pid_alive
         pid, folder = driver_tmp
         for _ in range(20):                      # (a killed process takes a moment to go)
             if not pid_alive(pid):

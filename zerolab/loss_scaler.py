@@ -3,7 +3,7 @@
 fp16 cannot hold gradients smaller than 2**-24: they round to zero. Multiplying the loss by a
 scale S multiplies every gradient by S (the chain rule), which lifts the small ones into range;
 the optimizer divides by S again before it uses them. Too large an S and a gradient overflows to
-inf: that step is skipped and S is lowered. This is the "folding furniture" chapter of the story.
+inf: that step is skipped and S is lowered.
 
 Two scalers, chosen from the config's ``fp16`` block by :func:`make_loss_scaler`:
 

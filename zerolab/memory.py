@@ -1,8 +1,7 @@
 """The memory ledger: what a rank holds, measured from the tensors, set beside the ZeRO formulas.
 
-In the story each worker's backpack holds four giants: furniture (parameters), door stickers
-(gradients), a heavy notebook (optimizer states) and a folding chair (activations). This module
-*measures* them from real tensors and states the paper's formulas for them, so a chapter can
+A rank holds four kinds of memory: parameters, gradients, optimizer states and activations.
+This module *measures* them from real tensors and states the paper's formulas for them, so a chapter can
 print both side by side.
 
 Units: every size here is in bytes (names end in ``_bytes``) or elements (``_numel``, ``psi``);
@@ -98,11 +97,11 @@ def measure_model_states(model: torch.nn.Module, optimizer: torch.optim.Optimize
 
 
 def measure_activations(model: torch.nn.Module, *inputs, loss_fn=None) -> dict:
-    """Run one forward and measure what autograd keeps for backward: the folding chair.
+    """Run one forward and measure what autograd keeps for backward: the activations.
 
     Every tensor autograd saves passes through ``torch.autograd.graph.saved_tensors_hooks``;
-    we count their storages once each. Parameters and buffers are left out (they sit in the
-    backpack whether or not a forward runs), so what remains grows with batch and sequence
+    we count their storages once each. Parameters and buffers are left out (they are held
+    whether or not a forward runs), so what remains grows with batch and sequence
     length. If `loss_fn` is given it is applied to the output inside the measurement
     (``loss_fn(output)``), since the loss saves tensors too.
 

@@ -16,6 +16,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
+from .procs import pid_alive
+
 __all__ = ["NvmeStore", "NvmePathError", "check_nvme_path", "remove_stale_swap_dirs"]
 
 SWAP_PREFIX = "zerolab-swap-"
@@ -144,18 +146,3 @@ def remove_stale_swap_dirs(root: str) -> list[str]:
         shutil.rmtree(os.path.join(root, name), ignore_errors=True)
         removed.append(name)
     return removed
-
-
-def pid_alive(pid: int) -> bool:
-    """Is there a process with this id on this machine? (Also used by zerolab.shm.)"""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:                                          # a zombie (killed, not yet reaped) is gone too
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True

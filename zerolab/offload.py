@@ -1,4 +1,4 @@
-"""Where the heavy notebook lives: the optimizer states on the device, in host memory, or on NVMe.
+"""Where the optimizer states live: on the device, in host memory, or on NVMe.
 
 This is one of a stage's switches (the others: how gradients are reduced, where parameters
 live). A :class:`StateHome` holds what the optimizer steps, this rank's fp32 master copy of

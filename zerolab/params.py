@@ -1,7 +1,6 @@
 """Switch 2 of a stage: where the parameters live. Stages 0-2: replicated on every rank.
 
-Every rank holds every parameter (the whole household: no one hands furniture to anyone
-during the step). As in DeepSpeed, the trainable parameters are laid end to end in **one flat
+Every rank holds every parameter (nothing is gathered for forward or backward). As in DeepSpeed, the trainable parameters are laid end to end in **one flat
 buffer** (in the reverse of the model's order, roughly the order backward produces their
 gradients), padded to a multiple of N and cut into N equal, contiguous **partitions**: rank r
 owns partition r, and a parameter may straddle two. The model's parameters are views into the

@@ -101,7 +101,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup, Work
 from torch.futures import Future
 
-from .nvme import pid_alive
+from .procs import pid_alive
 
 __all__ = ["BACKEND", "register", "ShmProcessGroup", "ShmTransport", "ShmWork", "ShmTimeout",
            "ShmUnavailable", "transport_of", "problem_here", "remove_stale_segments", "usable_cores",
