@@ -447,30 +447,23 @@ def _parse_zero(p: K.Problems, d: dict) -> ZeroConfig:
             b[long] = b.pop(short)
     below3 = b.get("stage", 0) in (0, 1, 2) and not isinstance(b.get("stage"), bool)
     K.check_keys(p, b, path, {**K.ZERO, **K.ZEROPP_BELOW_STAGE3} if below3 else K.ZERO)
-    g = lambda key, conv, default: K.read(p, b, path, key, conv, default)  # noqa: E731
-    stage = g("stage", K.as_int(lo=0, hi=3), 0)
-    overlap = g("overlap_comm", K.optional(K.as_bool), None)
-    if stage == 3 and b.get("zero_quantized_gradients") is True and b.get("reduce_scatter") is False:
-        p.add(f"'{path}.zero_quantized_gradients' needs '{path}.reduce_scatter' true (DeepSpeed 0.19.8's stage 3 "
-              "asserts it: qgZ replaces the reduce-scatter); remove reduce_scatter: false or turn qgZ off")
-    return ZeroConfig(
-        stage=stage, overlap_comm=(stage == 3) if overlap is None else overlap,
-        contiguous_gradients=g("contiguous_gradients", K.as_bool, True),
-        reduce_scatter=g("reduce_scatter", K.as_bool, True),
-        use_multi_rank_bucket_allreduce=g("use_multi_rank_bucket_allreduce", K.as_bool, True),
-        reduce_bucket_size=g("reduce_bucket_size", K.as_int(lo=1), 500_000_000),
-        allgather_bucket_size=g("allgather_bucket_size", K.as_int(lo=1), 500_000_000),
-        allgather_partitions=g("allgather_partitions", K.as_bool, True),
-        sub_group_size=g("sub_group_size", K.as_int(lo=0), 1_000_000_000),
-        **{k: g(k, K.as_int(lo=0), default) for k, default in (
-            ("stage3_param_persistence_threshold", 100_000), ("stage3_model_persistence_threshold", sys.maxsize),
-            ("stage3_prefetch_bucket_size", 50_000_000),
-            ("stage3_max_live_parameters", 1_000_000_000), ("stage3_max_reuse_distance", 1_000_000_000))},
-        offload_optimizer=_parse_offload(p, b, "offload_optimizer", stage),
-        offload_param=_parse_offload(p, b, "offload_param", stage),
-        ignore_unused_parameters=g("ignore_unused_parameters", K.as_bool, True),
-        zero_quantized_weights=g("zero_quantized_weights", K.as_bool, False),
-        zero_quantized_gradients=g("zero_quantized_gradients", K.as_bool, False))
+    D = ZeroConfig()                      # every default is the dataclass's: one home
+    g = lambda key, conv: K.read(p, b, path, key, conv, getattr(D, key))  # noqa: E731
+    stage = g("stage", K.as_int(lo=0, hi=3))
+    overlap = K.read(p, b, path, "overlap_comm", K.optional(K.as_bool), None)   # DeepSpeed's None: by stage
+    flag, size, count = K.as_bool, K.as_int(lo=1), K.as_int(lo=0)
+    read = {k: g(k, conv) for k, conv in (                 # in this order (the problems are listed so)
+        ("contiguous_gradients", flag), ("reduce_scatter", flag), ("use_multi_rank_bucket_allreduce", flag),
+        ("reduce_bucket_size", size), ("allgather_bucket_size", size), ("allgather_partitions", flag),
+        ("sub_group_size", count), ("stage3_param_persistence_threshold", count),
+        ("stage3_model_persistence_threshold", count), ("stage3_prefetch_bucket_size", count),
+        ("stage3_max_live_parameters", count), ("stage3_max_reuse_distance", count))}
+    offload_optimizer = _parse_offload(p, b, "offload_optimizer", stage)
+    offload_param = _parse_offload(p, b, "offload_param", stage)
+    read.update({k: g(k, flag) for k in ("ignore_unused_parameters", "zero_quantized_weights",
+                                          "zero_quantized_gradients")})
+    return ZeroConfig(stage=stage, overlap_comm=(stage == 3) if overlap is None else overlap,
+                      offload_optimizer=offload_optimizer, offload_param=offload_param, **read)
 
 
 def _parse_zerolab(p: K.Problems, d: dict) -> ZerolabConfig:
