@@ -202,7 +202,7 @@ def train_stages():
                                      "stage3_param_persistence_threshold": 30}}
         engine = zerolab.initialize(TinyLM(), cfg)
         losses = train_engine(engine, lm_batches(3, 4 * world), lm_loss)
-        state = {k: v.clone() for k, v in engine.module.state_dict().items()} if stage < 3 else None
+        state = {k: v.clone() for k, v in engine.full_params().items()}     # stage 3: gathered (a collective)
         engine.close()
         res[stage] = (losses, state)
     tr = shm.transport_of()
@@ -216,8 +216,9 @@ def test_the_engine_trains_over_zshm_with_the_bits_of_gloo():
     assert (backend, gloo_name, none) == ("zshm", "gloo", 0) and used > 50
     for stage in (0, 1, 2, 3):
         assert over_shm[stage][0] == over_gloo[stage][0], stage        # the losses, bit for bit
-        if stage < 3:
-            assert all(torch.equal(over_shm[stage][1][k], over_gloo[stage][1][k]) for k in over_shm[stage][1])
+        params_shm, params_gloo = over_shm[stage][1], over_gloo[stage][1]      # and every parameter, stage 3 too
+        assert params_shm.keys() == params_gloo.keys() and len(params_shm) > 5, stage
+        assert all(torch.equal(params_shm[k], params_gloo[k]) for k in params_shm), stage
 
 
 def test_asked_for_by_name_never_by_auto():
