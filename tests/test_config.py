@@ -12,7 +12,8 @@ import torch
 import zerolab
 from zerolab import config_keys as K
 from zerolab.config import (BF16Config, Config, ConfigError, FP16Config, FrozenDict, OffloadConfig, SchedulerConfig,
-                            OptimizerConfig, ZeroConfig, explain_config, load_config)
+                            OptimizerConfig, ZeroConfig, load_config)
+from zerolab.explain import explain_config
 
 # The production ZeRO-3 config of seed 002 (shared/seeds/002_7b4206f545a4cfb6.txt), verbatim.
 SEED_002 = {

@@ -79,12 +79,13 @@ def _offload_split(psi: float, world: int, precision: str, cfg) -> str | None:
 
 
 def _show(value) -> str:
-    from .config import _show as show
+    from .explain import _show as show
     return value if isinstance(value, str) else show(value)
 
 
 def cmd_explain(a) -> int:
-    from .config import ConfigError, explain_config
+    from .config import ConfigError
+    from .explain import explain_config
     try:
         ex = explain_config(a.config, a.world)
     except ConfigError as e:

@@ -9,7 +9,7 @@ changes when or in what memory DeepSpeed works, never the numbers) is accepted a
 :meth:`Config.ignored_settings`. :mod:`zerolab.config_keys` holds the table of every key and what
 zerolab does with it.
 
-:func:`load_config` is the strict reader the engine uses. :func:`explain_config` is the lenient
+:func:`load_config` is the strict reader the engine uses. :func:`zerolab.explain.explain_config` is the lenient
 one behind ``zerolab explain``: it explains any DeepSpeed 0.19.8 config, listing what zerolab does
 not implement instead of refusing it, and keeps real errors (typos, bad values) apart.
 
@@ -31,7 +31,7 @@ import torch
 from . import config_keys as K
 
 __all__ = ["Config", "ConfigError", "OptimizerConfig", "SchedulerConfig", "FP16Config", "BF16Config",
-           "OffloadConfig", "ZeroConfig", "ZerolabConfig", "FrozenDict", "Explanation", "load_config", "explain_config"]
+           "OffloadConfig", "ZeroConfig", "ZerolabConfig", "FrozenDict", "load_config"]
 
 
 class ConfigError(ValueError):
@@ -597,7 +597,3 @@ def _parse_scheduler(p: K.Problems, d: dict) -> SchedulerConfig | None:
         p.add(f"'scheduler.params.{key}' is missing: {kind} needs it (it has no default in DeepSpeed either)")
     return SchedulerConfig(kind, _freeze(out))
 
-
-# The lenient reader and the plain-words description live in zerolab/explain.py; the names stay
-# importable from here (zerolab.cli and the tests use them).
-from .explain import Explanation, _offload_lines, _show, explain_config  # noqa: E402,F401
