@@ -111,7 +111,7 @@ SOURCES = {
     "nvlink-a100": "NVIDIA DGX A100 datasheet: NVLink 3 + NVSwitch, 600 GB/s per GPU; all-reduce busbw ~230 GB/s "
                    "(typical nccl-tests)",
     "nvlink-h100": "NVIDIA DGX H100 datasheet: NVLink 4 + NVSwitch, 900 GB/s per GPU; all-reduce busbw ~360 GB/s "
-                   "(zerolab's conservative figure)",
+                   "assumed (zerolab's figure; nccl-tests often report more)",
     "pcie4": "PCI-SIG PCIe 4.0 x16: 32 GB/s per direction raw, ~25 GB/s achieved",
     "ib-hdr": "NVIDIA ConnectX-6 HDR InfiniBand: 200 Gb/s = 25 GB/s per port",
     "ethernet-100g": "100 Gb/s Ethernet = 12.5 GB/s",
