@@ -118,3 +118,19 @@ def test_every_figure_names_its_source():
     assert named <= set(S.SOURCES), named - set(S.SOURCES)
     for cluster in S.CLUSTERS.values():
         assert {cluster["gpu"], cluster["link"], cluster["inter_link"]} <= set(S.SOURCES)
+
+
+def test_the_command_with_nodes_and_zeropp():
+    import subprocess
+    import sys
+    run = subprocess.run([sys.executable, "-m", "zerolab.cli", "simulate", "--params", "70e9", "--layers", "80",
+                          "--hidden", "8192", "--gpus", "64", "--cluster", "h100-thin", "--zeropp"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "ib-ndr-1x between them" in run.stdout and "stage 3 + qwZ+hpZ 8+qgZ" in run.stdout
+    e = S.simulate(70e9, 80, 8192, 2048, 1, 64, 3, **S.CLUSTERS["h100-thin"])
+    assert f"stage 3: {e.link_bytes['inter'] / 1e9:,.1f} GB leave each node" in run.stdout
+    bad = subprocess.run([sys.executable, "-m", "zerolab.cli", "simulate", "--params", "7e9", "--layers", "32",
+                          "--hidden", "4096", "--gpus", "12", "--ranks-per-node", "8", "--inter-link", "ib-ndr-1x"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "ranks_per_node=8 must divide gpus=12" in bad.stderr

@@ -154,6 +154,7 @@ class Estimate:
     calls: int = 0                     # collective calls per step in the model
     tokens: int = 0                    # per GPU per optimizer step
     link_bytes: dict = dataclasses.field(default_factory=dict)   # "intra": per rank; "inter": leaving each node
+    zeropp: str = ""                   # the ZeRO++ options on ("qwZ+hpZ 8+qgZ"), for the table
 
     @property
     def hide_tokens(self) -> float:
@@ -317,16 +318,22 @@ def simulate(params: float, layers: int, hidden: int, seq: int, micro_batch: int
         transfer += 2 * 2 * psi / n * grad_accum / pcie_Bps
     busy = max(compute, comm, transfer) if overlap else compute + comm + transfer
     offload = "+".join(w for w, on in (("optimizer", offload_optimizer), ("params", offload_param)) if on)
+    pp = "+".join(w for w, on in (("qwZ", quantized_weights), (f"hpZ {h}", h > 1), ("qgZ", quantized_gradients))
+                  if on)
     return Estimate(stage, n, offload, gpu_b, cpu_b, fits, compute, comm, transfer, cpu_step, busy + cpu_step,
-                    wire, calls, tokens, link_bytes)
+                    wire, calls, tokens, link_bytes, pp)
 
 
-def table(params, layers, hidden, seq, micro_batch, gpus, **kw) -> list[Estimate]:
-    """Stages 0-3, then stage 3 with optimizer offload and with optimizer + parameter offload."""
+def table(params, layers, hidden, seq, micro_batch, gpus, zeropp: dict | None = None, **kw) -> list[Estimate]:
+    """Stages 0-3, then stage 3 with optimizer offload and with optimizer + parameter offload;
+    ``zeropp`` (e.g. ``dict(quantized_weights=True, hpz_partition_size=8, quantized_gradients=True)``):
+    one more row, stage 3 with those ZeRO++ options."""
     rows = [simulate(params, layers, hidden, seq, micro_batch, gpus, s, **kw) for s in range(4)]
     rows.append(simulate(params, layers, hidden, seq, micro_batch, gpus, 3, offload_optimizer=True, **kw))
     rows.append(simulate(params, layers, hidden, seq, micro_batch, gpus, 3, offload_optimizer=True,
                          offload_param=True, **kw))
+    if zeropp:
+        rows.append(simulate(params, layers, hidden, seq, micro_batch, gpus, 3, **zeropp, **kw))
     return rows
 
 
@@ -345,7 +352,8 @@ def format_table(rows: list[Estimate], gpu: str = "a100-80gb") -> str:
             f"{'step s':>9}{'bound by':>16}")
     lines = [head]
     for r in rows:
-        name = f"stage {r.stage}" + (f" + offload {r.offload}" if r.offload else "")
+        name = f"stage {r.stage}" + (f" + offload {r.offload}" if r.offload else "") + (
+            f" + {r.zeropp}" if r.zeropp else "")
         states = r.gpu_bytes["params"] + r.gpu_bytes["grads"] + r.gpu_bytes["optimizer_states"]
         lines.append(f"{name:<36}{r.gpu_bytes['total'] / 1e9:>9.1f}{states / 1e9:>9.1f}"
                      f"{r.gpu_bytes['activations'] / 1e9:>7.1f}  {r.cpu_bytes / 1e9:>8.1f}"
