@@ -93,7 +93,8 @@ forward runs again in backward: 8ΨT. A GPU reaches a fraction of its peak, the 
 utilisation** (MFU, 0.4 here, `simulate`'s default; good runs reach 0.4-0.55).
 
 Stage 3 keeps 1/N of every parameter, so each micro-step it **all-gathers the parameters in
-forward, all-gathers them again in backward** (DeepSpeed frees them in between) and
+forward, all-gathers them again in backward** (DeepSpeed frees them in between, unless
+`stage3_max_reuse_distance` keeps them: chapter 8) and
 **reduce-scatters the gradients**: three tensors of Ψ elements, 2 bytes each in bf16, of which a
 rank sends (N−1)/N over the ring (chapter 0): **3 · 2Ψ · (N−1)/N bytes** per micro-step, whatever
 the tokens.
@@ -483,7 +484,7 @@ md(r"""
   (all its ports). One port per node instead of eight needs eight times the tokens; faster GPUs
   need more tokens, not fewer.
 - **ZeRO++** cuts what leaves each node from 6Ψ to about 1.5Ψ (qwZ halves the gathers, hpZ keeps
-  the backward gather in the node for 2Ψ/k of memory, qgZ sends 4-bit gradients), and T* about
+  the backward gather in the node for 2Ψ/k of memory, qgZ sends 4-bit gradients), and T* nearly
   as much; the price is memory (hpZ) and quantization error (chapter 13).
 - **Offload's PCIe** traffic (4Ψ/N, 8Ψ/N with the parameters) shrinks with N; the **CPU step**
   does not overlap and decides whether offload pays.
