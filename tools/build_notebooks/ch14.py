@@ -53,7 +53,7 @@ carrying and costs nothing. If not, the crew stands in the street waiting for tr
 | the road to the company warehouse | **PCIe** to the host (offload) | `pcie_Bps`, `transfer_s` |
 | notes in shorthand; a second copy per building | **ZeRO++**: qwZ, qgZ; hpZ | `quantized_weights`, `quantized_gradients`, `hpz_partition_size` |
 
-This chapter works like a page of the JAX scaling book: two counts (FLOPs and bytes), two
+This chapter works like a page of the JAX scaling book (*How to Scale Your Model*): two counts (FLOPs and bytes), two
 speeds (FLOP/s and bytes/s), and one ratio that says which one wins. Every number is computed
 **by hand** first, in a line you can read, and then by `zerolab.simulate`, the course's scale
 simulator; the last section holds the simulator against real ranks on this machine.
@@ -133,7 +133,7 @@ $$\frac{6\,\Psi\,T^*}{F \cdot \text{mfu}} = \frac{3 \cdot 2\Psi \cdot \frac{N-1}
 
 Both sides grow with Ψ, so **Ψ cancels**: the break-even is a ratio of two speeds, the GPU's
 FLOP/s over the link's bytes/s, and it is the same for a 1B and a 70B model. (With activation
-checkpointing the compute is 8ΨT, so T* shrinks by 3/4: recomputation helps hide traffic, at
+checkpointing the compute is 8ΨT, so T* shrinks to 3/4 of it: recomputation helps hide traffic, at
 the price of a third more FLOPs.) This is the arithmetic-intensity argument of the scaling book,
 applied to ZeRO: a GPU must do F·mfu/β FLOPs for each byte on the wire, and stage 3 gives it
 6Ψ·T FLOPs for 6Ψ bytes, so T per GPU per micro-step must be at least F·mfu/β.
