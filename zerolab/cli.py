@@ -177,17 +177,43 @@ def cmd_simulate(a) -> int:
     if missing:
         print(f"zerolab simulate: {', '.join(missing)} required (or --calibrate)", file=sys.stderr)
         return 2
-    link = a.link
-    if link not in simulate.LINKS:
+    nodes = dict(simulate.CLUSTERS[a.cluster]) if a.cluster else {}
+    for key, value in (("gpu", a.gpu), ("link", a.link), ("inter_link", a.inter_link),
+                       ("ranks_per_node", a.ranks_per_node)):
+        if value is not None:
+            nodes[key] = value
+    nodes.setdefault("gpu", "a100-80gb")
+    nodes.setdefault("link", "nvlink-a100")
+    if nodes["link"] not in simulate.LINKS:
         from .bench import Fit
-        link = Fit.load(link)
-    rows = simulate.table(a.params, a.layers, a.hidden, a.seq, a.micro_batch, a.gpus, gpu=a.gpu, link=link,
-                          grad_accum=a.grad_accum, checkpointing=not a.no_checkpointing,
-                          host_bytes=a.host_gb * 1e9 if a.host_gb else None)
+        nodes["link"] = Fit.load(nodes["link"])
+    zeropp = {}
+    if a.zeropp:
+        k = nodes.get("ranks_per_node") or a.gpus
+        zeropp = dict(quantized_weights=True, hpz_partition_size=k, quantized_gradients=True)
+    try:
+        rows = simulate.table(a.params, a.layers, a.hidden, a.seq, a.micro_batch, a.gpus, zeropp=zeropp,
+                              grad_accum=a.grad_accum, checkpointing=not a.no_checkpointing,
+                              host_bytes=a.host_gb * 1e9 if a.host_gb else None, **nodes)
+    except ValueError as exc:
+        print(f"zerolab simulate: {exc}", file=sys.stderr)
+        return 2
+    where = f"{a.link or nodes['link']}" if "inter_link" not in nodes else (
+        f"{nodes['link']} inside nodes of {nodes['ranks_per_node']}, {nodes['inter_link']} between them")
     print(f"{a.params:.3g} parameters, {a.layers} layers, hidden {a.hidden}, sequence {a.seq}, micro-batch "
-          f"{a.micro_batch} x {a.grad_accum} accumulation, on {a.gpus} x {a.gpu} over {a.link}")
-    print(simulate.format_table(rows, a.gpu))
+          f"{a.micro_batch} x {a.grad_accum} accumulation, on {a.gpus} x {nodes['gpu']} over {where}")
+    print(simulate.format_table(rows, nodes["gpu"]))
+    if "inter_link" in nodes or a.zeropp:
+        for r in rows[3:4] + rows[6:]:
+            name = "stage 3" + (f" + {r.zeropp}" if r.zeropp else "")
+            print(f"{name}: {r.link_bytes['inter'] / 1e9:,.1f} GB leave each node per step; hidden behind "
+                  f"compute from {r.hide_tokens:,.0f} tokens per GPU")
     return 0
+
+
+def simulate_clusters() -> list[str]:
+    from .simulate import CLUSTERS
+    return list(CLUSTERS)
 
 
 def cmd_bench(a) -> int:
@@ -234,9 +260,17 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--micro-batch", type=int, default=1)
     m.add_argument("--grad-accum", type=int, default=1)
     m.add_argument("--gpus", type=int, default=8)
-    m.add_argument("--gpu", default="a100-80gb", help="one of: a100-40gb, a100-80gb, h100-80gb")
-    m.add_argument("--link", default="nvlink-a100",
-                   help="nvlink-a100, nvlink-h100, pcie4, ib-hdr, ethernet-100g, or a zerolab bench JSON fit")
+    m.add_argument("--gpu", default=None, help="one of: a100-40gb, a100-80gb (default), h100-80gb, h200-141gb")
+    m.add_argument("--link", default=None,
+                   help="nvlink-a100 (default), nvlink-h100, pcie4, ib-hdr, ethernet-100g, ib-hdr-8x, ib-ndr-8x, "
+                        "ib-ndr-1x, or a zerolab bench JSON fit; with --inter-link: the link inside a node")
+    m.add_argument("--inter-link", default=None, help="the link between nodes (needs --ranks-per-node): "
+                   "a collective spanning nodes runs at the slower link")
+    m.add_argument("--ranks-per-node", type=int, default=None, help="GPUs per node")
+    m.add_argument("--cluster", default=None, choices=sorted(simulate_clusters()),
+                   help="a named cluster (GPU, links, GPUs per node); --gpu/--link/... override it")
+    m.add_argument("--zeropp", action="store_true",
+                   help="add a row: stage 3 with ZeRO++ (qwZ, hpZ of one node, qgZ)")
     m.add_argument("--no-checkpointing", action="store_true", help="activations kept, not recomputed")
     m.add_argument("--host-gb", type=float, default=None, help="host memory of the whole job (GB), to check offload")
     m.add_argument("--calibrate", action="store_true",

@@ -18,6 +18,52 @@ peak numbers and typical nccl-tests bus bandwidths, approximate), or from a fit 
 what dominates), not the last 10 %.
 
     zerolab simulate --params 7e9 --layers 32 --hidden 4096 --seq 2048 --gpus 8
+
+**Two links: nodes.** With ``ranks_per_node`` and an ``inter_link``, the GPUs sit in nodes of
+``ranks_per_node``: ``link`` joins the GPUs of one node (NVLink), ``inter_link`` joins the nodes
+(InfiniBand). The model, per collective call, T = α + S/β:
+
+* a collective whose ranks all sit in one node runs on ``link``: S = the bytes one rank puts on
+  the wire (ring convention: (k-1)/k of the tensor for an all-gather over k ranks);
+* a collective whose ranks span nodes runs at **the slower link**: α = the larger α, β = the
+  smaller β. Its ring enters and leaves each node once per channel, so a node's network cards
+  carry, together, the bytes one rank sends (S), and each NVLink hop carries S too; that is why
+  an ``inter_link``'s β is the node's whole network bandwidth (all its ports), not one port's;
+* ``link_bytes`` reports both: ``"intra"``, bytes one rank sends over its node's link, and
+  ``"inter"``, bytes that leave each node per step.
+
+Latency is one α per call, whatever the ranks (a ring's latency grows with them; NCCL's trees
+and newer algorithms bound it): this model is for the bandwidth, which dominates ZeRO's big
+gathers.
+
+**ZeRO++** (Wang et al. 2023; DeepSpeed 0.19.8's keys, stage 3 only), as formulas per
+micro-step, Ψ parameters, bf16/fp16 (2 bytes), N ranks, k per node, m = N/k nodes:
+
+* ``quantized_weights`` (``zero_quantized_weights``, qwZ): every parameter all-gather carries int8
+  plus one fp32 scale per group of at most 8,000 elements (DeepSpeed's
+  ``CUDAQuantizer.target_group_size``): 1 + 4/8000 bytes per element instead of 2;
+* ``hpz_partition_size`` h (``zero_hpz_partition_size``, hpZ): after the forward gather each rank
+  keeps a secondary shard of Ψ/h (2Ψ/h bytes more on the GPU, no communication), and the backward
+  all-gather runs among h consecutive ranks: inside a node when h divides k;
+* ``quantized_gradients`` (``zero_quantized_gradients``, qgZ): instead of the reduce-scatter,
+  DeepSpeed's ``all_to_all_quant_reduce`` (``runtime/comm/coalesced_collectives.py``): 4-bit
+  values plus one fp32 scale per group (``hidden`` elements per group for a square layer): an
+  all-to-all inside the node ((k-1)/k of Ψ), a reduction, then one between nodes among the ranks
+  of the same local index ((m-1)/m of Ψ/k each, so (m-1)/m of Ψ per node), 0.5 + 4/hidden bytes
+  per element each time.
+
+Without ZeRO++ stage 3 moves 3 × 2Ψ (N-1)/N per micro-step, all across nodes; with all three,
+about Ψ + 0 + 0.5Ψ leave each node: the paper's "4x less cross-node traffic". Calls are
+approximate for ZeRO++ (the scales travel in calls of their own: two per gather; qgZ makes four
+calls per 2-D gradient tensor, counted here as four per layer).
+
+**Offload over PCIe**: ``pcie_Bps`` is one GPU's host link in one direction (PCIe 4.0 x16 by
+default; :data:`PCIE5_BYTES_PER_S` for an H100's PCIe 5.0 x16).
+
+:data:`CLUSTERS` names three clusters (DGX A100, DGX H100, and H100 nodes with one 400 Gb/s
+port each) as keyword arguments for :func:`simulate`; :data:`SOURCES` says where each figure
+comes from. :attr:`Estimate.hide_tokens` is the tokens per GPU per step at which the compute
+equals the slower of the communication and the PCIe transfers.
 """
 from __future__ import annotations
 
@@ -26,24 +72,69 @@ import math
 
 from .memory import model_state_bytes
 
-__all__ = ["LINKS", "GPUS", "Estimate", "simulate", "table", "capacity_check", "calibrate", "comm_factor"]
+__all__ = ["LINKS", "GPUS", "CLUSTERS", "SOURCES", "Estimate", "simulate", "table", "capacity_check", "calibrate",
+           "comm_factor"]
 
-# (alpha seconds, beta bytes/s of bus bandwidth per GPU): approximate published figures
+# (alpha seconds, beta bytes/s): approximate published figures. beta is a bus bandwidth (nccl-tests'
+# busbw: the bytes one rank sends per second); for a link between nodes, the node's whole network
+# bandwidth (see the module docstring: a ring carries across each node what one rank sends).
 LINKS = {
     "nvlink-a100": (10e-6, 230e9),     # DGX A100, NVLink 3 (600 GB/s per GPU); nccl-tests all-reduce busbw ~230 GB/s
     "nvlink-h100": (10e-6, 360e9),     # DGX H100, NVLink 4 (900 GB/s per GPU); busbw ~360 GB/s
     "pcie4": (15e-6, 20e9),            # GPUs talking over PCIe 4.0 x16 (~25 GB/s per direction)
-    "ib-hdr": (20e-6, 23e9),           # one 200 Gb/s InfiniBand HDR port per GPU across nodes
+    "ib-hdr": (20e-6, 23e9),           # one 200 Gb/s InfiniBand HDR port (25 GB/s) per node, or per GPU alone
     "ethernet-100g": (30e-6, 11e9),    # 100 Gb/s Ethernet
+    # two-link clusters: a node's network cards together, at 90 % of their line rate (zerolab's assumption)
+    "ib-hdr-8x": (20e-6, 180e9),       # DGX A100: 8 x ConnectX-6 200 Gb/s HDR ports = 200 GB/s per node
+    "ib-ndr-8x": (20e-6, 360e9),       # DGX H100: 8 x ConnectX-7 400 Gb/s NDR ports = 400 GB/s per node
+    "ib-ndr-1x": (20e-6, 45e9),        # one ConnectX-7 400 Gb/s NDR port per node = 50 GB/s (a thin fabric)
 }
 # (memory bytes, dense bf16 peak FLOP/s)
 GPUS = {
     "a100-40gb": (40e9, 312e12),
     "a100-80gb": (80e9, 312e12),
     "h100-80gb": (80e9, 989e12),
+    "h200-141gb": (141e9, 989e12),
 }
 PCIE_BYTES_PER_S = 25e9                # host <-> GPU, PCIe 4.0 x16, one direction
+PCIE5_BYTES_PER_S = 50e9               # host <-> GPU, PCIe 5.0 x16 (H100 SXM), one direction
 CPU_ADAM_ELEMS_PER_S = 1e9             # a server CPU's vectorised Adam, elements/s per GPU's share
+QWZ_GROUP_NUMEL = 8000                 # DeepSpeed's CUDAQuantizer.target_group_size (qwZ: int8 + fp32 scale per group)
+
+# Where each figure comes from (no figure here was measured by zerolab; the 90 % of line rate and
+# the busbw values are typical, not guaranteed: measure your own with nccl-tests).
+SOURCES = {
+    "a100-40gb": "NVIDIA A100 Tensor Core GPU datasheet: 312 TFLOP/s dense BF16/FP16 (624 with sparsity), 40 GB",
+    "a100-80gb": "NVIDIA A100 Tensor Core GPU datasheet: 312 TFLOP/s dense BF16/FP16 (624 with sparsity), 80 GB",
+    "h100-80gb": "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM: 989 TFLOP/s dense BF16 (1,979 with sparsity), 80 GB",
+    "h200-141gb": "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM: 989 TFLOP/s dense BF16 (1,979 sparse), 141 GB",
+    "nvlink-a100": "NVIDIA DGX A100 datasheet: NVLink 3 + NVSwitch, 600 GB/s per GPU; all-reduce busbw ~230 GB/s "
+                   "(typical nccl-tests)",
+    "nvlink-h100": "NVIDIA DGX H100 datasheet: NVLink 4 + NVSwitch, 900 GB/s per GPU; all-reduce busbw ~360 GB/s "
+                   "assumed (zerolab's figure; nccl-tests often report more)",
+    "pcie4": "PCI-SIG PCIe 4.0 x16: 32 GB/s per direction raw, ~25 GB/s achieved",
+    "ib-hdr": "NVIDIA ConnectX-6 HDR InfiniBand: 200 Gb/s = 25 GB/s per port",
+    "ethernet-100g": "100 Gb/s Ethernet = 12.5 GB/s",
+    "ib-hdr-8x": "NVIDIA DGX A100 datasheet: 8 x single-port ConnectX-6 200 Gb/s HDR (compute fabric) = 200 GB/s "
+                 "per node; 90 % assumed",
+    "ib-ndr-8x": "NVIDIA DGX H100 datasheet: 8 x ConnectX-7 400 Gb/s NDR (compute fabric) = 400 GB/s per node; "
+                 "90 % assumed",
+    "ib-ndr-1x": "NVIDIA ConnectX-7 400 Gb/s NDR, one port per node = 50 GB/s; 90 % assumed",
+    "pcie4-host": "PCIe 4.0 x16 (A100): 32 GB/s per direction raw; 25 GB/s assumed",
+    "pcie5-host": "NVIDIA H100 datasheet: PCIe Gen5 128 GB/s (both directions) = 64 GB/s per direction raw; "
+                  "50 GB/s assumed",
+    "cpu-adam": "zerolab's round figure for DeepSpeed's CPU Adam on one GPU's share of a server CPU: 1e9 elements/s",
+}
+
+# Named clusters, as keyword arguments of simulate(): eight GPUs per node
+CLUSTERS = {
+    "dgx-a100": dict(gpu="a100-80gb", link="nvlink-a100", inter_link="ib-hdr-8x", ranks_per_node=8,
+                     pcie_Bps=PCIE_BYTES_PER_S),
+    "dgx-h100": dict(gpu="h100-80gb", link="nvlink-h100", inter_link="ib-ndr-8x", ranks_per_node=8,
+                     pcie_Bps=PCIE5_BYTES_PER_S),
+    "h100-thin": dict(gpu="h100-80gb", link="nvlink-h100", inter_link="ib-ndr-1x", ranks_per_node=8,
+                      pcie_Bps=PCIE5_BYTES_PER_S),
+}
 
 
 @dataclasses.dataclass
@@ -61,6 +152,16 @@ class Estimate:
     step_s: float
     wire_bytes: float = 0.0            # per GPU per step, the stage's ideal gradient + parameter traffic
     calls: int = 0                     # collective calls per step in the model
+    tokens: int = 0                    # per GPU per optimizer step
+    link_bytes: dict = dataclasses.field(default_factory=dict)   # "intra": per rank; "inter": leaving each node
+    zeropp: str = ""                   # the ZeRO++ options on ("qwZ+hpZ 8+qgZ"), for the table
+
+    @property
+    def hide_tokens(self) -> float:
+        """Tokens per GPU per optimizer step at which the compute takes as long as the slower of
+        the communication and the PCIe transfers (their bytes and calls do not depend on the
+        tokens; the compute is proportional to them): above it, overlap can hide them."""
+        return self.tokens * max(self.comm_s, self.transfer_s) / self.compute_s if self.compute_s else math.inf
 
     @property
     def bound_by(self) -> str:
@@ -76,28 +177,92 @@ def _activations(layers, hidden, seq, micro_batch, heads, checkpointing) -> floa
     return layers * per_layer
 
 
+def _alpha_beta(link) -> tuple[float, float]:
+    """A key of :data:`LINKS`, an (alpha seconds, beta bytes/s) pair, or a :class:`zerolab.bench.Fit`."""
+    if isinstance(link, str):
+        return LINKS[link]
+    if isinstance(link, tuple):
+        return float(link[0]), float(link[1])
+    return link.ops["all_reduce"]["alpha_s"], link.ops["all_reduce"]["beta_Bps"]   # a Fit measured here
+
+
+def _stage3_zeropp(psi, n, k, hidden, layers, buckets, qwz, hpz, qgz, intra, slow):
+    """Stage 3's collectives of one micro-step as (calls, seconds, wire bytes per rank, intra bytes
+    per rank, inter bytes per node), by the module docstring's two-link model and ZeRO++ formulas."""
+    m = n // k
+    rows = []                               # (calls, seconds, wire bytes per rank, intra, inter per node)
+
+    def flat(group, nbytes, ncalls):        # a ring all-gather / reduce-scatter over `group` ranks
+        if group > 1:
+            s = (group - 1) / group * nbytes
+            alpha, beta = slow if group > k else intra
+            rows.append((ncalls, ncalls * alpha + s / beta, s, s if min(group, k) > 1 else 0.0,
+                         s if group > k else 0.0))
+
+    gather = psi * (1 + 4 / QWZ_GROUP_NUMEL) if qwz else 2 * psi
+    per_gather = 2 if qwz else 1                         # qwZ's scales travel in an all-gather of their own
+    flat(n, gather, layers * per_gather)                # forward
+    flat(hpz if hpz > 1 else n, gather, layers * per_gather)   # backward: hpZ's secondary group, or all
+    if qgz:                                             # 4 bits + an fp32 scale per `hidden` elements
+        q = psi * (0.5 + 4 / hidden)
+        if k > 1:                                       # all-to-all inside the node: (k-1)/k of it
+            s = (k - 1) / k * q
+            rows.append((2 * layers, 2 * layers * intra[0] + s / intra[1], s, s, 0.0))
+        if m > 1:                                       # then between nodes: (m-1)/m of Ψ/k per rank,
+            s = (m - 1) / m * q / k                     # and the k ranks of a node share its network
+            rows.append((2 * layers, 2 * layers * slow[0] + k * s / slow[1], s, 0.0, k * s))
+    else:
+        flat(n, 2 * psi, buckets)                       # the gradients' reduce-scatter, in buckets
+    return tuple(sum(col) for col in zip(*rows))
+
+
 def simulate(params: float, layers: int, hidden: int, seq: int, micro_batch: int, gpus: int, stage: int, *,
              gpu: str = "a100-80gb", link="nvlink-a100", grad_accum: int = 1, mfu: float = 0.4,
              checkpointing: bool = True, heads: int | None = None, offload_optimizer: bool = False,
              offload_param: bool = False, overlap: bool = True, reduce_bucket_size: float = 5e8,
              ideal_reduce_scatter: bool = False,
              cpu_adam_elems_per_s: float = CPU_ADAM_ELEMS_PER_S, host_bytes: float | None = None,
-             comm_factor: float = 1.0) -> Estimate:
-    """One configuration. ``link`` is a key of :data:`LINKS` or a :class:`zerolab.bench.Fit`;
+             comm_factor: float = 1.0, inter_link=None, ranks_per_node: int | None = None,
+             quantized_weights: bool = False, hpz_partition_size: int = 1, quantized_gradients: bool = False,
+             pcie_Bps: float = PCIE_BYTES_PER_S) -> Estimate:
+    """One configuration. ``link`` is a key of :data:`LINKS`, an (alpha, beta) pair or a
+    :class:`zerolab.bench.Fit`;
     ``host_bytes``: the host memory of the whole job (None: not checked); ``comm_factor``: the
     ratio of measured to α-β communication time in training (:func:`calibrate` measures it
     here; 1 is the bare link model). The traffic is DeepSpeed 0.19.8's: stage 0 all-reduces in
     buckets of 5e8; stages 1-2 all-reduce each bucket (2 Psi) and all-gather the partitions in one
     call (Psi); ``ideal_reduce_scatter`` gives the paper's reduce-scatter instead (Psi), as
     zerolab's opt-in of that name does; stage 3 all-gathers each layer in forward and again in
-    backward and reduce-scatters each bucket."""
+    backward and reduce-scatters each bucket.
+
+    Nodes, ZeRO++ and PCIe (see the module docstring for the model): ``ranks_per_node`` (None:
+    one node holds every GPU) and ``inter_link`` (None: ``link`` everywhere);
+    ``quantized_weights``, ``hpz_partition_size`` and ``quantized_gradients`` are DeepSpeed's
+    ``zero_quantized_weights``, ``zero_hpz_partition_size`` and ``zero_quantized_gradients``
+    (stage 3); ``pcie_Bps``: one GPU's host link, one direction."""
     if offload_param and stage != 3:
         raise ValueError("offload_param needs stage 3 (as in DeepSpeed)")
     psi, n = float(params), int(gpus)
+    zeropp = {"zero_quantized_weights": quantized_weights, "zero_hpz_partition_size": hpz_partition_size > 1,
+              "zero_quantized_gradients": quantized_gradients}
+    if stage != 3 and any(zeropp.values()):
+        on = ", ".join(k for k, v in zeropp.items() if v)
+        raise ValueError(f"{on} needs stage 3 (as in DeepSpeed: ZeRO++ is stage 3's); set stage=3 or turn it off")
+    k = n if ranks_per_node is None else int(ranks_per_node)
+    if k < 1 or n % k:
+        raise ValueError(f"ranks_per_node={ranks_per_node} must divide gpus={n} (whole nodes)")
+    if inter_link is not None and ranks_per_node is None:
+        raise ValueError("inter_link needs ranks_per_node (how many GPUs share a node's link)")
+    h = int(hpz_partition_size)
+    if h < 1 or n % h or (h < k and k % h) or (h > k and h % k):
+        raise ValueError(f"hpz_partition_size={hpz_partition_size} must divide gpus={n} (DeepSpeed's rule) and "
+                         f"divide ranks_per_node={k} or be a multiple of it; hpZ's usual size is ranks_per_node")
     heads = heads or max(hidden // 128, 1)
     mem_cap, peak = GPUS[gpu]
     states = model_state_bytes(psi, stage, n)
     gpu_b = {"params": states["params"], "grads": states["grads"], "optimizer_states": states["optimizer_states"]}
+    if h > 1:                    # hpZ's secondary shard, kept from the forward gather to the backward one
+        gpu_b["params"] += 2 * psi / h
     cpu_b = 0.0
     if offload_optimizer:        # ZeRO-Offload: fp32 masters, moments and fp32 gradients live on the host
         cpu_b += gpu_b["optimizer_states"] + 4 * psi / (n if stage >= 1 else 1)
@@ -117,43 +282,58 @@ def simulate(params: float, layers: int, hidden: int, seq: int, micro_batch: int
     compute = (8 if checkpointing else 6) * psi * tokens / (peak * mfu)
     f = (n - 1) / n
     grads_bytes = 2 * psi
-    if stage == 0:
-        wire, calls = 2 * f * grads_bytes, max(1, math.ceil(psi / 5e8))
-    elif stage in (1, 2):
-        rs_times = grad_accum if stage == 2 else 1
-        per = 1 if ideal_reduce_scatter else 2          # reduce-scatter (the paper) or all-reduce (DeepSpeed)
-        wire = per * f * grads_bytes * rs_times + f * grads_bytes
-        calls = math.ceil(psi / reduce_bucket_size) * rs_times + (
-            math.ceil(psi / reduce_bucket_size) if ideal_reduce_scatter else 1)
+    intra = _alpha_beta(link)
+    outer = intra if inter_link is None else _alpha_beta(inter_link)
+    slow = (max(intra[0], outer[0]), min(intra[1], outer[1]))
+    spans = n > k
+    if stage == 3 and n > 1 and any(zeropp.values()):
+        c, secs, wire, on_intra, on_inter = _stage3_zeropp(psi, n, k, hidden, layers,
+                                                          math.ceil(psi / reduce_bucket_size), quantized_weights,
+                                                          h, quantized_gradients, intra, slow)
+        calls, wire, comm = round(c) * grad_accum, wire * grad_accum, secs * grad_accum * comm_factor
+        link_bytes = {"intra": on_intra * grad_accum, "inter": on_inter * grad_accum}
     else:
-        wire = (2 * f * grads_bytes + f * grads_bytes) * grad_accum
-        calls = (2 * layers + math.ceil(psi / reduce_bucket_size)) * grad_accum
-    if n == 1:
-        wire, calls = 0.0, 0
-    if isinstance(link, str):
-        alpha, beta = LINKS[link]
-    else:                                                   # a zerolab.bench.Fit measured here
-        alpha, beta = link.ops["all_reduce"]["alpha_s"], link.ops["all_reduce"]["beta_Bps"]
-    comm = (calls * alpha + wire / beta) * comm_factor
+        if stage == 0:
+            wire, calls = 2 * f * grads_bytes, max(1, math.ceil(psi / 5e8))
+        elif stage in (1, 2):
+            rs_times = grad_accum if stage == 2 else 1
+            per = 1 if ideal_reduce_scatter else 2          # reduce-scatter (the paper) or all-reduce (DeepSpeed)
+            wire = per * f * grads_bytes * rs_times + f * grads_bytes
+            calls = math.ceil(psi / reduce_bucket_size) * rs_times + (
+                math.ceil(psi / reduce_bucket_size) if ideal_reduce_scatter else 1)
+        else:
+            wire = (2 * f * grads_bytes + f * grads_bytes) * grad_accum
+            calls = (2 * layers + math.ceil(psi / reduce_bucket_size)) * grad_accum
+        if n == 1:
+            wire, calls = 0.0, 0
+        alpha, beta = slow if spans else intra              # every collective spans all the ranks
+        comm = (calls * alpha + wire / beta) * comm_factor
+        link_bytes = {"intra": wire if k > 1 else 0.0, "inter": wire if spans else 0.0}
     transfer, cpu_step = 0.0, 0.0
     if offload_optimizer:
         # fp16 gradients down and updated fp16 parameters up: 2 + 2 bytes per owned element
-        transfer += 4 * psi / (n if stage >= 1 else 1) / PCIE_BYTES_PER_S
+        transfer += 4 * psi / (n if stage >= 1 else 1) / pcie_Bps
         cpu_step = psi / (n if stage >= 1 else 1) / cpu_adam_elems_per_s
     if offload_param:                                       # gathered from the host in forward and backward
-        transfer += 2 * 2 * psi / n * grad_accum / PCIE_BYTES_PER_S
+        transfer += 2 * 2 * psi / n * grad_accum / pcie_Bps
     busy = max(compute, comm, transfer) if overlap else compute + comm + transfer
-    offload = "+".join(k for k, on in (("optimizer", offload_optimizer), ("params", offload_param)) if on)
+    offload = "+".join(w for w, on in (("optimizer", offload_optimizer), ("params", offload_param)) if on)
+    pp = "+".join(w for w, on in (("qwZ", quantized_weights), (f"hpZ {h}", h > 1), ("qgZ", quantized_gradients))
+                  if on)
     return Estimate(stage, n, offload, gpu_b, cpu_b, fits, compute, comm, transfer, cpu_step, busy + cpu_step,
-                    wire, calls)
+                    wire, calls, tokens, link_bytes, pp)
 
 
-def table(params, layers, hidden, seq, micro_batch, gpus, **kw) -> list[Estimate]:
-    """Stages 0-3, then stage 3 with optimizer offload and with optimizer + parameter offload."""
+def table(params, layers, hidden, seq, micro_batch, gpus, zeropp: dict | None = None, **kw) -> list[Estimate]:
+    """Stages 0-3, then stage 3 with optimizer offload and with optimizer + parameter offload;
+    ``zeropp`` (e.g. ``dict(quantized_weights=True, hpz_partition_size=8, quantized_gradients=True)``):
+    one more row, stage 3 with those ZeRO++ options."""
     rows = [simulate(params, layers, hidden, seq, micro_batch, gpus, s, **kw) for s in range(4)]
     rows.append(simulate(params, layers, hidden, seq, micro_batch, gpus, 3, offload_optimizer=True, **kw))
     rows.append(simulate(params, layers, hidden, seq, micro_batch, gpus, 3, offload_optimizer=True,
                          offload_param=True, **kw))
+    if zeropp:
+        rows.append(simulate(params, layers, hidden, seq, micro_batch, gpus, 3, **zeropp, **kw))
     return rows
 
 
@@ -172,7 +352,8 @@ def format_table(rows: list[Estimate], gpu: str = "a100-80gb") -> str:
             f"{'step s':>9}{'bound by':>16}")
     lines = [head]
     for r in rows:
-        name = f"stage {r.stage}" + (f" + offload {r.offload}" if r.offload else "")
+        name = f"stage {r.stage}" + (f" + offload {r.offload}" if r.offload else "") + (
+            f" + {r.zeropp}" if r.zeropp else "")
         states = r.gpu_bytes["params"] + r.gpu_bytes["grads"] + r.gpu_bytes["optimizer_states"]
         lines.append(f"{name:<36}{r.gpu_bytes['total'] / 1e9:>9.1f}{states / 1e9:>9.1f}"
                      f"{r.gpu_bytes['activations'] / 1e9:>7.1f}  {r.cpu_bytes / 1e9:>8.1f}"
@@ -222,18 +403,18 @@ def _measure_stage(stage: int, layers: int, hidden: int, steps: int, bucket: int
 
 
 def calibrate(world_size: int = 2, *, layers: int = 8, hidden: int = 256, steps: int = 5,
-              reduce_bucket_size: int = 200_000, fit=None) -> list[dict]:
+              reduce_bucket_size: int = 200_000, fit=None, stages=(0, 1, 2, 3)) -> list[dict]:
     """Hold the simulator against what is measured here: for stages 0-3, a bf16 MLP trained on
     ``world_size`` real ranks (gloo on CPU), its gradient and parameter traffic from the ledger
     (wire bytes, calls, seconds) beside what :func:`simulate` predicts for the same Ψ, layers,
     ranks and bucket size with ``link`` = the α-β ``fit`` of this machine (``zerolab.bench``;
-    measured now when not given). Returns one dict per stage: ``wire_bytes`` / ``sim_wire_bytes``,
+    measured now when not given). ``stages``: which of them. Returns one dict per stage: ``wire_bytes`` / ``sim_wire_bytes``,
     ``calls`` / ``sim_calls``, ``seconds`` / ``sim_seconds``."""
     from . import bench
     from .crew import launch
     fit = fit or bench.run(world_size)
     out = []
-    for stage in range(4):
+    for stage in stages:
         m = launch(_measure_stage, world_size, stage, layers, hidden, steps, reduce_bucket_size, echo=False)[0]
         est = simulate(m["psi"], layers, hidden, 1, 1, world_size, stage, link=fit,
                        reduce_bucket_size=reduce_bucket_size, checkpointing=False)
@@ -251,7 +432,8 @@ def format_calibration(rows: list[dict]) -> str:
                      f"{r['sim_calls']:>11}{r['seconds'] * 1e3:>10.2f}{r['sim_seconds'] * 1e3:>11.2f}"
                      f"{r['seconds'] / r['sim_seconds']:>7.2f}")
     lines.append("measured: the ledger's gradient and parameter collectives in one step (median of the steps);")
-    lines.append("simulated: zerolab.simulate with this machine's alpha-beta fit as the link (ratio = measured / simulated);")
+    lines.append("simulated: zerolab.simulate with this machine's alpha-beta fit as the link "
+                 "(ratio = measured / simulated);")
     lines.append(f"comm_factor for simulate() on this machine (median ratio): {comm_factor(rows):.2f}")
     return "\n".join(lines)
 
