@@ -4,15 +4,20 @@ The engine (``engine.py``) owns what does not depend on *where* tensors live: lo
 the overflow check, clipping, the optimizer. A :class:`Stage` owns where they live and which
 collectives move them. It is made of three parts, each in its own module:
 
-    ============  ===============================  ============================  ==========
-    stage         gradients (``reduce.py``)        parameters                     optimizer
-                                                                                  states
-    ============  ===============================  ============================  ==========
-    0             all-reduce at the boundary       replicated (``params.py``)     replicated
-    1             reduce-scatter at the boundary   replicated                     sharded
-    2             reduce-scatter during backward   replicated                     sharded
-    3             reduce-scatter during backward   gathered per unit (``gather.py``)  sharded
-    ============  ===============================  ============================  ==========
+    =====  ==========================================  ==================================  =========
+    stage  gradients (``reduce.py``)                   parameters                          optimizer
+                                                                                               states
+    =====  ==========================================  ==================================  =========
+    0      all-reduced at the boundary (5e8 buckets)   replicated (``params.py``)          replicated
+    1      each bucket reduced at the boundary:        replicated, one flat buffer;        sharded
+           all-reduce (DeepSpeed's default), a         the partitions all-gathered
+           reduce per owner, or the paper's            after the step
+           reduce-scatter (``ideal_reduce_scatter``)
+    2      the same, each bucket as soon as it is      replicated, as stage 1              sharded
+           complete, during backward
+    3      each bucket reduce-scattered during         gathered per module (``gather.py``)  sharded
+           backward (qgZ: quantized all-to-all)
+    =====  ==========================================  ==================================  =========
 
 and where the optimizer states live (device, host, NVMe: ``offload.py``) is a fourth choice
 that any stage from 1 up (and stage 0 on the device) can make. ``engine.switches()`` prints
