@@ -208,3 +208,27 @@ def test_batchnorm_buffers_deepspeed_way_by_default_ddp_way_on_request():
     assert not torch.equal(a, b)                 # DeepSpeed: broadcast once, then each rank its own
     a, b = zerolab.launch(bn_stats, 2, True, echo=False, timeout=60)
     assert torch.equal(a, b)                     # DDP: rank 0's buffers before every forward
+
+
+def _switch_texts():
+    out = {}
+    for name, zero, extra in (("stage 1", {"stage": 1}, {}), ("stage 2", {"stage": 2}, {}),
+                              ("owner reduce", {"stage": 2, "use_multi_rank_bucket_allreduce": False}, {}),
+                              ("paper", {"stage": 2}, {"zerolab": {"ideal_reduce_scatter": True}}),
+                              ("stage 3", {"stage": 3}, {})):
+        engine = zerolab.initialize(TinyLM(), {"train_batch_size": 2, "zero_optimization": zero, **extra,
+                                               "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}})
+        out[name] = engine.switches()["gradients"]
+        engine.close()
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_switches_name_the_collective_deepspeed_issues():
+    # engine.switches() said "reduce-scatter" at stages 1-2, where DeepSpeed (and zerolab) all-reduce
+    text = zerolab.launch(_switch_texts, 2, echo=False)[0]
+    assert text["stage 1"].startswith("all-reduce at the accumulation boundary"), text
+    assert text["stage 2"].startswith("all-reduce bucket by bucket"), text
+    assert text["owner reduce"].startswith("reduce to each owner"), text
+    assert text["paper"].startswith("reduce-scatter"), text
+    assert text["stage 3"].startswith("reduce-scatter"), text

@@ -487,8 +487,10 @@ class Engine:
         """This engine's stage as three independent choices, each with the class (and module)
         that makes it: how gradients are reduced, where parameters live, where optimizer states
         live (``stage.py`` has the table for every stage)."""
+        from .reduce import reduce_mode
         z, st = self.config.zero, self.stage
-        how = "reduce-scatter" if (z.reduce_scatter and st.stage >= 1) else "all-reduce"
+        how = {"all_reduce": "all-reduce", "reduce": "reduce to each owner",       # DeepSpeed's choice
+               "reduce_scatter": "reduce-scatter"}[reduce_mode(st.stage, z, self.config.zerolab)]
         if st.stage >= 2:
             grads = f"{how} bucket by bucket during backward; each rank keeps its shard"
         elif st.stage == 1:
