@@ -34,7 +34,8 @@ def steps(stage, n_steps):
 
 
 def test_prediction_matches_measured_communication_within_the_band(tmp_path):
-    """Band: measured / predicted within [1/4, 6] (median over 5 steps). Measured: the seconds of
+    """Band: measured / predicted within [1/4, 6] (the least of 5 steps: other work on the machine only
+    ever adds time, so the least is the step it disturbed least). Measured: the seconds of
     the step's records less what they spent waiting for the other rank to arrive (``waited``,
     known on the shared-memory path; waiting is skew, not communication, and the fit leaves it
     out too). Over gloo the wait cannot be told apart, so measured runs above predicted, more so
@@ -47,7 +48,7 @@ def test_prediction_matches_measured_communication_within_the_band(tmp_path):
     for stage in (2, 3):
         ledgers = zerolab.launch(steps, 2, stage, 5, echo=False, timeout=120)[0]
         ratios = [sum(r.seconds - r.waited for r in led.records) / f.predict(led) for led in ledgers]
-        ratio = statistics.median(ratios)
+        ratio = min(ratios)
         assert 1 / 4 <= ratio <= 6, f"stage {stage}: measured / predicted = {ratio:.2f} ({f.describe()})"
 
 
