@@ -1,6 +1,4 @@
 """The alpha-beta model: fitted here, it predicts a training step's communication time."""
-import statistics
-
 import pytest
 
 import zerolab
