@@ -451,6 +451,9 @@ def _parse_zero(p: K.Problems, d: dict) -> ZeroConfig:
     g = lambda key, conv: K.read(p, b, path, key, conv, getattr(D, key))  # noqa: E731
     stage = g("stage", K.as_int(lo=0, hi=3))
     overlap = K.read(p, b, path, "overlap_comm", K.optional(K.as_bool), None)   # DeepSpeed's None: by stage
+    if stage == 3 and b.get("zero_quantized_gradients") is True and b.get("reduce_scatter") is False:
+        p.add(f"'{path}.zero_quantized_gradients' needs '{path}.reduce_scatter' true (DeepSpeed 0.19.8's stage 3 "
+              "asserts it: qgZ replaces the reduce-scatter); remove reduce_scatter: false or turn qgZ off")
     flag, size, count = K.as_bool, K.as_int(lo=1), K.as_int(lo=0)
     read = {k: g(k, conv) for k, conv in (                 # in this order (the problems are listed so)
         ("contiguous_gradients", flag), ("reduce_scatter", flag), ("use_multi_rank_bucket_allreduce", flag),
