@@ -20,6 +20,5 @@ PENDING = {
     "ch10": THIRD_PASS,
     "ch11": THIRD_PASS,
     "ch12": "being translated (branch zh)",
-    "ch14": "being translated (branch zh)",
     "ch13": "a new chapter being written in the third pass",
 }
