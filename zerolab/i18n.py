@@ -12,10 +12,12 @@ Two places ask, and they answer differently on purpose:
   ``$ZEROLAB_LANG``, else the locale (``LC_ALL``, ``LC_MESSAGES``, ``LANG``, in POSIX's order):
   ``zh_CN.UTF-8`` and the like answer in Chinese.
 
-Messages are written in English in the code, where they are read; a :class:`Catalogue` holds
-each one's Chinese, keyed by the English template itself, and :meth:`Catalogue.__call__` formats
-the one for the current language. A template missing from a catalogue is shown in English
-(``tests/test_i18n.py`` checks every catalogue's placeholders against its English).
+Messages are written in English in the code, where they are read; their Chinese lives in one
+file, ``zerolab/messages_zh.py``, one section per module, keyed by the English template itself.
+``T = catalogue("progress")`` gives a module its section, and ``T("{n} of {m} done", n=1, m=5)``
+formats the template in the current language. A template missing from the catalogue is shown in
+English (``tests/test_i18n.py`` checks that every Chinese template has its English's fields and that
+the modules' templates are in the catalogue).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Iterator
 
 __all__ = ["LANGS", "LANG_ENV", "EDITION_DIRS", "normalize", "kernel_lang", "cli_lang", "lang", "set_lang",
-           "using", "is_zh", "Catalogue", "edition_of"]
+           "using", "is_zh", "Catalogue", "catalogue", "edition_of"]
 
 LANGS = ("en", "zh")
 LANG_ENV = "ZEROLAB_LANG"
@@ -120,8 +122,15 @@ class Catalogue:
     A template is formatted with ``str.format`` only when keyword arguments are given (so a
     message with literal braces and no fields needs no escaping)."""
 
-    def __init__(self, zh: dict[str, str]):
-        self.zh = dict(zh)
+    def __init__(self, zh: dict[str, str] | None = None, section: str | None = None):
+        self._zh, self.section = (dict(zh) if zh is not None else None), section
+
+    @property
+    def zh(self) -> dict[str, str]:
+        if self._zh is None:                 # the catalogue file is read on first use
+            from .messages_zh import ZH
+            self._zh = dict(ZH.get(self.section, {}))
+        return self._zh
 
     def text(self, en: str, language: str | None = None) -> str:
         return self.zh.get(en, en) if (language or lang()) == "zh" else en
@@ -129,3 +138,8 @@ class Catalogue:
     def __call__(self, en: str, /, **fields) -> str:
         text = self.text(en)
         return text.format(**fields) if fields else text
+
+
+def catalogue(section: str) -> Catalogue:
+    """The Chinese of one module's messages: section ``section`` of ``zerolab/messages_zh.py``."""
+    return Catalogue(section=section)
