@@ -143,3 +143,32 @@ class Catalogue:
 def catalogue(section: str) -> Catalogue:
     """The Chinese of one module's messages: section ``section`` of ``zerolab/messages_zh.py``."""
     return Catalogue(section=section)
+
+
+def width(text: str) -> int:
+    """Columns ``text`` takes in a terminal or a notebook's output (a CJK character takes two)."""
+    import unicodedata
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+_NO_LINE_START = set("，。；：、）》！？”’,.;:)!?")
+
+
+def fill(text: str, columns: int = 96, initial_indent: str = "", subsequent_indent: str = "") -> str:
+    """``textwrap.fill`` that also breaks Chinese (which has no spaces) by the columns it takes;
+    ASCII words are never split."""
+    import re
+    import textwrap
+    if width(text) == len(text):
+        return textwrap.fill(text, columns, initial_indent=initial_indent, subsequent_indent=subsequent_indent)
+    tokens = re.findall(r"[ -~]+?(?= |$|[^ -~])| |[^ -~]", text)   # ASCII words, spaces, one CJK character
+    lines, line = [], initial_indent
+    for tok in tokens:
+        if width(line) + width(tok) > columns and line.strip() and tok not in _NO_LINE_START:
+            lines.append(line.rstrip())
+            line = subsequent_indent
+            if tok == " ":
+                continue
+        line += tok
+    lines.append(line.rstrip())
+    return "\n".join(lines)
