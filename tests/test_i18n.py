@@ -32,7 +32,7 @@ CJK = __import__("re").compile(r"[\u4e00-\u9fff]")
 # module -> its catalogue section
 TRANSLATED = {"progress.py": "progress", "report.py": "report", "checks/__init__.py": "checks",
               "checks/ch06.py": "checks.ch06", "checks/ch07.py": "checks.ch07", "checks/ch14.py": "checks.ch14",
-              "viz.py": "viz", "lab/common.py": "lab", "lab/basic.py": "lab", "lab/core.py": "lab",
+              "lab/common.py": "lab", "lab/basic.py": "lab", "lab/core.py": "lab",
               "lab/application.py": "lab", "lab/extension.py": "lab"}
 
 
@@ -97,13 +97,13 @@ def test_fill_breaks_chinese_by_columns_and_keeps_words_whole():
 # -- the catalogue ----------------------------------------------------------------------------------
 
 def _templates(path: Path) -> list[str]:
-    """The literal first arguments of T(...) and T.text(...) in a module."""
+    """The literal first arguments of T(...), T.text(...) and F(...) (a figure's text) in a module."""
     out = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
                 and isinstance(node.args[0].value, str):
             f = node.func
-            if (isinstance(f, ast.Name) and f.id == "T") or (isinstance(f, ast.Attribute) and f.attr == "text"
+            if (isinstance(f, ast.Name) and f.id in ("T", "F")) or (isinstance(f, ast.Attribute) and f.attr == "text"
                                                                and isinstance(f.value, ast.Name) and f.value.id == "T"):
                 out.append(node.args[0].value)
     return out
@@ -261,3 +261,56 @@ def test_exercise_14_fails_in_the_editions_language_in_a_zh_folder(tmp_path):
     zh, en = runs[folder], runs[tmp_path]
     assert "ExerciseCheckFailed" in zh and "提示：每个 rank 对它收集或 reduce-scatter 的每个张量只发出 (N-1)/N" in zh, zh
     assert "hint: each rank sends (N-1)/N of every tensor" in en and not CJK.search(en), en
+
+
+# -- figures and the lab ------------------------------------------------------------------------------
+
+@pytest.fixture
+def no_cjk_font(monkeypatch):
+    from zerolab import viz
+    monkeypatch.setattr(viz, "_CJK_FONT", [None])
+    monkeypatch.setattr(viz, "_SAID_ENGLISH", False)
+    return viz
+
+
+def test_a_chinese_figure_without_a_cjk_font_keeps_english_and_says_so_once(no_cjk_font, capsys):
+    from zerolab.lab.common import F
+    assert F("elements ({n} flat groups)", n=3) == "elements (3 flat groups)"     # English edition: nothing said
+    assert capsys.readouterr().out == ""
+    with i18n.using("zh"):
+        assert F("elements ({n} flat groups)", n=3) == "elements (3 flat groups)"
+        assert F("bytes") == "bytes"
+    said = capsys.readouterr().out
+    assert said.count("\n") == 1 and "没有中文字体" in said and "不会显示成方框" in said, said
+
+
+def test_a_chinese_figure_with_a_cjk_font_labels_in_chinese(monkeypatch):
+    import matplotlib
+    from zerolab import viz
+    from zerolab.lab.common import F
+    monkeypatch.setattr(viz, "_CJK_FONT", ["DejaVu Sans"])          # stands in for an installed CJK family
+    with matplotlib.rc_context(), i18n.using("zh"):
+        assert F("elements ({n} flat groups)", n=3) == "元素（3 个扁平组）"
+        assert matplotlib.rcParams["font.sans-serif"][0] == "DejaVu Sans"
+
+
+def test_the_labs_figures_draw_no_missing_glyph_in_the_chinese_edition(no_cjk_font):
+    """Rendered for real: without a CJK font the Chinese edition's figure has no glyph matplotlib lacks."""
+    import io
+    import warnings
+    from zerolab import lab
+    with i18n.using("zh"), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fig = lab.draw_plan(lab.plan("Llama-2 7B", 8))
+        fig.savefig(io.BytesIO(), format="png")
+    texts = [t.get_text() for ax in fig.axes for t in (ax.title, ax.yaxis.label)]
+    assert not [w for w in caught if "missing from" in str(w.message)], [str(w.message) for w in caught]
+    assert not any(CJK.search(t) for t in texts) and "GB per GPU" in texts, texts
+
+
+def test_the_labs_controls_speak_the_editions_language():
+    pytest.importorskip("ipywidgets")
+    from zerolab.lab.common import _run_controls
+    assert [w.description for w in _run_controls(2, 1, "bf16", 4)] == ["N ranks", "stage", "precision"]
+    with i18n.using("zh"):
+        assert [w.description for w in _run_controls(2, 1, "bf16", 4)] == ["rank 数 N", "ZeRO 阶段", "精度"]

@@ -336,3 +336,37 @@ ZH["checks.ch14"] = {
     "what crosses PCIe is 2-byte (fp16/bf16) gradients and parameters, not fp32":
         "经过 PCIe 的是 2 字节（fp16/bf16）的梯度和参数，不是 fp32",
 }
+
+# -- the visual lab (chapter 12): its controls, and its figures where a CJK font is there --------------
+ZH["lab"] = {
+    # controls (drawn by the browser: always in the edition's language)
+    "N ranks": "rank 数 N",
+    "stage": "ZeRO 阶段",
+    "precision": "精度",
+    "paper's ideal (zerolab's switch)": "论文的理想做法（zerolab 的开关）",
+    "collective": "集合通信",
+    "play": "播放",
+    "model": "模型",
+    "GPUs": "GPU 数",
+    "GB each": "每卡 GB",
+    "link": "链路",
+    "micro-batch": "微批次",
+    "host GB/node": "主机 GB/节点",
+    "optimizer": "优化器",
+    "params": "参数",
+    # figures (zerolab.viz.figure_text: English where no CJK font is installed)
+    "GB per GPU": "每张 GPU 的 GB",
+    "{model} on {gpus} GPUs: what each GPU must hold": "{gpus} 张 GPU 上的 {model}：每张 GPU 必须装下的",
+    "seconds per step (simulated)": "每步秒数（模拟）",
+    "elements ({n} flat groups)": "元素（{n} 个扁平组）",
+    "ms since the step began (rank 0)": "这一步开始后的毫秒数（rank 0）",
+    "ms since the step began": "这一步开始后的毫秒数",
+    "bytes held (engine.memory())": "持有的字节（engine.memory()）",
+    "what each rank holds over the step: model states + buffers in flight": "每个 rank 在这一步中持有的：模型状态 + 在路上的缓冲区",
+    "bytes": "字节",
+    "held right after this collective": "这次集合通信刚结束时持有的",
+    "bytes (engine.memory(where))": "字节（engine.memory(where)）",
+    "what each rank holds where, after the step": "这一步之后，每个 rank 在各处持有的",
+    "ms in the recorded step (measured; machine-dependent)": "记录的这一步中的毫秒数（实测；因机器而异）",
+    "the step's time: training thread, and I/O threads below": "这一步的时间：训练线程，下方是 I/O 线程",
+}
