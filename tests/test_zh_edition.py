@@ -146,3 +146,22 @@ def test_a_stale_translation_is_named_with_its_cell_and_chapter():
     assert len(lines) == 1 and cid in lines[0] and name in lines[0] and "--accept" in lines[0], lines
     del table[cid]
     assert any(cid in line and "no Chinese" in line for line in zhsource.problems(name, notebooks, table))
+
+
+# -- the Chinese README ----------------------------------------------------------------------------------
+
+def _bash_blocks(path: Path) -> list[str]:
+    return re.findall(r"```bash\n(.*?)```", path.read_text(encoding="utf-8"), re.S)
+
+
+def test_the_chinese_readme_has_the_same_two_commands_and_the_readmes_link_each_other():
+    en, zh = ROOT / "README.md", ROOT / "README.zh-CN.md"
+    en_blocks = [b.strip() for b in _bash_blocks(en)]
+    zh_blocks = [b.strip() for b in _bash_blocks(zh)]
+    setup = next(b for b in en_blocks if b.startswith("python3 -m venv .venv && ("))
+    assert setup in zh_blocks, "README.zh-CN.md's set-up command is not README.md's"
+    assert "./run_tests.sh" in zh_blocks, "README.zh-CN.md lacks the test command ./run_tests.sh"
+    assert "](README.zh-CN.md)" in en.read_text(encoding="utf-8").split("\n## ")[0], "README.md's top lacks the link"
+    assert "](README.md)" in zh.read_text(encoding="utf-8").split("\n## ")[0], "README.zh-CN.md's top lacks the link"
+    bad = [t for t in zhsource.relative_links(zh.read_text(encoding="utf-8")) if not (ROOT / t).exists()]
+    assert not bad, f"README.zh-CN.md links to missing files: {bad}"
