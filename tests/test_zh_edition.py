@@ -139,7 +139,8 @@ def test_a_stale_translation_is_named_with_its_cell_and_chapter():
     """What the lead sees after editing an English cell without its Chinese (simulated on a copy)."""
     name = TRANSLATED[0]
     notebooks = nbsource.load_builder(name).NOTEBOOKS
-    table = dict(zhsource.translation(name))
+    table = {cid: (zhsource.source_hash(text), "中文") for cid, (text, _) in zhsource.markdown_cells(notebooks).items()}
+    assert zhsource.problems(name, notebooks, table) == []
     cid = next(iter(table))
     table[cid] = ("0" * zhsource.HASH_CHARS, table[cid][1])
     lines = zhsource.problems(name, notebooks, table)
