@@ -311,3 +311,13 @@ def test_the_labs_controls_speak_the_editions_language():
     assert [w.description for w in _run_controls(2, 1, "bf16", 4)] == ["N ranks", "stage", "precision"]
     with i18n.using("zh"):
         assert [w.description for w in _run_controls(2, 1, "bf16", 4)] == ["rank 数 N", "ZeRO 阶段", "精度"]
+
+
+def test_a_check_run_from_the_chinese_solutions_is_not_the_learners(monkeypatch, tmp_path):
+    for folder in ("solutions/zh", "exercises/zh", "solutions", "notebooks/zh"):
+        monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / folder / "06_bucket_params.ipynb"))
+        assert progress.running_a_solution() == folder.startswith("solutions"), folder
+    monkeypatch.delenv("JPY_SESSION_NAME")
+    (tmp_path / "solutions" / "zh").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "solutions" / "zh")
+    assert progress.running_a_solution()
