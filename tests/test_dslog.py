@@ -14,10 +14,10 @@ def test_a_recorded_training_log_parses_into_progress_throughput_timers_and_conf
     assert all(t["running_avg"] > 0 and t["current"] > 0 for t in log.throughput)
     med = log.timer_medians()
     assert {"fwd", "bwd", "bwd_inner", "bwd_allreduce", "step", "optimizer_allgather"} <= set(med)
-    # bwd is about bwd_inner + bwd_allreduce on every line that has all three (separate timers: within 1%)
+    # bwd encloses bwd_inner (autograd) and bwd_allreduce (the gradient reduction) on every line
     for line in log.timers:
         if {"bwd", "bwd_inner", "bwd_allreduce"} <= set(line):
-            assert abs(line["bwd"] - line["bwd_inner"] - line["bwd_allreduce"]) <= 0.01 * line["bwd"] + 0.02
+            assert line["bwd_inner"] + line["bwd_allreduce"] <= line["bwd"] + 0.02
     assert "zero_config" in log.config or "zero_enabled" in log.config
     assert log.config["steps_per_print"] == "10"
 
