@@ -505,8 +505,8 @@ says 5e8 for `stage3_prefetch_bucket_size`; the code says 5e7), and beside what 
 `load_config` reads from the file for 8 ranks.
 
 **Predict, then run.** Apart from `stage: 3`, how many of the checklist's 13 other
-`zero_optimization` keys change something, that is, differ from DeepSpeed's default at stage 3?
-Which ones? Write your list down.
+`zero_optimization` keys differ from DeepSpeed's default at stage 3? Which ones? Write your list
+down.
 """),
 code("""
 rows = checklist_rows(seed, 8)
@@ -529,8 +529,9 @@ print(f"zerolab's own defaults equal DeepSpeed 0.19.8's for {sum(d == r for _, d
       f"{len(plain)} numeric keys")
 """),
 md("""
-Five lines change something; the rest write DeepSpeed's defaults out. What each line does, and
-where the checklist is wrong:
+Five lines differ from DeepSpeed's defaults (and one of them, `round_robin_gradients`, is never
+read at stage 3); the rest write the defaults out. What each line does, and where the checklist
+is wrong:
 
 - `overlap_comm: true`, `contiguous_gradients: true`, `reduce_bucket_size: 5e8`, `loss_scale: 0`,
   `initial_scale_power: 16`: **all DeepSpeed's defaults at stage 3.** Writing them changes
