@@ -64,7 +64,8 @@ import torch
 import torch.distributed as dist
 
 import zerolab
-from zerolab.models import TinyLM, lm_batches, lm_loss, mse_loss
+from zerolab.lm_runs import PSI_LM, phases_of_a_step
+from zerolab.models import mse_loss
 from zerolab.reference import train_engine, train_reference
 
 torch.set_num_threads(1)      # one thread here, as on every rank: the same arithmetic, run after run
@@ -396,63 +397,14 @@ parameters that `stage3_param_persistence_threshold` keeps whole on every rank a
 all-gather after the step; the threshold is 0 here, and chapter 3 measures it.) (At stages 1 and 2 the
 parameters are sent after the update, but by an **all-gather** of N shards, not a broadcast.)
 
-The ledger records every collective the engine issues; below, one training step is split into
+The ledger records every collective the engine issues; below, one training step of chapter 3's
+TinyLM (`zerolab.lm_runs.phases_of_a_step` marks the ledger between the phases) is split into
 its forward, backward and optimizer step, on the crew's 4 ranks, for stages 1, 2 and 3.
 
 **Predict, then run.** At stage 3, which collectives does the optimizer step send, and how
 many bytes? Which phases carry the parameters?
 """),
 code(r"""
-VOCAB, SEQ = 257, 16
-
-
-def make_lm():
-    # seed=0 every time: every rank, and every single-process reference, starts from the same weights
-    return TinyLM(vocab=VOCAB, d=100, hidden=400, layers=2, seq_len=SEQ, seed=0)
-
-
-PSI_LM = sum(p.numel() for p in make_lm().parameters() if p.requires_grad)
-
-
-def lm_config(stage, world, precision="bf16", global_batch=12, accumulate=1, ideal=False, **zero):
-    # ideal=True: zerolab's own switch, the paper's reduce-scatter at stages 1-2 (not DeepSpeed's)
-    cfg = {"train_batch_size": global_batch,
-           "train_micro_batch_size_per_gpu": global_batch // (world * accumulate),
-           "gradient_accumulation_steps": accumulate,
-           "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
-           "zero_optimization": {"stage": stage, "reduce_bucket_size": 50_000,
-                                 "stage3_param_persistence_threshold": 0,
-                                 "stage3_max_reuse_distance": 0, **zero}}
-    if precision != "fp32":
-        cfg[precision] = {"enabled": True}
-    if ideal:
-        cfg["zerolab"] = {"ideal_reduce_scatter": True}
-    return cfg
-
-
-def phases_of_a_step(stage):
-    engine = zerolab.initialize(make_lm(), lm_config(stage, zerolab.world_size()))
-    rank, world = zerolab.rank(), zerolab.world_size()
-    (x, y), = lm_batches(1, 12, SEQ, VOCAB)
-    x, y = x[rank::world], y[rank::world]
-    marks = [engine.ledger.mark()]
-    loss = lm_loss(engine(x), y)
-    marks.append(engine.ledger.mark())
-    engine.backward(loss)
-    marks.append(engine.ledger.mark())
-    engine.step()
-    marks.append(engine.ledger.mark())
-    out = {}
-    for phase, a, b in zip(("forward", "backward", "step"), marks, marks[1:]):
-        records = engine.ledger.since(a).records[: b - a]
-        ops = {}
-        for r in records:        # ZeRO's calls only: zerolab's own order checks are in ledger.checks
-            calls, wire = ops.get(r.op, (0, 0))
-            ops[r.op] = (calls + 1, wire + r.wire_bytes)
-        out[phase] = ops
-    return out
-
-
 OPS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast")
 print(f"TinyLM, Ψ = {PSI_LM:,}, bf16, {crew.world_size} ranks, one step, DeepSpeed's collectives: "
       f"calls × wire bytes")
@@ -620,8 +572,8 @@ single-process Adam to within 10⁻⁵ either way.
    second version that reports what its arrays really hold. Which one should a simulation print?
 2. In fault (b), the demo's main block gives every worker the same gradient. Why does Adam then
    hide the missing sum, and what would SGD with the same learning rate do?
-3. In (g), run `phases_of_a_step` at stage 3 with `stage3_param_persistence_threshold` at 10⁵
-   (add it in `lm_config`). Which parameters stop travelling in forward and backward, and what
+3. In (g), run `crew.run(phases_of_a_step, 3, stage3_param_persistence_threshold=100_000)` (start
+   a crew of 2 first: the chapter closed its own). Which parameters stop travelling in forward and backward, and what
    does the optimizer step send now?
 
 **Next:** part 2, `10b_the_beliefs.ipynb`: six beliefs about ZeRO, each run on real ranks.
@@ -653,68 +605,16 @@ and measures the second, on every rank; we print rank 0's numbers. One crew of 4
 beliefs 1 to 3; it then makes way for a crew of 2 for the rest.
 """),
 code(r"""
-import time
-
 import matplotlib.pyplot as plt
-import numpy as np
 import torch
 
 import zerolab
 from zerolab import precision as P
-from zerolab.memory import tensor_bytes
-from zerolab.models import MLP, TinyLM, lm_batches, lm_loss
-from zerolab.reference import train_engine
+from zerolab.lm_runs import PSI_LM, SEQ, activations_per_stage, in_psi, measure, offload_run, train_20
+from zerolab.models import MLP
 from zerolab.simulate import simulate
 
 torch.set_num_threads(1)      # one thread here, as on every rank: the same arithmetic, run after run
-VOCAB, SEQ = 257, 16
-
-
-def make_lm():
-    # seed=0 every time: every rank, and every single-process reference, starts from the same weights
-    return TinyLM(vocab=VOCAB, d=100, hidden=400, layers=2, seq_len=SEQ, seed=0)
-
-
-PSI_LM = sum(p.numel() for p in make_lm().parameters() if p.requires_grad)
-
-
-def lm_config(stage, world, precision="bf16", global_batch=12, accumulate=1, ideal=False, **zero):
-    # ideal=True: zerolab's own switch, the paper's reduce-scatter at stages 1-2 (not DeepSpeed's)
-    cfg = {"train_batch_size": global_batch,
-           "train_micro_batch_size_per_gpu": global_batch // (world * accumulate),
-           "gradient_accumulation_steps": accumulate,
-           "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
-           "zero_optimization": {"stage": stage, "reduce_bucket_size": 50_000,
-                                 "stage3_param_persistence_threshold": 0,
-                                 "stage3_max_reuse_distance": 0, **zero}}
-    if precision != "fp32":
-        cfg[precision] = {"enabled": True}
-    if ideal:
-        cfg["zerolab"] = {"ideal_reduce_scatter": True}
-    return cfg
-
-
-def measure(stage, precision="bf16", accumulate=1, global_batch=12, ideal=False, **zero):
-    world = zerolab.world_size()
-    engine = zerolab.initialize(make_lm(), lm_config(stage, world, precision, global_batch, accumulate,
-                                                     ideal, **zero))
-    batches = lm_batches(2, global_batch, SEQ, VOCAB)
-    train_engine(engine, batches[:1], lm_loss)
-    mark = engine.ledger.mark()
-    t0 = time.perf_counter()
-    train_engine(engine, batches[1:], lm_loss)
-    seconds = time.perf_counter() - t0
-    step = engine.ledger.since(mark)
-    step.records = [r for r in step.records if not r.tag.startswith("overflow")]   # the 16-byte overflow/norm
-    return {"memory": engine.memory(), "seconds": seconds, "wire": step.wire_bytes, "calls": len(step.records),
-            "by_op": {op: (int(v["calls"]), v["wire_bytes"]) for op, v in step.totals().items()},
-            "checks": len(step.checks)}     # zerolab's own order checks: never among ZeRO's calls
-
-
-def in_psi(wire, n):
-    return wire / ((n - 1) / n * PSI_LM * 2)          # bytes per rank, in units of (N−1)/N·Ψ of bf16
-
-
 crew = zerolab.Crew(4, threads=1)           # beliefs 1 to 3; then a crew of 2
 print(f"Ψ = {PSI_LM:,}; {crew.world_size} ranks started")
 """),
@@ -941,12 +841,6 @@ skipped only if a gradient really is inf or NaN (`bf16.check_grad_overflow`). Tw
 TinyLM on 2 ranks, bf16 beside fp32:
 """),
 code(r"""
-def train_20(precision):
-    engine = zerolab.initialize(make_lm(), lm_config(2, zerolab.world_size(), precision))
-    losses = train_engine(engine, lm_batches(20, 12, SEQ, VOCAB, seed=3), lm_loss)
-    return {"losses": losses, "scale": engine.loss_scale, "skipped": engine.skipped_steps, "log": engine.log}
-
-
 runs4 = {p: crew.run(train_20, p)[0] for p in ("bf16", "fp32")}
 b, f = runs4["bf16"], runs4["fp32"]
 print(f"bf16: loss scale {b['scale']:g}, skipped steps {b['skipped']}, scaler messages {len(b['log'])}")
@@ -966,7 +860,7 @@ forward, at micro-batches of 2, 4 and 6 sequences per rank.
 **Predict, then run.** At a micro-batch of 4, how will stage 3's activations compare with
 stage 0's: a quarter, a half, the same? And when the micro-batch doubles?
 
-How we count the activations: every tensor autograd saves passes through
+How we count the activations (`zerolab.lm_runs.activations_per_stage`): every tensor autograd saves passes through
 `torch.autograd.graph.saved_tensors_hooks`, and we add up their storages, leaving out the
 parameters themselves. (`zerolab.memory.measure_activations` does the same for a plain model.
 It recognises parameters by their storage *before* the forward; at stage 3 the parameters are
@@ -974,28 +868,6 @@ gathered into new storage during the forward, so it would count them as activati
 saved tensor is checked against the parameters at the moment it is saved.)
 """),
 code(r"""
-def activations_per_stage(stage, micro):
-    world = zerolab.world_size()
-    engine = zerolab.initialize(make_lm(), lm_config(stage, world, global_batch=micro * world))
-    x, y = lm_batches(1, micro * world, SEQ, VOCAB)[0]
-    x, y = x[zerolab.rank()::world], y[zerolab.rank()::world]
-    saved = []
-
-    def pack(t):
-        live = {p.untyped_storage().data_ptr() for p in engine.module.parameters() if p.numel()}
-        if t.untyped_storage().data_ptr() not in live:
-            saved.append(t)
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = lm_loss(engine(x), y)
-    activation_bytes = tensor_bytes(saved)
-    del saved
-    engine.backward(loss)
-    engine.step()
-    return {"activations": activation_bytes, "model_states": engine.memory()["model_states"]}
-
-
 print(f"2 ranks, bf16, TinyLM (Ψ = {PSI_LM:,}), sequences of {SEQ} tokens; bytes on rank 0")
 print(f"{'stage':>5}{'model states':>14}   {'activations at a micro-batch of 2, 4, 6 sequences':<50}")
 chair = {}
@@ -1045,22 +917,6 @@ rank, the better of 2 runs of each).
 receive exactly those bytes, more, or fewer? How much slower is a step here?
 """),
 code(r"""
-def offload_run(device, steps=5):
-    zero = {"offload_optimizer": {"device": device}} if device else {}
-    engine = zerolab.initialize(make_lm(), lm_config(2, zerolab.world_size(), **zero))
-    batches = lm_batches(steps + 1, 12, SEQ, VOCAB, seed=0)
-    losses = train_engine(engine, batches[:1], lm_loss)           # warm-up: Adam's states appear
-    engine.timeline.clear()
-    times = []
-    for batch in batches[1:]:
-        t0 = time.perf_counter()
-        losses += train_engine(engine, [batch], lm_loss)
-        times.append(time.perf_counter() - t0)
-    return {"device": engine.memory(), "host": engine.memory("host"), "losses": losses,
-            "seconds": float(np.median(times)),
-            "host_step": engine.timeline.summary()["host_step"] / steps}   # the CPU optimizer, per step
-
-
 OFFLOAD = {"stage 2": None, "stage 2 + offload cpu": "cpu"}
 runs6 = {label: [] for label in OFFLOAD}
 for _ in range(2):                                   # alternate the two, twice
