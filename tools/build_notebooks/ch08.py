@@ -799,6 +799,70 @@ stage-3 gathers all came from the config. The only zerolab-specific lines are th
 `getattr(model_engine, "ledger", None)` block, which a DeepSpeed run skips: every collective with
 its calls and bytes, exact, the same on every machine.
 
+## 5. What DeepSpeed itself prints
+
+On the real move the crew reports in DeepSpeed's own words, and the captain has to read them.
+Three outputs matter: `ds_report` (what was built and what can be), the progress and
+throughput lines every `steps_per_print` steps, and, with `wall_clock_breakdown: true`, rank 0's
+timers. They were recorded from DeepSpeed 0.19.8 itself (CPU build, 2 ranks over gloo, stage 2,
+the 325k-parameter benchmark MLP, 30 steps, micro-batch 32 per rank) and are kept in
+`benchmarks/results/recorded/` with the machine and date; `zerolab.dslog` reads them.
+`nvidia-smi` is not among them: no GPU was available when they were recorded, and the course
+does not invent one. (On a GPU its "Memory-Usage" column is what the CUDA allocator reserved
+plus each process's CUDA context, so it reads higher than DeepSpeed's `MemAllocated`.)
+
+**Predict, then run.** The throughput line reports `CurrSamplesPerSec`. The recorded run had
+2 ranks with 32 samples each per step. Is that figure one rank's samples per second, or the
+crew's? And what will `skipped` say in an fp32 run?
+"""),
+code("""
+from zerolab import dslog
+
+REC = ROOT / "benchmarks" / "results" / "recorded"
+log = dslog.read_log(REC / "ds_stage2_train_log_cpu.txt")
+print("train_batch_size in the printed config:", log.config["train_batch_size"])
+for prog, tput in zip(log.progress[1:], log.throughput):
+    step_ms = int(log.config["train_batch_size"]) / tput["current"] * 1e3
+    print(f"step {prog['step']:>2}: skipped {prog['skipped']}, CurrSamplesPerSec {tput['current']:7.1f} "
+          f"-> one step of 64 samples in {step_ms:5.1f} ms")
+"""),
+md("""
+DeepSpeed's `ThroughputTimer` is built with `batch_size = train_batch_size` (micro-batch x
+accumulation x ranks: 32 x 1 x 2 = 64 here) and timed on rank 0's clock, so the samples per
+second are the **crew's**, not one worker's: divide by the ranks for a per-GPU figure.
+`RunningAvgSamplesPerSec` averages every step so far; `CurrSamplesPerSec` is the last step
+alone (on this busy 2-core machine it swings several-fold). `skipped` counts the steps the fp16
+loss scaler threw away after an overflow (chapter 4); in fp32 and bf16 it stays 0.
+
+**Predict, then run.** With `wall_clock_breakdown`, DeepSpeed splits `bwd` into `bwd_inner`
+(autograd) and `bwd_allreduce` (the gradient reduction of stages 1-2, the buckets of chapter 6).
+On two CPU ranks over gloo, which of the two is larger?
+"""),
+code("""
+med = log.timer_medians()
+print("DeepSpeed 0.19.8, stage 2, recorded: rank 0's timers, median over 30 steps")
+for key in ("fwd", "bwd", "bwd_inner", "bwd_allreduce", "step", "optimizer_allgather"):
+    print(f"  {key:<20}{med[key]:7.2f} ms")
+print(f"  the reduction is {med['bwd_allreduce'] / med['bwd']:.0%} of bwd")
+rep = dslog.read_report(REC / "ds_report_cpu.txt")
+print("ds_report, recorded:", rep["env"]["deepspeed info"].split(",")[0], "with torch", rep["env"]["torch version"])
+for name, (installed, compatible) in rep["ops"].items():
+    print(f"  {name:<26} installed {'YES' if installed else 'NO ':<4} compatible {'OKAY' if compatible else 'NO'}")
+"""),
+md("""
+More than half of backward was the gradient reduction: on CPU ranks over gloo the reduction is not
+hidden (chapter 6 measured why), where on GPUs with `overlap_comm` most of it runs on NCCL's
+own stream behind autograd and `bwd_allreduce` shrinks to what is left exposed. zerolab's
+equivalent is the engine's timeline (`engine.timeline.summary()`: compute, exposed and hidden
+communication), and its ledger counts what DeepSpeed's timers cannot: the calls and bytes.
+
+`ds_report` reads the same way on every machine. "installed" is NO for every op because the
+package was built with `DS_BUILD_OPS=0`: each op is compiled just in time when first used, if it
+is "compatible". `async_io` is not: it needs `libaio` (`apt install libaio-dev`), and without it
+**NVMe offload cannot run** (chapter 5's warehouse on disk). `cpu_adam`, the host-side Adam
+behind `offload_optimizer`, is compatible and would be compiled on first use. zerolab's own
+`zerolab report` gives the same kind of page for this machine: run it in a terminal.
+
 ## What we measured
 """),
 code("""
@@ -821,6 +885,10 @@ md("""
   memory.
 - `deepspeed --num_gpus=8 train.py` starts one process per GPU; `torchrun` does the same, and a
   DeepSpeed script runs on zerolab with one line changed. `zerolab train` runs a config end to end.
+- DeepSpeed's own words, read from a recording: its samples per second are the crew's
+  (`train_batch_size` per step), `skipped` counts fp16 overflow steps, `bwd_allreduce` is the
+  reduction that was not hidden, and `ds_report`'s `async_io` line decides whether NVMe offload
+  can run.
 
 ## Questions
 
