@@ -681,98 +681,61 @@ the gathers) or data parallelism itself, which splits the batch and adds the pie
 The experiment: make **one process** do the same arithmetic as N ranks, by splitting each
 batch into N micro-batches and adding up their gradients (gradient accumulation,
 `gradient_accumulation_steps = N` on a single rank), and then swap AdamW for plain SGD.
+The runs are chapter 3's (`zerolab/chapters/ch03.py`): its TinyLM of 188,900 parameters, its
+three global batches of 12 sequences, 3 fp32 steps.
 """),
 code(r"""
 import torch
 
 import zerolab
-from zerolab.models import TinyLM, lm_batches, lm_loss
-from zerolab.reference import train_engine, train_reference
+from zerolab.chapters.ch03 import AMPLIFIED, SGD, max_diff, reference_fp32, train_fp32, verdict
 
 torch.set_num_threads(1)   # one thread here, as on every rank below: the same arithmetic, run after run
-VOCAB, SEQ, GLOBAL_BATCH = 257, 16, 12
-batches = lm_batches(3, GLOBAL_BATCH, SEQ, VOCAB, seed=1)      # chapter 3's three global batches
-ADAMW = {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}}
-SGD = {"type": "SGD", "params": {"lr": 0.1}}
-ROUNDING, AMPLIFIED = 1e-6, 3e-4     # a few fp32 rounding steps near 1; a tenth of one AdamW step (lr / 10)
-
-
-def make_model():
-    return TinyLM(vocab=VOCAB, d=100, hidden=400, layers=2, seq_len=SEQ, seed=0)   # chapter 3's model
-
-
-def fp32_config(stage, world_size, optimizer=ADAMW, accumulate=1):
-    return {"train_batch_size": GLOBAL_BATCH,
-            "train_micro_batch_size_per_gpu": GLOBAL_BATCH // (world_size * accumulate),
-            "gradient_accumulation_steps": accumulate,
-            "optimizer": optimizer,
-            "zero_optimization": {"stage": stage, "reduce_bucket_size": 50_000,
-                                  "stage3_param_persistence_threshold": 0}}
-
-
-def train_fp32(stage, optimizer=ADAMW, accumulate=1):
-    engine = zerolab.initialize(make_model(), fp32_config(stage, zerolab.world_size(), optimizer, accumulate))
-    train_engine(engine, batches, lm_loss)          # each rank takes its 12/N sequences of each batch
-    full = engine.full_params()                     # the same on every rank
-    return full if zerolab.rank() == 0 else None
-
-
-def max_diff(a, b):
-    return max(float((a[k] - b[k]).abs().max()) for k in b)
-
-
-def verdict(diff, bounds=(ROUNDING, AMPLIFIED), exact=False):
-    # The exact value is rounding noise: it changes with the CPU's SIMD kernels. What does not
-    # change is which bound it is under. (Print max_diff(...) to see it on your machine.)
-    if exact and diff == 0:
-        return "0 (bit-identical)"
-    for bound in bounds:
-        if diff < bound:
-            return f"< {bound:.0e}"
-    return f"{diff:.1e} (!)"                     # a real difference: this would be a bug
-
-
 crews = {n: zerolab.Crew(n, threads=1) for n in (1, 2, 3, 4)}
-reference = train_reference(make_model(), fp32_config(0, 1), batches, lm_loss)   # the whole batch at once
+reference = reference_fp32()          # one process, the whole batch at once, AdamW
 print("crews of", ", ".join(str(n) for n in crews), "ranks up; the whole-batch reference is trained")
 """),
 md(r"""
 ## One process, N micro-batches
 
 For N = 2, 3, 4: zerolab's stage 3 on N ranks (the stage that changes the most), and one
-process accumulating N micro-batches of the same batch, each compared with the whole-batch run
-and with each other.
+process accumulating N micro-batches of the same batch (`train_fp32(0, accumulate=n)` on the
+crew of 1), each compared with the whole-batch run and with each other.
 
 **Predict, then run.** Is one process that accumulates N micro-batches closer to the
-whole-batch run than the N ranks are, as far, or farther?
+whole-batch run than the N ranks are, as far, or farther? Does it land on the ranks' result?
 """),
 code(r"""
 print("3 fp32 AdamW steps; largest |difference| over all 188,900 parameters:")
 print(f"{'':8}{'ranks vs the whole batch':>26}{'accumulation vs the whole batch':>33}"
       f"{'ranks vs accumulation':>23}")
 for n in (2, 3, 4):
-    ranks = crews[n].run(train_fp32, 3)[0]                     # stage 3 on n ranks
-    accumulated = crews[1].run(train_fp32, 0, ADAMW, n)[0]     # one rank, n micro-batches
+    ranks = crews[n].run(train_fp32, 3)[0]                          # stage 3 on n ranks
+    accumulated = crews[1].run(train_fp32, 0, accumulate=n)[0]      # one rank, n micro-batches
     print(f"  N = {n}{verdict(max_diff(ranks, reference)):>26}{verdict(max_diff(accumulated, reference)):>33}"
           f"{verdict(max_diff(ranks, accumulated), (AMPLIFIED,), exact=True):>23}")
 """),
 md(r"""
-One process that adds up N micro-batches is just as far from the whole-batch run as the N
-ranks are. At N = 2 it lands exactly where the 2 ranks land, bit for bit: halving a gradient
-is exact in binary, and a + b = b + a. At N = 3 and 4 it lands close to them but not on them,
-because the order of the sums differs (one process adds micro-batch after micro-batch, gloo's
-collectives add the ranks' pieces in their own order, as NCCL's ring does), and at N = 3 even
-the place of a division matters: gradient accumulation divides the loss by 3 before backward,
-the ranks divide their gradients by 3 before adding them, and 1/3 is not exact in binary. So
-the difference is not ZeRO's: it is the order of the sums and the place of a division, which
-change each gradient element's last bits.
+Most expect the single process to be closer: no shards, no collectives. It is just as far from
+the whole-batch run as the N ranks are. At N = 2 it lands exactly where the 2 ranks land, bit for
+bit: halving a gradient is exact in binary, and a + b = b + a. At N = 3 and 4 it lands close to
+them but not on them, because the order of the sums differs (one process adds micro-batch after
+micro-batch, gloo's collectives add the ranks' pieces in their own order, as NCCL's ring does),
+and at N = 3 even the place of a division matters: gradient accumulation divides the loss by 3
+before backward, the ranks divide their gradients by 3 before adding them, and 1/3 is not exact
+in binary. So the difference is not ZeRO's: it is the order of the sums and the place of a
+division, which change each gradient element's last bits.
 
 ## SGD passes the last bits on; AdamW amplifies them
 
-The same comparison with plain SGD (lr 0.1), zerolab's stage 3 against one whole-batch process:
+The same comparison with plain SGD (lr 0.1), zerolab's stage 3 against one whole-batch process.
+
+**Predict, then run.** The sums are just as reordered with SGD. Will its difference from one
+process stay as large as AdamW's (below 3·10⁻⁴ but above 10⁻⁶), or shrink to a rounding step
+(below 10⁻⁶)?
 """),
 code(r"""
-reference_sgd = train_reference(make_model(), fp32_config(0, 1, SGD), batches, lm_loss)
+reference_sgd = reference_fp32(SGD)
 print("SGD, zerolab stage 3 vs one process:",
       ", ".join(f"N = {n} {verdict(max_diff(crew.run(train_fp32, 3, SGD)[0], reference_sgd))}"
                 for n, crew in crews.items()))
@@ -780,22 +743,32 @@ for crew in crews.values():
     crew.close()
 """),
 md(r"""
-SGD passes those last bits on as they are: a rounding step or two. AdamW amplifies them: it
-divides each element's momentum by the root of its own variance, so an element whose gradient
-nearly cancels (contributions of both signs summing to almost zero) still moves by about lr,
-and the last bits of that small sum decide part of the move.
+SGD passes those last bits on as they are: a rounding step or two, at every N. So the optimizer
+is what makes them grow. AdamW divides each element's momentum by the root of its own variance,
+so an element whose gradient nearly cancels (contributions of both signs summing to almost zero)
+still moves by about lr, and the last bits of that small sum decide part of the move.
 
 The smallest case shows it with three numbers. Three ranks contribute 1, 10⁻⁸ and −1 to one
-gradient element; the true sum is 10⁻⁸. fp32 carries about 7 significant digits, so the order
-of the additions decides whether 10⁻⁸ survives. Then one AdamW step and one SGD step with that
-gradient (lr 3·10⁻³, torch's default eps of 10⁻⁸):
+gradient element; the true sum is 10⁻⁸. fp32 carries about 7 significant digits.
+
+**Predict, then run.** In fp32, what is (1 + 10⁻⁸) − 1? And (1 − 1) + 10⁻⁸?
 """),
 code(r"""
 one, tiny = torch.tensor(1.0), torch.tensor(1e-8)
 orders = {"(1 + 1e-8) - 1": (one + tiny) - one,      # 1e-8 is below half an fp32 step of 1: lost
           "(1 - 1) + 1e-8": (one - one) + tiny}      # the ones cancel first: 1e-8 survives
+for order, total in orders.items():
+    print(f"{order} = {float(total):.0e}")
+"""),
+md(r"""
+0 and 10⁻⁸: the same three numbers, two orders, two sums. 10⁻⁸ is below half the gap between 1
+and the next fp32 number (about 6·10⁻⁸), so added to 1 first it is lost.
 
-
+**Predict, then run.** Take one AdamW step and one SGD step (lr 3·10⁻³, torch's default eps of
+10⁻⁸) from a parameter at 0, once with each of those gradients. How far does each step move the
+parameter, in units of lr? Does the 10⁻⁸ difference in the gradient matter?
+"""),
+code(r"""
 def first_step_move(grad, optimizer):
     p = torch.zeros(1, requires_grad=True)          # starts at 0: weight decay has nothing to decay
     opt = optimizer([p], lr=3e-3)
@@ -811,16 +784,20 @@ for order, grad in orders.items():
     print(f"{order:<18}{float(grad):>10.0e}{adamw / 3e-3:>9.2f} x lr{sgd / 3e-3:>9.0e} x lr")
 """),
 md(r"""
-Same three numbers, two orders: SGD's step differs by 10⁻⁸ of lr, AdamW's by half of lr. At
-its first step AdamW moves each element by lr · g / (|g| + eps), whatever the size of g, so a
-gradient that is only rounding noise around zero still moves its parameter by a sizeable
-fraction of lr. Over the following steps the momentum and variance average such elements out,
-which is why chapter 3's differences stay below a tenth of lr.
+SGD's step differs by 10⁻⁸ of lr, AdamW's by **half of lr**. At its first step AdamW moves each
+element by lr · g / (|g| + eps), whatever the size of g: with g = 10⁻⁸ = eps that is lr / 2, with
+g = 0 nothing. So a gradient that is only rounding noise around zero still moves its parameter by
+a sizeable fraction of lr. Over the following steps the momentum and variance average such
+elements out, which is why chapter 3's differences stay below a tenth of lr.
 
-Any data-parallel training has this, ZeRO or not: the order of the sums is the only thing
-that changed, and no stage adds to it (in chapter 3's table the four stages' rows are alike).
-Deterministic training across world sizes would need the same summation order everywhere,
-which no ring or tree all-reduce promises.
+Any data-parallel training has this, ZeRO or not: the order of the sums is the only thing that
+changed, and no stage adds to it (in chapter 3's table the four stages' rows are alike).
+Deterministic training across world sizes would need the same summation order everywhere, which
+no ring or tree all-reduce promises.
+
+**Questions.** (1) Set eps to 10⁻⁶ in `first_step_move` (`optimizer([p], lr=3e-3, eps=1e-6)`):
+how far does AdamW move now, and what does that say about eps's role? (2) Why is N = 2 the one
+world size where accumulation and ranks agree bit for bit?
 
 Back to **[chapter 3](03_three_stages.ipynb)**.
 """),
