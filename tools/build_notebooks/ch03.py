@@ -366,20 +366,14 @@ md(r"""
 
 On a 188,900-parameter TinyLM, bf16 + AdamW, 1 to 4 ranks, per rank:
 
-- **Memory** (bytes) at N = 4: DDP holds 3,022,406 (16Ψ = 3,022,400), stage 1 1,322,306
-  (4Ψ + 12Ψ/N, 0.438 of DDP), stage 2 1,038,956 (2Ψ + 14Ψ/N, 0.344), stage 3 755,638 (16Ψ/N,
-  0.25). In all 16 runs the difference from the formula is exactly the padding, the one frozen
-  parameter and AdamW's 4-byte step counters.
-- **Traffic** (bytes per step, ring convention, in units of (N−1)/N·Ψ·2 bytes): DDP moves 2.000;
-  DeepSpeed's stages 1 and 2 move 3.000 (each bucket all-reduced, then one all-gather), the
-  paper's 2.000 (zerolab's switch); stage 3 moves 3.136 when every module is gathered again for
-  backward (3Ψ plus a second forward gather of the tied embedding) and 2.000 with DeepSpeed's
-  default reuse distance; prefetch changes its calls (5 against 19), not its bytes; DeepSpeed's
-  default persistence threshold turns it into the paper's stage 2. With gradient accumulation 4,
-  stage 2 pays every micro-step: 9 units DeepSpeed's way, 5 the paper's.
-- **Correctness** (fp32): every stage differs from one whole-batch process as much as DDP does:
-  below 3·10⁻⁴ (a tenth of one step's move) with AdamW, which amplifies the last bits of the
-  gradient sum (appendix 3a).
+- **Memory** at N = 4: stage 1 keeps 0.438 of DDP's bytes, stage 2 0.344, stage 3 0.25, each
+  the formula to the byte once padding, the frozen parameter and AdamW's step counters are counted.
+- **Traffic**, in (N−1)/N·2Ψ units: DDP 2; DeepSpeed's stages 1-2 3 (each bucket all-reduced), the
+  paper's 2 (zerolab's switch); stage 3 3.136 at reuse distance 0 (the tied embedding gathered
+  twice), 2 with DeepSpeed's defaults. Prefetch changes the calls (5 against 19), not the bytes.
+  With accumulation 4, stage 2 pays every micro-step: 9 DeepSpeed's way, 5 the paper's.
+- **Correctness** (fp32): every stage as close to one process as DDP is, below 3·10⁻⁴ with AdamW
+  (appendix 3a says why not closer).
 
 ## Questions
 
