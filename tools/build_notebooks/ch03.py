@@ -385,7 +385,7 @@ On a 188,900-parameter TinyLM, bf16 + AdamW, 1 to 4 ranks, per rank:
 3. The memory table's "left" reaches 91 bytes at N = 3 but at most 38 at N = 4.
    Which of the three reasons grows when N does not divide the buffers?
 4. Why is stage 3's traffic 3Ψ and not 2Ψ + Ψ/N? Count the gathers in forward, in backward,
-   and the reduce-scatter. Then run `crews[4].run(train_and_measure, 3,
+   and the reduce-scatter. Then, before the crews close, run `crews[4].run(train_and_measure, 3,
    stage3_max_reuse_distance=10**9)` (DeepSpeed's default): which of those gathers go away here?
 
 ## Your turn
