@@ -1,0 +1,473 @@
+"""Exercise 3c check: a ZeRO-1 sharded optimizer written in plain torch.distributed.
+
+The learner writes, with no zerolab engine::
+
+    class ShardedOptimizer:
+        def __init__(self, params, optimizer_cls, **kwargs): ...   # keep self.optimizer
+        def step(self): ...          # after backward: reduce the gradients, step the shard, gather
+        def zero_grad(self): ...
+
+:func:`check_sharded_optimizer` (also named :func:`check`) runs the class on real gloo ranks
+against ``torch.nn.parallel.DistributedDataParallel`` on the same data and model (5,573
+parameters: no multiple of 2 or 3), each rank taking its slice of every global batch:
+
+1. SGD with momentum on 2 ranks, AdamW (betas (0.8, 0.95), weight decay 0.1) on 2 and 3 ranks,
+   SGD again on 3; after every step the parameters must equal DDP's **bit for bit**. At 3 ranks
+   DDP itself has three roundings (its built-in reducer multiplies each gradient by 1/3 before the
+   sum; torch's ``allreduce_hook`` divides by 3 before it; a hook may divide after it), and the
+   learner's result must equal one of them. What else is allowed, and why, is in ``TOLERANCE``.
+2. The traffic of ``step()``: every ``torch.distributed`` collective is counted while it runs
+   (the functions are wrapped on each rank before the learner's class is unpickled there), and
+   the bytes on the wire (ring convention, :func:`zerolab.comm.wire_factor`) are set beside
+   reduce-scatter + all-gather (2(N-1)/N of the padded buffer) and all-reduce + all-gather
+   (DeepSpeed's default, 3(N-1)/N).
+3. The memory of the optimizer states: the tensors in the ``state_dict()`` of the optimizer(s)
+   the object keeps, against DDP's optimizer: about 1/N.
+
+A failure names the likely mistake: forgot to average, averaged twice (or divided by a
+constant), each rank stepped with its own gradient, forgot to all-gather, an uneven shard lost
+the tail, zero_grad left gradients, the optimizer rebuilt every step, states for all parameters.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import traceback
+
+import cloudpickle
+import torch
+import torch.distributed as dist
+
+from ..comm import wire_factor
+from ..crew import CrewTimeout, RankError
+from . import ExerciseCheckFailed, close_crews, crew_of, passed, rank_failure  # noqa: F401
+
+__all__ = ["check_sharded_optimizer", "check", "close_crews", "make_model", "batch", "loss_fn",
+           "flat_params", "state_bytes", "counting", "run_ddp", "OPTIMIZERS", "RUNS"]
+
+SIZES = (16, 64, 64, 5)             # an MLP: 16*64+64 + 64*64+64 + 64*5+5 = 5,573 parameters
+GLOBAL_BATCH = 12                   # 6 rows per rank on 2 ranks, 4 on 3
+STEPS = 3
+OPTIMIZERS = {"SGD": (torch.optim.SGD, dict(lr=0.05, momentum=0.9)),
+              "AdamW": (torch.optim.AdamW, dict(lr=3e-3, betas=(0.8, 0.95), weight_decay=0.1))}
+RUNS = ((2, "SGD"), (2, "AdamW"), (3, "SGD"), (3, "AdamW"))
+# At 3 ranks only: a learner who reduces the gradients in another layout (one collective per
+# parameter, a buffer padded far beyond N) gets gloo's sums in another order in a few elements
+# (gloo's ring adds element i's three contributions in an order set by which third of the
+# buffer i sits in); AdamW carries such last-bit differences into the parameters. Accepted,
+# and said, when |a - b| <= ATOL + RTOL |b| everywhere. At 2 ranks nothing is allowed: a + b
+# is b + a, and halving is exact.
+TOLERANCE = {"ATOL": 1e-6, "RTOL": 1e-5}
+COLLECTIVES = {"all_reduce": "all_reduce", "reduce": "reduce", "broadcast": "broadcast",
+               "reduce_scatter_single": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
+               "_reduce_scatter_base": "reduce_scatter", "reduce_scatter": "reduce_scatter",
+               "all_gather_single": "all_gather", "all_gather_into_tensor": "all_gather",
+               "_all_gather_base": "all_gather", "all_gather": "all_gather"}
+
+
+# ------------------------------------------------------------------ the model and data (every rank)
+
+def make_model() -> torch.nn.Module:
+    """The check's model, the same on every rank (seed 0)."""
+    torch.manual_seed(0)
+    layers = []
+    for a, b in zip(SIZES, SIZES[1:]):
+        layers += [torch.nn.Linear(a, b), torch.nn.Tanh()]
+    return torch.nn.Sequential(*layers[:-1])
+
+
+def batch(step: int, rank: int, world_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's rows of global batch ``step`` (the same global batch for every world size)."""
+    g = torch.Generator().manual_seed(1000 + step)
+    x, y = torch.randn(GLOBAL_BATCH, SIZES[0], generator=g), torch.randn(GLOBAL_BATCH, SIZES[-1], generator=g)
+    return x.chunk(world_size)[rank], y.chunk(world_size)[rank]
+
+
+def loss_fn(model, x, y) -> torch.Tensor:
+    return torch.nn.functional.mse_loss(model(x), y)
+
+
+def flat_params(model) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
+
+
+def _optimizers(obj) -> list:
+    """The torch optimizers ``obj`` is or keeps (as attributes, or in a list/tuple/dict of them)."""
+    found = [obj] if isinstance(obj, torch.optim.Optimizer) else []
+    for value in vars(obj).values():
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+        found += [v for v in items if isinstance(v, torch.optim.Optimizer) and v is not obj]
+    return list({id(o): o for o in found}.values())
+
+
+def state_bytes(obj) -> int | None:
+    """Bytes of every tensor in the optimizer states ``obj`` keeps (None: no optimizer found)."""
+    opts = _optimizers(obj)
+    if not opts:
+        return None
+    return sum(t.numel() * t.element_size() for o in opts for s in o.state_dict()["state"].values()
+               for t in s.values() if isinstance(t, torch.Tensor))
+
+
+# ------------------------------------------------------------------ counting collectives (every rank)
+
+class _Count:
+    def __init__(self):
+        self.on, self.depth, self.calls = False, 0, []
+
+    def take(self) -> list:
+        calls, self.calls = self.calls, []
+        return calls
+
+
+def _numel(name: str, args, kwargs) -> int:
+    """Elements of the full tensor of a call (the ledger's rule: the reduce-scattered input, the
+    all-gathered output)."""
+    a = list(args) + list(kwargs.values())
+    if name in ("reduce_scatter_single", "reduce_scatter_tensor", "_reduce_scatter_base"):
+        return a[1].numel()
+    if name in ("all_gather_single", "all_gather_into_tensor", "_all_gather_base"):
+        return a[0].numel()
+    if name == "reduce_scatter":
+        return sum(t.numel() for t in a[1])
+    if name == "all_gather":
+        return sum(t.numel() for t in a[0])
+    return a[0].numel()
+
+
+@contextlib.contextmanager
+def counting():
+    """Wrap torch.distributed's collectives (both their public names and those in
+    ``distributed_c10d``); inside, calls made while ``count.on`` is True are appended to
+    ``count.calls`` as (op, numel, bytes). A call made inside another (a deprecated name calling
+    its new one) is counted once."""
+    count = _Count()
+    modules = (dist, dist.distributed_c10d)
+    saved = [(m, name, getattr(m, name)) for m in modules for name in COLLECTIVES if hasattr(m, name)]
+
+    def wrap(name, fn):
+        def counted(*args, **kwargs):
+            if count.on and count.depth == 0:
+                numel = _numel(name, args, kwargs)
+                size = (list(args) + list(kwargs.values()))[0]
+                size = size[0] if isinstance(size, (list, tuple)) else size
+                count.calls.append((COLLECTIVES[name], numel, numel * size.element_size()))
+            count.depth += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                count.depth -= 1
+        return counted
+
+    for m, name, fn in saved:
+        setattr(m, name, wrap(name, fn))
+    try:
+        yield count
+    finally:
+        for m, name, fn in saved:
+            setattr(m, name, fn)
+
+
+def wire_bytes(calls: list, world_size: int) -> float:
+    return sum(wire_factor(op, world_size) * nbytes for op, _, nbytes in calls)
+
+
+# ------------------------------------------------------------------ one run on the ranks
+
+def run_ddp(opt_name: str, rounding: str = "builtin", steps: int = STEPS) -> dict:
+    """Train the check's model with torch DDP (on the current process group); the parameters
+    after every step. ``rounding``: "builtin" (DDP multiplies by 1/N, then sums), "divide_first"
+    (torch's allreduce_hook: divides by N, then sums), "divide_after" (sums, then divides)."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    from torch.nn.parallel import DistributedDataParallel
+    r, n = dist.get_rank(), dist.get_world_size()
+    # DDP rebuilds its buckets after the first backward, in the order the gradients arrived (the
+    # last layer first); at 3 ranks that changes the order of gloo's sums. find_unused_parameters
+    # keeps its first layout, the parameters' order: the layout of a flat buffer built from them.
+    ddp = DistributedDataParallel(make_model(), find_unused_parameters=True)
+    if rounding == "divide_first":
+        ddp.register_comm_hook(None, allreduce_hook)
+    elif rounding == "divide_after":
+        def divide_after(_, bucket):
+            fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
+            return fut.then(lambda f: f.value()[0].div_(n))
+        ddp.register_comm_hook(None, divide_after)
+    cls, hp = OPTIMIZERS[opt_name]
+    opt = cls(ddp.parameters(), **hp)
+    params = []
+    for k in range(steps):
+        opt.zero_grad()
+        loss_fn(ddp, *batch(k, r, n)).backward()
+        opt.step()
+        params.append(flat_params(ddp.module))
+    return {"params": params, "state_bytes": state_bytes(opt)}
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Send file descriptor 2 (where torch's C++ warnings go) to /dev/null inside."""
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+def _fail(result: dict, what: str, exc: BaseException) -> dict:
+    result.update(error=f"{what} raised {type(exc).__name__}: {exc}", details=traceback.format_exc(limit=-4),
+                  not_implemented=isinstance(exc, NotImplementedError))
+    return result
+
+
+def _rank_run(blob: bytes, opt_name: str, roundings: tuple, steps: int = STEPS) -> dict:
+    """On one rank: the learner's optimizer (unpickled inside the counting wrappers) for
+    ``steps`` steps, then DDP for each rounding."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    cls, hp = OPTIMIZERS[opt_name]
+    result = {"rank": r, "error": None, "steps": []}
+    with counting() as count:
+        learner_cls = cloudpickle.loads(blob)
+        model = make_model()
+        result["start"] = flat_params(model)
+        try:
+            opt = learner_cls(model.parameters(), cls, **hp)
+        except Exception as exc:                                    # noqa: BLE001
+            return _fail(result, "ShardedOptimizer(params, optimizer_cls, **kwargs)", exc)
+        for k in range(steps):
+            try:
+                opt.zero_grad()
+            except Exception as exc:                                # noqa: BLE001
+                return _fail(result, "zero_grad()", exc)
+            left = [p.grad for p in model.parameters() if p.grad is not None and bool(p.grad.ne(0).any())]
+            loss_fn(model, *batch(k, r, n)).backward()
+            grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).clone()
+            count.on = True
+            try:
+                opt.step()
+            except Exception as exc:                                # noqa: BLE001
+                return _fail(result, f"step() (step {k + 1})", exc)
+            finally:
+                count.on = False
+            result["steps"].append({"params": flat_params(model), "grad": grad, "calls": count.take(),
+                                    "grads_left": len(left)})
+        result["state_bytes"] = state_bytes(opt)
+    with _quiet_stderr():          # DDP's note that find_unused_parameters found none (on purpose)
+        result["ddp"] = {rounding: run_ddp(opt_name, rounding, steps) for rounding in roundings}
+    return result
+
+
+# ------------------------------------------------------------------ the verdict (the parent)
+
+ROUNDINGS = {"builtin": "its own reducer: x 1/N, then the sum",
+             "divide_first": "torch's allreduce_hook: / N, then the sum, as DeepSpeed",
+             "divide_after": "a hook: the sum, then / N"}
+HOW = {"SGD": "SGD, momentum 0.9", "AdamW": "AdamW, betas (0.8, 0.95), wd 0.1"}
+LIKELY = ("  hint: likely causes: the gradients not averaged over the ranks (or averaged twice), a "
+          "shard\n  stepped with this rank's own gradient, the updated shards not all-gathered")
+
+
+def _psi() -> int:
+    return sum(a * b + b for a, b in zip(SIZES, SIZES[1:]))
+
+
+def _padded(n: int) -> int:
+    return -(-_psi() // n) * n
+
+
+def _close(a: float, b: float, rel: float = 0.01) -> bool:
+    return abs(a - b) <= rel * abs(b)
+
+
+def _before(res: dict, k: int) -> torch.Tensor:
+    return res["steps"][k - 1]["params"] if k else res["start"]
+
+
+def _ddp(res: dict, rounding: str, k: int) -> torch.Tensor:
+    return res["ddp"][rounding]["params"][k - 1] if k >= 0 else res["start"]
+
+
+def _first_difference(results: list, rounding: str, exact: bool = True) -> int | None:
+    """The first step (0-based) after which some rank's parameters differ from DDP's."""
+    for k in range(STEPS):
+        for res in results:
+            a, b = res["steps"][k]["params"], res["ddp"][rounding]["params"][k]
+            same = torch.equal(a, b) if exact else bool(((a - b).abs() <= TOLERANCE["ATOL"]
+                                                         + TOLERANCE["RTOL"] * b.abs()).all())
+            if not same:
+                return k
+    return None
+
+
+def _diagnose(n: int, opt_name: str, results: list, k: int) -> str:
+    """What is wrong at step k (0-based), the first one after which the parameters differ."""
+    where = f"N={n}, {HOW[opt_name]}, after step {k + 1}"
+    L = [res["steps"][k]["params"] for res in results]
+    P = [_before(res, k) for res in results]
+    D, D0 = _ddp(results[0], "builtin", k + 1), _ddp(results[0], "builtin", k)
+    moved = D != D0
+    if not all(torch.equal(x, L[0]) for x in L):
+        kept = [int(((x == p) & moved).sum()) for x, p in zip(L, P)]
+        if min(kept) >= int(moved.sum()) // (2 * n):
+            return (f"{where}: the ranks disagree: each kept its old values in most elements "
+                    f"({', '.join(f'rank {r}: {c:,}' for r, c in enumerate(kept))} of {int(moved.sum()):,} "
+                    f"that DDP changed).\n  hint: forgot to all-gather: each rank updated only its shard; "
+                    f"gather the updated shards\n  from every rank (dist.all_gather_single) and copy them into "
+                    f"the parameters")
+        return (f"{where}: the ranks end the step with different parameters.\n  hint: every rank must "
+                f"all-gather the same shards, in rank order, and copy them back")
+    kept = ((L[0] == P[0]) & moved).nonzero().flatten()
+    if kept.numel():
+        psi = _psi()
+        if int(kept.min()) >= psi - kept.numel() and kept.numel() < psi // n:
+            return (f"{where}: the last {kept.numel()} of {psi:,} elements never changed on any rank.\n"
+                    f"  hint: the uneven shard lost the tail: {psi:,} does not divide by N={n}; pad the "
+                    f"flat buffer\n  to a multiple of N (DeepSpeed pads) so that the last shard owns them")
+        return (f"{where}: {kept.numel():,} elements (the first at flat index {int(kept[0]):,}) that DDP "
+                f"changed never\n  changed here.\n  hint: every element must belong to exactly one rank's "
+                f"shard, and be gathered back")
+    dl, dd = L[0] - P[0], D - D0
+    big = dd.abs() > 1e-3 * dd.abs().max()
+    if opt_name == "SGD" and big.any():
+        ratio = float((dl[big] / dd[big]).median())
+        steady = float((dl[big] - ratio * dd[big]).abs().le(0.01 * dd[big].abs()).float().mean())
+        if steady > 0.9 and not _close(ratio, 1.0):
+            what = f"{where}: every update is {ratio:.3g} times DDP's."
+            if _close(ratio, n):
+                return what + (f"\n  hint: forgot to average: the gradients were summed over the {n} "
+                               f"ranks; DDP averages (x 1/N)")
+            if _close(ratio, 1 / n):
+                return what + ("\n  hint: averaged twice: divide by N once (before or after the sum, "
+                               "not both; not ReduceOp.AVG as well)")
+            for c in range(2, 9):
+                if _close(ratio, n / c):
+                    return what + (f"\n  hint: the gradients were divided by {c}, not by the world "
+                                   f"size N={n}: use dist.get_world_size()")
+            return what + "\n  hint: the gradient must be the average over the ranks: sum / N"
+        lr = OPTIMIZERS[opt_name][1]["lr"]
+        own = torch.zeros_like(big)
+        for res in results:
+            g = res["steps"][k]["grad"]
+            for scale in (1.0, 1.0 / n):
+                own |= (dl + lr * scale * g).abs() <= 1e-5 * dl.abs() + 1e-9
+        if k == 0 and float(own[big].float().mean()) > 0.5:
+            return (f"{where}: the shards were stepped with each rank's own gradient.\n  hint: reduce "
+                    f"the gradients over the ranks first (reduce-scatter or all-reduce), then step")
+    if k > 0:
+        return (f"{where}: step 1 matched DDP bit for bit, step {k + 1} does not.\n  hint: the "
+                f"optimizer's state (momentum, Adam's moments) must carry over: build self.optimizer "
+                f"once,\n  in __init__, over a shard tensor that stays the same object; only its .grad "
+                f"changes")
+    if opt_name == "AdamW":
+        return (f"{where}: the parameters differ from DDP's, though SGD at N=2 matched.\n  hint: pass "
+                f"every keyword argument (lr, betas, weight_decay) on to optimizer_cls")
+    worst = max(float((x - D).abs().max()) for x in L)
+    return f"{where}: the parameters differ from DDP's (largest |difference| {worst:.2e}).\n" + LIKELY
+
+
+def _compare(n: int, opt_name: str, results: list) -> str:
+    """A line saying how the parameters compare with DDP's, or ExerciseCheckFailed."""
+    for res in results:
+        for s in res["steps"]:
+            if s["grads_left"]:
+                raise ExerciseCheckFailed(
+                    f"N={n}: after zero_grad() {s['grads_left']} parameters still held a gradient.\n  "
+                    f"hint: zero_grad() must clear p.grad of every parameter (set it to None), or "
+                    f"backward adds\n  the next step's gradients to the old ones")
+    head = f"N={n}  {HOW[opt_name]:<34}"
+    for rounding in results[0]["ddp"]:
+        if _first_difference(results, rounding) is None:
+            how = "" if n == 2 else f" ({ROUNDINGS[rounding].replace('N', str(n))})"
+            return f"{head}bit for bit DDP's{how}"
+    k = _first_difference(results, "builtin")
+    if n >= 3 and _first_difference(results, "builtin", exact=False) is None:
+        return (f"{head}NOT bit for bit; every |difference| <= {TOLERANCE['ATOL']:.0e} + "
+                f"{TOLERANCE['RTOL']:.0e} |x|:\n{'':41}your sums ran in another order than DDP's "
+                f"(see the notebook)")
+    raise ExerciseCheckFailed(_diagnose(n, opt_name, results, k))
+
+
+def _traffic(n: int, results: list) -> str:
+    padded_bytes = 4 * _padded(n)
+    rs_ag, ar_ag = 2 * (n - 1) / n * padded_bytes, 3 * (n - 1) / n * padded_bytes
+    calls = [s["calls"] for res in results for s in res["steps"]]
+    worst = max(calls, key=lambda c: wire_bytes(c, n))
+    wire = wire_bytes(worst, n)
+    used = sorted({op for op, _, _ in worst})
+    bound = 2 * (n - 1) / n * padded_bytes + (padded_bytes if "broadcast" in used else (n - 1) / n * padded_bytes)
+    summary = " + ".join(f"{sum(op == u for op, _, _ in worst)} {u}" for u in used) or "no collective"
+    if wire == 0:
+        raise ExerciseCheckFailed(f"N={n}: the check counted no collective in step().\n  hint: call "
+                                  f"torch.distributed's collectives through the module (dist.all_reduce(...)),"
+                                  f"\n  so that the check can count them")
+    if wire > 1.01 * bound + 64:
+        raise ExerciseCheckFailed(
+            f"N={n}: step() put {wire:,.0f} bytes per rank on the wire ({summary}); the gradients' "
+            f"reduction\n  and the parameters' gather need at most {ar_ag:,.0f} (all-reduce + "
+            f"all-gather).\n  hint: something is sent twice, or whole tensors where a shard would do")
+    return (f"traffic per rank per step, N={n}: {summary}: {wire:,.0f} bytes on the wire\n"
+            f"    formulas on the padded {padded_bytes:,}-byte buffer S: reduce-scatter + all-gather "
+            f"2(N-1)/N S = {rs_ag:,.0f};\n    all-reduce + all-gather (DeepSpeed's default) "
+            f"3(N-1)/N S = {ar_ag:,.0f}")
+
+
+def _memory(n: int, results: list) -> str:
+    mine = [res["state_bytes"] for res in results]
+    ddp = results[0]["ddp"]["builtin"]["state_bytes"]
+    if any(m is None for m in mine):
+        raise ExerciseCheckFailed(f"N={n}: the check found no torch optimizer in your object.\n  hint: "
+                                  f"keep the optimizer you build with optimizer_cls as self.optimizer")
+    if max(mine) == 0:
+        raise ExerciseCheckFailed(f"N={n}: self.optimizer holds no states after {STEPS} AdamW steps.\n  "
+                                  f"hint: step the shard with self.optimizer.step(), not by hand")
+    if max(mine) > 1.2 * ddp / n + 64:
+        raise ExerciseCheckFailed(
+            f"N={n}: the optimizer states weigh {max(mine):,} bytes on a rank; DDP's weigh {ddp:,}, so "
+            f"a shard's\n  should be about 1/{n} of that ({ddp // n:,}).\n  hint: states for all "
+            f"parameters: the whole model is stepped on every rank. Build self.optimizer\n  over this "
+            f"rank's shard only")
+    return (f"AdamW states per rank, N={n}: {', '.join(f'{m:,}' for m in mine)} bytes (DDP: {ddp:,}, "
+            f"/ {n} = {ddp // n:,})")
+
+
+def _run(blob: bytes, n: int, opt_name: str) -> list:
+    roundings = ("builtin",) if n == 2 else tuple(ROUNDINGS)
+    try:
+        results = crew_of(n).run(_rank_run, blob, opt_name, roundings, timeout=60)
+    except CrewTimeout as exc:
+        raise ExerciseCheckFailed(
+            f"N={n}: ranks {exc.ranks} were still waiting after 60 s.\n  hint: every rank must make the "
+            f"same collective calls, in the same order, with tensors of the same size") from None
+    except RankError as exc:
+        raise rank_failure(exc, f"N={n}", "full_tracebacks() shows the line") from None
+    failed = [res for res in results if res["error"]]
+    if failed:
+        first = failed[0]
+        if first.get("not_implemented"):
+            raise ExerciseCheckFailed("ShardedOptimizer is not written yet (NotImplementedError): write "
+                                      "the parts marked 'Exercise'.")
+        raise ExerciseCheckFailed(f"N={n}, rank {first['rank']}: {first['error']}\n  hint: the full "
+                                  f"traceback (zerolab.checks.full_tracebacks()) shows the line",
+                                  details=first.get("details"))
+    return results
+
+
+def check_sharded_optimizer(optimizer_class) -> None:
+    """Run ``optimizer_class`` on 2 and 3 gloo ranks against torch DDP; raise
+    :class:`ExerciseCheckFailed` naming the likely mistake, or print what was verified."""
+    blob = cloudpickle.dumps(optimizer_class)
+    lines, extra = [], []
+    for n, opt_name in RUNS:
+        results = _run(blob, n, opt_name)
+        lines.append(_compare(n, opt_name, results))
+        if opt_name == "AdamW":
+            extra += [_traffic(n, results), _memory(n, results)]
+    passed(f"your ShardedOptimizer trains the {_psi():,}-parameter MLP as DDP does ({STEPS} steps each):"
+           "\n  " + "\n  ".join(lines + extra))
+
+
+check = check_sharded_optimizer
