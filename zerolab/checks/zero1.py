@@ -175,17 +175,18 @@ def wire_bytes(calls: list, world_size: int) -> float:
 
 # ------------------------------------------------------------------ one run on the ranks
 
-def run_ddp(opt_name: str, rounding: str = "builtin", steps: int = STEPS) -> dict:
-    """Train the check's model with torch DDP (on the current process group); the parameters
-    after every step. ``rounding``: "builtin" (DDP multiplies by 1/N, then sums), "divide_first"
-    (torch's allreduce_hook: divides by N, then sums), "divide_after" (sums, then divides)."""
+def run_ddp(opt_name: str, rounding: str = "builtin", first_layout: bool = True, steps: int = STEPS) -> dict:
+    """Train the check's model with torch DDP on the current process group: the parameters after
+    each step, the optimizer's state bytes. ``rounding``: "builtin" (DDP's reducer multiplies by
+    1/N, then sums), "divide_first" (torch's allreduce_hook: divides by N, then sums),
+    "divide_after" (a hook that sums, then divides). DDP rebuilds its buckets after the first
+    backward, in the order the gradients arrived (the last layer first), which at 3 ranks changes
+    the order of gloo's sums; ``first_layout`` keeps its first layout, the parameters' own order,
+    with ``find_unused_parameters=True`` (whose only other effect here is a note on stderr)."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     from torch.nn.parallel import DistributedDataParallel
     r, n = dist.get_rank(), dist.get_world_size()
-    # DDP rebuilds its buckets after the first backward, in the order the gradients arrived (the
-    # last layer first); at 3 ranks that changes the order of gloo's sums. find_unused_parameters
-    # keeps its first layout, the parameters' order: the layout of a flat buffer built from them.
-    ddp = DistributedDataParallel(make_model(), find_unused_parameters=True)
+    ddp = DistributedDataParallel(make_model(), find_unused_parameters=first_layout)
     if rounding == "divide_first":
         ddp.register_comm_hook(None, allreduce_hook)
     elif rounding == "divide_after":
@@ -196,17 +197,18 @@ def run_ddp(opt_name: str, rounding: str = "builtin", steps: int = STEPS) -> dic
     cls, hp = OPTIMIZERS[opt_name]
     opt = cls(ddp.parameters(), **hp)
     params = []
-    for k in range(steps):
-        opt.zero_grad()
-        loss_fn(ddp, *batch(k, r, n)).backward()
-        opt.step()
-        params.append(flat_params(ddp.module))
+    with _quiet_stderr():
+        for k in range(steps):
+            opt.zero_grad()
+            loss_fn(ddp, *batch(k, r, n)).backward()
+            opt.step()
+            params.append(flat_params(ddp.module))
     return {"params": params, "state_bytes": state_bytes(opt)}
 
 
 @contextlib.contextmanager
 def _quiet_stderr():
-    """Send file descriptor 2 (where torch's C++ warnings go) to /dev/null inside."""
+    """File descriptor 2 (where torch's C++ notes go) to /dev/null inside."""
     sys.stderr.flush()
     saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)
@@ -256,182 +258,168 @@ def _rank_run(blob: bytes, opt_name: str, roundings: tuple, steps: int = STEPS) 
             result["steps"].append({"params": flat_params(model), "grad": grad, "calls": count.take(),
                                     "grads_left": len(left)})
         result["state_bytes"] = state_bytes(opt)
-    with _quiet_stderr():          # DDP's note that find_unused_parameters found none (on purpose)
-        result["ddp"] = {rounding: run_ddp(opt_name, rounding, steps) for rounding in roundings}
+    result["ddp"] = {rounding: run_ddp(opt_name, rounding, steps=steps) for rounding in roundings}
     return result
 
 
 # ------------------------------------------------------------------ the verdict (the parent)
 
-ROUNDINGS = {"builtin": "its own reducer: x 1/N, then the sum",
-             "divide_first": "torch's allreduce_hook: / N, then the sum, as DeepSpeed",
-             "divide_after": "a hook: the sum, then / N"}
-HOW = {"SGD": "SGD, momentum 0.9", "AdamW": "AdamW, betas (0.8, 0.95), wd 0.1"}
-LIKELY = ("  hint: likely causes: the gradients not averaged over the ranks (or averaged twice), a "
-          "shard\n  stepped with this rank's own gradient, the updated shards not all-gathered")
+ROUNDINGS = {"builtin": "x 1/N before the sum: DDP's reducer",
+             "divide_first": "/ N before the sum: allreduce_hook, DeepSpeed",
+             "divide_after": "/ N after the sum"}
+HOW = {"SGD": "SGD, momentum 0.9", "AdamW": "AdamW (0.8, 0.95), wd 0.1"}
+ORDER = ("all_reduce", "reduce_scatter", "reduce", "all_gather", "broadcast")
 
 
-def _psi() -> int:
+def psi() -> int:
+    """The check's model's parameter count."""
     return sum(a * b + b for a, b in zip(SIZES, SIZES[1:]))
 
 
-def _padded(n: int) -> int:
-    return -(-_psi() // n) * n
+def padded(n: int) -> int:
+    """The parameter count rounded up to a multiple of ``n``."""
+    return -(-psi() // n) * n
 
 
-def _close(a: float, b: float, rel: float = 0.01) -> bool:
-    return abs(a - b) <= rel * abs(b)
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 0.01 * abs(b)
 
 
-def _before(res: dict, k: int) -> torch.Tensor:
-    return res["steps"][k - 1]["params"] if k else res["start"]
-
-
-def _ddp(res: dict, rounding: str, k: int) -> torch.Tensor:
-    return res["ddp"][rounding]["params"][k - 1] if k >= 0 else res["start"]
+def _params(res: dict, k: int, rounding: str | None = None) -> torch.Tensor:
+    """The parameters after step k (1-based; 0 = the start): the learner's, or DDP's."""
+    if k == 0:
+        return res["start"]
+    return res["steps"][k - 1]["params"] if rounding is None else res["ddp"][rounding]["params"][k - 1]
 
 
 def _first_difference(results: list, rounding: str, exact: bool = True) -> int | None:
-    """The first step (0-based) after which some rank's parameters differ from DDP's."""
-    for k in range(STEPS):
+    """The first step (1-based) after which some rank's parameters differ from DDP's."""
+    for k in range(1, STEPS + 1):
         for res in results:
-            a, b = res["steps"][k]["params"], res["ddp"][rounding]["params"][k]
-            same = torch.equal(a, b) if exact else bool(((a - b).abs() <= TOLERANCE["ATOL"]
-                                                         + TOLERANCE["RTOL"] * b.abs()).all())
-            if not same:
+            a, b = _params(res, k), _params(res, k, rounding)
+            if not (torch.equal(a, b) if exact else
+                    bool(((a - b).abs() <= TOLERANCE["ATOL"] + TOLERANCE["RTOL"] * b.abs()).all())):
                 return k
     return None
 
 
+def _scaled(where: str, n: int, ratio: float) -> str | None:
+    """The hint for updates that are all ``ratio`` times DDP's (SGD's first step is lr x grad)."""
+    what = f"{where}: every update is {ratio:.3g} times DDP's.\n  hint: "
+    if _close(ratio, n):
+        return what + f"forgot to average: the gradients were summed over the {n} ranks; DDP averages"
+    if _close(ratio, 1 / n):
+        return what + "averaged twice: divide by N once (not before and after the sum)"
+    for c in range(2, 9):
+        if _close(ratio, n / c):
+            return what + f"the gradients were divided by {c}, not by N = {n}: use dist.get_world_size()"
+    return what + "the gradient must be the average over the ranks, and lr reach optimizer_cls"
+
+
 def _diagnose(n: int, opt_name: str, results: list, k: int) -> str:
-    """What is wrong at step k (0-based), the first one after which the parameters differ."""
-    where = f"N={n}, {HOW[opt_name]}, after step {k + 1}"
-    L = [res["steps"][k]["params"] for res in results]
-    P = [_before(res, k) for res in results]
-    D, D0 = _ddp(results[0], "builtin", k + 1), _ddp(results[0], "builtin", k)
-    moved = D != D0
-    if not all(torch.equal(x, L[0]) for x in L):
-        kept = [int(((x == p) & moved).sum()) for x, p in zip(L, P)]
+    """What is wrong at step k, the first after which the parameters differ from DDP's."""
+    where = f"N={n}, {HOW[opt_name]}, after step {k}"
+    mine, before = [_params(res, k) for res in results], [_params(res, k - 1) for res in results]
+    ddp, ddp_before = _params(results[0], k, "builtin"), _params(results[0], k - 1, "builtin")
+    moved = ddp != ddp_before
+    if not all(torch.equal(x, mine[0]) for x in mine):
+        kept = [int(((x == b) & moved).sum()) for x, b in zip(mine, before)]
         if min(kept) >= int(moved.sum()) // (2 * n):
-            return (f"{where}: the ranks disagree: each kept its old values in most elements "
-                    f"({', '.join(f'rank {r}: {c:,}' for r, c in enumerate(kept))} of {int(moved.sum()):,} "
-                    f"that DDP changed).\n  hint: forgot to all-gather: each rank updated only its shard; "
-                    f"gather the updated shards\n  from every rank (dist.all_gather_single) and copy them into "
-                    f"the parameters")
-        return (f"{where}: the ranks end the step with different parameters.\n  hint: every rank must "
-                f"all-gather the same shards, in rank order, and copy them back")
-    kept = ((L[0] == P[0]) & moved).nonzero().flatten()
+            return (f"{where}: the ranks disagree.\n  Of the {int(moved.sum()):,} elements DDP changed, "
+                    f"each rank kept most at their old values ({', '.join(f'{c:,}' for c in kept)}).\n"
+                    f"  hint: forgot to all-gather: each rank updated only its shard; all-gather the "
+                    f"shards\n  (dist.all_gather_single) and copy them into the parameters")
+        return (f"{where}: the ranks end the step with different parameters.\n  hint: every rank "
+                f"must all-gather the same shards, in rank order, and copy them back")
+    kept = ((mine[0] == before[0]) & moved).nonzero().flatten()
     if kept.numel():
-        psi = _psi()
-        if int(kept.min()) >= psi - kept.numel() and kept.numel() < psi // n:
-            return (f"{where}: the last {kept.numel()} of {psi:,} elements never changed on any rank.\n"
-                    f"  hint: the uneven shard lost the tail: {psi:,} does not divide by N={n}; pad the "
-                    f"flat buffer\n  to a multiple of N (DeepSpeed pads) so that the last shard owns them")
-        return (f"{where}: {kept.numel():,} elements (the first at flat index {int(kept[0]):,}) that DDP "
-                f"changed never\n  changed here.\n  hint: every element must belong to exactly one rank's "
-                f"shard, and be gathered back")
-    dl, dd = L[0] - P[0], D - D0
-    big = dd.abs() > 1e-3 * dd.abs().max()
-    if opt_name == "SGD" and big.any():
-        ratio = float((dl[big] / dd[big]).median())
-        steady = float((dl[big] - ratio * dd[big]).abs().le(0.01 * dd[big].abs()).float().mean())
-        if steady > 0.9 and not _close(ratio, 1.0):
-            what = f"{where}: every update is {ratio:.3g} times DDP's."
-            if _close(ratio, n):
-                return what + (f"\n  hint: forgot to average: the gradients were summed over the {n} "
-                               f"ranks; DDP averages (x 1/N)")
-            if _close(ratio, 1 / n):
-                return what + ("\n  hint: averaged twice: divide by N once (before or after the sum, "
-                               "not both; not ReduceOp.AVG as well)")
-            for c in range(2, 9):
-                if _close(ratio, n / c):
-                    return what + (f"\n  hint: the gradients were divided by {c}, not by the world "
-                                   f"size N={n}: use dist.get_world_size()")
-            return what + "\n  hint: the gradient must be the average over the ranks: sum / N"
-        lr = OPTIMIZERS[opt_name][1]["lr"]
-        own = torch.zeros_like(big)
-        for res in results:
-            g = res["steps"][k]["grad"]
-            for scale in (1.0, 1.0 / n):
-                own |= (dl + lr * scale * g).abs() <= 1e-5 * dl.abs() + 1e-9
-        if k == 0 and float(own[big].float().mean()) > 0.5:
-            return (f"{where}: the shards were stepped with each rank's own gradient.\n  hint: reduce "
+        if int(kept.min()) >= psi() - kept.numel() and kept.numel() < psi() // n:
+            return (f"{where}: the last {kept.numel()} of {psi():,} elements never changed.\n  hint: "
+                    f"the uneven shard lost the tail: {psi():,} does not divide by N = {n}; pad the "
+                    f"flat\n  buffer to a multiple of N (DeepSpeed pads) so that the last shard owns them")
+        return (f"{where}: {kept.numel():,} elements that DDP changed (the first at flat index "
+                f"{int(kept[0]):,})\n  never changed here.\n  hint: every element must belong to "
+                f"exactly one rank's shard, and be gathered back")
+    step, ddp_step = mine[0] - before[0], ddp - ddp_before
+    big = ddp_step.abs() > 1e-3 * ddp_step.abs().max()
+    if opt_name == "SGD" and k == 1 and big.any():
+        ratio = float((step[big] / ddp_step[big]).median())
+        steady = (step[big] - ratio * ddp_step[big]).abs() <= 0.01 * ddp_step[big].abs()
+        if float(steady.float().mean()) > 0.9 and not _close(ratio, 1.0):
+            return _scaled(where, n, ratio)
+        lr, own = OPTIMIZERS["SGD"][1]["lr"], torch.zeros_like(big)
+        for res, scale in ((res, scale) for res in results for scale in (1.0, 1.0 / n)):
+            own |= (step + lr * scale * res["steps"][0]["grad"]).abs() <= 1e-5 * step.abs() + 1e-9
+        if float(own[big].float().mean()) > 0.5:
+            return (f"{where}: each shard was stepped with its own rank's gradient.\n  hint: reduce "
                     f"the gradients over the ranks first (reduce-scatter or all-reduce), then step")
-    if k > 0:
-        return (f"{where}: step 1 matched DDP bit for bit, step {k + 1} does not.\n  hint: the "
-                f"optimizer's state (momentum, Adam's moments) must carry over: build self.optimizer "
-                f"once,\n  in __init__, over a shard tensor that stays the same object; only its .grad "
-                f"changes")
-    if opt_name == "AdamW":
-        return (f"{where}: the parameters differ from DDP's, though SGD at N=2 matched.\n  hint: pass "
-                f"every keyword argument (lr, betas, weight_decay) on to optimizer_cls")
-    worst = max(float((x - D).abs().max()) for x in L)
-    return f"{where}: the parameters differ from DDP's (largest |difference| {worst:.2e}).\n" + LIKELY
+    if k > 1:
+        return (f"{where}: step 1 matched DDP bit for bit, step {k} does not.\n  hint: the "
+                f"optimizer's state must carry over (build self.optimizer once, in __init__, over\n"
+                f"  a shard tensor that stays the same object), and every keyword argument (momentum,"
+                f"\n  betas, weight_decay) must reach optimizer_cls")
+    worst = max(float((x - ddp).abs().max()) for x in mine)
+    return (f"{where}: the parameters differ from DDP's (largest |difference| {worst:.1e}).\n  hint: "
+            f"is every keyword argument passed on to optimizer_cls? Are the gradients the\n  average "
+            f"over the ranks, each shard stepped once, every shard gathered back?")
 
 
 def _compare(n: int, opt_name: str, results: list) -> str:
     """A line saying how the parameters compare with DDP's, or ExerciseCheckFailed."""
-    for res in results:
-        for s in res["steps"]:
-            if s["grads_left"]:
-                raise ExerciseCheckFailed(
-                    f"N={n}: after zero_grad() {s['grads_left']} parameters still held a gradient.\n  "
-                    f"hint: zero_grad() must clear p.grad of every parameter (set it to None), or "
-                    f"backward adds\n  the next step's gradients to the old ones")
-    head = f"N={n}  {HOW[opt_name]:<34}"
+    left = max(s["grads_left"] for res in results for s in res["steps"])
+    if left:
+        raise ExerciseCheckFailed(
+            f"N={n}: after zero_grad() {left} parameters still held a gradient.\n  hint: zero_grad() "
+            f"must clear every parameter's .grad (set it to None), or backward adds the\n  next "
+            f"step's gradients to the old ones")
+    head = f"N={n}  {HOW[opt_name]:<27}"
     for rounding in results[0]["ddp"]:
         if _first_difference(results, rounding) is None:
-            how = "" if n == 2 else f" ({ROUNDINGS[rounding].replace('N', str(n))})"
-            return f"{head}bit for bit DDP's{how}"
-    k = _first_difference(results, "builtin")
+            return head + ("bit for bit equal to DDP" if n == 2 else
+                           f"bit for bit ({ROUNDINGS[rounding]})".replace("N", str(n)))
     if n >= 3 and _first_difference(results, "builtin", exact=False) is None:
-        return (f"{head}NOT bit for bit; every |difference| <= {TOLERANCE['ATOL']:.0e} + "
-                f"{TOLERANCE['RTOL']:.0e} |x|:\n{'':41}your sums ran in another order than DDP's "
+        return (f"{head}NOT bit for bit, every |difference| <= {TOLERANCE['ATOL']:.0e} + "
+                f"{TOLERANCE['RTOL']:.0e} |x|:\n{'':34}your sums ran in another order than DDP's "
                 f"(see the notebook)")
-    raise ExerciseCheckFailed(_diagnose(n, opt_name, results, k))
+    raise ExerciseCheckFailed(_diagnose(n, opt_name, results, _first_difference(results, "builtin")))
 
 
 def _traffic(n: int, results: list) -> str:
-    padded_bytes = 4 * _padded(n)
-    rs_ag, ar_ag = 2 * (n - 1) / n * padded_bytes, 3 * (n - 1) / n * padded_bytes
-    calls = [s["calls"] for res in results for s in res["steps"]]
-    worst = max(calls, key=lambda c: wire_bytes(c, n))
-    wire = wire_bytes(worst, n)
-    used = sorted({op for op, _, _ in worst})
-    bound = 2 * (n - 1) / n * padded_bytes + (padded_bytes if "broadcast" in used else (n - 1) / n * padded_bytes)
-    summary = " + ".join(f"{sum(op == u for op, _, _ in worst)} {u}" for u in used) or "no collective"
+    s = 4 * padded(n)
+    rs_ag, ar_ag = 2 * (n - 1) / n * s, 3 * (n - 1) / n * s
+    worst = max((st["calls"] for res in results for st in res["steps"]), key=lambda c: wire_bytes(c, n))
+    wire, ops = wire_bytes(worst, n), [op for op in ORDER if any(c[0] == op for c in worst)]
+    calls = " + ".join(f"{sum(c[0] == op for c in worst)} {op}" for op in ops)
     if wire == 0:
         raise ExerciseCheckFailed(f"N={n}: the check counted no collective in step().\n  hint: call "
-                                  f"torch.distributed's collectives through the module (dist.all_reduce(...)),"
+                                  f"torch.distributed's collectives through the module, dist.<name>(...),"
                                   f"\n  so that the check can count them")
-    if wire > 1.01 * bound + 64:
+    if wire > 1.01 * (2 * (n - 1) / n * s + (s if "broadcast" in ops else (n - 1) / n * s)) + 64:
         raise ExerciseCheckFailed(
-            f"N={n}: step() put {wire:,.0f} bytes per rank on the wire ({summary}); the gradients' "
-            f"reduction\n  and the parameters' gather need at most {ar_ag:,.0f} (all-reduce + "
-            f"all-gather).\n  hint: something is sent twice, or whole tensors where a shard would do")
-    return (f"traffic per rank per step, N={n}: {summary}: {wire:,.0f} bytes on the wire\n"
-            f"    formulas on the padded {padded_bytes:,}-byte buffer S: reduce-scatter + all-gather "
-            f"2(N-1)/N S = {rs_ag:,.0f};\n    all-reduce + all-gather (DeepSpeed's default) "
-            f"3(N-1)/N S = {ar_ag:,.0f}")
+            f"N={n}: step() put {wire:,.0f} bytes per rank on the wire ({calls});\n  an all-reduce of "
+            f"the gradients and an all-gather of the parameters need {ar_ag:,.0f}.\n  hint: something "
+            f"is sent twice, or a whole buffer where a shard would do")
+    return (f"step() per rank, N={n}: {calls} = {wire:,.0f} bytes on the wire\n    (S = the {s:,}-byte "
+            f"padded buffer: reduce-scatter + all-gather 2(N-1)/N S = {rs_ag:,.0f};\n    DeepSpeed's "
+            f"default, all-reduce + all-gather, 3(N-1)/N S = {ar_ag:,.0f})")
 
 
 def _memory(n: int, results: list) -> str:
-    mine = [res["state_bytes"] for res in results]
-    ddp = results[0]["ddp"]["builtin"]["state_bytes"]
+    mine, ddp = [res["state_bytes"] for res in results], results[0]["ddp"]["builtin"]["state_bytes"]
     if any(m is None for m in mine):
         raise ExerciseCheckFailed(f"N={n}: the check found no torch optimizer in your object.\n  hint: "
                                   f"keep the optimizer you build with optimizer_cls as self.optimizer")
     if max(mine) == 0:
-        raise ExerciseCheckFailed(f"N={n}: self.optimizer holds no states after {STEPS} AdamW steps.\n  "
-                                  f"hint: step the shard with self.optimizer.step(), not by hand")
+        raise ExerciseCheckFailed(f"N={n}: self.optimizer holds no states after {STEPS} AdamW steps.\n"
+                                  f"  hint: step the shard with self.optimizer.step(), not by hand")
     if max(mine) > 1.2 * ddp / n + 64:
         raise ExerciseCheckFailed(
-            f"N={n}: the optimizer states weigh {max(mine):,} bytes on a rank; DDP's weigh {ddp:,}, so "
-            f"a shard's\n  should be about 1/{n} of that ({ddp // n:,}).\n  hint: states for all "
-            f"parameters: the whole model is stepped on every rank. Build self.optimizer\n  over this "
-            f"rank's shard only")
-    return (f"AdamW states per rank, N={n}: {', '.join(f'{m:,}' for m in mine)} bytes (DDP: {ddp:,}, "
-            f"/ {n} = {ddp // n:,})")
+            f"N={n}: the optimizer states weigh {max(mine):,} bytes on a rank; DDP's {ddp:,}, and a "
+            f"shard's\n  should weigh about 1/{n} of that ({ddp // n:,}).\n  hint: states for all "
+            f"parameters: every rank steps the whole model. Build self.optimizer\n  over this rank's "
+            f"shard only")
+    each = f"{mine[0]:,}" if len(set(mine)) == 1 else ", ".join(f"{m:,}" for m in mine)
+    return f"AdamW states per rank, N={n}: {each} bytes; DDP's {ddp:,} / {n} = {ddp // n:,}"
 
 
 def _run(blob: bytes, n: int, opt_name: str) -> list:
@@ -466,7 +454,7 @@ def check_sharded_optimizer(optimizer_class) -> None:
         lines.append(_compare(n, opt_name, results))
         if opt_name == "AdamW":
             extra += [_traffic(n, results), _memory(n, results)]
-    passed(f"your ShardedOptimizer trains the {_psi():,}-parameter MLP as DDP does ({STEPS} steps each):"
+    passed(f"your ShardedOptimizer trains the {psi():,}-parameter MLP as DDP does ({STEPS} steps each):"
            "\n  " + "\n  ".join(lines + extra))
 
 
