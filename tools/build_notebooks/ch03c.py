@@ -38,7 +38,8 @@ whole mechanism, with nothing but `torch.distributed`: a class `ShardedOptimizer
 torch optimizer and keeps its states for this rank's shard of the parameters only. That is ZeRO
 stage 1 (the paper's P<sub>os</sub>), the job of DeepSpeed's `DeepSpeedZeroOptimizer`
 (`deepspeed/runtime/zero/stage_1_and_2.py`). The check runs your class on 2 and 3 real ranks
-beside PyTorch's `DistributedDataParallel` (DDP) and asks for the same parameters, **bit for bit**.
+beside PyTorch's `DistributedDataParallel` (DDP) and asks for the same parameters, **bit for bit**
+(where the only difference is the order of a sum, it says so and accepts a stated tolerance).
 
 **When the check fails** it says in a few lines what is wrong and names the likely mistake; for
 the full traceback run `import zerolab.checks; zerolab.checks.full_tracebacks()` and run the
@@ -55,7 +56,8 @@ There are two ways to split the optimizer's work among N ranks:
 - **one flat buffer**, as DeepSpeed's stages 1 and 2 do: lay every trainable parameter end to
   end in one 1-D buffer, pad it with zeros to a multiple of N, and cut it into N equal shards.
   Rank r owns shard r, whatever tensors it cuts through. Every rank keeps exactly 1/N of the
-  states, and one collective moves the whole buffer.
+  states, and a collective over the buffer (or over buckets of it, as DeepSpeed sends it) serves
+  every tensor at once.
 
 You build DeepSpeed's: its memory numbers, its collectives and its code
 (`bit16_groups_flat`, `single_partition_of_fp32_groups`) are then the ones you know. DeepSpeed
@@ -100,7 +102,7 @@ class ShardedOptimizer:
     def __init__(self, params, optimizer_cls, **kwargs):
         self.params = [p for p in params if p.requires_grad]
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-        # BEGIN SOLUTION: flat buffer padded to a multiple of world_size; self.optimizer over this rank's shard
+        # BEGIN SOLUTION: a flat buffer padded to N; self.optimizer over this rank's shard
         self.numel = sum(p.numel() for p in self.params)
         self.padded_numel = -(-self.numel // self.world_size) * self.world_size   # up to a multiple of N
         self.shard_numel = self.padded_numel // self.world_size
@@ -112,7 +114,7 @@ class ShardedOptimizer:
         # END SOLUTION
 
     def step(self):
-        # BEGIN SOLUTION: average the gradients, step this rank's shard, gather every shard into the params
+        # BEGIN SOLUTION: average the gradients, step the shard, gather every shard back
         flat_grad = torch.zeros(self.padded_numel)
         flat_grad[:self.numel] = torch.cat([p.grad.reshape(-1) for p in self.params])
         flat_grad.mul_(1.0 / self.world_size)            # x 1/N, then the sum: DDP's rounding
@@ -144,6 +146,11 @@ of AdamW (betas (0.8, 0.95), weight decay 0.1), every rank on its own rows of ea
 of 12. It trains either with your optimizer or with DDP and torch's AdamW, the reference.
 `zero1.counting()` wraps `torch.distributed`'s collectives on the rank while it runs, and notes
 every call made while `count.on` is true: here, those inside `step()`.
+
+**Predict, then run.** Your ranks and DDP's start from the same parameters and see the same
+rows. After 3 steps, are your parameters DDP's to the last bit, or only up to rounding (your
+optimizer steps one flat shard, DDP's steps six tensors; your gradients travel in a reduce-scatter,
+DDP's in an all-reduce)?
 """),
 code(r"""
 def train(kind, steps=3):
@@ -272,12 +279,14 @@ it copies it into the bucket (measured: × 1/3 reproduces it bit for bit, ÷ 3 d
 (`tensor.div_(world_size)` in `average_tensor`). At N = 2 the two agree: halving is exact. **The
 order**: gloo's ring adds element i's three contributions in an order set by which third of the
 buffer i sits in (chapter 2's ring: each chunk's sum ends at its owner). Same buffer layout, same
-order; DDP's second layout (last layer first) moves almost every element to another third. A
-learner whose flat buffer follows the parameters' order, padded to N, gets DDP's first layout's
-bits; that is why the check holds you against DDP with its first layout, at each of its roundings.
+order; DDP's second layout (last layer first) moves many elements to another third. A flat
+buffer in the parameters' order, padded to N, gets the bits of DDP's first layout; that is why
+the check holds you against DDP with its first layout, at each of its roundings. At 2 ranks none
+of this matters: a + b is b + a, and halving is exact, which is why the first run matched.
 
 AdamW then makes the last bits visible: it moves an element whose gradient nearly cancels by a
-fraction of lr whatever its size (appendix 3a), so the differences can reach lr/10, never more.
+fraction of lr whatever the gradient's size (appendix 3a), so the differences can grow towards
+lr/10, where SGD's stay at a rounding step.
 
 ## The check
 
