@@ -156,3 +156,12 @@ def test_the_exercise_as_shipped_says_it_is_not_written():
     text = _source().replace("        self.numel = sum(", "        raise NotImplementedError\n        self.numel = sum(")
     with pytest.raises(ExerciseCheckFailed, match="not written yet"):
         check(_load(text))
+
+
+@pytest.mark.timeout(120)
+def test_torchs_older_names_are_counted_once(capsys):
+    # all_gather_into_tensor / reduce_scatter_tensor (torch < 2.13) call the new names inside
+    check(_load(_mutate(("dist.reduce_scatter_single(", "dist.reduce_scatter_tensor("),
+                        ("dist.all_gather_single(", "dist.all_gather_into_tensor("))))
+    out = capsys.readouterr().out
+    assert "N=2: 1 reduce_scatter + 1 all_gather = 22,296 bytes" in out
