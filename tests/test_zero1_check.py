@@ -96,8 +96,8 @@ WRONG = {
                                            "optimizer_cls([self.shard], lr=kwargs['lr'])")), "keyword argument"),
     "whole model on every rank": (lambda: WHOLE_MODEL, "states for all parameters"),
     "parameters all-reduced": (lambda: _mutate(
-        (REDUCE, f"        full = flat_grad.clone()\n        dist.all_reduce(full)\n"
-                 f"        self.shard.grad = full[self.rank * self.shard_numel:(self.rank + 1) * self.shard_numel].clone()"),
+        (REDUCE, "        full = flat_grad.clone()\n        dist.all_reduce(full)\n"
+                 f"        self.shard.grad = {MINE.replace('flat_grad', 'full')}.clone()"),
         (GATHER, "        flat.zero_()\n        flat[self.rank * self.shard_numel:(self.rank + 1) * self.shard_numel]"
                  " = self.shard.detach()\n        dist.all_reduce(flat)")), "sent twice"),
 }

@@ -46,7 +46,8 @@ from ..crew import CrewTimeout, RankError
 from . import ExerciseCheckFailed, close_crews, crew_of, passed, rank_failure  # noqa: F401
 
 __all__ = ["check_sharded_optimizer", "check", "close_crews", "make_model", "batch", "loss_fn",
-           "flat_params", "state_bytes", "counting", "run_ddp", "OPTIMIZERS", "RUNS"]
+           "flat_params", "state_bytes", "counting", "wire_bytes", "run_ddp", "psi", "padded",
+           "OPTIMIZERS", "RUNS", "TOLERANCE", "ORDER"]
 
 SIZES = (16, 64, 64, 5)             # an MLP: 16*64+64 + 64*64+64 + 64*5+5 = 5,573 parameters
 GLOBAL_BATCH = 12                   # 6 rows per rank on 2 ranks, 4 on 3
@@ -116,6 +117,8 @@ def state_bytes(obj) -> int | None:
 # ------------------------------------------------------------------ counting collectives (every rank)
 
 class _Count:
+    """What :func:`counting` yields: ``on`` (count now?), ``calls`` [(op, numel, bytes)]."""
+
     def __init__(self):
         self.on, self.depth, self.calls = False, 0, []
 
@@ -173,6 +176,7 @@ def counting():
 
 
 def wire_bytes(calls: list, world_size: int) -> float:
+    """Bytes a rank puts on the wire for these calls, by the ring convention (zerolab.comm)."""
     return sum(wire_factor(op, world_size) * nbytes for op, _, nbytes in calls)
 
 
