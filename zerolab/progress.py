@@ -44,9 +44,10 @@ EXERCISES = {
     "ch00.check_ring_all_gather": "Exercise 0  · the ring all-gather (ring_all_gather)",
     "ch01.check_model_state_bytes": "Exercise 1  · weigh the backpack (model_state_bytes_per_rank)",
     "ch02.check_ring_reduce_scatter": "Exercise 2  · the ring reduce-scatter (ring_reduce_scatter)",
-    "ch03.check_shard_range": "Exercise 3a · who owns which shard (shard_range)",
-    "ch03.check_adamw_step": "Exercise 3b · AdamW on one shard (adamw_step)",
-    "stage2_buckets.check_stage2_buckets": "Exercise 3c · stage 2's buckets (add_grad, reduce_bucket)",
+    "ch03.check_shard_range": "Exercise 3 (a) · who owns which shard (shard_range)",
+    "ch03.check_adamw_step": "Exercise 3 (b) · AdamW on one shard (adamw_step)",
+    "stage2_buckets.check_stage2_buckets": "Exercise 3b · stage 2's buckets (add_grad, reduce_bucket)",
+    "zero1.check_sharded_optimizer": "Exercise 3c · ZeRO-1 by hand, against DDP (ShardedOptimizer)",
     "ch04.check_update_scale": "Exercise 4  · the dynamic loss scaler (update_scale)",
     "ch05.check_host_step": "Exercise 5  · the host optimizer step over sub-groups (host_step)",
     "ch06.check_bucket_params": "Exercise 6  · the bucket plan (bucket_params)",
@@ -58,7 +59,7 @@ EXERCISES = {
     "ch14.check_offload_hide_tokens": "Exercise 14c · when offload's PCIe hides (offload_hide_tokens)",
 }
 T = catalogue("progress")
-_CHECK_MODULE = re.compile(r"zerolab\.checks\.(ch\d\d|stage2_buckets)")
+_CHECK_MODULE = re.compile(r"zerolab\.checks\.(ch\d\d|stage2_buckets|zero1)")
 
 
 def progress_path() -> Path | None:

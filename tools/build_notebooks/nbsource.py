@@ -83,7 +83,7 @@ def load_builder(name: str):
 
 
 def builder_names() -> list[str]:
-    return sorted(p.stem for p in BUILDERS.glob("ch[0-9][0-9].py"))
+    return sorted(p.stem for p in BUILDERS.glob("ch[0-9][0-9]*.py"))
 
 
 def _keep_outputs(stored, nb) -> bool:

@@ -12,6 +12,7 @@ PENDING = {
     "ch01": THIRD_PASS,
     "ch02": THIRD_PASS,
     "ch03": THIRD_PASS + " (with appendix 03a and exercises 03, 03b)",
+    "ch03c": "a new exercise (ZeRO-1 by hand) written in the third pass",
     "ch04": THIRD_PASS,
     "ch05": THIRD_PASS,
     "ch08": THIRD_PASS + " (chapters 08 and 08b, exercise 08)",
