@@ -49,7 +49,7 @@ import torch
 from ..offload import StateHome
 from . import ExerciseCheckFailed, crew_of, not_implemented, passed, rank_failure
 
-__all__ = ["check_host_step", "check_alone", "check_engine", "reference_host_step", "ENGINE_CASES",
+__all__ = ["check_host_step", "check_alone", "check_engine", "reference_host_step", "what_arrives", "ENGINE_CASES",
            "ALONE_SIZES", "ALONE_SUB_GROUPS", "SUB_GROUP_SIZES"]
 
 _BUILTIN_STEP = StateHome.step            # zerolab's own loop, whatever is patched later
@@ -475,6 +475,36 @@ def _compare(run: dict, rank: int) -> tuple[str, str] | None:
         return (f"{where}: the losses differ from zerolab's: {mine['losses']} vs {ref['losses']}",
                 "the parameters the forward pass sees come from write_params: write every tile up")
     return None
+
+
+def what_arrives(cases=(("1", "bf16"), ("2", "fp16"), ("3", "fp32"))) -> list[dict]:
+    """On a rank: what the engine hands the host step in one optimizer step, for each
+    (stage, precision) of ``cases`` (exercise 5's config, optimizer offloaded to the host)."""
+    import zerolab
+    from zerolab.models import TinyLM, lm_batches, lm_loss
+    from zerolab.reference import train_engine
+
+    out = []
+    for stage, precision in cases:
+        seen = {}
+
+        def peek(home, optimizer, grads, combined):
+            seen.update(dtypes=sorted({str(g.dtype).replace("torch.", "") for g in grads}), groups=len(grads),
+                        tiles=len(home.tiles), combined=combined,
+                        master=str(home.tensors[0].dtype).replace("torch.", ""))
+            return _BUILTIN_STEP(home, optimizer, grads, combined)
+
+        cfg = _config(int(stage), precision, 10**9, False)
+        engine = zerolab.initialize(TinyLM(), cfg)
+        StateHome.step = peek
+        try:
+            train_engine(engine, lm_batches(1, cfg["train_batch_size"], seed=3), lm_loss)
+        finally:
+            StateHome.step = _BUILTIN_STEP
+        out.append({"stage": int(stage), "precision": precision, "scale": engine.loss_scale,
+                    "model": str(engine.stage.dtype).replace("torch.", ""), **seen})
+        engine.close()
+    return out
 
 
 def check_engine(fn: Callable, world_size: int = 2, cases=ENGINE_CASES, sizes=SUB_GROUP_SIZES) -> list[dict]:
