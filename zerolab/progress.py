@@ -49,7 +49,7 @@ EXERCISES = {
     "stage2_buckets.check_stage2_buckets": "Exercise 3b · stage 2's buckets (add_grad, reduce_bucket)",
     "zero1.check_sharded_optimizer": "Exercise 3c · ZeRO-1 by hand, against DDP (ShardedOptimizer)",
     "ch04.check_update_scale": "Exercise 4  · the dynamic loss scaler (update_scale)",
-    "ch05.check_host_step": "Exercise 5  · the host optimizer step over sub-groups (host_step)",
+    "ch05.check_host_step": "Exercise 5  · design the host optimizer step (host_step)",
     "ch06.check_bucket_params": "Exercise 6  · the bucket plan (bucket_params)",
     "ch07.check_choose_config": "Exercise 7  · the config that fits a budget (device_bytes, choose_config)",
     "ch08.check_knobs": "Exercise 8  · stage-3 knobs for a goal (knobs)",
