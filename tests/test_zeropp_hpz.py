@@ -316,7 +316,7 @@ def test_refusals_name_the_fix():
 
 def test_config():
     c = load_config({"train_batch_size": 2, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}}, 2)
-    assert c.zero.zero_hpz_partition_size == 8 and not c.ignored_settings()
+    assert c.zero.zero_hpz_partition_size == 8 and not c.ignored_settings() and "hpZ (zero_hpz_partition_size 8)" in c.describe()
     assert load_config({"train_batch_size": 2, "zero_optimization": {"stage": 3}}, 2).zero.zero_hpz_partition_size == 1
     for stage in (0, 1, 2):
         c = load_config({"train_batch_size": 2, "zero_optimization": {"stage": stage, "zero_hpz_partition_size": 2}}, 2)
