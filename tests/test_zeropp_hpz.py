@@ -295,6 +295,50 @@ def test_hpz_with_qwz_quantizes_the_backward_gathers_inside_the_node():
     assert both["losses"] != ex["losses"] and both["losses"] != qw["losses"]
 
 
+def _checkpoint_rank(ckpt):
+    """hpZ 2: two steps, save mid-step (after a backward: the secondaries alive), load into a fresh
+    engine, two more steps; against four steps without a checkpoint."""
+    world, rank = zerolab.world_size(), zerolab.rank_info().rank
+    cfg = stack_config(world, zero_hpz_partition_size=2)
+    g = torch.Generator().manual_seed(2)
+    xs = [torch.randn(2 * world, WIDTH, generator=g)[2 * rank:2 * rank + 2].bfloat16() for _ in range(4)]
+
+    def step(e, x):
+        e.backward(e(x).float().pow(2).mean())
+        e.step()
+    whole = zerolab.initialize(stack(), cfg)
+    for x in xs:
+        step(whole, x)
+    first = zerolab.initialize(stack(), cfg)
+    for x in xs[:2]:
+        step(first, x)
+    first.backward(first(xs[0]).float().pow(2).mean())      # a backward whose step never comes
+    alive = first.memory()["params_secondary"]
+    first.save_checkpoint(ckpt, tag="t")
+    dropped = first.memory()["params_secondary"]
+    saved = sorted(torch.load(f"{ckpt}/t/rank_{rank}.pt", weights_only=False))
+    second = zerolab.initialize(stack(), cfg)
+    second.load_checkpoint(ckpt, tag="t")
+    after_load = second.memory()["params_secondary"]
+    m = second.comm.ledger.mark()
+    for x in xs[2:]:
+        step(second, x)
+    fwd_world = [r.world_size for r in second.comm.ledger.since(m).records
+                 if r.op == "all_gather" and r.tag.startswith("params")][:LAYERS]
+    return dict(alive=alive, dropped=dropped, after_load=after_load, saved=saved, fwd_world=fwd_world,
+                same=all(torch.equal(a, b) for a, b in zip(whole.full_params().values(),
+                                                           second.full_params().values())))
+
+
+@pytest.mark.timeout(120)
+def test_checkpoint_drops_the_secondary_and_does_not_save_it(tmp_path):
+    for r in zerolab.launch(_checkpoint_rank, 4, str(tmp_path / "ckpt"), backend="gloo", nodes=2, timeout=110):
+        assert r["alive"] == LAYERS * 4160 // 2 * 2 and r["dropped"] == 0 and r["after_load"] == 0, r
+        assert r["saved"] == ["masters", "optimizer_states", "rank"]        # no secondary in the files
+        assert r["fwd_world"] == [4] * LAYERS                  # after a load the forward gathers over all
+        assert r["same"]
+
+
 def _refusal_rank(zero, model=stack):
     world = zerolab.world_size()
     try:
