@@ -28,7 +28,9 @@ import zerolab
 from zerolab import quant
 from zerolab.config import load_config
 from zerolab.models import GPT, TinyLM, lm_batches, lm_loss
+from zerolab.hpz import hpz_group_size
 from zerolab.reference import micro_batches, train_engine, train_reference
+from zerolab.topology import Topology
 
 WIDTH, LAYERS = 64, 4
 
@@ -360,7 +362,8 @@ def test_refusals_name_the_fix():
 
 def test_config():
     c = load_config({"train_batch_size": 2, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}}, 2)
-    assert c.zero.zero_hpz_partition_size == 8 and not c.ignored_settings() and "hpZ (zero_hpz_partition_size 8)" in c.describe()
+    assert c.zero.zero_hpz_partition_size == 8 and not c.ignored_settings()
+    assert "hpZ (zero_hpz_partition_size 8)" in c.describe()
     assert load_config({"train_batch_size": 2, "zero_optimization": {"stage": 3}}, 2).zero.zero_hpz_partition_size == 1
     for stage in (0, 1, 2):
         c = load_config({"train_batch_size": 2, "zero_optimization": {"stage": stage, "zero_hpz_partition_size": 2}}, 2)
@@ -368,3 +371,25 @@ def test_config():
     for bad in (-1, 1.5, True, "2"):
         with pytest.raises(Exception, match="zero_hpz_partition_size"):
             load_config({"train_batch_size": 2, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": bad}}, 2)
+
+
+def test_group_size_rules():
+    """DeepSpeed's rules (utils/groups.py): 0 and 1 off, min(h, N), h must divide N; zerolab's
+    warnings where the groups would not do what hpZ is for."""
+    two_by_two = Topology(4, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert hpz_group_size(2, 4, two_by_two) == 2                 # one node each: no warning
+        assert hpz_group_size(0, 4, two_by_two) == hpz_group_size(1, 4, two_by_two) == 1
+        assert hpz_group_size(2, 1) == 1                             # one rank: nothing to gather
+        assert hpz_group_size(1, 4, offload="nvme") == 1             # off: nothing refused
+    with pytest.warns(UserWarning, match=r"min\(8, 4\) = 4"):
+        assert hpz_group_size(8, 4, two_by_two) == 4
+    with pytest.warns(UserWarning, match="span nodes"):
+        assert hpz_group_size(4, 4, two_by_two) == 4
+    with pytest.warns(UserWarning, match="span nodes"):
+        assert hpz_group_size(3, 6, Topology(6, 2)) == 3            # (0,1,2): nodes 0 and 1
+    with pytest.raises(ValueError, match=r"does not divide the 6 ranks.*Fix: a divisor of 6 \(1, 2, 3, 6\)"):
+        hpz_group_size(4, 6, Topology(6, 2))
+    with pytest.raises(ValueError, match="offload_param on nvme"):
+        hpz_group_size(2, 4, two_by_two, offload="nvme")
