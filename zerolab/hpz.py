@@ -43,7 +43,8 @@ gloo, by ``benchmarks/ds_reference/ds_hpz.py``):
 
 zerolab's differences: persistent parameters are kept whole from initialization (gather.py), so
 they have no secondary (DeepSpeed makes one at initialization and uses it once, in the first
-forward's fetch). On one rank hpZ is off (DeepSpeed keeps a secondary of the whole parameter
+forward's fetch); frozen parameters too are kept whole (DeepSpeed partitions them, and their
+secondary, never dropped by a step that does not touch them, serves every gather). On one rank hpZ is off (DeepSpeed keeps a secondary of the whole parameter
 there, and gathers nothing).
 """
 from __future__ import annotations
