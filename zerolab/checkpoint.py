@@ -67,6 +67,14 @@ def _scalar_state(v) -> bool:
     return not torch.is_tensor(v) or v.dim() == 0
 
 
+def _drop_secondary(stage) -> None:
+    """Stage 3 with hpZ: forget the secondary shards, as DeepSpeed's ``checkpoint_event_epilogue``
+    does after saving and loading (``stage3.py``: ``invalidate_secondary_tensor``)."""
+    drop = getattr(stage.params, "drop_secondary", None)
+    if drop is not None:
+        drop()
+
+
 # -- saving -----------------------------------------------------------------------------------
 def save_checkpoint(engine, save_dir, tag=None, client_state=None) -> str:
     """Write this engine's state under ``save_dir/tag`` (every rank must call it). Returns the
@@ -88,6 +96,7 @@ def save_checkpoint(engine, save_dir, tag=None, client_state=None) -> str:
         dist.broadcast_object_list(tmp_name, src=0)
     tmp = Path(tmp_name[0])
 
+    _drop_secondary(stage)        # hpZ: as DeepSpeed's checkpoint_event_epilogue (never saved)
     masters, states = {}, {}
     for g in stage.groups:
         rng = _owned_range(g, stage)
@@ -351,6 +360,7 @@ def load_checkpoint(engine, load_dir, tag=None, load_optimizer_states=True, load
     else:
         stage.load_full_values(params)
         fixed = ms["frozen"]
+    _drop_secondary(stage)
     named_buffers = dict(engine.module.named_buffers())
     for n, b in ms["buffers"].items():
         named_buffers[n].data.copy_(b)

@@ -196,6 +196,7 @@ class ZeroConfig:
     ignore_unused_parameters: bool = True
     zero_quantized_weights: bool = False     # qwZ (stage 3, gather.py): int8 parameter all-gathers
     zero_quantized_gradients: bool = False   # qgZ (stage 3 on >1 node, reduce.py): int4 all-to-all reduction
+    zero_hpz_partition_size: int = 1         # hpZ (stage 3, hpz.py): secondary shard over h ranks; 0 and 1: off
 
 
 @dataclass(frozen=True)
@@ -462,7 +463,8 @@ def _parse_zero(p: K.Problems, d: dict) -> ZeroConfig:
         ("reduce_bucket_size", size), ("allgather_bucket_size", size), ("allgather_partitions", flag),
         ("sub_group_size", count), ("stage3_param_persistence_threshold", count),
         ("stage3_model_persistence_threshold", count), ("stage3_prefetch_bucket_size", count),
-        ("stage3_max_live_parameters", count), ("stage3_max_reuse_distance", count))}
+        ("stage3_max_live_parameters", count), ("stage3_max_reuse_distance", count),
+        ("zero_hpz_partition_size", count))}
     offload_optimizer = _parse_offload(p, b, "offload_optimizer", stage)
     offload_param = _parse_offload(p, b, "offload_param", stage)
     read.update({k: g(k, flag) for k in ("ignore_unused_parameters", "zero_quantized_weights",

@@ -183,7 +183,7 @@ ZERO = {
     "legacy_stage1": _ni("old stage-1 implementation", False),
     "compute_grad_norm": _ni("false skips the global gradient norm", True),
     "parameter_alignment": _ni("16-byte alignment padding in flat buffers", False),
-    "zero_hpz_partition_size": _ni("ZeRO++ hierarchical partitioning (hpZ)", 1),
+    "zero_hpz_partition_size": _I,  # hpz.py: stage 3's secondary shard over groups of h ranks, backward gathers inside them
     "zero_quantized_weights": _I,   # gather.py: stage 3's parameter all-gathers as int8 blocks + scales (qwZ)
     # (DeepSpeed 0.19.8 quantizes a frozen parameter's freshly allocated, empty partition at partitioning and
     # then copies the values into the int8 tensor: partition_parameters.py, _partition_param; not reproduced)
@@ -202,11 +202,12 @@ ZERO = {
     "zeropp_loco_param": Key(REMOVED, "LoCo-ZeRO++"),
 }
 
-# ZeRO++'s quantization keys are read by DeepSpeed's stage 3 only (partition_parameters.py, stage3.py): at
-# stages 0-2 they change nothing (the engine makes qgZ's all-to-all groups, and nothing uses them)
+# ZeRO++'s keys are read by DeepSpeed's stage 3 only (partition_parameters.py, stage3.py): at
+# stages 0-2 they change nothing (the engine makes qgZ's all-to-all groups, and nothing uses
+# them; hpZ's partition groups are made on the stage-3 path only, engine.py)
 ZEROPP_BELOW_STAGE3 = {k: _A("read by DeepSpeed's stage 3 only; at stages 0-2 it changes nothing (in DeepSpeed "
                              "too)") for k in ("zero_quantized_weights", "zero_quantized_nontrainable_weights",
-                                               "zero_quantized_gradients")}
+                                               "zero_quantized_gradients", "zero_hpz_partition_size")}
 
 # DeepSpeed's pydantic model also takes the field names of the stage3_* aliases.
 ZERO_ALIASES = {k[len("stage3_"):]: k for k in ZERO if k.startswith("stage3_")

@@ -465,7 +465,8 @@ class Engine:
         without one, the CPU playing its part): ``params``, ``grads``, ``optimizer_states``
         (optimizer state + fp32 masters when they are copies), ``model_states`` (their sum),
         ``buffers`` (buckets and gathered parameters alive now), ``peak_buffers`` (the most seen
-        at once), ``model_buffers`` (e.g. BatchNorm stats).
+        at once), ``model_buffers`` (e.g. BatchNorm stats); with hpZ (``zero_hpz_partition_size``),
+        ``params_secondary``: the secondary shards alive now, counted in ``params`` too.
         ``where="host"`` / ``"nvme"``: what offload put in host memory / in files, under the
         same keys (``buffers``: NVMe swap buffers alive now, ``peak_buffers`` their most)."""
         if where in ("host", "nvme"):
@@ -517,6 +518,8 @@ class Engine:
         m = dict.fromkeys(("params", "grads", "optimizer_states", "buffers", "peak_buffers"), 0)
         if where == "host":
             m["params"] = stage.param_bytes_on("host")
+            if getattr(stage.params, "hpz", None) is not None:    # hpZ with offload_param cpu
+                m["params_secondary"] = stage.params.secondary_bytes("host")
             m["grads"] = tensor_bytes(stage.grad_shards) if stage.grads_on_host else 0
             if home.where == "cpu":
                 m["optimizer_states"] = home.optimizer_bytes()

@@ -125,6 +125,17 @@ def describe(c: Config) -> str:
                          "scale per block, in two calls (values, then scales): about half of fp16/bf16's bytes; each "
                          "rank dequantizes to fp16, then to the model dtype. The shards and the fp32 master weights "
                          "stay exact; the persistent parameters' refresh after the step is not quantized.")
+        if z.zero_hpz_partition_size > 1:
+            h = z.zero_hpz_partition_size
+            lines.append(f"hpZ (zero_hpz_partition_size {h}) [DeepSpeed's ZeRO++]: besides its shard over all ranks, "
+                         f"each rank keeps a secondary shard of each module's parameters over its group of {h} "
+                         "consecutive ranks (one node when that is the ranks per node), copied from the gathered "
+                         f"parameters when a module is released (and at initialization): 1/{h} of the padded "
+                         "parameters in their dtype, until the next optimizer step drops it. While a module has "
+                         "one, its all-gathers (prefetches too, quantized with qwZ) run inside the group: each "
+                         "step's backward (and the forward of later micro-steps under gradient accumulation, and "
+                         "of the first step), so the backward sends no parameter bytes across nodes. h must "
+                         "divide the world size (DeepSpeed's assert).")
         if z.zero_quantized_gradients:
             lines.append("qgZ (zero_quantized_gradients) [DeepSpeed's ZeRO++]: with more than one node, each "
                          "module's gradient is quantized to int4 (one fp32 scale per block), exchanged by an "

@@ -46,6 +46,13 @@ from initialization, so they are exact from the first step. Frozen parameters ar
 zerolab (DeepSpeed partitions them and quantizes their fetches too). Every gathered shard must
 be a multiple of 8 elements (DeepSpeed's quantizer asserts it): checked at initialization.
 
+**hpZ** (``zero_hpz_partition_size`` h > 1, ZeRO++; ``hpz.py`` has DeepSpeed 0.19.8's rules, file by
+file): a unit released after a gather keeps this rank's 1/h of it (a secondary shard, over h
+consecutive ranks: one node), until the next optimizer step drops it; while a unit has one, its
+all-gathers (fetch or prefetch, quantized with qwZ) run inside that group. So a step's forward
+gathers over all N ranks and its backward inside the node (the first step's forward inside the
+node too: the secondary shards made at initialization).
+
 When to unshard and reshard is decided by the hooks in ``hooks.py`` (module forward pre/post
 hooks, output-gradient hooks, watched parameter dicts for parameters used outside their module).
 """
@@ -56,6 +63,7 @@ from torch import nn
 
 from .flat import FlatGroup, Part
 from .hooks import ModuleHooks
+from .hpz import secondary_shards
 from .memory import tensor_bytes
 from .params import broadcast_
 from .quant import dequantize, quantize, qwz_groups
@@ -82,6 +90,7 @@ class GatheredParams:
         po = zero.offload_param
         self.where = po.device if po.device in ("cpu", "nvme") else "device"
         pin = po.pin_memory and torch.cuda.is_available()
+        self.hpz = secondary_shards(stage, self.where, pin)   # hpZ's (hpz.py); None when off
         for g in self.groups:
             flat = g.flatten([p.data for p in g.params], stage.dtype, stage.device)
             broadcast_(stage.comm, flat)           # everyone starts from rank 0's weights
@@ -96,6 +105,8 @@ class GatheredParams:
                     self.shards.append(host.copy_(shard))
                 else:
                     self.shards.append(shard.clone())
+                if self.hpz is not None:          # DeepSpeed partitions each parameter with its
+                    self.hpz.keep(g, flat)        # secondary at initialization too
                 self._release(g)
         self._param_files = None                   # NvmeStore of the shards swapped to files
         self._on_nvme: set[int] = set()
@@ -232,10 +243,16 @@ class GatheredParams:
         for w in writes:
             w.result()
         self._staged.clear()
+        self.drop_secondary()                     # DeepSpeed's _post_step: invalidate_secondary_tensor
         for g, shard in zip(self.groups, self.shards):
             if self.persistent[g.index]:          # kept whole: refresh it now
                 flat = self.full[g.index]
                 self.stage.comm.all_gather(flat, shard.clone(), tag=f"params {g.label}")
+
+    def drop_secondary(self) -> None:
+        """hpZ: the shards change (a step, a checkpoint): forget the secondary shards."""
+        if self.hpz is not None:
+            self.hpz.drop_all()
 
     def write(self, i: int, start: int, values: torch.Tensor) -> None:
         if i in self._on_nvme:
@@ -252,6 +269,8 @@ class GatheredParams:
 
     def store_flat(self, g: FlatGroup, flat: torch.Tensor) -> None:
         self.reshard(g)                           # (a gathered copy kept by reuse is stale now)
+        if self.hpz is not None:
+            self.hpz.drop(g.index)                # (and so is its secondary shard)
         if g.index in self._on_nvme:
             self._param_files.write(g.index, "param", g.shard_of(flat).to(self.stage.dtype).clone()).result()
         else:
@@ -263,7 +282,11 @@ class GatheredParams:
         persistent = [self.full[i] for i in self.full if self.persistent[i]]
         on_device = [s for g, s in zip(self.groups, self.shards)
                      if self.where == "device" and not self.persistent[g.index]]
-        return tensor_bytes([*on_device, *persistent])
+        return tensor_bytes([*on_device, *persistent]) + self.secondary_bytes("device")
+
+    def secondary_bytes(self, where: str = "device") -> int:
+        """hpZ's secondary shards held now on the device, or in host memory ("host")."""
+        return self.hpz.bytes_on(where) if self.hpz is not None else 0
 
     def remove_hooks(self) -> None:
         self._finish_inflight()
@@ -272,6 +295,7 @@ class GatheredParams:
 
     def close(self) -> None:
         self.full.clear()
+        self.drop_secondary()
         self._live_gathered = 0
         if self._param_files is not None:
             self._param_files.close()
@@ -373,38 +397,62 @@ class GatheredParams:
         if wanted is not None:
             g = self.groups[wanted]
             flat = torch.empty(g.padded_numel, dtype=st.dtype, device=st.device)
-            self._all_gather(flat, self._shard_on_device(wanted), f"params {g.label}")
+            shard, comm, tag = self._source(wanted)
+            self._all_gather(flat, shard, tag, comm=comm)
             self._inflight[wanted] = (None, flat)
             self._flight += g.padded_numel
             st.track(f"params {wanted}", flat)
-        if len(ahead) == 1:
-            g = self.groups[ahead[0]]
-            flat = torch.empty(g.padded_numel, dtype=st.dtype, device=st.device)
-            pending = self._all_gather(flat, self._shard_on_device(ahead[0]), f"params {g.label}", async_op=True)
-            self._inflight[ahead[0]] = (pending, flat)
-            st.track(f"params {ahead[0]}", flat)
-        elif ahead:
-            # one all-gather of every prefetched shard; each group's flat buffer is copied out of it
-            # when the group is first needed (DeepSpeed's AllGatherCoalescedHandle copies too)
-            send = torch.cat([self._shard_on_device(j) for j in ahead])
-            out = torch.empty(send.numel() * st.world_size, dtype=st.dtype, device=st.device)
-            label = f"{self.groups[ahead[0]].label} + {len(ahead) - 1} more"
-            batch = _Batch(self._all_gather(out, send, f"params {label}", async_op=True), out,
-                           [self.groups[j] for j in ahead], f"params batch {ahead[0]}")
-            for j in ahead:
-                self._inflight[j] = (batch, None)
-            st.track(batch.key, out)
+        # hpZ: the groups with a secondary shard are gathered first, inside their group (as
+        # DeepSpeed's __all_gather_params splits a prefetch), then the others over all ranks
+        secondary = [j for j in ahead if self.hpz is not None and j in self.hpz]
+        for part in (secondary, [j for j in ahead if j not in secondary]):
+            self._prefetch(part)
         self._flight += sum(self.groups[j].padded_numel for j in ahead)
         live = self._live_numel() + self._inflight_numel()
         self.peak_gathered_numel = max(self.peak_gathered_numel, live)
         self.prefetches += len(ahead)
 
-    def _all_gather(self, out: torch.Tensor, shard: torch.Tensor, tag: str, async_op: bool = False):
-        """All-gather ``shard`` of every rank into ``out``: in the model dtype, or with qwZ as int8
-        blocks and their scales (:meth:`_all_gather_quantized`)."""
+    def _prefetch(self, ids: list[int]) -> None:
+        """Start the asynchronous all-gathers of groups ``ids`` (all with a secondary shard, or all
+        without): one group alone, several coalesced into one all-gather."""
+        st = self.stage
+        if len(ids) == 1:
+            g = self.groups[ids[0]]
+            flat = torch.empty(g.padded_numel, dtype=st.dtype, device=st.device)
+            shard, comm, tag = self._source(ids[0])
+            self._inflight[ids[0]] = (self._all_gather(flat, shard, tag, async_op=True, comm=comm), flat)
+            st.track(f"params {ids[0]}", flat)
+        elif ids:
+            # one all-gather of every prefetched shard; each group's flat buffer is copied out of it
+            # when the group is first needed (DeepSpeed's AllGatherCoalescedHandle copies too)
+            sources = [self._source(j) for j in ids]
+            secondary = self.hpz if self.hpz is not None else ()
+            comm = sources[0][1]
+            send = torch.cat([s for s, _, _ in sources])
+            out = torch.empty(send.numel() * comm.world_size, dtype=st.dtype, device=st.device)
+            label = f"{self.groups[ids[0]].label} + {len(ids) - 1} more" + (" (hpZ)" if ids[0] in secondary else "")
+            batch = _Batch(self._all_gather(out, send, f"params {label}", async_op=True, comm=comm), out,
+                           [self.groups[j] for j in ids], f"params batch {ids[0]}", comm.world_size,
+                           [s.numel() for s, _, _ in sources])
+            for j in ids:
+                self._inflight[j] = (batch, None)
+            st.track(batch.key, out)
+
+    def _source(self, i: int):
+        """(this rank's part, the Comm that gathers it, the ledger's tag) for group ``i``: its
+        hpZ secondary shard inside its group of h ranks while it has one, else its shard over all."""
+        label = self.groups[i].label
+        if self.hpz is not None and i in self.hpz:
+            return self.hpz.source(i, self.stage.device), self.hpz.comm, f"params {label} (hpZ)"
+        return self._shard_on_device(i), self.stage.comm, f"params {label}"
+
+    def _all_gather(self, out: torch.Tensor, shard: torch.Tensor, tag: str, async_op: bool = False, comm=None):
+        """All-gather ``shard`` of every rank of ``comm`` (all ranks by default) into ``out``: in
+        the model dtype, or with qwZ as int8 blocks and their scales (:meth:`_all_gather_quantized`)."""
+        comm = self.stage.comm if comm is None else comm
         if not self.quantized_weights:
-            return self.stage.comm.all_gather(out, shard, tag=tag, async_op=async_op)
-        return self._all_gather_quantized(out, shard, tag, async_op, self.stage.comm)
+            return comm.all_gather(out, shard, tag=tag, async_op=async_op)
+        return self._all_gather_quantized(out, shard, tag, async_op, comm)
 
     @staticmethod
     def _all_gather_quantized(out: torch.Tensor, shard: torch.Tensor, tag: str, async_op: bool, comm):
@@ -433,6 +481,8 @@ class GatheredParams:
                 continue
             try:
                 qwz_groups(g.shard_numel)
+                if self.hpz is not None:          # (a multiple of the shard: fine when the shard is)
+                    qwz_groups(self.hpz.numel(g))
             except ValueError:
                 raise ValueError(
                     f"zero_optimization.zero_quantized_weights: stage 3's shard of {g.label} has {g.shard_numel} "
@@ -487,6 +537,8 @@ class GatheredParams:
         agree(self.stage.comm, self.groups, first, code, tag, self.stage.device)
 
     def _release(self, g: FlatGroup) -> None:
+        if self.hpz is not None and g.index in self.full and not self.persistent[g.index]:
+            self.hpz.keep(g, self.full[g.index])  # DeepSpeed's _partition_param_sec, at every release
         for p in g.params:
             p.data = torch.empty(0, dtype=self.stage.dtype, device=self.stage.device)
         if self.full.pop(g.index, None) is not None and not self.persistent[g.index]:
@@ -539,7 +591,8 @@ class GatheredParams:
     def bytes_on(self, where: str) -> int:
         if where == "host" and self.where != "device":
             return tensor_bytes([self.shards[g.index] for g in self.groups
-                                 if not self.persistent[g.index] and g.index not in self._on_nvme])
+                                 if not self.persistent[g.index] and g.index not in self._on_nvme]
+                                ) + self.secondary_bytes("host")
         if where == "nvme" and self._param_files is not None:
             return self._param_files.bytes_on_disk()
         return 0
@@ -566,14 +619,15 @@ class _Batch:
     rank's shards of the groups in order; a group's full flat buffer is copied out of it when the
     group is first needed, and ``out`` is dropped once every group has been."""
 
-    def __init__(self, pending, out: torch.Tensor, groups: list[FlatGroup], key: str):
+    def __init__(self, pending, out: torch.Tensor, groups: list[FlatGroup], key: str, world: int,
+                 sizes: list[int]):
         self.pending, self.out, self.key = pending, out, key
-        self.world = groups[0].world_size
-        self.at: dict[int, tuple[int, int]] = {}       # group index -> (offset in a rank's part, shard)
+        self.world = world                             # ranks gathered (all, or hpZ's group)
+        self.at: dict[int, tuple[int, int]] = {}       # group index -> (offset in a rank's part, its size)
         offset = 0
-        for g in groups:
-            self.at[g.index] = (offset, g.shard_numel)
-            offset += g.shard_numel
+        for g, n in zip(groups, sizes):
+            self.at[g.index] = (offset, n)
+            offset += n
         self.left = len(groups)
 
     def unpack(self, i: int) -> torch.Tensor:

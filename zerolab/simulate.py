@@ -44,7 +44,10 @@ micro-step, Ψ parameters, bf16/fp16 (2 bytes), N ranks, k per node, m = N/k nod
   ``CUDAQuantizer.target_group_size``): 1 + 4/8000 bytes per element instead of 2;
 * ``hpz_partition_size`` h (``zero_hpz_partition_size``, hpZ): after the forward gather each rank
   keeps a secondary shard of Ψ/h (2Ψ/h bytes more on the GPU, no communication), and the backward
-  all-gather runs among h consecutive ranks: inside a node when h divides k;
+  all-gather runs among h consecutive ranks: inside a node when h divides k (the engine does it:
+  ``zerolab/hpz.py``; DeepSpeed keeps the secondary until the optimizer step, so under gradient
+  accumulation the forwards after a step's first micro-step gather inside the group too: the
+  formula, which counts every forward across nodes, is then an upper bound);
 * ``quantized_gradients`` (``zero_quantized_gradients``, qgZ): instead of the reduce-scatter,
   DeepSpeed's ``all_to_all_quant_reduce`` (``runtime/comm/coalesced_collectives.py``): 4-bit
   values plus one fp32 scale per group (``hidden`` elements per group for a square layer): an

@@ -261,10 +261,13 @@ class Stage:
     def memory(self) -> dict[str, int]:
         """Bytes this rank holds on its device (the engine adds the masters and the optimizer's
         state, which live in ``home``)."""
-        return {"params": self.params.device_bytes() + self._frozen_bytes(),
-                "grads": self.grads.device_bytes(),
-                "optimizer_states": 0,
-                "buffers": self.buffer_bytes()}
+        m = {"params": self.params.device_bytes() + self._frozen_bytes(),
+             "grads": self.grads.device_bytes(),
+             "optimizer_states": 0,
+             "buffers": self.buffer_bytes()}
+        if getattr(self.params, "hpz", None) is not None:     # stage 3 with hpZ: of "params", the
+            m["params_secondary"] = self.params.secondary_bytes("device")   # secondary shards
+        return m
 
     def param_bytes_on(self, where: str) -> int:
         """Parameter bytes offload keeps in "host" memory or on "nvme" (stage 3 only)."""
