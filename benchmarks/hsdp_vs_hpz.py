@@ -116,6 +116,7 @@ def zero3(hpz: int) -> dict:
         loss = lm_loss(eng(x), y)
         m1 = eng.ledger.mark()
         eng.backward(loss)
+        secondary = eng.memory().get("params_secondary", 0)     # hpZ's shards, alive until the step
         eng.step()
         if step == 2:
             forward = eng.ledger.since(m0).records[:m1 - m0]
@@ -124,7 +125,7 @@ def zero3(hpz: int) -> dict:
                     moved[f"{ph} {r.op} {r.link}"] += r.wire_bytes
     m = eng.memory()
     out = {"moved": dict(moved), "kept": {"parameters": m["params"], "optimizer states": m["optimizer_states"]},
-           "peak": m["peak_buffers"]}
+           "peak": m["peak_buffers"], "secondary": secondary}
     eng.close()
     return out
 
@@ -139,7 +140,7 @@ def _row(name: str, r: dict) -> str:
     kept = r["kept"]
     return (f"{name:<24}" + "".join(f"{c:>9,.0f}" for c in cells)
             + f"{kept['parameters']:>10,}{kept['optimizer states']:>10,}"
-            + (f"{r['peak']:>10,}" if "peak" in r else f"{'-':>10}"))
+            + (f"{r['secondary']:>10,}{r['peak']:>10,}" if "peak" in r else f"{'-':>10}{'-':>10}"))
 
 
 def main() -> None:
@@ -156,8 +157,8 @@ def main() -> None:
     print(f"GPT{tuple(MODEL.values())} in bf16, {WORLD} ranks as {NODES} nodes of {PER_NODE}, gloo; "
           f"wire bytes per rank in one steady step, and bytes each rank keeps")
     print(f"{'':<24}{'fwd param gathers':>18}{'bwd param gathers':>18}{'grad reduction':>18}"
-          f"{'kept':>20}{'peak':>10}")
-    print(f"{'':<24}" + f"{'intra':>9}{'inter':>9}" * 3 + f"{'params':>10}{'optim':>10}{'buffers':>10}")
+          f"{'kept between steps':>20}{'during a step':>20}")
+    print(f"{'':<24}" + f"{'intra':>9}{'inter':>9}" * 3 + f"{'params':>10}{'optim':>10}{'hpZ 2nd':>10}{'peak buf':>10}")
     for name, run in runs.items():
         print(_row(name, run()))
 
