@@ -45,6 +45,9 @@ fetches the persistent parameters once in the first forward (quantized); zerolab
 from initialization, so they are exact from the first step. Frozen parameters are kept whole in
 zerolab (DeepSpeed partitions them and quantizes their fetches too). Every gathered shard must
 be a multiple of 8 elements (DeepSpeed's quantizer asserts it): checked at initialization.
+The quantizer is :func:`zerolab.quant.qwz_codec`'s pair: zerolab's, unless
+:func:`zerolab.quant.use_qwz_codec` swapped it (zerolab's own hook; exercise 13 plugs the
+learner's quantizer in there).
 
 When to unshard and reshard is decided by the hooks in ``hooks.py`` (module forward pre/post
 hooks, output-gradient hooks, watched parameter dicts for parameters used outside their module).
