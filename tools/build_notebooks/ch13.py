@@ -170,7 +170,7 @@ exact = crew.run(one_step, {})
 e = exact[0]
 print(e["table"])
 gathers = [(tag, n) for op, _, n, _, _, tag in e["records"] if op == "all_gather" and "persistent" not in tag]
-print("parameter all-gathers (tag, elements):", gathers)
+print("parameter all-gathers:", ", ".join(f"{tag[7:]} ({n:,})" for tag, n in gathers))
 psi_g = sum(n for _, n, p in e["groups"] if not p)
 psi_p = sum(n for _, n, p in e["groups"] if p)
 tied = {label: n for label, n, _ in e["groups"]}["tok"]    # the token embedding, tied to the head
@@ -263,8 +263,8 @@ ratios, tops = torch.cat(ratios), torch.cat(tops)
 print(f"rank 0, step 1: {len(w['blocks'])} quantized gathers, {ratios.numel() + tops.numel():,} weights")
 half_ok, top_ok = bool(ratios.max() <= 0.5 + 1e-6), bool((tops - 1).abs().max() < 1e-4)
 print(f"  every weight but the blocks' positive maxima within scale/2: {half_ok}")
-print(f"  the {tops.numel()} positive maxima: 128 steps clamped to 127, off by one step "
-      f"(|error / scale - 1| < 1e-4): {top_ok}")
+print(f"  the {tops.numel()} positive maxima: 128 steps clamped to 127, one step off "
+      f"(within 1e-4): {top_ok}")
 x, back, s = w["blocks"][0]
 fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.4))
 a1.plot(x[0].numpy(), ((back[0] - x[0]) / s[0]).numpy(), ".", ms=3)
@@ -502,8 +502,8 @@ shard costs in memory.
 ## What we measured
 """),
 code(r"""
-print(f"crew        {N} ranks as {NODES} nodes of {L}; every stage-3 collective spans both: "
-      f"{e['links']['inter']:,.0f} B across, {e['links']['intra']:,.0f} inside")
+print(f"crew        {N} ranks as {NODES} nodes of {L}; every stage-3 collective spans both:")
+print(f"            {e['links']['inter']:,.0f} B across the street, {e['links']['intra']:,.0f} inside a building")
 print(f"qwZ         parameter all-gathers {plain:,.0f} B -> {values + scales:,.0f} B "
       f"({(values + scales) / plain:.4f}x: int8 + fp32 scales)")
 print(f"            every weight within scale/2 = m/256 of its block, the clamped maxima one step: "
