@@ -229,3 +229,34 @@ def test_ring_equals_library_on_nccl():
         ring = ring_all_reduce(x, ledger=sent, trace=trace)
         return ring.device.type, torch.equal(ring, lib), len(trace), sent.totals()["send"]["calls"]
     assert zerolab.launch(on_gpu, 2, backend="nccl") == [("cuda", True, 2, 2)] * 2
+
+
+def test_bounded_log_keeps_the_newest_and_marks_survive_drops_and_clears():
+    """Ledger and Timeline share zerolab.ledger.BoundedLog: positions count from the first item
+    ever added, so a mark taken before the oldest half was dropped (or the list cleared) still
+    slices exactly the items added after it."""
+    from zerolab.ledger import BoundedLog
+    from zerolab.timeline import Timeline
+    log, items = BoundedLog(limit=4), []
+    for i in range(3):
+        log.append(items, i)
+    m = log.mark(items)
+    for i in range(3, 6):
+        log.append(items, i)                   # 6 > 4: the oldest half (0, 1, 2) dropped at 5 items
+    assert items == [2, 3, 4, 5] and log.dropped == 2 and log.since(items, m) == [3, 4, 5]
+    m = log.mark(items)
+    log.clear(items)
+    log.append(items, 6)
+    assert log.since(items, m) == [6] and log.since(items, 0) == [6]
+    tl = Timeline()
+    tl.add("compute", "a", 0.0, 1.0)
+    m = tl.mark()
+    tl.clear()
+    tl.add("compute", "b", 1.0, 2.0)
+    assert [e.name for e in tl.since(m).events] == ["b"]
+    led = Ledger()
+    led.add(CommRecord("all_reduce", 4, 16, "float32", 2, 0.0, "x"))
+    m = led.mark()
+    led.clear()
+    led.add(CommRecord("all_gather", 4, 16, "float32", 2, 0.0, "y"))
+    assert [r.op for r in led.since(m).records] == ["all_gather"]

@@ -30,13 +30,18 @@ def one_step(stage, own=None, **zero):
             "psi": sum(g.numel for g in engine.stage.groups) * 4, "transport": engine.comm.transport()}
 
 
+def variants(stage, *runs):
+    """``one_step`` for each ``(own, zero)`` in ``runs``, one after another on the same crew (one
+    crew start per test, not one per variant)."""
+    return [one_step(stage, own, **zero) for own, zero in runs]
+
+
 @pytest.mark.parametrize("stage", [1, 2])
 def test_deepspeeds_all_reduce_moves_twice_the_gradient_bytes_of_the_ideal_reduce_scatter(stage):
     """Stages 1-2: DeepSpeed all-reduces each bucket, whether reduce_scatter is true (its default)
     or false; zerolab's opt-in ideal_reduce_scatter reduce-scatters it: half the wire bytes."""
-    ds = zerolab.launch(one_step, 2, stage, echo=False, timeout=60)[0]
-    ar = zerolab.launch(one_step, 2, stage, reduce_scatter=False, echo=False, timeout=60)[0]
-    rs = zerolab.launch(one_step, 2, stage, {"ideal_reduce_scatter": True}, echo=False, timeout=60)[0]
+    ds, ar, rs = zerolab.launch(variants, 2, stage, (None, {}), (None, {"reduce_scatter": False}),
+                                ({"ideal_reduce_scatter": True}, {}), echo=False, timeout=60)[0]
     assert ds["ops"] == ar["ops"] == ["all_reduce"] and rs["ops"] == ["reduce_scatter"]
     assert ds["bytes"] == ar["bytes"] == ds["psi"]                # every real gradient element, once
     assert rs["bytes"] == rs["padded"]                             # each bucket padded to N shards
@@ -48,8 +53,8 @@ def test_deepspeeds_all_reduce_moves_twice_the_gradient_bytes_of_the_ideal_reduc
 def test_overlap_issues_async_collectives_and_moves_the_same_bytes(stage):
     # the gradient buckets' collectives go asynchronous with overlap_comm (all-reduce here)
     zero = {} if stage == 0 else {"reduce_scatter": False}
-    sync = zerolab.launch(one_step, 2, stage, overlap_comm=False, echo=False, timeout=60, **zero)[0]
-    over = zerolab.launch(one_step, 2, stage, overlap_comm=True, echo=False, timeout=60, **zero)[0]
+    sync, over = zerolab.launch(variants, 2, stage, (None, {"overlap_comm": False, **zero}),
+                                (None, {"overlap_comm": True, **zero}), echo=False, timeout=60)[0]
     assert "async" in over["kinds"] and "wait" in over["kinds"] and over["grad_async"] > 0
     assert sync["grad_async"] == 0
     assert (over["ops"], over["bytes"], over["wire"]) == (sync["ops"], sync["bytes"], sync["wire"])

@@ -19,6 +19,7 @@ so one Config can be shared by every rank and pickled to them.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -29,6 +30,7 @@ from typing import Any
 import torch
 
 from . import config_keys as K
+from .loss_scaler import FP16_DEFAULTS
 
 __all__ = ["Config", "ConfigError", "OptimizerConfig", "SchedulerConfig", "FP16Config", "BF16Config",
            "OffloadConfig", "ZeroConfig", "ZerolabConfig", "FrozenDict", "load_config"]
@@ -126,12 +128,12 @@ class SchedulerConfig:
 @dataclass(frozen=True)
 class FP16Config:
     enabled: bool = False
-    loss_scale: float = 0.0          # 0 = dynamic
-    initial_scale_power: int = 16
-    loss_scale_window: int = 1000
-    hysteresis: int = 2
-    consecutive_hysteresis: bool = False
-    min_loss_scale: float = 1.0
+    loss_scale: float = float(FP16_DEFAULTS["loss_scale"])                 # 0 = dynamic
+    initial_scale_power: int = FP16_DEFAULTS["initial_scale_power"]
+    loss_scale_window: int = FP16_DEFAULTS["loss_scale_window"]
+    hysteresis: int = FP16_DEFAULTS["hysteresis"]
+    consecutive_hysteresis: bool = FP16_DEFAULTS["consecutive_hysteresis"]
+    min_loss_scale: float = float(FP16_DEFAULTS["min_loss_scale"])
     auto_cast: bool = False          # only False runs (True is refused: not implemented)
 
     @property
@@ -344,13 +346,12 @@ def _parse(d: dict, world_size: int) -> tuple[Config, K.Problems]:
     g = lambda key, conv, default: K.read(p, d, "", key, conv, default)  # noqa: E731
     names = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
     batch = [g(k, K.as_int(lo=1), None) for k in names]
-    top = dict(gradient_clipping=g("gradient_clipping", K.as_num(lo=0), 1.0),
-               communication_data_type=g("communication_data_type",
-                                         K.optional(K.one_of("fp32", "fp16", "bf16", lower=True)), None),
-               steps_per_print=g("steps_per_print", K.optional(K.as_int(lo=1)), None),
-               wall_clock_breakdown=g("wall_clock_breakdown", K.as_bool, False),
-               zero_allow_untested_optimizer=g("zero_allow_untested_optimizer", K.as_bool, False),
-               dataloader_drop_last=g("dataloader_drop_last", K.as_bool, False))
+    D = {f.name: f.default for f in dataclasses.fields(Config)}     # every default is the dataclass's
+    top = {k: g(k, conv, D[k]) for k, conv in (
+        ("gradient_clipping", K.as_num(lo=0)),
+        ("communication_data_type", K.optional(K.one_of("fp32", "fp16", "bf16", lower=True))),
+        ("steps_per_print", K.optional(K.as_int(lo=1))), ("wall_clock_breakdown", K.as_bool),
+        ("zero_allow_untested_optimizer", K.as_bool), ("dataloader_drop_last", K.as_bool))}
     aio = K.read_block(p, d, "aio", "aio")
     if aio is not None:  # accepted and unused, but a typo in it is still a typo
         K.check_keys(p, aio, "aio", K.AIO)
@@ -416,18 +417,19 @@ def _parse_fp16(p: K.Problems, b: dict | None) -> FP16Config:
     if b is None:
         return FP16Config()
     K.check_keys(p, b, "fp16", K.FP16)
-    g = lambda key, conv, default: K.read(p, b, "fp16", key, conv, default)  # noqa: E731
-    enabled, loss_scale = g("enabled", K.as_bool, False), g("loss_scale", K.as_num(lo=0), 0.0)
+    D = FP16Config()                      # every default is the dataclass's (DeepSpeed's: FP16_DEFAULTS)
+    g = lambda key, conv: K.read(p, b, "fp16", key, conv, getattr(D, key))  # noqa: E731
+    enabled, loss_scale = g("enabled", K.as_bool), g("loss_scale", K.as_num(lo=0))
     # As DeepSpeed 0.19.8: window and floor must be > 0 only where they act (dynamic scaling on).
     dyn = " when dynamic loss scaling is on (fp16 enabled, loss_scale 0)"
     positive = K.as_int(lo=1, note=dyn) if enabled and loss_scale == 0 else K.as_int()
     return FP16Config(enabled=enabled, loss_scale=loss_scale,
-                      initial_scale_power=g("initial_scale_power", K.as_int(lo=0), 16),
-                      loss_scale_window=g("loss_scale_window", positive, 1000),
-                      hysteresis=g("hysteresis", K.as_int(lo=1), 2),
-                      consecutive_hysteresis=g("consecutive_hysteresis", K.as_bool, False),
-                      min_loss_scale=float(g("min_loss_scale", positive, 1)),
-                      auto_cast=g("auto_cast", K.as_bool, False))
+                      initial_scale_power=g("initial_scale_power", K.as_int(lo=0)),
+                      loss_scale_window=g("loss_scale_window", positive),
+                      hysteresis=g("hysteresis", K.as_int(lo=1)),
+                      consecutive_hysteresis=g("consecutive_hysteresis", K.as_bool),
+                      min_loss_scale=float(g("min_loss_scale", positive)),
+                      auto_cast=g("auto_cast", K.as_bool))
 
 
 def _parse_zero(p: K.Problems, d: dict) -> ZeroConfig:

@@ -23,6 +23,8 @@ import json
 import time
 from typing import Iterator
 
+from .ledger import BoundedLog
+
 __all__ = ["Event", "Timeline"]
 
 KINDS = ("compute", "comm", "async", "wait", "host", "io")
@@ -48,15 +50,11 @@ class Timeline:
     def __init__(self) -> None:
         self.events: list[Event] = []
         self.enabled = True
-        self._dropped = 0             # events dropped from the front so far
+        self._log = BoundedLog(self.MAX_EVENTS)
 
     def add(self, kind: str, name: str, start: float, end: float) -> None:
         if self.enabled:
-            self.events.append(Event(kind, name, start, end))
-            if len(self.events) > self.MAX_EVENTS:
-                half = len(self.events) // 2
-                del self.events[:half]
-                self._dropped += half
+            self._log.append(self.events, Event(kind, name, start, end))
 
     @contextlib.contextmanager
     def span(self, name: str) -> Iterator[None]:
@@ -67,15 +65,15 @@ class Timeline:
             self.add("compute", name, t0, time.perf_counter())
 
     def mark(self) -> int:
-        return self._dropped + len(self.events)
+        return self._log.mark(self.events)
 
     def since(self, mark: int) -> "Timeline":
         out = Timeline()
-        out.events = self.events[max(mark - self._dropped, 0):]
+        out.events = self._log.since(self.events, mark)
         return out
 
     def clear(self) -> None:
-        self.events.clear()
+        self._log.clear(self.events)
 
     def summary(self) -> dict[str, float]:
         """Seconds: ``wall`` (spans), ``compute``, ``exposed_comm``, ``hidden_comm``, and with

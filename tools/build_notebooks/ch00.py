@@ -67,15 +67,6 @@ In this chapter we hire a crew of four, hear each worker introduce itself, watch
 shouts that all of ZeRO is built from, count the bytes each one puts on the wire, and then
 build the most important shout, the ring all-reduce, ourselves from plain sends and receives.
 """),
-code("""
-import matplotlib.pyplot as plt
-import torch
-import torch.distributed as dist
-
-import zerolab
-from zerolab.comm import Ledger, default_comm, ring_all_reduce
-from zerolab.viz import cells, collective_grids, only_slice, ring_steps
-"""),
 md("""
 ## 1. Hire the crew
 
@@ -85,6 +76,14 @@ after that, every `crew.run(fn)` costs about a millisecond. Four ranks work on a
 even a two-core laptop: most of the time they wait for one another.
 """),
 code("""
+import matplotlib.pyplot as plt
+import torch
+import torch.distributed as dist
+
+import zerolab
+from zerolab.comm import Ledger, default_comm, ring_all_reduce
+from zerolab.viz import cells, collective_grids, only_slice, ring_steps
+
 N = 4                                        # the world size: four workers
 crew = zerolab.Crew(N, backend="auto")       # NCCL with a GPU per rank, else gloo on CPU
 print(f"{crew.world_size} ranks are up")
@@ -136,19 +135,21 @@ data it is**: one colour per rank, dark grey for a sum over all ranks, white for
 rank does not hold. The numbers are chosen so that you can read them: rank r starts with
 `10·r + i` at position i, so the tens digit is the rank and the ones digit the position.
 The pictures are drawn by `zerolab.viz.collective_grids` from what the ranks return; `show`
-below only formats what a rank prints.
+only formats what a rank prints.
+
+### All-reduce: every rank ends with the sum
+
+Each rank holds 8 numbers of its own: rank r holds 10·r + i at position i. After `all_reduce`,
+each holds the element-wise sum over the four ranks.
+
+**Predict, then run.** What will rank 2 hold at position 3 after the all-reduce? And rank 0?
+Write the two numbers down.
 """),
 code("""
 def show(t):
     return " ".join(f"{v:g}" for v in t.tolist())
-"""),
-md("""
-### All-reduce: every rank ends with the sum
 
-Each rank holds 8 numbers of its own. After `all_reduce`, each holds the element-wise sum over
-the four ranks: at position i, (0 + 10 + 20 + 30) + 4·i = 60 + 4·i.
-"""),
-code("""
+
 def all_reduce_demo():
     r, dev = zerolab.rank(), zerolab.device()
     x = torch.arange(8.0, device=dev) + 10 * r         # rank r's own numbers
@@ -164,12 +165,18 @@ collective_grids("all-reduce: every rank ends with the sum",
 plt.show()
 """),
 md("""
+72 on both: at position i the sum is (0 + 10 + 20 + 30) + 4·i = 60 + 4·i, and every rank holds
+the same sum. Those who wrote 23 for rank 2 kept its own number: an all-reduce leaves no rank
+with its own data, only with everyone's.
+
 ### Reduce-scatter: each rank ends with one slice of the sum
 
 The 8 numbers are 4 slices of 2. After `reduce_scatter`, rank r holds only **slice r** of the
 sum: a quarter of the result each, and together the whole of it. This is how ZeRO stage 3
 (and the ZeRO paper's stage 2) keeps gradients: no rank ever holds all of them. (DeepSpeed's
 stage 2 all-reduces instead and each rank keeps its own slice: chapter 3 weighs the difference.)
+
+**Predict, then run.** Which two numbers will rank 1 hold after the reduce-scatter?
 """),
 code("""
 def reduce_scatter_demo():
@@ -188,6 +195,9 @@ plt.show()
 """),
 md("""
 ### All-gather: every rank ends with every slice
+
+68 and 72: positions 2 and 3 of the all-reduce's sum, not rank 1's own 12 and 13. The sum is
+the same as before; each rank simply keeps a quarter of it.
 
 The opposite move. Rank r starts with only slice r (positions 2r and 2r+1, so its numbers are
 10·r + 2r and 10·r + 2r + 1), and after `all_gather` every rank holds all four slices, in rank
@@ -250,6 +260,10 @@ bandwidth, which is what a bandwidth-optimal ring sends:
 * broadcast: **S** (in a pipelined chain every rank but the root receives all of it)
 
 With N = 4 the factors are 1.5, 0.75, 0.75 and 1.
+
+**Predict, then run.** Each of the four calls above moved a tensor of 8 float32 values, S = 32
+bytes. How many bytes per rank will the ledger put on the wire for each one? Which of the four
+is the most expensive?
 """),
 code("""
 def my_ledger():
@@ -263,7 +277,9 @@ print("the ledger of rank 0 (the other ranks' are identical):")
 print(ledgers[0][0])
 """),
 md("""
-The same totals, beside the formulas written out by hand:
+The all-reduce, at 48 bytes, one and a half times the tensor: it is a reduce-scatter (24) and an
+all-gather (24) back to back. The broadcast moves S, 32. The same totals, beside the formulas
+written out by hand:
 """),
 code("""
 FORMULAS = {"all_reduce": ("2(N-1)/N x S", 2 * (N - 1) / N), "reduce_scatter": ("(N-1)/N x S", (N - 1) / N),
@@ -301,6 +317,9 @@ and can report each step. To see who has contributed to what, **rank r starts wi
 number 10^r** in every chunk: 1, 10, 100, 1000. A sum then spells out its contributors:
 read the digits from the right, and the k-th digit is 1 when rank k's number is in it.
 1011 is ranks 0, 1 and 3; 1111 is everyone.
+
+**Predict, then run.** How many steps will the ring take on 4 ranks, and what number will every
+rank hold in every chunk at the end?
 """),
 code("""
 def ring_demo():
@@ -322,6 +341,10 @@ finals = {tuple(ring[r][2]) for r in range(N)}
 print(f"after {steps} steps every rank holds the same: {finals == {tuple(ring[0][2])}}, namely {ring[0][2]}")
 """),
 md("""
+Six steps, 2(N−1), and 1111 everywhere: every chunk holds every rank's number, once. (Some guess
+4, one step per rank; the ring needs N−1 steps to sum and N−1 more to share.) Each row of the
+table is one step: every rank sends a different chunk at the same time, so no link sits idle.
+
 The same steps as pictures: what each rank holds (rows) of each chunk (columns) after every
 step. The darker the cell, the more ranks are in its sum; the outlined cell on each row is
 the chunk that rank has just received from its left neighbour. Watch the diagonal fill in
@@ -357,6 +380,11 @@ for r, (equal, S, sends) in enumerate(crew.run(ring_equals_library)):
 print(f"formula: 2(N-1)/N x S = 2 x {N - 1}/{N} x {S} = {2 * (N - 1) / N * S:g} bytes per rank")
 """),
 md("""
+Six sends of 2,000 bytes, 12,000 in all, on every rank: 1.5 S, the ledger's formula, now counted
+send by send. And no, it would not change: a collective's traffic depends on the size of the
+tensor and the number of ranks, never on the values, so a rank with "nothing useful" (zeros)
+sends exactly as much as the others.
+
 ## What we measured
 
 * **The crew**: four ranks, real processes in one `torch.distributed` process group,

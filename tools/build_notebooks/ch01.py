@@ -46,6 +46,13 @@ model, weigh each giant in **bytes** with the engine's own scale (`engine.memory
 its formula. Units matter here: Ψ counts parameter *elements*; sizes are in *bytes*;
 **GB = 10⁹ bytes** (the ZeRO paper) and **GiB = 2³⁰ bytes** (what allocators report).
 """),
+md("""
+## 1. Counting Ψ
+
+Ψ is the number of parameter elements. `TinyLM` is a small next-token model made for this
+course: an embedding, two MLP blocks, and an output head that **shares** the embedding matrix
+(tied weights). A shared matrix is stored once, so it counts once.
+"""),
 code("""
 import copy
 
@@ -57,15 +64,6 @@ from zerolab.memory import count_params, format_bytes, measure_activations, prec
 from zerolab.models import TinyLM, lm_batches, lm_loss
 
 GIANTS = ("params", "grads", "optimizer_states")
-"""),
-md("""
-## 1. Counting Ψ
-
-Ψ is the number of parameter elements. `TinyLM` is a small next-token model made for this
-course: an embedding, two MLP blocks, and an output head that **shares** the embedding matrix
-(tied weights). A shared matrix is stored once, so it counts once.
-"""),
-code("""
 tiny = TinyLM()
 for name, p in tiny.named_parameters():
     print(f"{name:20} {str(tuple(p.shape)):9} {p.numel():>6,} elements{'   (frozen)' if not p.requires_grad else ''}")
@@ -112,8 +110,8 @@ def weigh_backpack(precision, micro_batch=4):
     engine.backward(lm_loss(engine(tokens[mine]), targets[mine]))
     engine.step()
     return {"before_step": before, "after_step": engine.memory()}
-"""),
-code("""
+
+
 crew = zerolab.Crew(2)        # two ranks, kept for the whole chapter
 measured = {precision: crew.run(weigh_backpack, precision) for precision in ("fp32", "bf16")}
 """),
@@ -141,16 +139,18 @@ beside Ψ × b are the frozen one-element `temperature` parameter (stored, but i
 gradient and no optimizer state) and Adam's step counter (a 4-byte tensor).
 
 Now **mixed precision** (bf16 here; fp16 carries the same bytes, chapter 4 shows why it also
-needs a loss scale). The furniture folds to half its size, 2 bytes, and so do the stickers. But
-the notebook grows: besides momentum and variance, the optimizer must keep an **fp32 master
-copy** of every weight, because tiny updates vanish when added to a bf16 number.
-4 + 4 + 4 = 12 bytes.
+needs a loss scale). The furniture folds to half its size, 2 bytes, and so do the stickers.
+
+**Predict, then run.** In mixed precision, how many bytes per parameter will the model states
+take in all: 8 (half of fp32's 16), 12, or 16? Which giant is the heaviest?
 """),
 code("""
 backpack_table("bf16")
 """),
 md("""
-The two totals are the same, **16 bytes per parameter**: 4 + 4 + 8 in fp32, 2 + 2 + 12 in mixed
+Most guess 8. The notebook grows instead: besides momentum and variance, the optimizer must keep
+an **fp32 master copy** of every weight, because tiny updates vanish when added to a bf16 number
+(chapter 4 shows it): 4 + 4 + 4 = 12 bytes. The two totals are the same, **16 bytes per parameter**: 4 + 4 + 8 in fp32, 2 + 2 + 12 in mixed
 precision. Mixed precision makes the arithmetic faster on GPUs and the activations smaller, but it
 does not shrink the model states. In both cases the notebook is the heaviest giant:
 half of the load in fp32, three quarters of it in mixed precision.
@@ -185,6 +185,9 @@ on how much data goes through at once.
 `measure_activations` runs one forward (and the loss) and counts every tensor autograd saves for
 backward, through `torch.autograd.graph.saved_tensors_hooks`, leaving out the parameters (they
 are in the backpack anyway). We measure it for growing batch sizes and sequence lengths.
+
+**Predict, then run.** One sequence of 128 tokens saves about 3 MB (3,020,812 bytes). How much
+will a batch of 16 save? And a batch of 8 sequences of 16 tokens instead of 128?
 """),
 code("""
 def activation_bytes(model, batch, seq_len):
@@ -205,7 +208,8 @@ for i in range(max(len(batch_sizes), len(seq_lens))):
     print(f"{left:45}{right}")
 """),
 md("""
-The bytes per token stay the same: the chair grows **linearly** with batch × sequence length.
+About 48 MB, and about 3 MB: the bytes per token stay the same, so the chair grows **linearly**
+with batch × sequence length (the tokens in a micro-batch), whichever of the two grows.
 (`TinyLM` has no attention. A transformer's attention adds scores that grow with the *square*
 of the sequence length, unless a fused kernel such as FlashAttention avoids storing them.)
 """),
@@ -227,14 +231,24 @@ ZeRO does not touch the chair: each rank's activations are set by its own micro-
 tools for the chair are activation checkpointing, which recomputes instead of storing, and
 smaller micro-batches.) Mixed precision, on the other hand, does fold it: most saved tensors
 are bf16.
+
+**Predict, then run.** The same model in bf16, the same 4 × 128 tokens: what fraction of the
+fp32 chair will it save, exactly a half, less, or more?
 """),
 code("""
 big_bf16 = copy.deepcopy(big).to(torch.bfloat16)
 chair = {"fp32": activation_bytes(big, 4, 128), "bf16": activation_bytes(big_bf16, 4, 128)}
 for precision, nbytes in chair.items():
     print(f"{precision}: activations for a micro-batch of 4 × 128 tokens: {nbytes:>10,} bytes")
+print(f"bf16 / fp32 = {chair['bf16'] / chair['fp32']:.2f}; per token: fp32 {chair['fp32'] / 512:,.0f} B,"
+      f" bf16 {chair['bf16'] / 512:,.0f} B")
 """),
 md("""
+More than half: 0.54. The model's own tensors are halved, but the loss is not: `lm_loss` computes
+the cross-entropy in fp32 (`logits.float()`, as most training code does, for a stable softmax),
+so the softmax it saves stays 4 bytes per vocabulary entry per token (512 × 4 = 2,048 bytes), and
+the token ids and targets are int64 (16 bytes). Those 2,064 bytes per token are the difference.
+
 ## 4. The four giants in one picture
 
 Each rank's backpack after one step, as measured above, with the chair for a micro-batch of
@@ -266,7 +280,10 @@ states alone overflow a GPU, as the next section shows.
 ## 5. From TinyLM to 7B and 70B
 
 The model states are Ψ × 16 bytes, whatever the model. That makes them easy to predict before
-buying a GPU. The same arithmetic, for real model sizes (mixed precision, Adam, stage 0):
+buying a GPU.
+
+**Predict, then run.** How many GB of model states does a 7-billion-parameter model need on each
+GPU at stage 0, in mixed precision with Adam? Does it fit on an 80 GB GPU?
 """),
 code("""
 per_param = dict(zip(GIANTS, precision_bytes("bf16")))   # (2, 2, 12): the same for fp16
@@ -281,8 +298,8 @@ for giant in (*GIANTS, "total"):
 print(f"\\nAn 80 GB GPU holds the model states of at most {80e9 / 16 / 1e9:.1f}e9 parameters, before any activation.")
 """),
 md("""
-A 7B model needs 112 GB for its model states alone: it does not fit on an 80 GB GPU, and at
-stage 0 adding GPUs does not help, because every GPU carries the whole backpack. That is the
+A 7B model needs 7 × 10⁹ × 16 bytes = **112 GB** for its model states alone: it does not fit on
+an 80 GB GPU, and at stage 0 adding GPUs does not help, because every GPU carries the whole backpack. That is the
 pain of the next chapter, and the reason for ZeRO.
 
 Try other sizes (the calculator runs in your browser's kernel; pick a preset or type Ψ):

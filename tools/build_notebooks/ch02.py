@@ -41,442 +41,218 @@ any lighter.
 There is a second cost. The workers each unpack a different room, so each learns something
 different about where things go. After every room they stop and **compare notes**: every
 worker's stickers are added up and everyone copies down the total, so that all the copies of the
-plan stay exactly the same. The more workers, the more notes pass around the group each time.
+plan stay exactly the same.
 
 That old rule is **data parallelism** (PyTorch's DDP). Every rank (GPU) holds the *whole* model,
 takes its own slice of the batch, and computes its own gradients; then an **all-reduce** sums the
 gradients of all ranks (and divides by N), so every rank takes the same optimizer step and the
 copies never drift apart. For a small model it is simple, and it works. For a large one it hits
 a wall: in mixed precision with Adam every rank holds **16Ψ bytes** of model states (chapter 1),
-whatever N is, so the crew holds **N·16Ψ**. Adding GPUs adds speed, never room: a model that
-does not fit on one GPU does not fit on a thousand. This is the **memory wall**.
+whatever N is. Adding GPUs adds speed, never room. This is the **memory wall**; chapter 3 breaks
+it, and this chapter measures why it must.
 
-The captain sees it plainly: the rule "everyone carries everything" has to go. Chapter 3 breaks
-it. This chapter measures why it must.
-
-**In this chapter**, on real ranks (gloo on CPU here; NCCL on GPUs):
-1. DDP from scratch (zerolab's stage 0) on 1–4 ranks trains exactly like one process;
-2. chapter 0's ring all-reduce, weighed in its two halves: reduce-scatter + all-gather = 2(N−1)/N·Ψ·b;
-3. the engine's own ledger for one step: DeepSpeed's stage 0 sends the whole gradient in one all-reduce;
-4. memory per rank against 16Ψ as ranks are added: it does not shrink;
-5. the memory wall on the 40 GB and 80 GB GPUs that real ZeRO runs use.
+**In this chapter**, on real ranks (gloo on CPU here; NCCL on GPUs): DDP from scratch trains like
+one process; the ring all-reduce weighed in its two halves; the engine's ledger for one step;
+memory per rank as ranks are added; and the wall on 40 GB and 80 GB GPUs.
 
 **Units.** Ψ = number of parameters (elements); N = number of ranks; b = bytes per element
 (2 for fp16/bf16, 4 for fp32); sizes in bytes (B); **GB = 10⁹ B**, **GiB = 2³⁰ B**.
 """),
 code("""
 import matplotlib.pyplot as plt
-import torch
-import torch.distributed as dist
 
 import zerolab
-from zerolab.comm import Ledger, ring_all_gather, ring_reduce_scatter
+from zerolab.chapters import ch02          # this chapter's runs, tables and pictures: zerolab/chapters/ch02.py
+from zerolab.chapters.ch02 import one_step, ring_bytes, train_ddp_and_single
 from zerolab.memory import count_params, model_state_bytes
-from zerolab.models import TinyLM, lm_batches, lm_loss
-from zerolab.reference import train_engine, train_reference
+from zerolab.models import TinyLM, lm_batches
 
-WORLD_SIZES = (1, 2, 3, 4)
 model = TinyLM()
 PSI = sum(p.numel() for p in model.parameters() if p.requires_grad)   # trainable elements
 print(f"TinyLM: Ψ = {PSI:,} trainable parameters "
       f"(+ {count_params(model) - PSI} frozen; the output head shares the embedding's weights)")
-"""),
-md("""
-A crew of N ranks takes a moment to start, so we start **one crew per world size** now and reuse
-it in every cell below. Each crew's ranks are real processes in one `torch.distributed` process
-group; a function we hand to `crew.run` runs on every rank and its results come back in rank
-order.
-"""),
-code("""
-crews = {n: zerolab.Crew(n) for n in WORLD_SIZES}
+crews = {n: zerolab.Crew(n) for n in (1, 2, 3, 4)}     # started once (seconds each), reused below
 print("crews ready:", ", ".join(f"{n} rank{'s' if n > 1 else ''}" for n in crews))
 """),
 md("""
 ## 1 · DDP from scratch
 
 zerolab's **stage 0** is DDP's algorithm written out by hand (`AllReduceAtBoundary` in
-`zerolab/reduce.py`, `ReplicatedParams` in `zerolab/params.py`), reducing the gradients the
-way DeepSpeed's stage 0 does. One difference from PyTorch's DDP: DDP's defining optimization is
-to all-reduce each bucket (`bucket_cap_mb`, 25 MB) as soon as backward has filled it,
-*overlapping* communication with the rest of backward. DeepSpeed's stage 0 all-reduces after
-backward, in buckets of 5·10⁸ elements (`reduce_bucket_size` is not used at stage 0), so a
-model smaller than that sends its whole gradient in one all-reduce. The bytes on the wire are
-the same either way; only the time differs. On every rank:
+`zerolab/reduce.py`, `ReplicatedParams` in `zerolab/params.py`), reducing the gradients the way
+DeepSpeed's stage 0 does. On every rank: the parameters live in one flat buffer, copied from rank
+0 at start-up; backward adds each gradient into a flat gradient buffer; at the step the gradient
+is divided by N and **all-reduced**, so every rank holds the *average* gradient of the global
+batch and runs the same AdamW step on it.
 
-* the parameters live in one flat buffer; at start-up every rank copies rank 0's values, so all
-  copies begin equal;
-* during backward, each parameter's gradient is added into the flat gradient buffer;
-* at the step, the gradient is divided by N and **all-reduced** (summed over ranks): now every
-  rank holds the *average* gradient of the whole global batch;
-* every rank runs the same AdamW step on the same gradient, so the copies stay identical.
+One difference from PyTorch's DDP, whose defining optimization is to all-reduce each bucket
+(`bucket_cap_mb`, 25 MB) as soon as backward has filled it, *overlapping* communication with the
+rest of backward: DeepSpeed's stage 0 all-reduces after backward, in buckets of 5·10⁸ elements.
+The bytes on the wire are the same either way; only the time differs.
 
-The claim to test: N ranks, each taking 1/N of a global batch, end with **the same parameters as
-one process trained on the whole global batch**. We use one global batch of 12 sequences for
-every N, split 12, 6, 4 or 3 per rank, and fp32 so that "the same" can be checked to rounding.
+We train 3 steps in fp32 on one global batch of 12 sequences for every N (12, 6, 4 or 3 per
+rank), and on every rank also train one process on all 12 at once (`ch02.train_ddp_and_single`).
+
+**Predict, then run.** After 3 steps, will the 3 ranks of N = 3 hold exactly the parameters of
+the one process? Close to them? And will the 3 ranks' copies be bit-identical to *each other*?
 """),
 code("""
-GLOBAL_BATCH = 12            # sequences per step, for every crew size (12 = 1x12 = 2x6 = 3x4 = 4x3)
-STEPS = 3
-BATCHES = lm_batches(STEPS, GLOBAL_BATCH, seed=0)   # 3 global batches of 12 sequences x 16 tokens
-
-
-def ds_config(world_size, precision="fp32"):
-    \"\"\"A DeepSpeed config for stage 0 (DDP): the global batch split evenly over the ranks.\"\"\"
-    config = {
-        "train_batch_size": GLOBAL_BATCH,
-        "train_micro_batch_size_per_gpu": GLOBAL_BATCH // world_size,
-        "gradient_accumulation_steps": 1,
-        "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
-        "zero_optimization": {"stage": 0},
-    }
-    if precision == "bf16":
-        config["bf16"] = {"enabled": True}
-    return config
-"""),
-code("""
-def train_ddp_and_single(batches):
-    \"\"\"On every rank: train stage 0 (DDP), and, for comparison, one process on the whole batch.\"\"\"
-    engine = zerolab.initialize(TinyLM(), ds_config(zerolab.world_size()))
-    train_engine(engine, batches, lm_loss)              # this rank's 1/N of every global batch
-    ddp = engine.full_params()
-    single = train_reference(TinyLM(), ds_config(1), batches, lm_loss)   # all 12 sequences at once
-    return ddp, single
-
-
+BATCHES = lm_batches(3, ch02.GLOBAL_BATCH, seed=0)   # 3 global batches of 12 sequences x 16 tokens
 parity = {n: crew.run(train_ddp_and_single, BATCHES) for n, crew in crews.items()}
-"""),
-code("""
-# The exact difference is float32 rounding noise: its digits change with the CPU's kernels, so we
-# print the bound it is under. (Print diff itself to see it on your machine.)
-TOLERANCE = 1e-6
-print(" N  sequences/rank  max |DDP - single process| over all parameters and ranks")
-for n, results in parity.items():
-    diff = max(float((ddp[k] - single[k]).abs().max()) for ddp, single in results for k in single)
-    shown = f"< {TOLERANCE:g}: equal up to float32 rounding" if diff < TOLERANCE else f"{diff:.1e}: NOT equal"
-    print(f"{n:>2}  {GLOBAL_BATCH // n:>14}  {shown}")
+ch02.print_parity(parity)
 """),
 md("""
-Differences this small (one float32 rounding step near 1 is about 10⁻⁷) are float32 rounding:
-summing the same numbers in a different order (per rank, then across ranks) rounds differently
-in the last bit; the exact digits change with the CPU, the bound does not. And because every rank applies
-the same update to the same averaged gradient, the copies are not just close to each other; they
-are **bit for bit identical**:
-"""),
-code("""
-for n, results in parity.items():
-    ddp0 = results[0][0]
-    same = all(torch.equal(ddp[k], ddp0[k]) for ddp, _ in results for k in ddp0)
-    print(f"N = {n}: all {n} rank(s) hold bit-identical parameters: {same}")
-"""),
-md("""
+Equal to the one process up to float32 rounding, not bit for bit: summing the same numbers in a
+different order (per rank, then across ranks) rounds differently in the last bit (one float32
+step near 1 is about 10⁻⁷). But the copies are **bit-identical to each other**, at every N:
+every rank applies the same update to the same all-reduced gradient, so they cannot drift.
+
 ## 2 · Comparing notes: the ring all-reduce, weighed in two halves
 
 Chapter 0 built the ring the crew uses to compare notes: N−1 **reduce-scatter** steps, after
 which rank r holds chunk r summed over everyone, then N−1 **all-gather** steps that carry the
-finished chunks round once more. Every step, each rank sends one chunk of Ψ/N elements. We do
-not rebuild it here; we weigh it on a gradient the size of this chapter's model, and we weigh
-its two halves apart, because ZeRO (chapter 3) pulls them apart: an all-reduce costs exactly a
-reduce-scatter, **(N−1)/N·Ψ·b** bytes per rank, plus an all-gather, (N−1)/N·Ψ·b more, together
-**2(N−1)/N·Ψ·b**. No all-reduce can send fewer bytes per rank (Patarasuk and Yuan, 2009), and
-NCCL's ring algorithm sends exactly these.
+finished chunks round once more; every step each rank sends one chunk of Ψ/N elements. We weigh
+its two halves apart, because ZeRO (chapter 3) pulls them apart. On each crew, `ch02.ring_bytes`
+all-reduces a bf16 gradient of Ψ = 7,204 elements (14,408 B) with chapter 0's ring
+(point-to-point send/recv only), gives each half its own ledger, and checks the sum against the
+library's `dist.all_reduce`.
 
-On each crew we all-reduce a bf16 gradient of Ψ = 7,204 elements (2 B each) with chapter 0's
-ring (`zerolab.comm.ring_reduce_scatter`, then `ring_all_gather`: point-to-point send/recv
-only), give each half its own ledger, and check the sum against the library's `dist.all_reduce`.
+**Predict, then run.** On 4 ranks, how many bytes will each rank send to all-reduce those
+14,408 B: 14,408? four times that? less? Write a number down.
 """),
 code("""
-def ring_bytes(psi):
-    \"\"\"All-reduce a bf16 gradient of psi elements with the ring, in two halves; what this rank sent.\"\"\"
-    r = zerolab.rank()
-    # small integers: their sums are exact in bf16, so both all-reduces must agree bit for bit
-    grad = ((torch.arange(psi) % 5) + r).to(torch.bfloat16).to(zerolab.device())
-    halves = {"reduce_scatter": Ledger(), "all_gather": Ledger()}
-    chunks = ring_reduce_scatter(grad, ledger=halves["reduce_scatter"])   # chunk r is now the sum
-    ours = ring_all_gather(chunks, ledger=halves["all_gather"])           # every chunk, everywhere
-    theirs = grad.clone()
-    dist.all_reduce(theirs)
-    sent = {half: ledger.totals().get("send", {"calls": 0, "bytes": 0}) for half, ledger in halves.items()}
-    return {"equal": torch.equal(ours, theirs), "sends": sum(s["calls"] for s in sent.values()),
-            **{f"{half}_bytes": s["bytes"] for half, s in sent.items()},
-            "sent_bytes": sum(s["bytes"] for s in sent.values())}
-
-
 ring = {n: crew.run(ring_bytes, PSI) for n, crew in crews.items()}
-"""),
-code("""
-B = 2   # bytes per bf16 element
-
-
-def ring_formula(n, psi=PSI, b=B):
-    return 2 * (n - 1) / n * psi * b
-
-
-def span(values):
-    \"\"\"One number if every rank sent the same, else the smallest and the largest.\"\"\"
-    lo, hi = min(values), max(values)
-    return f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
-
-
-print("bytes each rank sent (a range where ranks differ); equal: the ring's sum == dist.all_reduce's")
-print(f"{'N':>2}{'equal':>7}{'sends':>7}{'reduce-scatter':>16}{'+ all-gather':>14}{'(N-1)/N·Ψ·b':>13}"
-      f"{'= all-reduce':>15}{'2(N-1)/N·Ψ·b':>14}")
-for n, results in ring.items():
-    equal = all(res["equal"] for res in results)
-    rs, ag, total = (span([res[key] for res in results])
-                     for key in ("reduce_scatter_bytes", "all_gather_bytes", "sent_bytes"))
-    print(f"{n:>2}{str(equal):>7}{results[0]['sends']:>7}{rs:>16}{ag:>14}{ring_formula(n) / 2:>13,.1f}"
-          f"{total:>15}{ring_formula(n):>14,.1f}")
+ch02.print_ring_table(ring, PSI)
 """),
 md("""
-The measurement *is* the formula: N−1 sends per half, each half (N−1)/N·Ψ·b bytes, and the
-all-reduce exactly their sum. At N = 3 the ranks differ by 2 bytes because 7,204 elements do
-not split evenly into 3 chunks (2,402 + 2,401 + 2,401): a rank that sends the big chunk in both
-halves sends one element more; the formulas' 9,605.3 and 19,210.7 B are averages. Remember the
-two halves: ZeRO's stages 1 and 2 keep this traffic and only move the optimizer step in
-between them.
+21,612 B at N = 4, one and a half times the gradient: each half is (N−1)/N·Ψ·b, the all-reduce
+**2(N−1)/N·Ψ·b**. Many guess N times the gradient, since every rank must hear from every other;
+but in a ring each rank forwards partial sums, one chunk per step, so it never sends more than 2Ψ·b
+however big the crew. No all-reduce can send fewer bytes per rank (Patarasuk and Yuan, 2009), and
+NCCL's ring algorithm sends exactly these. At N = 3 the ranks differ by 2 bytes: 7,204 elements
+split into chunks of 2,402 + 2,401 + 2,401, so the formula's 19,210.7 B is an average.
 
-Now look at how it *grows*. Per rank, 2(N−1)/N only creeps up towards 2: the ring keeps each
-rank's traffic bounded at about 2Ψ·b however big the crew. But the crew as a whole moves N times
-that, 2(N−1)·Ψ·b, every single step; and the 2(N−1) steps of the ring each pay a latency, so the
-time of an all-reduce grows with N even where its bytes per rank barely do.
+Per rank, 2(N−1)/N only creeps up towards 2. The crew as a whole moves N times that every step,
+and the 2(N−1) steps of the ring each pay a latency, so an all-reduce's *time* grows with N even
+where its bytes per rank barely do:
 """),
 code("""
-ns = [1 + i / 10 for i in range(71)]                   # N from 1 to 8, for the formula's curve
-fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
-left.plot(ns, [ring_formula(n) for n in ns], label="formula 2(N−1)/N·Ψ·b")
-left.axhline(2 * PSI * B, ls="--", c="gray", lw=1, label="limit 2Ψ·b")
-for n, results in ring.items():
-    left.scatter([n] * n, [res["sent_bytes"] for res in results], c="C1", zorder=3,
-                 label="measured (each rank)" if n == 1 else None)
-left.set(xlabel="ranks N", ylabel="bytes sent per rank (B)", title="Per rank: bounded by 2Ψ·b")
-left.legend(loc="lower right")
-right.plot(ns, [n * ring_formula(n) for n in ns], label="formula N·2(N−1)/N·Ψ·b")
-right.scatter(list(ring), [sum(res["sent_bytes"] for res in results) for results in ring.values()],
-              c="C1", zorder=3, label="measured (sum over ranks)")
-right.set(xlabel="ranks N", ylabel="bytes sent by the whole crew (B)", title="The whole crew: grows with N")
-right.legend(loc="upper left")
-fig.suptitle(f"One ring all-reduce of Ψ = {PSI:,} bf16 elements")
-fig.tight_layout()
-plt.show()
+ch02.ring_figure(ring, PSI)
 """),
 md("""
 ## 3 · The engine's own ledger: one step of DDP
 
 The engine does not use the teaching ring: it calls the library's collectives through
-`torch.distributed` (gloo here on CPU, NCCL on GPUs, each choosing its own ring or tree algorithm
-inside), through its `Comm`, and the `Comm` writes **every call into a ledger**. Its "wire
-bytes" column counts what a ring would send per rank, the convention above, so the engine's
-traffic can be set beside the formula.
+`torch.distributed` (gloo here, NCCL on GPUs, each choosing its own algorithm inside) through its
+`Comm`, which writes **every call into a ledger**. Its "wire bytes" count what a ring would send
+per rank, so the engine's traffic can be set beside the formula. `ch02.one_step` trains one step
+in **mixed precision** (bf16 parameters and gradients, fp32 master weights and Adam states) on
+every crew and keeps the step's ledger and the memory each rank holds afterwards.
 
-We run one training step in **mixed precision** (bf16 parameters and gradients, fp32 master
-weights and Adam states) on every crew, and keep both the step's ledger and the memory each rank
-holds afterwards (section 4 reads that).
+**Predict, then run.** TinyLM has 16 trainable parameter tensors. How many all-reduce calls will
+one stage-0 step make on 2 ranks, and of how many elements?
 """),
 code("""
-def one_mixed_precision_step(batches):
-    engine = zerolab.initialize(TinyLM(), ds_config(zerolab.world_size(), "bf16"))
-    mark = engine.ledger.mark()
-    train_engine(engine, batches[:1], lm_loss)          # one global batch: one optimizer step
-    step = engine.ledger.since(mark)
-    return {"records": [(rec.tag, rec.op, rec.numel, rec.dtype, rec.bytes, rec.wire_bytes)
-                        for rec in step.records],
-            "buffers": [(g.label, len(g.params), g.numel, g.padded_numel) for g in engine.stage.groups],
-            "memory": engine.memory()}
-
-
-step = {n: crew.run(one_mixed_precision_step, BATCHES) for n, crew in crews.items()}
+step = {n: crew.run(one_step, BATCHES) for n, crew in crews.items()}
+print("everything rank 0 of the 2-rank crew sent in one step:")
+ch02.print_ledger(step[2][0]["records"])
 """),
 md("""
-Here is everything rank 0 of the 2-rank crew sent in that step:
+**One all-reduce** carries the whole gradient, not 16: DeepSpeed's stage 0 packs the gradients
+into buckets of 5·10⁸ elements, far more than this model has, and all-reduces each bucket as one
+message (fewer, larger messages waste less time on per-call latency; chapter 6 measures it). The
+last line is not a gradient: one 2-element all-reduce asks every rank at once "did anyone see an
+inf or NaN?" and carries the squared gradient norm for clipping. (zerolab follows DeepSpeed
+0.19.8, where bf16 steps are checked by default, `bf16.check_grad_overflow`.) The flat buffer,
+and the same step on every crew:
 """),
 code("""
-print(f"{'tag':<30}{'op':<12}{'elements':>9}  {'dtype':<9}{'bytes':>7}{'wire bytes':>12}")
-for tag, op, numel, dtype, nbytes, wire in step[2][0]["records"]:
-    print(f"{tag:<30}{op:<12}{numel:>9,}  {dtype:<9}{nbytes:>7,}{wire:>12,.0f}")
-"""),
-md("""
-**One all-reduce** carries the whole gradient: DeepSpeed's stage 0 packs the gradients into
-buckets of 5·10⁸ elements, far more than this model has, and all-reduces each bucket as one
-message (fewer, larger messages waste less time on per-call latency). The last line is not a
-gradient: one 2-element all-reduce asks every rank at once "did anyone see an inf or NaN?" and
-carries the squared gradient norm when clipping is on. (zerolab follows DeepSpeed 0.19.8 here,
-where bf16 steps are checked by default, `bf16.check_grad_overflow`; older versions differ.)
-
-The flat buffer, and the same step on every crew:
-"""),
-code("""
-for label, params, numel, padded in step[2][0]["buffers"]:
-    print(f"{label}: {params} parameters, {numel:,} elements (padded to {padded:,} for N = 2)")
-print()
-print(f"{'N':>2}  {'all-reduces':>11}  {'elements':>8}  {'measured B/rank':>15}  {'2(N-1)/N·elements·2 B':>21}")
-for n, results in step.items():
-    grads = [rec for rec in results[0]["records"] if rec[0].startswith("grads")]
-    numel = sum(rec[2] for rec in grads)
-    wire = sum(rec[5] for rec in grads)
-    print(f"{n:>2}  {len(grads):>11}  {numel:>8,}  {wire:>15,.1f}  {2 * (n - 1) / n * numel * 2:>21,.1f}")
+for label, params, numel, padded in step[3][0]["buffers"]:
+    print(f"{label}: {params} parameters, {numel:,} elements (padded to {padded:,} for N = 3)")
+ch02.print_gradient_calls(step)
 """),
 md("""
 One call per step at every N, of exactly Ψ = 7,204 elements: the gradients, without the flat
-buffer's **padding** (the buffer is padded to a multiple of N, 7,206 at N = 3, because every ZeRO
-stage shares that layout and chapter 3 cuts it into N equal partitions; the memory below counts
-it). The wire bytes are 2(N−1)/N of the gradient's bytes, the ring formula again, now measured on
-the engine's own traffic.
+buffer's **padding** (padded to a multiple of N, 7,206 at N = 3, because every ZeRO stage shares
+that layout and chapter 3 cuts it into N equal partitions). The wire bytes are 2(N−1)/N of the
+gradient's bytes: the ring formula again, on the engine's own traffic.
 
 ## 4 · Memory per rank: nobody's backpack gets lighter
 
 Chapter 1 weighed one backpack: in mixed precision with Adam, each parameter costs 2 B (bf16
-parameter) + 2 B (bf16 gradient) + 12 B (fp32 master, momentum and variance) = **16 B**. In DDP
-every rank holds all of it.
+parameter) + 2 B (bf16 gradient) + 12 B (fp32 master, momentum and variance) = **16 B**.
 
-**Predict, then run.** With Ψ = 7,204 trainable parameters, how many bytes of model states does
-one rank hold on a crew of 1? And on a crew of 4: a quarter of that, the same, or more? Write
-your numbers down. The next cell prints what `engine.memory()` measured on every rank after the
-step above, against the formula:
+**Predict, then run.** With Ψ = 7,204, how many bytes of model states does one rank hold on a
+crew of 1? And on a crew of 4: a quarter of that, the same, or more? The next cell prints what
+`engine.memory()` measured on every rank after the step above, against the formula:
 """),
 code("""
 formula = model_state_bytes(PSI, stage=0, world_size=1)["total"]    # 16 Ψ bytes
-print(f"16Ψ = 16 x {PSI:,} = {formula:,.0f} B per rank (formula)\\n")
-print("extra = measured - 16Ψ = 16·padding + 4·buffers + 2·frozen (bytes)")
-print(f"{'N':>2}  {'params B':>8}  {'grads B':>7}  {'optimizer B':>11}  {'model states B':>14}  extra")
-for n, results in step.items():
-    m = results[0]["memory"]
-    assert all(res["memory"]["model_states"] == m["model_states"] for res in results)  # same on every rank
-    padding = sum(padded - numel for *_, numel, padded in results[0]["buffers"])
-    buffers = len(results[0]["buffers"])
-    frozen = count_params(model) - PSI
-    extra = m["model_states"] - formula
-    assert extra == 16 * padding + 4 * buffers + 2 * frozen
-    print(f"{n:>2}  {m['params']:>8,}  {m['grads']:>7,}  {m['optimizer_states']:>11,}  "
-          f"{m['model_states']:>14,}  {extra:>5,.0f} = 16·{padding} + 4·{buffers} + 2·{frozen}")
-"""),
-md("""
-The measured bytes are 16Ψ plus a few dozen bytes, and every one of those is accounted for: 16 B
-for each padding element (it has a parameter, a gradient and optimizer states like any other),
-Adam's 4-byte `step` counter for the flat buffer's optimizer state, and the frozen `temperature`
-scalar (2 B in bf16, no gradient, no optimizer state). What matters: **per rank it does not
-shrink** as ranks join. The crew as a whole carries N copies:
-"""),
-code("""
-print(" N  per rank (measured)  whole crew (measured)  N·16Ψ (formula)")
-crew_total = {}
-for n, results in step.items():
-    crew_total[n] = sum(res["memory"]["model_states"] for res in results)
-    print(f"{n:>2}  {results[0]['memory']['model_states']:>17,} B  {crew_total[n]:>19,} B  "
-          f"{n * formula:>13,.0f} B")
-"""),
-code("""
+print(f"16Ψ = 16 x {PSI:,} = {formula:,.0f} B per rank (formula)")
+crew_total = ch02.print_memory_table(step, formula, frozen=count_params(model) - PSI)
 fig, ax = plt.subplots(figsize=(6.5, 3.8))
-xs = list(step)
-ax.bar([n - 0.2 for n in xs], [step[n][0]["memory"]["model_states"] / 1e3 for n in xs], width=0.4,
-       label="one rank (measured)")
-ax.bar([n + 0.2 for n in xs], [crew_total[n] / 1e3 for n in xs], width=0.4, label="whole crew (measured)")
-ax.plot(xs, [formula / 1e3] * len(xs), "k_", ms=30, mew=2, label="16Ψ")
-ax.plot(xs, [n * formula / 1e3 for n in xs], "k:", label="N·16Ψ")
-ax.set(xticks=xs, xlabel="ranks N", ylabel="model states (kB = 10³ B)",
-       title="DDP: adding ranks does not lighten any backpack")
-ax.legend()
-fig.tight_layout()
+ch02.memory_bars(ax, step, crew_total, formula)
 plt.show()
 """),
 md("""
+The same, give or take a few dozen bytes: **per rank it does not shrink** as ranks join, and the
+crew as a whole carries N copies. Every extra byte is accounted for: 16 B for each padding element
+(it has a parameter, a gradient and optimizer states like any other), Adam's 4-byte `step` counter
+for the flat buffer's optimizer state, and the frozen `temperature` scalar (2 B in bf16, no
+gradient, no optimizer state).
+
 ## 5 · The memory wall
 
 TinyLM's 115 kB fits anywhere. Scale Ψ up and the same 16 bytes per parameter meet the size of a
-GPU. Real ZeRO runs train on **A100 GPUs sold as "40GB" and "80GB"**. Two warnings about those
-labels:
+GPU. Real ZeRO runs train on **A100 GPUs sold as "40GB" and "80GB"**. Two warnings: memory chips
+come in binary sizes, so a "40GB" card is closer to 40 **GiB** (CUDA's deviceQuery reports about
+42.3 GB on an A100-SXM4-40GB; the exact figure depends on the card, driver and ECC); and model
+states are not all a GPU holds (activations, temporary buffers, the CUDA context and
+fragmentation take their share), so the real limit sits lower.
 
-* memory chips come in binary sizes, so a "40GB" card is closer to 40 **GiB** (42.9 GB): CUDA's
-  deviceQuery reports about 42.3 GB of global memory on an A100-SXM4-40GB (the exact figure
-  depends on the card, its driver and whether ECC is on);
-* and model states are not all a GPU holds: activations (chapter 1's folding chair), temporary
-  buffers, the CUDA context and fragmentation take their share, so the real limit sits lower.
-
-So we compute the largest Ψ whose 16Ψ bytes fit, reading each label both ways:
+**Predict, then run.** What is the largest model, in parameters, whose model states fit on one
+80 GB GPU under DDP? And on 64 of them?
 """),
 code("""
-GB, GIB = 10**9, 2**30
 BYTES_PER_PARAM = formula / PSI            # 16 in mixed precision with Adam
-cards = [("A100 40GB", 40 * GB, "40 GB"), ("A100 40GB", 40 * GIB, "40 GiB"),
-         ("A100-SXM4-40GB", 42_300_000_000, "≈ as CUDA reports"),
-         ("A100 80GB", 80 * GB, "80 GB"), ("A100 80GB", 80 * GIB, "80 GiB")]
-print(f"{'GPU':<16}{'capacity':<19}{'bytes':>16}  {'= GB':>6}  {'= GiB':>6}  largest Ψ, DDP at 16 B/param")
-for name, capacity, reading in cards:
-    print(f"{name:<16}{reading:<19}{capacity:>16,}  {capacity / GB:>6.1f}  {capacity / GIB:>6.1f}  "
-          f"{capacity / BYTES_PER_PARAM / 1e9:.2f} billion")
-"""),
-code("""
-psis = [10 ** (8 + i / 20) for i in range(61)]          # 10^8 .. 10^11 parameters
+ch02.print_wall(BYTES_PER_PARAM)
 fig, ax = plt.subplots(figsize=(7.5, 4.2))
-ax.loglog(psis, [BYTES_PER_PARAM * p / GB for p in psis], lw=2, label="DDP: 16Ψ per GPU, for any N")
-ax.loglog(psis, [BYTES_PER_PARAM * p / 64 / GB for p in psis], ":", c="gray",
-          label="ZeRO-3 on 64 GPUs: 16Ψ/64 (chapter 3)")
-for capacity, style, above in ((40 * GB, "--", False), (80 * GB, "-.", True)):
-    largest = capacity / BYTES_PER_PARAM
-    ax.axhline(capacity / GB, ls=style, c="C3", lw=1)
-    ax.plot([largest], [capacity / GB], "o", c="C3")
-    # each GPU's label sits at the left end of its own line: 80 GB just above it, 40 GB just below
-    ax.annotate(f"{capacity / GB:.0f} GB GPU: Ψ ≤ {largest / 1e9:.2f} billion", (psis[0], capacity / GB),
-                textcoords="offset points", xytext=(4, 3 if above else -3), va="bottom" if above else "top",
-                fontsize=9, color="C3")
-for size, offset in ((1.3e9, (6, -12)), (7e9, (-112, 6)), (70e9, (-118, 4))):
-    need = BYTES_PER_PARAM * size / GB
-    ax.plot([size], [need], "s", c="k", ms=4)
-    ax.annotate(f"{size / 1e9:g}B model: {need:,.0f} GB", (size, need),
-                textcoords="offset points", xytext=offset, fontsize=9)
-ax.set(xlabel="parameters Ψ", ylabel="model states per GPU (GB = 10⁹ B)",
-       title="The memory wall: DDP's per-GPU bytes do not depend on N")
-ax.legend(loc="lower right", fontsize=9)
+ch02.wall_figure(ax, BYTES_PER_PARAM)
 fig.tight_layout()
 plt.show()
 """),
 md("""
-With the labels read as GB, DDP stops fitting at **2.5 billion parameters on a 40 GB GPU and 5
-billion on an 80 GB one**, before a single activation is stored; read as GiB, at 2.68 and 5.37
-billion. A 7-billion-parameter model needs 112 GB on *every* GPU; a 70B model that one production run
-trains on four 40 GB A100s would need 1,120 GB on each. No number of GPUs changes that line:
-it is flat in N. Only splitting the load, as the dotted ZeRO-3 line does, moves it.
-"""),
-md("""
+**5 billion parameters**, on one GPU or on 64: DDP's line is flat in N. With the labels read as GB
+it stops at 2.5 billion on a 40 GB GPU and 5 billion on an 80 GB one, before a single activation;
+read as GiB, at 2.68 and 5.37 billion. A 7-billion-parameter model needs 112 GB on *every* GPU; a
+70B model would need 1,120 GB on each. Only splitting the load, as the dotted ZeRO-3 line does,
+moves it.
+
 ## What we measured
-"""),
-code("""
-sent = {n: sorted({res["sent_bytes"] for res in results}) for n, results in ring.items()}
-grad_calls = {n: sum(rec[0].startswith("grads") for rec in results[0]["records"]) for n, results in step.items()}
-per_rank = {n: results[0]["memory"]["model_states"] for n, results in step.items()}
-print(f"TinyLM, Ψ = {PSI:,} trainable parameters, on crews of N = 1, 2, 3, 4 ranks:")
-print("- DDP (zerolab stage 0) trained to the single-process parameters on every N, within")
-print("  float32 rounding; the ranks' copies were bit-identical.")
-print("- Ring all-reduce of Ψ bf16 elements = reduce-scatter + all-gather, N-1 sends each;")
-print("  bytes sent per rank:")
-for n, v in sent.items():
-    print(f"    N={n}: {'/'.join(f'{b:,}' for b in v):>13}   formula 2(N-1)/N·Ψ·2 B = {ring_formula(n):,.1f}")
-print(f"- One engine step: {grad_calls[2]} gradient all-reduce at every N (DeepSpeed's stage 0: buckets")
-print("  of 5e8 elements), plus one 2-element overflow/norm check.")
-print(f"- Model states per rank vs 16Ψ = {formula:,.0f} B: flat in N (the rest is padding, step")
-print("  counters and a frozen scalar):")
-print("    " + ", ".join(f"N={n}: {b:,} B" for n, b in per_rank.items()))
-print(f"- Whole crew: " + ", ".join(f"{crew_total[n]:,} B" for n in crew_total))
-print("  = N·16Ψ plus N times those few bytes.")
-print(f"- Memory wall at 16 B/param: {40 * GB / BYTES_PER_PARAM / 1e9:.2f} billion params fit 40 GB, "
-      f"{80 * GB / BYTES_PER_PARAM / 1e9:.2f} billion fit 80 GB")
-print(f"  ({40 * GIB / BYTES_PER_PARAM / 1e9:.2f} / {80 * GIB / BYTES_PER_PARAM / 1e9:.2f} billion "
-      f"if the cards are read as GiB).")
-"""),
-md("""
-In the story's words: the old rule makes every worker carry the whole house, and makes them all
-stop after every room to pass the sticker totals round the ring. The ring is as frugal as passing
-notes can be (about 2Ψ per worker, however many workers), so traffic is not what breaks DDP.
-**Memory is**: 16Ψ on every rank, flat in N. Chapter 3 stops carrying duplicates: the notebook,
-then the stickers, then the furniture itself get split across the crew, and the same
-measurements show each backpack shrinking as 1/N.
+
+On TinyLM, Ψ = 7,204 trainable parameters, crews of N = 1 to 4 ranks:
+
+- DDP (zerolab stage 0) trained to the single-process parameters at every N, within float32
+  rounding; the ranks' copies were bit-identical.
+- A ring all-reduce of Ψ bf16 elements = reduce-scatter + all-gather, N−1 sends each:
+  2(N−1)/N·Ψ·2 B per rank (0, 14,408, 19,210-19,212 and 21,612 B at N = 1-4).
+- One engine step: one gradient all-reduce of Ψ elements at every N (DeepSpeed's stage 0, buckets
+  of 5·10⁸ elements), plus one 2-element overflow/norm check.
+- Model states per rank: 16Ψ = 115,264 B plus a few dozen bytes of padding, step counters and a
+  frozen scalar, flat in N; the whole crew holds N times that.
+- The memory wall at 16 B/param: 2.5 billion parameters fit 40 GB, 5 billion fit 80 GB.
+
+In the story's words: the old rule makes every worker carry the whole house and stop after every
+room to pass the sticker totals round the ring. The ring is as frugal as passing notes can be
+(about 2Ψ per worker, however many workers), so traffic is not what breaks DDP. **Memory is**:
+16Ψ on every rank, flat in N. Chapter 3 stops carrying duplicates.
 
 ### Questions
 
 1. The ring's bytes per rank approach 2Ψ·2 B as N grows. Why does adding ranks not make each
    rank's traffic grow, and what does grow with N?
-2. Add `"reduce_bucket_size": 500` to `zero_optimization` in `ds_config` and re-run section 3:
-   does stage 0 make more all-reduces? Then set `"stage": 1` too: how many gradient all-reduces
-   per step now, do the bytes change, and what else appears on the ledger? (Chapter 3 explains.)
+2. Run section 3 again with `crew.run(one_step, BATCHES, reduce_bucket_size=500)`: does stage 0
+   make more all-reduces? Then add `stage=1` too: how many gradient all-reduces per step now, do
+   the bytes change, and what else appears on the ledger? (Chapter 3 explains.)
 3. Here stage 0 all-reduces after backward, as DeepSpeed's does; PyTorch's DDP overlaps its
    buckets with backward. Which measurements in this chapter would overlap change?
 4. Read the memory wall for a 13B model: how many GB of model states per GPU under DDP? How

@@ -53,68 +53,44 @@ that day's notes away, and from then on magnifies less.
 | writing notes magnified | **loss scaling**: backward of loss × S; the optimizer divides by S | `engine.loss_scale` |
 | a note too big for the page | **overflow**: an inf or NaN gradient; the step is skipped on every rank, S is lowered | `engine.skipped_steps`, `engine.log` |
 
-The register has one more role once ZeRO arrives: the fp32 master weights and Adam's two moments,
-12 of the 16 bytes per parameter, are the "optimizer states" giant of chapter 1, the first thing
-ZeRO splits among the crew.
+The register's fp32 master weights and Adam's two moments, 12 of the 16 bytes per parameter, are
+the "optimizer states" giant of chapter 1, the first thing ZeRO splits among the crew.
 
-**What we measure here:** the range and precision of fp32, fp16 and bf16; the real gradients of
-a real model, and how many of them fp16 turns into 0 with and without a loss scale; the dynamic
-loss scaler at work inside the engine on 2 ranks, including an overflow on one rank; the fp32
-register and the bytes it costs; and fp16, bf16 and fp32 training side by side.
+## 1. Three number formats
+
+A floating-point number is a sign, an **exponent** (how large: the range) and a **mantissa**
+(how many significant bits: the precision). fp16 and bf16 both spend 16 bits, differently: fp16
+keeps 10 mantissa bits and 5 exponent bits; bf16 keeps fp32's 8 exponent bits and only 7 mantissa
+bits. Below the smallest *normal* number come *subnormal* numbers, with fewer significant bits;
+below half the smallest subnormal, a value rounds to **0**.
 """),
 code("""
-import copy
-import math
-
 import matplotlib.pyplot as plt
 import torch
 
 import zerolab
 from zerolab import precision as P
-from zerolab.viz import print_wrapped, wrapped_output
+from zerolab.chapters import ch04          # this chapter's data, runs and pictures: zerolab/chapters/ch04.py
+from zerolab.chapters.ch04 import ds_config, train, weigh
 from zerolab.memory import measure_activations
-from zerolab.models import MLP, TinyLM, lm_loss, mse_loss
-"""),
-md("""
-## 1. Three number formats
+from zerolab.models import TinyLM
+from zerolab.viz import print_wrapped, wrapped_output
 
-A floating-point number is a sign, an **exponent** (how large: the range) and a **mantissa**
-(how many significant bits: the precision). fp16 and bf16 both spend 16 bits, but differently:
-fp16 keeps 10 mantissa bits and only 5 exponent bits; bf16 keeps fp32's 8 exponent bits and only
-7 mantissa bits. Below the smallest *normal* number a format still has *subnormal* numbers,
-with fewer significant bits, down to its smallest subnormal; below half of that, a value
-rounds to **0**.
-"""),
-code("""
 print(f"{'dtype':<6}{'bits':>5}{'exponent':>10}{'mantissa':>10}{'eps':>11}{'max':>11}"
       f"{'min normal':>12}{'min subnormal':>15}")
 for r in P.dtype_range_table():
     print(f"{r['dtype']:<6}{r['bits']:>5}{r['exponent_bits']:>10}{r['mantissa_bits']:>10}{r['eps']:>11.3g}"
           f"{r['max']:>11.3g}{r['min_normal']:>12.3g}{r['min_subnormal']:>15.3g}")
-print(f"\\nfp16: max {P.FP16_MAX:g}, smallest normal 2^-14 = {P.FP16_MIN_NORMAL:.3g}, "
-      f"smallest subnormal 2^-24 = {P.FP16_MIN_SUBNORMAL:.3g}")
-"""),
-md("""
-The same table as a picture: the magnitudes each format can hold, on a log axis. fp16's
-window is narrow, about 12 decades from its smallest subnormal to its largest value; bf16's
-normal range is the same as fp32's.
-"""),
-code("""
 fig, ax = plt.subplots(figsize=(9, 2.6))
-for y, r in enumerate(reversed(P.dtype_range_table())):
-    lo, mid, hi = (math.log10(r[k]) for k in ("min_subnormal", "min_normal", "max"))
-    ax.barh(y, mid - lo, left=lo, color="tab:blue", alpha=0.3, height=0.5)
-    ax.barh(y, hi - mid, left=mid, color="tab:blue", height=0.5)
-    ax.text(hi + 0.8, y, f"eps {r['eps']:.1g}", va="center", fontsize=9)
-ax.set_yticks(range(3), [r["dtype"] for r in reversed(P.dtype_range_table())])
-ax.set_xlim(-47, 48)
-ax.set_xlabel("log10 |x|   (light: subnormal numbers, fewer significant bits; dark: normal numbers)")
-ax.set_title("What each format can hold")
+ch04.format_ranges(ax)
 plt.show()
 """),
 md("""
 Range is half the story; the other half is **precision**. `eps` is the gap between 1 and the
-next number. Add a small update, 0.001, to a weight of 1.0, a hundred times, in each format:
+next number.
+
+**Predict, then run.** Add a small update, 0.001, to a weight of 1.0, a hundred times, in fp32,
+fp16 and bf16. Where does each end? Write three numbers down.
 """),
 code("""
 for name, dtype in (("fp32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloat16)):
@@ -124,83 +100,34 @@ for name, dtype in (("fp32", torch.float32), ("fp16", torch.float16), ("bf16", t
     print(f"{name}: 1.0 + 100 x 0.001 = {float(w):.6f}    (eps = {torch.finfo(dtype).eps:.3g})")
 """),
 md("""
-bf16 loses every one of the hundred updates: 0.001 is less than half of bf16's gap near 1.0
-(2⁻⁷ ≈ 0.0078), so each sum rounds back to 1.0. fp16 keeps them, each rounded to its gap near
-1.0, 2⁻¹⁰ ≈ 0.00098, so it ends at 1.0977 instead of 1.1. That is why the **register** exists even with bf16: the optimizer adds small
-updates to weights, and only fp32 (eps ≈ 1.2e-7) keeps them. The 16-bit copy is only for carrying.
+Most guess 1.1 everywhere, or that bf16 lands near 1.1. bf16 loses **every one** of the hundred
+updates: 0.001 is less than half of bf16's gap near 1.0 (2⁻⁷ ≈ 0.0078), so each sum rounds back
+to 1.0. fp16 keeps them, each rounded to its gap near 1.0 (2⁻¹⁰ ≈ 0.00098): 1.0977. That is why
+the **register** exists even with bf16: the optimizer adds small updates to weights, and only
+fp32 (eps ≈ 1.2e-7) keeps them. The 16-bit copy is only for carrying.
 
 ## 2. Real gradients, and what fp16 does to them
 
-Gradients are often small. Here is an honest setting where many are *very* small: a deep MLP
-(`zerolab.models.MLP`: 24 hidden layers of width 64, so 25 `Linear` layers, tanh, PyTorch's
-default initialisation), with a mean-squared error averaged over a batch of 256 samples, at
-initialisation. Going backward, every layer multiplies the gradient by a factor below one, so the
-first layers get gradients hundreds of thousands of times smaller than the last. (Large language models meet small gradients for other reasons, such
-as a loss averaged over many tokens and spread over billions of weights, but fp16 treats them the
-same way.)
-
-We run one backward pass **in full precision** and keep every gradient entry. We run it, and
-draw the data, in fp64 rather than fp32: fp32 would do as well, except that its last digits
-differ from CPU to CPU (torch's kernels round differently with each SIMD width), and the
-digits printed below would show it. fp64's rounding stays far below them. The one exception is
-the smallest gradient: a sum that nearly cancels, it is printed to the nearest power of ten.
+Gradients are often small. An honest setting where many are *very* small: a deep MLP
+(`zerolab.models.MLP`: 25 `Linear` layers of width 64, tanh, PyTorch's default initialisation)
+with a mean-squared error over 256 samples, at initialisation. (Large language models meet small
+gradients for other reasons, a loss averaged over many tokens and spread over billions of
+weights, but fp16 treats them the same way.) One backward **in full precision**, in fp64 so that
+no printed digit depends on the CPU's fp32 kernels:
 """),
 code("""
-deep = MLP(sizes=(13,) + (64,) * 24 + (7,), seed=0).double()
-data = torch.Generator().manual_seed(0)
-x_deep = torch.randn(256, 13, generator=data, dtype=torch.float64)     # 256 samples, 13 features
-y_deep = torch.randn(256, 7, generator=data, dtype=torch.float64)      # 7 targets each
-torch.nn.functional.mse_loss(deep(x_deep), y_deep).backward()
-g = P.grad_magnitudes(deep)               # |g| of every gradient entry (as fp32 magnitudes)
+deep, x_deep, y_deep, g = ch04.deep_mlp_gradients()   # |g| of every gradient entry
 print(f"{len(deep.layers)} Linear layers, {g.numel():,} gradient entries (= Ψ, one per parameter)")
 print(f"|g|: median {g.median():.2e}, largest {g.max():.2e}, smallest non-zero about {g[g > 0].min():.0e}")
 """),
 md("""
-The histogram of log₁₀|g| against fp16's limits. The blue bars are the gradients as they are;
-the orange bars are the same gradients multiplied by the loss scale S = 2¹⁶ = 65536, which
-shifts them right by log₁₀ 65536 ≈ 4.8 decades. Everything left of the red line becomes 0 in
-fp16.
-"""),
-code("""
-log_g = g[g > 0].log10()
-bins = torch.linspace(-11, 5.5, 166).numpy()
-fig, ax = plt.subplots(figsize=(10, 3.6))
-ax.hist(log_g.numpy(), bins=bins, alpha=0.6, label="|g|, full precision")
-ax.hist((log_g + math.log10(2 ** 16)).numpy(), bins=bins, alpha=0.6, label="|g| x 2^16")
-ax.axvspan(-11, math.log10(P.FP16_MIN_SUBNORMAL / 2), color="tab:red", alpha=0.08)
-ax.axvline(math.log10(P.FP16_MIN_SUBNORMAL / 2), color="tab:red", lw=1, label="2^-25: below, fp16 gives 0")
-ax.axvline(math.log10(P.FP16_MIN_SUBNORMAL), color="tab:red", ls="--", lw=1, label="2^-24: smallest subnormal")
-ax.axvline(math.log10(P.FP16_MIN_NORMAL), color="tab:green", ls="--", lw=1, label="2^-14: smallest normal")
-ax.axvline(math.log10(P.FP16_MAX), color="black", ls=":", lw=1, label="65504: largest fp16")
-ax.set_xlabel("log10 |gradient entry|")
-ax.set_ylabel("entries")
-ax.set_title(f"{g.numel():,} real gradients of a {len(deep.layers)}-layer MLP against fp16's range")
-ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-plt.show()
-"""),
-md("""
-Why so small: the median |g| of each layer's weight gradient, layer 0 being the input side.
-The gradient loses a roughly constant factor per layer on its way back.
-"""),
-code("""
-layer_median = [float(layer.weight.grad.abs().median()) for layer in deep.layers]
-fig, ax = plt.subplots(figsize=(9, 2.8))
-ax.semilogy(layer_median, "o-", ms=4, label="median |g| of the layer's weight")
-ax.axhline(P.FP16_MIN_SUBNORMAL, color="tab:red", ls="--", lw=1, label="2^-24")
-ax.axhline(P.FP16_MIN_NORMAL, color="tab:green", ls="--", lw=1, label="2^-14")
-ax.set_xlabel("layer (0 = input side; backward runs from right to left)")
-ax.set_ylabel("median |g|")
-ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))     # outside: it covers no line
-fig.tight_layout()
-plt.show()
-per_layer = (layer_median[-1] / layer_median[0]) ** (1 / (len(layer_median) - 1))
-print(f"last layer / first layer: {layer_median[-1] / layer_median[0]:,.0f}x; "
-      f"about {per_layer:.2f}x per layer")
-"""),
-md("""
-Now the counts. `underflow_report(values, scale, dtype)` casts `values × scale` to `dtype` and
-sorts every non-zero entry: it became **0** (the gradient is lost), it is **subnormal**
-(kept, with fewer significant bits), it is **normal**, or it **overflowed** to inf.
+`underflow_report(values, scale, dtype)` casts `values × scale` to `dtype` and sorts every
+non-zero entry: it became **0** (the gradient is lost), **subnormal** (kept, with fewer
+significant bits), **normal**, or **inf**.
+
+**Predict, then run.** fp16's smallest subnormal is 2⁻²⁴ ≈ 6·10⁻⁸, and the median |g| above is
+about 4·10⁻⁷. What percentage of the 97,031 gradients become exactly 0 in fp16 at scale 1? At
+the loss scale S = 2¹⁶? In bf16?
 """),
 code("""
 cases = [("fp16, scale 1", 1.0, torch.float16),
@@ -212,41 +139,37 @@ print(f"{'':<18}{'-> 0':>9}{'(count)':>9}{'subnormal':>11}{'normal':>9}{'-> inf'
 for name, r in reports.items():
     print(f"{name:<18}{100 * r['zero_fraction']:>8.1f}%{r['zero']:>9,}{100 * r['subnormal_fraction']:>10.1f}%"
           f"{100 * r['normal_fraction']:>8.1f}%{r['overflow']:>8}")
+per_layer = ch04.gradient_figure(plt.figure(figsize=(12, 3.8)), deep, g)
+plt.show()
+print(f"the median |g| shrinks about {per_layer:.2f}x per layer on its way back")
 """),
 md("""
-Casting is a stand-in: in real fp16 training the backward itself runs in fp16. So we check it
-by running that backward, on a 16-bit copy of the same network, with the loss multiplied by S,
-and counting the gradient entries that came out exactly 0 although their fp32 value is not:
+About a third vanish at scale 1, and most of the rest are subnormal, with only a few significant
+bits: a median of 4·10⁻⁷ hides a long tail, because each layer back multiplies the gradient by
+a factor below one (the right panel). Multiplied by 2¹⁶ (the orange bars, 4.8 decades to the
+right) almost all are normal and none vanish: the smallest |g|, about 10⁻¹², times 2¹⁶ lands just
+above fp16's smallest subnormal, a narrow escape rather than a guarantee. bf16 loses none: its
+range reaches 1e-38.
+
+Casting is a stand-in: in real fp16 training the backward itself runs in fp16. So we run that
+backward, on a 16-bit copy of the same network with the loss multiplied by S, and count the
+gradients that came out exactly 0 although their full-precision value is not:
 """),
 code("""
-def lost_in_16bit_backward(dtype, scale):
-    \"\"\"Fraction of non-zero full-precision gradients that are exactly 0 after a real 16-bit backward.\"\"\"
-    net = copy.deepcopy(deep).to(dtype)
-    net.zero_grad(set_to_none=True)
-    (mse_loss(net(x_deep.to(dtype)), y_deep.float()) * scale).backward()
-    g16 = P.grad_magnitudes(net)
-    return float(((g > 0) & (g16 == 0)).sum() / (g > 0).sum())
-
 # A 16-bit backward rounds differently on different CPUs, so its exact count is not printed:
 # only whether it agrees with the cast's prediction, within 2 percentage points.
 for name, scale, dtype in cases:
-    lost, cast = lost_in_16bit_backward(dtype, scale), reports[name]["zero_fraction"]
+    lost = ch04.lost_in_16bit_backward(deep, x_deep, y_deep, g, dtype, scale)
+    cast = reports[name]["zero_fraction"]
     agrees = "agrees" if abs(lost - cast) < 0.02 else "DISAGREES"
     print(f"{name:<18} lost in a real backward: {agrees} with the cast's {100 * cast:4.1f}% (within 2 points)")
 """),
 md("""
-The real backward confirms the cast. At scale 1, about a third of this network's gradients vanish in fp16, and most of the rest are
-subnormal, carrying only a few significant bits. Multiplied by 2¹⁶, almost all are normal, and
-the count column shows how many still vanish: here none, because the smallest |g| (about
-10⁻¹², printed above) times 2¹⁶ lands just above fp16's smallest subnormal. It is a narrow
-escape, not a guarantee: a gradient below 2⁻²⁵ / 2¹⁶ ≈ 4.6·10⁻¹³ would still become 0. bf16 needs no scale: its range reaches 1e-38. What bf16 gives up is precision
-(eps 0.0078 against fp16's 0.00098), and the fp32 register makes up for that.
-
 ## 3. The dynamic loss scaler, inside the engine, on 2 ranks
 
-Too small an S and gradients vanish; too large and they overflow to inf. The right S is not
-known in advance and changes as training goes, so DeepSpeed **adapts** it. These are the
-`fp16` config keys, with DeepSpeed's defaults:
+Too small an S and gradients vanish; too large and they overflow to inf. The right S changes as
+training goes, so DeepSpeed **adapts** it (`deepspeed/runtime/fp16/loss_scaler.py`). The `fp16`
+config keys, with DeepSpeed's defaults:
 
 - start at S = 2^`initial_scale_power` (16);
 - after an overflow (any inf or NaN in any rank's gradients) **skip the step** on every rank,
@@ -256,176 +179,84 @@ known in advance and changes as training goes, so DeepSpeed **adapts** it. These
 - after `loss_scale_window` (1000) clean steps in a row, **double** S (in DeepSpeed 0.19.8 the
   doubling comes with the next clean step, the 1001st).
 
-Now a crew of 2 ranks trains a `TinyLM` (7,204 parameters) in fp16 at ZeRO stage 2. Its text
-follows a fixed rule (the next token is (7·t + 3) mod 37), so the loss can fall close to 0 and
-the gradients shrink as it does. We shorten `loss_scale_window` to 10, so that the doublings
-show within 60 steps. At steps 30 and 31, **rank 1 alone** gets a bad batch: its loss is
-multiplied by inf.
+A crew of 2 ranks trains a `TinyLM` (7,204 parameters) in fp16 at ZeRO stage 2 (`ch04.train`).
+Its text follows a fixed rule (the next token is (7·t + 3) mod 37), so the loss can fall close to
+0 and the gradients shrink as it does. `loss_scale_window` is 10, so that the doublings show
+within 60 steps. At steps 30 and 31, **rank 1 alone** gets a bad batch: its loss times inf.
 """),
 code("""
-def rule_batches(steps, batch, vocab=37, seq_len=16, seed=0):
-    \"\"\"Token sequences in which the next token is (7 * t + 3) % vocab: (inputs, targets) per step.\"\"\"
-    gen = torch.Generator().manual_seed(seed)
-    nxt = (7 * torch.arange(vocab) + 3) % vocab
-    out = []
-    for _ in range(steps):
-        seq = [torch.randint(0, vocab, (batch, 1), generator=gen)]
-        for _ in range(seq_len):
-            seq.append(nxt[seq[-1]])
-        seq = torch.cat(seq, dim=1)
-        out.append((seq[:, :-1], seq[:, 1:]))
-    return out
-
-
-def ds_config(precision, stage=2, window=10, scale_power=16):
-    config = {"train_micro_batch_size_per_gpu": 8,
-              "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
-              "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0}}
-    if precision == "fp16":
-        config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": scale_power,
-                          "loss_scale_window": window, "hysteresis": 2, "min_loss_scale": 1}
-    elif precision == "bf16":
-        config["bf16"] = {"enabled": True}
-    return config
-
-
-def train(precision, steps=60, bad_steps=(), micro=8):
-    \"\"\"Runs on every rank: train on this rank's half of each batch; what happened, step by step.\"\"\"
-    rank = zerolab.rank()
-    engine = zerolab.initialize(TinyLM(), ds_config(precision))
-    losses, scales, register_kept = [], [], {}
-    for step, (x, y) in enumerate(rule_batches(steps, 2 * micro)):
-        x, y = x[rank * micro:(rank + 1) * micro], y[rank * micro:(rank + 1) * micro]
-        scales.append(engine.loss_scale)                 # the S this step's backward uses
-        loss = lm_loss(engine(x), y)
-        losses.append(loss.item())
-        if step in bad_steps and rank == 1:
-            loss = loss * float("inf")                   # a bad batch, on rank 1 only
-        register = [m.clone() for m in engine.stage.masters]
-        engine.backward(loss)
-        engine.step()
-        if step in bad_steps:                            # was this rank's fp32 register left alone?
-            register_kept[step] = all(torch.equal(a, b) for a, b in zip(register, engine.stage.masters))
-    return {"losses": losses, "scales": scales, "trace": P.scaler_trace(engine.scaler),
-            "skipped": engine.skipped_steps, "global_steps": engine.global_steps, "register_kept": register_kept}
-
-
 print_wrapped(zerolab.load_config(ds_config("fp16"), world_size=2).describe())
+crew = zerolab.Crew(2, threads=1)        # one thread per rank: the same numbers on any machine
 """),
 md("""
-The crew starts once and stays up for the rest of the chapter. Each rank runs `train`; the
-engine's log lines (on rank 0) come back with the results.
-
 **Predict, then run.** Only rank 1 sees the inf, at steps 30 and 31. How many steps in all will
-rank 0 skip in the 60, and what happens to the loss scale at step 31? Write it down (the
-description above has the rules), then run the cell.
+rank 0 skip in the 60? What happens to the loss scale at step 30, and at step 31? Write it down
+(the rules are above), then run the cell: the engine's log lines come back from rank 0.
 """),
 code("""
-crew = zerolab.Crew(2, threads=1)        # one thread per rank: the same numbers on any machine
 with wrapped_output():                   # the engine's log lines, wrapped to fit the page
     fp16_run = crew.run(train, "fp16", 60, bad_steps=(30, 31))
-"""),
-md("""
-Steps 0 and 1 overflowed on their own: the fresh model's gradients times 2¹⁶ exceed 65504.
-The first was tolerated (hysteresis 2 → 1), the second halved S. Then S doubled after every
-10 clean steps. At steps 30 and 31 only rank 1 saw the inf, yet both ranks skipped both steps:
-before each step the engine checks its own gradients for inf and NaN, and the ranks all-reduce
-that flag (MAX), so every rank makes the same decision.
-""",),
-code("""
 for rank, r in enumerate(fp16_run):
-    print(f"rank {rank}: global_steps {r['global_steps']}, skipped_steps {r['skipped']}; "
-          f"fp32 register unchanged by the bad steps:")
-    print(f"        {r['register_kept']}")
+    print(f"rank {rank}: global_steps {r['global_steps']}, skipped_steps {r['skipped']};"
+          f" register unchanged by the bad steps: {r['register_kept']}")
 print("both ranks used the same loss scale at every step:", fp16_run[0]["scales"] == fp16_run[1]["scales"])
 """),
 md("""
-The trace: the loss (the mean of the two ranks' losses) above, the loss scale S below, red
-crosses where a step overflowed and was skipped.
+Most answer 2. It is 4: steps 0 and 1 overflowed on their own, because a fresh model's gradients
+times 2¹⁶ exceed 65504. The first was tolerated (hysteresis 2 → 1), the second halved S. At steps
+30 and 31 the same happened again, and although only rank 1 saw the inf, both ranks skipped both
+steps: before each step every rank checks its own gradients for inf and NaN, and the ranks
+all-reduce that flag (MAX), so every rank makes the same decision and the registers stay equal.
 """),
 code("""
-steps, scale_after, overflow = fp16_run[0]["trace"]      # (iteration, S after the update, overflow?)
-loss = [(a + b) / 2 for a, b in zip(fp16_run[0]["losses"], fp16_run[1]["losses"])]
+bad = ch04.scaler_figure(fp16_run)
 used = fp16_run[0]["scales"]
-fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
-ax1.semilogy(steps, loss, lw=1.5)
-ax1.set_ylabel("loss (nats)")
-ax2.step(steps, used, where="post", lw=1.5, label="loss scale S used by the step")
-bad = [s for s, o in zip(steps, overflow) if o]
-natural = [s for s in bad if s not in (30, 31)]        # overflows we did not inject
-ax2.plot(bad, [used[s] for s in bad], "x", color="tab:red", ms=9, mew=2, label="overflow: step skipped")
-ax2.set_yscale("log", base=2)
-ax2.set_xlabel("step")
-ax2.set_ylabel("S")
-ax2.legend(fontsize=8, loc="upper left")
-plt.show()
-print(f"overflows: {bad} (injected: 30, 31; natural: {natural})")
-print("S at steps 0, 10, ..., 50:", [int(used[s]) for s in range(0, 60, 10)], " final:", int(scale_after[-1]))
+print(f"overflows at steps {bad}")
+print("S at steps 0, 10, ..., 50:", [int(used[s]) for s in range(0, 60, 10)], "final:", int(fp16_run[0]["trace"][1][-1]))
 """),
 md("""
 S climbs while the loss falls: the better the model, the smaller its gradients, and the scaler
-lifts them back into fp16's range. (With DeepSpeed's default window of 1000, each doubling
-takes 1000 clean steps instead of 10.)
+lifts them back into fp16's range. (With DeepSpeed's default window of 1000, each doubling takes
+1000 clean steps instead of 10.)
 
 ## 4. The register: fp32 master weights, and their cost
 
 After `zerolab.initialize` the model itself is 16-bit. The optimizer never sees it: it steps
 `engine.stage.masters`, fp32 copies of the part of the weights this rank owns, and after each
-step the 16-bit parameters are refolded from them. We weigh every rank's backpack with
-`engine.memory()` (bytes measured from the tensors), after one real step, at ZeRO stage 0
-(everyone carries everything) and stage 3 (everything split over N = 2), and set fp32
-training beside it. We also count the bytes that activations and gradient traffic take.
+step the 16-bit parameters are refolded from them. `ch04.weigh` takes one real step and returns
+`engine.memory()` (bytes measured from the tensors), at ZeRO stage 0 and at stage 3 on N = 2,
+with fp32 training beside it.
+
+**Predict, then run.** Mixed-precision Adam costs 2 + 2 + 12 = 16 bytes per parameter of model
+states. How many does plain fp32 training with Adam cost: 32, 16, or 8?
 """),
 code("""
-def weigh(precision, stage):
-    \"\"\"Runs on every rank: one clean step, then the engine's measured bytes and dtypes.\"\"\"
-    rank = zerolab.rank()
-    config = ds_config(precision, stage=stage, scale_power=8)     # 2^8: no overflow at step 0
-    engine = zerolab.initialize(TinyLM(), config)
-    x, y = rule_batches(1, 16)[0]
-    x, y = x[8 * rank: 8 * rank + 8], y[8 * rank: 8 * rank + 8]
-    mark = engine.ledger.mark()              # the communication ledger (chapter 0), not the register
-    engine.backward(lm_loss(engine(x), y))
-    engine.step()
-    assert engine.skipped_steps == 0
-    grad_wire = sum(r.wire_bytes for r in engine.ledger.since(mark).records if r.tag.startswith("grads"))
-    return {"param_dtype": str(next(engine.module.parameters()).dtype),
-            "master_dtype": str(engine.stage.masters[0].dtype),
-            "memory": engine.memory(), "grad_wire_bytes": grad_wire}
-
-
 weighed = {(p, s): crew.run(weigh, p, s)[0] for p, s in (("fp16", 0), ("fp16", 3), ("bf16", 0), ("fp32", 0))}
-for (p, s), r in weighed.items():
-    print(f"{p} stage {s}: model parameters {r['param_dtype']}, engine.stage.masters {r['master_dtype']}")
-"""),
-md("""
-Bytes per parameter on rank 0 (Ψ = 7,204 trainable parameters; the 1-element frozen parameter and
-padding to a multiple of N add a few bytes):
-"""),
-code("""
 psi = sum(p.numel() for p in TinyLM().parameters() if p.requires_grad)
 formulas = {("fp16", 0): "2 + 2 + 12 = 16", ("fp16", 3): "(2 + 2 + 12) / N = 8",
             ("bf16", 0): "2 + 2 + 12 = 16", ("fp32", 0): "4 + 4 + 8 = 16"}
-print(f"{'':<14}{'params':>8}{'grads':>8}{'optimizer':>11}{'total':>8}    formula (bytes per parameter)")
+print(f"bytes per parameter on rank 0 (Ψ = {psi:,}; a frozen element and padding add a few bytes)")
+print(f"{'':<14}{'model':>8}{'masters':>9}{'params':>8}{'grads':>7}{'optimizer':>10}{'total':>7}    formula")
 for key, r in weighed.items():
     m = r["memory"]
-    print(f"{key[0] + ' stage ' + str(key[1]):<14}{m['params'] / psi:>8.2f}{m['grads'] / psi:>8.2f}"
-          f"{m['optimizer_states'] / psi:>11.2f}{m['model_states'] / psi:>8.2f}    {formulas[key]}")
+    print(f"{key[0] + ' stage ' + str(key[1]):<14}{r['param_dtype']:>8}{r['master_dtype']:>9}"
+          f"{m['params'] / psi:>8.2f}{m['grads'] / psi:>7.2f}{m['optimizer_states'] / psi:>10.2f}"
+          f"{m['model_states'] / psi:>7.2f}    {formulas[key]}")
 """),
 md("""
-The register is the heavy part: 12 of the 16 bytes (4 for the fp32 master, 4 + 4 for Adam's
-moments). And notice the fp32 row: **16 bytes per parameter as well**. With Adam, mixed precision
-does not make the model states smaller; it moves 4 bytes from the weights and gradients into the
-register. What it does halve is what is computed and moved in 16 bits:
+Most guess 32, twice the 16-bit figure. It is **16** as well: with Adam, mixed precision does not
+make the model states smaller; it moves 4 bytes from the weights and gradients into the register
+(the fp32 master, 4 bytes, beside Adam's 4 + 4). What it does halve is what is computed and moved
+in 16 bits: the activations kept for backward and the gradients on the wire.
 """),
 code("""
-tokens = rule_batches(1, 8)[0][0]
+tokens = ch04.rule_batches(1, 8)[0][0]
 act = {name: measure_activations(TinyLM().to(dtype), tokens)["activation_bytes"]
        for name, dtype in (("fp32", torch.float32), ("fp16", torch.float16))}
 wire = {p: weighed[(p, 0)]["grad_wire_bytes"] for p in ("fp32", "fp16")}
 print(f"activations kept for backward (batch 8 x 16 tokens): fp32 {act['fp32']:,} B, "
       f"fp16 {act['fp16']:,} B ({act['fp16'] / act['fp32']:.2f}x)")
-print(f"gradient all-reduce per step at stage 0, bytes sent per rank: fp32 {wire['fp32']:,.0f} B, "
+print(f"gradient all-reduce per step at stage 0, bytes per rank: fp32 {wire['fp32']:,.0f} B, "
       f"fp16 {wire['fp16']:,.0f} B ({wire['fp16'] / wire['fp32']:.2f}x)")
 print(f"    formula 2(N-1)/N x Ψ x 2 B = {psi * 2:,} B")
 """),
@@ -433,82 +264,64 @@ md("""
 ## 5. fp16, bf16 and fp32, side by side
 
 The same 60 steps, the same data and the same initial weights, in the three precisions (fp16
-without injected overflows this time).
+without injected overflows this time: it skips only its first two steps).
+
+**Predict, then run.** At step 59, will fp16's loss be where fp32's is at step 59? If not, where
+fp32's was at which step? And bf16, with its 7 mantissa bits, will it trail fp32 too?
 """),
 code("""
 with wrapped_output():
     runs = {p: crew.run(train, p, 60) for p in ("fp32", "bf16", "fp16")}
 crew.close()
-curves = {p: [(a + b) / 2 for a, b in zip(r[0]["losses"], r[1]["losses"])] for p, r in runs.items()}
+curves = {p: ch04.mean_loss(r) for p, r in runs.items()}
 fig, ax = plt.subplots(figsize=(9, 3.4))
 for p, style in (("fp32", "-"), ("bf16", "--"), ("fp16", ":")):
     ax.semilogy(curves[p], style, lw=2, label=f"{p} ({runs[p][0]['skipped']} steps skipped)")
-ax.set_xlabel("step")
-ax.set_ylabel("loss (nats)")
+ax.set(xlabel="step", ylabel="loss (nats)", title="With an fp32 register, 16 bits cost this model almost nothing")
 ax.legend()
 plt.show()
-# The losses' last digits differ from CPU to CPU (16-bit matrix kernels round differently), so
-# we print what they show, each with its tolerance; print(curves) shows the values themselves.
-def within(a, b, tol):
+
+
+def within(a, b, tol):      # the losses' last digits differ from CPU to CPU: claims with tolerances
     return abs(a / b - 1) < tol
 
-for p in curves:
-    print(f"{p}: loss at step 0 about {curves[p][0]:.0f} nats, at step 59 below 0.01: "
-          f"{curves[p][-1] < 0.01}; steps skipped {runs[p][0]['skipped']}")
+
+print(f"loss at step 59 below 0.01: {', '.join(f'{p} {c[-1] < 0.01}' for p, c in curves.items())}")
 bf16_gap = max(abs(b / a - 1) for a, b in zip(curves["fp32"], curves["bf16"]))
 print(f"bf16 within 10% of fp32 at every one of the 60 steps: {bf16_gap < 0.10}")
-print(f"fp16 at step 59 within 5% of fp32 at step 57, two updates fewer: "
-      f"{within(curves['fp16'][59], curves['fp32'][57], 0.05)};")
-print(f"    of fp32 at step 59: {within(curves['fp16'][59], curves['fp32'][59], 0.05)}")
+print(f"fp16 at step 59 within 5% of fp32 at step 57: {within(curves['fp16'][59], curves['fp32'][57], 0.05)};"
+      f" of fp32 at step 59: {within(curves['fp16'][59], curves['fp32'][59], 0.05)}")
 """),
 md("""
-bf16 follows fp32 step for step. fp16 skipped its first two steps while the scaler found its
-footing, so it trails by about two updates: its loss at step 59 is where fp32's was at step 57,
-not where fp32's is at step 59.
-With an fp32 register, carrying the model in 16 bits costs this model almost nothing in learning.
+bf16 follows fp32 step for step: the register keeps every small update that bf16 itself would
+lose. fp16 skipped its first two steps while the scaler found its footing, so it trails by two
+updates: its loss at step 59 is where fp32's was at step 57. A skipped step is a lost step, not
+a wrong one.
 
 ## What we measured
-"""),
-code("""
-f16 = next(r for r in P.dtype_range_table() if r["dtype"] == "fp16")
-b16 = next(r for r in P.dtype_range_table() if r["dtype"] == "bf16")
-print(f"formats     fp16: largest {f16['max']:g}, smallest normal 2^-14, smallest subnormal 2^-24, "
-      f"eps {f16['eps']:.2g}")
-print(f"            bf16: largest {b16['max']:.2g}, eps {b16['eps']:.2g}")
-z = {name: r["zero"] for name, r in reports.items()}
-print(f"underflow   {len(deep.layers)}-layer MLP, {g.numel():,} gradients -> 0: in fp16 at scale 1 "
-      f"{z['fp16, scale 1']:,} ({100 * reports['fp16, scale 1']['zero_fraction']:.1f}%),")
-print(f"            at scale 2^16 {z['fp16, scale 2^16']:,}, in bf16 {z['bf16, scale 1']:,}")
-print(f"scaler      fp16 on 2 ranks, 60 steps: {fp16_run[0]['skipped']} steps skipped on every rank "
-      f"({len(natural)} natural at S = 2^16,")
-print(f"            2 injected on rank 1 only); S from 65536 to {int(fp16_run[0]['trace'][1][-1]):,}")
-m0, m3, f32 = (weighed[k]["memory"]["model_states"] / psi for k in (("fp16", 0), ("fp16", 3), ("fp32", 0)))
-print(f"register    model states per parameter: fp16 stage 0 {m0:.2f} B (2 + 2 + 12),")
-print(f"            stage 3 on 2 ranks {m3:.2f} B (16/N), fp32 {f32:.2f} B (4 + 4 + 8)")
-print(f"halved      activations {act['fp16'] / act['fp32']:.2f}x, gradient traffic {wire['fp16'] / wire['fp32']:.2f}x")
-print(f"training    loss at step 59 below 0.01 in all three: {all(c[-1] < 0.01 for c in curves.values())};")
-print(f"            bf16 within 10% of fp32 at every step: {bf16_gap < 0.10}")
-print(f"            fp16 two updates behind (its step 59 within 5% of fp32's step 57): "
-      f"{within(curves['fp16'][59], curves['fp32'][57], 0.05)}")
-"""),
-md("""
-- **fp16** has precision but little range: real gradients fall off its bottom edge. The **loss
-  scale** moves them back into range; the **dynamic scaler** finds the scale by trial (skip,
-  halve, and double after a clean window), and one overflow on one rank skips the step on all.
-- **bf16** has fp32's range, so it needs no scale, but only 7 mantissa bits: small updates to a
-  weight vanish in it.
-- The **fp32 register** (master weights) keeps those updates. With Adam it makes the register 12 of
-  16 bytes per parameter: the optimizer states that ZeRO stage 1 splits first.
+
+- **fp16** has precision but little range: in a 25-layer MLP, 30.8% of the 97,031 gradients
+  become 0 at scale 1, none at 2¹⁶. The **dynamic scaler** finds the scale by trial (skip, halve
+  after `hysteresis` overflows, double after a clean window); one overflow on one rank skips the
+  step on all (4 skipped in 60 steps: 2 natural at S = 2¹⁶, 2 injected on rank 1).
+- **bf16** has fp32's range, so it needs no scale, but only 7 mantissa bits: 100 updates of 0.001
+  to a weight of 1.0 vanish in it.
+- The **fp32 register** keeps those updates. With Adam, model states are 16 bytes per parameter in
+  mixed precision and in fp32 alike (8 per rank at stage 3 on 2 ranks); the register and Adam's
+  moments are 12 of them, the optimizer states that ZeRO stage 1 splits first. Activations and
+  gradient traffic are halved (0.50x).
+- **Training**: bf16 within 10% of fp32 at every step; fp16 two updates behind.
 
 ## Questions
 
-1. Set `scale_power=8` in `ds_config("fp16")` (S starts at 2⁸) and re-run section 3. Are there
-   still natural overflows at the start? How many steps does S take to climb back?
+1. Run section 3 again with `crew.run(train, "fp16", 60, bad_steps=(30, 31), scale_power=8)`
+   (S starts at 2⁸; restart the crew first). Are there still natural overflows at the start?
 2. Why must every rank skip the step when only one rank overflowed? What would go wrong if
    rank 0 stepped and rank 1 did not?
 3. The register costs 4 of the 16 bytes per parameter. Why can't bf16 training, which needs no
    loss scale, drop it?
-4. With `hysteresis` 1, how would the scale trace of section 3 change at steps 30 and 31?
+4. With `hysteresis=1`, how would the scale trace of section 3 change at steps 30 and 31? Predict,
+   then run it.
 
 **Your turn:** in `exercises/04_loss_scaler.ipynb` you write the dynamic loss scaler's update
 rule, DeepSpeed's hysteresis, window and floor, and the check runs it inside this engine on 2

@@ -5,14 +5,15 @@
     python tools/build_notebooks/ch11.py --execute  # ... and run it (about a minute on 2 cores)
 
 Fifteen questions engineers are asked about ZeRO, FSDP, mixed precision and offload. Each has
-the question, a short answer in words, and a cell that checks the answer: on real ranks
+the question (nine of them as predict-then-run prompts), a cell that checks the answer, and a
+short answer in words folded under <details> (opened after the check): on real ranks
 (``zerolab.Crew``, gloo, 4 ranks and then 2) or with zerolab's estimators.
 
 Built like every chapter (``nbsource.py``): fixed cell ids; an unchanged notebook is left alone;
 stored executed. Outputs must not depend on the CPU's floating-point kernels or thread count:
 byte and element counts are exact and printed as they are; floats that are rounding noise (parity
 with one process, the gradient norm) are printed as verdicts with their tolerance; times (the
-alpha-beta question) only as verdicts with wide margins. Traffic is DeepSpeed's pattern for each
+alpha-beta question) printed in milliseconds, which nbval masks, never as verdicts. Traffic is DeepSpeed's pattern for each
 config (3Ψ at stages 1-2), beside the paper's (zerolab's ``ideal_reduce_scatter`` switch), each
 labelled. Offload runs once on real ranks (Q13); its sizes for 7B and 70B come from DeepSpeed's
 estimators (``zerolab.estimate``).
@@ -32,10 +33,12 @@ md(r"""
 Fifteen questions that come up when engineers are interviewed about training large models with
 DeepSpeed ZeRO or PyTorch FSDP. Each has three parts:
 
-1. **the question**, with a *try first* prompt: answer it out loud, or on paper, before you read on;
-2. **a short answer**, the one you would give in the room;
-3. **a check**: a cell that runs the claim, on real ranks with `zerolab` (gloo on this CPU) or
-   with DeepSpeed's memory estimators, and prints a verdict beside the formula.
+1. **the question**, with a prompt: answer it out loud, or on paper, before you read on. Where
+   the answer can be measured the prompt says **Predict, then run**: write your numbers down;
+2. **a check**: a cell that runs the claim, on real ranks with `zerolab` (gloo on this CPU) or
+   with DeepSpeed's memory estimators, and prints the measurement beside the formula;
+3. **a short answer**, the one you would give in the room, folded under *The answer*: open it
+   once you have written yours and run the check.
 
 The notation is the ZeRO paper's: **Ψ** is the number of parameters (elements), **N** the number
 of data-parallel ranks. Bytes and elements are always named; GB = 10⁹ bytes, GiB = 2³⁰ bytes.
@@ -46,26 +49,27 @@ all-gather (N−1)/N·S. The paper's "2Ψ" and "3Ψ" drop the factor (N−1)/N.
 The facts about DeepSpeed are those of its release 0.19.8; zerolab issues DeepSpeed's collectives
 for each config, and where the ZeRO paper differs (stages 1-2 move 3Ψ in DeepSpeed, 2Ψ in the
 paper) both are measured and labelled. The questions follow chapters 0 to 9, where each answer is
-taken apart at length (the map is at the end).
+taken apart at length (the last column).
 
-| # | question | checked with |
-|---|---|---|
-| 1 | Why 16 bytes per parameter? | `engine.memory()` on 4 ranks |
-| 2 | Memory per rank at each stage? | 4 stages on 4 ranks |
-| 3 | Traffic per stage: DeepSpeed's and the paper's; why 3Ψ? | the ledger |
-| 4 | Reduce-scatter or all-reduce? | collectives + the engine |
-| 5 | Gradient accumulation with stage 2? | the ledger at 4 micro-steps |
-| 6 | FSDP's names for the stages? | gathers per step |
-| 7 | Does ZeRO change the result? | parity with one process |
-| 8 | Gradient clipping across shards? | `engine.last_grad_norm` |
-| 9 | Why fp32 master weights? | bf16 arithmetic + the engine |
-| 10 | Loss scaling in fp16 but not in bf16? | casts + the engine's scale |
-| 11 | How does the dynamic loss scaler move? | an injected overflow |
-| 12 | Activation checkpointing or ZeRO? | saved tensors + stage 3 |
-| 13 | ZeRO-Offload and ZeRO-Infinity? | `engine.memory("host")` + DeepSpeed's estimators |
-| 14 | Does a 7B / 70B model fit? | the formulas + estimators |
-| 15 | What is the α-β model? | a fit on 2 ranks |
+| # | question | checked with | chapter |
+|---|---|---|---|
+| 1 | Why 16 bytes per parameter? | `engine.memory()` on 4 ranks | 01 |
+| 2 | Memory per rank at each stage? | 4 stages on 4 ranks | 03 |
+| 3 | Traffic per stage: DeepSpeed's and the paper's; why 3Ψ? | the ledger | 03, 08 |
+| 4 | Reduce-scatter or all-reduce? | collectives + the engine | 00, 02, 06 |
+| 5 | Gradient accumulation with stage 2? | the ledger at 4 micro-steps | 03, 06 |
+| 6 | FSDP's names for the stages? | gathers per step | 03 |
+| 7 | Does ZeRO change the result? | parity with one process | 03, 03a |
+| 8 | Gradient clipping across shards? | `engine.last_grad_norm` | 04 |
+| 9 | Why fp32 master weights? | bf16 arithmetic + the engine | 04 |
+| 10 | Loss scaling in fp16 but not in bf16? | casts + the engine's scale | 04 |
+| 11 | How does the dynamic loss scaler move? | an injected overflow | 04 |
+| 12 | Activation checkpointing or ZeRO? | saved tensors + stage 3 | 01, 07 |
+| 13 | ZeRO-Offload and ZeRO-Infinity? | `engine.memory("host")` + DeepSpeed's estimators | 05, 09 |
+| 14 | Does a 7B / 70B model fit? | the formulas + estimators | 07 |
+| 15 | What is the α-β model? | a fit on 2 ranks | 06 |
 """),
+
 code(r"""
 import torch
 import torch.nn as nn
@@ -131,20 +135,46 @@ UNIT = (N - 1) / N * 2 * PSI             # "1Ψ" of bf16 traffic on the wire, in
 print(f"{N} ranks up (gloo); the model: Ψ = {PSI:,} parameters")
 """),
 
-# ------------------------------------------------------------------------------------- Q1
 md(r"""
 ## Q1. Why does mixed-precision training with Adam cost 16 bytes per parameter?
 
-*Try first:* list every copy of a parameter that exists during training, with its dtype.
+**Predict, then run.** List every copy of a parameter that exists during training, with its
+dtype, and add up the bytes. What will `engine.memory()` show per parameter in bf16, and in fp32?
 
-**Answer.** Five numbers per parameter: the fp16/bf16 **weight** the forward uses (2 bytes), its
+<details><summary><b>The answer</b> (open it once you have written yours and run the check)</summary>
+
+Five numbers per parameter: the fp16/bf16 **weight** the forward uses (2 bytes), its
 fp16/bf16 **gradient** (2), and the optimizer's state: an fp32 **master copy** of the weight (4),
 Adam's **momentum** (4) and **variance** (4). 2 + 2 + 12 = 16. The 12 bytes of optimizer state
 (the paper's K = 12) are three quarters of it, which is why ZeRO shards them first. Activations
 and temporary buffers come on top. A trick follow-up: fp32 training with Adam costs 16 bytes
 too (4 + 4 + 8): mixed precision does not shrink the model states, it moves 4 bytes into the
 optimizer state and halves what is computed and communicated.
+
+</details>
+
+## Q2. How much memory does each rank need at each ZeRO stage, for Ψ parameters on N ranks?
+
+**Predict, then run.** Write the four formulas, then evaluate them for this chapter's model
+(Ψ = 16,640) on N = 4: bytes per rank at stages 0 to 3. And for Ψ = 7.5 billion on N = 64?
+
+<details><summary><b>The answer</b> (open it once you have written yours and run the check)</summary>
+
+Each stage shards one more of the three model states:
+
+| stage | shards | bytes per rank | Ψ = 7.5B, N = 64 |
+|---|---|---|---|
+| 0 (DDP) | nothing | 2Ψ + 2Ψ + 12Ψ = 16Ψ | 120 GB |
+| 1 | optimizer states | 2Ψ + 2Ψ + 12Ψ/N | 31.4 GB |
+| 2 | + gradients | 2Ψ + (2 + 12)Ψ/N | 16.6 GB |
+| 3 | + parameters | (2 + 2 + 12)Ψ/N | 1.9 GB |
+
+Stage 1 can never go below 4Ψ and stage 2 never below 2Ψ, whatever N is; only stage 3 keeps
+falling as 1/N. (DeepSpeed's own estimator counts a little more: see Q14.)
+
+</details>
 """),
+
 code(r"""
 for precision, formula in (("bf16", (2, 2, 12)), ("fp32", (4, 4, 8))):
     r = crew.run(measured_step, 0, precision)[0]           # stage 0 (DDP): nothing sharded
@@ -156,27 +186,7 @@ for precision, formula in (("bf16", (2, 2, 12)), ("fp32", (4, 4, 8))):
     got = (m["params"] / PSI, m["grads"] / PSI, (m["optimizer_states"] - counters) / PSI)
     print(f"    bytes per parameter {' + '.join(f'{x:g}' for x in got)} = {sum(got):g}; "
           f"formula {' + '.join(map(str, formula))} = 16: {got == formula}")
-"""),
 
-# ------------------------------------------------------------------------------------- Q2
-md(r"""
-## Q2. How much memory does each rank need at each ZeRO stage, for Ψ parameters on N ranks?
-
-*Try first:* write the four formulas, then evaluate them for Ψ = 7.5 billion and N = 64.
-
-**Answer.** Each stage shards one more of the three model states:
-
-| stage | shards | bytes per rank | Ψ = 7.5B, N = 64 |
-|---|---|---|---|
-| 0 (DDP) | nothing | 2Ψ + 2Ψ + 12Ψ = 16Ψ | 120 GB |
-| 1 | optimizer states | 2Ψ + 2Ψ + 12Ψ/N | 31.4 GB |
-| 2 | + gradients | 2Ψ + (2 + 12)Ψ/N | 16.6 GB |
-| 3 | + parameters | (2 + 2 + 12)Ψ/N | 1.9 GB |
-
-Stage 1 can never go below 4Ψ and stage 2 never below 2Ψ, whatever N is; only stage 3 keeps
-falling as 1/N. (DeepSpeed's own estimator counts a little more: see Q14.)
-"""),
-code(r"""
 runs = {s: crew.run(measured_step, s)[0] for s in range(4)}      # bf16 + AdamW, on 4 ranks
 print(f"bytes per rank, N = {N}, Ψ = {PSI:,}")
 print(f"{'stage':>5}{'params':>9}{'grads':>9}{'optimizer':>11}{'measured':>11}{'formula':>11}"
@@ -189,13 +199,15 @@ print("the paper's example, 7.5B parameters on 64 GPUs:",
       ", ".join(f"{row['total'] / 1e9:.1f} GB" for row in zero_paper_table(7.5e9, 64)))
 """),
 
-# ------------------------------------------------------------------------------------- Q3
 md(r"""
 ## Q3. How much does each stage communicate per step, compared with DDP? Why is stage 3 3Ψ?
 
-*Try first:* for each stage, name the collectives of one step and their sizes.
+**Predict, then run.** For each stage, name the collectives of one step and their sizes in Ψ,
+DeepSpeed's way and the paper's.
 
-**Answer.** DDP all-reduces the gradients: 2Ψ (an all-reduce is a reduce-scatter plus an
+<details><summary><b>The answer</b> (open it once you have written yours and run the check)</summary>
+
+DDP all-reduces the gradients: 2Ψ (an all-reduce is a reduce-scatter plus an
 all-gather). **The paper**'s stages 1 and 2 split that all-reduce in two and put the optimizer
 step in the middle: reduce-scatter the gradients (Ψ; each rank gets the sum of its own shard),
 step the shard, all-gather the updated parameters (Ψ). Also 2Ψ: no extra traffic, for up to 4×
@@ -207,7 +219,26 @@ Stage 3 holds no full parameters, so it must all-gather each layer before its fo
 then reduce-scatter the gradients (Ψ): **3Ψ**, in the paper and in DeepSpeed. There is no
 all-gather after the step: each rank updates its own shard, and the next forward gathers it.
 In the room: "the paper says 2Ψ, 2Ψ, 3Ψ; DeepSpeed's defaults move 3Ψ at every stage from 1 on".
+
+Stages 1 and 2 moved DeepSpeed's 3Ψ (all-reduce 2Ψ + all-gather Ψ) by default, and the paper's
+2Ψ (reduce-scatter Ψ + all-gather Ψ) only with zerolab's `ideal_reduce_scatter` switch; stage 3
+moved 3Ψ either way. Read the last line as stage 3's step. This is the second step, so the engine
+follows the order of layers recorded in the first and **prefetches** by DeepSpeed's rule: at a
+module's fetch it also starts one asynchronous all-gather of the next layers, while fewer than
+`stage3_prefetch_bucket_size` elements (5·10⁷ by default, far more than this model) are taken.
+So forward gathers layers 0 to 3 in one call (`g0+3`); backward gathers them again (each was
+freed after its forward): layer 3 when it is needed, and with it layers 2, 1 and 0 in one call
+(`g2+2`). The gradients are packed into buckets of `reduce_bucket_size` elements (5·10⁸ by
+default: here the whole model is one bucket), each reduce-scattered in one call: `rs(0)`, not
+one call per layer. The ledger writes a call down when it is waited for. (DeepSpeed can skip the
+second gather of a layer used again soon, `stage3_max_reuse_distance`; the formula counts it.
+zerolab's own order checks, 16-byte all-gathers DeepSpeed does not send, are filed apart in
+`ledger.checks` and not shown.) Prefetch changes when the bytes travel and in how many calls,
+not how many bytes.
+
+</details>
 """),
+
 code(r"""
 runs_ideal = {s: crew.run(measured_step, s, ideal=True)[0] for s in (1, 2)}   # zerolab's switch
 DS = {0: 2, 1: 3, 2: 3, 3: 3}                      # DeepSpeed's pattern, in Ψ
@@ -236,31 +267,15 @@ def short(op, tag):      # "params layers.1 + 2 more" -> g1+2; "grads bucket 0" 
 order = [short(op, tag) for op, tag, _, _ in runs[3]["records"]]
 print("   ", " ".join(order))
 """),
-md(r"""
-Stages 1 and 2 moved DeepSpeed's 3Ψ (all-reduce 2Ψ + all-gather Ψ) by default, and the paper's
-2Ψ (reduce-scatter Ψ + all-gather Ψ) only with zerolab's `ideal_reduce_scatter` switch; stage 3
-moved 3Ψ either way. Read the last line as stage 3's step. This is the second step, so the engine
-follows the order of layers recorded in the first and **prefetches** by DeepSpeed's rule: at a
-module's fetch it also starts one asynchronous all-gather of the next layers, while fewer than
-`stage3_prefetch_bucket_size` elements (5·10⁷ by default, far more than this model) are taken.
-So forward gathers layers 0 to 3 in one call (`g0+3`); backward gathers them again (each was
-freed after its forward): layer 3 when it is needed, and with it layers 2, 1 and 0 in one call
-(`g2+2`). The gradients are packed into buckets of `reduce_bucket_size` elements (5·10⁸ by
-default: here the whole model is one bucket), each reduce-scattered in one call: `rs(0)`, not
-one call per layer. The ledger writes a call down when it is waited for. (DeepSpeed can skip the
-second gather of a layer used again soon, `stage3_max_reuse_distance`; the formula counts it.
-zerolab's own order checks, 16-byte all-gathers DeepSpeed does not send, are filed apart in
-`ledger.checks` and not shown.) Prefetch changes when the bytes travel and in how many calls,
-not how many bytes.
-"""),
 
-# ------------------------------------------------------------------------------------- Q4
 md(r"""
 ## Q4. What is the difference between a reduce-scatter and an all-reduce, and which does ZeRO use?
 
 *Try first:* what does each rank hold afterwards, and how many bytes does each rank send?
 
-**Answer.** After an **all-reduce** every rank holds the whole sum; after a **reduce-scatter**
+<details><summary><b>The answer</b> (open it once you have written yours and run the check)</summary>
+
+After an **all-reduce** every rank holds the whole sum; after a **reduce-scatter**
 rank r holds only the r-th 1/N of it. In a ring, the all-reduce *is* a reduce-scatter followed
 by an all-gather, so it costs twice as much: 2(N−1)/N·S against (N−1)/N·S. ZeRO stages 1-3 need
 only their own shard of the gradient, so the paper reduce-scatters. A catch for the interview:
@@ -271,7 +286,10 @@ into N contiguous partitions, and a bucket is a range of it that cuts those part
 not the N equal pieces a reduce-scatter hands out. Only DeepSpeed's stage 3 calls a real
 reduce-scatter. zerolab issues DeepSpeed's collectives; the paper's reduce-scatter is zerolab's
 own switch, `"zerolab": {"ideal_reduce_scatter": true}` (each bucket then its own N shards).
+
+</details>
 """),
+
 code(r"""
 def collectives():
     comm, r, n = Comm(), zerolab.rank(), zerolab.world_size()
@@ -301,13 +319,15 @@ for who, r in (("DeepSpeed's default", runs[2]), ("paper's, zerolab switch", run
           f"+ parameters {wire(r, what='params') / UNIT:.0f}Ψ = {wire(r) / UNIT:.0f}Ψ")
 """),
 
-# ------------------------------------------------------------------------------------- Q5
 md(r"""
 ## Q5. With gradient accumulation, why does stage 2 communicate more than stage 1?
 
-*Try first:* with 4 micro-batches per optimizer step, how many Ψ does each stage move?
+**Predict, then run.** With 4 micro-batches per optimizer step, how many Ψ does each of stages
+1 and 2 move, DeepSpeed's way and the paper's?
 
-**Answer.** Stage 1 keeps full gradients, so it can add the 4 micro-batches' gradients locally
+<details><summary><b>The answer</b> (open it once you have written yours and run the check)</summary>
+
+Stage 1 keeps full gradients, so it can add the 4 micro-batches' gradients locally
 and reduce them once at the boundary, whatever the accumulation: DeepSpeed all-reduces them (2Ψ)
 and all-gathers the parameters (Ψ), 3Ψ per step; the paper's reduce-scatter, 2Ψ. Stage 2 keeps
 only its shard of the gradient, so it cannot hold a micro-batch's full gradient until the end: it
@@ -315,7 +335,10 @@ reduces every bucket in every micro-step, as backward fills it. With k micro-ste
 all-reduce moves 2kΨ + Ψ, **9Ψ** at k = 4; the paper's reduce-scatter kΨ + Ψ, 5Ψ. DeepSpeed's
 stage 2 cannot skip it (its `no_sync()` refuses stages 2 and 3); stage 3 pays k × 3Ψ. Remedies:
 fewer, larger micro-batches, or stage 1 when the gradients fit.
+
+</details>
 """),
+
 code(r"""
 print(f"N = {N}, gradient_accumulation_steps 4, bytes per optimizer step in Ψ units")
 FORMULA = {(1, False): 2 + 1, (1, True): 1 + 1, (2, False): 2 * 4 + 1, (2, True): 4 + 1}
@@ -329,13 +352,13 @@ for s in (1, 2):
               f"formula {FORMULA[s, ideal]}Ψ: {wire(r) == FORMULA[s, ideal] * UNIT}")
 """),
 
-# ------------------------------------------------------------------------------------- Q6
 md(r"""
 ## Q6. How do PyTorch FSDP's sharding strategies map to ZeRO stages?
 
-*Try first:* FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD.
+**Predict, then run.** FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD: which stage is each?
+How many elements does stage 2 all-gather per step, and stage 3, in Ψ?
 
-**Answer.**
+<details><summary><b>The answer</b> (open it once you have written yours and run the check)</summary>
 
 | FSDP (`ShardingStrategy`) | ZeRO | what it does |
 |---|---|---|
@@ -349,7 +372,10 @@ switch is `reshard_after_forward`: True ≈ stage 3, False ≈ stage 2. The diff
 hide is the one of Q3: whether the parameters are gathered once per step or twice, so 2Ψ or 3Ψ.
 (One real difference: between steps, FSDP's SHARD_GRAD_OP keeps only parameter shards, where
 DeepSpeed's stage 2 keeps the 16-bit parameters whole.)
+
+</details>
 """),
+
 code(r"""
 for s, fsdp in ((2, "SHARD_GRAD_OP"), (3, "FULL_SHARD")):
     gathered = sum(numel for op, _, numel, _ in runs[s]["records"] if op == "all_gather")
@@ -357,13 +383,14 @@ for s, fsdp in ((2, "SHARD_GRAD_OP"), (3, "FULL_SHARD")):
           f"= {gathered // PSI}Ψ; expected {s - 1}Ψ: {gathered == (s - 1) * PSI}")
 """),
 
-# ------------------------------------------------------------------------------------- Q7
 md(r"""
 ## Q7. Does ZeRO change the training result, compared with plain data parallelism?
 
 *Try first:* is stage 3 an approximation of data parallelism?
 
-**Answer.** No. ZeRO only changes **where** the model states are kept; every rank computes the
+<details><summary><b>The answer</b> (open it once you have written yours and run the check)</summary>
+
+No. ZeRO only changes **where** the model states are kept; every rank computes the
 same forward and backward as under DDP, every gradient is averaged over all ranks, and the
 optimizer applies the same element-wise update, each rank to its shard. The result equals
 data-parallel training, up to the order in which floating-point sums are added (the last bits).
@@ -371,7 +398,10 @@ The exception is an optimizer that looks at whole tensors, such as LAMB's trust 
 to a shard: that is why DeepSpeed's ZeRO accepts only the optimizers it has tested (torch's
 Adam, AdamW and Adagrad; its own fused and CPU Adam, Adagrad and Lion) unless
 `zero_allow_untested_optimizer` is set.
+
+</details>
 """),
+
 code(r"""
 SGD = {"type": "SGD", "params": {"lr": 0.1}}
 batches = regression_batches(3, BATCH, d_in=WIDTH, d_out=WIDTH, seed=1)
@@ -391,20 +421,25 @@ for s in range(4):
           f"max |diff| < 1e-6: {diff < 1e-6}")
 """),
 
-# ------------------------------------------------------------------------------------- Q8
 md(r"""
 ## Q8. With gradients sharded, how is gradient clipping's global norm computed?
 
-*Try first:* rank r holds only its shard g_r of the gradient. What does it send, and to whom?
+**Predict, then run.** Rank r holds only its shard g_r of the gradient. What does it send, to
+whom, and how many bytes?
 
-**Answer.** The global L2 norm is √(Σ over all elements of g²), and a sum splits over shards:
+<details><summary><b>The answer</b> (open it once you have written yours and run the check)</summary>
+
+The global L2 norm is √(Σ over all elements of g²), and a sum splits over shards:
 each rank computes the sum of squares of its own shard, one all-reduce (SUM) of that single
 number gives Σ_r ‖g_r‖², and every rank takes the square root. Clipping each shard by its own
 norm would be wrong: every rank would scale by a different factor. DeepSpeed fuses this with
 the fp16 unscale: gradients are multiplied once by 1 / (scale · max(1, norm / clip)), where the
 norm is the unscaled one. Its default `gradient_clipping` is 1.0 (0 turns it off). In zerolab the
 same small all-reduce also carries the overflow flag: 2 float64 numbers, 16 bytes.
+
+</details>
 """),
+
 code(r"""
 CLIPPED = {**config(2, "fp32", optimizer=SGD), "gradient_clipping": 0.05}   # a top-level key
 
@@ -440,20 +475,28 @@ print(f"clipped to 0.05 (the norm was above it: {true_norm > 0.05}): stage 2 on 
 print(f"    clip_grad_norm_ in one process, max |diff| < 1e-6: {diff < 1e-6}")
 """),
 
-# ------------------------------------------------------------------------------------- Q9
 md(r"""
 ## Q9. Why keep fp32 master weights at all? The model runs in bf16.
 
 *Try first:* what is 1.0 + 0.001 in bf16?
 
-**Answer.** Because updates are small relative to the weights, and a 16-bit format rounds them
+<details><summary><b>The answer</b> (open it once you have written yours and run the check)</summary>
+
+Because updates are small relative to the weights, and a 16-bit format rounds them
 away. bf16 has 8 significant bits: near 1.0 its numbers are 2⁻⁷ ≈ 0.0078 apart, so adding
 anything below half of that gives 1.0 back. Adam moves each weight by about the learning rate
 per step, often 10⁻⁴ to 10⁻⁵: in bf16 most of those updates would vanish, every step. So the
 optimizer steps an fp32 copy (the master, 4 bytes of the 16), where the updates accumulate, and
 the 16-bit weights are re-rounded from it after each step. bf16 needs this more than fp16 does
 (7 stored mantissa bits against 10).
+
+The update is kept in the master even where the bf16 weight did not change; after enough steps
+the master crosses a rounding boundary and the bf16 weight follows. Without the master the
+update would be lost for good.
+
+</details>
 """),
+
 code(r"""
 w16, w32 = torch.tensor(1.0, dtype=torch.bfloat16), torch.tensor(1.0)
 for _ in range(100):
@@ -483,19 +526,15 @@ print(f"    master elements that moved: more than 99%: {moved32 > 0.99 * PSI}")
 print(f"    bf16 weights that moved: fewer than 10%: {moved16 < 0.10 * PSI}")
 print(f"    the bf16 weights are exactly the masters rounded to bf16: {rounded}")
 """),
-md(r"""
-The update is kept in the master even where the bf16 weight did not change; after enough steps
-the master crosses a rounding boundary and the bf16 weight follows. Without the master the
-update would be lost for good.
-"""),
 
-# ------------------------------------------------------------------------------------- Q10
 md(r"""
 ## Q10. Why does fp16 training need loss scaling, and bf16 does not?
 
 *Try first:* compare the exponent bits of fp16, bf16 and fp32.
 
-**Answer.** **Range.** fp16 has 5 exponent bits: its smallest number is 2⁻²⁴ ≈ 6·10⁻⁸ (a
+<details><summary><b>The answer</b> (open it once you have written yours and run the check)</summary>
+
+**Range.** fp16 has 5 exponent bits: its smallest number is 2⁻²⁴ ≈ 6·10⁻⁸ (a
 subnormal) and its largest 65,504. Many gradients are smaller than that and round to 0. Scaling
 the loss by S scales every gradient by S (chain rule), lifting them into range; the optimizer
 divides by S again, in fp32. Too large an S overflows to inf instead, so S must be tuned (Q11).
@@ -503,7 +542,28 @@ bf16 has fp32's 8 exponent bits, so the same range as fp32 (normal numbers down 
 10⁻³⁸): gradients practically never underflow, and its loss scale is 1. bf16 pays in
 precision instead (Q9). DeepSpeed 0.19.8 uses a fixed scale of 1.0 for bf16 and a dynamic
 scaler for fp16 (starting at 2¹⁶).
+
+</details>
+
+## Q11. How does DeepSpeed's dynamic loss scaler behave?
+
+**Predict, then run.** S = 2¹⁶, `loss_scale_window` 2, `hysteresis` 1; one rank overflows at
+step 1 only. What S is used at each of steps 0 to 8? Write the nine numbers down.
+
+<details><summary><b>The answer</b> (open it once you have written yours and run the check)</summary>
+
+On an overflow (an inf or NaN in *any* rank's gradients, found with an all-reduce
+MAX) the step is **skipped on every rank** (no update, no scheduler step) and, once the
+hysteresis is used up, S is halved, but not below `min_loss_scale` (at the minimum, another
+overflow stops the run). After `loss_scale_window` clean steps in a row (1000 by default) S
+doubles. `hysteresis` (default 2) is how many overflows are tolerated before a cut; it is
+refilled only when S grows (or on every clean step with `consecutive_hysteresis`). In 0.19.8
+the doubling comes at the (window + 1)-th clean step after an overflow. The expected trace below
+was recorded from DeepSpeed 0.19.8's own `DynamicLossScaler`.
+
+</details>
 """),
+
 code(r"""
 grads = torch.tensor([1e-2, 1e-4, 1e-6, 1e-7, 1e-8, 1e-9, 1.0], dtype=torch.float64)
 print(f"{'gradient':>10}{'fp16':>12}{'fp16 x 2^16':>14}{'bf16':>12}")
@@ -522,25 +582,8 @@ def scale_of(precision):
 
 print(f"engine.loss_scale by default: fp16 {crew.run(scale_of, 'fp16')[0]:g}, "
       f"bf16 {crew.run(scale_of, 'bf16')[0]:g}")
-"""),
 
-# ------------------------------------------------------------------------------------- Q11
-md(r"""
-## Q11. How does DeepSpeed's dynamic loss scaler behave?
 
-*Try first:* S = 2¹⁶, `loss_scale_window` 2, `hysteresis` 1; one rank overflows at step 1 only.
-What S is used at each of steps 0 to 8?
-
-**Answer.** On an overflow (an inf or NaN in *any* rank's gradients, found with an all-reduce
-MAX) the step is **skipped on every rank** (no update, no scheduler step) and, once the
-hysteresis is used up, S is halved, but not below `min_loss_scale` (at the minimum, another
-overflow stops the run). After `loss_scale_window` clean steps in a row (1000 by default) S
-doubles. `hysteresis` (default 2) is how many overflows are tolerated before a cut; it is
-refilled only when S grows (or on every clean step with `consecutive_hysteresis`). In 0.19.8
-the doubling comes at the (window + 1)-th clean step after an overflow. The expected trace below
-was recorded from DeepSpeed 0.19.8's own `DynamicLossScaler`.
-"""),
-code(r"""
 def scaler_trace(steps=9, bad_step=1):
     fp16 = {"enabled": True, "initial_scale_power": 16, "loss_scale_window": 2, "hysteresis": 1}
     engine = zerolab.initialize(make_model(), {**config(2, "fp32"), "fp16": fp16})
@@ -563,13 +606,14 @@ print(f"== DeepSpeed 0.19.8's trace: {trace == DEEPSPEED}")
 print(f"steps skipped, per rank: {[skipped for _, skipped in out]} (the overflow was on rank 1 only)")
 """),
 
-# ------------------------------------------------------------------------------------- Q12
 md(r"""
 ## Q12. Activation checkpointing and ZeRO: what does each save, and do they combine?
 
 *Try first:* which of the four memory giants does each one shrink?
 
-**Answer.** ZeRO shards the **model states** (parameters, gradients, optimizer states) across
+<details><summary><b>The answer</b> (open it once you have written yours and run the check)</summary>
+
+ZeRO shards the **model states** (parameters, gradients, optimizer states) across
 ranks; it does nothing for **activations**, which each rank keeps for its own micro-batch and
 which grow with batch × sequence × hidden × layers. (The paper's ZeRO-R partitions activation
 checkpoints only under tensor parallelism.) **Activation checkpointing** keeps only each
@@ -579,7 +623,10 @@ more compute). They are independent and are used together; with ZeRO-3 the recom
 while the block's parameters are gathered for its backward, so the parameters and gradients
 still move 3Ψ, in DeepSpeed and in zerolab. (zerolab's own order checks, 16-byte all-gathers
 that DeepSpeed does not send, are filed apart in `ledger.checks`, outside this count.)
+
+</details>
 """),
+
 code(r"""
 class Block(nn.Module):
     def __init__(self, d):
@@ -625,13 +672,14 @@ print(f"    the same model states per rank: {m0 == m1}, the same parameter and g
 print(f"    bit-identical weights: {same}")
 """),
 
-# ------------------------------------------------------------------------------------- Q13
 md(r"""
 ## Q13. What do ZeRO-Offload and ZeRO-Infinity do, and what do they cost?
 
 *Try first:* with the optimizer offloaded, what is left on the GPU, and what crosses PCIe?
 
-**Answer.** **ZeRO-Offload** (`offload_optimizer.device: "cpu"`, stages 1-3) keeps the fp32
+<details><summary><b>The answer</b> (open it once you have written yours and run the check)</summary>
+
+**ZeRO-Offload** (`offload_optimizer.device: "cpu"`, stages 1-3) keeps the fp32
 master weights and Adam's moments in host memory and runs the optimizer step **on the CPU**
 (DeepSpeed's vectorised CPUAdam). Each step the fp16 gradients go down and the updated fp16
 parameters come back up: 2Ψ + 2Ψ bytes over PCIe, split over the ranks. With stage 2 the GPU
@@ -648,7 +696,10 @@ below check the answer's bytes on 4 real ranks. DeepSpeed's estimators (reproduc
 largest layer's parameters and a 1.5× host buffer factor. *On a GPU cluster* DeepSpeed copies
 through pinned host buffers and steps with its vectorised CPUAdam; here the "device" is the CPU
 too, so only the bytes, not the times, carry over.
+
+</details>
 """),
+
 code(r"""
 def offloaded():
     engine = zerolab.initialize(make_model(), config(2, offload_optimizer={"device": "cpu"}))
@@ -681,13 +732,15 @@ print(f"PCIe per step with the optimizer offloaded: 2Ψ down + 2Ψ up = {4 * psi
 print(f"    {4 * psi / n / 1e9:.1f} GB per GPU: {4 * psi / n / 25e9:.2f} s at 25 GB/s")
 """),
 
-# ------------------------------------------------------------------------------------- Q14
 md(r"""
 ## Q14. Will a 7B model train on 8 GPUs of 80 GB? A 70B model?
 
-*Try first:* 16 bytes per parameter; which stage fits, and how many GPUs does 70B need?
+**Predict, then run.** At 16 bytes per parameter, which stages fit a 7B model on 8 GPUs of
+80 GB, and how many GPUs does a 70B model need at stage 3?
 
-**Answer.** Model states first. 7B: 16Ψ = 112 GB, so DDP does not fit on an 80 GB GPU; stage 1
+<details><summary><b>The answer</b> (open it once you have written yours and run the check)</summary>
+
+Model states first. 7B: 16Ψ = 112 GB, so DDP does not fit on an 80 GB GPU; stage 1
 needs 4Ψ + 12Ψ/8 = 38.5 GB, stage 2 26.25 GB, stage 3 14 GB per GPU: all fit, leaving room for
 activations. 70B: 16Ψ = 1,120 GB in all; even stage 3 needs 16Ψ/N ≤ 80 GB, so N ≥ 14 before any
 activation; DeepSpeed's estimator (18Ψ/N + 4L, it also counts an fp32 gradient partition) puts
@@ -695,7 +748,10 @@ it at 16 GPUs with nothing left over, so say 32 GPUs, or offload the optimizer (
 **activations** (with checkpointing, about 2·seq·batch·hidden bytes per layer plus one layer in
 full), the gradient buckets, stage 3's gathered layers and fragmentation. Then check the host
 RAM if you offload.
+
+</details>
 """),
+
 code(r"""
 CAP = simulate.GPUS["a100-80gb"][0]              # 80 GB = 80e9 bytes
 for name, psi, L in (("7B", 7e9, 32000 * 4096), ("70B", 70e9, 32000 * 8192)):
@@ -717,22 +773,27 @@ print(f"7B, stage 3 on 8, seq 4096, micro-batch 1, checkpointing (zerolab.simula
 print(f"    activations {act / 1e9:.1f} GB, total {total / 1e9:.1f} GB per GPU: fits in 80 GB: {e.fits}")
 """),
 
-# ------------------------------------------------------------------------------------- Q15
 md(r"""
 ## Q15. What is the α-β model of communication, and what does it tell you to do?
 
-*Try first:* why do frameworks pack gradients into buckets instead of reducing each tensor?
+**Predict, then run.** 64 all-reduces of 16 KiB, or 1 all-reduce of 1 MiB (the same bytes):
+which takes longer on this machine? Why do frameworks pack gradients into buckets?
 
-**Answer.** A collective moving S bytes (per rank, on the wire) takes T(S) ≈ α + S/β: α is the
+<details><summary><b>The answer</b> (open it once you have written yours and run the check)</summary>
+
+A collective moving S bytes (per rank, on the wire) takes T(S) ≈ α + S/β: α is the
 fixed cost of a call (latency: launch, synchronisation, hops), β the bandwidth. n calls moving S
 bytes in all cost n·α + S/β. Below α·β bytes a call is all latency, so many small tensors
 waste time: **bucket** them (DeepSpeed's `reduce_bucket_size`, DDP's `bucket_cap_mb`), and
 **overlap** the calls with backward (`overlap_comm`). Looking inside a ring all-reduce of a
 tensor of B bytes on N ranks, with α and β now per ring step: 2(N−1)·α + 2(N−1)/N·B/β. The
 latency term grows with N, the bandwidth term hardly does. We fit it on 2 ranks of this machine
-(times differ from machine to machine, so only verdicts with wide margins are printed; chapter 6
-draws the fit).
+(times differ from machine to machine and from run to run: they are printed, never judged;
+chapter 6 draws the fit).
+
+</details>
 """),
+
 code(r"""
 crew.close()                       # four ranks on two cores are too noisy to time
 pair = zerolab.Crew(2, threads=1)
@@ -742,34 +803,27 @@ rounds = [pair.run(bench.measure, SIZES, 5, ("all_reduce",))[0] for _ in range(3
 rows = [[op, s, min(r[i][2] for r in rounds)] for i, (op, s, _) in enumerate(rounds[0])]
 fit = bench.fit(rows, 2, "gloo")
 t = {int(s): sec for _, s, sec in rows}
-print(f"1 MiB (1,024x the bytes of 1 KiB) takes less than 100x as long: {t[1 << 20] < 100 * t[1 << 10]}")
-slower = 64 * t[16 << 10] > t[1 << 20]
-print(f"64 all-reduces of 16 KiB take longer than 1 of 1 MiB (the same bytes): {slower}")
-print(f"the fit agrees (64 alpha against 1 alpha): "
-      f"{64 * fit.time('all_reduce', 16 << 10) > fit.time('all_reduce', 1 << 20)}")
+print(f"1 all-reduce of 1 KiB: {t[1 << 10] * 1e3:.3f} ms; of 1 MiB (1,024x the bytes): "
+      f"{t[1 << 20] * 1e3:.3f} ms")
+print(f"64 all-reduces of 16 KiB: {64 * t[16 << 10] * 1e3:.2f} ms; 1 of 1 MiB, the same bytes: "
+      f"{t[1 << 20] * 1e3:.2f} ms")
+alpha = fit.ops["all_reduce"]["alpha_s"]
+print(f"the fit: alpha = {alpha * 1e3:.3f} ms a call, so 64 calls pay {64 * alpha * 1e3:.2f} ms of latency "
+      f"where 1 pays {alpha * 1e3:.3f} ms")
 pair.close()
 """),
 
 md(r"""
-## Where each answer is taken apart
+## Two more to practise
 
-| questions | chapter |
-|---|---|
-| 1, 12 | 01 the four memory giants (07 for recomputation's cost) |
-| 2, 3, 5, 6, 7 | 03 the three stages (02 for DDP and the ring; 08 for stage 3's prefetch and reuse distance) |
-| 4 | 00 meet the crew, 02 the pain of data parallelism, 03, 06 the boxes |
-| 8, 9, 10, 11 | 04 mixed precision (and exercise 04, the loss scaler) |
-| 13 | 05 the warehouse (offload, measured), 09 a whole move |
-| 14 | 07 the captain's three checks, `zerolab estimate`, `zerolab simulate` |
-| 15 | 06 the boxes |
-
-Two more to practise on your own, each answerable by changing a number above and re-running:
+On your own, each answerable by changing a number above and re-running:
 
 - Run `crew.run(measured_step, 2, use_multi_rank_bucket_allreduce=False)[0]` and read it as Q4's
   last lines do: which collective does DeepSpeed issue for each bucket now, and how many Ψ?
 - In Q5, run stage 3 with 4 micro-steps: how many Ψ per optimizer step, and why 12?
 """),
 ]
+
 
 
 NOTEBOOKS = {"notebooks/11_interview_questions.ipynb": ("ch11", CHAPTER)}

@@ -6,6 +6,7 @@ import shutil
 import tempfile
 import time
 
+from ..config import ZeroConfig
 from .common import (RANK_COLORS, CrewPool, _run, lab_model, lab_config, _batches, _plt, _png, _html, _wrap,
                      _run_controls, lab_box)
 from .core import _probed_step
@@ -20,7 +21,7 @@ PLACE_NAMES = {"device": "on the device", "host": "in host memory", "nvme": "on 
 SUB_GROUP_SIZES = (1_000_000_000, 2_000, 1_000, 500)      # DeepSpeed's default first
 
 def offload_config(stage: int, world_size: int, offload_optimizer: str = "none", offload_param: str = "none",
-                   sub_group_size: int = 1_000_000_000, pipeline_read: bool = False, pipeline_write: bool = False,
+                   sub_group_size: int = ZeroConfig.sub_group_size, pipeline_read: bool = False, pipeline_write: bool = False,
                    nvme_path: str | None = None, precision: str = "bf16") -> dict:
     """:func:`lab_config` with offload: ``offload_optimizer`` and ``offload_param`` each "none",
     "cpu" or "nvme" (parameters only at stage 3); NVMe files go under ``nvme_path``. Offloaded
@@ -184,7 +185,7 @@ def _placement_on_rank(cfg: dict) -> dict:
 _PLACEMENT_CACHE: dict = {}
 
 def placement(world_size: int = 2, stage: int = 3, offload_optimizer: str = "cpu", offload_param: str = "none",
-              sub_group_size: int = 1_000_000_000, pipeline_read: bool = False, pipeline_write: bool = False,
+              sub_group_size: int = ZeroConfig.sub_group_size, pipeline_read: bool = False, pipeline_write: bool = False,
               precision: str = "bf16", *, pool: CrewPool | None = None) -> Placement:
     """Run the lab's model with this offload on ``world_size`` real ranks: a warm-up step, then
     one step recorded (timeline with its host-step and NVMe I/O events, the ledger's parameter
@@ -318,7 +319,7 @@ def draw_placement(p: Placement):
 
 def extension_widget(pool: CrewPool | None = None, world_size: int = 2, stage: int = 3,
                      offload_optimizer: str = "cpu", offload_param: str = "none",
-                     sub_group_size: int = 1_000_000_000, max_ranks: int = 4):
+                     sub_group_size: int = ZeroConfig.sub_group_size, max_ranks: int = 4):
     """Controls N, stage, offload_optimizer, offload_param (stage 3 only), sub_group_size and
     the NVMe pipelines (NVMe only) over :func:`placement` (a real engine per choice)."""
     import ipywidgets as W
