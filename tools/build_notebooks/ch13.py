@@ -63,20 +63,19 @@ and without each option, beside the formula; the error each one costs, against i
 curve; and, for a real cluster, what `zerolab simulate` says each option is worth.
 """),
 code(r"""
-import statistics
+import pprint
 import textwrap
-import warnings
 
 import matplotlib.pyplot as plt
 import torch
 
 import zerolab
-from zerolab import quant, simulate
-from zerolab.models import GPT, CharTokenizer, lm_loss, public_domain_text, text_batches
-from zerolab.reference import train_engine
+from zerolab import simulate
+from zerolab.chapters import ch13          # this chapter's model, runs and pictures: zerolab/chapters/ch13.py
+from zerolab.chapters.ch13 import config, curves, fetch_bytes, grad_bytes, one_step
 from zerolab.topology import current
 
-crew = zerolab.Crew(4, nodes=2)          # 4 ranks as 2 virtual nodes of 2 (gloo, on this CPU)
+crew = zerolab.Crew(4, nodes=2)            # 4 ranks as 2 virtual nodes of 2 (gloo, on this CPU)
 
 
 def where_am_i():
@@ -103,60 +102,16 @@ kept whole, refreshed by one all-gather after the step. `stage3_max_reuse_distan
 every weight is gathered in forward and **again in backward**, the paper's 3Ψ (DeepSpeed's
 default 10⁹ would keep this small model gathered across the turn; chapter 8 measures that).
 
-Each rank runs `one_step`: a fresh engine, a first step (it records the fetch order, and we keep
-its gradients and what qwZ quantized), then a second step whose collectives we read from the ledger.
+Each rank runs `ch13.one_step(keys)` (in `zerolab/chapters/ch13.py`): a fresh engine with those
+ZeRO++ keys, a first step (it records the fetch order, and we keep its gradients and every block
+qwZ quantized), then a second step whose collectives we read from the ledger.
 """),
 code(r"""
-TEXT = public_domain_text("alice")
-tok = CharTokenizer(TEXT)
-IDS = tok.encode(TEXT)
-VOCAB = -(-tok.vocab // 8) * 8            # 75 characters -> 80 tokens: every shard a multiple of 8
-D, SEQ, MICRO, N, NODES = 32, 32, 4, 4, 2
-L = N // NODES                            # ranks per node
-
-
-def config(**zeropp):
-    return {"train_micro_batch_size_per_gpu": MICRO, "train_batch_size": MICRO * N, "gradient_clipping": 1.0,
-            "bf16": {"enabled": True}, "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "weight_decay": 0.1}},
-            "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 200,
-                                  "stage3_max_reuse_distance": 0, "reduce_bucket_size": 20000, **zeropp}}
-
-
-def new_engine(**zeropp):
-    return zerolab.initialize(GPT(vocab=VOCAB, d=D, heads=2, layers=2, seq_len=SEQ), config(**zeropp))
-
-
-def one_step(zeropp):
-    # On a rank: step 1 keeps this rank's gradient shards and every block qwZ quantized (through
-    # zerolab's hook quant.use_qwz_codec, with zerolab's own quantizer); step 2's ledger is returned.
-    blocks = []
-
-    def recording(x, groups, bits=8):
-        q, s = quant.quantize(x, groups, bits)
-        blocks.append((x.float().view(groups, -1), quant.dequantize(q, s).view(groups, -1), s))
-        return q, s
-
-    batches = text_batches(IDS, 2, MICRO * N, SEQ, seed=1)
-    r = zerolab.rank()
-    with warnings.catch_warnings(record=True) as caught, quant.use_qwz_codec(recording, quant.dequantize):
-        warnings.simplefilter("always")
-        eng = new_engine(**zeropp)
-        x, y = (t[r * MICRO:(r + 1) * MICRO] for t in batches[0])
-        eng.backward(lm_loss(eng(x), y))
-        grads = [g.float().clone() for g in eng.stage.grads.grad_shards]
-        eng.step()
-        first_norm = eng.last_grad_norm
-        mark = eng.ledger.mark()
-        train_engine(eng, batches[1:], lm_loss)
-    led = eng.ledger.since(mark)
-    qgz = eng.stage.grads.qgz
-    out = dict(records=[(c.op, c.dtype, c.numel, c.wire_bytes, c.link, c.tag) for c in led.records],
-               table=led.table(), links=led.by_link(), grads=grads, norm=first_norm, blocks=blocks,
-               groups=[(g.label, g.padded_numel, eng.stage.persistent[g.index]) for g in eng.stage.groups],
-               qgz_blocks=[qgz.per_partition_groups(g) for g in eng.stage.groups] if qgz else None,
-               warnings=sorted({str(w.message) for w in caught}))
-    eng.close()
-    return out
+N, NODES = 4, 2
+L = N // NODES                             # ranks per node
+print(f"GPT: {ch13.TOKENIZER.vocab} characters -> {ch13.VOCAB} tokens, width {ch13.D}, 2 blocks; "
+      f"{ch13.MICRO} sequences of {ch13.SEQ} per rank")
+pprint.pprint(config(N), width=96, sort_dicts=False)     # + the ZeRO++ keys of each run
 """),
 md(r"""
 **Predict, then run.** Every stage-3 collective here is one ring over all 4 ranks, so it spans
@@ -220,11 +175,6 @@ w = qwz[0]
 print(w["table"])
 
 
-def fetch_bytes(run, dtype):
-    return sum(b for op, dt, _, b, _, tag in run["records"]
-               if op == "all_gather" and dt == dtype and "persistent" not in tag)
-
-
 plain, values, scales = fetch_bytes(e, "bfloat16"), fetch_bytes(w, "int8"), fetch_bytes(w, "float32")
 n_scales = sum(n for op, dt, n, *_ in w["records"] if dt == "float32")
 print(f"parameter all-gathers, rank 0, one step: {plain:,.0f} B in bf16 (exact run)")
@@ -252,31 +202,13 @@ step, **scale/2 = m/256**: 0.4 % of the block's largest weight.
 worst, and by how much?
 """),
 code(r"""
-ratios, tops, saw = [], [], []
-for x, back, s in w["blocks"]:                      # every block rank 0 quantized in step 1
-    err = (back - x).abs() / s.view(-1, 1)          # in steps of its block
-    m = x.abs().amax(1, keepdim=True)
-    top = (x == m) & (m > 0)                        # the block's largest value, when it is positive
-    ratios.append(err[~top])
-    tops.append(err[top])
-ratios, tops = torch.cat(ratios), torch.cat(tops)
+ratios, tops = ch13.block_errors(w["blocks"])     # |x' - x| / scale of every block rank 0 quantized
 print(f"rank 0, step 1: {len(w['blocks'])} quantized gathers, {ratios.numel() + tops.numel():,} weights")
 half_ok, top_ok = bool(ratios.max() <= 0.5 + 1e-6), bool((tops - 1).abs().max() < 1e-4)
 print(f"  every weight but the blocks' positive maxima within scale/2: {half_ok}")
 print(f"  the {tops.numel()} positive maxima: 128 steps clamped to 127, one step off "
       f"(within 1e-4): {top_ok}")
-x, back, s = w["blocks"][0]
-fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.4))
-a1.plot(x[0].numpy(), ((back[0] - x[0]) / s[0]).numpy(), ".", ms=3)
-a1.axhline(0.5, color="grey", lw=0.8, ls="--")
-a1.axhline(-0.5, color="grey", lw=0.8, ls="--")
-a1.set(xlabel="weight x (one block of the first gather)", ylabel="(x' - x) / scale  [steps]",
-       title="each weight lands on the nearest of 256 levels")
-a2.hist(torch.cat([ratios, tops]).numpy(), bins=60, range=(0, 1.05), log=True)
-a2.axvline(0.5, color="grey", lw=0.8, ls="--")
-a2.set(xlabel="|x' - x| / scale  [steps]", ylabel="weights (log)",
-       title="within half a step, but the clamped maxima: one step")
-plt.tight_layout()
+ch13.plot_qwz_error(w["blocks"], ratios, tops)
 plt.show()
 """),
 md(r"""
@@ -312,11 +244,6 @@ qgz = crew.run(one_step, {"zero_quantized_gradients": True})
 g = qgz[0]
 
 
-def grad_bytes(run, link, op=None):
-    return sum(b for o, _, _, b, lk, tag in run["records"]
-               if tag.startswith("grads") and lk == link and (op is None or o == op))
-
-
 by_hand = {"intra": 0.0, "inter": 0.0}
 for (label, m, persistent), k in zip(g["groups"], g["qgz_blocks"]):
     if k is None:                                 # 1-D parameters: the bf16 reduce-scatter
@@ -350,24 +277,9 @@ run's: the same, half, twice?
 code(r"""
 for text in g["warnings"]:
     print(textwrap.fill("rank 0 warned: " + text, 96, subsequent_indent="    "))
-fig, ax = plt.subplots(figsize=(6.5, 4))
-fits, labelled = [], set()
-for i, (label, _, persistent) in enumerate(g["groups"]):
-    a = torch.cat([r["grads"][i] for r in exact])      # the whole gradient, exact (mean over ranks)
-    b = torch.cat([r["grads"][i] for r in qgz])        # ... and with qgZ, from the same weights and batch
-    k = g["qgz_blocks"][i]
-    fits.append((k is not None, float((a * b).sum() / (a * a).sum()), float((b / L - a).norm() / a.norm())))
-    kind = "int4 all-to-alls (2-D)" if k else "reduce-scatter (1-D)"
-    top = float(a.abs().max())                         # each module on its own scale
-    ax.plot((a / top).numpy(), (b / top).numpy(), ".", ms=2, color="C1" if k else "C0",
-            label=None if kind in labelled else kind)
-    labelled.add(kind)
-ax.plot([-1, 1], [-1, 1], color="grey", lw=0.8, label="slope 1: the mean")
-ax.plot([-1, 1], [-L, L], color="black", lw=0.8, ls="--", label=f"slope {L}: ranks per node")
-ax.set(xlabel="exact gradient / its module's largest", ylabel="qgZ's gradient / the same",
-       title="qgZ's gradients come out (ranks per node) x the mean")
-ax.legend(fontsize=8, markerscale=4)
+ch13.plot_qgz_gradients(exact, qgz, L)
 plt.show()
+fits = ch13.gradient_fits(exact, qgz, L)          # per group: (int4?, slope, |qgZ/L - exact| / |exact|)
 quantized = [f for f in fits if f[0]]
 print(f"int4 groups ({len(quantized)}): qgZ / exact, least squares, within 1.8-2.1 (= L = {L}): "
       f"{all(1.8 < s < 2.1 for _, s, _ in quantized)}")
@@ -398,22 +310,8 @@ code(r"""
 STEPS, TOL = 40, {"qwZ": 0.02, "qgZ": 0.08}
 VARIANTS = {"exact": {}, "keys off": {"zero_quantized_weights": False, "zero_quantized_gradients": False},
             "qwZ": {"zero_quantized_weights": True}, "qgZ": {"zero_quantized_gradients": True}}
-
-
-def curves(variants):
-    batches = text_batches(IDS, STEPS, MICRO * N, SEQ, seed=2)
-    out = {}
-    for name, zeropp in variants.items():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")            # qgZ's warning: seen above
-            eng = new_engine(**zeropp)
-        out[name] = dict(losses=train_engine(eng, batches, lm_loss), params=eng.full_params())
-        eng.close()
-    return out
-
-
-runs = crew.run(curves, VARIANTS)
-loss = {k: [statistics.fmean(r[k]["losses"][i] for r in runs) for i in range(STEPS)] for k in VARIANTS}
+runs = crew.run(curves, VARIANTS, STEPS)             # every rank: each variant, the same 40 batches
+loss = {k: ch13.mean_losses(runs, k) for k in VARIANTS}
 same = all(r["exact"]["losses"] == r["keys off"]["losses"] and
            all(torch.equal(r["exact"]["params"][n], r["keys off"]["params"][n]) for n in r["exact"]["params"])
            for r in runs)
@@ -422,19 +320,7 @@ within = {k: max(abs(a - b) for a, b in zip(loss[k], loss["exact"])) < tol for k
 for k, tol in TOL.items():
     print(f"{k}: max |loss gap| to the exact run over {STEPS} steps < {tol}: {within[k]}; "
           f"the curves differ: {loss[k] != loss['exact']}")
-fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.6))
-COLOR = {"exact": "C0", "qwZ": "C1", "qgZ": "C2"}
-for k in ("exact", "qwZ", "qgZ"):
-    a1.plot(range(1, STEPS + 1), loss[k], label=k, lw=1.2, color=COLOR[k])
-    if k != "exact":
-        a2.plot(range(1, STEPS + 1), [a - b for a, b in zip(loss[k], loss["exact"])], label=k, lw=1.2,
-                color=COLOR[k])
-        a2.axhspan(-TOL[k], TOL[k], alpha=0.08, color=COLOR[k])
-a1.set(xlabel="step", ylabel="loss (mean over 4 ranks)", title="Alice, 2 nodes of 2: three curves as one")
-a2.set(xlabel="step", ylabel="loss - exact loss", title="the gaps, inside the tolerances (bands)")
-a1.legend(fontsize=8)
-a2.legend(fontsize=8)
-plt.tight_layout()
+ch13.plot_curves(loss, TOL)
 plt.show()
 """),
 md(r"""
@@ -530,8 +416,9 @@ md(r"""
 
 ## Questions
 
-1. In section 2, set `stage3_max_reuse_distance` back to DeepSpeed's default (10⁹) in `config`.
-   Which all-gathers disappear, and does qwZ's ratio change?
+1. Run section 2 with DeepSpeed's default reuse distance: `crew.run(one_step,
+   {"zero_quantized_weights": True, "stage3_max_reuse_distance": 10**9})`. Which all-gathers
+   disappear, and does qwZ's ratio change?
 2. qwZ's scales: for a 7B model with hidden size 4,096 on 64 GPUs, how many elements does a
    rank's shard of one 4,096 × 4,096 weight hold, how many blocks does `quant.qwz_groups` cut it
    into, and what do the scales add in percent?
