@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-import zerolab
 from zerolab import quant
 from zerolab.checks import ExerciseCheckFailed
 from zerolab.checks.ch13 import check_alone, check_block_quantizer, check_engine

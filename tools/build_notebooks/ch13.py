@@ -285,7 +285,8 @@ print(f"int4 groups ({len(quantized)}): qgZ / exact, least squares, within 1.8-2
       f"{all(1.8 < s < 2.1 for _, s, _ in quantized)}")
 print(f"  after dividing by L: |qgZ/L - exact| / |exact| < 0.2 per group (int4's 16 levels): "
       f"{all(r < 0.2 for *_, r in quantized)}")
-print(f"1-D group (reduce-scatter): the same as exact, within 1e-6: {all(abs(s - 1) < 1e-6 for q, s, _ in fits if not q)}")
+same_1d = all(abs(s - 1) < 1e-6 for q, s, _ in fits if not q)
+print(f"1-D group (reduce-scatter): the same as exact, within 1e-6: {same_1d}")
 print(f"reported gradient norm, step 1: qgZ's above the exact run's, below {L}x: {1 < g['norm'] / e['norm'] < L}")
 """),
 md(r"""

@@ -333,8 +333,9 @@ def check_engine(quantize: Callable, dequantize: Callable, world_size: int = ENG
                 f"{_wrap('hint: dequantize must give back q * scale of the same block')}")
         gap = max(abs(a - b) for a, b in zip(mine["losses"], ref["losses"]))
         if gap > LOSS_TOL:
+            hint = _wrap("hint: compare your round trip with zerolab.quant's")
             raise ExerciseCheckFailed(f"{where}: the losses are {gap:.3g} from those with zerolab's quantizer "
-                                      f"(tolerance {LOSS_TOL})\n{_wrap('hint: compare your round trip with zerolab.quant')}")
+                                      f"(tolerance {LOSS_TOL})\n{hint}")
     return results[0]
 
 
