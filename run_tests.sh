@@ -8,6 +8,8 @@
 #                                                        conditional-numerical-reproducibility mode)
 #        c. ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=1  (the 256-bit kernels, one thread;
 #                                                        x86-64 only, skipped elsewhere)
+#      The Chinese edition (notebooks/zh, solutions/zh) is left out: its code cells and stored outputs
+#      are the English ones (tests/test_zh_edition.py proves it), so nothing runs twice.
 #      On an AVX-512 CPU pass a covers avx512; a number that is rounding noise must be printed
 #      as the claim it supports, with its tolerance ("max |difference| < 1e-4"), never as raw digits.
 #
@@ -86,7 +88,8 @@ if [ ${#nb_dirs[@]} -gt 0 ]; then
         step "pytest --nbval ${nb_dirs[*]}: $name"
         start=$SECONDS
         env ${vars[@]+"${vars[@]}"} "$PY" -m pytest --nbval --nbval-current-env \
-            --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider "${nb_dirs[@]}"
+            --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider \
+            --ignore=notebooks/zh --ignore=solutions/zh "${nb_dirs[@]}"
         rc=$?                        # 5 ("no tests collected") is a failure too
         nb_results+=("nbval ($name): exit $rc after $((SECONDS - start)) s")
         [ "$rc" -ne 0 ] && rc_nb=1

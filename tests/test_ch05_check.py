@@ -1,6 +1,6 @@
 """Exercise 5's check (zerolab/checks/ch05.py), both ways: the solution (the tiled host optimizer
-step) passes, alone and as the engine's step on 2 ranks; loops a learner might write wrongly
-fail, each with a hint that names the mistake."""
+step) and another valid design pass, alone and as the engine's step on 2 ranks; designs a learner
+might get wrong fail, each with a hint that names the mistake."""
 from __future__ import annotations
 
 import pytest
@@ -87,9 +87,100 @@ def whole_group(home, optimizer, grads, combined):
             home.stage.write_params(i, a, home.tensors[j])
 
 
+def _designed(*, down=None, write_value=None, write_when="each", order=1, per_tile=False, drop="none"):
+    """The solution with one design decision changed.
+
+    down(g, inv, combined): a tile's gradient from its slice g = grads[i][a:b];
+    write_value(t): what goes up for tile t (default: t itself); write_when: "each" (after each
+    sub-group's step) or "end" (all tiles after the last sub-group); order: 1 or -1 (reversed);
+    per_tile: one optimizer.step() per tile; drop: "none" (grad = None) or "zero" (grad.zero_())."""
+    down = down or (lambda g, inv, c: g.float() * inv)
+    write_value = write_value or (lambda t: t)
+
+    def fn(home, optimizer, grads, combined):
+        inv = 1.0 / combined
+        done = []
+        for sg in home.sub_groups[::order]:
+            batches = [[j] for j in sg] if per_tile else [sg]
+            for part in batches:
+                for j in part:
+                    i, a, b = home.tiles[j]
+                    home.tensors[j].grad = down(grads[i][a:b], inv, combined)
+                optimizer.step()
+                for j in part:
+                    t = home.tensors[j]
+                    if drop == "zero":
+                        t.grad.zero_()
+                    else:
+                        t.grad = None
+                    if write_when == "each":
+                        i, a, b = home.tiles[j]
+                        home.stage.write_params(i, a, write_value(t))
+                    done.append(j)
+        if write_when == "end":
+            for j in done:
+                i, a, b = home.tiles[j]
+                home.stage.write_params(i, a, write_value(home.tensors[j]))
+    return fn
+
+
+writes_at_the_end = _designed(write_when="end")
+steps_in_reverse = _designed(order=-1)
+steps_tile_by_tile = _designed(per_tile=True)
+zeroes_instead_of_dropping = _designed(drop="zero")
+unscales_twice = _designed(down=lambda g, inv, c: g.float() * inv * inv)
+writes_a_bf16_master = _designed(write_value=lambda t: t.to(torch.bfloat16))
+
+
+def writes_the_gradient(home, optimizer, grads, combined):
+    """Writes each tile's gradient up instead of its updated master."""
+    inv = 1.0 / combined
+    for sg in home.sub_groups:
+        for j in sg:
+            i, a, b = home.tiles[j]
+            home.tensors[j].grad = grads[i][a:b].float() * inv
+        optimizer.step()
+        for j in sg:
+            i, a, b = home.tiles[j]
+            home.stage.write_params(i, a, home.tensors[j].grad)
+            home.tensors[j].grad = None
+
+
+def writes_from_the_group_start(home, optimizer, grads, combined):
+    """Writes every tile of group i from element 0 (write_params(i, 0, ...))."""
+    inv = 1.0 / combined
+    for sg in home.sub_groups:
+        for j in sg:
+            i, a, b = home.tiles[j]
+            home.tensors[j].grad = grads[i][a:b].float() * inv
+        optimizer.step()
+        for j in sg:
+            i, a, b = home.tiles[j]
+            home.tensors[j].grad = None
+            home.stage.write_params(i, 0, home.tensors[j])
+
+
+def another_good_design(home, optimizer, grads, combined):
+    """A valid design that is not the solution's: copies and unscales in place, writes each tile
+    up (rounded once, to the model's dtype) before dropping its gradient."""
+    for sg in home.sub_groups:
+        for j in sg:
+            i, a, b = home.tiles[j]
+            t = home.tensors[j]
+            t.grad = torch.empty_like(t).copy_(grads[i][a:b])
+            t.grad.mul_(1.0 / combined)
+        optimizer.step()
+        for j in sg:
+            i, a, b = home.tiles[j]
+            t = home.tensors[j]
+            home.stage.write_params(i, a, t.detach().to(home.stage.dtype))
+            t.grad = None
+
+
 def test_the_alone_part_accepts_the_solution_and_the_reference():
     assert check_alone(host_step) == 3
     assert check_alone(reference_host_step) == 3
+    assert check_alone(another_good_design) == 3
 
 
 @pytest.mark.timeout(300)
@@ -110,6 +201,14 @@ def test_the_solution_passes(capsys):
     (written_before_step, ["before the step", "after optimizer.step()"]),
     (wrong_slice, ["wrong slice", "grads[i][a:b]"]),
     (whole_group, ["wrong slice"]),
+    (writes_at_the_end, ["not written up yet", "finish each sub-group before the next"]),
+    (steps_in_reverse, ["sub-group 0 was due", "in order"]),
+    (steps_tile_by_tile, ["one optimizer.step() per sub-group", "tile by tile"]),
+    (zeroes_instead_of_dropping, ["zeroing is not dropping", "grad = None"]),
+    (unscales_twice, ["unscaled twice"]),
+    (writes_a_bf16_master, ["rounded the master to bfloat16", "rounds it once"]),
+    (writes_the_gradient, ["wrote the gradient up"]),
+    (writes_from_the_group_start, ["its own start"]),
 ])
 def test_wrong_loops_fail_with_a_hint(fn, words):
     with pytest.raises(ExerciseCheckFailed) as info:
@@ -132,6 +231,7 @@ def test_not_implemented_propagates():
 @pytest.mark.parametrize("fn, words", [
     (no_write_back, ["not writing back"]),
     (forgot_unscale, ["forgot to unscale"]),
+    (writes_at_the_end, ["finish each sub-group before the next"]),
 ])
 def test_the_engine_part_catches_a_wrong_loop_on_the_ranks(fn, words):
     with pytest.raises(ExerciseCheckFailed) as info:

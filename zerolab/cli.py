@@ -22,6 +22,8 @@
     zerolab progress [--json] [--name NAME]       which exercise checks passed on this machine
                                                   (~/.zerolab/progress.json or $ZEROLAB_PROGRESS);
                                                   --json to send to an instructor
+    zerolab progress|report ... --lang zh         answer in Chinese (also $ZEROLAB_LANG=zh, or a
+                                                  zh_* locale: LANG=zh_CN.UTF-8); zerolab/i18n.py
 """
 from __future__ import annotations
 
@@ -144,8 +146,15 @@ def cmd_env(a) -> int:
     return 0
 
 
+def _speak(a) -> None:
+    """The language of this command's answer: --lang, else $ZEROLAB_LANG, else the locale (zerolab.i18n)."""
+    from . import i18n
+    i18n.set_lang(i18n.cli_lang(a.lang))
+
+
 def cmd_report(a) -> int:
     from . import report
+    _speak(a)
     if a.preflight:
         need = report.COURSE_NEEDS_GB if a.need_gb is None else a.need_gb
         return 0 if report.preflight(ranks=a.ranks, need_gb=need) else 1
@@ -228,6 +237,7 @@ def cmd_bench(a) -> int:
 
 def cmd_progress(a) -> int:
     from . import progress
+    _speak(a)
     return progress.main(as_json=a.json, name=a.name)
 
 
@@ -292,10 +302,14 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--ranks", type=int, default=4, help="ranks of the test crew (preflight)")
     r.add_argument("--need-gb", type=float, default=None,
                    help="free memory the chapters need, in GB (preflight; default: the measured need)")
+    r.add_argument("--lang", choices=("en", "zh"), default=None,
+                   help="answer in English or Chinese (default: $ZEROLAB_LANG, else the locale, e.g. LANG=zh_CN.UTF-8)")
     r.set_defaults(fn=cmd_report)
     g = sub.add_parser("progress", help="which exercises are done (the checks record passes on this machine)")
     g.add_argument("--json", action="store_true", help="print JSON (to send to the instructor, if you choose)")
     g.add_argument("--name", default=None, help="your name, put in the JSON")
+    g.add_argument("--lang", choices=("en", "zh"), default=None,
+                   help="answer in English or Chinese (default: $ZEROLAB_LANG, else the locale, e.g. LANG=zh_CN.UTF-8)")
     g.set_defaults(fn=cmd_progress)
     a = ap.parse_args(argv)
     return a.fn(a)

@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .i18n import catalogue
+
 __all__ = ["EXERCISES", "PROGRESS_ENV", "progress_path", "record", "record_check", "load", "summary",
            "format_summary"]
 
@@ -42,11 +44,12 @@ EXERCISES = {
     "ch00.check_ring_all_gather": "Exercise 0  · the ring all-gather (ring_all_gather)",
     "ch01.check_model_state_bytes": "Exercise 1  · weigh the backpack (model_state_bytes_per_rank)",
     "ch02.check_ring_reduce_scatter": "Exercise 2  · the ring reduce-scatter (ring_reduce_scatter)",
-    "ch03.check_shard_range": "Exercise 3a · who owns which shard (shard_range)",
-    "ch03.check_adamw_step": "Exercise 3b · AdamW on one shard (adamw_step)",
-    "stage2_buckets.check_stage2_buckets": "Exercise 3c · stage 2's buckets (add_grad, reduce_bucket)",
+    "ch03.check_shard_range": "Exercise 3 (a) · who owns which shard (shard_range)",
+    "ch03.check_adamw_step": "Exercise 3 (b) · AdamW on one shard (adamw_step)",
+    "stage2_buckets.check_stage2_buckets": "Exercise 3b · stage 2's buckets (add_grad, reduce_bucket)",
+    "zero1.check_sharded_optimizer": "Exercise 3c · ZeRO-1 by hand, against DDP (ShardedOptimizer)",
     "ch04.check_update_scale": "Exercise 4  · the dynamic loss scaler (update_scale)",
-    "ch05.check_host_step": "Exercise 5  · the host optimizer step over sub-groups (host_step)",
+    "ch05.check_host_step": "Exercise 5  · design the host optimizer step (host_step)",
     "ch06.check_bucket_params": "Exercise 6  · the bucket plan (bucket_params)",
     "ch07.check_choose_config": "Exercise 7  · the config that fits a budget (device_bytes, choose_config)",
     "ch08.check_knobs": "Exercise 8  · stage-3 knobs for a goal (knobs)",
@@ -56,7 +59,8 @@ EXERCISES = {
     "ch14.check_inter_node_bytes": "Exercise 14b · bytes leaving a node with ZeRO++ (inter_node_bytes)",
     "ch14.check_offload_hide_tokens": "Exercise 14c · when offload's PCIe hides (offload_hide_tokens)",
 }
-_CHECK_MODULE = re.compile(r"zerolab\.checks\.(ch\d\d|stage2_buckets)")
+T = catalogue("progress")
+_CHECK_MODULE = re.compile(r"zerolab\.checks\.(ch\d\d|stage2_buckets|zero1)")
 
 
 def progress_path() -> Path | None:
@@ -101,9 +105,10 @@ def running_a_solution() -> bool:
     """True in a kernel that runs one of the course's solution notebooks (``solutions/``: an
     instructor's dry run, the notebooks' rebuild): the learner did not write that answer."""
     notebook = os.environ.get("JPY_SESSION_NAME", "")
-    if notebook:
-        return Path(notebook).parent.name == "solutions"
-    return Path.cwd().name == "solutions"       # jupyter execute / nbconvert run in the notebook's folder
+    folder = Path(notebook).parent if notebook else Path.cwd()   # jupyter execute runs in the notebook's folder
+    if folder.name == "zh":                     # the Chinese edition: solutions/zh/
+        folder = folder.parent
+    return folder.name == "solutions"
 
 
 @contextlib.contextmanager
@@ -209,21 +214,34 @@ def _local(stamp: str) -> str:
         return str(stamp)
 
 
+def _width(text: str) -> int:
+    """Columns a terminal gives ``text`` (a CJK character takes two)."""
+    import unicodedata
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _pad(text: str, width: int) -> str:
+    return text + " " * max(0, width - _width(text))
+
+
 def format_summary(entries: list[dict]) -> str:
-    width = max(len(e["title"]) for e in entries)
+    titles = [T.text(e["title"]) for e in entries]
+    statuses = [T.text(e["status"]) for e in entries]
+    width = max(_width(t) for t in titles)
+    status_width = max(12, max(_width(s) for s in statuses))
     lines = []
-    for e in entries:
-        tries = f"{e['attempts']} run{'s' if e['attempts'] != 1 else ''}"
+    for e, title, status in zip(entries, titles, statuses):
+        tries = (T("{n} run", n=e["attempts"]) if e["attempts"] == 1 else T("{n} runs", n=e["attempts"]))
         if e["status"] == "done":
-            detail = f"passed {_local(e['first_passed'])} ({tries})"
+            detail = T("passed {when} ({tries})", when=_local(e["first_passed"]), tries=tries)
         elif e["status"] == "tried":
-            detail = f"not passed yet ({tries}); last: {e['last_failure']}"
+            detail = T("not passed yet ({tries}); last: {message}", tries=tries, message=e["last_failure"])
         else:
             detail = ""
-        lines.append(f"  {e['status']:<12} {e['title']:<{width}}  {detail}".rstrip())
+        lines.append(f"  {_pad(status, status_width)} {_pad(title, width)}  {detail}".rstrip())
     known = [e for e in entries if e["exercise"] in EXERCISES]
     done = sum(e["status"] == "done" for e in known)
-    lines.append(f"{done} of {len(known)} exercises done")
+    lines.append(T("{done} of {total} exercises done", done=done, total=len(known)))
     return "\n".join(lines)
 
 
@@ -231,8 +249,8 @@ def main(as_json: bool = False, name: str | None = None) -> int:
     """``zerolab progress [--json] [--name NAME]``."""
     path = progress_path()
     if path is None:
-        print(f"zerolab progress: recording is off (${PROGRESS_ENV}={os.environ.get(PROGRESS_ENV, '')!r})",
-              file=sys.stderr)
+        print(T("zerolab progress: recording is off (${env}={value})", env=PROGRESS_ENV,
+                value=repr(os.environ.get(PROGRESS_ENV, ""))), file=sys.stderr)
         records = []
     else:
         try:
@@ -246,6 +264,6 @@ def main(as_json: bool = False, name: str | None = None) -> int:
                           "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                           "exercises": entries}, indent=1, ensure_ascii=False))
         return 0
-    print(f"exercise checks recorded in {path}:" if path is not None else "exercise checks:")
+    print(T("exercise checks recorded in {path}:", path=path) if path is not None else T("exercise checks:"))
     print(format_summary(entries))
     return 0

@@ -21,6 +21,10 @@ import subprocess
 import sys
 import time
 
+from .i18n import catalogue
+
+T = catalogue("report")      # the preflight's lines in Chinese (zerolab/messages_zh.py), with --lang zh
+
 # What the course needs, measured (docs/INSTRUCTOR.md, "Sizing"): the largest chapter (3: its
 # kernel and 10 ranks) peaked at 1.06 GB proportional set size (3.7 GB if each rank's shared
 # libtorch pages are counted again); with the Jupyter server and a kernel left open from an
@@ -223,22 +227,24 @@ def check_python() -> Check:
     v = sys.version.split()[0]
     ok = sys.version_info >= (3, 10)
     return Check("python", ok, f"{v} ({sys.executable})",
-                 "install Python 3.10 or newer and recreate the venv (python3.11 -m venv .venv)")
+                 T("install Python 3.10 or newer and recreate the venv (python3.11 -m venv .venv)"))
 
 
 def check_torch() -> Check:
     try:
         import torch
     except Exception as e:      # noqa: BLE001
-        return Check("torch", False, f"cannot import: {e}",
-                     f".venv/bin/pip install torch=={TESTED_TORCH} (see the README's set-up command)")
+        return Check("torch", False, T("cannot import: {error}", error=e),
+                     T(".venv/bin/pip install torch=={version} (see the README's set-up command)",
+                       version=TESTED_TORCH))
     v = torch.__version__
     if _version_tuple(v) < (2, 4):
-        return Check("torch", False, f"{v} is older than 2.4",
+        return Check("torch", False, T("{version} is older than 2.4", version=v),
                      f".venv/bin/pip install torch=={TESTED_TORCH}")
     same = v.split("+")[0] == TESTED_TORCH
-    return Check("torch", True, v + ("" if same else f" (the course is tested with {TESTED_TORCH}: "
-                                     "it should run, a stored output may differ in wording)"), warn=not same)
+    return Check("torch", True, v + ("" if same else T(" (the course is tested with {version}: it should run, a "
+                                                       "stored output may differ in wording)", version=TESTED_TORCH)),
+                 warn=not same)
 
 
 def check_crew(ranks: int = CHAPTER_RANKS) -> Check:
@@ -259,35 +265,37 @@ def check_crew(ranks: int = CHAPTER_RANKS) -> Check:
                 socket.create_connection(srv.getsockname(), timeout=5):
             pass
     except OSError as e:
-        return Check("crew", False, f"cannot connect to 127.0.0.1, where the ranks meet: {e}",
-                     "bring up the loopback interface (ip link set lo up) or allow local TCP connections "
-                     "on 127.0.0.1 in the firewall")
+        return Check("crew", False, T("cannot connect to 127.0.0.1, where the ranks meet: {error}", error=e),
+                     T("bring up the loopback interface (ip link set lo up) or allow local TCP connections "
+                       "on 127.0.0.1 in the firewall"))
     t0 = time.perf_counter()
     try:
         from .crew import fit_ranks
         ranks = fit_ranks(ranks)               # under ZEROLAB_MAX_RANKS: the most it allows
         crew = Crew(ranks, echo=False, timeout=60, start_timeout=120)
     except Exception as e:      # noqa: BLE001
-        return Check("crew", False, f"{ranks} ranks did not start: {type(e).__name__}: {str(e).splitlines()[0]}",
-                     "run `zerolab report` and check memory and /dev/shm; behind a firewall, allow "
-                     "connections to 127.0.0.1 (the ranks meet there)")
+        return Check("crew", False, T("{n} ranks did not start: {error}", n=ranks,
+                                      error=f"{type(e).__name__}: {str(e).splitlines()[0]}"),
+                     T("run `zerolab report` and check memory and /dev/shm; behind a firewall, allow "
+                       "connections to 127.0.0.1 (the ranks meet there)"))
     t1 = time.perf_counter()
     try:
         got = crew.run(hello)
         t2 = time.perf_counter()
     except Exception as e:      # noqa: BLE001
         crew.close()
-        return Check("crew", False, f"an all-reduce on {ranks} ranks failed: {type(e).__name__}",
-                     "run `zerolab report`; then ask your instructor with its output")
+        return Check("crew", False, T("an all-reduce on {n} ranks failed: {error}", n=ranks, error=type(e).__name__),
+                     T("run `zerolab report`; then ask your instructor with its output"))
     backend = crew.backend
     crew.close()
     t3 = time.perf_counter()
     want = float(ranks * (ranks + 1) // 2)
     if got != [want] * ranks:
-        return Check("crew", False, f"all-reduce gave {got}, expected {want} on every rank",
-                     "run `zerolab report` and ask your instructor with its output")
-    return Check("crew", True, f"{ranks} ranks on {backend}: started in {t1 - t0:.1f} s, all-reduce "
-                 f"{t2 - t1:.2f} s, torn down in {t3 - t2:.1f} s")
+        return Check("crew", False, T("all-reduce gave {got}, expected {want} on every rank", got=got, want=want),
+                     T("run `zerolab report` and ask your instructor with its output"))
+    return Check("crew", True, T("{n} ranks on {backend}: started in {start:.1f} s, all-reduce {reduce:.2f} s, "
+                                 "torn down in {stop:.1f} s", n=ranks, backend=backend, start=t1 - t0,
+                                 reduce=t2 - t1, stop=t3 - t2))
 
 
 def _dist_version(name: str) -> str | None:
@@ -303,7 +311,7 @@ def check_jupyter() -> Check:
     missing = [n for n, v in found.items() if v is None]
     detail = ", ".join(f"{n} {v or 'MISSING'}" for n, v in found.items())
     return Check("jupyter", not missing, detail,
-                 f"{os.path.dirname(sys.executable)}/pip install -e '.[course]' (from the repository root)")
+                 T("{bin}/pip install -e '.[course]' (from the repository root)", bin=os.path.dirname(sys.executable)))
 
 
 def check_plot() -> Check:
@@ -319,10 +327,11 @@ def check_plot() -> Check:
         fig.savefig(buf, format="png")
         data = buf.getvalue()
     except Exception as e:      # noqa: BLE001
-        return Check("plots", False, f"matplotlib could not render: {type(e).__name__}: {e}",
+        return Check("plots", False, T("matplotlib could not render: {error}", error=f"{type(e).__name__}: {e}"),
                      f"{os.path.dirname(sys.executable)}/pip install --force-reinstall matplotlib")
     ok = data.startswith(b"\x89PNG") and len(data) > 200
-    return Check("plots", ok, f"matplotlib {matplotlib.__version__} rendered a {len(data):,}-byte PNG",
+    return Check("plots", ok, T("matplotlib {version} rendered a {size:,}-byte PNG", version=matplotlib.__version__,
+                                size=len(data)),
                  f"{os.path.dirname(sys.executable)}/pip install --force-reinstall matplotlib")
 
 
@@ -356,29 +365,32 @@ def cjk_fonts() -> list[str]:
 def check_fonts() -> Check:
     names = cjk_fonts()
     if names:
-        return Check("CJK fonts", True, f"{len(names)} famil{'y' if len(names) == 1 else 'ies'} "
-                     f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})")
-    return Check("CJK fonts", True, "none here: the chapters' Chinese subtitles (搬家队) will show as boxes "
-                 "if the browser runs on this machine (a browser elsewhere uses its own fonts); "
-                 "Debian/Ubuntu: apt-get install fonts-noto-cjk", warn=True)
+        return Check("CJK fonts", True, T("{n} famil{ies} ({names}): figures can label in Chinese", n=len(names),
+                                          ies="y" if len(names) == 1 else "ies",
+                                          names=", ".join(names[:3]) + (", ..." if len(names) > 3 else "")))
+    return Check("CJK fonts", True, T("none here: figures of the Chinese edition keep English labels (never boxes); "
+                                      "Chinese text (搬家队) in a browser on this machine may show as boxes (a browser "
+                                      "elsewhere uses its own fonts); Debian/Ubuntu: apt-get install fonts-noto-cjk"),
+                 warn=True)
 
 
 def check_memory(need_gb: float = COURSE_NEEDS_GB) -> Check:
     m = memory()
     avail = m["available"]
     if avail is None:
-        return Check("memory", True, "free memory unknown on this platform", warn=True)
+        return Check("memory", True, T("free memory unknown on this platform"), warn=True)
     where = f" (cgroup limit {_gb(m['cgroup_limit'])})" if m["cgroup_limit"] else ""
     ok = avail >= need_gb * 1e9
-    return Check("memory", ok, f"{_gb(avail)} available of {_gb(m['total'])}{where}; the chapters need "
-                 f"about {need_gb:g} GB", f"free memory: close other programs or notebooks (Kernel > Shut "
-                 f"Down All Kernels), or ask for a server with {need_gb:g} GB or more")
+    return Check("memory", ok, T("{avail} available of {total}{where}; the chapters need about {need:g} GB",
+                                 avail=_gb(avail), total=_gb(m["total"]), where=where, need=need_gb),
+                 T("free memory: close other programs or notebooks (Kernel > Shut Down All Kernels), or ask for a "
+                   "server with {need:g} GB or more", need=need_gb))
 
 
 def preflight(ranks: int = CHAPTER_RANKS, need_gb: float = COURSE_NEEDS_GB, out=None) -> bool:
     """Run every check, print one line each and the verdict; True when READY."""
     out = out or sys.stdout
-    print("zerolab preflight: is this machine ready for the course?", file=out, flush=True)
+    print(T("zerolab preflight: is this machine ready for the course?"), file=out, flush=True)
     checks: list[Check] = []
     steps = [check_python, check_torch, check_jupyter, check_plot, check_fonts,
              lambda: check_memory(need_gb), lambda: check_crew(ranks)]
@@ -387,15 +399,15 @@ def preflight(ranks: int = CHAPTER_RANKS, need_gb: float = COURSE_NEEDS_GB, out=
             c = step()
         except Exception as e:      # noqa: BLE001 - a check that breaks is a failed check
             c = Check(getattr(step, "__name__", "check").replace("check_", ""), False,
-                      f"{type(e).__name__}: {e}", "run `zerolab report` and ask your instructor with its output")
+                      f"{type(e).__name__}: {e}", T("run `zerolab report` and ask your instructor with its output"))
         checks.append(c)
         mark = "ok  " if c.ok and not c.warn else ("note" if c.ok else "FAIL")
         print(f"  [{mark}] {c.name:<10} {c.detail}", file=out, flush=True)
         if not c.ok:
-            print(f"         fix: {c.fix}", file=out, flush=True)
+            print(T("         fix: {fix}", fix=c.fix), file=out, flush=True)
     failed = [c for c in checks if not c.ok]
     if failed:
-        print("NOT READY: " + "; ".join(f"{c.name}: {c.fix}" for c in failed), file=out, flush=True)
+        print(T("NOT READY: {what}", what="; ".join(f"{c.name}: {c.fix}" for c in failed)), file=out, flush=True)
         return False
-    print("READY", file=out, flush=True)
+    print(T("READY"), file=out, flush=True)      # the Chinese keeps the word READY first too
     return True

@@ -237,3 +237,65 @@ def shard_map(ax, layout, title: str | None = None, label_min: float = 0.035):
     if title:
         ax.set_title(title)
     return ax
+
+
+# -- text in figures, in the edition's language ---------------------------------------------------------
+# A figure drawn in the Chinese edition labels itself in Chinese only where matplotlib has a font
+# with CJK glyphs; without one, Chinese would show as boxes, so it keeps its English labels and
+# says so once. Everything else about the figure is the same.
+
+CJK_FAMILIES = ("Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "Source Han Sans CN", "Noto Sans CJK JP",
+                "WenQuanYi Zen Hei", "WenQuanYi Micro Hei", "Microsoft YaHei", "SimHei", "PingFang SC",
+                "Hiragino Sans GB", "Heiti SC", "Arial Unicode MS", "AR PL UMing CN", "Droid Sans Fallback")
+_CJK_FONT: list = []            # [family or None], once looked up
+_SAID_ENGLISH = False
+
+
+def cjk_font() -> str | None:
+    """A font family matplotlib can draw Chinese with, or None (looked up once per process)."""
+    if not _CJK_FONT:
+        found = None
+        try:
+            from matplotlib import font_manager
+            names = {f.name for f in font_manager.fontManager.ttflist}
+            found = next((f for f in CJK_FAMILIES if f in names), None)
+            if found is None:                          # any other font that has the glyphs
+                from matplotlib.ft2font import FT2Font
+                for f in font_manager.fontManager.ttflist:
+                    try:
+                        if FT2Font(f.fname).get_char_index(ord("搬")):
+                            found = f.name
+                            break
+                    except Exception:                  # noqa: BLE001 - an unreadable font file
+                        continue
+        except Exception:                              # noqa: BLE001 - no matplotlib: nothing to draw anyway
+            found = None
+        _CJK_FONT.append(found)
+    return _CJK_FONT[0]
+
+
+def figure_text(catalogue, en: str, **fields) -> str:
+    """``en`` (a template of ``catalogue``, see :mod:`zerolab.i18n`) for a figure: Chinese in the
+    Chinese edition when matplotlib has a CJK font (which is then put first in its sans-serif
+    list), else English; the first time a Chinese figure falls back, one line says why."""
+    from . import i18n
+    if i18n.lang() == "zh":
+        font = cjk_font()
+        if font:
+            import matplotlib
+            families = matplotlib.rcParams["font.sans-serif"]
+            if not families or families[0] != font:
+                matplotlib.rcParams["font.sans-serif"] = [font] + [f for f in families if f != font]
+                matplotlib.rcParams["font.family"] = "sans-serif"
+            return catalogue(en, **fields)
+        _say_english_once()
+    return en.format(**fields) if fields else en
+
+
+def _say_english_once() -> None:
+    global _SAID_ENGLISH
+    if not _SAID_ENGLISH:
+        _SAID_ENGLISH = True
+        print("（本机的 matplotlib 没有中文字体：图中标注保持英文，不会显示成方框。安装中文字体（如 fonts-noto-cjk），"
+              "删除 matplotlib 的字体缓存（$MPLCONFIGDIR 或 ~/.cache/matplotlib）并重启内核后即显示中文；"
+              "`zerolab report --preflight --lang zh` 会检查字体。）")

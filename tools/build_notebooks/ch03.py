@@ -400,6 +400,7 @@ Then open **`exercises/03b_stage2_buckets.ipynb`**, the heart of stage 2: you wr
 happens to a gradient bucket during backward (when it is complete, what it sends, what this
 rank keeps), in the paper's pattern (each bucket reduce-scattered, zerolab's switch; DeepSpeed
 all-reduces it), and the check trains stages 2 and 3 with it.
+Last, **`exercises/03c_zero1_by_hand.ipynb`** has you build stage 1 whole in plain `torch.distributed`, no zerolab engine: a sharded optimizer that the check holds against PyTorch's DDP, bit for bit, on 2 and 3 ranks, with its traffic and memory measured.
 """),
 ]
 

@@ -429,7 +429,7 @@ buffer, 150,464 elements, splits evenly over 2 ranks, so the Ψ column is exactl
 ## 4. The third check: is the warehouse holding us up?
 
 With `offload_optimizer` the optimizer step runs on the host, after the last gradient has come
-down: the timeline books it as **host** bars inside the step (chapter 5). It adds to the step
+down: the timeline books it as **host** bars inside the step (chapter 5b). It adds to the step
 unless something hides it.
 
 **Predict, then run.** Stage 2 with and without `offload_optimizer`: where do the host bars sit,

@@ -94,12 +94,20 @@ md("""
 The whole run is described by one DeepSpeed JSON file, `configs/zero3_bf16_offload_gpt.json`,
 the same file DeepSpeed itself would take. `zerolab.load_config(...).describe()` reads it the
 way the engine will, for a given number of ranks.
+
+**Predict, then run.** The config fixes `train_batch_size` at 24 sequences per step and
+`gradient_accumulation_steps` at 1, and gives no micro-batch. What micro-batch will each rank get
+on 1, 2 and 3 ranks? And on 5 ranks?
 """),
 code("""
 raw = json.loads(Path(CONFIG).read_text())
 print(Path(CONFIG).read_text())
-for n in (1, 2, 3):
-    c = zerolab.load_config(CONFIG, n)
+for n in (1, 2, 3, 5):
+    try:
+        c = zerolab.load_config(CONFIG, n)
+    except zerolab.ConfigError as e:
+        print(textwrap.fill(f"{n} ranks: ConfigError: {e}", 98, subsequent_indent="    "))
+        continue
     print(f"{n} rank(s): {c.train_batch_size} sequences per step = {c.train_micro_batch_size_per_gpu} "
           f"per rank x {c.gradient_accumulation_steps} accumulation step(s) x {n} rank(s)")
 """),
@@ -113,7 +121,10 @@ Three choices deserve a word:
 - **`train_batch_size` is fixed, the micro-batch is not given.** 24 sequences per step whatever
   the number of ranks; DeepSpeed (and zerolab) derive the micro-batch, 24 / (1 × N). That is
   what lets a run resume on another number of ranks and still train on the same problem: the
-  same 24 windows of the book per step, cut into 2 shares or 3.
+  same 24 windows of the book per step, cut into 2 shares or 3. It also means the number of
+  ranks must divide 24: on 5 ranks the config is refused (DeepSpeed's `_batch_assertion` in
+  `deepspeed/runtime/config.py` refuses it too), since 4 × 5 = 20 sequences is not the batch
+  the config asks for.
 - **`stage3_param_persistence_threshold: 0`.** DeepSpeed's default, 10⁵ elements, keeps every
   tensor smaller than that whole on every rank (gathering small tensors costs more in calls than
   it saves in memory). Every tensor of this little GPT is smaller, so the default would shard
@@ -273,9 +284,12 @@ loop with fp32 master weights behaves like zerolab's bf16 runs (try it: Question
 ## 3. Who carried what: the warehouse
 
 Each rank's `engine.memory()` counts what is on its compute device (here the CPU plays the GPU)
-and `engine.memory("host")` what offload put in the warehouse. With both offloads the device
-keeps almost nothing between steps; the host keeps each rank's shard: bf16 parameters (2 bytes
-each), the fp32 gradient shard (4), and the fp32 master with Adam's two moments (12).
+and `engine.memory("host")` what offload put in the warehouse.
+
+**Predict, then run.** Ψ = 349,056, both offloads to the CPU. How many bytes of model states will
+a rank keep on the device between steps? How many will the ranks hold in host memory all
+together, on 1, on 2 and on 3 ranks (count the bytes per parameter as chapter 5 did)? Does the
+total grow with the number of ranks?
 """),
 code("""
 print(f"{'ranks':>5}  {'rank':>4}  {'device: params, grads, states':>31}  "
@@ -297,8 +311,11 @@ for n, results in ((1, one), (2, two), (3, three)):
           f"    + 4 bytes x {groups} groups x {n} rank(s): {host == 18 * psi + 4 * groups * n}")
 """),
 md("""
-Every rank holds 1/N of the 18 bytes per parameter, and all of it in host memory: the device
-holds 0 bytes of model states between steps. The few bytes beyond 18Ψ are Adam's step counter,
+Every rank holds 1/N of the 18 bytes per parameter, and all of it in host memory: bf16
+parameters (2 bytes each), the fp32 gradient shard (4), and the fp32 master with Adam's two
+moments (12). If you guessed 16, you left out the fp32 gradient copy the host step works from
+(chapter 5). The device holds 0 bytes of model states between steps, and the total does not
+grow with the ranks, apart from a few bytes. The few bytes beyond 18Ψ are Adam's step counter,
 one 4-byte number per parameter group (stage 3 makes one group per module, 21 here) on each
 rank; no padding was needed, since every module's size divides by 1, 2 and 3. During a step a module's parameters are gathered
 onto the device just for its forward and its backward, then released.
@@ -309,6 +326,10 @@ The checkpoint is a folder of shards (`rank_0.pt` ... one per rank that wrote it
 3 ranks. `zerolab.consolidate` (or, from the shell, `zerolab consolidate CKPT OUT.safetensors`,
 DeepSpeed's `zero_to_fp32.py`) rebuilds every parameter's full fp32 value from the shards and
 writes one state dict with the model's own names, which a plain `GPT` loads with `strict=True`.
+
+**Predict, then run.** The run trained in bf16 on 3 ranks. The consolidated parameters: bf16 or
+fp32? Equal bit for bit to the engine's own full parameters, or only up to rounding? And how many
+numbers, for Ψ = 349,056 (the output head shares the embedding's weight)?
 """),
 code("""
 latest = (ckpt / "latest").read_text().strip()
@@ -321,6 +342,7 @@ full = three[0]["full"]
 same = all(torch.equal(sd[n], full[n]) for n in full)
 print(f"{len(sd)} tensors, {sum(t.numel() for n, t in sd.items() if n != 'head.weight'):,} numbers "
       f"(head.weight is tok.weight, stored under both names)")
+print(f"dtypes: {sorted({str(t.dtype) for t in sd.values()})}")
 print(f"equal to the 3-rank engine's full fp32 parameters at step {three[0]['steps']}: {same}")
 x, y = text_batches(ids, 1, 24, SEQ, seed=1)[0]
 with torch.no_grad():
@@ -335,11 +357,13 @@ md("""
 Sampling: at each step the next character is drawn from the model's distribution given the
 last 64, sharpened a little (temperature 0.8), from a seeded generator. (Greedy decoding, always
 the most likely character, gets stuck repeating itself in a model this young: try
-`temperature=0`.) The text it writes depends on the trained weights, and those carry the float noise of this CPU, so the
-characters below can differ on your machine (the cell's output is not compared by the tests);
-the verdict under it holds everywhere. After 100 steps, about one pass over the book, expect
-English-shaped words and spaces, a few real words ("the", "and", "she", "Alice") and much
-nonsense; train longer (Question 3) and it improves quickly.
+`temperature=0`.) The text it writes depends on the trained weights, and those carry the float
+noise of this CPU, so the characters below can differ on your machine (the cell's output is not
+compared by the tests); the verdict under it holds everywhere.
+
+**Predict, then run.** After 100 steps, about one pass over the book, with the loss below 2.9
+nats per character (a uniform guess is 4.3): what will the model write after "Alice was
+beginning"? Random characters, English-shaped nonsense, or sentences?
 """),
 code("""
 prompt = "Alice was beginning"
@@ -353,6 +377,12 @@ print(f"the sample adds {len(new)} characters, all from the book's alphabet: "
 print(f"it contains spaces (it has learned that text comes in words): {' ' in new}")
 print(f"the same seed draws the same sample again: "
       f"{tok.decode(generate(model, tok.encode(prompt), 200, temperature=0.8, seed=0)) == sample}")
+"""),
+md("""
+English-shaped nonsense: words of plausible length separated by spaces, a few real ones ("the",
+"and", "she") and punctuation where it tends to fall. A loss just under 2.9 nats means the
+model still hesitates among some e^2.9 ≈ 18 characters at each step: it has learned the letters'
+frequencies and common pairs, not yet words. Train longer (Question 3) and it improves quickly.
 """),
 md("""
 ## 6. Where ZeRO is used in practice

@@ -304,8 +304,8 @@ PCIe is never the problem here: 4Ψ/N (8Ψ/N with the parameters) shrinks with N
 network bytes do not, and each GPU has its own PCIe link. What does not shrink enough is the
 **CPU step**: Ψ/N elements of Adam on the host, which the GPUs wait for (8.75 s per step at 8
 GPUs, twice the compute of a 4,096-token sequence). Offload pays when memory is the
-constraint and the step is long (many tokens per step, gradient accumulation); chapter 5 (the
-warehouse) measured the same mechanism on this machine.
+constraint and the step is long (many tokens per step, gradient accumulation); chapter 5b (the
+corridor to the warehouse) measured the same mechanism on this machine.
 
 ## 6. From 8 to 1,024 GPUs at a fixed batch
 

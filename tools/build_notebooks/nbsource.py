@@ -16,7 +16,10 @@ Every chapter is built the same way:
 * ``--execute`` runs the notebooks this call rewrote (``--force`` rewrites and runs all of
   them), then regenerates the exercise of each rewritten solution;
 * ``tests/test_notebook_sources.py`` checks, without executing anything, that every stored
-  notebook's cells are what its builder makes.
+  notebook's cells are what its builder makes;
+* a chapter with a Chinese edition (``zh/<builder>.py``) also gets ``<folder>/zh/<name>.ipynb``,
+  the stored English notebook with its markdown in Chinese, written after the English (see
+  ``zhsource.py``; nothing runs twice).
 
 Run every chapter at once with ``python tools/build_notebooks/build_all.py [--execute]``.
 """
@@ -80,7 +83,7 @@ def load_builder(name: str):
 
 
 def builder_names() -> list[str]:
-    return sorted(p.stem for p in BUILDERS.glob("ch[0-9][0-9].py"))
+    return sorted(p.stem for p in BUILDERS.glob("ch[0-9][0-9]*.py"))
 
 
 def _keep_outputs(stored, nb) -> bool:
@@ -152,4 +155,14 @@ def main(notebooks: dict, argv=None) -> int:
         execute([p for p in built(notebooks) if p in written or unexecuted(p)])
     elif written:
         print("rewritten notebooks have no outputs: run again with --execute (or jupyter execute --inplace)")
+    write_chinese(notebooks)
     return 0
+
+
+def write_chinese(notebooks: dict) -> None:
+    """Write the Chinese edition of these notebooks, if their builder has one (``zhsource.py``)."""
+    import zhsource
+    ids = set(zhsource.markdown_cells(notebooks))
+    for name in zhsource.translated_builders():
+        if ids & set(zhsource.translation(name)):
+            zhsource.write_zh(name, notebooks)

@@ -26,6 +26,10 @@ from __future__ import annotations
 import os
 import sys
 
+from ..i18n import catalogue
+
+T = catalogue("checks")   # what every check shows, in the edition's language (zerolab/i18n.py)
+
 __all__ = ["ExerciseCheckFailed", "passed", "not_implemented", "full_tracebacks", "rank_failure",
            "SHORT_LINES", "crew_of", "close_crews"]
 
@@ -87,10 +91,11 @@ class ExerciseCheckFailed(AssertionError):
         lines = self.message.rstrip().splitlines() or ["(no message)"]
         hidden = len(lines) - SHORT_LINES
         if hidden > 0:
-            lines = lines[:SHORT_LINES - 1] + [f"  ... ({hidden + 1} more lines)"]
+            lines = lines[:SHORT_LINES - 1] + [T("  ... ({n} more lines)", n=hidden + 1)]
         out = [f"{red}{bold}ExerciseCheckFailed{reset}{red}: {lines[0]}{reset}"] + lines[1:]
-        more = " and the rank's traceback" if self.details else ""
-        out.append(f"(the full traceback{more}: run zerolab.checks.full_tracebacks(), then this cell again)")
+        out.append(T("(the full traceback and the rank's traceback: run zerolab.checks.full_tracebacks(), then this "
+                     "cell again)") if self.details else
+                   T("(the full traceback: run zerolab.checks.full_tracebacks(), then this cell again)"))
         return ["\n".join(out)]
 
 
@@ -99,11 +104,12 @@ def rank_failure(exc: BaseException, what: str, hint: str) -> ExerciseCheckFaile
     own error line (the useful sentence, first), a hint; the rank's traceback as details."""
     text = str(exc)
     first = text.splitlines()[0] if text else type(exc).__name__
-    return ExerciseCheckFailed(f"{what} failed on the ranks: {first}\n  hint: {hint}", details=text)
+    return ExerciseCheckFailed(T("{what} failed on the ranks: {first}\n  hint: {hint}", what=what, first=first,
+                                 hint=hint), details=text)
 
 
 def passed(message: str) -> None:
-    print(f"PASSED: {message}")
+    print(T("PASSED: {message}", message=message))
     _record(True, message)
 
 

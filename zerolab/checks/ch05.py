@@ -1,35 +1,43 @@
-"""Exercise 5 check: the tiled host optimizer step, written by the learner, run in the real engine.
+"""Exercise 5 check: the host optimizer step, designed by the learner, run in the real engine.
 
 With ``offload_optimizer`` the fp32 masters and the optimizer's moments live in host memory
 (the company warehouse), and the step runs there, one *sub-group* at a time (DeepSpeed's
-``sub_group_size``). The learner writes that loop::
+``sub_group_size``; ``deepspeed/runtime/zero/stage3.py``, ``step``). The learner designs that
+step from its contract::
 
     def host_step(home, optimizer, grads, combined):
-        # for each sub-group: copy its gradients down and unscale them (fp32),
-        # step, clear the gradients, copy the updated values up
+        ...
 
 ``home`` is the engine's :class:`zerolab.offload.StateHome` (``sub_groups``, ``tiles``,
 ``tensors``, ``stage.write_params``), ``grads`` the reduced gradient shards (one per group, in
-any dtype), ``combined`` the loss scale times the clipping factor.
+any dtype), ``combined`` the loss scale times the clipping factor. The contract:
+
+* when it returns, every tile's fp32 master has taken one optimizer step with its own gradient,
+  ``grads[i][a:b]`` in fp32 multiplied by ``1 / combined`` (DeepSpeed's ``unscale_and_clip_grads``
+  multiplies by the reciprocal); the model's parameters hold the new masters, rounded once to
+  the model's dtype (``write_params`` rounds); no tile holds a gradient;
+* while it runs, at each ``optimizer.step()`` exactly one sub-group's tiles hold gradients (at
+  most ``sub_group_size`` elements of fp32 gradient at once), the sub-groups in order, and a
+  sub-group is finished (written up, gradients dropped) before the next one steps.
 
 :func:`check_host_step` runs in two parts:
 
 1. *Alone*: a real ``StateHome`` in host memory over three 16-bit groups that do not divide
-   into sub-groups evenly, stepped twice by AdamW with the learner's loop and with zerolab's
+   into sub-groups evenly, stepped twice by AdamW with the learner's step and with zerolab's
    (``StateHome.step``), at three ``sub_group_size`` values.
-2. *In the engine*: on 2 ranks, ``StateHome.step`` is replaced by the learner's loop (through an
+2. *In the engine*: on 2 ranks, ``StateHome.step`` is replaced by the learner's step (through an
    instrumented optimizer and ``write_params``) while a TinyLM trains with optimizer offload to
    the host: stages 1, 2 and 3 (3 also with its parameters offloaded), fp32, fp16 and bf16,
    gradient accumulation and clipping on, at three ``sub_group_size`` values; the same runs with
    zerolab's own step must end with bit-identical masters, parameters and losses.
 
-In both parts every ``optimizer.step()`` call is watched: which tiles carry a gradient (exactly
-the current sub-group's), whether each gradient is the reduced one times ``1 / combined`` in
-fp32, bit for bit, and whether every tile is written up once, after its step. The first
-difference fails the check with a hint naming the likely mistake: forgetting to unscale,
-unscaling in 16 bits or dividing instead of multiplying by ``1 / combined``, stepping every
-sub-group at once, forgetting ``t.grad = None``, not writing back (or writing before the step),
-a wrong slice.
+In both parts every ``optimizer.step()`` call and every ``write_params`` is watched against the
+contract. The first difference fails the check with a hint naming the likely design mistake:
+forgetting to unscale, unscaling in 16 bits, twice, or dividing instead of multiplying by
+``1 / combined``; stepping every sub-group at once, tile by tile, or out of order; zeroing the
+gradients instead of dropping them, or keeping them; writing back before the step, after every
+sub-group instead of after each, the gradient instead of the master, or a master rounded to
+another dtype first; a wrong slice.
 """
 from __future__ import annotations
 
@@ -41,7 +49,7 @@ import torch
 from ..offload import StateHome
 from . import ExerciseCheckFailed, crew_of, not_implemented, passed, rank_failure
 
-__all__ = ["check_host_step", "check_alone", "check_engine", "reference_host_step", "ENGINE_CASES",
+__all__ = ["check_host_step", "check_alone", "check_engine", "reference_host_step", "what_arrives", "ENGINE_CASES",
            "ALONE_SIZES", "ALONE_SUB_GROUPS", "SUB_GROUP_SIZES"]
 
 _BUILTIN_STEP = StateHome.step            # zerolab's own loop, whatever is patched later
@@ -78,6 +86,7 @@ class _Watch:
         self.calls = 0
         self.writes: dict[int, list[tuple[int, int, int]]] = {}   # tile -> [(call index, start, numel)]
         self.problem: tuple[str, str] | None = None
+        self.late: tuple[int, int] | None = None    # (sub-group stepped, a tile of an earlier one not written)
 
     # the optimizer's face: everything but step() is the real optimizer's
     def __getattr__(self, name):
@@ -107,6 +116,9 @@ class _Watch:
             for j in sgs[k]:
                 if home.tensors[j].grad is not None:
                     self._check_grad(k, j)
+            unwritten = [j for s in sgs[:k] for j in s if j not in self.writes]
+            if unwritten and self.late is None:
+                self.late = (k, unwritten[0])     # judged at the end: late, or never written at all
         self.calls += 1
         return self._opt.step()
 
@@ -118,7 +130,23 @@ class _Watch:
         after = {j for s in sgs[k + 1:] for j in s}
         extra = [j for j in live if j not in want]
         missing = [j for j in want if j not in live]
-        if len(sgs) > 1 and sorted(live) == sorted(j for s in sgs for j in s):
+        other = [m for m, s in enumerate(sgs) if m != k and list(s) == live]
+        zeroed = [j for j in extra if j in before and not bool(self._home.tensors[j].grad.any())]
+        if other:
+            self._note(f"optimizer.step() number {k + 1} stepped sub-group {other[0]}'s tiles; sub-group {k} "
+                       f"was due",
+                       "step the sub-groups in order, as home.sub_groups lists them (with NVMe the engine "
+                       "reads them in that order, the next while this one steps)")
+        elif zeroed:
+            self._note(f"at the step of sub-group {k}, tiles {zeroed[:4]} of earlier sub-groups held zero "
+                       f"gradients",
+                       "zeroing is not dropping: AdamW still moves a tile whose gradient is zero (momentum, "
+                       "weight decay); set home.tensors[j].grad = None after its step")
+        elif len(live) == 1 and not extra and len(want) > 1:
+            self._note(f"at the step of sub-group {k} ({want}), only tiles {live} had a gradient",
+                       "one optimizer.step() per sub-group, after ALL its tiles have their gradients "
+                       "(stepping tile by tile calls the optimizer once per tile)")
+        elif len(sgs) > 1 and sorted(live) == sorted(j for s in sgs for j in s):
             self._note(f"at the step of sub-group {k}, all {len(live)} tiles of all {len(sgs)} sub-groups "
                        f"had a gradient",
                        "stepping all at once: set the gradients of ONE sub-group, step, clear them, then the "
@@ -171,6 +199,8 @@ class _Watch:
                     "1 / combined")
         elif torch.equal(got, g.to(torch.float32) * c):
             hint = "multiplied by combined: unscaling multiplies by 1 / combined"
+        elif torch.equal(got, g.to(torch.float32) * (1.0 / c) * (1.0 / c)):
+            hint = "unscaled twice: multiply by 1 / combined once (combined already holds the clipping)"
         elif self._other_slice(got):
             hint = "wrong slice: tile j = (i, a, b) takes grads[i][a:b] (group i, from a to b)"
         else:
@@ -205,9 +235,37 @@ class _Watch:
                            "values")
             elif values.numel() != b - a:
                 self._note(f"{self._tile_of(j)} was written up with {values.numel()} values, not {b - a}",
-                           "wrong slice: write the whole tile, home.stage.write_params(i, a, "
-                           "home.tensors[j])")
+                           "wrong slice: write each tile whole, from its own start: "
+                           "home.stage.write_params(i, a, home.tensors[j])")
+            else:
+                self._check_written(j, values)
         return self._real_write(i, start, values)
+
+    def _check_written(self, j: int, values: torch.Tensor) -> None:
+        """What goes up must be tile j's updated master, rounded at most once, to the model's dtype."""
+        home = self._home
+        master = home.tensors[j].detach()
+        values = values.detach().to(master.device)
+        model_dtype = getattr(home.stage, "dtype", master.dtype)
+        if values.dtype == torch.float32 and torch.equal(values, master):
+            return
+        if values.dtype == model_dtype and torch.equal(values, master.to(model_dtype)):
+            return
+        name = str(values.dtype).replace("torch.", "")
+        grad = home.tensors[j].grad
+        if values.dtype != torch.float32 and torch.equal(values, master.to(values.dtype)):
+            hint = (f"rounded the master to {name} before writing, and the model is "
+                    f"{str(model_dtype).replace('torch.', '')}: pass the fp32 master itself; write_params "
+                    f"rounds it once to the model's dtype")
+        elif grad is not None and grad.shape == values.shape and torch.equal(values.float(), grad.float()):
+            hint = "wrote the gradient up: the parameters take the updated master, home.tensors[j]"
+        elif any(t is not home.tensors[j] and t.shape == values.shape and torch.equal(values.float(), t)
+                 for t in home.tensors):
+            hint = ("wrote another tile's master: each tile j = (i, a, b) goes up from its own start, "
+                    "home.stage.write_params(i, a, home.tensors[j])")
+        else:
+            hint = "write the tile's updated fp32 master up: home.stage.write_params(i, a, home.tensors[j])"
+        self._note(f"{self._tile_of(j)} was written up with values that are not its updated master", hint)
 
     def finish(self) -> None:
         home = self._home
@@ -218,6 +276,12 @@ class _Watch:
             self._note(f"optimizer.step() called {self.calls} times for {n} sub-groups",
                        "stepping all at once: step once per sub-group, with only its tiles' gradients set"
                        if self.calls == 1 else "step every sub-group (for sg in home.sub_groups)")
+        if self.late is not None and self.writes:
+            k, j = self.late
+            self._note(f"when sub-group {k} stepped, {self._tile_of(j)} of an earlier sub-group was not "
+                       f"written up yet",
+                       "finish each sub-group before the next steps: write its tiles up right after its "
+                       "step (with NVMe its masters leave host memory when it is done)")
         unwritten = [j for j in range(len(home.tiles)) if j not in self.writes]
         if unwritten:
             self._note(f"{self._tile_of(unwritten[0])} (and {len(unwritten) - 1} more) never written up",
@@ -276,6 +340,7 @@ class _Shard:
         self.owned = owned
         self.mixed, self.comm, self.budget_check, self.param_where = True, None, None, "device"
         self.opt_group_hps = [{}]          # one optimizer parameter group, its own settings
+        self.dtype = owned[0].dtype        # the model's dtype, as the engine's stage has it
 
     def write_params(self, i: int, start: int, values: torch.Tensor) -> None:
         self.owned[i][start:start + values.numel()].copy_(values)
@@ -410,6 +475,36 @@ def _compare(run: dict, rank: int) -> tuple[str, str] | None:
         return (f"{where}: the losses differ from zerolab's: {mine['losses']} vs {ref['losses']}",
                 "the parameters the forward pass sees come from write_params: write every tile up")
     return None
+
+
+def what_arrives(cases=(("1", "bf16"), ("2", "fp16"), ("3", "fp32"))) -> list[dict]:
+    """On a rank: what the engine hands the host step in one optimizer step, for each
+    (stage, precision) of ``cases`` (exercise 5's config, optimizer offloaded to the host)."""
+    import zerolab
+    from zerolab.models import TinyLM, lm_batches, lm_loss
+    from zerolab.reference import train_engine
+
+    out = []
+    for stage, precision in cases:
+        seen = {}
+
+        def peek(home, optimizer, grads, combined):
+            seen.update(dtypes=sorted({str(g.dtype).replace("torch.", "") for g in grads}), groups=len(grads),
+                        tiles=len(home.tiles), combined=combined,
+                        master=str(home.tensors[0].dtype).replace("torch.", ""))
+            return _BUILTIN_STEP(home, optimizer, grads, combined)
+
+        cfg = _config(int(stage), precision, 10**9, False)
+        engine = zerolab.initialize(TinyLM(), cfg)
+        StateHome.step = peek
+        try:
+            train_engine(engine, lm_batches(1, cfg["train_batch_size"], seed=3), lm_loss)
+        finally:
+            StateHome.step = _BUILTIN_STEP
+        out.append({"stage": int(stage), "precision": precision, "scale": engine.loss_scale,
+                    "model": str(engine.stage.dtype).replace("torch.", ""), **seen})
+        engine.close()
+    return out
 
 
 def check_engine(fn: Callable, world_size: int = 2, cases=ENGINE_CASES, sizes=SUB_GROUP_SIZES) -> list[dict]:

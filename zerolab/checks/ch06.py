@@ -27,12 +27,14 @@ exactly once, in order.
 """
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Callable
 
 import torch
 
+from ..i18n import catalogue, fill
 from . import ExerciseCheckFailed, passed, rank_failure
+
+T = catalogue("checks.ch06")    # the messages in the edition's language (zerolab/messages_zh.py)
 
 __all__ = ["check_bucket_params", "reference_bucket_params", "CASES", "ENGINE_SIZES", "ENGINE_BUCKETS"]
 
@@ -81,7 +83,7 @@ def _show(buckets, sizes) -> str:
 
 def _wrap(text: str) -> str:
     """A hint in lines under 100 characters."""
-    return textwrap.fill(text, 96, initial_indent="  ", subsequent_indent="        ")
+    return fill(text, 96, initial_indent="  ", subsequent_indent="        ")
 
 
 def _well_formed(got) -> bool:
@@ -92,38 +94,38 @@ def _well_formed(got) -> bool:
 def _diagnose(got, want, sizes, limit) -> str:
     """The hint for a wrong assignment (got != want)."""
     if not _well_formed(got):
-        return ("return a list of buckets, each a list of indices (ints) into named, e.g. "
-                "[[0, 1], [2]]")
+        return T("return a list of buckets, each a list of indices (ints) into named, e.g. [[0, 1], [2]]")
     flat = [i for b in got for i in b]
     if any(len(b) == 0 for b in got):
-        return ("an empty bucket: a parameter larger than a bucket must close the bucket only if "
-                "it holds something (if current and size + n > bucket_numel)")
+        return T("an empty bucket: a parameter larger than a bucket must close the bucket only if "
+                 "it holds something (if current and size + n > bucket_numel)")
     if sorted(flat) != list(range(len(sizes))):
         missing = sorted(set(range(len(sizes))) - set(flat))
         if missing:
-            return (f"parameter(s) {missing} are in no bucket (did the last bucket get appended "
-                    f"after the loop?)")
-        return "a parameter is in two buckets (or an index out of range): each index exactly once"
+            return T("parameter(s) {missing} are in no bucket (did the last bucket get appended after the loop?)",
+                     missing=missing)
+        return T("a parameter is in two buckets (or an index out of range): each index exactly once")
     if flat != list(range(len(sizes))):
-        return ("wrong order: keep the parameters in the order given (the gradient order): do "
-                "not sort, reverse or regroup them")
+        return T("wrong order: keep the parameters in the order given (the gradient order): do "
+                 "not sort, reverse or regroup them")
     for b in got:
         total = sum(sizes[i] for i in b)
         if len(b) > 1 and total > limit:
-            return (f"bucket {list(b)} holds {total} elements > bucket_numel {limit}: close the "
-                    f"bucket before adding a parameter that would overflow it; a parameter "
-                    f"larger than a bucket goes alone")
+            return T("bucket {bucket} holds {total} elements > bucket_numel {limit}: close the "
+                     "bucket before adding a parameter that would overflow it; a parameter "
+                     "larger than a bucket goes alone", bucket=list(b), total=total, limit=limit)
     for b, nxt in zip(got, got[1:]):
         total = sum(sizes[i] for i in b)
         if total + sizes[nxt[0]] == limit:
-            return (f"off by one at the boundary: bucket {list(b)} ({total}) could still take "
-                    f"parameter {nxt[0]} ({sizes[nxt[0]]}), filling it to exactly {limit}; "
-                    f"close only when size + n > bucket_numel (not >=)")
+            return T("off by one at the boundary: bucket {bucket} ({total}) could still take "
+                     "parameter {index} ({size}), filling it to exactly {limit}; "
+                     "close only when size + n > bucket_numel (not >=)", bucket=list(b), total=total,
+                     index=nxt[0], size=sizes[nxt[0]], limit=limit)
         if total + sizes[nxt[0]] < limit:
-            return (f"bucket {list(b)} ({total} elements) was closed although parameter "
-                    f"{nxt[0]} ({sizes[nxt[0]]}) still fits: close a bucket only when the next "
-                    f"parameter would overflow it")
-    return "compare your buckets with the expected ones above"
+            return T("bucket {bucket} ({total} elements) was closed although parameter "
+                     "{index} ({size}) still fits: close a bucket only when the next "
+                     "parameter would overflow it", bucket=list(b), total=total, index=nxt[0], size=sizes[nxt[0]])
+    return T("compare your buckets with the expected ones above")
 
 
 def check_alone(fn: Callable) -> int:
@@ -136,10 +138,10 @@ def check_alone(fn: Callable) -> int:
             got = [list(b) for b in got]
         if got != want:
             raise ExerciseCheckFailed(
-                f"{what}: sizes {list(sizes)}, bucket_numel {limit}\n"
-                f"  expected: {_show(want, sizes)}\n"
-                f"  yours:    {_show(got, sizes) if _well_formed(got) else repr(got)[:80]}\n"
-                f"{_wrap('hint: ' + _diagnose(got, want, sizes, limit))}")
+                T("{what}: sizes {sizes}, bucket_numel {limit}\n  expected: {want}\n  yours:    {got}\n",
+                  what=T.text(what), sizes=list(sizes), limit=limit, want=_show(want, sizes),
+                  got=_show(got, sizes) if _well_formed(got) else repr(got)[:80])
+                + _wrap(T("hint: ") + _diagnose(got, want, sizes, limit)))
     return len(cases)
 
 
@@ -186,23 +188,24 @@ def check_engine(fn: Callable, world_size: int = 2) -> dict:
         with zerolab.Crew(world_size, echo=False, threads=1) as crew:
             results = crew.run(_both, fn)
     except zerolab.RankError as exc:
-        raise rank_failure(exc, f"the engine on {world_size} ranks (inside your bucket_params)",
-                           "bucket_params raised on a rank; zerolab.checks.full_tracebacks(), then "
-                           "run again, shows the line") from exc
+        raise rank_failure(exc, T("the engine on {n} ranks (inside your bucket_params)", n=world_size),
+                           T("bucket_params raised on a rank; zerolab.checks.full_tracebacks(), then "
+                             "run again, shows the line")) from exc
     for r, (mine, ref) in enumerate(results):
         for key in ref:
             stage, limit = key
-            where = f"the engine, stage {stage}, reduce_bucket_size {limit}, rank {r}"
+            where = T("the engine, stage {stage}, reduce_bucket_size {limit}, rank {rank}", stage=stage,
+                      limit=limit, rank=r)
             if mine[key]["records"] != ref[key]["records"]:
                 got = [f"{op} {n}" for op, n, _ in mine[key]["records"]][:6]
                 want = [f"{op} {n}" for op, n, _ in ref[key]["records"]][:6]
                 raise ExerciseCheckFailed(
-                    f"{where}: the collectives differ from zerolab's\n"
-                    f"  expected: {', '.join(want)}\n  yours:    {', '.join(got)}\n"
-                    f"  hint: the engine sends one collective per bucket you return")
+                    T("{where}: the collectives differ from zerolab's\n  expected: {want}\n  yours:    {got}\n"
+                      "  hint: the engine sends one collective per bucket you return", where=where,
+                      want=", ".join(want), got=", ".join(got)))
             if not all(torch.equal(a, b) for a, b in zip(mine[key]["weights"], ref[key]["weights"])):
-                raise ExerciseCheckFailed(f"{where}: the trained weights differ from zerolab's "
-                                          f"although the collectives matched")
+                raise ExerciseCheckFailed(T("{where}: the trained weights differ from zerolab's although the "
+                                            "collectives matched", where=where))
     return results[0][1]
 
 
@@ -211,18 +214,18 @@ def check_bucket_params(fn: Callable, *, world_size: int = 2, verbose: bool = Tr
     and as the engine's bucket assignment on ``world_size`` ranks."""
     n = check_alone(fn)               # fast, and an unfinished exercise fails here
     if verbose:
-        print(f"alone: {n} parameter lists, every bucket as zerolab cuts it")
+        print(T("alone: {n} parameter lists, every bucket as zerolab cuts it", n=n))
     ref = check_engine(fn, world_size)
     if verbose:
-        print(f"engine: MLP{ENGINE_SIZES} on {world_size} ranks, {ENGINE_STEPS} steps, "
-              f"your buckets inside zerolab")
+        print(T("engine: MLP{sizes} on {n} ranks, {steps} steps, your buckets inside zerolab",
+                sizes=ENGINE_SIZES, n=world_size, steps=ENGINE_STEPS))
         for (stage, limit), run in ref.items():
             recs = run["records"]
             grads = [n for op, n, _ in recs if op in ("all_reduce", "reduce", "reduce_scatter")]
             ops = sorted({op for op, _, _ in recs})
-            print(f"  stage {stage}, reduce_bucket_size {limit}: {len(recs)} collectives "
-                  f"({', '.join(ops)}), {sum(b for _, _, b in recs):,} bytes;")
-            print(f"    gradient buckets per step (elements): {grads[:len(grads) // ENGINE_STEPS]}")
-        print("  calls, elements, bytes and trained weights: the same as with zerolab's rule")
-    passed(f"your bucket_params cuts {n} parameter lists as zerolab does\n"
-           f"  and packs the real engine's buckets on {world_size} ranks (stages 1 and 2)")
+            print(T("  stage {stage}, reduce_bucket_size {limit}: {calls} collectives ({ops}), {bytes:,} bytes;",
+                    stage=stage, limit=limit, calls=len(recs), ops=", ".join(ops), bytes=sum(b for _, _, b in recs)))
+            print(T("    gradient buckets per step (elements): {sizes}", sizes=grads[:len(grads) // ENGINE_STEPS]))
+        print(T("  calls, elements, bytes and trained weights: the same as with zerolab's rule"))
+    passed(T("your bucket_params cuts {n} parameter lists as zerolab does\n"
+             "  and packs the real engine's buckets on {world} ranks (stages 1 and 2)", n=n, world=world_size))

@@ -42,10 +42,12 @@ from __future__ import annotations
 import math
 
 import dataclasses
-import textwrap
 from collections.abc import Callable
 
+from ..i18n import catalogue, fill
 from . import ExerciseCheckFailed, crew_of, not_implemented, passed, rank_failure
+
+T = catalogue("checks.ch07")    # the messages in the edition's language (zerolab/messages_zh.py)
 
 __all__ = ["Facts", "LADDER", "check_choose_config", "check_device_bytes", "check_choices", "check_engine",
            "reference_device_bytes", "reference_choose_config", "measure_facts", "zero_block", "rung_of",
@@ -129,20 +131,20 @@ def rung_of(block):
     if block is None:
         return None
     if not isinstance(block, dict) or "stage" not in block:
-        return f"return a zero_optimization dict like {{'stage': 2}}, not {block!r}"[:120]
+        return T("return a zero_optimization dict like {{'stage': 2}}, not {block}", block=repr(block))[:120]
     stage = block["stage"]
     opt, par = _device(block.get("offload_optimizer")), _device(block.get("offload_param"))
     if isinstance(opt, str) or isinstance(par, str):
-        return "offload blocks look like {'device': 'cpu'}"
+        return T("offload blocks look like {'device': 'cpu'}")
     rung = (stage, opt, par)
     if rung not in LADDER:
-        return (f"{rung_name(*rung) if isinstance(stage, int) else block} is not a config DeepSpeed accepts "
-                f"(offload_optimizer needs stage 1+, offload_param stage 3 and offload_optimizer)")
+        return T("{config} is not a config DeepSpeed accepts (offload_optimizer needs stage 1+, offload_param "
+                 "stage 3 and offload_optimizer)", config=rung_name(*rung) if isinstance(stage, int) else block)
     return rung
 
 
 def _wrap(text: str) -> str:
-    return textwrap.fill(text, 96, initial_indent="  ", subsequent_indent="        ")
+    return fill(text, 96, initial_indent="  ", subsequent_indent="        ")
 
 
 # -- part 1: device_bytes alone ------------------------------------------------------------------
@@ -166,31 +168,30 @@ def _explain(facts: Facts, rung, diff: float) -> str:
     psi, n = facts.psi, facts.psi / facts.world_size
     p, k = facts.param_bytes, facts.optimizer_bytes
     terms = [
-        (facts.activation_bytes, "the activations (facts.activation_bytes) are on the device at the peak: add "
-                                 "them once"),
-        (facts.buffer_bytes[stage], f"the buffers of stage {stage} (facts.buffer_bytes[{stage}]) come on top of "
-                                    f"the model states: add them (they stay with offload)"),
-        (p * psi - p * n, "Psi against Psi/N in the parameters or gradients: stages 0-1 keep the full gradient "
-                          "and stages 0-2 the full parameters; stage 2 shards gradients, stage 3 parameters"),
-        (k * psi - k * n, "the optimizer states are sharded (k Psi / N) from stage 1 on, whole at stage 0"),
-        (p * psi, "a full copy of parameters or gradients (p Psi) too many or too few: with offload_optimizer, "
-                  "stage 1 still keeps the full gradient on the device, stages 2-3 none"),
-        (p * n, "one shard (p Psi / N) too many or too few: with offload_optimizer at stages 2-3 the gradient "
-                "shard goes to the host too; offload_param takes stage 3's parameter shard off"),
-        (k * n, "the optimizer shard (k Psi / N): offload_optimizer takes all of it to the host"),
-        (k * psi, "the optimizer states (k Psi): offload_optimizer takes them all to the host"),
+        (facts.activation_bytes, T("the activations (facts.activation_bytes) are on the device at the peak: add "
+                                   "them once")),
+        (facts.buffer_bytes[stage], T("the buffers of stage {stage} (facts.buffer_bytes[{stage}]) come on top of "
+                                      "the model states: add them (they stay with offload)", stage=stage)),
+        (p * psi - p * n, T("Psi against Psi/N in the parameters or gradients: stages 0-1 keep the full gradient "
+                            "and stages 0-2 the full parameters; stage 2 shards gradients, stage 3 parameters")),
+        (k * psi - k * n, T("the optimizer states are sharded (k Psi / N) from stage 1 on, whole at stage 0")),
+        (p * psi, T("a full copy of parameters or gradients (p Psi) too many or too few: with offload_optimizer, "
+                    "stage 1 still keeps the full gradient on the device, stages 2-3 none")),
+        (p * n, T("one shard (p Psi / N) too many or too few: with offload_optimizer at stages 2-3 the gradient "
+                  "shard goes to the host too; offload_param takes stage 3's parameter shard off")),
+        (k * n, T("the optimizer shard (k Psi / N): offload_optimizer takes all of it to the host")),
+        (k * psi, T("the optimizer states (k Psi): offload_optimizer takes them all to the host")),
     ]
     if facts.precision == "fp32" and not opt:   # 12 optimizer bytes where fp32 keeps 8 (no master copy)
         extra = 4 * (psi if stage == 0 else n)
-        terms.insert(0, (extra, "fp32 training keeps no separate master copy: its optimizer states are Adam's two "
-                                "moments, 8 bytes per parameter, not mixed precision's 12 (master + moments); "
-                                "otherwise look for a copy of parameters or gradients too many or too few"))
+        terms.insert(0, (extra, T("fp32 training keeps no separate master copy: its optimizer states are Adam's two "
+                                  "moments, 8 bytes per parameter, not mixed precision's 12 (master + moments); "
+                                  "otherwise look for a copy of parameters or gradients too many or too few")))
     for value, why in terms:
         if value and abs(abs(diff) - value) <= max(64, 1e-6 * value):
             return why
-    per = (p, k)
-    return (f"compare term by term: {facts.precision} keeps {per[0]} bytes per parameter and per gradient "
-            f"and {per[1]} of optimizer state (facts.param_bytes, facts.optimizer_bytes)")
+    return T("compare term by term: {precision} keeps {p} bytes per parameter and per gradient "
+             "and {k} of optimizer state (facts.param_bytes, facts.optimizer_bytes)", precision=facts.precision, p=p, k=k)
 
 
 def check_device_bytes(fn: Callable) -> int:
@@ -205,13 +206,14 @@ def check_device_bytes(fn: Callable) -> int:
             try:
                 got_f = float(got)
             except (TypeError, ValueError):
-                raise ExerciseCheckFailed(f"device_bytes returned {got!r}\n  hint: return a number of bytes")
+                raise ExerciseCheckFailed(T("device_bytes returned {got}\n  hint: return a number of bytes", got=repr(got)))
             if abs(got_f - want) > max(64, 1e-4 * want):
                 raise ExerciseCheckFailed(
-                    f"device_bytes, {rung_name(*rung)}: Psi = {facts.psi:,}, N = {facts.world_size}, "
-                    f"{facts.precision}\n"
-                    f"  expected {want:,.0f} bytes, yours {got_f:,.0f} (difference {got_f - want:+,.0f})\n"
-                    f"{_wrap('hint: ' + _explain(facts, rung, got_f - want))}")
+                    T("device_bytes, {config}: Psi = {psi:,}, N = {n}, {precision}\n"
+                      "  expected {want:,.0f} bytes, yours {got:,.0f} (difference {diff:+,.0f})\n",
+                      config=rung_name(*rung), psi=facts.psi, n=facts.world_size, precision=facts.precision,
+                      want=want, got=got_f, diff=got_f - want)
+                    + _wrap(T("hint: ") + _explain(facts, rung, got_f - want)))
     return count
 
 
@@ -225,31 +227,33 @@ def _budgets(facts: Facts) -> list[int]:
 
 def _wrong_choice(facts: Facts, budget: int, got, want, need) -> str:
     """The message for a choice that differs from the rule's (device_bytes already checked)."""
-    head = (f"Psi = {facts.psi:,}, N = {facts.world_size}, {facts.precision}, budget {budget:,} bytes\n"
-            f"  expected: {rung_name(*rung_of(want)) if want else None}\n  yours:    ")
+    head = T("Psi = {psi:,}, N = {n}, {precision}, budget {budget:,} bytes\n  expected: {want}\n  yours:    ",
+             psi=facts.psi, n=facts.world_size, precision=facts.precision, budget=budget,
+             want=rung_name(*rung_of(want)) if want else None)
     rung = rung_of(got)
     if isinstance(rung, str):
-        return head + f"{got!r}"[:80] + "\n" + _wrap("hint: " + rung)
+        return head + f"{got!r}"[:80] + "\n" + _wrap(T("hint: ") + rung)
     head += (rung_name(*rung) if rung else "None") + "\n"
     if rung is None:
-        return head + _wrap(f"hint: {rung_name(*rung_of(want))} needs {need(rung_of(want)):,.0f} bytes <= the "
-                            f"budget: return the first config that fits, None only when none does")
+        return head + _wrap(T("hint: {config} needs {need:,.0f} bytes <= the budget: return the first config that "
+                              "fits, None only when none does", config=rung_name(*rung_of(want)),
+                              need=need(rung_of(want))))
     mine = need(rung)
     if mine > budget:
-        return head + _wrap(f"hint: yours needs {mine:,.0f} bytes > the budget: choose only a config whose "
-                            f"device_bytes(...) <= budget")
+        return head + _wrap(T("hint: yours needs {need:,.0f} bytes > the budget: choose only a config whose "
+                              "device_bytes(...) <= budget", need=mine))
     if want is None:
-        return head + _wrap("hint: nothing fits; return None")
+        return head + _wrap(T("hint: nothing fits; return None"))
     w = rung_of(want)
     if LADDER.index(rung) > LADDER.index(w):
-        why = ("raise the stage before offloading: offload_optimizer comes only when no stage 0-3 "
-               "fits" if rung[1] and not w[1] else
-               "the lowest stage that fits comes first" if rung[1] == w[1] and rung[2] == w[2] else
-               "offload the optimizer before the parameters")
-        return head + _wrap(f"hint: {rung_name(*w)} also fits ({need(w):,.0f} bytes) and comes first in the "
-                            f"captain's rule: {why}")
-    return head + _wrap("hint: the rule: stages 0, 1, 2, 3 without offload, then offload_optimizer at "
-                        "stages 1, 2, 3, then stage 3 with both offloads; the first that fits")
+        why = (T("raise the stage before offloading: offload_optimizer comes only when no stage 0-3 "
+                 "fits") if rung[1] and not w[1] else
+               T("the lowest stage that fits comes first") if rung[1] == w[1] and rung[2] == w[2] else
+               T("offload the optimizer before the parameters"))
+        return head + _wrap(T("hint: {config} also fits ({need:,.0f} bytes) and comes first in the "
+                              "captain's rule: {why}", config=rung_name(*w), need=need(w), why=why))
+    return head + _wrap(T("hint: the rule: stages 0, 1, 2, 3 without offload, then offload_optimizer at "
+                          "stages 1, 2, 3, then stage 3 with both offloads; the first that fits"))
 
 
 def check_choices(device_fn: Callable, choose_fn: Callable) -> int:
@@ -346,35 +350,39 @@ def check_engine(choose_fn: Callable, verbose: bool = True) -> list:
         try:
             facts, peaks = measure_facts(world, precision, micro, crew)
         except (zerolab.RankError, zerolab.CrewTimeout) as exc:
-            raise rank_failure(exc, f"measuring the facts on {world} ranks", "run the check again") from exc
+            raise rank_failure(exc, T("measuring the facts on {n} ranks", n=world), T("run the check again")) from exc
         for budget in budgets:
             got = choose_fn(facts, budget)
             rung = rung_of(got)
-            where = f"the engine, TinyLM on {world} ranks, {precision}, device_budget {budget:,} bytes"
+            where = T("the engine, TinyLM on {n} ranks, {precision}, device_budget {budget:,} bytes", n=world,
+                      precision=precision, budget=budget)
             fits = [r for r in LADDER if max(peaks[r]) <= budget]
             want = zero_block(*fits[0]) if fits else None
             if isinstance(rung, str):
-                raise ExerciseCheckFailed(f"{where}: you returned {got!r}"[:200] + "\n" + _wrap("hint: " + rung))
+                raise ExerciseCheckFailed(T("{where}: you returned {got}", where=where, got=repr(got))[:200] + "\n"
+                                          + _wrap(T("hint: ") + rung))
             if rung is not None:
                 try:
                     res = crew.run(_train, rung, precision, micro, budget)
                 except (zerolab.RankError, zerolab.CrewTimeout) as exc:
-                    raise rank_failure(exc, f"{where}: {rung_name(*rung)}", "run the check again") from exc
+                    raise rank_failure(exc, f"{where}: {rung_name(*rung)}", T("run the check again")) from exc
                 if any(r["oom"] for r in res):
                     msg = next(r["oom"] for r in res if r["oom"]).splitlines()[0]
                     raise ExerciseCheckFailed(
-                        f"{where}:\n  your {rung_name(*rung)} ran out of memory:\n  {msg[:180]}\n"
-                        + _wrap(f"hint: it needs {max(peaks[rung]):,} bytes at its peak; "
-                                f"device_bytes(...) said {_safe_need(rung, facts):,.0f}: is every term there?"))
+                        T("{where}:\n  your {config} ran out of memory:\n  {message}\n", where=where,
+                          config=rung_name(*rung), message=msg[:180])
+                        + _wrap(T("hint: it needs {peak:,} bytes at its peak; device_bytes(...) said {need:,.0f}: "
+                                  "is every term there?", peak=max(peaks[rung]), need=_safe_need(rung, facts))))
             if rung_of(want) != rung:
                 if rung is None:
-                    hint = (f"{rung_name(*fits[0])} trains under this budget (peak {max(peaks[fits[0]]):,} "
-                            f"bytes): return it")
+                    hint = T("{config} trains under this budget (peak {peak:,} bytes): return it",
+                             config=rung_name(*fits[0]), peak=max(peaks[fits[0]]))
                 else:
-                    hint = (f"{rung_name(*fits[0])} also fits (peak {max(peaks[fits[0]]):,} bytes) and comes "
-                            f"first in the captain's rule: it moves less per step")
-                raise ExerciseCheckFailed(f"{where}:\n  expected: {rung_name(*fits[0]) if fits else None}\n"
-                                          f"  yours:    {rung_name(*rung) if rung else None}\n" + _wrap("hint: " + hint))
+                    hint = T("{config} also fits (peak {peak:,} bytes) and comes first in the captain's rule: it "
+                             "moves less per step", config=rung_name(*fits[0]), peak=max(peaks[fits[0]]))
+                raise ExerciseCheckFailed(T("{where}:\n  expected: {want}\n  yours:    {got}\n", where=where,
+                                            want=rung_name(*fits[0]) if fits else None,
+                                            got=rung_name(*rung) if rung else None) + _wrap(T("hint: ") + hint))
             rows.append((world, precision, budget, rung, max(peaks[rung]) if rung else None,
                          [(r, max(peaks[r])) for r in LADDER[:LADDER.index(rung) if rung else len(LADDER)]]))
     return rows
@@ -396,24 +404,25 @@ def check_choose_config(device_bytes: Callable, choose_config: Callable, *, verb
     global _LEARNER_DEVICE_BYTES
     n1 = check_device_bytes(device_bytes)
     if verbose:
-        print(f"device_bytes: {n1} configs at {len(SETTINGS)} settings (Psi up to 7e9, N = 2, 3, 4, 8,\n"
-              f"  fp16, bf16, fp32), as the formula")
+        print(T("device_bytes: {n} configs at {settings} settings (Psi up to 7e9, N = 2, 3, 4, 8,\n"
+                "  fp16, bf16, fp32), as the formula", n=n1, settings=len(SETTINGS)))
     n2 = check_choices(device_bytes, choose_config)
     if verbose:
-        print(f"choose_config: {n2} budgets, each config's need exactly (it fits: at most the budget),\n"
-              f"  just under another, and one below all: the rule's pick")
+        print(T("choose_config: {n} budgets, each config's need exactly (it fits: at most the budget),\n"
+                "  just under another, and one below all: the rule's pick", n=n2))
     _LEARNER_DEVICE_BYTES = device_bytes
     try:
         rows = check_engine(choose_config, verbose)
     finally:
         _LEARNER_DEVICE_BYTES = None
     if verbose:
-        print(f"engine: TinyLM, {ENGINE_STEPS} steps per run, facts measured on the ranks")
+        print(T("engine: TinyLM, {steps} steps per run, facts measured on the ranks", steps=ENGINE_STEPS))
         for world, precision, budget, rung, peak, before in rows:
             pick = rung_name(*rung) if rung else "None"
-            over = f"; {len(before)} earlier config(s) over the budget" if before else ""
+            over = T("; {n} earlier config(s) over the budget", n=len(before)) if before else ""
             print(f"  N = {world}, {precision}, budget {budget:>9,}: {pick:<38} peak {peak:>9,}"
                   + (f"\n    {over[2:]}" if over else "")
-                  if rung else f"  N = {world}, {precision}, budget {budget:>9,}: None: every config over it")
-    passed("your device_bytes and choose_config pick, for every budget, the config that trains\n"
-           "  under it in the real engine and no config earlier in the captain's rule fits")
+                  if rung else T("  N = {n}, {precision}, budget {budget:>9,}: None: every config over it", n=world,
+                                 precision=precision, budget=budget))
+    passed(T("your device_bytes and choose_config pick, for every budget, the config that trains\n"
+             "  under it in the real engine and no config earlier in the captain's rule fits"))

@@ -26,7 +26,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from ..i18n import catalogue
 from . import ExerciseCheckFailed, passed
+
+T = catalogue("checks.ch14")    # the messages in the edition's language (zerolab/messages_zh.py)
 
 __all__ = ["check_tokens_to_hide", "check_inter_node_bytes", "check_offload_hide_tokens",
            "reference_tokens_to_hide", "reference_inter_node_bytes", "reference_offload_hide_tokens"]
@@ -175,13 +178,15 @@ def _ask(fn: Callable, name: str, args: tuple) -> float:
     try:
         got = fn(*args)
     except NotImplementedError as exc:
-        raise ExerciseCheckFailed(f"{name} is not written yet (it raised NotImplementedError: {exc}). "
-                                  f"Fill in the cell above, run it, then this check again.") from exc
+        raise ExerciseCheckFailed(T("{name} is not written yet (it raised NotImplementedError: {error}). "
+                                    "Fill in the cell above, run it, then this check again.", name=name,
+                                    error=exc)) from exc
     except Exception as exc:       # noqa: BLE001 - the learner's error, shown in a few lines
-        raise ExerciseCheckFailed(f"{call} raised {type(exc).__name__}: {exc}\n"
-                                  f"  hint: call it by hand with these arguments to see the line") from exc
+        raise ExerciseCheckFailed(T("{call} raised {error}\n  hint: call it by hand with these arguments to see "
+                                    "the line", call=call, error=f"{type(exc).__name__}: {exc}")) from exc
     if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got) or got < 0:
-        raise ExerciseCheckFailed(f"{call} returned {got!r}\n  hint: return one number (a float >= 0)")
+        raise ExerciseCheckFailed(T("{call} returned {got}\n  hint: return one number (a float >= 0)", call=call,
+                                    got=repr(got)))
     return float(got)
 
 
@@ -193,20 +198,20 @@ def _diagnose(got: list, cases: list, mistakes: list, wrong: Callable) -> str | 
     """The hint of the first mistake (or pair of mistakes) that gives the learner's numbers on every case."""
     for kw, hint in mistakes:
         if all(_close(g, wrong(c, kw)) for g, c in zip(got, cases)):
-            return hint
+            return T.text(hint)
     for i, (kw1, h1) in enumerate(mistakes):
         for kw2, h2 in mistakes[i + 1:]:
             if set(kw1) & set(kw2):
                 continue
             if all(_close(g, wrong(c, {**kw1, **kw2})) for g, c in zip(got, cases)):
-                return f"two things: {h1}; and {h2}"
+                return T("two things: {first}; and {second}", first=T.text(h1), second=T.text(h2))
     return None
 
 
 def _fail(name: str, args: tuple, want: float, got: float, unit: str, hint: str) -> ExerciseCheckFailed:
-    ratio = f" ({got / want:.3g} x the expected)" if want else ""
-    return ExerciseCheckFailed(f"{name}{args}:\n  expected {want:,.0f} {unit}, yours {got:,.0f}{ratio}\n"
-                               f"  hint: {hint}")
+    ratio = T(" ({ratio:.3g} x the expected)", ratio=got / want) if want else ""
+    return ExerciseCheckFailed(T("{call}:\n  expected {want:,.0f} {unit}, yours {got:,.0f}{ratio}\n  hint: {hint}",
+                                 call=f"{name}{args}", want=want, unit=T.text(unit), got=got, ratio=ratio, hint=hint))
 
 
 def _run(fn, name, cases, reference, mistakes, wrong, unit, fallback):
@@ -227,16 +232,17 @@ def check_tokens_to_hide(fn: Callable, verbose: bool = True) -> None:
     ``hide_tokens`` (alpha = 0) at six settings; within 1 %."""
     def fallback(c):
         peak, mfu, beta, n, ck = c
-        return (f"per micro-step: compute {8 if ck else 6} Psi T / (mfu x peak) seconds, traffic "
-                f"3 x 2 Psi x (N-1)/N / beta seconds; set them equal and solve for T (Psi cancels)")
+        return T("per micro-step: compute {flops} Psi T / (mfu x peak) seconds, traffic "
+                 "3 x 2 Psi x (N-1)/N / beta seconds; set them equal and solve for T (Psi cancels)", flops=8 if ck else 6)
     got, want = _run(fn, "tokens_to_hide", TOKENS_CASES, reference_tokens_to_hide, TOKENS_MISTAKES,
                      lambda c, kw: _tokens(*c, **kw), "tokens", fallback)
     if verbose:
         for c, g in zip(TOKENS_CASES, got):
             peak, mfu, beta, n, ck = c
-            print(f"  {peak / 1e12:>4.0f} TFLOP/s x {mfu:.2f}, {beta / 1e9:>4.0f} GB/s, N = {n:>4}"
-                  f"{', checkpointing' if ck else '':<15}: {g:>8,.0f} tokens per GPU")
-    passed(f"tokens_to_hide equals zerolab.simulate's hide_tokens at {len(got)} settings (within 1 %)")
+            print(T("  {peak:>4.0f} TFLOP/s x {mfu:.2f}, {beta:>4.0f} GB/s, N = {n:>4}{ck:<15}: {tokens:>8,.0f} tokens "
+                    "per GPU", peak=peak / 1e12, mfu=mfu, beta=beta / 1e9, n=n, ck=T(", checkpointing") if ck else "",
+                    tokens=g))
+    passed(T("tokens_to_hide equals zerolab.simulate's hide_tokens at {n} settings (within 1 %)", n=len(got)))
 
 
 def check_inter_node_bytes(fn: Callable, verbose: bool = True) -> None:
@@ -245,31 +251,33 @@ def check_inter_node_bytes(fn: Callable, verbose: bool = True) -> None:
     def fallback(c):
         psi, n, k, qwz, hpz, qgz = c
         terms = _bytes_terms(psi, n, k, qwz, hpz, qgz)
-        parts = ", ".join(f"{name} {v / psi:.3g} Psi" for name, v in terms.items())
-        return f"compare term by term; leaving each node (N = {n}, {n // k} nodes of {k}): {parts}"
+        parts = ", ".join(f"{T.text(name)} {v / psi:.3g} Psi" for name, v in terms.items())
+        return T("compare term by term; leaving each node (N = {n}, {m} nodes of {k}): {parts}", n=n, m=n // k, k=k,
+                 parts=parts)
     got, want = _run(fn, "inter_node_bytes", BYTES_CASES, reference_inter_node_bytes, BYTES_MISTAKES,
                      lambda c, kw: sum(_bytes_terms(*c, **kw).values()), "bytes", fallback)
     if verbose:
         for c, g in zip(BYTES_CASES, got):
             psi, n, k, qwz, hpz, qgz = c
             on = "+".join(x for x, v in (("qwZ", qwz), ("hpZ", hpz), ("qgZ", qgz)) if v) or "plain"
-            print(f"  {psi / 1e9:>3.0f}B parameters, N = {n:>4} in nodes of {k}, {on:<11}: {g / psi:>5.3f} Psi "
-                  "leave each node")
-    passed(f"inter_node_bytes equals zerolab.simulate's inter-node bytes at {len(got)} settings (within 1 %)")
+            print(T("  {psi:>3.0f}B parameters, N = {n:>4} in nodes of {k}, {on:<11}: {g:>5.3f} Psi leave each node",
+                    psi=psi / 1e9, n=n, k=k, on=on, g=g / psi))
+    passed(T("inter_node_bytes equals zerolab.simulate's inter-node bytes at {n} settings (within 1 %)", n=len(got)))
 
 
 def check_offload_hide_tokens(fn: Callable, verbose: bool = True) -> None:
     """``fn(peak_flops, mfu, pcie_Bps, gpus, offload_param=False)`` against zerolab.simulate's
     ``hide_tokens`` with a free network (only PCIe counts) at five settings; within 1 %."""
     def fallback(c):
-        return ("per step: compute 6 Psi T / (mfu x peak); PCIe: the bytes of this GPU's shard (Psi/N "
-                "elements) that cross it, over pcie_Bps; set them equal and solve for T")
+        return T("per step: compute 6 Psi T / (mfu x peak); PCIe: the bytes of this GPU's shard (Psi/N "
+                 "elements) that cross it, over pcie_Bps; set them equal and solve for T")
     got, want = _run(fn, "offload_hide_tokens", OFFLOAD_CASES, reference_offload_hide_tokens, OFFLOAD_MISTAKES,
                      lambda c, kw: _offload(*c, **kw), "tokens", fallback)
     if verbose:
         for c, g in zip(OFFLOAD_CASES, got):
             peak, mfu, pcie, n, par = c
             what = "optimizer + params" if par else "optimizer"
-            print(f"  {peak / 1e12:>4.0f} TFLOP/s x {mfu:.2f}, PCIe {pcie / 1e9:.0f} GB/s, N = {n:>2}, "
-                  f"offload {what:<18}: {g:>6,.0f} tokens per GPU")
-    passed(f"offload_hide_tokens equals zerolab.simulate's hide_tokens at {len(got)} settings (within 1 %)")
+            print(T("  {peak:>4.0f} TFLOP/s x {mfu:.2f}, PCIe {pcie:.0f} GB/s, N = {n:>2}, offload {what:<18}: "
+                    "{tokens:>6,.0f} tokens per GPU", peak=peak / 1e12, mfu=mfu, pcie=pcie / 1e9, n=n, what=what,
+                    tokens=g))
+    passed(T("offload_hide_tokens equals zerolab.simulate's hide_tokens at {n} settings (within 1 %)", n=len(got)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .common import _plt, _png, _html, _wrap, lab_box
+from .common import F, T, _plt, _png, _html, _wrap, lab_box
 
 
 MODELS = {
@@ -133,16 +133,16 @@ def draw_plan(p: Plan):
                   va="top" if total > top else "bottom", fontsize=7)
     ax_m.set_ylim(0, top)
     ax_m.set_xticks(list(x), names, fontsize=7)
-    ax_m.set_ylabel("GB per GPU")
+    ax_m.set_ylabel(F("GB per GPU"))
     ax_m.legend(fontsize=7, loc="upper right")
-    ax_m.set_title(f"{p.model} on {p.gpus} GPUs: what each GPU must hold", fontsize=10)
+    ax_m.set_title(F("{model} on {gpus} GPUs: what each GPU must hold", model=p.model, gpus=p.gpus), fontsize=10)
     times = [r.step_s if r.fits else 0.0 for r in p.rows]
     ax_t.bar(x, times, color=["tab:green" if r.fits else "lightgrey" for r in p.rows])
     for i, r in enumerate(p.rows):
         ax_t.text(i, r.step_s if r.fits else 0.0, f"{r.step_s:.2f} s" if r.fits else "does\nnot fit",
                   ha="center", va="bottom", fontsize=7)
     ax_t.set_xticks(list(x), names, fontsize=7)
-    ax_t.set_ylabel("seconds per step (simulated)")
+    ax_t.set_ylabel(F("seconds per step (simulated)"))
     ax_t.set_title(p.verdict().split(" (")[0], fontsize=10)
     ax_t.set_ylim(0, max([r.step_s for r in p.rows if r.fits] or [1.0]) * 1.3)
     fig.tight_layout()
@@ -153,13 +153,13 @@ def application_widget(model: str = "Llama-2 7B", gpus: int = 8, gpu: str = "a10
     """Controls model, GPU count, GPU, GPU memory and interconnect over :func:`plan`."""
     import ipywidgets as W
     from ..simulate import GPUS, LINKS
-    md = W.Dropdown(options=list(MODELS), value=model, description="model")
-    ng = W.Dropdown(options=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024], value=gpus, description="GPUs")
+    md = W.Dropdown(options=list(MODELS), value=model, description=T("model"))
+    ng = W.Dropdown(options=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024], value=gpus, description=T("GPUs"))
     kind = W.Dropdown(options=list(GPUS), value=gpu, description="GPU")
-    mem = W.Dropdown(options=[16, 24, 32, 40, 48, 80, 94, 141], value=gpu_memory_gb, description="GB each")
-    ln = W.Dropdown(options=list(LINKS), value=link, description="link")
-    mb = W.Dropdown(options=[1, 2, 4, 8], value=1, description="micro-batch")
-    host = W.Dropdown(options=[256, 512, 1024, 2048], value=1024, description="host GB/node")
+    mem = W.Dropdown(options=[16, 24, 32, 40, 48, 80, 94, 141], value=gpu_memory_gb, description=T("GB each"))
+    ln = W.Dropdown(options=list(LINKS), value=link, description=T("link"))
+    mb = W.Dropdown(options=[1, 2, 4, 8], value=1, description=T("micro-batch"))
+    host = W.Dropdown(options=[256, 512, 1024, 2048], value=1024, description=T("host GB/node"))
     for w in (md, ng, kind, mem, ln, mb, host):     # labels at their own width: "host GB/node" was cut off
         w.style.description_width = "initial"
     image = W.Image(format="png")

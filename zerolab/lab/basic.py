@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .common import (GIANTS, GIANT_NAMES, RANK_COLORS, CrewPool, _run, lab_model,
+from .common import (F, GIANTS, GIANT_NAMES, RANK_COLORS, CrewPool, _run, lab_model,
                      lab_config, _batches, _plt, _png, _html, _wrap, _run_controls, lab_box)
 
 
@@ -157,7 +157,7 @@ def draw_holdings(h: Holdings):
                      fontsize=10)
         ax.set_xlim(0, total * 1.3)
         ax.set_xticks([0, total])
-        ax.set_xlabel(f"elements ({len(h.groups)} flat groups)", fontsize=8)
+        ax.set_xlabel(F("elements ({n} flat groups)", n=len(h.groups)), fontsize=8)
     axes[0].set_yticks(range(n), [f"rank {r}" for r in range(n)])
     axes[0].invert_yaxis()
     fig.suptitle(h.headline() + f" ({h.precision}; bytes measured by engine.memory())", fontsize=10)

@@ -5,6 +5,17 @@ import base64
 import io
 import textwrap
 
+from ..i18n import catalogue
+
+T = catalogue("lab")          # the lab's controls and figures in the edition's language (zerolab/messages_zh.py)
+
+
+def F(en: str, **fields) -> str:
+    """Text in a figure: Chinese in the Chinese edition where matplotlib has a CJK font, else English
+    (``zerolab.viz.figure_text``: never boxes)."""
+    from ..viz import figure_text
+    return figure_text(T, en, **fields)
+
 
 GIANTS = ("params", "grads", "optimizer_states")
 
@@ -176,8 +187,8 @@ def _run_controls(world_size: int, stage: int, precision: str | None, max_ranks:
                   stages=(0, 1, 2, 3)):
     """The controls every mode starts with: N ranks, the stage and (if given) the precision."""
     import ipywidgets as W
-    n = W.IntSlider(value=world_size, min=1, max=max_ranks, description="N ranks", continuous_update=False)
-    st = W.Dropdown(options=list(stages), value=stage, description="stage")
+    n = W.IntSlider(value=world_size, min=1, max=max_ranks, description=T("N ranks"), continuous_update=False)
+    st = W.Dropdown(options=list(stages), value=stage, description=T("stage"))
     if precision is None:
         return n, st
-    return n, st, W.Dropdown(options=list(PRECISIONS), value=precision, description="precision")
+    return n, st, W.Dropdown(options=list(PRECISIONS), value=precision, description=T("precision"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from .common import (RANK_COLORS, CrewPool, _run, lab_model, lab_config, _batches, _plt,
+from .common import (F, T, RANK_COLORS, CrewPool, _run, lab_model, lab_config, _batches, _plt,
                      _png, _html, _wrap, _run_controls, pattern, lab_box)
 
 
@@ -271,7 +271,7 @@ def draw_step(trace: StepTrace, index: int = 0):
         ax_t.axvspan(call.start * 1e3, max(call.end * 1e3, call.start * 1e3 + 0.02), color="black", alpha=0.25)
         ax_t.axvline(call.end * 1e3, color="black", linewidth=1)
     ax_t.set_yticks(range(len(lanes)), ["compute spans", "blocking comm", "async comm", "waits"], fontsize=8)
-    ax_t.set_xlabel("ms since the step began (rank 0)", fontsize=8)
+    ax_t.set_xlabel(F("ms since the step began (rank 0)"), fontsize=8)
     whose = "the paper's ideal (zerolab's switch)" if trace.ideal else "DeepSpeed's collectives"
     ax_t.set_title(f"stage {trace.stage}, N = {n}, {trace.precision}, {whose}: collective {index + 1} of "
                    f"{len(calls)}", fontsize=10)
@@ -282,9 +282,9 @@ def draw_step(trace: StepTrace, index: int = 0):
                   label=f"rank {r}")
     now = trace.sample_after(index)
     ax_m.axvline(now.t * 1e3, color="black", linewidth=1)
-    ax_m.set_xlabel("ms since the step began", fontsize=8)
-    ax_m.set_ylabel("bytes held (engine.memory())", fontsize=8)
-    ax_m.set_title("what each rank holds over the step: model states + buffers in flight", fontsize=9)
+    ax_m.set_xlabel(F("ms since the step began"), fontsize=8)
+    ax_m.set_ylabel(F("bytes held (engine.memory())"), fontsize=8)
+    ax_m.set_title(F("what each rank holds over the step: model states + buffers in flight"), fontsize=9)
     ax_m.legend(fontsize=7, loc="lower right")
     _draw_moved(ax_c, call, n)
     # bytes per rank right after the collective
@@ -295,8 +295,8 @@ def draw_step(trace: StepTrace, index: int = 0):
         ax_b.bar(range(n), vals, bottom=bottoms, color=colour, label=giant.replace("_", " "))
         bottoms = [b + v for b, v in zip(bottoms, vals)]
     ax_b.set_xticks(range(n), [f"rank {r}" for r in range(n)], fontsize=8)
-    ax_b.set_ylabel("bytes", fontsize=8)
-    ax_b.set_title("held right after this collective", fontsize=9)
+    ax_b.set_ylabel(F("bytes"), fontsize=8)
+    ax_b.set_title(F("held right after this collective"), fontsize=9)
     ax_b.set_ylim(0, max(bottoms) * 1.45)
     ax_b.legend(fontsize=7, loc="upper center", ncol=2, frameon=False)
     fig.tight_layout()
@@ -309,10 +309,10 @@ def core_widget(pool: CrewPool | None = None, world_size: int = 2, stage: int = 
     collectives."""
     import ipywidgets as W
     n, st, pr = _run_controls(world_size, stage, precision, max_ranks)
-    ideal = W.Checkbox(value=False, description="paper's ideal (zerolab's switch)", indent=False,
+    ideal = W.Checkbox(value=False, description=T("paper's ideal (zerolab's switch)"), indent=False,
                        disabled=stage not in (1, 2))
-    which = W.IntSlider(value=0, min=0, max=0, description="collective", continuous_update=False)
-    play = W.Play(value=0, min=0, max=0, interval=900, description="play")
+    which = W.IntSlider(value=0, min=0, max=0, description=T("collective"), continuous_update=False)
+    play = W.Play(value=0, min=0, max=0, interval=900, description=T("play"))
     W.jslink((play, "value"), (which, "value"))
     image = W.Image(format="png")
     line = W.HTML()

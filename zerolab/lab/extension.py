@@ -7,7 +7,7 @@ import tempfile
 import time
 
 from ..config import ZeroConfig
-from .common import (RANK_COLORS, CrewPool, _run, lab_model, lab_config, _batches, _plt, _png, _html, _wrap,
+from .common import (F, T, RANK_COLORS, CrewPool, _run, lab_model, lab_config, _batches, _plt, _png, _html, _wrap,
                      _run_controls, lab_box)
 from .core import _probed_step
 
@@ -256,8 +256,8 @@ def draw_placement(p: Placement):
                   transform=ax_b.get_xaxis_transform())
     ax_b.set_xticks(ticks, tick_labels, fontsize=7)
     ax_b.set_ylim(0, top * 1.6)
-    ax_b.set_ylabel("bytes (engine.memory(where))", fontsize=8)
-    ax_b.set_title("what each rank holds where, after the step", fontsize=9)
+    ax_b.set_ylabel(F("bytes (engine.memory(where))"), fontsize=8)
+    ax_b.set_title(F("what each rank holds where, after the step"), fontsize=9)
     ax_b.legend(fontsize=7, loc="upper left", ncol=4, frameon=False)
     # time split, measured
     parts = (("compute", "#4c72b0", "compute"), ("comm", "#dd8452", "exposed comm"),
@@ -273,8 +273,8 @@ def draw_placement(p: Placement):
     ax_s.set_xlim(0, max(longest, 1e-3) * 1.05)          # every bar inside its axis, whatever its length
     ax_s.set_yticks([2 * r + 0.4 for r in range(n)], [f"rank {r}" for r in range(n)], fontsize=8)
     ax_s.invert_yaxis()
-    ax_s.set_xlabel("ms in the recorded step (measured; machine-dependent)", fontsize=8)
-    ax_s.set_title("the step's time: training thread, and I/O threads below", fontsize=9)
+    ax_s.set_xlabel(F("ms in the recorded step (measured; machine-dependent)"), fontsize=8)
+    ax_s.set_title(F("the step's time: training thread, and I/O threads below"), fontsize=9)
     ax_s.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=4, frameon=False)
     # rank 0's timeline: what ran when, and where the bytes moved
     rows = (("compute spans", "#4c72b0", lambda k, name: k == "compute"),
@@ -305,8 +305,8 @@ def draw_placement(p: Placement):
     for r in range(n):
         ts = [t * 1e3 for t, _, _ in p.memory[r]]
         ax_m.step(ts, [b for _, _, b in p.memory[r]], where="post", color=RANK_COLORS[r % 8], label=f"rank {r}")
-    ax_m.set_xlabel("ms since the step began", fontsize=8)
-    ax_m.set_ylabel("bytes", fontsize=8)
+    ax_m.set_xlabel(F("ms since the step began"), fontsize=8)
+    ax_m.set_ylabel(F("bytes"), fontsize=8)
     ax_m.set_title("buffers on the device over the step: gathered parameters (stage 3) and gradient buckets",
                    fontsize=9)
     ax_m.legend(fontsize=7, loc="upper right")
@@ -324,8 +324,8 @@ def extension_widget(pool: CrewPool | None = None, world_size: int = 2, stage: i
     the NVMe pipelines (NVMe only) over :func:`placement` (a real engine per choice)."""
     import ipywidgets as W
     n, st = _run_controls(world_size, stage, None, max_ranks, stages=(1, 2, 3))
-    opt = W.Dropdown(options=list(OFFLOAD_DEVICES), value=offload_optimizer, description="optimizer")
-    par = W.Dropdown(options=list(OFFLOAD_DEVICES), value=offload_param, description="params")
+    opt = W.Dropdown(options=list(OFFLOAD_DEVICES), value=offload_optimizer, description=T("optimizer"))
+    par = W.Dropdown(options=list(OFFLOAD_DEVICES), value=offload_param, description=T("params"))
     sub = W.Dropdown(options=[(f"{s:,}", s) for s in SUB_GROUP_SIZES], value=sub_group_size,
                      description="sub_group")
     pr = W.Checkbox(value=False, description="pipeline_read", indent=False)

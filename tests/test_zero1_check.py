@@ -1,0 +1,167 @@
+"""Exercise 3c's check (zerolab/checks/zero1.py), both ways: the solution passes at 2 and 3 ranks,
+bit for bit against DDP; wrong sharded optimizers a learner might write fail, each with a hint
+that names the mistake; correct ones written otherwise pass, saying how they compare.
+
+The solution is read from the stored solution notebook (the source), and most wrong answers are
+that source with one or two lines changed, so that each differs from the solution by exactly its
+mistake (a replaced line that is not in the source fails the test: the edit would be a no-op).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from zerolab.checks import ExerciseCheckFailed, close_crews
+from zerolab.checks.zero1 import check
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTION = ROOT / "solutions" / "03c_zero1_by_hand.ipynb"
+
+
+def _source() -> str:
+    cells = [c.source for c in nbformat.read(SOLUTION, as_version=4).cells
+             if c.cell_type == "code" and "class ShardedOptimizer" in c.source]
+    assert len(cells) == 1, "the solution notebook has one cell defining ShardedOptimizer"
+    return "import torch\nimport torch.distributed as dist\n\n" + cells[0]
+
+
+def _load(text: str):
+    ns = {"__name__": "zero1_learner_under_test"}    # not importable: cloudpickle sends it by value
+    exec(compile(text, "<learner>", "exec"), ns)
+    return ns["ShardedOptimizer"]
+
+
+def _mutate(*edits: tuple[str, str]) -> str:
+    text = _source()
+    for old, new in edits:
+        assert old in text, f"the solution no longer contains {old!r}"
+        text = text.replace(old, new)
+    return text
+
+
+AVERAGE = "        flat_grad.mul_(1.0 / self.world_size)"
+REDUCE = "        dist.reduce_scatter_single(self.shard.grad, flat_grad)"
+GATHER = "        dist.all_gather_single(flat, self.shard.detach())"
+MINE = "flat_grad[self.rank * self.shard_numel:(self.rank + 1) * self.shard_numel]"
+WHOLE_MODEL = '''
+import torch, torch.distributed as dist
+
+class ShardedOptimizer:                 # DDP by hand: every rank steps (and keeps states for) everything
+    def __init__(self, params, optimizer_cls, **kwargs):
+        self.params = list(params)
+        self.optimizer = optimizer_cls(self.params, **kwargs)
+
+    def step(self):
+        for p in self.params:
+            p.grad.mul_(1.0 / dist.get_world_size())
+            dist.all_reduce(p.grad)
+        self.optimizer.step()
+
+    def zero_grad(self):
+        self.optimizer.zero_grad()
+'''
+
+WRONG = {
+    "forgot to average": (lambda: _mutate((AVERAGE, "")), "forgot to average"),
+    "averaged twice": (lambda: _mutate((REDUCE, REDUCE + "\n        self.shard.grad /= self.world_size")),
+                       "averaged twice"),
+    "divided by 2": (lambda: _mutate((AVERAGE, "        flat_grad.mul_(1.0 / 2)")),
+                     "divided by 2, not by N = 3"),
+    "stepped with its own gradient": (lambda: _mutate((REDUCE, f"        self.shard.grad = {MINE}.clone()")),
+                                      "own rank's gradient"),
+    "forgot to all-gather": (lambda: _mutate((GATHER, "        flat[:self.numel] = torch.cat([p.detach()"
+                                              ".reshape(-1) for p in self.params])\n        flat[self.rank * "
+                                              "self.shard_numel:(self.rank + 1) * self.shard_numel] = "
+                                              "self.shard.detach()")), "forgot to all-gather"),
+    "lost the tail": (lambda: _mutate(
+        ("-(-self.numel // self.world_size) * self.world_size", "self.numel // self.world_size * self.world_size"),
+        ("flat[:self.numel] = torch.cat([p.detach().reshape(-1) for p in self.params])",
+         "flat[:] = torch.cat([p.detach().reshape(-1) for p in self.params])[:self.padded_numel]"),
+        ("flat_grad[:self.numel] = torch.cat([p.grad.reshape(-1) for p in self.params])",
+         "flat_grad[:] = torch.cat([p.grad.reshape(-1) for p in self.params])[:self.padded_numel]"),
+        ("                p.copy_(flat[offset:offset + p.numel()].view_as(p))",
+         "                k = min(p.numel(), self.padded_numel - offset)\n"
+         "                p.view(-1)[:k].copy_(flat[offset:offset + k])")), "lost the tail"),
+    "zero_grad does nothing": (lambda: _mutate(("        for p in self.params:\n            p.grad = None",
+                                                "        pass")), "zero_grad() must clear"),
+    "optimizer rebuilt every step": (lambda: _mutate(
+        ("        self.optimizer = optimizer_cls([self.shard], **kwargs)",
+         "        self.optimizer = optimizer_cls([self.shard], **kwargs)\n"
+         "        self.new = lambda: optimizer_cls([self.shard], **kwargs)"),
+        ("        self.optimizer.step()", "        self.optimizer = self.new()\n        self.optimizer.step()")),
+        "must carry over"),
+    "only lr passed on": (lambda: _mutate(("optimizer_cls([self.shard], **kwargs)",
+                                           "optimizer_cls([self.shard], lr=kwargs['lr'])")), "keyword argument"),
+    "whole model on every rank": (lambda: WHOLE_MODEL, "states for all parameters"),
+    "parameters all-reduced": (lambda: _mutate(
+        (REDUCE, "        full = flat_grad.clone()\n        dist.all_reduce(full)\n"
+                 f"        self.shard.grad = {MINE.replace('flat_grad', 'full')}.clone()"),
+        (GATHER, "        flat.zero_()\n        flat[self.rank * self.shard_numel:(self.rank + 1) * self.shard_numel]"
+                 " = self.shard.detach()\n        dist.all_reduce(flat)")), "sent twice"),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _crews():
+    yield
+    close_crews()
+
+
+@pytest.mark.timeout(240)
+def test_the_solution_passes_bit_for_bit(capsys):
+    check(_load(_source()))
+    out = capsys.readouterr().out
+    assert out.startswith("PASSED")
+    assert out.count("bit for bit equal to DDP") == 2                       # N=2: SGD, AdamW
+    assert out.count("bit for bit (x 1/3 before the sum: DDP's reducer)") == 2   # N=3: SGD, AdamW
+    assert "1 reduce_scatter + 1 all_gather = 22,296 bytes" in out         # 2(N-1)/N x 4 x 5,574
+    assert "AdamW states per rank, N=3: 14,868 bytes" in out               # 8 x 5,574 / 3 + 4
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", list(WRONG))
+def test_a_wrong_optimizer_fails_naming_the_mistake(name):
+    make, expected = WRONG[name]
+    with pytest.raises(ExerciseCheckFailed) as err:
+        check(_load(make()))
+    assert expected in err.value.message, f"{name}: {err.value.message}"
+    assert "hint:" in err.value.message
+
+
+@pytest.mark.timeout(120)
+def test_dividing_instead_of_multiplying_matches_torchs_allreduce_hook(capsys):
+    check(_load(_mutate((AVERAGE, "        flat_grad /= self.world_size"))))
+    out = capsys.readouterr().out
+    assert out.count("bit for bit (/ 3 before the sum: allreduce_hook, DeepSpeed)") == 2
+
+
+@pytest.mark.timeout(120)
+def test_another_order_of_the_sums_passes_within_the_stated_tolerance(capsys):
+    per_tensor = ("        grads = []\n        for p in self.params:\n            g = p.grad / self.world_size\n"
+                  "            dist.all_reduce(g)\n            grads.append(g.reshape(-1))\n"
+                  "        full = torch.zeros(self.padded_numel)\n        full[:self.numel] = torch.cat(grads)\n"
+                  f"        self.shard.grad = {MINE.replace('flat_grad', 'full')}.clone()")
+    check(_load(_mutate((AVERAGE, ""), ("        self.shard.grad = torch.empty(self.shard_numel)\n" + REDUCE,
+                                                 per_tensor))))
+    out = capsys.readouterr().out
+    assert out.count("bit for bit equal to DDP") == 2                       # order does not matter at 2
+    assert out.count("NOT bit for bit") == 2 and "another order" in out
+    assert "6 all_reduce + 1 all_gather" in out
+
+
+@pytest.mark.timeout(60)
+def test_the_exercise_as_shipped_says_it_is_not_written():
+    text = _source().replace("        self.numel = sum(", "        raise NotImplementedError\n        self.numel = sum(")
+    with pytest.raises(ExerciseCheckFailed, match="not written yet"):
+        check(_load(text))
+
+
+@pytest.mark.timeout(120)
+def test_torchs_older_names_are_counted_once(capsys):
+    # all_gather_into_tensor / reduce_scatter_tensor (torch < 2.13) call the new names inside
+    check(_load(_mutate(("dist.reduce_scatter_single(", "dist.reduce_scatter_tensor("),
+                        ("dist.all_gather_single(", "dist.all_gather_into_tensor("))))
+    out = capsys.readouterr().out
+    assert "N=2: 1 reduce_scatter + 1 all_gather = 22,296 bytes" in out
