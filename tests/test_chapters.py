@@ -77,3 +77,44 @@ def test_chapter4_configs_spell_out_the_scaler():
     assert cfg["fp16"]["initial_scale_power"] == 8 and cfg["fp16"]["hysteresis"] == 1
     for precision in ("fp16", "bf16", "fp32"):
         zerolab.load_config(ch04.ds_config(precision), world_size=2)
+
+
+# -- chapter 13 (ZeRO++ on 2 nodes of 2) ---------------------------------------------------------
+
+@pytest.mark.parametrize("keys", [{}, {"zero_quantized_weights": True}, {"zero_quantized_gradients": True},
+                                  {"zero_quantized_weights": False, "zero_quantized_gradients": False}])
+def test_chapter13_configs_load_on_4_ranks(keys):
+    from zerolab.chapters import ch13
+    cfg = zerolab.load_config(ch13.config(4, **keys), world_size=4)
+    assert cfg.zero.stage == 3 and cfg.zero.stage3_max_reuse_distance == 0 and not cfg.ignored_settings()
+    assert ch13.VOCAB % 8 == 0 and ch13.VOCAB >= ch13.TOKENIZER.vocab
+
+
+def test_chapter13_qwz_shards_are_multiples_of_8_on_4_ranks():
+    """qwZ needs every gathered shard to be a multiple of 8 (DeepSpeed's quantizer): the chapter's GPT at N = 4."""
+    from zerolab.chapters import ch13
+    from zerolab.models import GPT
+    model = GPT(vocab=ch13.VOCAB, d=ch13.D, heads=2, layers=2, seq_len=ch13.SEQ)
+    for name, p in model.named_parameters():
+        if p.numel() > 200:                        # gathered (the rest is persistent)
+            assert (p.numel() // 4) % 8 == 0 and p.numel() % 4 == 0, name
+
+
+def test_chapter13_block_errors_split_the_clamped_maxima():
+    from zerolab import quant
+    from zerolab.chapters import ch13
+    x = torch.tensor([1.0, -0.5, 0.25, 0.3, -1.0, 0.5, 0.1, 0.2])   # block 1's maximum is negative
+    q, s = quant.quantize(x, 2)
+    rest, tops = ch13.block_errors([(x.view(2, -1), quant.dequantize(q, s).view(2, -1), s)])
+    assert tops.tolist() == [1.0] and rest.numel() == 7 and float(rest.max()) <= 0.5
+
+
+def test_chapter13_byte_readers():
+    from zerolab.chapters import ch13
+    run = {"records": [("all_gather", "int8", 80, 60.0, "inter", "params tok"),
+                       ("all_gather", "float32", 4, 12.0, "inter", "params tok scales"),
+                       ("all_gather", "bfloat16", 8, 12.0, "inter", "params persistent (2 params)"),
+                       ("all_to_all", "int8", 40, 20.0, "intra", "grads bucket 0 tok intra"),
+                       ("reduce_scatter", "bfloat16", 8, 12.0, "inter", "grads bucket 0 persistent")]}
+    assert ch13.fetch_bytes(run, "int8") == 60 and ch13.fetch_bytes(run, "bfloat16") == 0
+    assert ch13.grad_bytes(run, "intra") == 20 and ch13.grad_bytes(run, "inter", "reduce_scatter") == 12

@@ -45,6 +45,9 @@ fetches the persistent parameters once in the first forward (quantized); zerolab
 from initialization, so they are exact from the first step. Frozen parameters are kept whole in
 zerolab (DeepSpeed partitions them and quantizes their fetches too). Every gathered shard must
 be a multiple of 8 elements (DeepSpeed's quantizer asserts it): checked at initialization.
+The quantizer is :func:`zerolab.quant.qwz_codec`'s pair: zerolab's, unless
+:func:`zerolab.quant.use_qwz_codec` swapped it (zerolab's own hook; exercise 13 plugs the
+learner's quantizer in there).
 
 **hpZ** (``zero_hpz_partition_size`` h > 1, ZeRO++; ``hpz.py`` has DeepSpeed 0.19.8's rules, file by
 file): a unit released after a gather keeps this rank's 1/h of it (a secondary shard, over h
@@ -66,7 +69,7 @@ from .hooks import ModuleHooks
 from .hpz import secondary_shards
 from .memory import tensor_bytes
 from .params import broadcast_
-from .quant import dequantize, quantize, qwz_groups
+from .quant import qwz_codec, qwz_groups
 from .trace import FetchTrace, ModuleOrderError, agree, checksum
 
 __all__ = ["GatheredParams", "ModuleOrderError"]
@@ -462,12 +465,14 @@ class GatheredParams:
         dtype). Every rank quantizes a shard of the same size, so the gathered scales line up with
         the gathered blocks. Returns a :class:`_Dequantize` (``async_op``) or ``out``."""
         n = comm.world_size
+        quantize, dequantize = qwz_codec()         # quant.py's, unless use_qwz_codec replaced them
         q, scales = quantize(shard.to(torch.float16), qwz_groups(shard.numel()), bits=8)
+        q, scales = q.reshape(-1), scales.reshape(-1)
         q_all = torch.empty(q.numel() * n, dtype=torch.int8, device=q.device)
         s_all = torch.empty(scales.numel() * n, dtype=torch.float32, device=q.device)
         pq = comm.all_gather(q_all, q, tag=tag, async_op=async_op)
         ps = comm.all_gather(s_all, scales, tag=f"{tag} scales", async_op=async_op)
-        done = _Dequantize([pq, ps] if async_op else [], q_all, s_all, out)
+        done = _Dequantize([pq, ps] if async_op else [], q_all, s_all, out, dequantize)
         if not async_op:
             done.wait()
             return out
@@ -602,15 +607,16 @@ class _Dequantize:
     """A quantized all-gather in flight (qwZ): :meth:`wait` waits for the values' and the
     scales' all-gathers, then writes the dequantized parameters into ``out``."""
 
-    def __init__(self, pendings, q_all: torch.Tensor, s_all: torch.Tensor, out: torch.Tensor):
+    def __init__(self, pendings, q_all: torch.Tensor, s_all: torch.Tensor, out: torch.Tensor, dequantize):
         self.pendings, self.q_all, self.s_all, self.out = pendings, q_all, s_all, out
+        self.dequantize = dequantize
 
     def wait(self) -> None:
         if self.q_all is None:
             return
         for p in self.pendings:
             p.wait()
-        self.out.view(-1).copy_(dequantize(self.q_all, self.s_all).to(torch.float16))
+        self.out.view(-1).copy_(self.dequantize(self.q_all, self.s_all).reshape(-1).to(torch.float16))
         self.q_all = self.s_all = None
 
 

@@ -35,6 +35,7 @@ ZH["progress"] = {
         "练习 7  · 装得进显存预算的配置（device_bytes, choose_config）",
     "Exercise 8  · stage-3 knobs for a goal (knobs)": "练习 8  · 为目标调 stage 3 的旋钮（knobs）",
     "Exercise 9  · the capstone's DeepSpeed config": "练习 9  · 综合项目的 DeepSpeed 配置",
+    "Exercise 13 · qwZ's block quantizer (quantize, dequantize)": "练习 13 · qwZ 的分块量化器（quantize, dequantize）",
     "Exercise 14a · the break-even tokens (tokens_to_hide)": "练习 14a · 盈亏平衡的 token 数（tokens_to_hide）",
     "Exercise 14b · bytes leaving a node with ZeRO++ (inter_node_bytes)":
         "练习 14b · 用 ZeRO++ 时离开节点的字节（inter_node_bytes）",

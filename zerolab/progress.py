@@ -54,6 +54,7 @@ EXERCISES = {
     "ch07.check_choose_config": "Exercise 7  · the config that fits a budget (device_bytes, choose_config)",
     "ch08.check_knobs": "Exercise 8  · stage-3 knobs for a goal (knobs)",
     "ch09.check_capstone_config": "Exercise 9  · the capstone's DeepSpeed config",
+    "ch13.check_block_quantizer": "Exercise 13 · qwZ's block quantizer (quantize, dequantize)",
     "ch14.check_tokens_to_hide": "Exercise 14a · the break-even tokens (tokens_to_hide)",
     "ch14.check_inter_node_bytes": "Exercise 14b · bytes leaving a node with ZeRO++ (inter_node_bytes)",
     "ch14.check_offload_hide_tokens": "Exercise 14c · when offload's PCIe hides (offload_hide_tokens)",

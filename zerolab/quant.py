@@ -33,15 +33,25 @@ makes DeepSpeed's assertion fail; :func:`qwz_groups` raises ``ValueError`` then.
 DeepSpeed's kernels are CUDA only; on this CPU nothing of DeepSpeed's quantizer can run, so these
 functions follow its source and are tested against their own exact arithmetic
 (``tests/test_zeropp_quant.py``).
+
+**Another quantizer for qwZ** (zerolab's own hook, for exercise 13's check and for experiments):
+inside ``with use_qwz_codec(my_quantize, my_dequantize):`` stage 3's quantized all-gathers
+(``gather.py``) call ``my_quantize(shard_fp16, groups, bits=8) -> (q, scales)`` and
+``my_dequantize(q_all, scales_all) -> values`` instead of :func:`quantize` and :func:`dequantize`.
+It acts in the process that enters it (on a crew: inside the function each rank runs), for the
+all-gathers issued inside the block; qgZ's reduction always uses this module's functions.
+:func:`qwz_codec` is the pair in use.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Callable, Iterator
 
 import torch
 
 __all__ = ["quantize", "dequantize", "qwz_groups", "fp16_round_trip", "pack_int4", "unpack_int4",
-           "QWZ_TARGET_GROUP_SIZE"]
+           "QWZ_TARGET_GROUP_SIZE", "qwz_codec", "use_qwz_codec"]
 
 QWZ_TARGET_GROUP_SIZE = 8000     # CUDAQuantizer.target_group_size ("the optimal size is 4k")
 
@@ -112,3 +122,27 @@ def unpack_int4(b: torch.Tensor) -> torch.Tensor:
     hi, lo = u >> 4, u & 0xF
     both = torch.stack([hi, lo], dim=1).view(-1)
     return torch.where(both >= 8, both - 16, both).to(torch.int8)
+
+
+_QWZ_CODEC: list[tuple[Callable, Callable]] = []      # pairs entered by use_qwz_codec, innermost last
+
+
+def qwz_codec() -> tuple[Callable, Callable]:
+    """The ``(quantize, dequantize)`` pair qwZ's all-gathers call now: this module's, unless a
+    :func:`use_qwz_codec` block replaced them."""
+    return _QWZ_CODEC[-1] if _QWZ_CODEC else (quantize, dequantize)
+
+
+@contextlib.contextmanager
+def use_qwz_codec(quantize_fn: Callable, dequantize_fn: Callable) -> Iterator[None]:
+    """Inside the block, qwZ's all-gathers quantize with ``quantize_fn(x, groups, bits=8) ->
+    (q int8, scales fp32)`` and dequantize with ``dequantize_fn(q, scales) -> values`` (the
+    signatures of :func:`quantize` and :func:`dequantize`). The group count stays DeepSpeed's
+    (:func:`qwz_groups`); ``q`` and ``scales`` are read flat."""
+    if not (callable(quantize_fn) and callable(dequantize_fn)):
+        raise TypeError("use_qwz_codec(quantize_fn, dequantize_fn): both must be functions")
+    _QWZ_CODEC.append((quantize_fn, dequantize_fn))
+    try:
+        yield
+    finally:
+        _QWZ_CODEC.remove((quantize_fn, dequantize_fn))

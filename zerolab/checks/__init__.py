@@ -33,15 +33,15 @@ T = catalogue("checks")   # what every check shows, in the edition's language (z
 __all__ = ["ExerciseCheckFailed", "passed", "not_implemented", "full_tracebacks", "rank_failure",
            "SHORT_LINES", "crew_of", "close_crews"]
 
-_CREWS: dict = {}                 # world size -> the crew the checks keep between calls
+_CREWS: dict = {}                 # (world size, nodes) -> the crew the checks keep between calls
 
 
-def crew_of(n: int):
-    """A crew of ``n`` ranks kept for the checks (starting one costs seconds)."""
+def crew_of(n: int, nodes: int = 1):
+    """A crew of ``n`` ranks (as ``nodes`` virtual nodes) kept for the checks (starting one costs seconds)."""
     import zerolab
-    crew = _CREWS.get(n)
+    crew = _CREWS.get((n, nodes))
     if crew is None:
-        crew = _CREWS[n] = zerolab.Crew(n, timeout=180)
+        crew = _CREWS[n, nodes] = zerolab.Crew(n, timeout=180, nodes=nodes)
     return crew
 
 

@@ -1,0 +1,364 @@
+"""Exercise 13 check: qwZ's block quantizer, written by the learner, run in the real engine.
+
+The learner writes the two halves of DeepSpeed 0.19.8's symmetric block quantizer (its
+``csrc/quantization`` kernels, ``Params<Symmetric>`` in ``csrc/includes/quantization_utils.h``;
+zerolab's copy is :func:`zerolab.quant.quantize` / :func:`zerolab.quant.dequantize`)::
+
+    def quantize(x, groups, bits=8):   # -> (q: int8, one per element, flat; scales: fp32, one per block)
+    def dequantize(q, scales):         # -> the values, q * scale block by block
+
+:func:`check_block_quantizer` runs in two parts:
+
+1. *Alone*: the learner's pair on tensors chosen to expose one mistake each (:data:`CASES`):
+   blocks whose magnitudes differ by powers of ten (one scale for the whole tensor), a 2-D
+   tensor (blocks are contiguous runs of the flat tensor, not rows or strided columns), a
+   block whose largest value is positive (the clamp to 127), values exactly halfway between two
+   steps (round half to even), a block of zeros (scale 1), fp16 input (arithmetic in fp32), int4
+   (``bits`` is a parameter: qgZ calls the same quantizer with 4). The values and scales are
+   compared with zerolab's, element by element; ``dequantize`` is given zerolab's ``(q, scales)``.
+   The first difference is described with a hint that names the likely mistake.
+2. *In the engine*: on 4 ranks as 2 nodes of 2, a small GPT at stage 3 in bf16 with
+   ``zero_quantized_weights``, the learner's pair plugged into qwZ's all-gathers
+   (:func:`zerolab.quant.use_qwz_codec`); the same run with zerolab's quantizer and without qwZ
+   beside it. The all-gathers (calls, dtypes, elements, bytes, link), the weights the first
+   forward sees (each within half a step of its block, plus bf16's rounding; the clamped
+   maxima within one step) and the losses are compared.
+"""
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+
+import torch
+
+from . import ExerciseCheckFailed, crew_of, not_implemented, passed, rank_failure
+
+__all__ = ["check_block_quantizer", "check_alone", "check_engine", "CASES", "ENGINE_STEPS", "ENGINE_WORLD",
+           "ENGINE_NODES", "LOSS_TOL"]
+
+ENGINE_WORLD, ENGINE_NODES, ENGINE_STEPS = 4, 2, 3
+LOSS_TOL = 1e-2            # the learner's quantizer against zerolab's, same run (identical when exact)
+NEAR_HALF = 1e-4           # x * q_scale this close to a half step: x / scale may round either way
+
+
+def _cases() -> list[tuple[str, torch.Tensor, int, int, bool]]:
+    """(what, x, groups, bits, exact): ``exact`` cases have power-of-two maxima, where every
+    correct formulation gives the same bits; elsewhere a value within NEAR_HALF of a rounding
+    boundary may land one step either way."""
+    g = torch.Generator().manual_seed(13)
+    randn = lambda *s: torch.randn(*s, generator=g)           # noqa: E731
+    decades = torch.cat([randn(64) * 10.0 ** -k for k in range(4)])
+    positive = randn(4, 32).clamp(-0.9, 0.9)
+    positive[:, 5] = 1.0                                    # each block's largest magnitude, positive
+    ties = torch.tensor([k / 256 for k in range(-255, 256, 2)])   # odd k: x * 128 = k / 2
+    ties[0] = -1.0                                                  # max |x| = 1: q_scale = 128
+    ties = torch.cat([ties, -ties])
+    zeros = torch.cat([torch.zeros(48), randn(48) * 0.1])
+    return [
+        ("a weight shard in fp16, 4 blocks of 96", (randn(384) * 0.02).half(), 4, 8, False),
+        ("4 blocks whose magnitudes differ by powers of ten", decades, 4, 8, False),
+        ("a 2-D tensor (16 x 24): blocks are runs of the flat tensor", randn(16, 24), 6, 8, False),
+        ("each block's largest magnitude is positive (+1.0)", positive.reshape(-1), 4, 8, True),
+        ("values halfway between two steps (x * 128 = k / 2)", ties, 2, 8, True),
+        ("a block of zeros beside a block of values", zeros, 2, 8, False),
+        ("int4 (bits=4: qgZ uses the same quantizer)", randn(96), 3, 4, False),
+        ("many small blocks (8 elements each)", (randn(256) * 0.05).half(), 32, 8, False),
+    ]
+
+
+CASES = _cases()
+
+
+# ----------------------------------------------------------------------------- zerolab's, and the mistakes
+
+def _reference(x: torch.Tensor, groups: int, bits: int):
+    from zerolab.quant import quantize
+    return quantize(x, groups, bits)
+
+
+def _steps(x: torch.Tensor, groups: int, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """x * q_scale per element (fp32, flat) and q_scale per element, DeepSpeed's way."""
+    blocks = x.reshape(-1).float().view(groups, -1)
+    m = blocks.abs().amax(dim=1, keepdim=True)
+    q_scale = torch.where(m == 0, torch.ones(()), (2 ** bits) / (2 * m))
+    return (blocks * q_scale).reshape(-1), q_scale.expand_as(blocks).reshape(-1)
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, rtol: float) -> bool:
+    a, b = a.reshape(-1).double(), b.reshape(-1).double()
+    return a.shape == b.shape and bool(torch.all((a - b).abs() <= rtol * b.abs() + 1e-30))
+
+
+def _scale_hint(got: torch.Tensor, x: torch.Tensor, groups: int, bits: int) -> str:
+    """Which wrong scale the learner computed, if it is a usual one."""
+    flat = x.reshape(-1).float()
+    blocks = flat.view(groups, -1)
+    half = 2 ** (bits - 1)
+    m = blocks.abs().amax(1)
+    if not torch.isfinite(got).all() or bool((got[m == 0] == 0).any()):
+        return ("a block of zeros gives nan, inf or 0: DeepSpeed's kernel sets q_scale = 1 when the "
+                "block's max is 0 (so its scale is 1.0 and every q is 0)")
+    guesses = [
+        (flat.abs().max() / half * torch.ones(groups), "one scale for the whole tensor: qwZ keeps one scale "
+         "per block (max |x| of that block / 2^(bits-1)), so a block of small values keeps its precision"),
+        (flat.view(-1, groups).abs().amax(0) / half, "strided blocks (x.view(-1, groups)): a block is a "
+         "contiguous run of numel // groups elements of the flat tensor: x.reshape(groups, -1)"),
+        (m / (half - 1), "max |x| / 127 (the textbook symmetric scale): DeepSpeed maps max |x| to 2^(bits-1) "
+         "= 128 steps (q_scale = 2^bits / (2 max)) and clamps the top to 127; its scale is max |x| / 128"),
+        (half / m, "that is q_scale, the multiplier: DeepSpeed stores and sends its inverse, the step "
+         "scale = 1 / q_scale = max |x| / 2^(bits-1)"),
+        ((blocks.amax(1) - blocks.amin(1)) / (2 ** bits - 1), "asymmetric (max - min) / 255: qwZ's quantizer "
+         "is symmetric: the scale comes from max |x| alone, no offset, 0 stays 0"),
+        (m / 2 ** bits, "max |x| / 2^bits: the range -max..max is 2^bits steps of 2 max / 2^bits = max / "
+         "2^(bits-1)"),
+        (m / 2 ** 7 * torch.ones(groups) if bits != 8 else None, "bits is a parameter: with bits=4 (qgZ) the "
+         "scale is max |x| / 2^(4-1) = max / 8, not max / 128 (no hard-coded 127 or 128)"),
+    ]
+    for want, hint in guesses:
+        if want is not None and got.numel() == want.numel() and _close(got, want, 1e-3):
+            return hint
+    ref = _reference(x, groups, bits)[1]
+    if _close(got, ref, 2e-3):
+        return ("almost: compute in float32 (x.float()): DeepSpeed's kernel reads fp16 values but computes "
+                "max, q_scale and x * q_scale in fp32; fp16 arithmetic rounds them")
+    return "scale = 1 / q_scale with q_scale = 2^bits / (2 max|x|) per block (= max|x| / 2^(bits-1))"
+
+
+def _q_hint(got: torch.Tensor, x: torch.Tensor, groups: int, bits: int) -> str:
+    """Which wrong rounding, clamping or range the learner's values show."""
+    t, _ = _steps(x, groups, bits)
+    lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    got = got.reshape(-1).long()
+
+    def like(want: torch.Tensor) -> bool:     # the same up to a rare step at a rounding boundary
+        d = (got - want.long()).abs()
+        return bool(d.max() <= 1) and float((d > 0).float().mean()) <= 0.02
+
+    if like(torch.trunc(t).clamp(lo, hi)):
+        return ("your values are truncated toward zero (.to(torch.int8) cuts off the fraction): round first, "
+                "torch.round (half to even, as the kernel's float-to-int conversion)")
+    if like(torch.floor(t).clamp(lo, hi)):
+        return "your values are rounded down (floor): round to nearest, torch.round"
+    wrapped = torch.round(t)
+    wrapped = torch.where(wrapped > hi, wrapped - 2 ** bits, wrapped).clamp(lo, hi)
+    if bool((torch.round(t) > hi).any()) and like(wrapped):
+        return (f"the block's largest positive value x = max lands on 2^(bits-1) = {hi + 1} steps, which does "
+                f"not fit in int{bits} and wraps to {lo}: clamp to [{lo}, {hi}] before converting")
+    away = (torch.sign(t) * torch.floor(t.abs() + 0.5)).clamp(lo, hi).long()
+    up = torch.floor(t + 0.5).clamp(lo, hi).long()
+    if torch.equal(got, away) or torch.equal(got, up):
+        return ("halfway values round the wrong way: DeepSpeed rounds half to even (2.5 -> 2, 3.5 -> 4), "
+                "which torch.round does; floor(x + 0.5) or round-half-away-from-zero do not")
+    if bool((got > hi).any()) or bool((got < lo).any()):
+        return f"values outside [{lo}, {hi}]: clamp to the signed {bits}-bit range"
+    return ("q = clamp(round(x * q_scale), -2^(bits-1), 2^(bits-1) - 1) with q_scale = 2^bits / (2 max|x|) "
+            "of x's block, in fp32")
+
+
+def _dq_hint(got: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> str:
+    per = q.numel() // s.numel()
+    qf, sf = q.reshape(s.numel(), per).float(), s.reshape(-1, 1).float()
+    if _close(got, qf / sf, 1e-3):
+        return "you divide by the scale: DeepSpeed's scale is the step size, so the value is q * scale"
+    if _close(got, (q.reshape(per, s.numel()).float() * s.view(1, -1)), 1e-3):
+        return ("strided blocks: scale b belongs to elements b * block .. (b + 1) * block - 1 (contiguous): "
+                "q.reshape(len(scales), -1) * scales[:, None]")
+    if _close(got, qf * sf * 2 ** 7, 1e-3) or _close(got, qf * sf / 2 ** 7, 1e-3):
+        return "an extra factor of 128: the stored scale already is the step size (max / 2^(bits-1))"
+    return "values = q * scale, block by block: q.reshape(len(scales), -1).float() * scales[:, None], flat"
+
+
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, 96, initial_indent="  ", subsequent_indent="        ")
+
+
+def _fail(where: str, lines: list[str], hint: str) -> ExerciseCheckFailed:
+    body = "".join(f"\n  {line}" for line in lines)
+    return ExerciseCheckFailed(f"{where}{body}\n{_wrap('hint: ' + hint)}")
+
+
+def _first_diff(got: torch.Tensor, want: torch.Tensor, x: torch.Tensor | None = None) -> str:
+    d = (got.reshape(-1).double() != want.reshape(-1).double()).nonzero()
+    if not len(d):
+        return ""
+    i = int(d[0])
+    at = f" (x = {float(x.reshape(-1)[i]):.6g})" if x is not None else ""
+    return f"element {i}{at}: expected {float(want.reshape(-1)[i]):.6g}, yours {float(got.reshape(-1)[i]):.6g}"
+
+
+# ----------------------------------------------------------------------------- part 1: alone
+
+def _check_case(quantize: Callable, dequantize: Callable, what, x, groups, bits, exact) -> None:
+    from zerolab.quant import dequantize as ref_dequantize
+    where = f"{what}: {x.numel()} x {str(x.dtype)[6:]}, groups={groups}, bits={bits}"
+    want_q, want_s = _reference(x, groups, bits)
+    got = quantize(x.clone(), groups, bits)
+    if not (isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got)):
+        raise _fail(where, [f"quantize returned {type(got).__name__}"], "return a pair of tensors: (q, scales)")
+    q, s = got
+    if q.dtype != torch.int8 or q.numel() != x.numel():
+        raise _fail(where, [f"q: expected int8, {x.numel()} values; yours {q.dtype}, {q.numel()} values"],
+                    "one int8 per element (that byte instead of bf16's two is what halves qwZ's all-gathers): "
+                    "round, clamp, then .to(torch.int8)")
+    if s.numel() != groups:
+        hint = ("one scale per block: groups of them" if s.numel() == 1 else
+                f"cut the flat tensor into groups = {groups} blocks of numel // groups = {x.numel() // groups} "
+                "elements, one scale each")
+        raise _fail(where, [f"scales: expected {groups} (one per block), yours {s.numel()}"], hint)
+    if s.dtype != torch.float32:
+        raise _fail(where, [f"scales: expected float32, yours {s.dtype}"],
+                    "compute in float32 (x.float()) and return float32 scales: they travel as fp32, 4 bytes "
+                    "per block (DeepSpeed's kernel computes in fp32 and writes float scales)")
+    if not _close(s, want_s, 1e-6):
+        raise _fail(where, [f"scales differ from DeepSpeed's: block {_first_diff(s, want_s)[8:]}"],
+                    _scale_hint(s.reshape(-1), x, groups, bits))
+    t, _ = _steps(x, groups, bits)
+    differ = q.reshape(-1).long() != want_q.long()
+    if not exact:        # a value at a half step may land either way when computed as x / scale
+        near = (t.abs() - t.abs().floor() - 0.5).abs() < NEAR_HALF
+        one = (q.reshape(-1).long() - want_q.long()).abs() <= 1
+        differ &= ~(near & one)
+    if bool(differ.any()):
+        i = int(differ.nonzero()[0])
+        raise _fail(where, [f"q differs from DeepSpeed's at element {i}: x = {float(x.reshape(-1)[i]):.6g}, "
+                            f"x * q_scale = {float(t[i]):.6g}",
+                            f"expected q = {int(want_q[i])}, yours {int(q.reshape(-1)[i])}"],
+                    _q_hint(q, x, groups, bits))
+    back = dequantize(want_q.clone(), want_s.clone())
+    want = ref_dequantize(want_q, want_s)
+    if not isinstance(back, torch.Tensor) or back.numel() != want.numel() or not back.is_floating_point():
+        shape = f"{back.dtype}, {back.numel()} values" if isinstance(back, torch.Tensor) else type(back).__name__
+        raise _fail(f"dequantize, {where}", [f"expected float values, {want.numel()} of them; yours {shape}"],
+                    "return q * scale as a float tensor with one value per element of q")
+    rtol = 2 ** -10 if back.dtype in (torch.float16, torch.bfloat16) else 1e-6
+    if not _close(back.float(), want, rtol):
+        raise _fail(f"dequantize, {where}", [_first_diff(back.float(), want)], _dq_hint(back.float(), want_q, want_s))
+
+
+def check_alone(quantize: Callable, dequantize: Callable) -> int:
+    """Part 1: the learner's pair on :data:`CASES`. Returns the number of cases."""
+    for case in CASES:
+        _check_case(quantize, dequantize, *case)
+    return len(CASES)
+
+
+# ----------------------------------------------------------------------------- part 2: in the engine
+
+def _engine_config(world: int, zero: dict) -> dict:
+    return {"train_micro_batch_size_per_gpu": 2, "train_batch_size": 2 * world, "gradient_clipping": 1.0,
+            "bf16": {"enabled": True}, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
+            # biases and LayerNorms persistent; every weight gathered in forward and again in backward
+            "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 200,
+                                  "stage3_max_reuse_distance": 0, "reduce_bucket_size": 20000, **zero}}
+
+
+def _one_run(pair, qwz: bool, steps: int) -> dict:
+    """On a rank: a fresh engine (qwZ with ``pair``, zerolab's when None); the weights the first
+    forward sees against the exact ones, then ``steps`` steps: the parameter all-gathers and losses."""
+    import contextlib
+
+    import zerolab
+    from zerolab import quant
+    from zerolab.models import GPT, lm_loss
+    from zerolab.reference import train_engine
+
+    world = zerolab.world_size()
+    g = torch.Generator().manual_seed(7)
+    tokens = [torch.randint(0, 48, (2 * world, 25), generator=g) for _ in range(steps)]
+    batches = [(t[:, :-1], t[:, 1:]) for t in tokens]
+    with quant.use_qwz_codec(*pair) if pair else contextlib.nullcontext():
+        eng = zerolab.initialize(GPT(vocab=48, d=48, heads=2, layers=2, seq_len=24),
+                                 _engine_config(world, {"zero_quantized_weights": qwz}))
+        exact = eng.full_params()
+        names = {id(p): n for n, p in eng.module.named_parameters()}
+        seen: dict = {}
+
+        def grab(mod, args):
+            for p in mod.parameters(recurse=False):
+                n = names[id(p)]
+                if p.numel() == exact[n].numel() and n not in seen:
+                    seen[n] = p.data.detach().float().clone()
+        hooks = [m.register_forward_pre_hook(grab) for m in eng.module.modules()]
+        mark = eng.ledger.mark()
+        losses = train_engine(eng, batches, lm_loss)
+        for h in hooks:
+            h.remove()
+        recs = [(r.op, r.dtype, r.numel, r.wire_bytes, r.link) for r in eng.ledger.since(mark).records
+                if r.op == "all_gather" and "persistent" not in r.tag]
+        shard = {gr.label: gr.shard_numel for gr in eng.stage.groups if not eng.stage.persistent[gr.index]}
+        eng.close()
+    worst = 0.0
+    for n, w in seen.items():                 # gathered weights: within half a step (+ bf16), one at the top
+        if n not in exact or exact[n].numel() <= 200:
+            continue
+        ex = exact[n].float().reshape(-1)
+        err = (w.reshape(-1) - ex).abs()
+        step = ex.abs().max() / 128           # the largest step any of its blocks can have
+        bound = step * (1 + 1e-3) + 2 ** -8 * ex.abs() + 2 ** -24
+        worst = max(worst, float((err / bound).max()))
+    return {"records": recs, "losses": losses, "weights": seen, "worst": worst, "shards": shard}
+
+
+def _engine_runs(pair, steps: int) -> dict:
+    return {"yours": _one_run(pair, True, steps), "zerolab": _one_run(None, True, steps),
+            "bf16": _one_run(None, False, steps)}
+
+
+def check_engine(quantize: Callable, dequantize: Callable, world_size: int = ENGINE_WORLD,
+                 nodes: int = ENGINE_NODES, steps: int = ENGINE_STEPS) -> dict:
+    """Part 2: the learner's pair as qwZ's quantizer on ``world_size`` ranks as ``nodes`` nodes."""
+    import zerolab
+    try:
+        results = crew_of(world_size, nodes=nodes).run(_engine_runs, (quantize, dequantize), steps)
+    except (zerolab.RankError, zerolab.CrewTimeout) as exc:
+        if not_implemented(exc):
+            raise NotImplementedError("Exercise: write quantize and dequantize") from exc
+        raise rank_failure(exc, f"the engine on {world_size} ranks (qwZ with your quantizer)",
+                           "your quantize or dequantize raised inside qwZ's all-gather; "
+                           "zerolab.checks.full_tracebacks(), then run again, shows the line") from exc
+    for r, res in enumerate(results):
+        mine, ref = res["yours"], res["zerolab"]
+        where = f"the engine, stage 3 + zero_quantized_weights, rank {r}"
+        if mine["records"] != ref["records"]:
+            got = [f"{op} {dt} {n}" for op, dt, n, _, _ in mine["records"]][:4]
+            want = [f"{op} {dt} {n}" for op, dt, n, _, _ in ref["records"]][:4]
+            raise ExerciseCheckFailed(
+                f"{where}: the parameter all-gathers differ from qwZ's with zerolab's quantizer\n"
+                f"  expected: {', '.join(want)}\n  yours:    {', '.join(got)}\n"
+                f"{_wrap('hint: one int8 value per element and one fp32 scale per block (groups of them)')}")
+        if mine["worst"] > 1:
+            raise ExerciseCheckFailed(
+                f"{where}: a weight the forward pass saw is {mine['worst']:.2f}x the largest error qwZ allows "
+                f"(half a step of its block, bf16's rounding, one step for a clamped maximum)\n"
+                f"{_wrap('hint: dequantize must give back q * scale of the same block')}")
+        gap = max(abs(a - b) for a, b in zip(mine["losses"], ref["losses"]))
+        if gap > LOSS_TOL:
+            hint = _wrap("hint: compare your round trip with zerolab.quant's")
+            raise ExerciseCheckFailed(f"{where}: the losses are {gap:.3g} from those with zerolab's quantizer "
+                                      f"(tolerance {LOSS_TOL})\n{hint}")
+    return results[0]
+
+
+def check_block_quantizer(quantize: Callable, dequantize: Callable, *, verbose: bool = True) -> None:
+    """Check ``quantize(x, groups, bits=8) -> (q, scales)`` and ``dequantize(q, scales)`` against
+    DeepSpeed's symmetric block quantizer, alone and as qwZ's quantizer in the engine."""
+    n = check_alone(quantize, dequantize)        # fast; an unfinished exercise fails here
+    if verbose:
+        print(f"alone: {n} tensors (fp16, fp32; 1-D, 2-D; 8 and 4 bits): values and scales as DeepSpeed's")
+    res = check_engine(quantize, dequantize)
+    if verbose:
+        mine, bf16 = res["yours"], res["bf16"]
+        q_bytes = sum(b for op, dt, _, b, _ in mine["records"] if dt == "int8")
+        s_bytes = sum(b for op, dt, _, b, _ in mine["records"] if dt == "float32")
+        plain = sum(b for *_, b, _ in bf16["records"])
+        links = sorted({lk for *_, lk in mine["records"]})
+        same = all(torch.equal(mine["weights"][k], res["zerolab"]["weights"][k]) for k in mine["weights"])
+        print(f"engine: GPT on {ENGINE_WORLD} ranks as {ENGINE_NODES} nodes of {ENGINE_WORLD // ENGINE_NODES}, "
+              f"stage 3, bf16, {ENGINE_STEPS} steps, your quantizer inside qwZ:")
+        print(f"  rank 0 sent in parameter all-gathers ({', '.join(links)}-node): {q_bytes:,.0f} bytes of int8")
+        print(f"    + {s_bytes:,.0f} of fp32 scales, against {plain:,.0f} bytes in bf16: "
+              f"{(q_bytes + s_bytes) / plain:.4f}x")
+        print("  every weight the forward saw within half a step of its block (+ bf16 rounding)")
+        print(f"  the same gathered weights as zerolab's quantizer: {same}; losses within {LOSS_TOL}")
+    passed(f"your quantize and dequantize are DeepSpeed's symmetric block quantizer on {n} tensors\n"
+           f"  and carry qwZ's all-gathers in the engine on {ENGINE_WORLD} ranks ({ENGINE_NODES} nodes)")
