@@ -65,7 +65,7 @@ ZeRO 在网络上做的每一件事，都是下面四种集合通信之一：
 | 集合通信 | 之前 | 之后 | ZeRO 在哪里用它 |
 |---|---|---|---|
 | **all-reduce** | 每个 rank 各有自己的向量 | 每个 rank 都拿到总和 | 普通的数据并行（data parallelism）：对梯度求平均（第 2 章） |
-| **reduce-scatter** | 每个 rank 各有一个完整向量 | rank r 只拿到总和的**第 r 片** | stage 3，以及 ZeRO 论文里的 stage 1 和 2：每个 rank 只保留属于自己的那片梯度分片（shard）（DeepSpeed 的 stage 1 和 2 改用 all-reduce；见第 3 章） |
+| **reduce-scatter** | 每个 rank 各有一个完整向量 | rank r 只拿到总和的**第 r 片** | stage 3，以及 ZeRO 论文里的 stage 1 和 2：每个 rank 只保留属于自己的那一片梯度，即它的分片（shard）；DeepSpeed 的 stage 1 和 2 改用 all-reduce（见第 3 章） |
 | **all-gather** | rank r 有第 r 片 | 每个 rank 都有全部各片 | stage 1 到 3：用各个分片重建完整的参数（第 3 章） |
 | **broadcast** | 只有源 rank 有数据 | 每个 rank 都有一份副本 | 领班把同一套初始权重发给所有人 |
 
