@@ -6,7 +6,7 @@
 * the catalogue (``zerolab/messages_zh.py``): every template a translated module shows is there, and
   its Chinese uses only the English's fields;
 * ``zerolab progress`` and ``zerolab report --preflight`` in Chinese, English unchanged;
-* the checks of exercises 6, 7 and 14 fail in the edition's language, with their hints, and in
+* the checks of exercises 0, 1, 6, 7 and 14 fail in the edition's language, with their hints, and in
   English exactly as before.
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from zerolab import i18n, progress, report
 from zerolab.checks import ExerciseCheckFailed
@@ -31,6 +32,7 @@ CJK = __import__("re").compile(r"[\u4e00-\u9fff]")
 
 # module -> its catalogue section
 TRANSLATED = {"progress.py": "progress", "report.py": "report", "checks/__init__.py": "checks",
+              "checks/ch00.py": "checks.ch00", "checks/ch01.py": "checks.ch01",
               "checks/ch06.py": "checks.ch06", "checks/ch07.py": "checks.ch07", "checks/ch14.py": "checks.ch14",
               "lab/common.py": "lab", "lab/basic.py": "lab", "lab/core.py": "lab",
               "lab/application.py": "lab", "lab/extension.py": "lab"}
@@ -115,9 +117,11 @@ def _fields(template: str) -> set[str]:
 
 def _dynamic() -> dict[str, list[str]]:
     """Templates a module passes through T.text from a table rather than a literal."""
-    from zerolab.checks import ch06, ch14
+    from zerolab.checks import ch00, ch01, ch06, ch14
     mistakes = [h for table in (ch14.TOKENS_MISTAKES, ch14.BYTES_MISTAKES, ch14.OFFLOAD_MISTAKES) for _, h in table]
     return {"progress": list(progress.EXERCISES.values()) + ["done", "tried", "not started"],
+            "checks.ch00": [ch00.HINT],
+            "checks.ch01": list(ch01.NAMES.values()),
             "checks.ch06": [what for what, _, _ in ch06.CASES] + [ch06._model_case()[0]],
             "checks.ch14": mistakes + ["tokens", "bytes", "forward gather", "backward gather", "gradients"]}
 
@@ -210,6 +214,52 @@ def _fail(check, *args) -> str:
     with pytest.raises(ExerciseCheckFailed) as e:
         check(*args)
     return e.value.message
+
+
+def test_exercise_0_fails_in_the_editions_language_on_its_ranks():
+    """The message is written on a rank: the rank speaks the language of the notebook that started it."""
+    from zerolab.checks.ch00 import check_ring_all_gather
+
+    def sends_a_placeholder(chunks, rank, world_size, send_recv):     # chunk (r - s + 1): one ahead
+        n = world_size
+        for s in range(n - 1):
+            buf = torch.empty_like(chunks[(rank - s - 1) % n])
+            send_recv(chunks[(rank - s + 1) % n], buf)
+            chunks[(rank - s - 1) % n] = buf
+        return chunks
+    en = _fail(lambda fn: check_ring_all_gather(fn, cases=((2, 8),)), sends_a_placeholder)
+    assert "chunk 1 holds only the placeholder -1 (nothing arrived in it)" in en and "hint: in step s" in en, en
+    with i18n.using("zh"):
+        zh = _fail(lambda fn: check_ring_all_gather(fn, cases=((2, 8),)), sends_a_placeholder)
+    assert zh.startswith("总 rank 数 2，rank 0：第 1 块里是占位用的 -1（什么也没收到）"), zh
+    assert "rank 0 做了什么：" in zh and "提示：第 s 步，rank r 发出它最近收到的那一块" in zh, zh
+    assert all(i18n.width(line) <= 100 for line in zh.splitlines() if "做了什么" not in line), zh
+
+
+def test_exercise_1_fails_in_the_editions_language(monkeypatch):
+    """Measured backpacks stood in by the formula (the real engine's: tests/test_exercises.py)."""
+    from zerolab.checks import ch01
+
+    def right(psi, precision, stage=0, world_size=1):
+        p, g, o = (4, 4, 8) if precision == "fp32" else (2, 2, 12)
+        return {"params": psi * p // (world_size if stage >= 3 else 1),
+                "grads": psi * g // (world_size if stage >= 2 else 1),
+                "optimizer_states": psi * o // (world_size if stage >= 1 else 1)}
+
+    def unsplit_notebook(psi, precision, stage=0, world_size=1):      # stage 1 forgotten: no division
+        return {**right(psi, precision, stage, world_size),
+                "optimizer_states": right(psi, precision, 0, world_size)["optimizer_states"]}
+    psi = 49_280
+    fake = [[{"stage": st, "precision": pr, "psi": psi, "memory": right(psi, pr, st, 2), "groups": 1}
+             for st, pr in ch01.CASES] for _ in range(2)]
+    monkeypatch.setitem(ch01._MEASURED, 2, fake)
+    en = _fail(ch01.check_model_state_bytes, unsplit_notebook)
+    assert "the optimizer states (the heavy notebook) are off." in en and "your number is 2 times too big" in en
+    with i18n.using("zh"):
+        zh = _fail(ch01.check_model_state_bytes, unsplit_notebook)
+    assert zh.startswith("stage 1，fp32，2 个 rank，Adam，Ψ = 49,280 个参数："), zh
+    assert "优化器状态（小本子）对不上。" in zh and "提示：你的数是实测的 2 倍：stage 1 把优化器状态（小本子）分给" in zh, zh
+    assert all(i18n.width(line) <= 100 for line in zh.splitlines()), zh
 
 
 def test_exercise_6_fails_in_the_editions_language():

@@ -98,6 +98,110 @@ ZH["checks"] = {
         "（完整的回溯以及该 rank 的回溯：运行 zerolab.checks.full_tracebacks()，再运行一次这个单元）",
 }
 
+# -- exercise 0: the ring all-gather ------------------------------------------------------------------
+ZH["checks.ch00"] = {
+    "hint: in step s, rank r sends the chunk it got most recently (its own, chunk r, at step 0),\n  that is "
+    "chunk (r - s) % N, and receives chunk (r - s - 1) % N from the left; N-1 steps in all":
+        "提示：第 s 步，rank r 发出它最近收到的那一块（第 0 步发它自己的第 r 块），\n  也就是第 (r - s) % N 块，"
+        "同时从左边收到第 (r - s - 1) % N 块；一共 N-1 步",
+    "only the placeholder -1 (nothing arrived in it)": "占位用的 -1（什么也没收到）",
+    "chunk {c}'s data": "第 {c} 块的数据",
+    "values that are no chunk's data": "不属于任何一块的数值",
+    "world size {n}, rank {r}": "总 rank 数 {n}，rank {r}",
+    "world size {n}: {error}": "总 rank 数 {n}：{error}",
+    "world size {n}": "总 rank 数 {n}",
+    "{where}: your ring_all_gather raised {name}: {error}\n"
+    "  hint: the error is in your function; the full traceback shows the line":
+        "{where}：你的 ring_all_gather 抛出了 {name}：{error}\n  提示：错误在你的函数里；完整的回溯会指出是哪一行",
+    "world size {n}: the ranks called send_recv different numbers of times ({counts}); every rank must take "
+    "the same N-1 = {steps} steps.":
+        "总 rank 数 {n}：各个 rank 调用 send_recv 的次数不一样（{counts}）；每个 rank 都必须走同样的 N-1 = {steps} 步。",
+    "{where}: return the list of {n} chunks (got {type})": "{where}：应返回含 {n} 块的列表（拿到的是 {type}）",
+    "{where}: chunk {c} should have shape {want}, got {shape}": "{where}：第 {c} 块的形状应为 {want}，实际是 {shape}",
+    "{where}: chunk {c} holds {holds},\n  but dist.all_gather gives chunk {c}'s data.\n  What rank {r} did: {schedule}.":
+        "{where}：第 {c} 块里是{holds}，\n  而 dist.all_gather 给出的是第 {c} 块的数据。\n  rank {r} 做了什么：{schedule}。",
+    "{where}: the chunks are right, but the traffic is not a ring's: rank {r} called send_recv {calls} times and "
+    "sent {sent} elements; a ring all-gather takes N-1 = {steps} steps and sends every chunk except the one it "
+    "receives last: {should} of {numel} elements.\n  What rank {r} did: {schedule}.":
+        "{where}：各块都对，但通信量不是环形算法的：rank {r} 调用了 {calls} 次 send_recv，发出 {sent} 个元素；"
+        "环形 all-gather 走 N-1 = {steps} 步，除了最后收到的那一块，每块都发出一次：{numel} 个元素中的 {should} 个。"
+        "\n  rank {r} 做了什么：{schedule}。",
+    "world size {n}: ranks {ranks} were still waiting after {timeout:g} s: every rank must call send_recv the "
+    "same number of times (N-1).":
+        "总 rank 数 {n}：{timeout:g} 秒后 rank {ranks} 仍在等待：每个 rank 调用 send_recv 的次数必须相同（N-1 次）。",
+    "a rank raised inside the check's ring; full_tracebacks() shows the line":
+        "某个 rank 在检查程序的环里抛出了异常；full_tracebacks() 会指出是哪一行",
+    "ring_all_gather is not written yet (NotImplementedError on world size {n}).":
+        "ring_all_gather 还没有写（总 rank 数 {n} 时抛出了 NotImplementedError）。",
+    "N={n}: {numel} float32 elements in chunks of {sizes}; bytes sent by rank: {per_rank}":
+        "N={n}：{numel} 个 float32 元素，各块大小 {sizes}；各 rank 发出的字节数：{per_rank}",
+    "your ring all-gather equals dist.all_gather on every rank, in N-1 steps of one chunk:":
+        "你的环形 all-gather 在每个 rank 上都与 dist.all_gather 相同，共 N-1 步，每步一块：",
+}
+
+# -- exercise 1: weigh the backpack --------------------------------------------------------------------
+ZH["checks.ch01"] = {
+    # the giants (zerolab.checks.ch01.NAMES)
+    "parameters (the furniture)": "参数（家具）",
+    "gradients (the door stickers)": "梯度（搬迁贴纸）",
+    "optimizer states (the heavy notebook)": "优化器状态（小本子）",
+    "your number is {n} times too big: stage {stage} splits the {name} among the {n} ranks, so each keeps "
+    "1/{n} of them (divide by world_size)":
+        "你的数是实测的 {n} 倍：stage {stage} 把{name}分给 {n} 个 rank，每个只保留 1/{n}（要除以 world_size）",
+    "your number is {n} times too small: stage {stage} does not split the {name}; every rank carries all of them":
+        "你的数只有实测的 1/{n}：stage {stage} 不拆分{name}，每个 rank 都背着全部",
+    "every parameter is stored once in the training precision: 4 bytes in fp32, 2 bytes in fp16/bf16 "
+    "(the fp32 master copy belongs to the optimizer states)":
+        "每个参数按训练精度存一份：fp32 下 4 字节，fp16/bf16 下 2 字节（fp32 主权重算在优化器状态里）",
+    "there is one gradient per parameter, in the same dtype as the parameters: 4 bytes in fp32, 2 bytes in "
+    "fp16/bf16":
+        "每个参数一个梯度，dtype 与参数相同：fp32 下 4 字节，fp16/bf16 下 2 字节",
+    "in mixed precision the optimizer keeps an fp32 master copy of the weights besides Adam's fp32 momentum and "
+    "variance: 4 + 4 + 4 = 12 bytes per parameter":
+        "混合精度下，除了 Adam 的 fp32 动量和方差，优化器还要保留一份 fp32 主权重：每个参数 4 + 4 + 4 = 12 字节",
+    "Adam keeps two fp32 numbers per parameter, momentum and variance: 4 + 4 = 8 bytes (in fp32 training the "
+    "parameters themselves are the master weights)":
+        "Adam 为每个参数保留两个 fp32 数，即动量和方差：4 + 4 = 8 字节（fp32 训练时，参数本身就是主权重）",
+    "model_state_bytes_per_rank is not written yet (it raised NotImplementedError: {error}). Fill in the cell "
+    "above, run it, then this check again.":
+        "model_state_bytes_per_rank 还没有写（它抛出了 NotImplementedError：{error}）。先把上面的单元补完并运行，"
+        "再运行一次这个检查。",
+    "{where} raised {name}: {error}\n  hint: call it by hand with these arguments to see the line":
+        "{where} 抛出了 {name}：{error}\n  提示：用这些参数手动调用一次，就能看到是哪一行",
+    "{where} returned {type}; return a dict with the keys {keys} (bytes per rank)":
+        "{where} 返回的是 {type}；应返回一个键为 {keys} 的 dict（每个 rank 的字节数）",
+    "{where} has no key {missing}; return a dict with the keys {keys}":
+        "{where} 缺少键 {missing}；应返回一个键为 {keys} 的 dict",
+    "{where}[{key}] is {value}; it should be a number of bytes": "{where}[{key}] 是 {value}；它应该是一个字节数",
+    "the ZeRO paper's Figure 1 (Ψ = 7.5e9, N = 64, mixed precision, stage {stage}) says {want:.1f} GB per GPU; "
+    "your function gives {got:.1f} GB (GB = 1e9 bytes)":
+        "ZeRO 论文的图 1（Ψ = 7.5e9，N = 64，混合精度，stage {stage}）是每张 GPU {want:.1f} GB；"
+        "你的函数给出 {got:.1f} GB（GB = 1e9 字节）",
+    "stage {stage}, {precision}, {n} ranks, Adam, Ψ = {psi:,} parameters:":
+        "stage {stage}，{precision}，{n} 个 rank，Adam，Ψ = {psi:,} 个参数：",
+    "  your parameters and gradients are swapped: {params:,.0f} bytes of parameters, {grads:,.0f} of gradients; "
+    "measured the other way round.":
+        "  你把参数和梯度弄反了：参数 {params:,.0f} 字节，梯度 {grads:,.0f} 字节；实测正好相反。",
+    "    hint: stage 2 splits the gradients (not the parameters); stage 3 splits both":
+        "    提示：stage 2 拆分的是梯度（不是参数）；stage 3 两者都拆",
+    "  the {name} are off.": "  {name}对不上。",
+    "    measured on rank {rank}: {bytes:>12,.0f} bytes ({per:.2f} bytes per parameter)":
+        "    rank {rank} 上实测：{bytes:>12,.0f} 字节（每个参数 {per:.2f} 字节）",
+    "    your function:      {bytes:>12,.0f} bytes ({per:.2f} bytes per parameter)":
+        "    你的函数：     {bytes:>12,.0f} 字节（每个参数 {per:.2f} 字节）",
+    "    hint: {hint}": "    提示：{hint}",
+    "  also off: {names}": "  另外对不上的：{names}",
+    "  (stage 0 is right; the stages split the giants among the ranks: 1 the optimizer states, 2 also the "
+    "gradients, 3 also the parameters)":
+        "  （stage 0 是对的；各个 stage 把巨头分给各 rank：1 分优化器状态，2 再加上梯度，3 再加上参数）",
+    "TinyLM, Ψ = {psi:,} trainable parameters, {n} ranks, Adam; bytes per rank (measured on rank 0 / yours)":
+        "TinyLM，Ψ = {psi:,} 个可训练参数，{n} 个 rank，Adam；每个 rank 的字节数（rank 0 实测 / 你的）",
+    "your byte count matches the engine's backpacks in {n} configurations on {world} ranks,\n"
+    "  and the ZeRO paper's Figure 1 (120 / 31.4 / 16.6 / 1.9 GB)":
+        "你算的字节数在 {world} 个 rank 上的 {n} 种配置里都与引擎的背包相符，\n"
+        "  也与 ZeRO 论文的图 1 一致（120 / 31.4 / 16.6 / 1.9 GB）",
+}
+
 # -- exercise 6: the bucket plan -----------------------------------------------------------------------
 ZH["checks.ch06"] = {
     "hint: ": "提示：",

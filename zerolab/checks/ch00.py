@@ -27,10 +27,13 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from .. import i18n
 from ..comm import Ledger
 from ..crew import Crew, CrewTimeout, RankError
 from . import ExerciseCheckFailed, passed, rank_failure
 from .ch02 import _SendRecv, _describe_schedule
+
+T = i18n.catalogue("checks.ch00")    # the messages in the edition's language (zerolab/messages_zh.py)
 
 __all__ = ["check_ring_all_gather", "CASES"]
 
@@ -40,6 +43,10 @@ HINT = ("hint: in step s, rank r sends the chunk it got most recently (its own, 
         "N-1 steps in all")
 
 
+def _hint() -> str:
+    return T(HINT)
+
+
 def chunk_values(c: int, numel: int) -> torch.Tensor:
     """Chunk ``c``'s data: ``1000 * (c + 1) + i`` (exact in float32; tells chunks apart)."""
     return 1000.0 * (c + 1) + torch.arange(numel, dtype=torch.float32)
@@ -47,39 +54,45 @@ def chunk_values(c: int, numel: int) -> torch.Tensor:
 
 def _what_it_holds(got: torch.Tensor, sizes: list[int]) -> str:
     if bool((got == -1).all()):
-        return "only the placeholder -1 (nothing arrived in it)"
+        return T("only the placeholder -1 (nothing arrived in it)")
     for c, size in enumerate(sizes):
         if size == got.numel() and torch.equal(got, chunk_values(c, size)):
-            return f"chunk {c}'s data"
-    return "values that are no chunk's data"
+            return T("chunk {c}'s data", c=c)
+    return T("values that are no chunk's data")
 
 
-def _rank_task(fn: Callable, numel: int) -> dict:
+def _rank_task(fn: Callable, numel: int, language: str = "en") -> dict:
+    with i18n.using(language):          # a rank speaks the language of the notebook that started it
+        return _rank_check(fn, numel)
+
+
+def _rank_check(fn: Callable, numel: int) -> dict:
     r, n = dist.get_rank(), dist.get_world_size()
     sizes = [c.numel() for c in torch.arange(numel).tensor_split(n)]
     chunks = [chunk_values(c, s) if c == r else torch.full((s,), -1.0) for c, s in enumerate(sizes)]
     ledger = Ledger()
     send_recv = _SendRecv(r, n, chunks, ledger)
-    where = f"world size {n}, rank {r}"
+    where = T("world size {n}, rank {r}", n=n, r=r)
     result = {"rank": r, "error": None}
     try:
         out = fn(chunks, r, n, send_recv)
         send_recv.finish()
     except ExerciseCheckFailed as exc:
-        result["error"] = f"world size {n}: {exc}\n{HINT}"
+        result["error"] = T("world size {n}: {error}", n=n, error=exc) + "\n" + _hint()
         return result
     except Exception as exc:
-        result["error"] = (f"{where}: your ring_all_gather raised {type(exc).__name__}: {exc}\n"
-                           f"  hint: the error is in your function; the full traceback shows the line")
+        result["error"] = T("{where}: your ring_all_gather raised {name}: {error}\n"
+                            "  hint: the error is in your function; the full traceback shows the line",
+                            where=where, name=type(exc).__name__, error=exc)
         result["details"] = traceback.format_exc(limit=-3)
         result["not_implemented"] = isinstance(exc, NotImplementedError)
         return result
     counts: list = [None] * n
     dist.all_gather_object(counts, len(send_recv.schedule))
     if len(set(counts)) > 1:
-        result["error"] = (f"world size {n}: the ranks called send_recv different numbers of times "
-                           f"({', '.join(f'rank {k}: {c}' for k, c in enumerate(counts))}); every "
-                           f"rank must take the same N-1 = {n - 1} steps.")
+        result["error"] = T("world size {n}: the ranks called send_recv different numbers of times "
+                            "({counts}); every rank must take the same N-1 = {steps} steps.", n=n,
+                            counts=", ".join(f"rank {k}: {c}" for k, c in enumerate(counts)), steps=n - 1)
         return result
     # The answer: torch's own all-gather of each rank's real chunk (uneven sizes: padded).
     mine = torch.zeros(max(sizes))
@@ -91,30 +104,33 @@ def _rank_task(fn: Callable, numel: int) -> dict:
     try:
         got = [out[c] for c in range(n)]
     except Exception:
-        result["error"] = f"{where}: return the list of {n} chunks (got {type(out).__name__})"
+        result["error"] = T("{where}: return the list of {n} chunks (got {type})", where=where, n=n,
+                            type=type(out).__name__)
         return result
     for c in range(n):
         g = got[c]
         if not isinstance(g, torch.Tensor) or g.shape != expected[c].shape:
             shape = tuple(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__
-            result["error"] = f"{where}: chunk {c} should have shape {tuple(expected[c].shape)}, got {shape}\n{HINT}"
+            result["error"] = T("{where}: chunk {c} should have shape {want}, got {shape}", where=where, c=c,
+                                want=tuple(expected[c].shape), shape=shape) + "\n" + _hint()
             return result
         if not torch.equal(g.float(), expected[c]):
-            result["error"] = (
-                f"{where}: chunk {c} holds {_what_it_holds(g.float(), sizes)},\n  but "
-                f"dist.all_gather gives chunk {c}'s data.\n  What rank {r} did: "
-                f"{_describe_schedule(send_recv.schedule)}.\n{HINT}")
+            result["error"] = T(
+                "{where}: chunk {c} holds {holds},\n  but dist.all_gather gives chunk {c}'s data.\n"
+                "  What rank {r} did: {schedule}.", where=where, c=c, holds=_what_it_holds(g.float(), sizes),
+                r=r, schedule=_describe_schedule(send_recv.schedule)) + "\n" + _hint()
             return result
     sends = [rec for rec in ledger.records if rec.op == "send"]
     sent = sum(rec.numel for rec in sends)
     should = numel - sizes[(r + 1) % n]
     if len(sends) != n - 1 or sent != should:
-        result["error"] = (
-            f"{where}: the chunks are right, but the traffic is not a ring's: rank {r} called "
-            f"send_recv {len(sends)} times and sent {sent} elements; a ring all-gather takes "
-            f"N-1 = {n - 1} steps and sends every chunk except the one it receives last: "
-            f"{should} of {numel} elements.\n  What rank {r} did: "
-            f"{_describe_schedule(send_recv.schedule)}.")
+        result["error"] = T(
+            "{where}: the chunks are right, but the traffic is not a ring's: rank {r} called "
+            "send_recv {calls} times and sent {sent} elements; a ring all-gather takes "
+            "N-1 = {steps} steps and sends every chunk except the one it receives last: "
+            "{should} of {numel} elements.\n  What rank {r} did: {schedule}.", where=where, r=r,
+            calls=len(sends), sent=sent, steps=n - 1, should=should, numel=numel,
+            schedule=_describe_schedule(send_recv.schedule))
         return result
     result.update(sent_bytes=int(ledger.totals()["send"]["bytes"]), sends=len(sends))
     return result
@@ -127,24 +143,25 @@ def check_ring_all_gather(fn: Callable, *, cases=CASES, timeout: float = 20.0) -
     for n, numel in cases:
         with Crew(n, backend="gloo", timeout=timeout) as crew:
             try:
-                results = crew.run(_rank_task, fn, numel, timeout=timeout)
+                results = crew.run(_rank_task, fn, numel, i18n.lang(), timeout=timeout)
             except CrewTimeout as exc:
-                raise ExerciseCheckFailed(
-                    f"world size {n}: ranks {exc.ranks} were still waiting after {timeout:g} s: "
-                    f"every rank must call send_recv the same number of times (N-1).") from None
+                raise ExerciseCheckFailed(T(
+                    "world size {n}: ranks {ranks} were still waiting after {timeout:g} s: "
+                    "every rank must call send_recv the same number of times (N-1).", n=n, ranks=exc.ranks,
+                    timeout=timeout)) from None
             except RankError as exc:
-                raise rank_failure(exc, f"world size {n}", "a rank raised inside the check's "
-                                   "ring; full_tracebacks() shows the line") from None
+                raise rank_failure(exc, T("world size {n}", n=n), T("a rank raised inside the check's "
+                                   "ring; full_tracebacks() shows the line")) from None
         errors = [res for res in results if res["error"]]
         if errors:
             first = errors[0]
             if first.get("not_implemented"):
-                raise ExerciseCheckFailed(f"ring_all_gather is not written yet "
-                                          f"(NotImplementedError on world size {n}).")
+                raise ExerciseCheckFailed(T("ring_all_gather is not written yet "
+                                            "(NotImplementedError on world size {n}).", n=n))
             raise ExerciseCheckFailed(first["error"], details=first.get("details"))
         sizes = [c.numel() for c in torch.arange(numel).tensor_split(n)]
         per_rank = ", ".join(f"{res['sent_bytes']}" for res in results)
-        lines.append(f"N={n}: {numel} float32 elements in chunks of {sizes}; bytes sent by "
-                     f"rank: {per_rank}")
-    passed("your ring all-gather equals dist.all_gather on every rank, in N-1 steps of one "
-           "chunk:\n  " + "\n  ".join(lines))
+        lines.append(T("N={n}: {numel} float32 elements in chunks of {sizes}; bytes sent by "
+                       "rank: {per_rank}", n=n, numel=numel, sizes=sizes, per_rank=per_rank))
+    passed(T("your ring all-gather equals dist.all_gather on every rank, in N-1 steps of one "
+             "chunk:") + "\n  " + "\n  ".join(lines))

@@ -17,7 +17,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 
+from ..i18n import catalogue, fill, is_zh
 from . import ExerciseCheckFailed, passed
+
+T = catalogue("checks.ch01")    # the messages in the edition's language (zerolab/messages_zh.py)
 
 __all__ = ["check_model_state_bytes", "measure_one_step", "CHECK_MODEL"]
 
@@ -36,6 +39,20 @@ CASES = [(0, "fp32"), (0, "bf16"), (0, "fp16"),
 # What the engine measured, per world size: the engine does not change between two tries of
 # the learner's function, so a second try (or a test of wrong answers) need not train again.
 _MEASURED: dict[int, list] = {}
+
+
+def _name(giant: str) -> str:
+    return T.text(NAMES[giant])
+
+
+def _names(giants) -> str:
+    """'the parameters (the furniture), the gradients (...)', or in Chinese '参数（家具）、梯度（...）'."""
+    return "、".join(map(_name, giants)) if is_zh() else ", ".join(f"the {NAMES[g]}" for g in giants)
+
+
+def _wrap(line: str) -> str:
+    """A Chinese hint in lines under 100 columns (the English lines are left as they were)."""
+    return fill(line, 96, subsequent_indent="          ") if is_zh() else line
 
 
 def _config(stage: int, precision: str) -> dict:
@@ -84,22 +101,23 @@ def _hint(giant: str, precision: str, stage: int, n: int, want: float, got: floa
     mixed = precision != "fp32"
     sharded = {"optimizer_states": stage >= 1, "grads": stage >= 2, "params": stage >= 3}[giant]
     if got and sharded and math.isclose(got, want * n, rel_tol=0.02):
-        return (f"your number is {n} times too big: stage {stage} splits the {NAMES[giant]} "
-                f"among the {n} ranks, so each keeps 1/{n} of them (divide by world_size)")
+        return T("your number is {n} times too big: stage {stage} splits the {name} "
+                 "among the {n} ranks, so each keeps 1/{n} of them (divide by world_size)",
+                 n=n, stage=stage, name=_name(giant))
     if got and not sharded and math.isclose(got, want / n, rel_tol=0.02):
-        return (f"your number is {n} times too small: stage {stage} does not split the "
-                f"{NAMES[giant]}; every rank carries all of them")
+        return T("your number is {n} times too small: stage {stage} does not split the "
+                 "{name}; every rank carries all of them", n=n, stage=stage, name=_name(giant))
     if giant == "params":
-        return ("every parameter is stored once in the training precision: 4 bytes in fp32, "
-                "2 bytes in fp16/bf16 (the fp32 master copy belongs to the optimizer states)")
+        return T("every parameter is stored once in the training precision: 4 bytes in fp32, "
+                 "2 bytes in fp16/bf16 (the fp32 master copy belongs to the optimizer states)")
     if giant == "grads":
-        return ("there is one gradient per parameter, in the same dtype as the parameters: "
-                "4 bytes in fp32, 2 bytes in fp16/bf16")
+        return T("there is one gradient per parameter, in the same dtype as the parameters: "
+                 "4 bytes in fp32, 2 bytes in fp16/bf16")
     if mixed:
-        return ("in mixed precision the optimizer keeps an fp32 master copy of the weights besides "
-                "Adam's fp32 momentum and variance: 4 + 4 + 4 = 12 bytes per parameter")
-    return ("Adam keeps two fp32 numbers per parameter, momentum and variance: 4 + 4 = 8 bytes "
-            "(in fp32 training the parameters themselves are the master weights)")
+        return T("in mixed precision the optimizer keeps an fp32 master copy of the weights besides "
+                 "Adam's fp32 momentum and variance: 4 + 4 + 4 = 12 bytes per parameter")
+    return T("Adam keeps two fp32 numbers per parameter, momentum and variance: 4 + 4 = 8 bytes "
+             "(in fp32 training the parameters themselves are the master weights)")
 
 
 def _call(fn: Callable, psi: int, precision: str, stage: int, world_size: int) -> dict:
@@ -107,22 +125,25 @@ def _call(fn: Callable, psi: int, precision: str, stage: int, world_size: int) -
     try:
         got = fn(psi, precision, stage=stage, world_size=world_size)
     except NotImplementedError as exc:
-        raise ExerciseCheckFailed(f"model_state_bytes_per_rank is not written yet (it raised "
-                                  f"NotImplementedError: {exc}). Fill in the cell above, run it, then "
-                                  f"this check again.") from exc
+        raise ExerciseCheckFailed(T("model_state_bytes_per_rank is not written yet (it raised "
+                                    "NotImplementedError: {error}). Fill in the cell above, run it, then "
+                                    "this check again.", error=exc)) from exc
     except Exception as exc:       # noqa: BLE001 - the learner's error, shown in a few lines
-        raise ExerciseCheckFailed(f"{where} raised {type(exc).__name__}: {exc}\n"
-                                  f"  hint: call it by hand with these arguments to see the line") from exc
+        raise ExerciseCheckFailed(T("{where} raised {name}: {error}\n"
+                                    "  hint: call it by hand with these arguments to see the line",
+                                    where=where, name=type(exc).__name__, error=exc)) from exc
     if not isinstance(got, Mapping):
-        raise ExerciseCheckFailed(f"{where} returned {type(got).__name__}; return a dict with the "
-                                  f"keys {', '.join(GIANTS)} (bytes per rank)")
+        raise ExerciseCheckFailed(T("{where} returned {type}; return a dict with the "
+                                    "keys {keys} (bytes per rank)", where=where, type=type(got).__name__,
+                                    keys=", ".join(GIANTS)))
     missing = [k for k in GIANTS if k not in got]
     if missing:
-        raise ExerciseCheckFailed(f"{where} has no key {', '.join(map(repr, missing))}; "
-                                  f"return a dict with the keys {', '.join(GIANTS)}")
+        raise ExerciseCheckFailed(T("{where} has no key {missing}; return a dict with the keys {keys}",
+                                    where=where, missing=", ".join(map(repr, missing)), keys=", ".join(GIANTS)))
     for k in GIANTS:
         if not isinstance(got[k], (int, float)) or isinstance(got[k], bool):
-            raise ExerciseCheckFailed(f"{where}[{k!r}] is {got[k]!r}; it should be a number of bytes")
+            raise ExerciseCheckFailed(T("{where}[{key}] is {value}; it should be a number of bytes",
+                                        where=where, key=repr(k), value=repr(got[k])))
     return {k: float(got[k]) for k in GIANTS}
 
 
@@ -134,10 +155,10 @@ def _check_paper(fn: Callable) -> None:
         got = _call(fn, psi, "fp16", stage, n)
         total = sum(got.values())
         if not math.isclose(total, want["total"], rel_tol=1e-3):
-            raise ExerciseCheckFailed(
-                f"the ZeRO paper's Figure 1 (Ψ = 7.5e9, N = 64, mixed precision, stage {stage}) says "
-                f"{want['total'] / 1e9:.1f} GB per GPU; your function gives {total / 1e9:.1f} GB "
-                f"(GB = 1e9 bytes)")
+            raise ExerciseCheckFailed(T(
+                "the ZeRO paper's Figure 1 (Ψ = 7.5e9, N = 64, mixed precision, stage {stage}) says "
+                "{want:.1f} GB per GPU; your function gives {got:.1f} GB (GB = 1e9 bytes)",
+                stage=stage, want=want["total"] / 1e9, got=total / 1e9))
 
 
 def check_model_state_bytes(fn: Callable, *, world_size: int = 2, crew=None, verbose: bool = True) -> None:
@@ -179,38 +200,43 @@ def check_model_state_bytes(fn: Callable, *, world_size: int = 2, crew=None, ver
                     if not any(p[0] == giant for p in problems):
                         problems.append((giant, rank, want))
         if problems:
-            lines = [f"stage {stage}, {precision}, {world_size} ranks, Adam, Ψ = {psi:,} parameters:"]
+            lines = [T("stage {stage}, {precision}, {n} ranks, Adam, Ψ = {psi:,} parameters:",
+                       stage=stage, precision=precision, n=world_size, psi=psi)]
             mem0 = per_rank[0][i]["memory"]
             if (stage in (2, 3) and not math.isclose(mem0["params"], mem0["grads"], rel_tol=0.02)
                     and math.isclose(got["params"], mem0["grads"], rel_tol=0.02)
                     and math.isclose(got["grads"], mem0["params"], rel_tol=0.02)):
-                lines += [f"  your parameters and gradients are swapped: {got['params']:,.0f} bytes of "
-                          f"parameters, {got['grads']:,.0f} of gradients; measured the other way round.",
-                          "    hint: stage 2 splits the gradients (not the parameters); stage 3 "
-                          "splits both"]
+                lines += [T("  your parameters and gradients are swapped: {params:,.0f} bytes of "
+                            "parameters, {grads:,.0f} of gradients; measured the other way round.",
+                            params=got["params"], grads=got["grads"]),
+                          T("    hint: stage 2 splits the gradients (not the parameters); stage 3 "
+                            "splits both")]
                 raise ExerciseCheckFailed("\n".join(lines))
             giant, rank, want = problems[0]          # the first one in full: a few lines, not a page
             mine = got[giant]
-            lines += [f"  the {NAMES[giant]} are off.",
-                      f"    measured on rank {rank}: {want:>12,.0f} bytes ({want / psi:.2f} bytes per parameter)",
-                      f"    your function:      {mine:>12,.0f} bytes ({mine / psi:.2f} bytes per parameter)",
-                      f"    hint: {_hint(giant, precision, stage, world_size, want, mine)}"]
+            lines += [T("  the {name} are off.", name=_name(giant)),
+                      T("    measured on rank {rank}: {bytes:>12,.0f} bytes ({per:.2f} bytes per parameter)",
+                        rank=rank, bytes=want, per=want / psi),
+                      T("    your function:      {bytes:>12,.0f} bytes ({per:.2f} bytes per parameter)",
+                        bytes=mine, per=mine / psi),
+                      _wrap(T("    hint: {hint}", hint=_hint(giant, precision, stage, world_size, want, mine)))]
             if len(problems) > 1:
-                lines.append("  also off: " + ", ".join(f"the {NAMES[g]}" for g, _, _ in problems[1:]))
+                lines.append(T("  also off: {names}", names=_names(g for g, _, _ in problems[1:])))
             if stage > 0:
-                lines.append("  (stage 0 is right; the stages split the giants among the ranks: "
-                             "1 the optimizer states, 2 also the gradients, 3 also the parameters)")
+                lines.append(T("  (stage 0 is right; the stages split the giants among the ranks: "
+                               "1 the optimizer states, 2 also the gradients, 3 also the parameters)"))
             raise ExerciseCheckFailed("\n".join(lines))
         rows.append((stage, precision, got, per_rank[0][i]["memory"]))
 
     _check_paper(fn)
 
     if verbose:
-        print(f"TinyLM, Ψ = {per_rank[0][0]['psi']:,} trainable parameters, "
-              f"{world_size} ranks, Adam; bytes per rank (measured on rank 0 / yours)")
+        print(T("TinyLM, Ψ = {psi:,} trainable parameters, {n} ranks, Adam; "
+                "bytes per rank (measured on rank 0 / yours)", psi=per_rank[0][0]["psi"], n=world_size))
         print(f"{'stage':>5} {'precision':>9} | {'params':>19} | {'grads':>19} | {'optimizer states':>19}")
         for stage, precision, got, mem in rows:
             cells = " | ".join(f"{mem[g]:>8,} / {got[g]:>8,.0f}" for g in GIANTS)
             print(f"{stage:>5} {precision:>9} | {cells}")
-    passed(f"your byte count matches the engine's backpacks in {len(rows)} configurations on "
-           f"{world_size} ranks,\n  and the ZeRO paper's Figure 1 (120 / 31.4 / 16.6 / 1.9 GB)")
+    passed(T("your byte count matches the engine's backpacks in {n} configurations on "
+             "{world} ranks,\n  and the ZeRO paper's Figure 1 (120 / 31.4 / 16.6 / 1.9 GB)",
+             n=len(rows), world=world_size))
