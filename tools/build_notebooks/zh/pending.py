@@ -10,7 +10,6 @@ THIRD_PASS = "its English is being rewritten in the course's third pass; transla
 PENDING = {
     "ch00": THIRD_PASS,
     "ch01": THIRD_PASS,
-    "ch03c": "a new exercise (ZeRO-1 by hand) written in the third pass",
     "ch04": THIRD_PASS,
     "ch05": THIRD_PASS,
     "ch08": THIRD_PASS + " (chapters 08 and 08b, exercise 08)",
