@@ -10,7 +10,7 @@ ZH = {
 # 练习 3c · 亲手写 ZeRO-1：只用 `torch.distributed` 实现分片优化器
 
 第 3 章里，队长把厚重的小本子撕成了 N 份。小本子就是**优化器状态**（optimizer states）：对每件家具，Adam 记着两行它最近怎么挪动的记录
-（动量和方差，momentum 和 variance），混合精度（mixed precision）下还有一份它位置的精确登记（fp32 主权重，master weights）。
+（动量和方差，momentum 和 variance），混合精度（mixed precision）下还有一份它位置的精确登记簿记录（fp32 主权重，master weights）。
 现在每个工人**只保管自己那几页**。每一趟搬完，搬家队把搬迁贴纸（**梯度**，gradients）汇总起来，每个工人更新自己那几页所记的家具，
 再把新位置喊给大家，这样下一趟出发前，每个人手上那份家当（**参数**，parameters）又完全一样了。
 
