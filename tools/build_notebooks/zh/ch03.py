@@ -83,7 +83,7 @@ stage 1 一下子就卸掉了大部分重量，因为 16 个字节里有 12 个�
 ## 每步的通信量：DeepSpeed 的 3Ψ 与论文的 2Ψ
 
 账本（ledger）里一个 rank 线路上的字节，分成**梯度**和**参数**两部分；最后一列除以 (N−1)/N·2Ψ 字节，所以读出来就是论文的 2Ψ 和 3Ψ。
-stage 3 分别在复用距离（reuse distance）为 0（每个模块在反向时重新收集一遍，即论文的算法）和 DeepSpeed 的默认值下运行。
+stage 3 分别在复用距离（reuse distance）为 0（每个模块在反向时重新收集一遍，即论文的计法）和 DeepSpeed 的默认值下运行。
 
 **先预测，再运行。** N = 4 时，stage 2 只留下 DDP 四分之一的梯度。按论文的做法，它搬的字节比 DDP 少、一样多，还是更多？
 按 DeepSpeed 的做法呢？stage 3 呢？每一行写下一个 Ψ 的倍数。
@@ -125,7 +125,7 @@ all-gather 把这个小模型剩下的全部模块都发起了。（*在 GPU 集
 """),
 "ch03-17": ("e557240ca979", r"""
 有两种小的集合通信没有列进表里。每一步都要对 16 个字节做 all-reduce，即溢出标志和梯度范数的平方（DeepSpeed 的做法，0.19.8 默认开启：
-`bf16.check_grad_overflow`，`gradient_clipping` 1.0）。另一种是 stage 3 里 **zerolab 自己的** 16 字节**报头**，在每一组参数收集之前发出，
+`bf16.check_grad_overflow`，`gradient_clipping` 1.0）。另一种是 stage 3 里 **zerolab 自己的** 16 字节**报头**（header），在每一组参数收集之前发出，
 这样走了不同模型路径的 rank 会抛出 `ModuleOrderError`，而不是卡死；DeepSpeed 不发这种东西，账本把它们单独归档（`ledger.checks`），
 设 `"zerolab": {"order_checks": false}` 可以关掉。
 
@@ -146,7 +146,7 @@ all-gather 把这个小模型剩下的全部模块都发起了。（*在 GPU 集
 **先预测，再运行。** 用 DeepSpeed 的默认阈值，stage 3 在这个模型上前向和反向会收集几个模块，搬多少字节：3Ψ 个单位、2Ψ，还是更少？
 """),
 "ch03-21": ("6f33012639cd", r"""
-一个也不收集，只有一次 all-gather：这里每个参数都不到 100,000 个元素，于是 stage 3 悄悄变成了论文里的 stage 2（每个 rank 377,802 字节的参数，
+一个模块也不收集，整步只有一次 all-gather：这里每个参数都不到 100,000 个元素，于是 stage 3 悄悄变成了论文里的 stage 2（每个 rank 377,802 字节的参数，
 即 2Ψ 加上那个冻结的参数；通信量 2Ψ，比 DeepSpeed 自己的 stage 2 还少）。在数十亿参数的模型上，100,000 个元素不过是一个 LayerNorm
 或一个偏置；在小模型上，阈值要自己设。阈值为 30,000 时，实测值与公式完全吻合（embedding 的两次收集也没了）。
 
