@@ -77,7 +77,7 @@ def translation(name: str) -> dict[str, tuple[str, str]] | None:
 
 
 def translated_builders() -> list[str]:
-    return sorted(p.stem for p in ZH_DIR.glob("ch[0-9][0-9].py"))
+    return sorted(p.stem for p in ZH_DIR.glob("ch[0-9][0-9]*.py"))
 
 
 def zh_path(path: Path) -> Path:

@@ -8,9 +8,6 @@ this list). Take a chapter off the list in the commit that adds its ``zh/<builde
 THIRD_PASS = "its English is being rewritten in the course's third pass; translated once that lands"
 
 PENDING = {
-    "ch02": THIRD_PASS,
-    "ch03": THIRD_PASS + " (with appendix 03a and exercises 03, 03b)",
-    "ch03c": "a new exercise (ZeRO-1 by hand) written in the third pass",
     "ch04": THIRD_PASS,
     "ch05": THIRD_PASS,
     "ch08": THIRD_PASS + " (chapters 08 and 08b, exercise 08)",
