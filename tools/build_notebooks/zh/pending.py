@@ -14,7 +14,6 @@ PENDING = {
     "ch03": THIRD_PASS + " (with appendix 03a and exercises 03, 03b)",
     "ch03c": "a new exercise (ZeRO-1 by hand) written in the third pass",
     "ch05": THIRD_PASS,
-    "ch08": THIRD_PASS + " (chapters 08 and 08b, exercise 08)",
     "ch09": THIRD_PASS + "; its code reads '../configs/...' relative to the notebook's folder, which "
                          "notebooks/zh/ must not break (read it relative to zerolab's repository instead)",
     "ch10": THIRD_PASS + " (chapters 10 and 10b)",
