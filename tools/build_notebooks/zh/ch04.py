@@ -23,7 +23,7 @@ ZH = {
 | 故事里 | 训练中 | 在 zerolab 里 |
 |---|---|---|
 | 折叠家具 | 16 位的权重、激活值和梯度：**fp16** 或 **bf16**，每个 2 字节 | `zerolab.initialize` 之后模型的参数 |
-| 登记簿 | 优化器实际更新的 **fp32 主权重**（master weights）（4 字节，另有 Adam 的 4 + 4） | `engine.stage.masters` |
+| 登记簿 | 优化器实际更新的 **fp32 主权重**（master weights；4 字节，另有 Adam 的 4 + 4） | `engine.stage.masters` |
 | 淡到一折就没了的修正 | 在 fp16 里**下溢**（underflow）成 0 的梯度 | `zerolab.precision.underflow_report` |
 | 放大了写笔记 | **损失缩放**（loss scaling）：对 loss × S 做反向传播，优化器再除以 S | `engine.loss_scale` |
 | 纸上写不下的笔记 | **溢出**（overflow）：梯度里出现 inf 或 NaN；每个 rank 都跳过这一步，并调小 S | `engine.skipped_steps`、`engine.log` |
@@ -177,8 +177,8 @@ DeepSpeed 的 hysteresis、窗口和下限。检查程序会在 2 个 rank 上�
 有两个细节容易漏掉：减半**不会**把滞后次数填满（所以第一次减半之后，每次溢出都会减半，直到 S 再次增大）；以及 `stable` 里的那个 `- 1`
 （0.19.8 在连续第 (window + 1) 个干净步时才翻倍）。
 
-**检查不通过时**，它会用几行话说明哪里错了、期望的是什么，再给一条点出可能错误的提示（hint）。想同时看到完整的 Python 回溯（traceback）
-（穿过 zerolab 自己的代码，以及任何一个 rank 上的回溯），运行 `import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元
+**检查不通过时**，它会用几行话说明哪里错了、期望的是什么，再给一条点出可能错误的提示（hint）。想同时看到完整的 Python 回溯（traceback，包括 zerolab 自己代码里的各层，
+以及任何一个 rank 上的回溯），运行 `import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元
 （`zerolab.checks.full_tracebacks(False)` 让失败信息恢复简短）；或者启动 Jupyter 时设置环境变量 `ZEROLAB_FULL_TRACEBACK=1`。
 """),
 "ex04-03": ("d273b2d17b0d", r"""
