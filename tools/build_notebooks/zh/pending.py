@@ -18,6 +18,5 @@ PENDING = {
     "ch08": THIRD_PASS + " (chapters 08 and 08b, exercise 08)",
     "ch09": THIRD_PASS + "; its code reads '../configs/...' relative to the notebook's folder, which "
                          "notebooks/zh/ must not break (read it relative to zerolab's repository instead)",
-    "ch11": THIRD_PASS,
     "ch13": "a new chapter being written in the third pass",
 }
