@@ -14,7 +14,7 @@ ZH = {
 工程师面试时，只要谈到用 DeepSpeed ZeRO 或 PyTorch FSDP 训练大模型，下面这十五道题就常被问到。每道题分三部分：
 
 1. **题目**，附一句提示：先大声说出你的答案，或者写在纸上，再往下读。答案能测量的，提示会写**先预测，再运行**：把你的数字写下来；
-2. **验证**：一个代码单元，用 `zerolab` 在真实的 rank 上（这台 CPU 上走 gloo），或者用 DeepSpeed 的显存估算器（estimator），
+2. **验证**：一个代码单元，用 `zerolab` 在真实的 rank 上（这台 CPU 上走 gloo），或者用 DeepSpeed 的显存（device memory）估算器（estimator），
    把这个说法跑一遍，并把测量值和公式并排打印出来；
 3. **简短的答案**，也就是你在面试现场会给出的那个回答，折叠在*参考答案*下面：写好你自己的答案、跑完验证之后再打开。
 
@@ -54,8 +54,8 @@ ZeRO 论文与之不同的地方（stage 1-2 在 DeepSpeed 里搬 3Ψ，在论�
 
 每个参数五个数：前向用的 fp16/bf16 **权重**（2 字节），它的 fp16/bf16 **梯度**（2），以及优化器状态（optimizer states）：
 权重的 fp32 **主副本**（master weights，4）、Adam 的**动量**（4）和**方差**（4）。2 + 2 + 12 = 16。12 字节的优化器状态
-（论文里的 K = 12）占了四分之三，这正是 ZeRO 先切分它们的原因。激活值和临时缓冲区另算。一个刁钻的追问：用 Adam 做 fp32 训练
-同样是 16 字节（4 + 4 + 8）：混合精度并没有缩小模型状态，它只是把 4 字节挪进了优化器状态，并让计算和通信的量减半。
+（论文里的 K = 12）占了四分之三，这正是 ZeRO 先切分它们的原因。激活值（activations）和临时缓冲区另算。一个刁钻的追问：用 Adam 做 fp32 训练
+同样是 16 字节（4 + 4 + 8）：混合精度并没有缩小模型状态（model states），它只是把 4 字节挪进了优化器状态，并让计算和通信的量减半。
 
 </details>
 
@@ -88,10 +88,10 @@ ZeRO 论文与之不同的地方（stage 1-2 在 DeepSpeed 里搬 3Ψ，在论�
 DDP 对梯度做 all-reduce：2Ψ（一次 all-reduce 就是一次 reduce-scatter 加一次 all-gather）。**论文**里的 stage 1 和 2
 把这次 all-reduce 拆成两半，把优化器更新夹在中间：对梯度做 reduce-scatter（Ψ；每个 rank 拿到自己那一片的和），更新这一片，
 再 all-gather 更新后的参数（Ψ）。同样是 2Ψ：通信量不增加，显存却最多降到四分之一（stage 1）或八分之一（stage 2）。
-**DeepSpeed 0.19.8 默认并不这样做**：它对每个梯度桶做 all-reduce（2Ψ），每个 rank 留下自己负责的那几段，然后 all-gather 参数（Ψ）：
+**DeepSpeed 0.19.8 默认并不这样做**：它对每个梯度桶（bucket）做 all-reduce（2Ψ），每个 rank 留下自己负责的那几段，然后 all-gather 参数（Ψ）：
 stage 1 和 2 都是 **3Ψ，DDP 的 1.5 倍**（原因见 Q4）。
 stage 3 不持有完整参数，所以每一层在前向之前都要 all-gather（Ψ），在反向之前还要**再来一次**，因为收集来的副本在前向之后已经释放（Ψ），
-然后对梯度做 reduce-scatter（Ψ）：**3Ψ**，论文和 DeepSpeed 都是如此。更新之后没有 all-gather：每个 rank 更新自己的分片，
+然后对梯度做 reduce-scatter（Ψ）：**3Ψ**，论文和 DeepSpeed 都是如此。更新之后没有 all-gather：每个 rank 更新自己的分片（shard），
 下一次前向再去收集。在面试现场可以这么说："论文说是 2Ψ、2Ψ、3Ψ；DeepSpeed 的默认设置从 stage 1 起每个 stage 都搬 3Ψ"。
 
 stage 1 和 2 默认搬的是 DeepSpeed 的 3Ψ（all-reduce 2Ψ + all-gather Ψ），只有打开 zerolab 的 `ideal_reduce_scatter` 开关，
@@ -100,7 +100,7 @@ stage 1 和 2 默认搬的是 DeepSpeed 的 3Ψ（all-reduce 2Ψ + all-gather Ψ
 只要已取的元素少于 `stage3_prefetch_bucket_size`（默认 5·10⁷，远大于这个模型）就继续加层。于是前向用一次调用收集第 0 到 3 层（`g0+3`）；
 反向再收集一遍（每层在前向之后都已释放）：第 3 层在需要时收集，同时把第 2、1、0 层放在一次调用里一起收集（`g2+2`）。
 梯度被装进每个 `reduce_bucket_size` 个元素的桶里（默认 5·10⁸：这里整个模型就是一个桶），每个桶一次 reduce-scatter：
-`rs(0)`，而不是每层一次。账本在一次调用被等待时才把它记下。（一层若很快会被再次用到，DeepSpeed 可以跳过它的第二次收集，
+`rs(0)`，而不是每层一次。账本（ledger）在一次调用被等待时才把它记下。（一层若很快会被再次用到，DeepSpeed 可以跳过它的第二次收集，
 即 `stage3_max_reuse_distance`；公式按收集两次计算。zerolab 自己的顺序检查，即 DeepSpeed 不发的 16 字节 all-gather，
 单独记在 `ledger.checks` 里，这里不显示。）预取改变的是字节何时传输、分几次调用，而不是字节有多少。
 
@@ -117,14 +117,14 @@ stage 1 和 2 默认搬的是 DeepSpeed 的 3Ψ（all-reduce 2Ψ + all-gather Ψ
 all-reduce *就是*一次 reduce-scatter 接一次 all-gather，所以代价是它的两倍：2(N−1)/N·S 对 (N−1)/N·S。ZeRO 的 stage 1-3
 只需要自己那一片梯度，所以论文用 reduce-scatter。面试时的一个坑：DeepSpeed 0.19.8 的 stage 1 和 2 默认**不**发 reduce-scatter：
 每个桶都做 all-reduce（`use_multi_rank_bucket_allreduce`，默认为 true），各个所有者留下自己那一段，所以它们搬的约为 **3Ψ**，
-和 stage 3 一样多。原因是：参数组成一块扁平缓冲区，切成 N 个连续的分区，而一个桶是这块缓冲区里的一段，它对这些分区的切割并不均匀，
+和 stage 3 一样多。原因是：参数组成一块扁平缓冲区（flat buffer），切成 N 个连续的分区，而一个桶是这块缓冲区里的一段，它对这些分区的切割并不均匀，
 不是 reduce-scatter 分发的那 N 等份。只有 DeepSpeed 的 stage 3 会调用真正的 reduce-scatter。zerolab 发出的是 DeepSpeed 的集合通信；
 论文的 reduce-scatter 是 zerolab 自己的开关 `"zerolab": {"ideal_reduce_scatter": true}`（这时每个桶各自切成 N 个分片）。
 
 </details>
 """),
 "ch11-08": ("867243f96a62", r"""
-## Q5. 做梯度累积时，为什么 stage 2 的通信比 stage 1 多？
+## Q5. 做梯度累积（gradient accumulation）时，为什么 stage 2 的通信比 stage 1 多？
 
 **先预测，再运行。** 每个优化器步 4 个微批次（micro-batch）时，stage 1 和 stage 2 各搬多少 Ψ，按 DeepSpeed 的做法和按论文的做法？
 
@@ -175,7 +175,7 @@ True ≈ stage 3，False ≈ stage 2。这些名字掩盖的区别，就是 Q3 �
 </details>
 """),
 "ch11-14": ("1cddf6a9467c", r"""
-## Q8. 梯度分片之后，梯度裁剪用的全局范数怎么算？
+## Q8. 梯度分片之后，梯度裁剪（gradient clipping）用的全局范数怎么算？
 
 **先预测，再运行。** rank r 只持有梯度的分片 g_r。它要发送什么、发给谁、多少字节？
 
@@ -205,7 +205,7 @@ True ≈ stage 3，False ≈ stage 2。这些名字掩盖的区别，就是 Q3 �
 </details>
 """),
 "ch11-18": ("bb0c12647e62", r"""
-## Q10. 为什么 fp16 训练需要损失缩放，而 bf16 不需要？
+## Q10. 为什么 fp16 训练需要损失缩放（loss scaling），而 bf16 不需要？
 
 *先自己想一想*：比较 fp16、bf16 和 fp32 的指数位数。
 
@@ -253,11 +253,11 @@ ZeRO 在各个 rank 之间切分**模型状态**（参数、梯度、优化器�
 "ch11-22": ("20152dad6a44", r"""
 ## Q13. ZeRO-Offload 和 ZeRO-Infinity 做了什么，代价是什么？
 
-*先自己想一想*：优化器卸载之后，GPU 上还剩下什么？什么要经过 PCIe？
+*先自己想一想*：优化器卸载（offload）之后，GPU 上还剩下什么？什么要经过 PCIe？
 
 """ + ANSWER + r"""
 
-**ZeRO-Offload**（`offload_optimizer.device: "cpu"`，stage 1-3）把 fp32 主权重和 Adam 的两个矩放在主机内存里，
+**ZeRO-Offload**（`offload_optimizer.device: "cpu"`，stage 1-3）把 fp32 主权重和 Adam 的两个矩放在主机内存（host memory）里，
 并**在 CPU 上**运行优化器更新（DeepSpeed 的向量化 CPUAdam）。每一步，fp16 梯度下行到主机，更新后的 fp16 参数再上行回来：
 经 PCIe 共 2Ψ + 2Ψ 字节，分摊到各个 rank。配合 stage 2，GPU 上只留下 2 字节的参数，即 2Ψ。**ZeRO-3 offload** 增加了
 `offload_param`（仅 stage 3）：参数分片也放在主机上，GPU 大约只需要容纳一次收集来的一层。**ZeRO-Infinity** 把两者都扩展到
