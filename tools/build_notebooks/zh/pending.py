@@ -11,7 +11,5 @@ PENDING = {
     "ch05": THIRD_PASS,
     "ch09": THIRD_PASS + "; its code reads '../configs/...' relative to the notebook's folder, which "
                          "notebooks/zh/ must not break (read it relative to zerolab's repository instead)",
-    "ch10": THIRD_PASS + " (chapters 10 and 10b)",
-    "ch11": THIRD_PASS,
     "ch13": "a new chapter being written in the third pass",
 }
