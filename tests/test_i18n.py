@@ -32,7 +32,7 @@ CJK = __import__("re").compile(r"[\u4e00-\u9fff]")
 
 # module -> its catalogue section
 TRANSLATED = {"progress.py": "progress", "report.py": "report", "checks/__init__.py": "checks",
-              "checks/ch00.py": "checks.ch00", "checks/ch01.py": "checks.ch01",
+              "checks/ch00.py": "checks.ch00", "checks/ch01.py": "checks.ch01", "checks/ch02.py": "checks.ch02",
               "checks/ch06.py": "checks.ch06", "checks/ch07.py": "checks.ch07", "checks/ch14.py": "checks.ch14",
               "lab/common.py": "lab", "lab/basic.py": "lab", "lab/core.py": "lab",
               "lab/application.py": "lab", "lab/extension.py": "lab"}
@@ -117,11 +117,12 @@ def _fields(template: str) -> set[str]:
 
 def _dynamic() -> dict[str, list[str]]:
     """Templates a module passes through T.text from a table rather than a literal."""
-    from zerolab.checks import ch00, ch01, ch06, ch14
+    from zerolab.checks import ch00, ch01, ch02, ch06, ch14
     mistakes = [h for table in (ch14.TOKENS_MISTAKES, ch14.BYTES_MISTAKES, ch14.OFFLOAD_MISTAKES) for _, h in table]
     return {"progress": list(progress.EXERCISES.values()) + ["done", "tried", "not started"],
             "checks.ch00": [ch00.HINT],
             "checks.ch01": list(ch01.NAMES.values()),
+            "checks.ch02": [ch02.HINT],
             "checks.ch06": [what for what, _, _ in ch06.CASES] + [ch06._model_case()[0]],
             "checks.ch14": mistakes + ["tokens", "bytes", "forward gather", "backward gather", "gradients"]}
 
@@ -234,6 +235,35 @@ def test_exercise_0_fails_in_the_editions_language_on_its_ranks():
     assert zh.startswith("总 rank 数 2，rank 0：第 1 块里是占位用的 -1（什么也没收到）"), zh
     assert "rank 0 做了什么：" in zh and "提示：第 s 步，rank r 发出它最近收到的那一块" in zh, zh
     assert all(i18n.width(line) <= 100 for line in zh.splitlines() if "做了什么" not in line), zh
+
+
+def _ring_reduce_scatter(start=1):
+    """A ring reduce-scatter; start=0 sends chunk (r - s) (one step too late: a chunk misses a rank)."""
+    def fn(chunks, rank, world_size, send_recv):
+        n = world_size
+        for s in range(n - 1):
+            buf = torch.empty_like(chunks[(rank - s - start - 1) % n])
+            send_recv(chunks[(rank - s - start) % n], buf)
+            chunks[(rank - s - start - 1) % n] += buf
+        return chunks
+    return fn
+
+
+def test_exercise_2_fails_in_the_editions_language_on_its_ranks():
+    from zerolab.checks.ch02 import check_ring_reduce_scatter
+
+    def check(fn):
+        check_ring_reduce_scatter(fn, cases=((2, 5),), engine_world_sizes=())
+    en = _fail(check, _ring_reduce_scatter(start=0))
+    assert en.startswith("world size 2, rank 0: chunk 0 (elements 0..2 of the tensor) is wrong."), en
+    assert "holds the contributions of ranks [0]; missing ranks [1]" in en and "Hint: follow one chunk" in en, en
+    assert "What rank 0 did: step 0: sent chunk 0, then changed chunk 1." in en, en
+    with i18n.using("zh"):
+        zh = _fail(check, _ring_reduce_scatter(start=0))
+    assert zh.startswith("总 rank 数 2，rank 0：第 0 块（张量的第 0..2 个元素）不对。"), zh
+    assert "rank [0] 的贡献；缺了 rank [1]" in zh and "rank 0 做了什么：第 0 步发第 0 块、改第 1 块。" in zh, zh
+    assert "提示：沿着环跟住一个块" in zh, zh
+    assert len(zh.splitlines()) <= 8 and all(i18n.width(line) <= 100 for line in zh.splitlines()), zh
 
 
 def test_exercise_1_fails_in_the_editions_language(monkeypatch):

@@ -31,7 +31,7 @@ ZH["progress"] = {
     "Exercise 3c · ZeRO-1 by hand, against DDP (ShardedOptimizer)":
         "练习 3c · 亲手写 ZeRO-1，对照 DDP（ShardedOptimizer）",
     "Exercise 4  · the dynamic loss scaler (update_scale)": "练习 4  · 动态损失缩放（update_scale）",
-    "Exercise 5  · the host optimizer step over sub-groups (host_step)": "练习 5  · 主机端按子组的优化器更新（host_step）",
+    "Exercise 5  · design the host optimizer step (host_step)": "练习 5  · 设计主机端的优化器更新（host_step）",
     "Exercise 6  · the bucket plan (bucket_params)": "练习 6  · 分桶方案（bucket_params）",
     "Exercise 7  · the config that fits a budget (device_bytes, choose_config)":
         "练习 7  · 装得进显存预算的配置（device_bytes, choose_config）",
@@ -92,7 +92,7 @@ ZH["report"] = {
 # -- zerolab.checks: what every exercise check shows ---------------------------------------------------
 ZH["checks"] = {
     "PASSED: {message}": "PASSED（通过）：{message}",
-    "{what} failed on the ranks: {first}\n  hint: {hint}": "{what}在各 rank 上失败：{first}\n  提示：{hint}",
+    "{what} failed on the ranks: {first}\n  hint: {hint}": "{what}，在各 rank 上失败：{first}\n  提示：{hint}",
     "  ... ({n} more lines)": "  ……（还有 {n} 行）",
     "(the full traceback: run zerolab.checks.full_tracebacks(), then this cell again)":
         "（完整的回溯：运行 zerolab.checks.full_tracebacks()，再运行一次这个单元）",
@@ -202,6 +202,102 @@ ZH["checks.ch01"] = {
     "  and the ZeRO paper's Figure 1 (120 / 31.4 / 16.6 / 1.9 GB)":
         "你算的字节数在 {world} 个 rank 上的 {n} 种配置里都与引擎的背包相符，\n"
         "  也与 ZeRO 论文的图 1 一致（120 / 31.4 / 16.6 / 1.9 GB）",
+}
+
+# -- exercise 2: the ring reduce-scatter (and send_recv, which exercise 0 shares) -----------------------
+ZH["checks.ch02"] = {
+    "Hint: follow one chunk around the ring. Chunk c must visit every rank once and end, fully summed, at rank c "
+    "after N-1 steps; each step moves it one rank to the right. So where does chunk c start, and which chunk is "
+    "rank r holding on its way at step s? The chunk a rank receives is the one its left neighbour sends.":
+        "提示：沿着环跟住一个块。第 c 块每步右移一个 rank，N-1 步里每个 rank 经过一次，最后在 rank c\n"
+        "  累加完整。它从哪里出发？第 s 步 rank r 手里传的是哪一块？收到的块就是左边邻居发出的那一块。",
+    # send_recv's complaints (on a rank)
+    "rank {rank}, step {step}: send_recv takes two tensors, got {a} and {b}":
+        "rank {rank}，第 {step} 步：send_recv 接受两个张量，拿到的是 {a} 和 {b}",
+    "rank {rank}, step {step}: the receive buffer must be contiguous":
+        "rank {rank}，第 {step} 步：接收缓冲区必须是连续的（contiguous）",
+    "rank {rank}, step {step}: the left neighbour (rank {left}) sends {sends} elements, but the receive buffer has "
+    "{has}: the chunk a rank receives must be the one its left neighbour sends":
+        "rank {rank}，第 {step} 步：左边邻居（rank {left}）发来 {sends} 个元素，接收缓冲区却有 {has} 个：\n"
+        "  一个 rank 收到的块，必须是它左边邻居发出的那一块",
+    "rank {rank}, step {step}: send is {send} but the receive buffer is {recv}; use torch.empty_like on a chunk":
+        "rank {rank}，第 {step} 步：发送的是 {send}，接收缓冲区却是 {recv}；\n"
+        "  用 torch.empty_like 照着一个块来建接收缓冲区",
+    # what a rank did, step by step
+    "chunk {c}": "第 {c} 块",
+    "a tensor that is not one of the chunks": "一个不属于这些块的张量",
+    "step {s}: sent {a}, then changed {changed}": "第 {s} 步发{a}、改{changed}",
+    "step {s}: sent {a}, then changed no chunk": "第 {s} 步发{a}、没改任何块",
+    "send_recv was never called": "从未调用 send_recv",
+    "a value that is not each rank's contribution added once": "一个并非每个 rank 的贡献各加一次的值",
+    "the contributions of ranks {present}": "rank {present} 的贡献",
+    "the contributions of ranks none": "没有任何 rank 的贡献",
+    "; missing ranks {missing}": "；缺了 rank {missing}",
+    "world size {n}: {error}": "总 rank 数 {n}：{error}",
+    "world size {n}, rank {r}": "总 rank 数 {n}，rank {r}",
+    "world size {n}": "总 rank 数 {n}",
+    "world size {n}, rank {r}: your ring_reduce_scatter raised {kind}: {error}\n"
+    "  hint: the error is in your function; the full traceback shows the line":
+        "总 rank 数 {n}，rank {r}：你的 ring_reduce_scatter 抛出了 {kind}：{error}\n"
+        "  提示：错误在你的函数里；完整的回溯会指出是哪一行",
+    "world size {n}: the ranks called send_recv different numbers of times ({counts}); every rank must take the "
+    "same N-1 = {steps} steps.":
+        "总 rank 数 {n}：各 rank 调用 send_recv 的次数不同（{counts}）；\n"
+        "  每个 rank 都必须走同样的 N-1 = {steps} 步。",
+    "{where}: the function must return the list of {n} chunks (got {type})":
+        "{where}：函数必须返回含 {n} 块的列表（拿到的是 {type}）",
+    "{where}: chunk {r} should be a tensor of shape {want}, got {shape}":
+        "{where}：第 {r} 块应是形状为 {want} 的张量，实际是 {shape}",
+    "{where}: chunk {r} (elements {first}..{last} of the tensor) is wrong.\n  expected {want}\n  got      {got}\n"
+    "  element {bad} of the chunk holds {holds} (it should hold all {n} ranks' contributions, each once).\n"
+    "  What rank {r} did: {schedule}.":
+        "{where}：第 {r} 块（张量的第 {first}..{last} 个元素）不对。\n  期望 {want}\n  实际 {got}\n"
+        "  该块的第 {bad} 个元素里是 {holds}（应当是全部 {n} 个 rank 的贡献，各一次）。\n"
+        "  rank {r} 做了什么：{schedule}。",
+    "{where}: the values are right, but the traffic is not a ring's: rank {r} called send_recv {calls} times and "
+    "sent {sent} elements; a ring reduce-scatter takes N-1 = {steps} steps and sends each chunk except its own "
+    "once: {should} of {numel} elements.\n  What rank {r} did: {schedule}.":
+        "{where}：数值都对，但通信量不是环形算法的：rank {r} 调用了 {calls} 次 send_recv，\n"
+        "  发出 {sent} 个元素；环形 reduce-scatter 走 N-1 = {steps} 步，除自己那块外每块发一次：\n"
+        "  {numel} 个元素中的 {should} 个。\n  rank {r} 做了什么：{schedule}。",
+    "world size {n}: ranks {ranks} were still waiting after {timeout:g} s. Usually one rank stopped calling "
+    "send_recv while its neighbour was still waiting for it: every rank must call send_recv the same number of "
+    "times (N-1).":
+        "总 rank 数 {n}：{timeout:g} 秒后 rank {ranks} 仍在等待。通常是某个 rank 不再调用 send_recv，\n"
+        "  而它的邻居还在等它：每个 rank 调用 send_recv 的次数必须相同（N-1 次）。",
+    "a rank raised inside the check's ring; the rank's traceback (full_tracebacks()) names the line":
+        "某个 rank 在检查程序的环里抛出了异常；该 rank 的回溯（full_tracebacks()）会指出是哪一行",
+    "ring_reduce_scatter is not written yet (NotImplementedError on world size {n}).":
+        "ring_reduce_scatter 还没有写（总 rank 数 {n} 时抛出了 NotImplementedError）。",
+    "N={n}: {numel} float32 elements ({bytes} B) in chunks of {sizes}: chunk[rank] right on every rank;\n"
+    "    sent {per_rank} ((N-1)/N x {bytes} B = {share:.1f} B)":
+        "N={n}：{numel} 个 float32 元素（{bytes} B），各块大小 {sizes}：每个 rank 上的 chunk[rank] 都对；\n"
+        "    发出 {per_rank}（(N-1)/N x {bytes} B = {share:.1f} B）",
+    "world size {n}: DDP (stage 0) with your reduce-scatter as the gradient all-reduce trained TinyLM to "
+    "different parameters than single-process training (rank {rank}: max |difference| {diff:.3g}).":
+        "总 rank 数 {n}：用你的 reduce-scatter 充当梯度 all-reduce 的 DDP（stage 0）训练出的 TinyLM 参数\n"
+        "  与单进程训练不同（rank {rank}：最大 |差| {diff:.3g}）。",
+    "N={n}: DDP (zerolab stage 0) on TinyLM, its gradient all-reduce = your reduce-scatter\n"
+    "    + a ring all-gather ({calls} calls in {steps} steps, each of {numel:,} elements):\n"
+    "    every rank's parameters equal single-process training's to float32 rounding":
+        "N={n}：TinyLM 上的 DDP（zerolab stage 0），梯度 all-reduce = 你的 reduce-scatter\n"
+        "    + 环形 all-gather（{steps} 步共 {calls} 次调用，每次 {numel:,} 个元素）：\n"
+        "    每个 rank 的参数都与单进程训练相同（在 float32 舍入误差以内）",
+    "your ring reduce-scatter sums the right chunk on every rank (N = {sizes})\n"
+    "  and sends exactly the N-1 chunks a ring sends:":
+        "你的环形 reduce-scatter 在每个 rank 上都把正确的块累加好了（N = {sizes}），\n"
+        "  而且恰好发出环形算法该发的 N-1 块：",
+    # trace_ring
+    "ranks {ranks} hung in send_recv: every rank must call it the same number of times":
+        "rank {ranks} 卡在 send_recv 里：每个 rank 调用它的次数必须相同",
+    "ring_reduce_scatter is not written yet (it raised NotImplementedError).":
+        "ring_reduce_scatter 还没有写（它抛出了 NotImplementedError）。",
+    "a rank raised while running your function; the rank's traceback (full_tracebacks()) names the line":
+        "某个 rank 在运行你的函数时抛出了异常；该 rank 的回溯（full_tracebacks()）会指出是哪一行",
+    "each cell: the chunk the rank sent -> the chunk(s) it then added into":
+        "每一格：该 rank 发出的块 -> 随后把收到的数据加进去的块",
+    "step": "  步",
+    "(no step)": "（无此步）",
 }
 
 # -- exercise 6: the bucket plan -----------------------------------------------------------------------

@@ -36,9 +36,12 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from .. import i18n
 from ..comm import CommRecord, Ledger, ring_all_gather, ring_reduce_scatter as reference_ring_reduce_scatter
 from ..crew import Crew, CrewTimeout, RankError
 from . import ExerciseCheckFailed, not_implemented, passed, rank_failure
+
+T = i18n.catalogue("checks.ch02")    # the messages in the edition's language (zerolab/messages_zh.py)
 
 __all__ = ["check_ring_reduce_scatter", "trace_ring", "ring_input"]
 
@@ -48,6 +51,10 @@ HINT = ("Hint: follow one chunk around the ring. Chunk c must visit every rank o
         "fully summed, at rank c after N-1 steps; each step moves it one rank to the right. So "
         "where does chunk c start, and which chunk is rank r holding on its way at step s? The "
         "chunk a rank receives is the one its left neighbour sends.")
+
+
+def _hint() -> str:
+    return T(HINT)
 
 
 def ring_input(rank: int, numel: int, dtype=torch.float32) -> torch.Tensor:
@@ -104,22 +111,24 @@ class _SendRecv:
         self.schedule.append([self._which(send_tensor), None])
         problem = ""
         if not isinstance(send_tensor, torch.Tensor) or not isinstance(recv_tensor, torch.Tensor):
-            problem = (f"rank {self.rank}, step {step}: send_recv takes two tensors, got "
-                       f"{type(send_tensor).__name__} and {type(recv_tensor).__name__}")
+            problem = T("rank {rank}, step {step}: send_recv takes two tensors, got {a} and {b}", rank=self.rank,
+                        step=step, a=type(send_tensor).__name__, b=type(recv_tensor).__name__)
         elif not recv_tensor.is_contiguous():
-            problem = f"rank {self.rank}, step {step}: the receive buffer must be contiguous"
+            problem = T("rank {rank}, step {step}: the receive buffer must be contiguous", rank=self.rank, step=step)
         mine = torch.tensor([send_tensor.numel() if not problem else -1], dtype=torch.int64)
         theirs = torch.empty(1, dtype=torch.int64)
         for req in dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, right),
                                            dist.P2POp(dist.irecv, theirs, left)]):
             req.wait()
         if not problem and int(theirs) >= 0 and int(theirs) != recv_tensor.numel():
-            problem = (f"rank {self.rank}, step {step}: the left neighbour (rank {left}) sends "
-                       f"{int(theirs)} elements, but the receive buffer has {recv_tensor.numel()}: "
-                       f"the chunk a rank receives must be the one its left neighbour sends")
+            problem = T("rank {rank}, step {step}: the left neighbour (rank {left}) sends {sends} elements, but "
+                        "the receive buffer has {has}: the chunk a rank receives must be the one its left "
+                        "neighbour sends", rank=self.rank, step=step, left=left, sends=int(theirs),
+                        has=recv_tensor.numel())
         if not problem and send_tensor.dtype != recv_tensor.dtype:
-            problem = (f"rank {self.rank}, step {step}: send is {send_tensor.dtype} but the receive "
-                       f"buffer is {recv_tensor.dtype}; use torch.empty_like on a chunk")
+            problem = T("rank {rank}, step {step}: send is {send} but the receive buffer is {recv}; use "
+                        "torch.empty_like on a chunk", rank=self.rank, step=step, send=send_tensor.dtype,
+                        recv=recv_tensor.dtype)
         problems: list[str] = [""] * self.n
         dist.all_gather_object(problems, problem)
         if any(problems):
@@ -134,32 +143,36 @@ class _SendRecv:
                                    dtype, self.n, 0.0, f"ring step {step}"))
 
 
-def _fmt_changed(changed) -> str:
-    if not changed:
-        return "no chunk"
-    return "chunk " + ", ".join(str(i) for i in changed)
-
-
 def _describe_schedule(schedule) -> str:
     parts = []
     for s, (sent, changed) in enumerate(schedule):
-        a = "a tensor that is not one of the chunks" if sent is None else f"chunk {sent}"
-        parts.append(f"step {s}: sent {a}, then changed {_fmt_changed(changed)}")
-    return "; ".join(parts) or "send_recv was never called"
+        a = T("a tensor that is not one of the chunks") if sent is None else T("chunk {c}", c=sent)
+        if not changed:
+            parts.append(T("step {s}: sent {a}, then changed no chunk", s=s, a=a))
+            continue
+        chunks = T("chunk {c}", c=("、" if i18n.is_zh() else ", ").join(str(i) for i in changed))
+        parts.append(T("step {s}: sent {a}, then changed {changed}", s=s, a=a, changed=chunks))
+    return ("；" if i18n.is_zh() else "; ").join(parts) or T("send_recv was never called")
 
 
 def _contributors(got: torch.Tensor, weights: torch.Tensor, n: int) -> str:
     """Read the bit mask of contributing ranks from one element (see the module docstring)."""
     mask = float(got) / float(weights)
     if mask != int(mask) or not 0 <= mask < 2 ** n:
-        return "a value that is not each rank's contribution added once"
+        return T("a value that is not each rank's contribution added once")
     present = [k for k in range(n) if int(mask) >> k & 1]
     missing = [k for k in range(n) if k not in present]
-    return (f"the contributions of ranks {present or 'none'}"
-            + (f"; missing ranks {missing}" if missing else ""))
+    return ((T("the contributions of ranks {present}", present=present) if present else
+             T("the contributions of ranks none"))
+            + (T("; missing ranks {missing}", missing=missing) if missing else ""))
 
 
-def _rank_task(fn: Callable, numel: int) -> dict:
+def _rank_task(fn: Callable, numel: int, language: str = "en") -> dict:
+    with i18n.using(language):          # a rank speaks the language of the notebook that started it
+        return _rank_check(fn, numel)
+
+
+def _rank_check(fn: Callable, numel: int) -> dict:
     """Runs on every rank: the learner's function on this rank's input, checked here."""
     r, n = dist.get_rank(), dist.get_world_size()
     x = ring_input(r, numel)
@@ -172,12 +185,12 @@ def _rank_task(fn: Callable, numel: int) -> dict:
         out = fn(chunks, r, n, send_recv)
         send_recv.finish()
     except ExerciseCheckFailed as exc:
-        result["error"] = f"world size {n}: {exc}\n{HINT}"
+        result["error"] = T("world size {n}: {error}", n=n, error=exc) + "\n" + _hint()
         return result
     except Exception as exc:
-        kind = type(exc).__name__
-        result["error"] = (f"world size {n}, rank {r}: your ring_reduce_scatter raised {kind}: {exc}\n"
-                           f"  hint: the error is in your function; the full traceback shows the line")
+        result["error"] = T("world size {n}, rank {r}: your ring_reduce_scatter raised {kind}: {error}\n"
+                            "  hint: the error is in your function; the full traceback shows the line",
+                            n=n, r=r, kind=type(exc).__name__, error=exc)
         result["details"] = traceback.format_exc(limit=-3)
         result["not_implemented"] = isinstance(exc, NotImplementedError)
         return result
@@ -186,47 +199,49 @@ def _rank_task(fn: Callable, numel: int) -> dict:
     counts: list = [None] * n
     dist.all_gather_object(counts, len(send_recv.schedule))
     if len(set(counts)) > 1:
-        result["error"] = (f"world size {n}: the ranks called send_recv different numbers of times "
-                           f"({', '.join(f'rank {k}: {c}' for k, c in enumerate(counts))}); every rank "
-                           f"must take the same N-1 = {n - 1} steps.")
+        result["error"] = T("world size {n}: the ranks called send_recv different numbers of times ({counts}); "
+                            "every rank must take the same N-1 = {steps} steps.", n=n,
+                            counts=", ".join(f"rank {k}: {c}" for k, c in enumerate(counts)), steps=n - 1)
         return result
     out = chunks if out is None else out
     expected_full = sum(ring_input(k, numel) for k in range(n))
     expected = expected_full.tensor_split(n)[r]
     reference = reference_ring_reduce_scatter(x)[r]          # zerolab's own ring, same input
     assert torch.equal(reference, expected), "zerolab.comm.ring_reduce_scatter disagrees with the sum"
-    where = f"world size {n}, rank {r}"
+    where = T("world size {n}, rank {r}", n=n, r=r)
     try:
         got = out[r]
     except Exception:
-        result["error"] = (f"{where}: the function must return the list of {n} chunks "
-                           f"(got {type(out).__name__})")
+        result["error"] = T("{where}: the function must return the list of {n} chunks (got {type})", where=where,
+                            n=n, type=type(out).__name__)
         return result
     if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
         shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
-        result["error"] = (f"{where}: chunk {r} should be a tensor of shape {tuple(expected.shape)}, "
-                           f"got {shape}")
+        result["error"] = T("{where}: chunk {r} should be a tensor of shape {want}, got {shape}", where=where, r=r,
+                            want=tuple(expected.shape), shape=shape)
         return result
     if not torch.equal(got.to(expected.dtype), expected):
         bad = int((got.to(expected.dtype) != expected).nonzero()[0])
         start = sum(sizes[:r])
         weight = 1 + (start + bad) % 7
-        result["error"] = (
-            f"{where}: chunk {r} (elements {start}..{start + sizes[r] - 1} of the tensor) is wrong.\n"
-            f"  expected {expected.tolist()}\n  got      {got.tolist()}\n"
-            f"  element {bad} of the chunk holds {_contributors(got[bad], weight, n)} "
-            f"(it should hold all {n} ranks' contributions, each once).\n"
-            f"  What rank {r} did: {_describe_schedule(send_recv.schedule)}.\n{HINT}")
+        result["error"] = T(
+            "{where}: chunk {r} (elements {first}..{last} of the tensor) is wrong.\n"
+            "  expected {want}\n  got      {got}\n"
+            "  element {bad} of the chunk holds {holds} (it should hold all {n} ranks' contributions, each once).\n"
+            "  What rank {r} did: {schedule}.", where=where, r=r, first=start, last=start + sizes[r] - 1,
+            want=expected.tolist(), got=got.tolist(), bad=bad, holds=_contributors(got[bad], weight, n), n=n,
+            schedule=_describe_schedule(send_recv.schedule)) + "\n" + _hint()
         return result
     sends = [rec for rec in ledger.records if rec.op == "send"]
     sent = sum(rec.numel for rec in sends)
     should = numel - sizes[r]
     if len(sends) != n - 1 or sent != should:
-        result["error"] = (
-            f"{where}: the values are right, but the traffic is not a ring's: rank {r} called "
-            f"send_recv {len(sends)} times and sent {sent} elements; a ring reduce-scatter takes "
-            f"N-1 = {n - 1} steps and sends each chunk except its own once: {should} of {numel} "
-            f"elements.\n  What rank {r} did: {_describe_schedule(send_recv.schedule)}.")
+        result["error"] = T(
+            "{where}: the values are right, but the traffic is not a ring's: rank {r} called send_recv {calls} "
+            "times and sent {sent} elements; a ring reduce-scatter takes N-1 = {steps} steps and sends each chunk "
+            "except its own once: {should} of {numel} elements.\n  What rank {r} did: {schedule}.", where=where,
+            r=r, calls=len(sends), sent=sent, steps=n - 1, should=should, numel=numel,
+            schedule=_describe_schedule(send_recv.schedule))
         return result
     result.update(sent_numel=sent, sent_bytes=int(ledger.totals()["send"]["bytes"]), numel=numel,
                   element_size=x.element_size(), sends=len(sends))
@@ -282,13 +297,13 @@ def _run(crew: Crew, task, *args, timeout: float) -> list[dict]:
     try:
         return crew.run(task, *args, timeout=timeout)
     except CrewTimeout as exc:
-        raise ExerciseCheckFailed(
-            f"world size {n}: ranks {exc.ranks} were still waiting after {timeout:g} s. Usually one "
-            f"rank stopped calling send_recv while its neighbour was still waiting for it: every "
-            f"rank must call send_recv the same number of times (N-1).") from None
+        raise ExerciseCheckFailed(T(
+            "world size {n}: ranks {ranks} were still waiting after {timeout:g} s. Usually one rank stopped "
+            "calling send_recv while its neighbour was still waiting for it: every rank must call send_recv "
+            "the same number of times (N-1).", n=n, ranks=exc.ranks, timeout=timeout)) from None
     except RankError as exc:
-        raise rank_failure(exc, f"world size {n}", "a rank raised inside the check's ring; the rank's "
-                           "traceback (full_tracebacks()) names the line") from None
+        raise rank_failure(exc, T("world size {n}", n=n), T("a rank raised inside the check's ring; the rank's "
+                           "traceback (full_tracebacks()) names the line")) from None
 
 
 def check_ring_reduce_scatter(fn: Callable, *, cases=CASES, engine_world_sizes=(3,),
@@ -303,43 +318,46 @@ def check_ring_reduce_scatter(fn: Callable, *, cases=CASES, engine_world_sizes=(
     engine_lines = []
     for n, numel in cases:
         with Crew(n, backend="gloo", timeout=timeout) as crew:
-            results = _run(crew, _rank_task, fn, numel, timeout=timeout)
+            results = _run(crew, _rank_task, fn, numel, i18n.lang(), timeout=timeout)
             errors = [res for res in results if res["error"]]
             if errors:
                 first = errors[0]
                 if first.get("not_implemented"):
-                    raise ExerciseCheckFailed(f"ring_reduce_scatter is not written yet "
-                                              f"(NotImplementedError on world size {n}).")
+                    raise ExerciseCheckFailed(T("ring_reduce_scatter is not written yet "
+                                                "(NotImplementedError on world size {n}).", n=n))
                 raise ExerciseCheckFailed(first["error"], details=first.get("details"))
             sizes = [c.numel() for c in torch.arange(numel).tensor_split(n)]
             size = results[0]["element_size"]
             per_rank = ", ".join(f"rank {res['rank']} {res['sent_bytes']} B" for res in results)
-            lines.append(f"N={n}: {numel} float32 elements ({numel * size} B) in chunks of {sizes}: "
-                         f"chunk[rank] right on every rank;\n    sent {per_rank} "
-                         f"((N-1)/N x {numel * size} B = {(n - 1) / n * numel * size:.1f} B)")
+            lines.append(T("N={n}: {numel} float32 elements ({bytes} B) in chunks of {sizes}: chunk[rank] right on "
+                           "every rank;\n    sent {per_rank} ((N-1)/N x {bytes} B = {share:.1f} B)", n=n,
+                           numel=numel, bytes=numel * size, sizes=sizes, per_rank=per_rank,
+                           share=(n - 1) / n * numel * size))
             if n in engine_world_sizes:
                 res = _run(crew, _engine_task, fn, timeout=engine_timeout)
                 bad = [r for r, x in enumerate(res) if not x["ok"]]
                 if bad:
-                    raise ExerciseCheckFailed(
-                        f"world size {n}: DDP (stage 0) with your reduce-scatter as the gradient "
-                        f"all-reduce trained TinyLM to different parameters than single-process "
-                        f"training (rank {bad[0]}: max |difference| {res[bad[0]]['max_abs_diff']:.3g}).")
-                engine_lines.append(
-                    f"N={n}: DDP (zerolab stage 0) on TinyLM, its gradient all-reduce = your "
-                    f"reduce-scatter\n    + a ring all-gather ({res[0]['grad_calls']} calls in "
-                    f"{res[0]['steps']} steps, each of {res[0]['numel']:,} elements):\n"
-                    f"    every rank's parameters equal single-process training's to float32 rounding")
+                    raise ExerciseCheckFailed(T(
+                        "world size {n}: DDP (stage 0) with your reduce-scatter as the gradient all-reduce "
+                        "trained TinyLM to different parameters than single-process training (rank {rank}: "
+                        "max |difference| {diff:.3g}).", n=n, rank=bad[0], diff=res[bad[0]]["max_abs_diff"]))
+                engine_lines.append(T(
+                    "N={n}: DDP (zerolab stage 0) on TinyLM, its gradient all-reduce = your reduce-scatter\n"
+                    "    + a ring all-gather ({calls} calls in {steps} steps, each of {numel:,} elements):\n"
+                    "    every rank's parameters equal single-process training's to float32 rounding", n=n,
+                    calls=res[0]["grad_calls"], steps=res[0]["steps"], numel=res[0]["numel"]))
     sizes_text = ", ".join(str(n) for n, _ in cases)
-    passed(f"your ring reduce-scatter sums the right chunk on every rank (N = {sizes_text})\n"
-           f"  and sends exactly the N-1 chunks a ring sends:\n  " + "\n  ".join(lines + engine_lines))
+    passed(T("your ring reduce-scatter sums the right chunk on every rank (N = {sizes})\n"
+             "  and sends exactly the N-1 chunks a ring sends:", sizes=sizes_text)
+           + "\n  " + "\n  ".join(lines + engine_lines))
 
 
-def _trace_task(fn: Callable, numel: int) -> list:
+def _trace_task(fn: Callable, numel: int, language: str = "en") -> list:
     r, n = dist.get_rank(), dist.get_world_size()
     chunks = [c.clone() for c in ring_input(r, numel).tensor_split(n)]
     send_recv = _SendRecv(r, n, chunks, Ledger())
-    fn(chunks, r, n, send_recv)
+    with i18n.using(language):          # send_recv's complaints, in the notebook's language
+        fn(chunks, r, n, send_recv)
     send_recv.finish()
     return send_recv.schedule
 
@@ -350,19 +368,19 @@ def trace_ring(fn: Callable, world_size: int = 4, numel: int = 8, *, timeout: fl
     left). Returns the schedules, index = rank."""
     with Crew(world_size, backend="gloo", timeout=timeout) as crew:
         try:
-            schedules = crew.run(_trace_task, fn, numel, timeout=timeout)
+            schedules = crew.run(_trace_task, fn, numel, i18n.lang(), timeout=timeout)
         except CrewTimeout as exc:
-            raise ExerciseCheckFailed(f"ranks {exc.ranks} hung in send_recv: every rank must call "
-                                      f"it the same number of times") from None
+            raise ExerciseCheckFailed(T("ranks {ranks} hung in send_recv: every rank must call it the same "
+                                        "number of times", ranks=exc.ranks)) from None
         except RankError as exc:
             if not_implemented(exc):
-                raise ExerciseCheckFailed("ring_reduce_scatter is not written yet "
-                                          "(it raised NotImplementedError).") from None
-            raise rank_failure(exc, f"world size {world_size}", "a rank raised while running your "
-                               "function; the rank's traceback (full_tracebacks()) names the line") from None
+                raise ExerciseCheckFailed(T("ring_reduce_scatter is not written yet "
+                                            "(it raised NotImplementedError).")) from None
+            raise rank_failure(exc, T("world size {n}", n=world_size), T("a rank raised while running your "
+                               "function; the rank's traceback (full_tracebacks()) names the line")) from None
     width = 14
-    print("each cell: the chunk the rank sent -> the chunk(s) it then added into")
-    print("step  " + "".join(f"rank {r}".ljust(width) for r in range(world_size)).rstrip())
+    print(T("each cell: the chunk the rank sent -> the chunk(s) it then added into"))
+    print(T("step") + "  " + "".join(f"rank {r}".ljust(width) for r in range(world_size)).rstrip())
     for s in range(max((len(x) for x in schedules), default=0)):
         cells = []
         for sch in schedules:
@@ -370,7 +388,7 @@ def trace_ring(fn: Callable, world_size: int = 4, numel: int = 8, *, timeout: fl
                 sent, changed = sch[s]
                 text = f"{'?' if sent is None else sent} -> {','.join(map(str, changed)) if changed else '-'}"
             else:
-                text = "(no step)"
-            cells.append(text.ljust(width))
+                text = T("(no step)")
+            cells.append(text + " " * (width - i18n.width(text)))     # (a CJK character takes two columns)
         print(f"{s:>4}  " + "".join(cells).rstrip())
     return schedules
