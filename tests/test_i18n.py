@@ -33,6 +33,7 @@ CJK = __import__("re").compile(r"[\u4e00-\u9fff]")
 # module -> its catalogue section
 TRANSLATED = {"progress.py": "progress", "report.py": "report", "checks/__init__.py": "checks",
               "checks/ch00.py": "checks.ch00", "checks/ch01.py": "checks.ch01", "checks/ch02.py": "checks.ch02",
+              "checks/ch03.py": "checks.ch03",
               "checks/ch06.py": "checks.ch06", "checks/ch07.py": "checks.ch07", "checks/ch14.py": "checks.ch14",
               "lab/common.py": "lab", "lab/basic.py": "lab", "lab/core.py": "lab",
               "lab/application.py": "lab", "lab/extension.py": "lab"}
@@ -117,12 +118,13 @@ def _fields(template: str) -> set[str]:
 
 def _dynamic() -> dict[str, list[str]]:
     """Templates a module passes through T.text from a table rather than a literal."""
-    from zerolab.checks import ch00, ch01, ch02, ch06, ch14
+    from zerolab.checks import ch00, ch01, ch02, ch03, ch06, ch14
     mistakes = [h for table in (ch14.TOKENS_MISTAKES, ch14.BYTES_MISTAKES, ch14.OFFLOAD_MISTAKES) for _, h in table]
     return {"progress": list(progress.EXERCISES.values()) + ["done", "tried", "not started"],
             "checks.ch00": [ch00.HINT],
             "checks.ch01": list(ch01.NAMES.values()),
             "checks.ch02": [ch02.HINT],
+            "checks.ch03": [name for name, _ in ch03.LAYOUTS],
             "checks.ch06": [what for what, _, _ in ch06.CASES] + [ch06._model_case()[0]],
             "checks.ch14": mistakes + ["tokens", "bytes", "forward gather", "backward gather", "gradients"]}
 
@@ -264,6 +266,37 @@ def test_exercise_2_fails_in_the_editions_language_on_its_ranks():
     assert "rank [0] 的贡献；缺了 rank [1]" in zh and "rank 0 做了什么：第 0 步发第 0 块、改第 1 块。" in zh, zh
     assert "提示：沿着环跟住一个块" in zh, zh
     assert len(zh.splitlines()) <= 8 and all(i18n.width(line) <= 100 for line in zh.splitlines()), zh
+
+
+def test_exercise_3_fails_in_the_editions_language():
+    """Both rules are judged in this process before any rank starts."""
+    from zerolab.checks.ch03 import check_adamw_step, check_shard_range
+
+    def reversed_ranges(padded_numel, world_size, rank):        # tiles the buffer, in the wrong order
+        size = padded_numel // world_size
+        return (world_size - 1 - rank) * size, (world_size - rank) * size
+
+    def coupled(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay):   # Adam's L2
+        import math
+        b1, b2 = betas
+        grad = grad + weight_decay * param
+        exp_avg.mul_(b1).add_(grad, alpha=1 - b1)
+        exp_avg_sq.mul_(b2).addcmul_(grad, grad, value=1 - b2)
+        denom = exp_avg_sq.sqrt() / math.sqrt(1 - b2 ** step) + eps
+        param.addcdiv_(exp_avg, denom, value=-lr / (1 - b1 ** step))
+    en = _fail(check_shard_range, reversed_ranges)
+    assert en.startswith("shard_range: padded_numel = 6, world_size = 2: the pieces tile the buffer, but not in "
+                         "rank order") and "hint: rank r's piece starts at r * shard size" in en, en
+    en2 = _fail(check_adamw_step, coupled)
+    assert "exp_avg is off by up to" in en2 and "hint: that is coupled weight decay" in en2, en2
+    with i18n.using("zh"):
+        zh = _fail(check_shard_range, reversed_ranges)
+        zh2 = _fail(check_adamw_step, coupled)
+    assert zh.startswith("shard_range 不对：padded_numel = 6，world_size = 2 时：\n  这些片段铺满了缓冲区，但没按 rank 的顺序"), zh
+    assert "提示：rank r 的片段从 r * 分片大小 开始" in zh, zh
+    assert zh2.startswith("adamw_step，1000 个元素的随机分片，第 1 步") and "提示：这是耦合的权重衰减" in zh2, zh2
+    for text in (zh, zh2):
+        assert len(text.splitlines()) <= 8 and all(i18n.width(line) <= 100 for line in text.splitlines()), text
 
 
 def test_exercise_1_fails_in_the_editions_language(monkeypatch):

@@ -300,6 +300,127 @@ ZH["checks.ch02"] = {
     "(no step)": "（无此步）",
 }
 
+# -- exercise 3: who owns which shard, and AdamW on one shard -----------------------------------------
+ZH["checks.ch03"] = {
+    # the two layouts (zerolab.checks.ch03.LAYOUTS)
+    "DeepSpeed's flat buffer": "DeepSpeed 的扁平缓冲区",
+    "the paper's buckets": "论文的桶",
+    "{what} raised NotImplementedError on the ranks: write the part marked 'Exercise' first.":
+        "{what}：各 rank 上抛出了 NotImplementedError：先写标着 'Exercise' 的部分。",
+    "the error is raised by your function on a rank; the rank's traceback (zerolab.checks.full_tracebacks(), "
+    "then run again) names the line":
+        "错误出在你的函数里（在某个 rank 上）；运行 zerolab.checks.full_tracebacks() 后再运行一次，\n"
+        "  该 rank 的回溯会指出是哪一行",
+    # (a) the rule
+    "shard_range raises NotImplementedError: write the part marked 'Exercise' first":
+        "shard_range 抛出了 NotImplementedError：先写标着 'Exercise' 的部分",
+    "{call} returned {got}; return a pair of integers (start, end): the elements [start, end) rank {r} owns":
+        "{call} 返回了 {got}；应返回一对整数 (start, end)：rank {r} 拥有的元素 [start, end)",
+    "padded_numel = {padded:,}, world_size = {n}: ": "padded_numel = {padded:,}，world_size = {n} 时：\n  ",
+    "rank {r} gets [{s:,}, {e:,}), which is not inside the buffer [0, {padded:,}). \n"
+    "  hint: start <= end, both between 0 and padded_numel":
+        "rank {r} 拿到的是 [{s:,}, {e:,})，不在缓冲区 [0, {padded:,}) 之内。\n"
+        "  提示：start <= end，且两者都在 0 与 padded_numel 之间",
+    "a gap: elements [{pos:,}, {s:,}) have no owner, so no rank would step them and they would never train.\n"
+    "  hint: rank r + 1 starts where rank r ends":
+        "有空隙：元素 [{pos:,}, {s:,}) 没有归属，\n  没有哪个 rank 会更新它们，它们永远得不到训练。\n"
+        "  提示：rank r + 1 从 rank r 结束的地方开始",
+    "an overlap: ranks {prev} and {r} both own elements [{s:,}, {e:,}) (rank {prev}: {mine_prev}, rank {r}: "
+    "{mine}), so they would be updated twice.\n  hint: rank r + 1 starts where rank r ends":
+        "有重叠：rank {prev} 和 rank {r} 都拥有元素 [{s:,}, {e:,})\n"
+        "  （rank {prev}：{mine_prev}，rank {r}：{mine}），它们会被更新两次。\n"
+        "  提示：rank r + 1 从 rank r 结束的地方开始",
+    "a gap at the end: elements [{pos:,}, {padded:,}) have no owner. \n"
+    "  hint: the last rank's piece ends at padded_numel":
+        "末尾有空隙：元素 [{pos:,}, {padded:,}) 没有归属。\n  提示：最后一个 rank 的那一段结束于 padded_numel",
+    "rank {r} owns {numel:,} elements ([{s:,}, {e:,})), but the all-gather after the step collects equal pieces "
+    "of padded_numel / world_size = {size:,}.\n  hint: every rank owns exactly padded_numel // world_size elements":
+        "rank {r} 拥有 {numel:,} 个元素（[{s:,}, {e:,})），\n"
+        "  但更新之后的 all-gather 收集的是等长的片段，每段 padded_numel / world_size = {size:,}。\n"
+        "  提示：每个 rank 恰好拥有 padded_numel // world_size 个元素",
+    "the pieces tile the buffer, but not in rank order: rank {r} owns [{s:,}, {e:,}), while the all-gather puts "
+    "rank {r}'s piece at number {r}, [{start:,}, {end:,}).\n  hint: rank r's piece starts at r * shard size":
+        "这些片段铺满了缓冲区，但没按 rank 的顺序：rank {r} 拥有 [{s:,}, {e:,})，\n"
+        "  而 all-gather 把 rank {r} 的片段放在第 {r} 段，即 [{start:,}, {end:,})。\n"
+        "  提示：rank r 的片段从 r * 分片大小 开始",
+    "shard_range: {problem}": "shard_range 不对：{problem}",
+    "stage 1 with your shard_range on {n} ranks": "在 {n} 个 rank 上用你的 shard_range 跑 stage 1",
+    "shard_range, on a flat buffer the engine really made ({layout}): {problem}":
+        "shard_range 用在引擎实际建出的扁平缓冲区上（{layout}）时：\n  {problem}",
+    "stage 1 on {n} ranks ({layout}) with your shard_range trained to different parameters than one process: on "
+    "rank {rank}, {name} is off by up to {err:.3g} (allowed: {atol:g} + {rtol:g} x |value|). Your ranges tile the "
+    "buffer, so look for a rule that depends on more than (padded_numel, world_size, rank).":
+        "{n} 个 rank 上的 stage 1（{layout}）用你的 shard_range 训练出的参数与单进程不同：\n"
+        "  rank {rank} 上的 {name} 最多差 {err:.3g}（允许：{atol:g} + {rtol:g} x |值|）。你的区间铺满了缓冲区，\n"
+        "  所以看看你的规则是否用到了 (padded_numel, world_size, rank) 以外的东西。",
+    "{n} ranks: DeepSpeed's flat buffer of {numel:,} elements ({padding} padding, {cut} parameter(s)\n"
+    "    cut between ranks, {all_reduces} bucket all-reduces per step) and the paper's {buckets} buckets\n"
+    "    ({paper_padding} padding in all, {reduce_scatters} reduce-scatters per step)":
+        "{n} 个 rank：DeepSpeed 的扁平缓冲区有 {numel:,} 个元素（补齐 {padding} 个，{cut} 个参数\n"
+        "    被切在两个 rank 之间，每步 {all_reduces} 次桶的 all-reduce），论文的做法是 {buckets} 个桶\n"
+        "    （共补齐 {paper_padding} 个，每步 {reduce_scatters} 次 reduce-scatter）",
+    "for example, a buffer of 12 elements on 3 ranks:": "例如，3 个 rank 上一个 12 个元素的缓冲区：",
+    "rank {r} owns {range}": "rank {r} 拥有 {range}",
+    "your shard_range tiles every flat buffer in equal pieces, in rank order, and ZeRO stage 1\n"
+    "  built on it trains exactly like one process on":
+        "你的 shard_range 把每个扁平缓冲区按 rank 顺序切成等长的片段，基于它的 ZeRO stage 1\n"
+        "  训练结果与单进程完全一样：",
+    # (b) the AdamW step
+    "adamw_step raises NotImplementedError: write the part marked 'Exercise' first":
+        "adamw_step 抛出了 NotImplementedError：先写标着 'Exercise' 的部分",
+    "adamw_step on a random shard of {n} elements, step {step} ({shown})":
+        "adamw_step，{n} 个元素的随机分片，第 {step} 步\n  （{shown}）",
+    " (your function returned a value: the engine ignores it; update the tensors in place)":
+        "\n  （你的函数返回了一个值：引擎会忽略它；要原地更新这些张量）",
+    "{where}: exp_avg is off by up to {err:.3g}{note}.\n  hint: {hint}":
+        "{where}：\n  exp_avg 最多差 {err:.3g}{note}。\n  提示：{hint}",
+    "{where}: exp_avg_sq is off by up to {err:.3g}{note}.\n"
+    "  hint: exp_avg_sq <- beta2 * exp_avg_sq + (1 - beta2) * grad^2, in place":
+        "{where}：\n  exp_avg_sq 最多差 {err:.3g}{note}。\n"
+        "  提示：exp_avg_sq <- beta2 * exp_avg_sq + (1 - beta2) * grad^2，原地更新",
+    "{where}: param is off by up to {err:.3g} from torch.optim.AdamW{note}.\n  hint: {hint}":
+        "{where}：\n  param 与 torch.optim.AdamW 最多差 {err:.3g}{note}。\n  提示：{hint}",
+    "exp_avg <- beta1 * exp_avg + (1 - beta1) * grad, in place (exp_avg.mul_(...).add_(...))":
+        "exp_avg <- beta1 * exp_avg + (1 - beta1) * grad，原地更新（exp_avg.mul_(...).add_(...)）",
+    "that is coupled weight decay (Adam's L2: grad + weight_decay * param). AdamW decouples it: param <- param * "
+    "(1 - lr * weight_decay), and the moments see the plain grad":
+        "这是耦合的权重衰减（Adam 的 L2：grad + weight_decay * param）。AdamW 把它解耦：\n"
+        "  param <- param * (1 - lr * weight_decay)，动量只看原本的 grad",
+    "eps is inside the square root: AdamW divides by sqrt(exp_avg_sq / (1 - beta2^step)) + eps, eps added after "
+    "the root":
+        "eps 放进了平方根里：AdamW 除以 sqrt(exp_avg_sq / (1 - beta2^step)) + eps，\n  eps 在开方之后才加",
+    "it matches eps = 1e-8, but this call's eps is {eps:g}: use the eps argument":
+        "结果与 eps = 1e-8 一致，但这次调用的 eps 是 {eps:g}：要用参数 eps",
+    "param did not change: update it in place (param.mul_, param.addcdiv_, ...), do not rebind it":
+        "param 没有变：要原地更新它（param.mul_、param.addcdiv_ 等），不要给变量重新赋值",
+    "it matches AdamW without weight decay: first shrink the weights, param <- param * (1 - lr * weight_decay)":
+        "结果与不带权重衰减的 AdamW 一致：先把权重缩小，\n  param <- param * (1 - lr * weight_decay)",
+    "it matches AdamW without bias correction: divide exp_avg by (1 - beta1^step) and exp_avg_sq by "
+    "(1 - beta2^step), as in step 4":
+        "结果与不做偏差校正的 AdamW 一致：exp_avg 要除以 (1 - beta1^step)，\n"
+        "  exp_avg_sq 要除以 (1 - beta2^step)，就像第 4 步那样",
+    "it matches AdamW with step = 1: use the step argument in the bias corrections":
+        "结果与 step = 1 的 AdamW 一致：偏差校正里要用参数 step",
+    "follow the four lines above in order: decay, the two moments, then param - lr / (1 - beta1^step) * exp_avg / "
+    "(sqrt(exp_avg_sq) / sqrt(1 - beta2^step) + eps)":
+        "按上面四行的顺序来：衰减、两个动量，然后\n"
+        "  param - lr / (1 - beta1^step) * exp_avg / (sqrt(exp_avg_sq) / sqrt(1 - beta2^step) + eps)",
+    "stage 1 with your adamw_step on {n} ranks": "在 {n} 个 rank 上用你的 adamw_step 跑 stage 1",
+    "stage 1 on {n} ranks with your adamw_step trained to different parameters than one process with torch's "
+    "AdamW: on rank {rank}, {name} is off by up to {err:.3g} (allowed: {atol:g} + {rtol:g} x |value|).\n"
+    "  hint: the step must use only the tensors it is given, element by element (no norms or means over the "
+    "whole tensor: a shard cuts across parameters)":
+        "{n} 个 rank 上的 stage 1 用你的 adamw_step 训练出的参数，与单进程用 torch 的 AdamW 不同：\n"
+        "  rank {rank} 上的 {name} 最多差 {err:.3g}（允许：{atol:g} + {rtol:g} x |值|）。\n"
+        "  提示：这一步只能逐元素地使用传给它的张量（不能对整个张量求范数或均值：\n"
+        "  一个分片会横跨多个参数）",
+    "{n} ranks (each stepping {mine:,} of {full:,} elements)": "{n} 个 rank（每个只更新 {full:,} 个元素中的 {mine:,} 个）",
+    "your adamw_step matches torch.optim.AdamW (two sets of hyperparameters), and ZeRO stage 1\n"
+    "  stepping only each rank's shard with it trains exactly like one process on":
+        "你的 adamw_step 与 torch.optim.AdamW 一致（两组超参数）；\n"
+        "  只用它更新各 rank 自己分片的 ZeRO stage 1，训练结果与单进程完全一样：",
+}
+
 # -- exercise 6: the bucket plan -----------------------------------------------------------------------
 ZH["checks.ch06"] = {
     "hint: ": "提示：",

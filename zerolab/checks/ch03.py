@@ -31,8 +31,11 @@ from collections.abc import Callable
 
 import torch
 
+from ..i18n import catalogue
 from . import ExerciseCheckFailed, passed, rank_failure
 from . import close_crews, crew_of as _crew  # noqa: F401  (close_crews: the exercise imports it from here)
+
+T = catalogue("checks.ch03")    # the messages in the edition's language (zerolab/messages_zh.py)
 
 __all__ = ["check_shard_range", "check_adamw_step", "ShardAdamW", "close_crews"]
 
@@ -79,10 +82,10 @@ def _worst(got: dict, ref: dict) -> tuple[str, float, float]:
 def _rank_error(exc: BaseException, what: str) -> ExerciseCheckFailed:
     text = str(exc)
     if "NotImplementedError" in text:
-        return ExerciseCheckFailed(f"{what} raised NotImplementedError on the ranks: write the part "
-                                   f"marked 'Exercise' first.", details=text)
-    return rank_failure(exc, what, "the error is raised by your function on a rank; the rank's traceback "
-                        "(zerolab.checks.full_tracebacks(), then run again) names the line")
+        return ExerciseCheckFailed(T("{what} raised NotImplementedError on the ranks: write the part marked "
+                                     "'Exercise' first.", what=what), details=text)
+    return rank_failure(exc, what, T("the error is raised by your function on a rank; the rank's traceback "
+                                     "(zerolab.checks.full_tracebacks(), then run again) names the line"))
 
 
 # ------------------------------------------------------------------------------ (a) the rule
@@ -93,15 +96,16 @@ def _ranges(fn: Callable, padded: int, n: int) -> list[tuple[int, int]]:
         try:
             got = fn(padded, n, r)
         except NotImplementedError as exc:
-            raise ExerciseCheckFailed("shard_range raises NotImplementedError: write the part marked "
-                                      "'Exercise' first") from exc
+            raise ExerciseCheckFailed(T("shard_range raises NotImplementedError: write the part marked "
+                                        "'Exercise' first")) from exc
         call = f"shard_range({padded}, {n}, {r})"
         try:
             start, end = got
             start, end = operator.index(start), operator.index(end)
         except (TypeError, ValueError):
-            raise ExerciseCheckFailed(f"{call} returned {got!r}; return a pair of integers "
-                                      f"(start, end): the elements [start, end) rank {r} owns") from None
+            raise ExerciseCheckFailed(T("{call} returned {got}; return a pair of integers (start, end): the "
+                                        "elements [start, end) rank {r} owns", call=call, got=repr(got),
+                                        r=r)) from None
         out.append((start, end))
     return out
 
@@ -110,37 +114,40 @@ def rule_problem(ranges: list[tuple[int, int]], padded: int) -> str | None:
     """What is wrong with these per-rank ranges of a flat buffer of ``padded`` elements."""
     n = len(ranges)
     size = padded // n
-    where = f"padded_numel = {padded:,}, world_size = {n}: "
+    where = T("padded_numel = {padded:,}, world_size = {n}: ", padded=padded, n=n)
     for r, (s, e) in enumerate(ranges):
         if not 0 <= s <= e <= padded:
-            return (where + f"rank {r} gets [{s:,}, {e:,}), which is not inside the buffer [0, {padded:,}). "
-                    "\n  hint: start <= end, both between 0 and padded_numel")
+            return where + T("rank {r} gets [{s:,}, {e:,}), which is not inside the buffer [0, {padded:,}). \n"
+                             "  hint: start <= end, both between 0 and padded_numel", r=r, s=s, e=e, padded=padded)
     order = sorted(range(n), key=lambda r: ranges[r])
     pos = 0
     for k, r in enumerate(order):
         s, e = ranges[r]
         if s > pos:
-            return (where + f"a gap: elements [{pos:,}, {s:,}) have no owner, so no rank would step "
-                    "them and they would never train.\n  hint: rank r + 1 starts where rank r ends")
+            return where + T("a gap: elements [{pos:,}, {s:,}) have no owner, so no rank would step them and they "
+                             "would never train.\n  hint: rank r + 1 starts where rank r ends", pos=pos, s=s)
         if s < pos:
             prev = order[k - 1]
-            return (where + f"an overlap: ranks {prev} and {r} both own elements [{s:,}, {min(pos, e):,}) "
-                    f"(rank {prev}: {ranges[prev]}, rank {r}: {ranges[r]}), so they would be "
-                    "updated twice.\n  hint: rank r + 1 starts where rank r ends")
+            return where + T("an overlap: ranks {prev} and {r} both own elements [{s:,}, {e:,}) (rank {prev}: "
+                             "{mine_prev}, rank {r}: {mine}), so they would be updated twice.\n  hint: rank r + 1 "
+                             "starts where rank r ends", prev=prev, r=r, s=s, e=min(pos, e),
+                             mine_prev=ranges[prev], mine=ranges[r])
         pos = e
     if pos != padded:
-        return (where + f"a gap at the end: elements [{pos:,}, {padded:,}) have no owner. "
-                "\n  hint: the last rank's piece ends at padded_numel")
+        return where + T("a gap at the end: elements [{pos:,}, {padded:,}) have no owner. \n"
+                         "  hint: the last rank's piece ends at padded_numel", pos=pos, padded=padded)
     for r, (s, e) in enumerate(ranges):
         if e - s != size:
-            return (where + f"rank {r} owns {e - s:,} elements ([{s:,}, {e:,})), but the all-gather "
-                    f"after the step collects equal pieces of padded_numel / world_size = "
-                    f"{size:,}.\n  hint: every rank owns exactly padded_numel // world_size elements")
+            return where + T("rank {r} owns {numel:,} elements ([{s:,}, {e:,})), but the all-gather after the step "
+                             "collects equal pieces of padded_numel / world_size = {size:,}.\n  hint: every rank "
+                             "owns exactly padded_numel // world_size elements", r=r, numel=e - s, s=s, e=e,
+                             size=size)
     for r, (s, e) in enumerate(ranges):
         if (s, e) != (r * size, (r + 1) * size):
-            return (where + f"the pieces tile the buffer, but not in rank order: rank {r} owns "
-                    f"[{s:,}, {e:,}), while the all-gather puts rank {r}'s piece at number {r}, "
-                    f"[{r * size:,}, {(r + 1) * size:,}).\n  hint: rank r's piece starts at r * shard size")
+            return where + T("the pieces tile the buffer, but not in rank order: rank {r} owns [{s:,}, {e:,}), "
+                             "while the all-gather puts rank {r}'s piece at number {r}, [{start:,}, {end:,}).\n"
+                             "  hint: rank r's piece starts at r * shard size", r=r, s=s, e=e, start=r * size,
+                             end=(r + 1) * size)
     return None
 
 
@@ -189,11 +196,12 @@ def _train_with_rule(rule: Callable) -> dict:
 def _made(n: int, res: dict) -> str:
     """What the engine made, in both layouts, in two lines."""
     ds, paper = res[LAYOUTS[0][0]], res[LAYOUTS[1][0]]
-    return (f"{n} ranks: DeepSpeed's flat buffer of {ds['sizes'][0]:,} elements ({ds['padding']} padding, "
-            f"{ds['straddling']} parameter(s)\n    cut between ranks, {ds['grad_calls']['all_reduce']} "
-            f"bucket all-reduces per step) and the paper's {len(paper['sizes'])} buckets\n"
-            f"    ({paper['padding']} padding in all, {paper['grad_calls']['reduce_scatter']} "
-            f"reduce-scatters per step)")
+    return T("{n} ranks: DeepSpeed's flat buffer of {numel:,} elements ({padding} padding, {cut} parameter(s)\n"
+             "    cut between ranks, {all_reduces} bucket all-reduces per step) and the paper's {buckets} buckets\n"
+             "    ({paper_padding} padding in all, {reduce_scatters} reduce-scatters per step)", n=n,
+             numel=ds["sizes"][0], padding=ds["padding"], cut=ds["straddling"],
+             all_reduces=ds["grad_calls"]["all_reduce"], buckets=len(paper["sizes"]),
+             paper_padding=paper["padding"], reduce_scatters=paper["grad_calls"]["reduce_scatter"])
 
 
 def check_shard_range(fn: Callable, *, world_sizes=WORLD_SIZES) -> None:
@@ -201,32 +209,33 @@ def check_shard_range(fn: Callable, *, world_sizes=WORLD_SIZES) -> None:
     for padded, n in RULE_CASES:
         problem = rule_problem(_ranges(fn, padded, n), padded)
         if problem:
-            raise ExerciseCheckFailed(f"shard_range: {problem}")
+            raise ExerciseCheckFailed(T("shard_range: {problem}", problem=problem))
     lines = []
     for n in world_sizes:
         try:
             per_rank = _crew(n).run(_train_with_rule, fn)
         except Exception as exc:             # a RankError (a rank raised) or a CrewTimeout
-            raise _rank_error(exc, f"stage 1 with your shard_range on {n} ranks") from None
+            raise _rank_error(exc, T("stage 1 with your shard_range on {n} ranks", n=n)) from None
         for layout, _ in LAYOUTS:
             for padded in sorted(set(per_rank[0][layout]["sizes"])):
                 problem = rule_problem(_ranges(fn, padded, n), padded)
                 if problem:
-                    raise ExerciseCheckFailed(f"shard_range, on a flat buffer the engine really made "
-                                              f"({layout}): {problem}")
+                    raise ExerciseCheckFailed(T("shard_range, on a flat buffer the engine really made ({layout}): "
+                                                "{problem}", layout=T.text(layout), problem=problem))
             for rank, res in enumerate(per_rank):
                 name, score, err = res[layout]["worst"]
                 if not score <= 1:
-                    raise ExerciseCheckFailed(
-                        f"stage 1 on {n} ranks ({layout}) with your shard_range trained to different "
-                        f"parameters than one process: on rank {rank}, {name} is off by up to {err:.3g} "
-                        f"(allowed: {ATOL:g} + {RTOL:g} x |value|). Your ranges tile the buffer, so look "
-                        "for a rule that depends on more than (padded_numel, world_size, rank).")
+                    raise ExerciseCheckFailed(T(
+                        "stage 1 on {n} ranks ({layout}) with your shard_range trained to different parameters "
+                        "than one process: on rank {rank}, {name} is off by up to {err:.3g} (allowed: {atol:g} + "
+                        "{rtol:g} x |value|). Your ranges tile the buffer, so look for a rule that depends on more "
+                        "than (padded_numel, world_size, rank).", n=n, layout=T.text(layout), rank=rank, name=name,
+                        err=err, atol=ATOL, rtol=RTOL))
         lines.append(_made(n, per_rank[0]))
-    print("for example, a buffer of 12 elements on 3 ranks:\n   ",
-          ", ".join(f"rank {r} owns {tuple(fn(12, 3, r))}" for r in range(3)))
-    passed("your shard_range tiles every flat buffer in equal pieces, in rank order, and ZeRO stage 1\n"
-           "  built on it trains exactly like one process on\n  " + "\n  ".join(lines))
+    print(T("for example, a buffer of 12 elements on 3 ranks:") + "\n   ",
+          ", ".join(T("rank {r} owns {range}", r=r, range=tuple(fn(12, 3, r))) for r in range(3)))
+    passed(T("your shard_range tiles every flat buffer in equal pieces, in rank order, and ZeRO stage 1\n"
+             "  built on it trains exactly like one process on") + "\n  " + "\n  ".join(lines))
 
 
 # ------------------------------------------------------------------------ (b) the AdamW step
@@ -276,22 +285,22 @@ def _variant(param, grad, m, v, step, lr, betas, eps, wd, *, decay=True, correct
 def _param_hint(before, grad, m_prev, v_prev, step, got, hp=HP) -> str:
     kw = dict(lr=hp["lr"], betas=hp["betas"], eps=hp["eps"], wd=hp["weight_decay"])
     if _close(got, _variant(before, grad, m_prev, v_prev, step, eps_inside=True, **kw)):
-        return ("eps is inside the square root: AdamW divides by sqrt(exp_avg_sq / (1 - beta2^step)) + eps, "
-                "eps added after the root")
+        return T("eps is inside the square root: AdamW divides by sqrt(exp_avg_sq / (1 - beta2^step)) + eps, "
+                 "eps added after the root")
     if hp["eps"] != 1e-8 and _close(got, _variant(before, grad, m_prev, v_prev, step, **{**kw, "eps": 1e-8})):
-        return f"it matches eps = 1e-8, but this call's eps is {hp['eps']:g}: use the eps argument"
+        return T("it matches eps = 1e-8, but this call's eps is {eps:g}: use the eps argument", eps=hp["eps"])
     if _close(got, before):
-        return "param did not change: update it in place (param.mul_, param.addcdiv_, ...), do not rebind it"
+        return T("param did not change: update it in place (param.mul_, param.addcdiv_, ...), do not rebind it")
     if _close(got, _variant(before, grad, m_prev, v_prev, step, decay=False, **kw)):
-        return ("it matches AdamW without weight decay: first shrink the weights, "
-                "param <- param * (1 - lr * weight_decay)")
+        return T("it matches AdamW without weight decay: first shrink the weights, "
+                 "param <- param * (1 - lr * weight_decay)")
     if step > 1 and _close(got, _variant(before, grad, m_prev, v_prev, step, correct=False, **kw)):
-        return ("it matches AdamW without bias correction: divide exp_avg by (1 - beta1^step) and "
-                "exp_avg_sq by (1 - beta2^step), as in step 4")
+        return T("it matches AdamW without bias correction: divide exp_avg by (1 - beta1^step) and "
+                 "exp_avg_sq by (1 - beta2^step), as in step 4")
     if _close(got, _variant(before, grad, m_prev, v_prev, 1, **kw)) and step > 1:
-        return "it matches AdamW with step = 1: use the step argument in the bias corrections"
-    return ("follow the four lines above in order: decay, the two moments, then "
-            "param - lr / (1 - beta1^step) * exp_avg / (sqrt(exp_avg_sq) / sqrt(1 - beta2^step) + eps)")
+        return T("it matches AdamW with step = 1: use the step argument in the bias corrections")
+    return T("follow the four lines above in order: decay, the two moments, then "
+             "param - lr / (1 - beta1^step) * exp_avg / (sqrt(exp_avg_sq) / sqrt(1 - beta2^step) + eps)")
 
 
 def _unit_check(fn: Callable) -> None:
@@ -314,33 +323,36 @@ def _unit_check_with(fn: Callable, hp: dict) -> None:
             result = fn(param, grad.clone(), exp_avg, exp_avg_sq, step, hp["lr"], hp["betas"], hp["eps"],
                         hp["weight_decay"])
         except NotImplementedError as exc:
-            raise ExerciseCheckFailed("adamw_step raises NotImplementedError: write the part marked "
-                                      "'Exercise' first") from exc
+            raise ExerciseCheckFailed(T("adamw_step raises NotImplementedError: write the part marked "
+                                        "'Exercise' first")) from exc
         ref_p.grad = grad
         ref.step()
         st = ref.state[ref_p]
         shown = ", ".join(f"{k}={v}" for k, v in hp.items())
-        where = f"adamw_step on a random shard of {n} elements, step {step} ({shown})"
-        note = (" (your function returned a value: the engine ignores it; update the tensors in place)"
+        where = T("adamw_step on a random shard of {n} elements, step {step} ({shown})", n=n, step=step,
+                  shown=shown)
+        note = (T(" (your function returned a value: the engine ignores it; update the tensors in place)")
                 if result is not None else "")
         if not _close(exp_avg, st["exp_avg"]):
             b1 = hp["betas"][0]
             coupled = b1 * m_prev + (1 - b1) * (grad + hp["weight_decay"] * before)
-            hint = ("exp_avg <- beta1 * exp_avg + (1 - beta1) * grad, in place (exp_avg.mul_(...).add_(...))"
+            hint = (T("exp_avg <- beta1 * exp_avg + (1 - beta1) * grad, in place (exp_avg.mul_(...).add_(...))")
                     if not _close(exp_avg, coupled) else
-                    "that is coupled weight decay (Adam's L2: grad + weight_decay * param). AdamW decouples "
-                    "it: param <- param * (1 - lr * weight_decay), and the moments see the plain grad")
-            raise ExerciseCheckFailed(
-                f"{where}: exp_avg is off by up to {float((exp_avg - st['exp_avg']).abs().max()):.3g}{note}."
-                f"\n  hint: {hint}")
+                    T("that is coupled weight decay (Adam's L2: grad + weight_decay * param). AdamW decouples "
+                      "it: param <- param * (1 - lr * weight_decay), and the moments see the plain grad"))
+            raise ExerciseCheckFailed(T("{where}: exp_avg is off by up to {err:.3g}{note}.\n  hint: {hint}",
+                                        where=where, err=float((exp_avg - st["exp_avg"]).abs().max()), note=note,
+                                        hint=hint))
         if not _close(exp_avg_sq, st["exp_avg_sq"]):
-            raise ExerciseCheckFailed(
-                f"{where}: exp_avg_sq is off by up to {float((exp_avg_sq - st['exp_avg_sq']).abs().max()):.3g}"
-                f"{note}.\n  hint: exp_avg_sq <- beta2 * exp_avg_sq + (1 - beta2) * grad^2, in place")
+            raise ExerciseCheckFailed(T(
+                "{where}: exp_avg_sq is off by up to {err:.3g}{note}.\n"
+                "  hint: exp_avg_sq <- beta2 * exp_avg_sq + (1 - beta2) * grad^2, in place", where=where,
+                err=float((exp_avg_sq - st["exp_avg_sq"]).abs().max()), note=note))
         if not _close(param, ref_p.detach()):
-            raise ExerciseCheckFailed(
-                f"{where}: param is off by up to {float((param - ref_p.detach()).abs().max()):.3g} from "
-                f"torch.optim.AdamW{note}.\n  hint: {_param_hint(before, grad, m_prev, v_prev, step, param, hp)}")
+            raise ExerciseCheckFailed(T(
+                "{where}: param is off by up to {err:.3g} from torch.optim.AdamW{note}.\n  hint: {hint}",
+                where=where, err=float((param - ref_p.detach()).abs().max()), note=note,
+                hint=_param_hint(before, grad, m_prev, v_prev, step, param, hp)))
 
 
 def _train_with_step(step_fn: Callable) -> dict:
@@ -372,18 +384,19 @@ def check_adamw_step(fn: Callable, *, world_sizes=WORLD_SIZES) -> None:
         try:
             per_rank = _crew(n).run(_train_with_step, fn)
         except Exception as exc:
-            raise _rank_error(exc, f"stage 1 with your adamw_step on {n} ranks") from None
+            raise _rank_error(exc, T("stage 1 with your adamw_step on {n} ranks", n=n)) from None
         for rank, res in enumerate(per_rank):
             name, score, err = res["worst"]
             if not score <= 1:
-                raise ExerciseCheckFailed(
-                    f"stage 1 on {n} ranks with your adamw_step trained to different parameters than "
-                    f"one process with torch's AdamW: on rank {rank}, {name} is off by up to {err:.3g} "
-                    f"(allowed: {ATOL:g} + {RTOL:g} x |value|).\n  hint: the step must use only the tensors "
-                    "it is given, element by element (no norms or means over the whole tensor: a shard "
-                    "cuts across parameters)")
+                raise ExerciseCheckFailed(T(
+                    "stage 1 on {n} ranks with your adamw_step trained to different parameters than one process "
+                    "with torch's AdamW: on rank {rank}, {name} is off by up to {err:.3g} (allowed: {atol:g} + "
+                    "{rtol:g} x |value|).\n  hint: the step must use only the tensors it is given, element by "
+                    "element (no norms or means over the whole tensor: a shard cuts across parameters)", n=n,
+                    rank=rank, name=name, err=err, atol=ATOL, rtol=RTOL))
         mine = sum(per_rank[0]["shard_numel"])
-        lines.append(f"{n} ranks (each stepping {mine:,} of {per_rank[0]['full_numel']:,} elements)")
-    passed("your adamw_step matches torch.optim.AdamW (two sets of hyperparameters), and ZeRO stage 1\n"
-           "  stepping only each rank's shard with it trains exactly like one process on\n  "
-           + "\n  ".join(lines))
+        lines.append(T("{n} ranks (each stepping {mine:,} of {full:,} elements)", n=n, mine=mine,
+                       full=per_rank[0]["full_numel"]))
+    passed(T("your adamw_step matches torch.optim.AdamW (two sets of hyperparameters), and ZeRO stage 1\n"
+             "  stepping only each rank's shard with it trains exactly like one process on")
+           + "\n  " + "\n  ".join(lines))
