@@ -33,7 +33,7 @@ CJK = __import__("re").compile(r"[\u4e00-\u9fff]")
 # module -> its catalogue section
 TRANSLATED = {"progress.py": "progress", "report.py": "report", "checks/__init__.py": "checks",
               "checks/ch00.py": "checks.ch00", "checks/ch01.py": "checks.ch01", "checks/ch02.py": "checks.ch02",
-              "checks/ch03.py": "checks.ch03",
+              "checks/ch03.py": "checks.ch03", "checks/stage2_buckets.py": "checks.stage2_buckets",
               "checks/ch06.py": "checks.ch06", "checks/ch07.py": "checks.ch07", "checks/ch14.py": "checks.ch14",
               "lab/common.py": "lab", "lab/basic.py": "lab", "lab/core.py": "lab",
               "lab/application.py": "lab", "lab/extension.py": "lab"}
@@ -297,6 +297,35 @@ def test_exercise_3_fails_in_the_editions_language():
     assert zh2.startswith("adamw_step，1000 个元素的随机分片，第 1 步") and "提示：这是耦合的权重衰减" in zh2, zh2
     for text in (zh, zh2):
         assert len(text.splitlines()) <= 8 and all(i18n.width(line) <= 100 for line in text.splitlines()), text
+
+
+def test_exercise_3b_fails_in_the_editions_language_on_its_ranks():
+    """The mistake is seen on a rank, inside the engine: the rank speaks the notebook's language."""
+    from zerolab.checks.stage2_buckets import check_stage2_buckets, close_crews
+
+    def add_grad(bucket, where, grad, arrived, i, n_params):
+        bucket[where] += grad.reshape(-1)
+        arrived.add(i)
+        return len(arrived) == n_params
+
+    def overwrites(bucket, rank, world_size, comm_dtype, reduce_scatter, grad_shard):    # = instead of +=
+        grad_shard.copy_(reduce_scatter(bucket.to(comm_dtype) / world_size)[rank])
+
+    def check(reduce_bucket):
+        check_stage2_buckets(add_grad, reduce_bucket, cases=((2, 2, "fp32", 2, None),))
+    try:
+        en = _fail(check, overwrites)
+        with i18n.using("zh"):
+            zh = _fail(check, overwrites)
+    finally:
+        close_crews()
+    assert en.startswith("stage 2, 2 ranks, fp32, accumulation 2: rank 0, bucket 'bucket 0', micro-step 2: "
+                         "grad_shard holds only this micro-step's gradient"), en
+    assert "hint: accumulate across micro-steps: grad_shard += chunks[rank], not grad_shard = ..." in en, en
+    assert zh.startswith("stage 2，2 个 rank，fp32，梯度累积 2 时：\n  rank 0，桶 'bucket 0'，第 2 个微步："
+                         "grad_shard 里只有这个微步的梯度"), zh
+    assert "提示：跨微步累加：grad_shard += chunks[rank]，而不是 grad_shard = ..." in zh, zh
+    assert all(i18n.width(line) <= 100 for line in zh.splitlines()), zh
 
 
 def test_exercise_1_fails_in_the_editions_language(monkeypatch):

@@ -421,6 +421,83 @@ ZH["checks.ch03"] = {
         "  只用它更新各 rank 自己分片的 ZeRO stage 1，训练结果与单进程完全一样：",
 }
 
+# -- exercise 3b: stage 2's buckets -----------------------------------------------------------------
+ZH["checks.stage2_buckets"] = {
+    "stage {stage}, {n} ranks, {precision}, accumulation {gas}": "stage {stage}，{n} 个 rank，{precision}，梯度累积 {gas}",
+    ", communication in {comm}": "，通信用 {comm}",
+    "{what}: {error}": "{what} 时：\n  {error}",
+    "bucket {bucket} was sent before it was complete: the gradient of {name} arrived after the bucket had gone.\n"
+    "  hint: add_grad must return True only when all n_params gradients of the bucket have arrived":
+        "桶 {bucket} 还没装满就发出去了：{name} 的梯度在桶发出之后才到。\n"
+        "  提示：只有桶里全部 n_params 个梯度都到齐了，add_grad 才能返回 True",
+    "after add_grad, bucket[where] does not hold the gradient of {name} (parameter {i} of bucket {bucket}).\n"
+    "  hint: add the gradient, flattened, into bucket[where] in place: bucket[where] += grad.reshape(-1)":
+        "add_grad 之后，bucket[where] 里不是 {name} 的梯度（桶 {bucket} 的第 {i} 个参数）。\n"
+        "  提示：把梯度展平后原地加进 bucket[where]：bucket[where] += grad.reshape(-1)",
+    "add_grad said bucket {bucket} was complete after {seen} of its {n} gradients: it would be sent before it was "
+    "complete.\n  hint: return True only when all n_params gradients have arrived (len(arrived) == n_params)":
+        "桶 {bucket} 的 {n} 个梯度只到了 {seen} 个，add_grad 就说它已装满：它会在装满之前被发出。\n"
+        "  提示：只有全部 n_params 个梯度都到齐时才返回 True（len(arrived) == n_params）",
+    "reduce_scatter was called twice for bucket {bucket}.\n  hint: one reduce-scatter per bucket":
+        "桶 {bucket} 调用了两次 reduce_scatter。\n  提示：每个桶只做一次 reduce-scatter",
+    "reduce_scatter got {what}; send the whole bucket ({n} elements), every rank the same size":
+        "reduce_scatter 收到的是 {what}；要发送整个桶（{n} 个元素），每个 rank 的大小相同",
+    "the bucket was sent as {sent}, but this run communicates in {comm} (training in {dtype}).\n"
+    "  hint: convert the bucket to comm_dtype before sending: bucket.to(comm_dtype)":
+        "桶以 {sent} 发出，但这次运行用 {comm} 通信（训练用 {dtype}）。\n"
+        "  提示：发送前把桶转换成 comm_dtype：bucket.to(comm_dtype)",
+    "it was not divided by N (the sum would be N times the average)": "它没有除以 N（求和结果会是平均值的 N 倍）",
+    "it was divided by 2, not by the world size N = {n}": "它除以的是 2，而不是总 rank 数 N = {n}",
+    "it was scaled by {ratio:.3g}, not by 1/N = 1/{n}": "它被乘上了 {ratio:.3g}，而不是 1/N = 1/{n}",
+    "bucket {bucket} was sent at {ratio:.3g} x its size: {why}.\n  hint: send bucket / world_size, so the sum over "
+    "ranks is the average gradient":
+        "桶 {bucket} 发出时是原值的 {ratio:.3g} 倍：{why}。\n"
+        "  提示：发送 bucket / world_size，这样各 rank 求和得到的就是平均梯度",
+    "reduce_bucket returned without calling reduce_scatter for bucket {bucket}: its gradient never left this "
+    "rank.\n  hint: chunks = reduce_scatter(send)":
+        "reduce_bucket 没有为桶 {bucket} 调用 reduce_scatter 就返回了：它的梯度从没离开这个 rank。\n"
+        "  提示：chunks = reduce_scatter(send)",
+    "rank {r}, bucket {bucket}, micro-step {micro}": "rank {r}，桶 {bucket}，第 {micro} 个微步",
+    "{where}: grad_shard holds only this micro-step's gradient; the one of the micro-step before is gone.\n"
+    "  hint: accumulate across micro-steps: grad_shard += chunks[rank], not grad_shard = ...":
+        "{where}：grad_shard 里只有这个微步的梯度，前一个微步的没了。\n"
+        "  提示：跨微步累加：grad_shard += chunks[rank]，而不是 grad_shard = ...",
+    "{where}: grad_shard got chunks[{k}], a partial sum that belongs to rank {k}.\n  hint: rank r keeps chunks[r], "
+    "the only chunk that holds the sum over all ranks":
+        "{where}：grad_shard 拿的是 chunks[{k}]，那是属于 rank {k} 的部分和。\n"
+        "  提示：rank r 保留 chunks[r]，只有这一块是所有 rank 的总和",
+    "{where}: grad_shard did not change.\n  hint: add chunks[rank] into grad_shard in place: "
+    "grad_shard += chunks[rank]":
+        "{where}：grad_shard 没有变。\n  提示：把 chunks[rank] 原地加进 grad_shard：grad_shard += chunks[rank]",
+    "{where}: grad_shard is not (its value before) + chunks[{r}].\n  hint: grad_shard += chunks[rank]":
+        "{where}：grad_shard 不等于（它原来的值）+ chunks[{r}]。\n  提示：grad_shard += chunks[rank]",
+    "all {n} gradients of bucket {bucket} arrived, but add_grad never returned True: the bucket waited for the "
+    "end of backward.\n  hint: return True when len(arrived) == n_params":
+        "桶 {bucket} 的 {n} 个梯度都到齐了，但 add_grad 从没返回 True：这个桶一直等到反向结束。\n"
+        "  提示：len(arrived) == n_params 时返回 True",
+    "the rank's traceback (zerolab.checks.full_tracebacks(), then run again) names the line":
+        "该 rank 的回溯（运行 zerolab.checks.full_tracebacks() 后再运行一次）会指出是哪一行",
+    "add_grad or reduce_bucket raised NotImplementedError: write the parts marked 'Exercise' first.":
+        "add_grad 或 reduce_bucket 抛出了 NotImplementedError：先写标着 'Exercise' 的部分。",
+    "zerolab's own engine": "zerolab 自己的引擎",
+    "single-process training": "单进程训练",
+    "{what}: trained to different parameters than {against}: on rank {rank}, {name} is off by up to {err:.3g}.\n"
+    "  hint: every bucket must go once, as bucket.to(comm_dtype) / world_size, and rank r keeps chunks[r]":
+        "{what} 时：\n  训练出的参数与{against}不同：rank {rank} 上的 {name} 最多差 {err:.3g}。\n"
+        "  提示：每个桶只发一次，发 bucket.to(comm_dtype) / world_size；rank r 保留 chunks[r]",
+    "{what}: {buckets} buckets, {reduce_scatters} reduce-scatters;\n"
+    "    equal to zerolab's engine and single-process training":
+        "{what}：{buckets} 个桶，{reduce_scatters} 次 reduce-scatter；\n    与 zerolab 的引擎及单进程训练一致",
+    "{what}: {buckets} buckets, {reduce_scatters} reduce-scatters;\n    equal to zerolab's engine":
+        "{what}：{buckets} 个桶，{reduce_scatters} 次 reduce-scatter；\n    与 zerolab 的引擎一致",
+    "your add_grad and reduce_bucket, plugged into zerolab's stages 2 and 3, train like\n"
+    "  the engine's own (stage 2 in the paper's pattern: zerolab's ideal_reduce_scatter;\n"
+    "  DeepSpeed's stage 2 all-reduces each bucket instead):":
+        "你的 add_grad 和 reduce_bucket 接进 zerolab 的 stage 2、3，训练得和引擎自己的一样\n"
+        "  （stage 2 用的是论文的做法：zerolab 的 ideal_reduce_scatter；\n"
+        "  DeepSpeed 的 stage 2 则是对每个桶做 all-reduce）：",
+}
+
 # -- exercise 6: the bucket plan -----------------------------------------------------------------------
 ZH["checks.ch06"] = {
     "hint: ": "提示：",

@@ -36,8 +36,11 @@ from collections.abc import Callable
 
 import torch
 
+from .. import i18n
 from . import ExerciseCheckFailed, passed, rank_failure
 from . import close_crews, crew_of as _crew  # noqa: F401  (close_crews: the exercise imports it from here)
+
+T = i18n.catalogue("checks.stage2_buckets")    # the messages in the edition's language (zerolab/messages_zh.py)
 
 __all__ = ["check_stage2_buckets", "close_crews", "CASES"]
 
@@ -98,10 +101,10 @@ def _plug(add_grad: Callable, reduce_bucket: Callable, log: dict):
         b, _ = self._where[(g.index, i)]
         assert len(b.parts) == 1 and b.parts[0].group is g      # one bucket = one whole group here
         if b.index < self._next:                 # cannot happen: early 'ready' is refused below
-            raise _Wrong(
-                f"bucket {g.label!r} was sent before it was complete: the gradient of "
-                f"{g.names[i]!r} arrived after the bucket had gone.\n  hint: add_grad must return "
-                f"True only when all n_params gradients of the bucket have arrived")
+            raise _Wrong(T(
+                "bucket {bucket} was sent before it was complete: the gradient of {name} arrived after the bucket "
+                "had gone.\n  hint: add_grad must return True only when all n_params gradients of the bucket have "
+                "arrived", bucket=repr(g.label), name=repr(g.names[i])))
         bucket = self._buffers.get(b.index)
         if bucket is None:
             bucket = torch.zeros(g.padded_numel, dtype=self.dtype, device=self.device)
@@ -114,17 +117,16 @@ def _plug(add_grad: Callable, reduce_bucket: Callable, log: dict):
         seen.add(i)
         if not torch.equal(bucket[g.param_slice(i)], shadow):
             bucket[g.param_slice(i)] = shadow
-            fail(
-                f"after add_grad, bucket[where] does not hold the gradient of {g.names[i]!r} "
-                f"(parameter {i} of bucket {g.label!r}).\n  hint: add the gradient, flattened, "
-                f"into bucket[where] in place: bucket[where] += grad.reshape(-1)")
+            fail(T(
+                "after add_grad, bucket[where] does not hold the gradient of {name} (parameter {i} of bucket "
+                "{bucket}).\n  hint: add the gradient, flattened, into bucket[where] in place: "
+                "bucket[where] += grad.reshape(-1)", name=repr(g.names[i]), i=i, bucket=repr(g.label)))
         if ready:
             if len(seen) < len(g.params):
-                fail(
-                    f"add_grad said bucket {g.label!r} was complete after {len(seen)} of its "
-                    f"{len(g.params)} gradients: it would be sent before it was complete.\n"
-                    f"  hint: return True only when all n_params gradients have arrived "
-                    f"(len(arrived) == n_params)")
+                fail(T(
+                    "add_grad said bucket {bucket} was complete after {seen} of its {n} gradients: it would be "
+                    "sent before it was complete.\n  hint: return True only when all n_params gradients have "
+                    "arrived (len(arrived) == n_params)", bucket=repr(g.label), seen=len(seen), n=len(g.params)))
                 return
             self._ready.add(b.index)
             while self._next < len(self.buckets) and self._next in self._ready:
@@ -151,32 +153,31 @@ def _plug(add_grad: Callable, reduce_bucket: Callable, log: dict):
 
         def reduce_scatter(send):
             if sent:
-                fail(f"reduce_scatter was called twice for bucket {g.label!r}.\n"
-                     f"  hint: one reduce-scatter per bucket")
+                fail(T("reduce_scatter was called twice for bucket {bucket}.\n  hint: one reduce-scatter per bucket",
+                       bucket=repr(g.label)))
                 return [c.clone() for c in sent[0]]
             if not isinstance(send, torch.Tensor) or send.numel() != g.padded_numel:
                 what = tuple(send.shape) if isinstance(send, torch.Tensor) else type(send).__name__
-                fail(f"reduce_scatter got {what}; send the whole bucket "
-                     f"({g.padded_numel} elements), every rank the same size")
+                fail(T("reduce_scatter got {what}; send the whole bucket ({n} elements), every rank the same size",
+                       what=what, n=g.padded_numel))
                 send = right
             elif send.dtype != self.comm_dtype:
-                fail(
-                    f"the bucket was sent as {send.dtype}, but this run communicates in "
-                    f"{self.comm_dtype} (training in {self.dtype}).\n  hint: convert the "
-                    f"bucket to comm_dtype before sending: bucket.to(comm_dtype)")
+                fail(T("the bucket was sent as {sent}, but this run communicates in {comm} (training in {dtype}).\n"
+                       "  hint: convert the bucket to comm_dtype before sending: bucket.to(comm_dtype)",
+                       sent=send.dtype, comm=self.comm_dtype, dtype=self.dtype))
                 send = right
             elif norm > 0:
                 ratio = float(send.float().norm()) / norm
                 if abs(ratio * n - 1) > 0.02:
                     if abs(ratio - 1) < 0.02:
-                        why = "it was not divided by N (the sum would be N times the average)"
+                        why = T("it was not divided by N (the sum would be N times the average)")
                     elif abs(ratio * 2 - 1) < 0.02:
-                        why = f"it was divided by 2, not by the world size N = {n}"
+                        why = T("it was divided by 2, not by the world size N = {n}", n=n)
                     else:
-                        why = f"it was scaled by {ratio:.3g}, not by 1/N = 1/{n}"
-                    fail(f"bucket {g.label!r} was sent at {ratio:.3g} x its size: {why}."
-                         f"\n  hint: send bucket / world_size, so the sum over ranks is "
-                         f"the average gradient")
+                        why = T("it was scaled by {ratio:.3g}, not by 1/N = 1/{n}", ratio=ratio, n=n)
+                    fail(T("bucket {bucket} was sent at {ratio:.3g} x its size: {why}.\n  hint: send bucket / "
+                           "world_size, so the sum over ranks is the average gradient", bucket=repr(g.label),
+                           ratio=ratio, why=why))
                     send = right
             really_send(send.contiguous())
             return [c.clone() for c in sent[0]]
@@ -187,29 +188,28 @@ def _plug(add_grad: Callable, reduce_bucket: Callable, log: dict):
         reduce_bucket(bucket, r, n, self.comm_dtype, reduce_scatter, shard)
         if not sent:
             really_send(right)
-            fail(f"reduce_bucket returned without calling reduce_scatter for bucket "
-                         f"{g.label!r}: its gradient never left this rank.\n  hint: "
-                         f"chunks = reduce_scatter(send)")
+            fail(T("reduce_bucket returned without calling reduce_scatter for bucket {bucket}: its gradient never "
+                   "left this rank.\n  hint: chunks = reduce_scatter(send)", bucket=repr(g.label)))
         chunks = sent[0]
         tol = TOL["bf16" if torch.bfloat16 in (self.dtype, self.comm_dtype) else "fp32"]
         if not _close(shard, before.float() + chunks[r].float(), tol):
             wrong = shard.clone()
             shard.copy_(before.float() + chunks[r].float())     # repaired: the run goes on
-            where = f"rank {r}, bucket {g.label!r}, micro-step {micro + 1}"
+            where = T("rank {r}, bucket {bucket}, micro-step {micro}", r=r, bucket=repr(g.label), micro=micro + 1)
             if before.abs().max() > 0 and _close(wrong, chunks[r], tol):
-                fail(f"{where}: grad_shard holds only this micro-step's gradient; the "
-                             f"one of the micro-step before is gone.\n  hint: accumulate across "
-                             f"micro-steps: grad_shard += chunks[rank], not grad_shard = ...")
+                fail(T("{where}: grad_shard holds only this micro-step's gradient; the one of the micro-step before "
+                       "is gone.\n  hint: accumulate across micro-steps: grad_shard += chunks[rank], not "
+                       "grad_shard = ...", where=where))
             for k in range(n):
                 if k != r and _close(wrong, before.float() + chunks[k].float(), tol):
-                    fail(f"{where}: grad_shard got chunks[{k}], a partial sum that "
-                                 f"belongs to rank {k}.\n  hint: rank r keeps chunks[r], the "
-                                 f"only chunk that holds the sum over all ranks")
+                    fail(T("{where}: grad_shard got chunks[{k}], a partial sum that belongs to rank {k}.\n  hint: "
+                           "rank r keeps chunks[r], the only chunk that holds the sum over all ranks", where=where,
+                           k=k))
             if _close(wrong, before, tol):
-                fail(f"{where}: grad_shard did not change.\n  hint: add chunks[rank] "
-                     f"into grad_shard in place: grad_shard += chunks[rank]")
-            fail(f"{where}: grad_shard is not (its value before) + chunks[{r}].\n  hint: "
-                         f"grad_shard += chunks[rank]")
+                fail(T("{where}: grad_shard did not change.\n  hint: add chunks[rank] into grad_shard in place: "
+                       "grad_shard += chunks[rank]", where=where))
+            fail(T("{where}: grad_shard is not (its value before) + chunks[{r}].\n  hint: grad_shard += chunks[rank]",
+                   where=where, r=r))
         self.stage.track(f"grads {b.index}", None)
         self.stage.params.grads_done(g)
 
@@ -218,9 +218,9 @@ def _plug(add_grad: Callable, reduce_bucket: Callable, log: dict):
             g = b.parts[0].group
             seen = log["seen"].get((id(self), g.index), set())
             if len(seen) == len(g.params) and b.index not in self._ready:
-                fail(f"all {len(g.params)} gradients of bucket {g.label!r} arrived, but "
-                             f"add_grad never returned True: the bucket waited for the end of "
-                             f"backward.\n  hint: return True when len(arrived) == n_params")
+                fail(T("all {n} gradients of bucket {bucket} arrived, but add_grad never returned True: the bucket "
+                       "waited for the end of backward.\n  hint: return True when len(arrived) == n_params",
+                       n=len(g.params), bucket=repr(g.label)))
         log["seen"].clear()
         log["arrived"].clear()
         log["micro"] += 1
@@ -247,7 +247,12 @@ def _worst(got: dict, ref: dict, tol) -> tuple[str, float, float]:
     return worst
 
 
-def _train(add_grad: Callable, reduce_bucket: Callable, case) -> dict:
+def _train(add_grad: Callable, reduce_bucket: Callable, case, language: str = "en") -> dict:
+    with i18n.using(language):          # a rank speaks the language of the notebook that started it
+        return _train_here(add_grad, reduce_bucket, case)
+
+
+def _train_here(add_grad: Callable, reduce_bucket: Callable, case) -> dict:
     """On every rank: train with the learner's pieces plugged in, then with zerolab's own."""
     import zerolab
     from zerolab.models import TinyLM, lm_batches, lm_loss
@@ -289,8 +294,9 @@ def _train(add_grad: Callable, reduce_bucket: Callable, case) -> dict:
 
 def _describe(case) -> str:
     n, stage, precision, gas, comm = case
-    text = f"stage {stage}, {n} ranks, {precision}, accumulation {gas}"
-    return text + (f", communication in {comm}" if comm else "")
+    text = T("stage {stage}, {n} ranks, {precision}, accumulation {gas}", stage=stage, n=n, precision=precision,
+             gas=gas)
+    return text + (T(", communication in {comm}", comm=comm) if comm else "")
 
 
 def check_stage2_buckets(add_grad: Callable, reduce_bucket: Callable, *, cases=CASES) -> None:
@@ -300,35 +306,40 @@ def check_stage2_buckets(add_grad: Callable, reduce_bucket: Callable, *, cases=C
     for case in cases:
         what = _describe(case)
         try:
-            per_rank = _crew(case[0]).run(_train, add_grad, reduce_bucket, case)
+            per_rank = _crew(case[0]).run(_train, add_grad, reduce_bucket, case, i18n.lang())
         except Exception as exc:             # a RankError (a rank raised) or a CrewTimeout
             if "NotImplementedError" in str(exc):
-                raise ExerciseCheckFailed("add_grad or reduce_bucket raised NotImplementedError: "
-                                          "write the parts marked 'Exercise' first.") from None
-            raise rank_failure(exc, what, "the rank's traceback (zerolab.checks.full_tracebacks(), "
-                               "then run again) names the line") from None
+                raise ExerciseCheckFailed(T("add_grad or reduce_bucket raised NotImplementedError: "
+                                            "write the parts marked 'Exercise' first.")) from None
+            raise rank_failure(exc, what, T("the rank's traceback (zerolab.checks.full_tracebacks(), "
+                                            "then run again) names the line")) from None
         errors = [res for res in per_rank if res["error"]]
         if errors:
             first = errors[0]
             if first.get("not_implemented") or "NotImplementedError" in first["error"]:
-                raise ExerciseCheckFailed("add_grad or reduce_bucket raised NotImplementedError: "
-                                          "write the parts marked 'Exercise' first.")
-            raise ExerciseCheckFailed(f"{what}: {first['error']}")
+                raise ExerciseCheckFailed(T("add_grad or reduce_bucket raised NotImplementedError: "
+                                            "write the parts marked 'Exercise' first."))
+            raise ExerciseCheckFailed(T("{what}: {error}", what=what, error=first["error"]))
         for rank, res in enumerate(per_rank):
-            for key, against in (("vs_engine", "zerolab's own engine"),
-                                 ("vs_reference", "single-process training")):
+            for key, against in (("vs_engine", T("zerolab's own engine")),
+                                 ("vs_reference", T("single-process training"))):
                 if key not in res:
                     continue
                 name, score, err = res[key]
                 if not score <= 1:
-                    raise ExerciseCheckFailed(
-                        f"{what}: trained to different parameters than {against}: on rank {rank}, "
-                        f"{name} is off by up to {err:.3g}.\n  hint: every bucket must go once, "
-                        f"as bucket.to(comm_dtype) / world_size, and rank r keeps chunks[r]")
+                    raise ExerciseCheckFailed(T(
+                        "{what}: trained to different parameters than {against}: on rank {rank}, {name} is off by "
+                        "up to {err:.3g}.\n  hint: every bucket must go once, as bucket.to(comm_dtype) / "
+                        "world_size, and rank r keeps chunks[r]", what=what, against=against, rank=rank, name=name,
+                        err=err))
         res = per_rank[0]
-        ref = " and single-process training" if "vs_reference" in res else ""
-        lines.append(f"{what}: {res['buckets']} buckets, {res['reduce_scatters']} reduce-scatters;"
-                     f"\n    equal to zerolab's engine{ref}")
-    passed("your add_grad and reduce_bucket, plugged into zerolab's stages 2 and 3, train like\n"
-           "  the engine's own (stage 2 in the paper's pattern: zerolab's ideal_reduce_scatter;\n"
-           "  DeepSpeed's stage 2 all-reduces each bucket instead):\n  " + "\n  ".join(lines))
+        made = dict(what=what, buckets=res["buckets"], reduce_scatters=res["reduce_scatters"])
+        if "vs_reference" in res:
+            lines.append(T("{what}: {buckets} buckets, {reduce_scatters} reduce-scatters;\n"
+                           "    equal to zerolab's engine and single-process training", **made))
+        else:
+            lines.append(T("{what}: {buckets} buckets, {reduce_scatters} reduce-scatters;\n"
+                           "    equal to zerolab's engine", **made))
+    passed(T("your add_grad and reduce_bucket, plugged into zerolab's stages 2 and 3, train like\n"
+             "  the engine's own (stage 2 in the paper's pattern: zerolab's ideal_reduce_scatter;\n"
+             "  DeepSpeed's stage 2 all-reduces each bucket instead):") + "\n  " + "\n  ".join(lines))
