@@ -34,6 +34,7 @@ CJK = __import__("re").compile(r"[\u4e00-\u9fff]")
 TRANSLATED = {"progress.py": "progress", "report.py": "report", "checks/__init__.py": "checks",
               "checks/ch00.py": "checks.ch00", "checks/ch01.py": "checks.ch01", "checks/ch02.py": "checks.ch02",
               "checks/ch03.py": "checks.ch03", "checks/stage2_buckets.py": "checks.stage2_buckets",
+              "checks/zero1.py": "checks.zero1",
               "checks/ch06.py": "checks.ch06", "checks/ch07.py": "checks.ch07", "checks/ch14.py": "checks.ch14",
               "lab/common.py": "lab", "lab/basic.py": "lab", "lab/core.py": "lab",
               "lab/application.py": "lab", "lab/extension.py": "lab"}
@@ -118,13 +119,14 @@ def _fields(template: str) -> set[str]:
 
 def _dynamic() -> dict[str, list[str]]:
     """Templates a module passes through T.text from a table rather than a literal."""
-    from zerolab.checks import ch00, ch01, ch02, ch03, ch06, ch14
+    from zerolab.checks import ch00, ch01, ch02, ch03, ch06, ch14, zero1
     mistakes = [h for table in (ch14.TOKENS_MISTAKES, ch14.BYTES_MISTAKES, ch14.OFFLOAD_MISTAKES) for _, h in table]
     return {"progress": list(progress.EXERCISES.values()) + ["done", "tried", "not started"],
             "checks.ch00": [ch00.HINT],
             "checks.ch01": list(ch01.NAMES.values()),
             "checks.ch02": [ch02.HINT],
             "checks.ch03": [name for name, _ in ch03.LAYOUTS],
+            "checks.zero1": list(zero1.ROUNDINGS.values()) + list(zero1.HOW.values()),
             "checks.ch06": [what for what, _, _ in ch06.CASES] + [ch06._model_case()[0]],
             "checks.ch14": mistakes + ["tokens", "bytes", "forward gather", "backward gather", "gradients"]}
 
@@ -326,6 +328,42 @@ def test_exercise_3b_fails_in_the_editions_language_on_its_ranks():
                          "grad_shard 里只有这个微步的梯度"), zh
     assert "提示：跨微步累加：grad_shard += chunks[rank]，而不是 grad_shard = ..." in zh, zh
     assert all(i18n.width(line) <= 100 for line in zh.splitlines()), zh
+
+
+SUMS_NOT_AVERAGES = """
+import torch.distributed as dist
+
+class ShardedOptimizer:                 # DDP by hand, and the gradients summed, never averaged
+    def __init__(self, params, optimizer_cls, **kwargs):
+        self.params = list(params)
+        self.optimizer = optimizer_cls(self.params, **kwargs)
+
+    def step(self):
+        for p in self.params:
+            dist.all_reduce(p.grad)
+        self.optimizer.step()
+
+    def zero_grad(self):
+        self.optimizer.zero_grad()
+"""
+
+
+def test_exercise_3c_fails_in_the_editions_language():
+    from zerolab.checks import close_crews
+    from zerolab.checks.zero1 import check
+
+    ns = {"__name__": "zero1_learner_under_test"}       # not importable: sent to the ranks by value
+    exec(SUMS_NOT_AVERAGES, ns)
+    try:
+        en = _fail(check, ns["ShardedOptimizer"])
+        with i18n.using("zh"):
+            zh = _fail(check, ns["ShardedOptimizer"])
+    finally:
+        close_crews()
+    assert en == ("N=2, SGD, momentum 0.9, after step 1: every update is 2 times DDP's.\n"
+                  "  hint: forgot to average: the gradients were summed over the 2 ranks; DDP averages"), en
+    assert zh == ("N=2，SGD，动量 0.9，第 1 步之后：每次更新都是 DDP 的 2 倍。\n"
+                  "  提示：忘了求平均：梯度在 2 个 rank 上求了和；DDP 求的是平均"), zh
 
 
 def test_exercise_1_fails_in_the_editions_language(monkeypatch):

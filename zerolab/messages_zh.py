@@ -498,6 +498,118 @@ ZH["checks.stage2_buckets"] = {
         "  DeepSpeed 的 stage 2 则是对每个桶做 all-reduce）：",
 }
 
+# -- exercise 3c: ZeRO-1 by hand, against DDP -------------------------------------------------------
+ZH["checks.zero1"] = {
+    # how DDP rounds 1/N (zerolab.checks.zero1.ROUNDINGS), the two optimizers (HOW)
+    "x 1/N before the sum: DDP's reducer": "求和前 x 1/N：DDP 的 reducer",
+    "/ N before the sum: allreduce_hook, DeepSpeed": "求和前 / N：allreduce_hook、DeepSpeed",
+    "/ N after the sum": "求和后 / N",
+    "SGD, momentum 0.9": "SGD，动量 0.9",
+    "AdamW (0.8, 0.95), wd 0.1": "AdamW (0.8, 0.95)，权重衰减 0.1",
+    # on a rank
+    "{what} raised {name}: {error}": "{what} 抛出了 {name}：{error}",
+    "step() (step {k})": "step()（第 {k} 步）",
+    # what is wrong
+    "N={n}, {how}, after step {k}": "N={n}，{how}，第 {k} 步之后",
+    "{where}: every update is {ratio:.3g} times DDP's.\n  hint: ": "{where}：每次更新都是 DDP 的 {ratio:.3g} 倍。\n  提示：",
+    "forgot to average: the gradients were summed over the {n} ranks; DDP averages":
+        "忘了求平均：梯度在 {n} 个 rank 上求了和；DDP 求的是平均",
+    "averaged twice: divide by N once (not before and after the sum)":
+        "平均了两次：只除一次 N（不要在求和前后各除一次）",
+    "the gradients were divided by {c}, not by N = {n}: use dist.get_world_size()":
+        "梯度除以的是 {c}，而不是 N = {n}：用 dist.get_world_size()",
+    "the gradient must be the average over the ranks, and lr reach optimizer_cls":
+        "梯度必须是各 rank 上的平均值，lr 也要传到 optimizer_cls",
+    "{where}: the ranks disagree.\n  Of the {moved:,} elements DDP changed, each rank kept most at their old values "
+    "({kept}).\n  hint: forgot to all-gather: each rank updated only its shard; all-gather the shards\n"
+    "  (dist.all_gather_single) and copy them into the parameters":
+        "{where}：各 rank 的结果不一致。\n  DDP 改动的 {moved:,} 个元素里，每个 rank 都有大部分还是旧值（{kept}）。\n"
+        "  提示：忘了 all-gather：每个 rank 只更新了自己的分片；要 all-gather 各分片\n"
+        "  （dist.all_gather_single），再拷回参数里",
+    "{where}: the ranks end the step with different parameters.\n  hint: every rank must all-gather the same "
+    "shards, in rank order, and copy them back":
+        "{where}：这一步结束时各 rank 的参数不同。\n  提示：每个 rank 都必须按 rank 顺序 all-gather 同样的分片，再拷回去",
+    "{where}: the last {kept} of {psi:,} elements never changed.\n  hint: the uneven shard lost the tail: {psi:,} "
+    "does not divide by N = {n}; pad the flat\n  buffer to a multiple of N (DeepSpeed pads) so that the last shard "
+    "owns them":
+        "{where}：{psi:,} 个元素中最后 {kept} 个从没变过。\n"
+        "  提示：不均匀的分片丢了尾巴：{psi:,} 不能被 N = {n} 整除；把扁平缓冲区\n"
+        "  补齐到 N 的整数倍（DeepSpeed 就是这样补齐的），让最后一个分片拥有它们",
+    "{where}: {kept:,} elements that DDP changed (the first at flat index {first:,})\n  never changed here.\n"
+    "  hint: every element must belong to exactly one rank's shard, and be gathered back":
+        "{where}：DDP 改动了的 {kept:,} 个元素（第一个在扁平下标 {first:,}）\n  在这里从没变过。\n"
+        "  提示：每个元素都必须恰好属于一个 rank 的分片，并且被收集回来",
+    "{where}: each shard was stepped with its own rank's gradient.\n  hint: reduce the gradients over the ranks "
+    "first (reduce-scatter or all-reduce), then step":
+        "{where}：每个分片都是用它自己 rank 的梯度更新的。\n"
+        "  提示：先在各 rank 之间归约梯度（reduce-scatter 或 all-reduce），再更新",
+    "{where}: step 1 matched DDP bit for bit, step {k} does not.\n  hint: the optimizer's state must carry over "
+    "(build self.optimizer once, in __init__, over\n  a shard tensor that stays the same object), and every "
+    "keyword argument (momentum,\n  betas, weight_decay) must reach optimizer_cls":
+        "{where}：第 1 步与 DDP 逐位相同，第 {k} 步却不同。\n"
+        "  提示：优化器状态必须延续下去（在 __init__ 里只建一次 self.optimizer，\n"
+        "  建在一个始终是同一对象的分片张量上），而且每个关键字参数（momentum、\n"
+        "  betas、weight_decay）都必须传到 optimizer_cls",
+    "{where}: the parameters differ from DDP's (largest |difference| {worst:.1e}).\n  hint: is every keyword "
+    "argument passed on to optimizer_cls? Are the gradients the\n  average over the ranks, each shard stepped once, "
+    "every shard gathered back?":
+        "{where}：参数与 DDP 的不同（最大 |差| {worst:.1e}）。\n"
+        "  提示：每个关键字参数都传给 optimizer_cls 了吗？梯度是各 rank 上的\n"
+        "  平均值吗？每个分片只更新一次、每个分片都收集回来了吗？",
+    "N={n}: after zero_grad() {left} parameters still held a gradient.\n  hint: zero_grad() must clear every "
+    "parameter's .grad (set it to None), or backward adds the\n  next step's gradients to the old ones":
+        "N={n}：zero_grad() 之后还有 {left} 个参数留着梯度。\n"
+        "  提示：zero_grad() 必须清掉每个参数的 .grad（设为 None），否则反向传播会把\n"
+        "  下一步的梯度加到旧梯度上",
+    # how the parameters compare with DDP's
+    "bit for bit equal to DDP": "与 DDP 逐位相同",
+    "bit for bit ({how})": "逐位相同（{how}）",
+    "NOT bit for bit; every |difference| <= {bound}:\n{indent}your sums ran in another order than DDP's "
+    "(see the notebook)":
+        "并非逐位相同；每个 |差| <= {bound}：\n{indent}你的求和顺序与 DDP 的不同（见 notebook）",
+    # the traffic and the memory
+    "N={n}: the check counted no collective in step().\n  hint: call torch.distributed's collectives through the "
+    "module, dist.<name>(...),\n  so that the check can count them":
+        "N={n}：检查在 step() 里没有数到任何集合通信。\n"
+        "  提示：通过模块调用 torch.distributed 的集合通信，写成 dist.<name>(...)，\n  检查才能数到它们",
+    "N={n}: step() put {wire:,.0f} bytes per rank on the wire ({calls});\n  an all-reduce of the gradients and an "
+    "all-gather of the parameters need {need:,.0f}.\n  hint: something is sent twice, or a whole buffer where a "
+    "shard would do":
+        "N={n}：step() 每个 rank 发出 {wire:,.0f} 个线路字节（{calls}）；\n"
+        "  梯度的 all-reduce 加参数的 all-gather 只需要 {need:,.0f}。\n"
+        "  提示：有东西发了两次，或者该发一个分片的地方发了整个缓冲区",
+    "step() per rank, N={n}: {calls} = {wire:,.0f} bytes on the wire\n    (S = the {s:,}-byte padded buffer: "
+    "reduce-scatter + all-gather 2(N-1)/N S = {rs_ag:,.0f};\n    DeepSpeed's default, all-reduce + all-gather, "
+    "3(N-1)/N S = {ar_ag:,.0f})":
+        "每个 rank 的 step()，N={n}：{calls} = {wire:,.0f} 个线路字节\n"
+        "    （S = 补齐后 {s:,} 字节的缓冲区：reduce-scatter + all-gather 2(N-1)/N S = {rs_ag:,.0f}；\n"
+        "    DeepSpeed 的默认做法 all-reduce + all-gather，3(N-1)/N S = {ar_ag:,.0f}）",
+    "N={n}: the check found no torch optimizer in your object.\n  hint: keep the optimizer you build with "
+    "optimizer_cls as self.optimizer":
+        "N={n}：检查在你的对象里找不到 torch 优化器。\n  提示：把用 optimizer_cls 建出的优化器存为 self.optimizer",
+    "N={n}: self.optimizer holds no states after {steps} AdamW steps.\n  hint: step the shard with "
+    "self.optimizer.step(), not by hand":
+        "N={n}：AdamW 更新 {steps} 步之后，self.optimizer 里没有任何状态。\n"
+        "  提示：用 self.optimizer.step() 更新分片，不要手写更新",
+    "N={n}: the optimizer states weigh {mine:,} bytes on a rank; DDP's {ddp:,}, and a shard's\n  should weigh "
+    "about 1/{n} of that ({share:,}).\n  hint: states for all parameters: every rank steps the whole model. Build "
+    "self.optimizer\n  over this rank's shard only":
+        "N={n}：一个 rank 上的优化器状态有 {mine:,} 字节；DDP 的是 {ddp:,}，\n"
+        "  一个分片的应当约为它的 1/{n}（{share:,}）。\n"
+        "  提示：存了所有参数的状态：每个 rank 都在更新整个模型。self.optimizer\n  只应建在本 rank 的分片上",
+    "AdamW states per rank, N={n}: {each} bytes; DDP's {ddp:,} / {n} = {share:,}":
+        "每个 rank 的 AdamW 状态，N={n}：{each} 字节；DDP 的 {ddp:,} / {n} = {share:,}",
+    "N={n}: ranks {ranks} were still waiting after 60 s.\n  hint: every rank must make the same collective calls, "
+    "in the same order, with tensors of the same size":
+        "N={n}：60 秒后 rank {ranks} 仍在等待。\n  提示：每个 rank 都必须按同样的顺序、用同样大小的张量，做同样的集合通信调用",
+    "ShardedOptimizer is not written yet (NotImplementedError): write the parts marked 'Exercise'.":
+        "ShardedOptimizer 还没有写（NotImplementedError）：先写标着 'Exercise' 的部分。",
+    "the error is your class's; full_tracebacks() shows the line on the rank":
+        "错误出在你的类里；full_tracebacks() 会指出它在 rank 上是哪一行",
+    "your ShardedOptimizer trains the {psi:,}-parameter MLP as DDP does ({steps} steps each):":
+        "你的 ShardedOptimizer 训练这个 {psi:,} 个参数的 MLP，结果与 DDP 相同（每次 {steps} 步）：",
+}
+
 # -- exercise 6: the bucket plan -----------------------------------------------------------------------
 ZH["checks.ch06"] = {
     "hint: ": "提示：",

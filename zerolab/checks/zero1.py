@@ -41,9 +41,12 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
+from .. import i18n
 from ..comm import wire_factor
 from ..crew import CrewTimeout, RankError
 from . import ExerciseCheckFailed, close_crews, crew_of, passed, rank_failure  # noqa: F401
+
+T = i18n.catalogue("checks.zero1")    # the messages in the edition's language (zerolab/messages_zh.py)
 
 __all__ = ["check_sharded_optimizer", "check", "close_crews", "make_model", "batch", "loss_fn",
            "flat_params", "state_bytes", "counting", "wire_bytes", "run_ddp", "psi", "padded",
@@ -238,12 +241,18 @@ def _learner(what: str, call):
     except NotImplementedError:
         raise
     except Exception as exc:                                        # noqa: BLE001
-        raise LearnerError(f"{what} raised {type(exc).__name__}: {exc}") from exc
+        raise LearnerError(T("{what} raised {name}: {error}", what=what, name=type(exc).__name__,
+                             error=exc)) from exc
 
 
-def _rank_run(blob: bytes, opt_name: str, roundings: tuple, steps: int = STEPS) -> dict:
+def _rank_run(blob: bytes, opt_name: str, roundings: tuple, steps: int = STEPS, language: str = "en") -> dict:
     """On one rank: the learner's optimizer (unpickled inside the counting wrappers) for
-    ``steps`` steps, then DDP for each rounding."""
+    ``steps`` steps, then DDP for each rounding (``language``: the notebook's, for errors)."""
+    with i18n.using(language):
+        return _rank_run_here(blob, opt_name, roundings, steps)
+
+
+def _rank_run_here(blob: bytes, opt_name: str, roundings: tuple, steps: int) -> dict:
     r, n = dist.get_rank(), dist.get_world_size()
     cls, hp = OPTIMIZERS[opt_name]
     result = {"rank": r, "steps": []}
@@ -260,7 +269,7 @@ def _rank_run(blob: bytes, opt_name: str, roundings: tuple, steps: int = STEPS) 
             grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).clone()
             count.on = True
             try:
-                _learner(f"step() (step {k + 1})", opt.step)
+                _learner(T("step() (step {k})", k=k + 1), opt.step)
             finally:
                 count.on = False
             result["steps"].append({"params": flat_params(model), "grad": grad, "calls": count.take(),
@@ -312,43 +321,49 @@ def _first_difference(results: list, rounding: str, tolerance: tuple | None = No
     return None
 
 
+def _pad(text: str, columns: int) -> str:
+    """``text`` padded with spaces to ``columns`` columns (a CJK character takes two)."""
+    return text + " " * (columns - i18n.width(text))
+
+
 def _scaled(where: str, n: int, ratio: float) -> str | None:
     """The hint for updates that are all ``ratio`` times DDP's (SGD's first step is lr x grad)."""
-    what = f"{where}: every update is {ratio:.3g} times DDP's.\n  hint: "
+    what = T("{where}: every update is {ratio:.3g} times DDP's.\n  hint: ", where=where, ratio=ratio)
     if _close(ratio, n):
-        return what + f"forgot to average: the gradients were summed over the {n} ranks; DDP averages"
+        return what + T("forgot to average: the gradients were summed over the {n} ranks; DDP averages", n=n)
     if _close(ratio, 1 / n):
-        return what + "averaged twice: divide by N once (not before and after the sum)"
+        return what + T("averaged twice: divide by N once (not before and after the sum)")
     for c in range(2, 9):
         if _close(ratio, n / c):
-            return what + f"the gradients were divided by {c}, not by N = {n}: use dist.get_world_size()"
-    return what + "the gradient must be the average over the ranks, and lr reach optimizer_cls"
+            return what + T("the gradients were divided by {c}, not by N = {n}: use dist.get_world_size()", c=c, n=n)
+    return what + T("the gradient must be the average over the ranks, and lr reach optimizer_cls")
 
 
 def _diagnose(n: int, opt_name: str, results: list, k: int) -> str:
     """What is wrong at step k, the first after which the parameters differ from DDP's."""
-    where = f"N={n}, {HOW[opt_name]}, after step {k}"
+    where = T("N={n}, {how}, after step {k}", n=n, how=T.text(HOW[opt_name]), k=k)
     mine, before = [_params(res, k) for res in results], [_params(res, k - 1) for res in results]
     ddp, ddp_before = _params(results[0], k, "builtin"), _params(results[0], k - 1, "builtin")
     moved = ddp != ddp_before
     if not all(torch.equal(x, mine[0]) for x in mine):
         kept = [int(((x == b) & moved).sum()) for x, b in zip(mine, before)]
         if min(kept) >= int(moved.sum()) // (2 * n):
-            return (f"{where}: the ranks disagree.\n  Of the {int(moved.sum()):,} elements DDP changed, "
-                    f"each rank kept most at their old values ({', '.join(f'{c:,}' for c in kept)}).\n"
-                    f"  hint: forgot to all-gather: each rank updated only its shard; all-gather the "
-                    f"shards\n  (dist.all_gather_single) and copy them into the parameters")
-        return (f"{where}: the ranks end the step with different parameters.\n  hint: every rank "
-                f"must all-gather the same shards, in rank order, and copy them back")
+            return T("{where}: the ranks disagree.\n  Of the {moved:,} elements DDP changed, each rank kept most at "
+                     "their old values ({kept}).\n  hint: forgot to all-gather: each rank updated only its shard; "
+                     "all-gather the shards\n  (dist.all_gather_single) and copy them into the parameters",
+                     where=where, moved=int(moved.sum()), kept=", ".join(f"{c:,}" for c in kept))
+        return T("{where}: the ranks end the step with different parameters.\n  hint: every rank must all-gather "
+                 "the same shards, in rank order, and copy them back", where=where)
     kept = ((mine[0] == before[0]) & moved).nonzero().flatten()
     if kept.numel():
         if int(kept.min()) >= psi() - kept.numel() and kept.numel() < psi() // n:
-            return (f"{where}: the last {kept.numel()} of {psi():,} elements never changed.\n  hint: "
-                    f"the uneven shard lost the tail: {psi():,} does not divide by N = {n}; pad the "
-                    f"flat\n  buffer to a multiple of N (DeepSpeed pads) so that the last shard owns them")
-        return (f"{where}: {kept.numel():,} elements that DDP changed (the first at flat index "
-                f"{int(kept[0]):,})\n  never changed here.\n  hint: every element must belong to "
-                f"exactly one rank's shard, and be gathered back")
+            return T("{where}: the last {kept} of {psi:,} elements never changed.\n  hint: the uneven shard lost "
+                     "the tail: {psi:,} does not divide by N = {n}; pad the flat\n  buffer to a multiple of N "
+                     "(DeepSpeed pads) so that the last shard owns them", where=where, kept=kept.numel(), psi=psi(),
+                     n=n)
+        return T("{where}: {kept:,} elements that DDP changed (the first at flat index {first:,})\n  never changed "
+                 "here.\n  hint: every element must belong to exactly one rank's shard, and be gathered back",
+                 where=where, kept=kept.numel(), first=int(kept[0]))
     step, ddp_step = mine[0] - before[0], ddp - ddp_before
     big = ddp_step.abs() > 1e-3 * ddp_step.abs().max()
     if opt_name == "SGD" and k == 1 and big.any():
@@ -360,37 +375,38 @@ def _diagnose(n: int, opt_name: str, results: list, k: int) -> str:
         for res, scale in ((res, scale) for res in results for scale in (1.0, 1.0 / n)):
             own |= (step + lr * scale * res["steps"][0]["grad"]).abs() <= 1e-5 * step.abs() + 1e-9
         if float(own[big].float().mean()) > 0.5:
-            return (f"{where}: each shard was stepped with its own rank's gradient.\n  hint: reduce "
-                    f"the gradients over the ranks first (reduce-scatter or all-reduce), then step")
+            return T("{where}: each shard was stepped with its own rank's gradient.\n  hint: reduce the gradients "
+                     "over the ranks first (reduce-scatter or all-reduce), then step", where=where)
     if k > 1:
-        return (f"{where}: step 1 matched DDP bit for bit, step {k} does not.\n  hint: the "
-                f"optimizer's state must carry over (build self.optimizer once, in __init__, over\n"
-                f"  a shard tensor that stays the same object), and every keyword argument (momentum,"
-                f"\n  betas, weight_decay) must reach optimizer_cls")
+        return T("{where}: step 1 matched DDP bit for bit, step {k} does not.\n  hint: the optimizer's state must "
+                 "carry over (build self.optimizer once, in __init__, over\n  a shard tensor that stays the same "
+                 "object), and every keyword argument (momentum,\n  betas, weight_decay) must reach optimizer_cls",
+                 where=where, k=k)
     worst = max(float((x - ddp).abs().max()) for x in mine)
-    return (f"{where}: the parameters differ from DDP's (largest |difference| {worst:.1e}).\n  hint: "
-            f"is every keyword argument passed on to optimizer_cls? Are the gradients the\n  average "
-            f"over the ranks, each shard stepped once, every shard gathered back?")
+    return T("{where}: the parameters differ from DDP's (largest |difference| {worst:.1e}).\n  hint: is every "
+             "keyword argument passed on to optimizer_cls? Are the gradients the\n  average over the ranks, each "
+             "shard stepped once, every shard gathered back?", where=where, worst=worst)
 
 
 def _compare(n: int, opt_name: str, results: list) -> str:
     """A line saying how the parameters compare with DDP's, or ExerciseCheckFailed."""
     left = max(s["grads_left"] for res in results for s in res["steps"])
     if left:
-        raise ExerciseCheckFailed(
-            f"N={n}: after zero_grad() {left} parameters still held a gradient.\n  hint: zero_grad() "
-            f"must clear every parameter's .grad (set it to None), or backward adds the\n  next "
-            f"step's gradients to the old ones")
-    head = f"N={n}  {HOW[opt_name]:<27}"
+        raise ExerciseCheckFailed(T(
+            "N={n}: after zero_grad() {left} parameters still held a gradient.\n  hint: zero_grad() must clear "
+            "every parameter's .grad (set it to None), or backward adds the\n  next step's gradients to the old "
+            "ones", n=n, left=left))
+    columns = max(i18n.width(T.text(how)) for how in HOW.values()) + 2     # 27 in English
+    head = f"N={n}  " + _pad(T.text(HOW[opt_name]), columns)
     for rounding in results[0]["ddp"]:
         if _first_difference(results, rounding) is None:
-            return head + ("bit for bit equal to DDP" if n == 2 else
-                           f"bit for bit ({ROUNDINGS[rounding]})".replace("N", str(n)))
+            return head + (T("bit for bit equal to DDP") if n == 2 else
+                           T("bit for bit ({how})", how=T.text(ROUNDINGS[rounding])).replace("N", str(n)))
     atol, rtol = TOLERANCE[opt_name]
     if n >= 3 and _first_difference(results, "builtin", (atol, rtol)) is None:
         bound = f"{atol:.0e}" + (f" + {rtol:.0e} |x|" if rtol else " (lr / 10)")
-        return (f"{head}NOT bit for bit; every |difference| <= {bound}:\n{'':34}your sums ran in "
-                f"another order than DDP's (see the notebook)")
+        return head + T("NOT bit for bit; every |difference| <= {bound}:\n{indent}your sums ran in another order "
+                        "than DDP's (see the notebook)", bound=bound, indent=" " * (columns + 7))
     raise ExerciseCheckFailed(_diagnose(n, opt_name, results, _first_difference(results, "builtin")))
 
 
@@ -401,51 +417,52 @@ def _traffic(n: int, results: list) -> str:
     wire, ops = wire_bytes(worst, n), [op for op in ORDER if any(c[0] == op for c in worst)]
     calls = " + ".join(f"{sum(c[0] == op for c in worst)} {op}" for op in ops)
     if wire == 0:
-        raise ExerciseCheckFailed(f"N={n}: the check counted no collective in step().\n  hint: call "
-                                  f"torch.distributed's collectives through the module, dist.<name>(...),"
-                                  f"\n  so that the check can count them")
+        raise ExerciseCheckFailed(T("N={n}: the check counted no collective in step().\n  hint: call "
+                                    "torch.distributed's collectives through the module, dist.<name>(...),\n  so "
+                                    "that the check can count them", n=n))
     if wire > 1.01 * (2 * (n - 1) / n * s + (s if "broadcast" in ops else (n - 1) / n * s)) + 64:
-        raise ExerciseCheckFailed(
-            f"N={n}: step() put {wire:,.0f} bytes per rank on the wire ({calls});\n  an all-reduce of "
-            f"the gradients and an all-gather of the parameters need {ar_ag:,.0f}.\n  hint: something "
-            f"is sent twice, or a whole buffer where a shard would do")
-    return (f"step() per rank, N={n}: {calls} = {wire:,.0f} bytes on the wire\n    (S = the {s:,}-byte "
-            f"padded buffer: reduce-scatter + all-gather 2(N-1)/N S = {rs_ag:,.0f};\n    DeepSpeed's "
-            f"default, all-reduce + all-gather, 3(N-1)/N S = {ar_ag:,.0f})")
+        raise ExerciseCheckFailed(T(
+            "N={n}: step() put {wire:,.0f} bytes per rank on the wire ({calls});\n  an all-reduce of the gradients "
+            "and an all-gather of the parameters need {need:,.0f}.\n  hint: something is sent twice, or a whole "
+            "buffer where a shard would do", n=n, wire=wire, calls=calls, need=ar_ag))
+    return T("step() per rank, N={n}: {calls} = {wire:,.0f} bytes on the wire\n    (S = the {s:,}-byte padded "
+             "buffer: reduce-scatter + all-gather 2(N-1)/N S = {rs_ag:,.0f};\n    DeepSpeed's default, all-reduce + "
+             "all-gather, 3(N-1)/N S = {ar_ag:,.0f})", n=n, calls=calls, wire=wire, s=s, rs_ag=rs_ag, ar_ag=ar_ag)
 
 
 def _memory(n: int, results: list) -> str:
     mine, ddp = [res["state_bytes"] for res in results], results[0]["ddp"]["builtin"]["state_bytes"]
     if any(m is None for m in mine):
-        raise ExerciseCheckFailed(f"N={n}: the check found no torch optimizer in your object.\n  hint: "
-                                  f"keep the optimizer you build with optimizer_cls as self.optimizer")
+        raise ExerciseCheckFailed(T("N={n}: the check found no torch optimizer in your object.\n  hint: keep the "
+                                    "optimizer you build with optimizer_cls as self.optimizer", n=n))
     if max(mine) == 0:
-        raise ExerciseCheckFailed(f"N={n}: self.optimizer holds no states after {STEPS} AdamW steps.\n"
-                                  f"  hint: step the shard with self.optimizer.step(), not by hand")
+        raise ExerciseCheckFailed(T("N={n}: self.optimizer holds no states after {steps} AdamW steps.\n"
+                                    "  hint: step the shard with self.optimizer.step(), not by hand", n=n, steps=STEPS))
     if max(mine) > 1.2 * ddp / n + 64:
-        raise ExerciseCheckFailed(
-            f"N={n}: the optimizer states weigh {max(mine):,} bytes on a rank; DDP's {ddp:,}, and a "
-            f"shard's\n  should weigh about 1/{n} of that ({ddp // n:,}).\n  hint: states for all "
-            f"parameters: every rank steps the whole model. Build self.optimizer\n  over this rank's "
-            f"shard only")
+        raise ExerciseCheckFailed(T(
+            "N={n}: the optimizer states weigh {mine:,} bytes on a rank; DDP's {ddp:,}, and a shard's\n  should "
+            "weigh about 1/{n} of that ({share:,}).\n  hint: states for all parameters: every rank steps the whole "
+            "model. Build self.optimizer\n  over this rank's shard only", n=n, mine=max(mine), ddp=ddp,
+            share=ddp // n))
     each = f"{mine[0]:,}" if len(set(mine)) == 1 else ", ".join(f"{m:,}" for m in mine)
-    return f"AdamW states per rank, N={n}: {each} bytes; DDP's {ddp:,} / {n} = {ddp // n:,}"
+    return T("AdamW states per rank, N={n}: {each} bytes; DDP's {ddp:,} / {n} = {share:,}", n=n, each=each, ddp=ddp,
+             share=ddp // n)
 
 
 def _run(blob: bytes, n: int, opt_name: str) -> list:
     roundings = ("builtin",) if n == 2 else tuple(ROUNDINGS)
     try:
-        results = crew_of(n).run(_rank_run, blob, opt_name, roundings, timeout=60)
+        results = crew_of(n).run(_rank_run, blob, opt_name, roundings, STEPS, i18n.lang(), timeout=60)
     except CrewTimeout as exc:
-        raise ExerciseCheckFailed(
-            f"N={n}: ranks {exc.ranks} were still waiting after 60 s.\n  hint: every rank must make the "
-            f"same collective calls, in the same order, with tensors of the same size") from None
+        raise ExerciseCheckFailed(T(
+            "N={n}: ranks {ranks} were still waiting after 60 s.\n  hint: every rank must make the same collective "
+            "calls, in the same order, with tensors of the same size", n=n, ranks=exc.ranks)) from None
     except RankError as exc:
         if "NotImplementedError" in str(exc):
-            raise ExerciseCheckFailed("ShardedOptimizer is not written yet (NotImplementedError): write "
-                                      "the parts marked 'Exercise'.") from None
-        raise rank_failure(exc, f"N={n}", "the error is your class's; full_tracebacks() shows the "
-                           "line on the rank") from None
+            raise ExerciseCheckFailed(T("ShardedOptimizer is not written yet (NotImplementedError): write "
+                                        "the parts marked 'Exercise'.")) from None
+        raise rank_failure(exc, f"N={n}", T("the error is your class's; full_tracebacks() shows the "
+                                            "line on the rank")) from None
     return results
 
 
@@ -459,8 +476,8 @@ def check_sharded_optimizer(optimizer_class) -> None:
         lines.append(_compare(n, opt_name, results))
         if opt_name == "AdamW":
             extra += [_traffic(n, results), _memory(n, results)]
-    passed(f"your ShardedOptimizer trains the {psi():,}-parameter MLP as DDP does ({STEPS} steps each):"
-           "\n  " + "\n  ".join(lines + extra))
+    passed(T("your ShardedOptimizer trains the {psi:,}-parameter MLP as DDP does ({steps} steps each):", psi=psi(),
+             steps=STEPS) + "\n  " + "\n  ".join(lines + extra))
 
 
 check = check_sharded_optimizer
