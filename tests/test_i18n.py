@@ -34,7 +34,7 @@ CJK = __import__("re").compile(r"[\u4e00-\u9fff]")
 TRANSLATED = {"progress.py": "progress", "report.py": "report", "checks/__init__.py": "checks",
               "checks/ch00.py": "checks.ch00", "checks/ch01.py": "checks.ch01", "checks/ch02.py": "checks.ch02",
               "checks/ch03.py": "checks.ch03", "checks/stage2_buckets.py": "checks.stage2_buckets",
-              "checks/zero1.py": "checks.zero1",
+              "checks/zero1.py": "checks.zero1", "checks/ch04.py": "checks.ch04",
               "checks/ch06.py": "checks.ch06", "checks/ch07.py": "checks.ch07", "checks/ch14.py": "checks.ch14",
               "lab/common.py": "lab", "lab/basic.py": "lab", "lab/core.py": "lab",
               "lab/application.py": "lab", "lab/extension.py": "lab"}
@@ -119,7 +119,7 @@ def _fields(template: str) -> set[str]:
 
 def _dynamic() -> dict[str, list[str]]:
     """Templates a module passes through T.text from a table rather than a literal."""
-    from zerolab.checks import ch00, ch01, ch02, ch03, ch06, ch14, zero1
+    from zerolab.checks import ch00, ch01, ch02, ch03, ch04, ch06, ch14, zero1
     mistakes = [h for table in (ch14.TOKENS_MISTAKES, ch14.BYTES_MISTAKES, ch14.OFFLOAD_MISTAKES) for _, h in table]
     return {"progress": list(progress.EXERCISES.values()) + ["done", "tried", "not started"],
             "checks.ch00": [ch00.HINT],
@@ -127,6 +127,7 @@ def _dynamic() -> dict[str, list[str]]:
             "checks.ch02": [ch02.HINT],
             "checks.ch03": [name for name, _ in ch03.LAYOUTS],
             "checks.zero1": list(zero1.ROUNDINGS.values()) + list(zero1.HOW.values()),
+            "checks.ch04": [label for label, _, _ in ch04.SEQUENCES],
             "checks.ch06": [what for what, _, _ in ch06.CASES] + [ch06._model_case()[0]],
             "checks.ch14": mistakes + ["tokens", "bytes", "forward gather", "backward gather", "gradients"]}
 
@@ -364,6 +365,59 @@ def test_exercise_3c_fails_in_the_editions_language():
                   "  hint: forgot to average: the gradients were summed over the 2 ranks; DDP averages"), en
     assert zh == ("N=2，SGD，动量 0.9，第 1 步之后：每次更新都是 DDP 的 2 倍。\n"
                   "  提示：忘了求平均：梯度在 2 个 rank 上求了和；DDP 求的是平均"), zh
+
+
+def _update_scale(factor=None, raise_in_engine=False):
+    """DeepSpeed 0.19.8's rule; factor=2.0: a hard-coded scale factor; raise_in_engine: a ValueError
+    at iteration 3 of the engine's scaler only (min_scale 300), after every sequence passed."""
+    from zerolab.loss_scaler import LossScaleAtMinimum
+
+    def fn(state, overflow):
+        if raise_in_engine and state["min_scale"] == 300 and state["cur_iter"] == 3:
+            raise ValueError("only in the engine")
+        f = factor or state["scale_factor"]
+        if overflow:
+            if state["delayed_shift"] == 1 or state["cur_hysteresis"] == 1:
+                if state["cur_scale"] == state["min_scale"]:
+                    raise LossScaleAtMinimum(state["cur_scale"], state["cur_iter"])
+                state["cur_scale"] = max(state["cur_scale"] / f, state["min_scale"])
+            else:
+                state["cur_hysteresis"] -= 1
+            state["last_overflow_iter"] = state["cur_iter"]
+        else:
+            if state["consecutive_hysteresis"]:
+                state["cur_hysteresis"] = state["delayed_shift"]
+            stable = state["cur_iter"] - state["last_overflow_iter"] - 1
+            if stable > 0 and stable % state["scale_window"] == 0:
+                if not state["consecutive_hysteresis"]:
+                    state["cur_hysteresis"] = state["delayed_shift"]
+                state["cur_scale"] *= f
+        state["cur_iter"] += 1
+    return fn
+
+
+def test_exercise_4_fails_in_the_editions_language():
+    from zerolab.checks.ch04 import check_sequences
+
+    en = _fail(check_sequences, _update_scale(factor=2.0))
+    assert en.startswith("sequence 'scale_factor 3: cuts divide by 3, growths multiply by 3'"), en
+    assert "hint: you divided by 2, but this scaler's scale_factor is 3" in en, en
+    with i18n.using("zh"):
+        zh = _fail(check_sequences, _update_scale(factor=2.0))
+    assert zh.startswith("序列“scale_factor 3：缩小时除以 3，增大时乘以 3”（溢出标志 0010001100000）："), zh
+    assert "第一处不同在第 2 次迭代" in zh and "提示：你除以了 2，但这个 scaler 的 scale_factor 是 3" in zh, zh
+    assert len(zh.splitlines()) <= 8 and all(i18n.width(line) <= 100 for line in zh.splitlines()), zh
+
+
+def test_exercise_4_fails_in_the_editions_language_on_the_engines_ranks(capsys):
+    from zerolab.checks.ch04 import check_update_scale
+
+    with i18n.using("zh"):
+        zh = _fail(check_update_scale, _update_scale(raise_in_engine=True))
+    assert capsys.readouterr().out.startswith("序列：8 组 scaler 设置，")
+    first, hint = zh.splitlines()[:2]
+    assert first.startswith("2 个 rank 上的引擎运行（在你的 update_scale 里），在各 rank 上失败："), zh
+    assert "update_scale 抛出了 ValueError：only in the engine" in first and "提示：update_scale 在某个 rank" in hint, zh
 
 
 def test_exercise_1_fails_in_the_editions_language(monkeypatch):

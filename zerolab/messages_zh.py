@@ -610,6 +610,133 @@ ZH["checks.zero1"] = {
         "你的 ShardedOptimizer 训练这个 {psi:,} 个参数的 MLP，结果与 DDP 相同（每次 {steps} 步）：",
 }
 
+# -- exercise 4: the dynamic loss scaler ------------------------------------------------------------
+ZH["checks.ch04"] = {
+    # the sequences (zerolab.checks.ch04.SEQUENCES)
+    "DeepSpeed's defaults: 2^16, window 1000, hysteresis 2": "DeepSpeed 的默认值：2^16，窗口 1000，hysteresis 2",
+    "the anchor trace: window 2, no hysteresis": "基准轨迹：窗口 2，不用 hysteresis",
+    "hysteresis 3, not refilled by a cut": "hysteresis 3，缩小时不补满",
+    "consecutive_hysteresis: refilled on every clean step": "consecutive_hysteresis：每个没溢出的步都补满",
+    "the floor: min_scale 20 (the cut is clamped to it)": "下限：min_scale 20（缩小时截在下限）",
+    "scale_factor 3: cuts divide by 3, growths multiply by 3": "scale_factor 3：缩小时除以 3，增大时乘以 3",
+    "at the floor with hysteresis left: tolerated twice, then the run stops":
+        "在下限但 hysteresis 有余：容忍两次，然后训练停止",
+    "at the floor: an overflow that cannot lower the scale stops the run": "在下限：无法再降低缩放值的溢出会让训练停止",
+    "sequence '{label}' (flags {flags})": "序列“{label}”（溢出标志 {flags}）",
+    # one call of the learner's rule (also on the engine's ranks)
+    "update_scale is not written yet (it raised NotImplementedError: {error}). Fill in the cell above, run it, then "
+    "this check again.":
+        "update_scale 还没有写（它抛出了 NotImplementedError：{error}）。\n"
+        "  先把上面的单元补完并运行，再运行一次这个检查。",
+    "update_scale raised {name}: {error}\n  on the call with overflow={overflow} and state {state}\n  hint: only an "
+    "overflow at cur_scale == min_scale may raise (LossScaleAtMinimum); call update_scale(new_state(), {overflow}) by "
+    "hand to see the line":
+        "update_scale 抛出了 {name}：{error}\n  出错的调用：overflow={overflow}，调用前的状态：\n  {state}\n"
+        "  提示：只有在 cur_scale == min_scale 时溢出才可以抛出异常（LossScaleAtMinimum）；\n"
+        "  手动调用 update_scale(new_state(), {overflow})，就能看到是哪一行",
+    " It returned a dict: write into the one you were given instead (state['cur_scale'] = ...).":
+        "\n  它返回了一个 dict：应该写进传给你的那个（state['cur_scale'] = ...）。",
+    "update_scale returned {type}; it should return None and change `state` in place.{hint}":
+        "update_scale 返回了 {type}；它应当返回 None，并原地修改 `state`。{hint}",
+    "after update_scale the state has no {missing}; change the values, do not remove keys":
+        "update_scale 之后状态里没有 {missing} 了；只改值，不要删键",
+    "update_scale changed the setting(s) {changed}; only {changing} change from call to call":
+        "update_scale 改了设置 {changed}；\n  每次调用之间只有 {changing} 会变",
+    "after update_scale, state[{key}] is {value}; it should be a finite number":
+        "update_scale 之后，state[{key}] 是 {value}；它应当是一个有限的数",
+    # the first difference, and the part of the rule it points at
+    "{where}: the first difference is at iteration {it} (overflow={overflow}).\n  state before: {before}\n"
+    "  expected:     {want}\n  yours:        {got}\n  hint: {hint}":
+        "{where}：\n  第一处不同在第 {it} 次迭代（overflow={overflow}）。\n  调用前的状态：{before}\n"
+        "  期望：        {want}\n  你的：        {got}\n  提示：{hint}",
+    "the gradients overflowed and the scale is already min_scale, so it cannot be lowered: DeepSpeed stops the run "
+    "here. Raise LossScaleAtMinimum(state['cur_scale'], state['cur_iter']) (only when the hysteresis is used up, i.e. "
+    "when the scale would be cut)":
+        "梯度溢出了，而缩放值已经是 min_scale，无法再降低：DeepSpeed 在这里停止训练。\n"
+        "  抛出 LossScaleAtMinimum(state['cur_scale'], state['cur_iter'])\n"
+        "  （只在 hysteresis 已用完、也就是缩放值本该被缩小时）",
+    "at min_scale, but cur_hysteresis is still {h}: this overflow is tolerated like any other (cur_hysteresis - 1, "
+    "the scale stays); raise only when the hysteresis is used up and the scale would be cut":
+        "已在 min_scale，但 cur_hysteresis 还是 {h}：这次溢出和别的溢出一样被容忍\n"
+        "  （cur_hysteresis - 1，缩放值不变）；只有 hysteresis 用完、缩放值本该被缩小时才抛出",
+    "only raise when an overflow would cut the scale and cur_scale == min_scale already":
+        "只有当溢出本该缩小缩放值、而 cur_scale 已经等于 min_scale 时才抛出",
+    "cur_iter counts the calls: add 1 at the end of every call, overflow or not":
+        "cur_iter 记录调用次数：每次调用结束时加 1，无论是否溢出",
+    "hysteresis is used up (delayed_shift = {d}, cur_hysteresis = {h}): when delayed_shift == 1 or cur_hysteresis "
+    "== 1, an overflow lowers the scale to max(cur_scale / scale_factor, min_scale)":
+        "hysteresis 已用完（delayed_shift = {d}，cur_hysteresis = {h}）：当 delayed_shift == 1 或\n"
+        "  cur_hysteresis == 1 时，溢出会把缩放值降到 max(cur_scale / scale_factor, min_scale)",
+    "hysteresis: cur_hysteresis is {h}, so this overflow is tolerated: it only lowers cur_hysteresis by one, and the "
+    "scale stays":
+        "hysteresis：cur_hysteresis 是 {h}，所以这次溢出被容忍：只把 cur_hysteresis 减一，缩放值不变",
+    "never below the floor: the new scale is max(cur_scale / scale_factor, min_scale)":
+        "永远不低于下限：新的缩放值是 max(cur_scale / scale_factor, min_scale)",
+    "you divided by 2, but this scaler's scale_factor is {f:g}: divide by state['scale_factor']":
+        "你除以了 2，但这个 scaler 的 scale_factor 是 {f:g}：要除以 state['scale_factor']",
+    "a cut divides the scale by scale_factor ({f:g}), once": "缩小就是把缩放值除以 scale_factor（{f:g}），只除一次",
+    "a cut leaves cur_hysteresis as it is (DeepSpeed refills it only when the scale grows, or on every clean step "
+    "with consecutive_hysteresis); so after the first cut every overflow cuts":
+        "缩小时 cur_hysteresis 保持不变（DeepSpeed 只在缩放值增大时补满它，或在开了\n"
+        "  consecutive_hysteresis 时每个没溢出的步都补满）；所以第一次缩小之后，每次溢出都缩小",
+    "a tolerated overflow lowers cur_hysteresis by exactly one": "被容忍的溢出只把 cur_hysteresis 减一",
+    "every overflow, tolerated or not, restarts the count of clean steps: last_overflow_iter = cur_iter (this "
+    "call's iteration, before adding 1)":
+        "每次溢出，无论是否被容忍，都重新开始数没溢出的步：\n"
+        "  last_overflow_iter = cur_iter（本次调用的迭代号，加 1 之前的）",
+    "stable = cur_iter - last_overflow_iter - 1 = {it} - ({last}) - 1 = {stable} clean steps came before this one":
+        "stable = cur_iter - last_overflow_iter - 1 = {it} - ({last}) - 1 = {stable}：连续 {stable} 步没溢出",
+    "the window: {window}; it is > 0 and a multiple of scale_window = {w}, so the scale doubles now (DeepSpeed "
+    "0.19.8 doubles on the (window + 1)-th clean step in a row)":
+        "{window}；\n  它 > 0 且是 scale_window = {w} 的倍数，所以缩放值现在就翻倍\n"
+        "  （DeepSpeed 0.19.8 在连续第 window + 1 个没溢出的步上翻倍）",
+    "the window: {window}; the scale doubles only when that is > 0 and a multiple of scale_window = {w}{extra}":
+        "{window}；\n  只有它 > 0 且是 scale_window = {w} 的倍数时，缩放值才翻倍{extra}",
+    " (older DeepSpeed used cur_iter - last_overflow_iter without the - 1; 0.19.8 has it)":
+        "\n  （更早的 DeepSpeed 用 cur_iter - last_overflow_iter，没有 - 1；0.19.8 有）",
+    "you doubled, but this scaler's scale_factor is {f:g}: multiply by state['scale_factor']":
+        "你乘了 2，但这个 scaler 的 scale_factor 是 {f:g}：要乘以 state['scale_factor']",
+    "a growth multiplies the scale by scale_factor ({f:g}), once": "增大就是把缩放值乘以 scale_factor（{f:g}），只乘一次",
+    "with consecutive_hysteresis every clean step refills cur_hysteresis = delayed_shift":
+        "开了 consecutive_hysteresis 时，每个没溢出的步都补满：cur_hysteresis = delayed_shift",
+    "when the scale grows, the hysteresis is refilled: cur_hysteresis = delayed_shift":
+        "缩放值增大时要补满 hysteresis：cur_hysteresis = delayed_shift",
+    "without consecutive_hysteresis, a clean step that does not grow the scale leaves cur_hysteresis alone":
+        "没开 consecutive_hysteresis 时，没溢出、也没让缩放值增大的步不动 cur_hysteresis",
+    "a clean step leaves last_overflow_iter alone": "没溢出的步不动 last_overflow_iter",
+    "compare your state with the expected one field by field": "把你的状态和期望的状态逐个字段比较",
+    # the engine
+    "the engine run on {n} ranks (inside your update_scale)": "{n} 个 rank 上的引擎运行（在你的 update_scale 里）",
+    "update_scale raised on a rank; the rank's traceback (zerolab.checks.full_tracebacks(), then run again) names "
+    "the line":
+        "update_scale 在某个 rank 上抛出了异常；该 rank 的回溯\n"
+        "  （运行 zerolab.checks.full_tracebacks() 后再运行一次）会指出是哪一行",
+    "the engine (fp16 TinyLM, ZeRO stage 2, {n} ranks; rank {bad}'s loss times inf at steps {steps})":
+        "引擎（fp16 TinyLM，ZeRO stage 2，{n} 个 rank；rank {bad} 的 loss 在第 {steps} 步乘以 inf）",
+    "{where}: ranks 0 and {r} used different loss scales from step {k} ({a} vs {b}); the rule must depend only on "
+    "the state and the overflow flag":
+        "{where}：\n  rank 0 和 rank {r} 从第 {k} 步起用的损失缩放值不同（{a} 对 {b}）；\n"
+        "  规则只能取决于状态和溢出标志",
+    "{where}: at step {step} the engine used loss scale {a} with your rule and {b} with zerolab's":
+        "{where}：\n  第 {step} 步，引擎用你的规则时损失缩放值是 {a}，用 zerolab 的是 {b}",
+    "{where}: rank {r} skipped steps {mine} with your rule, {ref} with zerolab's":
+        "{where}：\n  rank {r} 用你的规则跳过了第 {mine} 步，用 zerolab 的跳过了第 {ref} 步",
+    "{where}: rank {r}'s fp32 master weights differ at the end of the run although every loss scale matched":
+        "{where}：\n  每个损失缩放值都一致，但运行结束时 rank {r} 的 fp32 主权重不同",
+    # what passed
+    "sequences: {n} scaler settings, {calls} calls, every state equal to the reference":
+        "序列：{n} 组 scaler 设置，{calls} 次调用，每个状态都与参考实现相同",
+    "engine: {steps} fp16 steps on {n} ranks; loss scale per step with your rule:":
+        "引擎：{n} 个 rank 上 {steps} 个 fp16 步；用你的规则时每一步的损失缩放值：",
+    "  skipped steps (every rank): {skipped}": "  跳过的步（每个 rank）：{skipped}",
+    "  fp32 master weights after the run: bit-identical to the run with zerolab's scaler on every rank":
+        "  运行结束后的 fp32 主权重：每个 rank 上都与用 zerolab 的 scaler 那次运行逐位相同",
+    "your update_scale follows DeepSpeed 0.19.8's rule in {calls} sequence calls\n"
+    "  and drives the real engine on {n} ranks step for step":
+        "你的 update_scale 在 {calls} 次序列调用中都遵循 DeepSpeed 0.19.8 的规则，\n"
+        "  并在 {n} 个 rank 上一步不差地驱动了真实的引擎",
+}
+
 # -- exercise 6: the bucket plan -----------------------------------------------------------------------
 ZH["checks.ch06"] = {
     "hint: ": "提示：",

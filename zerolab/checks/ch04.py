@@ -29,8 +29,11 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .. import i18n
 from ..loss_scaler import DynamicLossScaler, LossScaleAtMinimum, _fmt
 from . import ExerciseCheckFailed, passed, rank_failure
+
+T = i18n.catalogue("checks.ch04")    # the messages in the edition's language (zerolab/messages_zh.py)
 
 __all__ = ["check_update_scale", "new_state", "state_of", "RuleLossScaler", "SEQUENCES", "ENGINE_CASE"]
 
@@ -70,32 +73,35 @@ def _call_rule(rule: Callable, state: dict, overflow: bool) -> dict | str:
     try:
         result = rule(work, overflow)
     except NotImplementedError as exc:
-        raise ExerciseCheckFailed(f"update_scale is not written yet (it raised NotImplementedError: {exc}). "
-                                  f"Fill in the cell above, run it, then this check again.") from exc
+        raise ExerciseCheckFailed(T("update_scale is not written yet (it raised NotImplementedError: {error}). "
+                                    "Fill in the cell above, run it, then this check again.", error=exc)) from exc
     except Exception as exc:       # noqa: BLE001 - any error is the learner's to see
         if state["cur_scale"] == state["min_scale"] and overflow:
             return RAISES          # the floor: DeepSpeed raises; any exception will do
-        raise ExerciseCheckFailed(
-            f"update_scale raised {type(exc).__name__}: {exc}\n  on the call with overflow={overflow} and "
-            f"state {_show(state)}\n  hint: only an overflow at cur_scale == min_scale may raise "
-            f"(LossScaleAtMinimum); call update_scale(new_state(), {overflow}) by hand to see the line") from exc
+        raise ExerciseCheckFailed(T(
+            "update_scale raised {name}: {error}\n  on the call with overflow={overflow} and state {state}\n"
+            "  hint: only an overflow at cur_scale == min_scale may raise (LossScaleAtMinimum); call "
+            "update_scale(new_state(), {overflow}) by hand to see the line", name=type(exc).__name__, error=exc,
+            overflow=overflow, state=_show(state))) from exc
     if result is not None:
-        hint = (" It returned a dict: write into the one you were given instead "
-                "(state['cur_scale'] = ...)." if isinstance(result, Mapping) else "")
-        raise ExerciseCheckFailed(f"update_scale returned {type(result).__name__}; it should return None and "
-                                  f"change `state` in place.{hint}")
+        hint = (T(" It returned a dict: write into the one you were given instead (state['cur_scale'] = ...).")
+                if isinstance(result, Mapping) else "")
+        raise ExerciseCheckFailed(T("update_scale returned {type}; it should return None and change `state` in "
+                                    "place.{hint}", type=type(result).__name__, hint=hint))
     missing = [k for k in CHANGING + SETTINGS if k not in work]
     if missing:
-        raise ExerciseCheckFailed(f"after update_scale the state has no {', '.join(map(repr, missing))}; "
-                                  f"change the values, do not remove keys")
+        raise ExerciseCheckFailed(T("after update_scale the state has no {missing}; change the values, do not "
+                                    "remove keys", missing=", ".join(map(repr, missing))))
     changed = [k for k in SETTINGS if work[k] != state[k]]
     if changed:
-        raise ExerciseCheckFailed(f"update_scale changed the setting(s) {', '.join(map(repr, changed))}; "
-                                  f"only {', '.join(CHANGING)} change from call to call")
+        raise ExerciseCheckFailed(T("update_scale changed the setting(s) {changed}; only {changing} change from "
+                                    "call to call", changed=", ".join(map(repr, changed)),
+                                    changing=", ".join(CHANGING)))
     for k in CHANGING:
         v = work[k]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
-            raise ExerciseCheckFailed(f"after update_scale, state[{k!r}] is {v!r}; it should be a finite number")
+            raise ExerciseCheckFailed(T("after update_scale, state[{key}] is {value}; it should be a finite number",
+                                        key=repr(k), value=repr(v)))
     return {k: work[k] for k in CHANGING}
 
 
@@ -118,84 +124,87 @@ def _show(d: Mapping | str) -> str:
 def _hint(before: Mapping, overflow: bool, want: dict | str, got: dict | str) -> str:
     """Which part of the rule the first difference points at."""
     if want == RAISES:
-        return ("the gradients overflowed and the scale is already min_scale, so it cannot be lowered: "
-                "DeepSpeed stops the run here. Raise LossScaleAtMinimum(state['cur_scale'], state['cur_iter']) "
-                "(only when the hysteresis is used up, i.e. when the scale would be cut)")
+        return T("the gradients overflowed and the scale is already min_scale, so it cannot be lowered: "
+                 "DeepSpeed stops the run here. Raise LossScaleAtMinimum(state['cur_scale'], state['cur_iter']) "
+                 "(only when the hysteresis is used up, i.e. when the scale would be cut)")
     if got == RAISES:
         if before["cur_hysteresis"] > 1 and before["delayed_shift"] > 1:
-            return (f"at min_scale, but cur_hysteresis is still {before['cur_hysteresis']}: this overflow "
-                    f"is tolerated like any other (cur_hysteresis - 1, the scale stays); raise only when "
-                    f"the hysteresis is used up and the scale would be cut")
-        return "only raise when an overflow would cut the scale and cur_scale == min_scale already"
+            return T("at min_scale, but cur_hysteresis is still {h}: this overflow is tolerated like any other "
+                     "(cur_hysteresis - 1, the scale stays); raise only when the hysteresis is used up and the scale "
+                     "would be cut", h=before["cur_hysteresis"])
+        return T("only raise when an overflow would cut the scale and cur_scale == min_scale already")
     assert isinstance(want, dict) and isinstance(got, dict)
     diff = [k for k in CHANGING if got[k] != want[k]]
     old = before["cur_scale"]
     if "cur_iter" in diff:
-        return "cur_iter counts the calls: add 1 at the end of every call, overflow or not"
+        return T("cur_iter counts the calls: add 1 at the end of every call, overflow or not")
     if overflow:
         cut_wanted, cut_got = want["cur_scale"] != old, got["cur_scale"] != old
         h, d = before["cur_hysteresis"], before["delayed_shift"]
         if cut_wanted and not cut_got:
-            return (f"hysteresis is used up (delayed_shift = {d}, cur_hysteresis = {h}): when delayed_shift == 1 "
-                    f"or cur_hysteresis == 1, an overflow lowers the scale to max(cur_scale / scale_factor, min_scale)")
+            return T("hysteresis is used up (delayed_shift = {d}, cur_hysteresis = {h}): when delayed_shift == 1 "
+                     "or cur_hysteresis == 1, an overflow lowers the scale to max(cur_scale / scale_factor, "
+                     "min_scale)", d=d, h=h)
         if cut_got and not cut_wanted:
-            return (f"hysteresis: cur_hysteresis is {h}, so this overflow is tolerated: it only lowers "
-                    f"cur_hysteresis by one, and the scale stays")
+            return T("hysteresis: cur_hysteresis is {h}, so this overflow is tolerated: it only lowers "
+                     "cur_hysteresis by one, and the scale stays", h=h)
         if "cur_scale" in diff:
             if want["cur_scale"] == before["min_scale"]:
-                return "never below the floor: the new scale is max(cur_scale / scale_factor, min_scale)"
+                return T("never below the floor: the new scale is max(cur_scale / scale_factor, min_scale)")
             f = before["scale_factor"]
             if f != 2 and got["cur_scale"] == old / 2:
-                return (f"you divided by 2, but this scaler's scale_factor is {f:g}: divide by "
-                        f"state['scale_factor']")
-            return f"a cut divides the scale by scale_factor ({f:g}), once"
+                return T("you divided by 2, but this scaler's scale_factor is {f:g}: divide by "
+                         "state['scale_factor']", f=f)
+            return T("a cut divides the scale by scale_factor ({f:g}), once", f=f)
         if "cur_hysteresis" in diff:
             if cut_wanted:
-                return ("a cut leaves cur_hysteresis as it is (DeepSpeed refills it only when the scale grows, or on "
-                        "every clean step with consecutive_hysteresis); so after the first cut every overflow cuts")
-            return "a tolerated overflow lowers cur_hysteresis by exactly one"
+                return T("a cut leaves cur_hysteresis as it is (DeepSpeed refills it only when the scale grows, or "
+                         "on every clean step with consecutive_hysteresis); so after the first cut every overflow "
+                         "cuts")
+            return T("a tolerated overflow lowers cur_hysteresis by exactly one")
         if "last_overflow_iter" in diff:
-            return ("every overflow, tolerated or not, restarts the count of clean steps: "
-                    "last_overflow_iter = cur_iter (this call's iteration, before adding 1)")
+            return T("every overflow, tolerated or not, restarts the count of clean steps: "
+                     "last_overflow_iter = cur_iter (this call's iteration, before adding 1)")
     else:
         stable = before["cur_iter"] - before["last_overflow_iter"] - 1
         w = before["scale_window"]
         grow_wanted, grow_got = want["cur_scale"] != old, got["cur_scale"] != old
-        window = (f"stable = cur_iter - last_overflow_iter - 1 = {before['cur_iter']} - "
-                  f"({before['last_overflow_iter']}) - 1 = {stable} clean steps came before this one")
+        window = T("stable = cur_iter - last_overflow_iter - 1 = {it} - ({last}) - 1 = {stable} clean steps came "
+                   "before this one", it=before["cur_iter"], last=before["last_overflow_iter"], stable=stable)
         if grow_wanted and not grow_got:
-            return (f"the window: {window}; it is > 0 and a multiple of scale_window = {w}, so the scale "
-                    f"doubles now (DeepSpeed 0.19.8 doubles on the (window + 1)-th clean step in a row)")
+            return T("the window: {window}; it is > 0 and a multiple of scale_window = {w}, so the scale doubles now "
+                     "(DeepSpeed 0.19.8 doubles on the (window + 1)-th clean step in a row)", window=window, w=w)
         if grow_got and not grow_wanted:
-            extra = (" (older DeepSpeed used cur_iter - last_overflow_iter without the - 1; 0.19.8 has it)"
+            extra = (T(" (older DeepSpeed used cur_iter - last_overflow_iter without the - 1; 0.19.8 has it)")
                      if (stable + 1) % w == 0 else "")
-            return (f"the window: {window}; the scale doubles only when that is > 0 and a multiple of "
-                    f"scale_window = {w}{extra}")
+            return T("the window: {window}; the scale doubles only when that is > 0 and a multiple of "
+                     "scale_window = {w}{extra}", window=window, w=w, extra=extra)
         if "cur_scale" in diff:
             f = before["scale_factor"]
             if f != 2 and got["cur_scale"] == old * 2:
-                return (f"you doubled, but this scaler's scale_factor is {f:g}: multiply by "
-                        f"state['scale_factor']")
-            return f"a growth multiplies the scale by scale_factor ({f:g}), once"
+                return T("you doubled, but this scaler's scale_factor is {f:g}: multiply by "
+                         "state['scale_factor']", f=f)
+            return T("a growth multiplies the scale by scale_factor ({f:g}), once", f=f)
         if "cur_hysteresis" in diff:
             if before["consecutive_hysteresis"]:
-                return "with consecutive_hysteresis every clean step refills cur_hysteresis = delayed_shift"
+                return T("with consecutive_hysteresis every clean step refills cur_hysteresis = delayed_shift")
             if grow_wanted:
-                return "when the scale grows, the hysteresis is refilled: cur_hysteresis = delayed_shift"
-            return ("without consecutive_hysteresis, a clean step that does not grow the scale leaves "
-                    "cur_hysteresis alone")
+                return T("when the scale grows, the hysteresis is refilled: cur_hysteresis = delayed_shift")
+            return T("without consecutive_hysteresis, a clean step that does not grow the scale leaves "
+                     "cur_hysteresis alone")
         if "last_overflow_iter" in diff:
-            return "a clean step leaves last_overflow_iter alone"
-    return "compare your state with the expected one field by field"
+            return T("a clean step leaves last_overflow_iter alone")
+    return T("compare your state with the expected one field by field")
 
 
 def _mismatch(where: str, it: int, before: Mapping, overflow: bool, want, got) -> ExerciseCheckFailed:
-    return ExerciseCheckFailed(
-        f"{where}: the first difference is at iteration {it} (overflow={overflow}).\n"
-        f"  state before: {_show(before)}\n"
-        f"  expected:     {_show(want)}\n"
-        f"  yours:        {_show(got)}\n"
-        f"  hint: {_hint(before, overflow, want, got)}")
+    return ExerciseCheckFailed(T(
+        "{where}: the first difference is at iteration {it} (overflow={overflow}).\n"
+        "  state before: {before}\n"
+        "  expected:     {want}\n"
+        "  yours:        {got}\n"
+        "  hint: {hint}", where=where, it=it, overflow=overflow, before=_show(before), want=_show(want),
+        got=_show(got), hint=_hint(before, overflow, want, got)))
 
 
 def _same(want, got) -> bool:
@@ -240,7 +249,8 @@ def check_sequences(rule: Callable) -> int:
             want, got = _reference(state, overflow), _call_rule(rule, state, overflow)
             calls += 1
             if not _same(want, got):
-                raise _mismatch(f"sequence '{label}' (flags {flags if len(flags) < 40 else flags[:12] + '...'})",
+                raise _mismatch(T("sequence '{label}' (flags {flags})", label=T.text(label),
+                                  flags=flags if len(flags) < 40 else flags[:12] + "..."),
                                 before["cur_iter"], before, overflow, want, got)
             if want == RAISES:
                 break
@@ -332,8 +342,9 @@ def run_engine(rule: Callable | None, case: dict | None = None) -> dict:
             "masters_fp32": all(m.dtype == torch.float32 for m in masters)}
 
 
-def _both_runs(rule: Callable) -> tuple[dict, dict]:
-    return run_engine(rule), run_engine(None)
+def _both_runs(rule: Callable, language: str = "en") -> tuple[dict, dict]:
+    with i18n.using(language):          # a rank speaks the language of the notebook that started it
+        return run_engine(rule), run_engine(None)
 
 
 def check_engine(rule: Callable, world_size: int = 2, crew=None) -> tuple[list[dict], list[dict]]:
@@ -344,36 +355,36 @@ def check_engine(rule: Callable, world_size: int = 2, crew=None) -> tuple[list[d
     try:
         if crew is None:
             with zerolab.Crew(world_size, echo=False) as own:
-                results = own.run(_both_runs, rule)
+                results = own.run(_both_runs, rule, i18n.lang())
         else:
-            results = crew.run(_both_runs, rule)
+            results = crew.run(_both_runs, rule, i18n.lang())
     except zerolab.RankError as exc:       # the rule raised on a rank: say so, with the rank's traceback
-        raise rank_failure(exc, f"the engine run on {world_size} ranks (inside your update_scale)",
-                           "update_scale raised on a rank; the rank's traceback "
-                           "(zerolab.checks.full_tracebacks(), then run again) names the line") from exc
+        raise rank_failure(exc, T("the engine run on {n} ranks (inside your update_scale)", n=world_size),
+                           T("update_scale raised on a rank; the rank's traceback "
+                             "(zerolab.checks.full_tracebacks(), then run again) names the line")) from exc
     mine, ref = [r[0] for r in results], [r[1] for r in results]
-    where = (f"the engine (fp16 TinyLM, ZeRO stage 2, {world_size} ranks; rank {ENGINE_CASE['bad_rank']}'s loss "
-             f"times inf at steps {', '.join(map(str, ENGINE_CASE['bad_steps']))})")
+    where = T("the engine (fp16 TinyLM, ZeRO stage 2, {n} ranks; rank {bad}'s loss times inf at steps {steps})",
+              n=world_size, bad=ENGINE_CASE["bad_rank"], steps=", ".join(map(str, ENGINE_CASE["bad_steps"])))
     for it, overflow, before, want, got in mine[0]["calls"]:
         if not _same(want, got):
             raise _mismatch(where, it, before, overflow, want, got)
     for r in range(1, world_size):
         if mine[r]["scales"] != mine[0]["scales"]:
             k = next(i for i, (a, b) in enumerate(zip(mine[0]["scales"], mine[r]["scales"])) if a != b)
-            raise ExerciseCheckFailed(f"{where}: ranks 0 and {r} used different loss scales from step {k} "
-                                      f"({mine[0]['scales'][k]} vs {mine[r]['scales'][k]}); the rule must "
-                                      f"depend only on the state and the overflow flag")
+            raise ExerciseCheckFailed(T("{where}: ranks 0 and {r} used different loss scales from step {k} ({a} vs "
+                                        "{b}); the rule must depend only on the state and the overflow flag",
+                                        where=where, r=r, k=k, a=mine[0]["scales"][k], b=mine[r]["scales"][k]))
     for step, (a, b) in enumerate(zip(mine[0]["scales"], ref[0]["scales"])):
         if a != b:
-            raise ExerciseCheckFailed(f"{where}: at step {step} the engine used loss scale {_fmt(a)} with your "
-                                      f"rule and {_fmt(b)} with zerolab's")
+            raise ExerciseCheckFailed(T("{where}: at step {step} the engine used loss scale {a} with your rule and "
+                                        "{b} with zerolab's", where=where, step=step, a=_fmt(a), b=_fmt(b)))
     for r in range(world_size):
         if mine[r]["skipped_at"] != ref[r]["skipped_at"]:
-            raise ExerciseCheckFailed(f"{where}: rank {r} skipped steps {mine[r]['skipped_at']} with your rule, "
-                                      f"{ref[r]['skipped_at']} with zerolab's")
+            raise ExerciseCheckFailed(T("{where}: rank {r} skipped steps {mine} with your rule, {ref} with zerolab's",
+                                        where=where, r=r, mine=mine[r]["skipped_at"], ref=ref[r]["skipped_at"]))
         if not all(torch.equal(a, b) for a, b in zip(mine[r]["masters"], ref[r]["masters"])):
-            raise ExerciseCheckFailed(f"{where}: rank {r}'s fp32 master weights differ at the end of the run "
-                                      f"although every loss scale matched")
+            raise ExerciseCheckFailed(T("{where}: rank {r}'s fp32 master weights differ at the end of the run "
+                                        "although every loss scale matched", where=where, r=r))
     return mine, ref
 
 
@@ -385,14 +396,16 @@ def check_update_scale(rule: Callable, *, world_size: int = 2, crew=None, verbos
     """
     calls = check_sequences(rule)          # fast, and an unfinished exercise fails here
     if verbose:
-        print(f"sequences: {len(SEQUENCES)} scaler settings, {calls} calls, every state equal to the reference")
+        print(T("sequences: {n} scaler settings, {calls} calls, every state equal to the reference",
+                n=len(SEQUENCES), calls=calls))
     mine, ref = check_engine(rule, world_size=world_size, crew=crew)
     if verbose:
         scales, skipped = mine[0]["scales"], mine[0]["skipped_at"]
-        print(f"engine: {len(scales)} fp16 steps on {world_size} ranks; loss scale per step with your rule:")
+        print(T("engine: {steps} fp16 steps on {n} ranks; loss scale per step with your rule:", steps=len(scales),
+                n=world_size))
         for i in range(0, len(scales), 15):          # 15 per line: under 100 characters
             print(f"  {i:>2}-{min(i + 15, len(scales)) - 1:<2}  " + " ".join(f"{_fmt(s):>5}" for s in scales[i:i + 15]))
-        print(f"  skipped steps (every rank): {skipped}")
-        print(f"  fp32 master weights after the run: bit-identical to the run with zerolab's scaler on every rank")
-    passed(f"your update_scale follows DeepSpeed 0.19.8's rule in {calls} sequence calls\n"
-           f"  and drives the real engine on {world_size} ranks step for step")
+        print(T("  skipped steps (every rank): {skipped}", skipped=skipped))
+        print(T("  fp32 master weights after the run: bit-identical to the run with zerolab's scaler on every rank"))
+    passed(T("your update_scale follows DeepSpeed 0.19.8's rule in {calls} sequence calls\n"
+             "  and drives the real engine on {n} ranks step for step", calls=calls, n=world_size))
