@@ -35,6 +35,7 @@ TRANSLATED = {"progress.py": "progress", "report.py": "report", "checks/__init__
               "checks/ch00.py": "checks.ch00", "checks/ch01.py": "checks.ch01", "checks/ch02.py": "checks.ch02",
               "checks/ch03.py": "checks.ch03", "checks/stage2_buckets.py": "checks.stage2_buckets",
               "checks/zero1.py": "checks.zero1", "checks/ch04.py": "checks.ch04",
+              "checks/ch08.py": "checks.ch08",
               "checks/ch06.py": "checks.ch06", "checks/ch07.py": "checks.ch07", "checks/ch14.py": "checks.ch14",
               "lab/common.py": "lab", "lab/basic.py": "lab", "lab/core.py": "lab",
               "lab/application.py": "lab", "lab/extension.py": "lab"}
@@ -119,7 +120,7 @@ def _fields(template: str) -> set[str]:
 
 def _dynamic() -> dict[str, list[str]]:
     """Templates a module passes through T.text from a table rather than a literal."""
-    from zerolab.checks import ch00, ch01, ch02, ch03, ch04, ch06, ch14, zero1
+    from zerolab.checks import ch00, ch01, ch02, ch03, ch04, ch06, ch08, ch14, zero1
     mistakes = [h for table in (ch14.TOKENS_MISTAKES, ch14.BYTES_MISTAKES, ch14.OFFLOAD_MISTAKES) for _, h in table]
     return {"progress": list(progress.EXERCISES.values()) + ["done", "tried", "not started"],
             "checks.ch00": [ch00.HINT],
@@ -128,6 +129,7 @@ def _dynamic() -> dict[str, list[str]]:
             "checks.ch03": [name for name, _ in ch03.LAYOUTS],
             "checks.zero1": list(zero1.ROUNDINGS.values()) + list(zero1.HOW.values()),
             "checks.ch04": [label for label, _, _ in ch04.SEQUENCES],
+            "checks.ch08": list(ch08.GOALS.values()),
             "checks.ch06": [what for what, _, _ in ch06.CASES] + [ch06._model_case()[0]],
             "checks.ch14": mistakes + ["tokens", "bytes", "forward gather", "backward gather", "gradients"]}
 
@@ -418,6 +420,30 @@ def test_exercise_4_fails_in_the_editions_language_on_the_engines_ranks(capsys):
     first, hint = zh.splitlines()[:2]
     assert first.startswith("2 个 rank 上的引擎运行（在你的 update_scale 里），在各 rank 上失败："), zh
     assert "update_scale 抛出了 ValueError：only in the engine" in first and "提示：update_scale 在某个 rank" in hint, zh
+
+
+def test_exercise_8_fails_in_the_editions_language():
+    from zerolab.checks import close_crews
+    from zerolab.checks.ch08 import check_knobs
+
+    good = {"A": {"stage3_param_persistence_threshold": 64},
+            "B": {"stage3_param_persistence_threshold": 64, "stage3_max_live_parameters": 14336,
+                  "stage3_max_reuse_distance": 0},
+            "C": {"stage3_param_persistence_threshold": 0, "stage3_max_live_parameters": 0}}
+    one_short = {**good, "A": {"stage3_param_persistence_threshold": 63}}     # numel < threshold
+    try:
+        en = _fail(lambda knobs: check_knobs(knobs, verbose=False), one_short.get)
+        with i18n.using("zh"):
+            zh = _fail(lambda knobs: check_knobs(knobs, verbose=False), one_short.get)
+            zh_list = _fail(lambda knobs: check_knobs(knobs, verbose=False), {**good, "A": [("x", 1)]}.get)
+    finally:
+        close_crews()
+    assert en.startswith("goal A: 0 of 8 biases persistent\n  the goal: biases whole, weights sharded"), en
+    assert "hint: off by one: the rule is numel <= threshold" in en, en
+    assert zh.startswith("目标 A：8 个偏置中有 0 个常驻\n  目标：偏置完整、权重分片"), zh
+    assert "  提示：差了一个：规则是 numel <= 阈值，所以 64 个元素的偏置需要阈值 64 或更大" in zh, zh
+    assert zh_list.startswith("目标 A：knobs('A') 返回了 list\n  提示：返回一个由 stage 3 的键组成的 dict"), zh_list
+    assert all(i18n.width(line) <= 100 for line in zh.splitlines()), zh
 
 
 def test_exercise_1_fails_in_the_editions_language(monkeypatch):

@@ -152,21 +152,25 @@ def width(text: str) -> int:
 
 
 _NO_LINE_START = set("，。；：、）》！？”’,.;:)!?")
+_NO_LINE_END = set("（《“‘")
 
 
 def fill(text: str, columns: int = 96, initial_indent: str = "", subsequent_indent: str = "") -> str:
     """``textwrap.fill`` that also breaks Chinese (which has no spaces) by the columns it takes;
-    ASCII words are never split."""
+    ASCII words are never split, a line never starts with a closing mark nor ends with an opening one."""
     import re
     import textwrap
     if width(text) == len(text):
         return textwrap.fill(text, columns, initial_indent=initial_indent, subsequent_indent=subsequent_indent)
-    tokens = re.findall(r"[ -~]+?(?= |$|[^ -~])| |[^ -~]", text)   # ASCII words, spaces, one CJK character
+    tokens = re.findall(r"[!-~]+| |[^ -~]", text)   # ASCII words, spaces, one CJK character
     lines, line = [], initial_indent
     for tok in tokens:
         if width(line) + width(tok) > columns and line.strip() and tok not in _NO_LINE_START:
+            carried = ""
+            while line.strip() and line[-1] in _NO_LINE_END:     # an opening mark goes with what it opens
+                line, carried = line[:-1], line[-1] + carried
             lines.append(line.rstrip())
-            line = subsequent_indent
+            line = subsequent_indent + carried
             if tok == " ":
                 continue
         line += tok

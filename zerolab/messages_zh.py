@@ -882,6 +882,107 @@ ZH["checks.ch07"] = {
         "  而队长规则中排在它前面的配置都装不下",
 }
 
+# -- exercise 8: stage-3 knobs for a goal --------------------------------------------------------------
+ZH["checks.ch08"] = {
+    # the goals (zerolab.checks.ch08.GOALS)
+    "biases whole, weights sharded: all 8 biases (64 elements) persistent, no weight (4,096)":
+        "偏置完整、权重分片：8 个偏置（各 64 个元素）全部常驻，权重（4,096）一个也不常驻",
+    "biases persistent; at most 12 parameter all-gather calls per step and at most 18,432 elements gathered or in "
+    "flight at once":
+        "偏置常驻；每步参数的 all-gather 调用不超过 12 次，同一时刻已收集或在途的元素不超过 18,432 个",
+    "weights sharded, stage3_prefetch_bucket_size left at DeepSpeed's default (5e7), and no group gathered ahead "
+    "of use (0 prefetched)":
+        "权重分片，stage3_prefetch_bucket_size 保持 DeepSpeed 的默认值（5e7），并且没有任何组在用到之前"
+        "被收集（预取 0 个）",
+    "hint: {hint}": "提示：{hint}",
+    # malformed answers
+    "goal {goal}: knobs({name}) returned {type}": "目标 {goal}：knobs({name}) 返回了 {type}",
+    "return a dict of stage-3 keys, e.g. {example}": "返回一个由 stage 3 的键组成的 dict，例如 {example}",
+    "goal {goal}: key(s) {bad} are not among the knobs of this exercise": "目标 {goal}：键 {bad} 不在本练习的旋钮之列",
+    "use only {keys} (the stage stays 3, the model the same)": "只能用 {keys}（stage 保持 3，模型不变）",
+    "goal {goal}: {key} = {value}": "目标 {goal}：{key} = {value}",
+    "a whole number of elements, 0 or more (1e5 is fine)": "元素个数要是整数，0 或更大（写 1e5 也可以）",
+    "the engine with your knobs": "用你的旋钮运行的引擎",
+    "see the rank's error above": "见上面该 rank 的错误",
+    # a goal missed
+    "goal {goal}: {what}": "目标 {goal}：{what}",
+    "the goal: {goal}": "目标：{goal}",
+    "your knobs: {zero}": "你的旋钮：{zero}",
+    "  measured (last step, rank 0): calls {calls:,}, prefetches {prefetches:,}, peak {peak:,}\n"
+    "    and {n} persistent parameters ({numel:,} elements)":
+        "  实测（最后一步，rank 0）：all-gather 调用 {calls:,} 次，预取 {prefetches:,} 个组，峰值 {peak:,}\n"
+        "    以及 {n} 个常驻参数（共 {numel:,} 个元素）",
+    "{n} weight(s) of {numel:,} elements are persistent": "{n} 个 {numel:,} 元素的权重常驻了",
+    "a parameter is persistent when its numel <= stage3_param_persistence_threshold (DeepSpeed's default 1e5 keeps "
+    "every parameter of this small model whole); choose a threshold that a weight ({numel:,}) does not meet":
+        "参数的 numel <= stage3_param_persistence_threshold 时就常驻（DeepSpeed 默认的 1e5 会让这个小模型的"
+        "每个参数都保持完整）；选一个权重（{numel:,}）达不到的阈值",
+    "stage3_model_persistence_threshold = {cap:,} caps the total persistent elements: the 8 biases need {need}":
+        "stage3_model_persistence_threshold = {cap:,} 限制了常驻元素的总数：8 个偏置需要 {need}",
+    "off by one: the rule is numel <= threshold, so a {n}-element bias needs {n} or more":
+        "差了一个：规则是 numel <= 阈值，所以 {n} 个元素的偏置需要阈值 {n} 或更大",
+    "only {biases} of the {layers} biases are persistent: the threshold must be at least {n} (numel <= threshold)":
+        "{layers} 个偏置中只有 {biases} 个常驻：阈值至少要是 {n}（numel <= 阈值）",
+    "{biases} of {layers} biases persistent": "{layers} 个偏置中有 {biases} 个常驻",
+    "peak {peak:,} elements > {limit:,}": "峰值 {peak:,} 个元素 > {limit:,}",
+    "stage3_max_reuse_distance = {reuse:,} keeps a weight gathered after its forward when it is used again within "
+    "that many elements (the last layers of forward are the first of backward; DeepSpeed's 1e9 keeps the whole "
+    "model gathered across the turn), and stage3_max_live_parameters does not bound what reuse keeps: lower the "
+    "reuse distance":
+        "stage3_max_reuse_distance = {reuse:,} 会让权重在前向之后继续保持收集状态，只要它在这么多元素之内"
+        "还会再被用到（前向的最后几层正是反向的头几层；DeepSpeed 的 1e9 让整个模型在前向转反向的拐点处都保持"
+        "收集），而 stage3_max_live_parameters 管不到复用所保留的部分：调低复用距离",
+    "stage3_max_live_parameters = {live:,} is a budget, not a cap: a top-up takes groups while fewer than max_live - "
+    "available elements are taken, and the group that crosses the budget is taken too, so the peak can pass "
+    "max_live by up to one weight ({weight:,}): leave room for it (max_live + one weight within {limit:,}, or a "
+    "whole number of weights)":
+        "stage3_max_live_parameters = {live:,} 是预算，不是上限：一次补取在已取元素少于 max_live - available "
+        "时继续取组，越过预算的那个组也会被取，所以峰值最多可以超出 max_live 一个权重（{weight:,}）：给它留出"
+        "余地（max_live 加一个权重不超过 {limit:,}，或者取整数个权重）",
+    "stage3_max_live_parameters bounds what is gathered plus in flight when prefetch tops up; "
+    "stage3_prefetch_bucket_size bounds only one top-up, and top-ups repeat at every module's fetch: set the budget":
+        "stage3_max_live_parameters 限制的是预取补取时已收集加在途的量；stage3_prefetch_bucket_size 只限制一次"
+        "补取，而每个模块取参数时都会补取一次：要设的是预算",
+    "stage3_prefetch_bucket_size = {bucket:,} caps what one top-up (one all-gather call) may take: a larger prefetch "
+    "bucket lets one call carry more weights, while stage3_max_live_parameters keeps the peak":
+        "stage3_prefetch_bucket_size = {bucket:,} 限制了一次补取（一次 all-gather 调用）能取多少：预取桶大一些，"
+        "一次调用就能带上更多权重，峰值则由 stage3_max_live_parameters 把控",
+    "each top-up is one all-gather call of the groups it takes, at most max_live - available elements (the crossing "
+    "group included): a larger stage3_max_live_parameters lets a call carry more weights; raise it as far as the "
+    "peak allows, and measure with zerolab.checks.ch08.measure":
+        "每次补取是对它取到的组做一次 all-gather 调用，最多 max_live - available 个元素（包括越过的那个组）："
+        "stage3_max_live_parameters 越大，一次调用能带的权重越多；在峰值允许的范围内尽量调大，"
+        "并用 zerolab.checks.ch08.measure 测一测",
+    "{calls} all-gather calls per step > {limit}": "每步 {calls} 次 all-gather 调用 > {limit}",
+    "stage3_prefetch_bucket_size was changed": "stage3_prefetch_bucket_size 被改了",
+    "leave the prefetch bucket at DeepSpeed's default (drop the key or set 5e7): another knob can stop prefetching":
+        "预取桶保持 DeepSpeed 的默认值（去掉这个键或设为 5e7）：另一个旋钮也能让预取停下",
+    "{n} group(s) gathered ahead of use": "{n} 个组在用到之前就被收集了",
+    "stage3_max_live_parameters = {live:,} still leaves room: a top-up runs at every module's fetch, the root's "
+    "included, where nothing is gathered yet (available 0), and it keeps taking groups while it has taken fewer "
+    "than max_live - available elements, the group that crosses that included; prefetch stops only where max_live "
+    "- available <= 0 at every fetch (a module's own gather is never blocked, only prefetch)":
+        "stage3_max_live_parameters = {live:,} 仍然留有余地：每个模块取参数时都会补取，根模块也不例外，"
+        "而那时还什么都没收集（available 为 0）；补取在已取元素少于 max_live - available 时一直取组，"
+        "越过它的那个组也算在内；只有每次取参数时都有 max_live - available <= 0，预取才会停止"
+        "（模块自己的收集从不被拦，被拦的只是预取）",
+    "goal {goal}: the trained parameters differ from the run with DeepSpeed's defaults (this should never happen: "
+    "report it)":
+        "目标 {goal}：训练出的参数与用 DeepSpeed 默认值那次运行不同（这不应该发生：请报告）",
+    # what passed
+    "MLP{sizes}x{layers} at stage 3 on {n} ranks, last of {steps} steps, rank 0:":
+        "MLP{sizes}x{layers}，stage 3，{n} 个 rank，{steps} 步中的最后一步，rank 0：",
+    "run": "运行",
+    "all-gather calls": "all-gather 调用",
+    "prefetched": "预取",
+    "peak": "峰值",
+    "persistent": "常驻",
+    "param bytes": "参数字节",
+    "defaults": "默认值",
+    "  trained parameters: bit-identical in all four runs": "  训练出的参数：四次运行逐位相同",
+    "your knobs meet goals A, B and C in the real engine on 2 ranks": "你的旋钮在 2 个 rank 上的真实引擎里达成了目标 A、B 和 C",
+}
+
 # -- exercise 14: does the move pay? -------------------------------------------------------------------
 ZH["checks.ch14"] = {
     "tokens": "个 token",

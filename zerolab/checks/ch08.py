@@ -32,12 +32,14 @@ same measurement, for the learner to try values before asking the check.
 """
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Callable
 
 import torch
 
+from ..i18n import catalogue, fill, width
 from . import ExerciseCheckFailed, crew_of, passed, rank_failure
+
+T = catalogue("checks.ch08")    # the messages in the edition's language (zerolab/messages_zh.py)
 
 __all__ = ["check_knobs", "measure", "GOALS", "ALLOWED", "SIZES", "STEPS", "B_CALLS", "B_PEAK"]
 
@@ -59,7 +61,19 @@ GOALS = {
 
 
 def _wrap(text: str) -> str:
-    return textwrap.fill(text, 96, initial_indent="  ", subsequent_indent="        ")
+    return fill(text, 96, initial_indent="  ", subsequent_indent="        ")
+
+
+def _hint(hint: str) -> str:
+    return _wrap(T("hint: {hint}", hint=hint))
+
+
+def _ljust(text: str, columns: int) -> str:
+    return text + " " * (columns - width(text))      # (a CJK character takes two columns)
+
+
+def _rjust(text: str, columns: int) -> str:
+    return " " * (columns - width(text)) + text
 
 
 def _run(zero: dict) -> dict:
@@ -99,17 +113,19 @@ def _runs(configs: list[dict]) -> list[dict]:
 
 def _validate(goal: str, zero) -> dict:
     if not isinstance(zero, dict):
-        raise ExerciseCheckFailed(f"goal {goal}: knobs({goal!r}) returned {type(zero).__name__}\n"
-                                  f"{_wrap('hint: return a dict of stage-3 keys, e.g. {' + repr(ALLOWED[0]) + ': 100}')}")
+        raise ExerciseCheckFailed(T("goal {goal}: knobs({name}) returned {type}", goal=goal, name=repr(goal),
+                                    type=type(zero).__name__) + "\n"
+                                  + _hint(T("return a dict of stage-3 keys, e.g. {example}",
+                                            example="{" + repr(ALLOWED[0]) + ": 100}")))
     bad = sorted(k for k in zero if k not in ALLOWED)
     if bad:
         raise ExerciseCheckFailed(
-            f"goal {goal}: key(s) {bad} are not among the knobs of this exercise\n"
-            f"{_wrap('hint: use only ' + ', '.join(ALLOWED) + ' (the stage stays 3, the model the same)')}")
+            T("goal {goal}: key(s) {bad} are not among the knobs of this exercise", goal=goal, bad=bad) + "\n"
+            + _hint(T("use only {keys} (the stage stays 3, the model the same)", keys=", ".join(ALLOWED))))
     for k, v in zero.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or int(v) != v:
-            raise ExerciseCheckFailed(f"goal {goal}: {k} = {v!r}\n"
-                                      f"{_wrap('hint: a whole number of elements, 0 or more (1e5 is fine)')}")
+            raise ExerciseCheckFailed(T("goal {goal}: {key} = {value}", goal=goal, key=k, value=repr(v)) + "\n"
+                                      + _hint(T("a whole number of elements, 0 or more (1e5 is fine)")))
     return {k: int(v) for k, v in zero.items()}
 
 
@@ -124,22 +140,21 @@ def measure(zero: dict, world_size: int = WORLD) -> dict:
     except Exception as exc:             # noqa: BLE001
         import zerolab
         if isinstance(exc, zerolab.RankError):
-            raise rank_failure(exc, "the engine with your knobs", "see the rank's error above") from exc
+            raise rank_failure(exc, T("the engine with your knobs"), T("see the rank's error above")) from exc
         raise
     out.pop("params")
     return out
 
 
 def _miss(goal: str, zero: dict, got: dict, what: str, hint: str) -> ExerciseCheckFailed:
-    shown = ", ".join(f"{k} {got[k]:,}" for k in ("calls", "prefetches", "peak"))
-    n_p = len(got["persistent"])
     return ExerciseCheckFailed(
-        f"goal {goal}: {what}\n"
-        f"{_wrap('the goal: ' + GOALS[goal])}\n"
-        f"{textwrap.fill(f'your knobs: {zero}', 96, initial_indent='  ', subsequent_indent='    ')}\n"
-        f"  measured (last step, rank 0): {shown}\n"
-        f"    and {n_p} persistent parameters ({sum(got['persistent']):,} elements)\n"
-        f"{_wrap('hint: ' + hint)}")
+        T("goal {goal}: {what}", goal=goal, what=what) + "\n"
+        + _wrap(T("the goal: {goal}", goal=T.text(GOALS[goal]))) + "\n"
+        + fill(T("your knobs: {zero}", zero=zero), 96, initial_indent="  ", subsequent_indent="    ") + "\n"
+        + T("  measured (last step, rank 0): calls {calls:,}, prefetches {prefetches:,}, peak {peak:,}\n"
+            "    and {n} persistent parameters ({numel:,} elements)", calls=got["calls"],
+            prefetches=got["prefetches"], peak=got["peak"], n=len(got["persistent"]), numel=sum(got["persistent"]))
+        + "\n" + _hint(hint))
 
 
 def _judge(goal: str, zero: dict, got: dict) -> None:
@@ -149,71 +164,71 @@ def _judge(goal: str, zero: dict, got: dict) -> None:
     threshold = zero.get("stage3_param_persistence_threshold", 100_000)
     cap = zero.get("stage3_model_persistence_threshold")
     if weights:
-            raise _miss(goal, zero, got, f"{weights} weight(s) of {WEIGHT:,} elements are persistent",
-                        f"a parameter is persistent when its numel <= stage3_param_persistence_threshold "
-                        f"(DeepSpeed's default 1e5 keeps every parameter of this small model whole); "
-                        f"choose a threshold that a weight ({WEIGHT:,}) does not meet")
+        raise _miss(goal, zero, got, T("{n} weight(s) of {numel:,} elements are persistent", n=weights, numel=WEIGHT),
+                    T("a parameter is persistent when its numel <= stage3_param_persistence_threshold "
+                      "(DeepSpeed's default 1e5 keeps every parameter of this small model whole); "
+                      "choose a threshold that a weight ({numel:,}) does not meet", numel=WEIGHT))
     if goal in ("A", "B"):
         if biases < LAYERS:
             if cap is not None and cap < LAYERS * BIAS and threshold >= BIAS:
-                hint = (f"stage3_model_persistence_threshold = {cap:,} caps the total persistent "
-                        f"elements: the 8 biases need {LAYERS * BIAS}")
+                hint = T("stage3_model_persistence_threshold = {cap:,} caps the total persistent elements: the 8 "
+                         "biases need {need}", cap=cap, need=LAYERS * BIAS)
             elif threshold == BIAS - 1:
-                hint = f"off by one: the rule is numel <= threshold, so a {BIAS}-element bias needs {BIAS} or more"
+                hint = T("off by one: the rule is numel <= threshold, so a {n}-element bias needs {n} or more", n=BIAS)
             else:
-                hint = (f"only {biases} of the {LAYERS} biases are persistent: the threshold must be at "
-                        f"least {BIAS} (numel <= threshold)")
-            raise _miss(goal, zero, got, f"{biases} of {LAYERS} biases persistent", hint)
+                hint = T("only {biases} of the {layers} biases are persistent: the threshold must be at least {n} "
+                         "(numel <= threshold)", biases=biases, layers=LAYERS, n=BIAS)
+            raise _miss(goal, zero, got, T("{biases} of {layers} biases persistent", biases=biases, layers=LAYERS),
+                        hint)
     if goal == "B":
         reuse = zero.get("stage3_max_reuse_distance", 1_000_000_000)
         live = zero.get("stage3_max_live_parameters", 1_000_000_000)
         bucket = zero.get("stage3_prefetch_bucket_size", DEFAULT_PREFETCH)
-        over = f"peak {got['peak']:,} elements > {B_PEAK:,}"
+        over = T("peak {peak:,} elements > {limit:,}", peak=got["peak"], limit=B_PEAK)
         if got["peak"] > B_PEAK and reuse >= WEIGHT:
             raise _miss(goal, zero, got, over,
-                        f"stage3_max_reuse_distance = {reuse:,} keeps a weight gathered after its forward "
-                        "when it is used again within that many elements (the last layers of forward "
-                        "are the first of backward; DeepSpeed's 1e9 keeps the whole model gathered "
-                        "across the turn), and stage3_max_live_parameters does not bound what reuse "
-                        "keeps: lower the reuse distance")
+                        T("stage3_max_reuse_distance = {reuse:,} keeps a weight gathered after its forward when it "
+                          "is used again within that many elements (the last layers of forward are the first of "
+                          "backward; DeepSpeed's 1e9 keeps the whole model gathered across the turn), and "
+                          "stage3_max_live_parameters does not bound what reuse keeps: lower the reuse distance",
+                          reuse=reuse))
         if got["peak"] > B_PEAK and live <= B_PEAK:
             raise _miss(goal, zero, got, over,
-                        f"stage3_max_live_parameters = {live:,} is a budget, not a cap: a top-up takes "
-                        "groups while fewer than max_live - available elements are taken, and the "
-                        f"group that crosses the budget is taken too, so the peak can pass max_live by "
-                        f"up to one weight ({WEIGHT:,}): leave room for it (max_live + one weight "
-                        f"within {B_PEAK:,}, or a whole number of weights)")
+                        T("stage3_max_live_parameters = {live:,} is a budget, not a cap: a top-up takes groups while "
+                          "fewer than max_live - available elements are taken, and the group that crosses the "
+                          "budget is taken too, so the peak can pass max_live by up to one weight ({weight:,}): "
+                          "leave room for it (max_live + one weight within {limit:,}, or a whole number of "
+                          "weights)", live=live, weight=WEIGHT, limit=B_PEAK))
         if got["peak"] > B_PEAK:
             raise _miss(goal, zero, got, over,
-                        "stage3_max_live_parameters bounds what is gathered plus in flight when prefetch "
-                        "tops up; stage3_prefetch_bucket_size bounds only one top-up, and top-ups "
-                        "repeat at every module's fetch: set the budget")
+                        T("stage3_max_live_parameters bounds what is gathered plus in flight when prefetch tops up; "
+                          "stage3_prefetch_bucket_size bounds only one top-up, and top-ups repeat at every "
+                          "module's fetch: set the budget"))
         if got["calls"] > B_CALLS:
             if bucket < 4 * WEIGHT:
-                hint = (f"stage3_prefetch_bucket_size = {bucket:,} caps what one top-up (one all-gather "
-                        "call) may take: a larger prefetch bucket lets one call carry more weights, "
-                        "while stage3_max_live_parameters keeps the peak")
+                hint = T("stage3_prefetch_bucket_size = {bucket:,} caps what one top-up (one all-gather call) may "
+                         "take: a larger prefetch bucket lets one call carry more weights, while "
+                         "stage3_max_live_parameters keeps the peak", bucket=bucket)
             else:
-                hint = ("each top-up is one all-gather call of the groups it takes, at most "
-                        "max_live - available elements (the crossing group included): a larger "
-                        "stage3_max_live_parameters lets a call carry more weights; raise it as far "
-                        "as the peak allows, and measure with zerolab.checks.ch08.measure")
-            raise _miss(goal, zero, got, f"{got['calls']} all-gather calls per step > {B_CALLS}", hint)
+                hint = T("each top-up is one all-gather call of the groups it takes, at most max_live - available "
+                         "elements (the crossing group included): a larger stage3_max_live_parameters lets a call "
+                         "carry more weights; raise it as far as the peak allows, and measure with "
+                         "zerolab.checks.ch08.measure")
+            raise _miss(goal, zero, got, T("{calls} all-gather calls per step > {limit}", calls=got["calls"],
+                                           limit=B_CALLS), hint)
     if goal == "C":
         if zero.get("stage3_prefetch_bucket_size", DEFAULT_PREFETCH) != DEFAULT_PREFETCH:
-            raise _miss(goal, zero, got, "stage3_prefetch_bucket_size was changed",
-                        "leave the prefetch bucket at DeepSpeed's default (drop the key or set 5e7): "
-                        "another knob can stop prefetching")
+            raise _miss(goal, zero, got, T("stage3_prefetch_bucket_size was changed"),
+                        T("leave the prefetch bucket at DeepSpeed's default (drop the key or set 5e7): another knob "
+                          "can stop prefetching"))
         if got["prefetches"] > 0:
             live = zero.get("stage3_max_live_parameters", 1_000_000_000)
-            raise _miss(goal, zero, got, f"{got['prefetches']} group(s) gathered ahead of use",
-                        f"stage3_max_live_parameters = {live:,} still leaves room: a top-up runs at "
-                        "every module's fetch, the root's included, where nothing is gathered yet "
-                        "(available 0), and it keeps taking groups while it has taken fewer than "
-                        "max_live - available elements, the group that crosses that included; "
-                        "prefetch stops only "
-                        "where max_live - available <= 0 at every fetch (a module's own gather is "
-                        "never blocked, only prefetch)")
+            raise _miss(goal, zero, got, T("{n} group(s) gathered ahead of use", n=got["prefetches"]),
+                        T("stage3_max_live_parameters = {live:,} still leaves room: a top-up runs at every "
+                          "module's fetch, the root's included, where nothing is gathered yet (available 0), and it "
+                          "keeps taking groups while it has taken fewer than max_live - available elements, the "
+                          "group that crosses that included; prefetch stops only where max_live - available <= 0 "
+                          "at every fetch (a module's own gather is never blocked, only prefetch)", live=live))
 
 
 def check_knobs(knobs: Callable[[str], dict], *, verbose: bool = True) -> None:
@@ -224,20 +239,21 @@ def check_knobs(knobs: Callable[[str], dict], *, verbose: bool = True) -> None:
     except Exception as exc:             # noqa: BLE001
         import zerolab
         if isinstance(exc, zerolab.RankError):
-            raise rank_failure(exc, "the engine with your knobs", "see the rank's error above") from exc
+            raise rank_failure(exc, T("the engine with your knobs"), T("see the rank's error above")) from exc
         raise
     ref, *mine = results[0]
     for (goal, zero), got in zip(answers.items(), mine):
         _judge(goal, zero, got)
         if not all(torch.equal(ref["params"][k], got["params"][k]) for k in ref["params"]):
-            raise ExerciseCheckFailed(f"goal {goal}: the trained parameters differ from the run with "
-                                      f"DeepSpeed's defaults (this should never happen: report it)")
+            raise ExerciseCheckFailed(T("goal {goal}: the trained parameters differ from the run with DeepSpeed's "
+                                        "defaults (this should never happen: report it)", goal=goal))
     if verbose:
-        print(f"MLP{SIZES[:2]}x{LAYERS} at stage 3 on {WORLD} ranks, last of {STEPS} steps, rank 0:")
-        print(f"  {'run':<10}{'all-gather calls':>17}{'prefetched':>11}{'peak':>8}"
-              f"{'persistent':>11}{'param bytes':>12}")
-        for name, got in [("defaults", ref)] + list(zip(answers, mine)):
-            print(f"  {name:<10}{got['calls']:>17}{got['prefetches']:>11}"
+        print(T("MLP{sizes}x{layers} at stage 3 on {n} ranks, last of {steps} steps, rank 0:", sizes=SIZES[:2],
+                layers=LAYERS, n=WORLD, steps=STEPS))
+        print("  " + _ljust(T("run"), 10) + _rjust(T("all-gather calls"), 17) + _rjust(T("prefetched"), 11)
+              + _rjust(T("peak"), 8) + _rjust(T("persistent"), 11) + _rjust(T("param bytes"), 12))
+        for name, got in [(T("defaults"), ref)] + list(zip(answers, mine)):
+            print(f"  {_ljust(name, 10)}{got['calls']:>17}{got['prefetches']:>11}"
                   f"{got['peak']:>8,}{sum(got['persistent']):>11,}{got['param_bytes']:>12,}")
-        print("  trained parameters: bit-identical in all four runs")
-    passed("your knobs meet goals A, B and C in the real engine on 2 ranks")
+        print(T("  trained parameters: bit-identical in all four runs"))
+    passed(T("your knobs meet goals A, B and C in the real engine on 2 ranks"))
