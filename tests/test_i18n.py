@@ -35,7 +35,7 @@ TRANSLATED = {"progress.py": "progress", "report.py": "report", "checks/__init__
               "checks/ch00.py": "checks.ch00", "checks/ch01.py": "checks.ch01", "checks/ch02.py": "checks.ch02",
               "checks/ch03.py": "checks.ch03", "checks/stage2_buckets.py": "checks.stage2_buckets",
               "checks/zero1.py": "checks.zero1", "checks/ch04.py": "checks.ch04",
-              "checks/ch08.py": "checks.ch08",
+              "checks/ch08.py": "checks.ch08", "checks/ch05.py": "checks.ch05",
               "checks/ch06.py": "checks.ch06", "checks/ch07.py": "checks.ch07", "checks/ch14.py": "checks.ch14",
               "lab/common.py": "lab", "lab/basic.py": "lab", "lab/core.py": "lab",
               "lab/application.py": "lab", "lab/extension.py": "lab"}
@@ -149,13 +149,20 @@ def test_dynamic_templates_are_in_the_catalogue():
         assert not missing, f"section {section!r} lacks: {missing}"
 
 
+def _only_chinese_punctuation(template: str) -> bool:
+    """'{where}：{what}': fields joined by full-width marks, nothing to translate but the marks."""
+    literal = "".join(text for text, _, _, _ in string.Formatter().parse(template)).strip()
+    return bool(literal) and all(ch.isspace() or "\u3000" <= ch <= "\u303f" or "\uff00" <= ch <= "\uffef"
+                                 for ch in literal)
+
+
 def test_every_chinese_template_uses_only_its_englishs_fields_and_is_chinese():
     bad = []
     for section, table in ZH.items():
         for en, zh in table.items():
             if not _fields(zh) <= _fields(en):
                 bad.append(f"{section}: {en[:50]!r}: the Chinese uses {_fields(zh) - _fields(en)}")
-            if not CJK.search(zh) and en not in ("READY",):
+            if not CJK.search(zh) and en not in ("READY",) and not _only_chinese_punctuation(zh):
                 bad.append(f"{section}: {en[:50]!r}: no Chinese in {zh[:50]!r}")
     assert not bad, "\n".join(bad)
 
@@ -444,6 +451,45 @@ def test_exercise_8_fails_in_the_editions_language():
     assert "  提示：差了一个：规则是 numel <= 阈值，所以 64 个元素的偏置需要阈值 64 或更大" in zh, zh
     assert zh_list.startswith("目标 A：knobs('A') 返回了 list\n  提示：返回一个由 stage 3 的键组成的 dict"), zh_list
     assert all(i18n.width(line) <= 100 for line in zh.splitlines()), zh
+
+
+def _host_step(unscale=True):
+    """Exercise 5's loop over sub-groups; unscale=False forgets to multiply by 1 / combined."""
+    def fn(home, optimizer, grads, combined):
+        inv = 1.0 / combined if unscale else 1.0
+        for sg in home.sub_groups:
+            for j in sg:
+                i, a, b = home.tiles[j]
+                home.tensors[j].grad = grads[i][a:b].to(torch.float32) * inv
+            optimizer.step()
+            for j in sg:
+                i, a, b = home.tiles[j]
+                home.tensors[j].grad = None
+                home.stage.write_params(i, a, home.tensors[j])
+    return fn
+
+
+def test_exercise_5_fails_in_the_editions_language_alone_and_on_the_engines_ranks():
+    from zerolab.checks import close_crews
+    from zerolab.checks.ch05 import check_alone, check_engine
+
+    en = _fail(check_alone, _host_step(unscale=False))
+    assert en.startswith("alone, groups of [50, 23, 81] elements, sub_group_size 40 (5 sub-groups), step 1: "
+                         "sub-group 0,"), en
+    assert "hint: forgot to unscale: multiply by 1 / combined" in en, en
+    with i18n.using("zh"):
+        zh = _fail(check_alone, _host_step(unscale=False))
+        try:
+            zh_engine = _fail(lambda fn: check_engine(fn, cases=((1, "fp16", False),), sizes=(37,)),
+                              _host_step(unscale=False))
+        finally:
+            close_crews()
+    assert zh.startswith("单独检查，各组 [50, 23, 81] 个元素，sub_group_size 40（5 个子组），第 1 步：子组 0，"), zh
+    assert "  提示：忘了反缩放：转成 fp32 之后乘以 1 / combined（435.2：损失缩放值乘以裁剪系数）" in zh, zh
+    assert zh_engine.startswith("引擎，stage 1, fp16, sub_group_size 37，第 1 次优化器更新：子组 0，"), zh_engine
+    assert "提示：忘了反缩放" in zh_engine, zh_engine
+    for text in (zh, zh_engine):
+        assert len(text.splitlines()) <= 8 and all(i18n.width(line) <= 100 for line in text.splitlines()), text
 
 
 def test_exercise_1_fails_in_the_editions_language(monkeypatch):

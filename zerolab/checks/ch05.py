@@ -41,13 +41,15 @@ another dtype first; a wrong slice.
 """
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Callable
 
 import torch
 
+from .. import i18n
 from ..offload import StateHome
 from . import ExerciseCheckFailed, crew_of, not_implemented, passed, rank_failure
+
+T = i18n.catalogue("checks.ch05")    # the messages in the edition's language (zerolab/messages_zh.py)
 
 __all__ = ["check_host_step", "check_alone", "check_engine", "reference_host_step", "what_arrives", "ENGINE_CASES",
            "ALONE_SIZES", "ALONE_SUB_GROUPS", "SUB_GROUP_SIZES"]
@@ -69,7 +71,7 @@ def reference_host_step(home, optimizer, grads, combined) -> None:
 
 
 def _wrap(text: str) -> str:
-    return textwrap.fill(text, 96, initial_indent="  ", subsequent_indent="        ")
+    return i18n.fill(text, 96, initial_indent="  ", subsequent_indent="        ")
 
 
 # ----------------------------------------------------------------------------- watching a step
@@ -94,11 +96,11 @@ class _Watch:
 
     def _note(self, what: str, hint: str) -> None:
         if self.problem is None:
-            self.problem = (f"{self._where}: {what}", hint)
+            self.problem = (T("{where}: {what}", where=self._where, what=what), hint)
 
     def _tile_of(self, j: int) -> str:
         i, a, b = self._home.tiles[j]
-        return f"tile {j} (group {i}, elements {a}:{b})"
+        return T("tile {j} (group {i}, elements {a}:{b})", j=j, i=i, a=a, b=b)
 
     def _want(self, j: int) -> torch.Tensor:
         i, a, b = self._home.tiles[j]
@@ -109,8 +111,8 @@ class _Watch:
         sgs = home.sub_groups
         live = [j for j, t in enumerate(home.tensors) if t.grad is not None]
         if k >= len(sgs):
-            self._note(f"optimizer.step() called {k + 1} times; there are {len(sgs)} sub-groups",
-                       "step once per sub-group (for sg in home.sub_groups: ... optimizer.step() ...)")
+            self._note(T("optimizer.step() called {calls} times; there are {n} sub-groups", calls=k + 1, n=len(sgs)),
+                       T("step once per sub-group (for sg in home.sub_groups: ... optimizer.step() ...)"))
         else:
             self._check_live(k, sgs, live)
             for j in sgs[k]:
@@ -133,55 +135,60 @@ class _Watch:
         other = [m for m, s in enumerate(sgs) if m != k and list(s) == live]
         zeroed = [j for j in extra if j in before and not bool(self._home.tensors[j].grad.any())]
         if other:
-            self._note(f"optimizer.step() number {k + 1} stepped sub-group {other[0]}'s tiles; sub-group {k} "
-                       f"was due",
-                       "step the sub-groups in order, as home.sub_groups lists them (with NVMe the engine "
-                       "reads them in that order, the next while this one steps)")
+            self._note(T("optimizer.step() number {n} stepped sub-group {other}'s tiles; sub-group {k} was due",
+                         n=k + 1, other=other[0], k=k),
+                       T("step the sub-groups in order, as home.sub_groups lists them (with NVMe the engine "
+                         "reads them in that order, the next while this one steps)"))
         elif zeroed:
-            self._note(f"at the step of sub-group {k}, tiles {zeroed[:4]} of earlier sub-groups held zero "
-                       f"gradients",
-                       "zeroing is not dropping: AdamW still moves a tile whose gradient is zero (momentum, "
-                       "weight decay); set home.tensors[j].grad = None after its step")
+            self._note(T("at the step of sub-group {k}, tiles {tiles} of earlier sub-groups held zero gradients",
+                         k=k, tiles=zeroed[:4]),
+                       T("zeroing is not dropping: AdamW still moves a tile whose gradient is zero (momentum, "
+                         "weight decay); set home.tensors[j].grad = None after its step"))
         elif len(live) == 1 and not extra and len(want) > 1:
-            self._note(f"at the step of sub-group {k} ({want}), only tiles {live} had a gradient",
-                       "one optimizer.step() per sub-group, after ALL its tiles have their gradients "
-                       "(stepping tile by tile calls the optimizer once per tile)")
+            self._note(T("at the step of sub-group {k} ({want}), only tiles {live} had a gradient", k=k, want=want,
+                         live=live),
+                       T("one optimizer.step() per sub-group, after ALL its tiles have their gradients "
+                         "(stepping tile by tile calls the optimizer once per tile)"))
         elif len(sgs) > 1 and sorted(live) == sorted(j for s in sgs for j in s):
-            self._note(f"at the step of sub-group {k}, all {len(live)} tiles of all {len(sgs)} sub-groups "
-                       f"had a gradient",
-                       "stepping all at once: set the gradients of ONE sub-group, step, clear them, then the "
-                       "next; sub_group_size bounds the fp32 gradients (and, with NVMe, the states) held "
-                       "at once")
+            self._note(T("at the step of sub-group {k}, all {n} tiles of all {m} sub-groups had a gradient", k=k,
+                         n=len(live), m=len(sgs)),
+                       T("stepping all at once: set the gradients of ONE sub-group, step, clear them, then the "
+                         "next; sub_group_size bounds the fp32 gradients (and, with NVMe, the states) held "
+                         "at once"))
         elif extra and all(j in before for j in extra):
-            self._note(f"at the step of sub-group {k}, tiles {extra[:4]} of earlier sub-groups still had "
-                       f"their gradients (the step moves them again)",
-                       "after optimizer.step(), clear each tile's gradient: home.tensors[j].grad = None")
+            self._note(T("at the step of sub-group {k}, tiles {tiles} of earlier sub-groups still had their "
+                         "gradients (the step moves them again)", k=k, tiles=extra[:4]),
+                       T("after optimizer.step(), clear each tile's gradient: home.tensors[j].grad = None"))
         elif extra and any(j in after for j in extra):
-            self._note(f"at the step of sub-group {k}, tiles {[j for j in extra if j in after][:4]} of later "
-                       f"sub-groups already had gradients",
-                       "stepping all at once: set only the current sub-group's gradients before each "
-                       "optimizer.step()")
+            self._note(T("at the step of sub-group {k}, tiles {tiles} of later sub-groups already had gradients",
+                         k=k, tiles=[j for j in extra if j in after][:4]),
+                       T("stepping all at once: set only the current sub-group's gradients before each "
+                         "optimizer.step()"))
         elif missing:
-            self._note(f"at the step of sub-group {k} ({want}), {self._tile_of(missing[0])} had no gradient",
-                       "give every tile of the sub-group its gradient (for j in sg: ...) before stepping")
+            self._note(T("at the step of sub-group {k} ({want}), {tile} had no gradient", k=k, want=want,
+                         tile=self._tile_of(missing[0])),
+                       T("give every tile of the sub-group its gradient (for j in sg: ...) before stepping"))
         else:
-            self._note(f"at the step of sub-group {k}, tiles {live[:6]} had gradients; expected {want}",
-                       "loop over home.sub_groups in order, each a list of tile numbers")
+            self._note(T("at the step of sub-group {k}, tiles {live} had gradients; expected {want}", k=k,
+                         live=live[:6], want=want),
+                       T("loop over home.sub_groups in order, each a list of tile numbers"))
 
     def _check_grad(self, k: int, j: int) -> None:
         home = self._home
         got = home.tensors[j].grad
         i, a, b = home.tiles[j]
         want = self._want(j)
-        where = f"sub-group {k}, {self._tile_of(j)}"
+        where = T("sub-group {k}, {tile}", k=k, tile=self._tile_of(j))
         if got.dtype != torch.float32:
-            self._note(f"{where}: the gradient is {str(got.dtype).replace('torch.', '')}, not float32",
-                       "convert the gradient to fp32 (.to(torch.float32)) before unscaling: the masters "
-                       "and the optimizer work in fp32")
+            self._note(T("{where}: the gradient is {dtype}, not float32", where=where,
+                         dtype=str(got.dtype).replace("torch.", "")),
+                       T("convert the gradient to fp32 (.to(torch.float32)) before unscaling: the masters "
+                         "and the optimizer work in fp32"))
             return
         if got.shape != want.shape:
-            self._note(f"{where}: the gradient has shape {tuple(got.shape)}, expected {tuple(want.shape)}",
-                       "wrong slice: tile j = (i, a, b) takes grads[i][a:b]")
+            self._note(T("{where}: the gradient has shape {shape}, expected {want}", where=where,
+                         shape=tuple(got.shape), want=tuple(want.shape)),
+                       T("wrong slice: tile j = (i, a, b) takes grads[i][a:b]"))
             return
         got = got.detach().to(want.device)
         if torch.equal(got, want):
@@ -189,25 +196,25 @@ class _Watch:
         g = self._grads[i][a:b]
         c = self._combined
         if torch.equal(got, g.to(torch.float32)) and c != 1.0:
-            hint = (f"forgot to unscale: multiply by 1 / combined ({c:.6g}: the loss scale times the "
-                    f"clipping factor) after converting to fp32")
+            hint = T("forgot to unscale: multiply by 1 / combined ({c:.6g}: the loss scale times the clipping "
+                     "factor) after converting to fp32", c=c)
         elif torch.equal(got, g.to(torch.float32) / c):
-            hint = ("divided by combined: multiply by inv = 1.0 / combined instead, as the engine does "
-                    "(the two round differently in the last bit)")
+            hint = T("divided by combined: multiply by inv = 1.0 / combined instead, as the engine does "
+                     "(the two round differently in the last bit)")
         elif torch.equal(got, (g * (1.0 / c)).to(torch.float32)):
-            hint = ("unscaled in the gradient's 16-bit dtype: convert to fp32 first, then multiply by "
-                    "1 / combined")
+            hint = T("unscaled in the gradient's 16-bit dtype: convert to fp32 first, then multiply by "
+                     "1 / combined")
         elif torch.equal(got, g.to(torch.float32) * c):
-            hint = "multiplied by combined: unscaling multiplies by 1 / combined"
+            hint = T("multiplied by combined: unscaling multiplies by 1 / combined")
         elif torch.equal(got, g.to(torch.float32) * (1.0 / c) * (1.0 / c)):
-            hint = "unscaled twice: multiply by 1 / combined once (combined already holds the clipping)"
+            hint = T("unscaled twice: multiply by 1 / combined once (combined already holds the clipping)")
         elif self._other_slice(got):
-            hint = "wrong slice: tile j = (i, a, b) takes grads[i][a:b] (group i, from a to b)"
+            hint = T("wrong slice: tile j = (i, a, b) takes grads[i][a:b] (group i, from a to b)")
         else:
-            hint = "the gradient of tile j is grads[i][a:b] converted to fp32, times 1 / combined"
+            hint = T("the gradient of tile j is grads[i][a:b] converted to fp32, times 1 / combined")
         diff = float((got - want).abs().max())
-        self._note(f"{where}: the gradient at the step differs from grads[{i}][{a}:{b}] in fp32 x "
-                   f"1/combined (max |difference| {diff:.3g})", hint)
+        self._note(T("{where}: the gradient at the step differs from grads[{i}][{a}:{b}] in fp32 x 1/combined "
+                     "(max |difference| {diff:.3g})", where=where, i=i, a=a, b=b, diff=diff), hint)
 
     def _other_slice(self, got: torch.Tensor) -> bool:
         n, inv = got.numel(), 1.0 / self._combined
@@ -222,21 +229,22 @@ class _Watch:
         home = self._home
         js = [j for j, (gi, a, b) in enumerate(home.tiles) if gi == i and a == start]
         if not js:
-            self._note(f"write_params({i}, {start}, ...) starts at no tile of group {i}",
-                       "write each tile back from its own start: home.stage.write_params(i, a, t)")
+            self._note(T("write_params({i}, {start}, ...) starts at no tile of group {i}", i=i, start=start),
+                       T("write each tile back from its own start: home.stage.write_params(i, a, t)"))
         else:
             j = js[0]
             _, a, b = home.tiles[j]
             self.writes.setdefault(j, []).append((self.calls, start, values.numel()))
             k = next(n for n, sg in enumerate(home.sub_groups) if j in sg)
             if self.calls <= k:
-                self._note(f"{self._tile_of(j)} was written up before the step of its sub-group {k}",
-                           "write back after optimizer.step(), so that the parameters get the updated "
-                           "values")
+                self._note(T("{tile} was written up before the step of its sub-group {k}", tile=self._tile_of(j),
+                             k=k),
+                           T("write back after optimizer.step(), so that the parameters get the updated values"))
             elif values.numel() != b - a:
-                self._note(f"{self._tile_of(j)} was written up with {values.numel()} values, not {b - a}",
-                           "wrong slice: write each tile whole, from its own start: "
-                           "home.stage.write_params(i, a, home.tensors[j])")
+                self._note(T("{tile} was written up with {n} values, not {want}", tile=self._tile_of(j),
+                             n=values.numel(), want=b - a),
+                           T("wrong slice: write each tile whole, from its own start: "
+                             "home.stage.write_params(i, a, home.tensors[j])"))
             else:
                 self._check_written(j, values)
         return self._real_write(i, start, values)
@@ -254,49 +262,52 @@ class _Watch:
         name = str(values.dtype).replace("torch.", "")
         grad = home.tensors[j].grad
         if values.dtype != torch.float32 and torch.equal(values, master.to(values.dtype)):
-            hint = (f"rounded the master to {name} before writing, and the model is "
-                    f"{str(model_dtype).replace('torch.', '')}: pass the fp32 master itself; write_params "
-                    f"rounds it once to the model's dtype")
+            hint = T("rounded the master to {name} before writing, and the model is {model}: pass the fp32 master "
+                     "itself; write_params rounds it once to the model's dtype", name=name,
+                     model=str(model_dtype).replace("torch.", ""))
         elif grad is not None and grad.shape == values.shape and torch.equal(values.float(), grad.float()):
-            hint = "wrote the gradient up: the parameters take the updated master, home.tensors[j]"
+            hint = T("wrote the gradient up: the parameters take the updated master, home.tensors[j]")
         elif any(t is not home.tensors[j] and t.shape == values.shape and torch.equal(values.float(), t)
                  for t in home.tensors):
-            hint = ("wrote another tile's master: each tile j = (i, a, b) goes up from its own start, "
-                    "home.stage.write_params(i, a, home.tensors[j])")
+            hint = T("wrote another tile's master: each tile j = (i, a, b) goes up from its own start, "
+                     "home.stage.write_params(i, a, home.tensors[j])")
         else:
-            hint = "write the tile's updated fp32 master up: home.stage.write_params(i, a, home.tensors[j])"
-        self._note(f"{self._tile_of(j)} was written up with values that are not its updated master", hint)
+            hint = T("write the tile's updated fp32 master up: home.stage.write_params(i, a, home.tensors[j])")
+        self._note(T("{tile} was written up with values that are not its updated master", tile=self._tile_of(j)),
+                   hint)
 
     def finish(self) -> None:
         home = self._home
         n = len(home.sub_groups)
         if self.calls == 0:
-            self._note("optimizer.step() was never called", "step once per sub-group")
+            self._note(T("optimizer.step() was never called"), T("step once per sub-group"))
         elif self.calls < n:
-            self._note(f"optimizer.step() called {self.calls} times for {n} sub-groups",
-                       "stepping all at once: step once per sub-group, with only its tiles' gradients set"
-                       if self.calls == 1 else "step every sub-group (for sg in home.sub_groups)")
+            self._note(T("optimizer.step() called {calls} times for {n} sub-groups", calls=self.calls, n=n),
+                       T("stepping all at once: step once per sub-group, with only its tiles' gradients set")
+                       if self.calls == 1 else T("step every sub-group (for sg in home.sub_groups)"))
         if self.late is not None and self.writes:
             k, j = self.late
-            self._note(f"when sub-group {k} stepped, {self._tile_of(j)} of an earlier sub-group was not "
-                       f"written up yet",
-                       "finish each sub-group before the next steps: write its tiles up right after its "
-                       "step (with NVMe its masters leave host memory when it is done)")
+            self._note(T("when sub-group {k} stepped, {tile} of an earlier sub-group was not written up yet", k=k,
+                         tile=self._tile_of(j)),
+                       T("finish each sub-group before the next steps: write its tiles up right after its "
+                         "step (with NVMe its masters leave host memory when it is done)"))
         unwritten = [j for j in range(len(home.tiles)) if j not in self.writes]
         if unwritten:
-            self._note(f"{self._tile_of(unwritten[0])} (and {len(unwritten) - 1} more) never written up",
-                       "not writing back: after the step, copy each tile up with "
-                       "home.stage.write_params(i, a, home.tensors[j]); the parameters keep their old "
-                       "values otherwise")
+            self._note(T("{tile} (and {more} more) never written up", tile=self._tile_of(unwritten[0]),
+                         more=len(unwritten) - 1),
+                       T("not writing back: after the step, copy each tile up with "
+                         "home.stage.write_params(i, a, home.tensors[j]); the parameters keep their old "
+                         "values otherwise"))
         twice = [j for j, w in self.writes.items() if len(w) > 1]
         if twice:
-            self._note(f"{self._tile_of(twice[0])} was written up {len(self.writes[twice[0]])} times",
-                       "write each tile once, after the step of its sub-group")
+            self._note(T("{tile} was written up {n} times", tile=self._tile_of(twice[0]),
+                         n=len(self.writes[twice[0]])),
+                       T("write each tile once, after the step of its sub-group"))
         left = [j for j, t in enumerate(home.tensors) if t.grad is not None]
         if left:
-            self._note(f"after the step, tiles {left[:4]} still hold their gradients",
-                       "clear each tile's gradient after stepping (home.tensors[j].grad = None): the "
-                       "host holds them for nothing, and the next step would move them again")
+            self._note(T("after the step, tiles {tiles} still hold their gradients", tiles=left[:4]),
+                       T("clear each tile's gradient after stepping (home.tensors[j].grad = None): the "
+                         "host holds them for nothing, and the next step would move them again"))
 
 
 def _run_watched(fn: Callable, home, optimizer, grads, combined, where: str) -> tuple[str, str] | None:
@@ -312,12 +323,12 @@ def _run_watched(fn: Callable, home, optimizer, grads, combined, where: str) -> 
         raise
     except Exception as exc:                      # noqa: BLE001  (the learner's error, explained)
         text = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-        hint = "your host_step raised"
+        hint = T("your host_step raised")
         if "size" in text or "shape" in text:
-            hint = "wrong slice: tile j = (i, a, b) takes grads[i][a:b] and home.tensors[j]"
+            hint = T("wrong slice: tile j = (i, a, b) takes grads[i][a:b] and home.tensors[j]")
         elif "dtype" in text or "type" in text:
-            hint = "the gradient must be float32, like the master it belongs to"
-        return (f"{where}: {text}", hint)
+            hint = T("the gradient must be float32, like the master it belongs to")
+        return (T("{where}: {what}", where=where, what=text), hint)
     finally:
         home.optimizer = saved
         del home.stage.write_params               # the stage's own method again
@@ -327,8 +338,8 @@ def _run_watched(fn: Callable, home, optimizer, grads, combined, where: str) -> 
 
 def _fail(problem: tuple[str, str]) -> ExerciseCheckFailed:
     what, hint = problem
-    lines = textwrap.wrap(what, 96, subsequent_indent="  ")
-    return ExerciseCheckFailed("\n".join(lines) + "\n" + _wrap("hint: " + hint))
+    return ExerciseCheckFailed(i18n.fill(what, 96, subsequent_indent="  ") + "\n"
+                               + _wrap(T("hint: {hint}", hint=hint)))
 
 
 # ----------------------------------------------------------------------------- part 1: alone
@@ -369,23 +380,25 @@ def check_alone(fn: Callable) -> int:
     for size in ALONE_SUB_GROUPS:
         mine, opt_m, stage_m = _alone_home(size)
         ref, opt_r, stage_r = _alone_home(size)
-        where = (f"alone, groups of {list(ALONE_SIZES)} elements, sub_group_size {size:,} "
-                 f"({len(mine.sub_groups)} sub-groups)")
+        where = T("alone, groups of {sizes} elements, sub_group_size {size:,} ({n} sub-groups)",
+                  sizes=list(ALONE_SIZES), size=size, n=len(mine.sub_groups))
         for step in range(2):
             grads = _alone_grads(step)
-            problem = _run_watched(fn, mine, opt_m, grads, combined, f"{where}, step {step + 1}")
+            problem = _run_watched(fn, mine, opt_m, grads, combined, T("{where}, step {step}", where=where,
+                                                                       step=step + 1))
             if problem:
                 raise _fail(problem)
             _BUILTIN_STEP(ref, opt_r, [g.clone() for g in grads], combined)
         for i, (a, b) in enumerate(zip(stage_m.owned, stage_r.owned)):
             if not torch.equal(a, b):
-                raise _fail((f"{where}: group {i}'s parameters after 2 steps differ from zerolab's",
-                             "compare your loop with the steps above: grads down and unscaled, step, "
-                             "grad = None, write up"))
+                raise _fail((T("{where}: group {i}'s parameters after 2 steps differ from zerolab's", where=where, i=i),
+                             T("compare your loop with the steps above: grads down and unscaled, step, "
+                               "grad = None, write up")))
         for j, (a, b) in enumerate(zip(mine.tensors, ref.tensors)):
             if not torch.equal(a, b):
-                raise _fail((f"{where}: tile {j}'s fp32 master after 2 steps differs from zerolab's",
-                             "step each tile exactly once per call, with its own gradient"))
+                raise _fail((T("{where}: tile {j}'s fp32 master after 2 steps differs from zerolab's", where=where,
+                               j=j),
+                             T("step each tile exactly once per call, with its own gradient")))
     return len(ALONE_SUB_GROUPS)
 
 
@@ -422,7 +435,8 @@ def _train(cfg: dict, fn: Callable | None, where: str) -> dict:
         state["step"] += 1
         if home.where != "cpu" or problems:
             return _BUILTIN_STEP(home, optimizer, grads, combined)
-        p = _run_watched(fn, home, optimizer, grads, combined, f"{where}, optimizer step {state['step']}")
+        p = _run_watched(fn, home, optimizer, grads, combined, T("{where}, optimizer step {step}", where=where,
+                                                                 step=state["step"]))
         if p:
             problems.append(p)
 
@@ -442,13 +456,18 @@ def _train(cfg: dict, fn: Callable | None, where: str) -> dict:
     return out
 
 
-def _engine_runs(fn: Callable, cases, sizes) -> list[dict]:
+def _engine_runs(fn: Callable, cases, sizes, language: str = "en") -> list[dict]:
+    with i18n.using(language):          # a rank speaks the language of the notebook that started it
+        return _engine_runs_here(fn, cases, sizes)
+
+
+def _engine_runs_here(fn: Callable, cases, sizes) -> list[dict]:
     out = []
     for stage, precision, param in cases:
         for size in sizes:
             what = f"stage {stage}{' + offload_param' if param else ''}, {precision}, sub_group_size {size:,}"
             cfg = _config(stage, precision, size, param)
-            mine = _train(cfg, fn, f"the engine, {what}")
+            mine = _train(cfg, fn, T("the engine, {what}", what=what))
             ref = _train(cfg, None, "")
             out.append({"what": what, "mine": mine, "ref": ref})
             if mine["problem"]:
@@ -462,18 +481,19 @@ def _compare(run: dict, rank: int) -> tuple[str, str] | None:
     mine, ref, what = run["mine"], run["ref"], run["what"]
     if mine["problem"]:
         return mine["problem"]
-    where = f"the engine, {what}, rank {rank}"
-    for key, label in (("masters", "fp32 masters"), ("params", "model parameters")):
+    where = T("the engine, {what}, rank {rank}", what=what, rank=rank)
+    for key, label in (("masters", T("fp32 masters")), ("params", T("model parameters"))):
         for name, want in ref[key].items():
             if not torch.equal(mine[key][name], want):
                 d = float((mine[key][name].float() - want.float()).abs().max())
-                return (f"{where}: after {ENGINE_STEPS} steps the {label} of {name} differ from zerolab's "
-                        f"(max |difference| {d:.3g})",
-                        "every step above matched: look at what happens between the steps (write every "
-                        "tile up, clear every gradient)")
+                return (T("{where}: after {steps} steps the {label} of {name} differ from zerolab's (max |difference| "
+                          "{d:.3g})", where=where, steps=ENGINE_STEPS, label=label, name=name, d=d),
+                        T("every step above matched: look at what happens between the steps (write every "
+                          "tile up, clear every gradient)"))
     if mine["losses"] != ref["losses"]:
-        return (f"{where}: the losses differ from zerolab's: {mine['losses']} vs {ref['losses']}",
-                "the parameters the forward pass sees come from write_params: write every tile up")
+        return (T("{where}: the losses differ from zerolab's: {mine} vs {ref}", where=where, mine=mine["losses"],
+                  ref=ref["losses"]),
+                T("the parameters the forward pass sees come from write_params: write every tile up"))
     return None
 
 
@@ -513,12 +533,12 @@ def check_engine(fn: Callable, world_size: int = 2, cases=ENGINE_CASES, sizes=SU
 
     crew = crew_of(world_size)
     try:
-        results = crew.run(_engine_runs, fn, cases, sizes)
+        results = crew.run(_engine_runs, fn, cases, sizes, i18n.lang())
     except (zerolab.RankError, zerolab.CrewTimeout) as exc:
         if not_implemented(exc):
             raise NotImplementedError("Exercise: write host_step") from exc
-        raise rank_failure(exc, f"the engine on {world_size} ranks (with your host_step)",
-                           "zerolab.checks.full_tracebacks(), then run again, shows the line") from exc
+        raise rank_failure(exc, T("the engine on {n} ranks (with your host_step)", n=world_size),
+                           T("zerolab.checks.full_tracebacks(), then run again, shows the line")) from exc
     for r, runs in enumerate(results):
         for run in runs:
             problem = _compare(run, r)
@@ -532,22 +552,24 @@ def check_host_step(fn: Callable, *, world_size: int = 2, verbose: bool = True) 
     and inside the engine on ``world_size`` ranks."""
     n = check_alone(fn)                # fast; an unfinished exercise fails here
     if verbose:
-        print(f"alone: 3 fp16 groups ({sum(ALONE_SIZES)} elements), {n} sub_group_size values, 2 AdamW steps "
-              f"each:")
-        print("  the same bits as zerolab's loop")
+        print(T("alone: 3 fp16 groups ({numel} elements), {n} sub_group_size values, 2 AdamW steps each:",
+                numel=sum(ALONE_SIZES), n=n))
+        print(T("  the same bits as zerolab's loop"))
     runs = check_engine(fn, world_size)
     if verbose:
-        print(f"engine: TinyLM on {world_size} ranks, offload_optimizer cpu, {ENGINE_STEPS} steps of 2 "
-              f"micro-batches, clipping 0.05;")
-        print("  sub-groups per rank at sub_group_size " + ", ".join(f"{s:,}" for s in SUB_GROUP_SIZES) + ":")
+        print(T("engine: TinyLM on {n} ranks, offload_optimizer cpu, {steps} steps of 2 micro-batches, "
+                "clipping 0.05;", n=world_size, steps=ENGINE_STEPS))
+        print(T("  sub-groups per rank at sub_group_size {sizes}:",
+                sizes=", ".join(f"{s:,}" for s in SUB_GROUP_SIZES)))
         by_case: dict = {}
         for run in runs:
             by_case.setdefault(run["what"].rsplit(", sub_group_size", 1)[0], []).append(run["mine"]["sub_groups"])
         for what, counts in by_case.items():
             print(f"    {what:<34} {' / '.join(str(c) for c in counts)}")
         skipped = sum(run["mine"]["skipped"] for run in runs)
-        print(f"  {len(runs)} runs ({skipped} steps skipped by the fp16 scaler): masters, parameters and "
-              f"losses")
-        print("  bit-identical to zerolab's")
-    passed(f"your host_step steps {n} sub-group layouts alone as zerolab does,\n"
-           f"  and is the engine's host optimizer step on {world_size} ranks (stages 1-3, fp32/fp16/bf16)")
+        print(T("  {runs} runs ({skipped} steps skipped by the fp16 scaler): masters, parameters and losses",
+                runs=len(runs), skipped=skipped))
+        print(T("  bit-identical to zerolab's"))
+    passed(T("your host_step steps {n} sub-group layouts alone as zerolab does,\n"
+             "  and is the engine's host optimizer step on {world} ranks (stages 1-3, fp32/fp16/bf16)", n=n,
+             world=world_size))
