@@ -36,6 +36,7 @@ TRANSLATED = {"progress.py": "progress", "report.py": "report", "checks/__init__
               "checks/ch03.py": "checks.ch03", "checks/stage2_buckets.py": "checks.stage2_buckets",
               "checks/zero1.py": "checks.zero1", "checks/ch04.py": "checks.ch04",
               "checks/ch08.py": "checks.ch08", "checks/ch05.py": "checks.ch05",
+              "checks/ch09.py": "checks.ch09",
               "checks/ch06.py": "checks.ch06", "checks/ch07.py": "checks.ch07", "checks/ch14.py": "checks.ch14",
               "lab/common.py": "lab", "lab/basic.py": "lab", "lab/core.py": "lab",
               "lab/application.py": "lab", "lab/extension.py": "lab"}
@@ -490,6 +491,24 @@ def test_exercise_5_fails_in_the_editions_language_alone_and_on_the_engines_rank
     assert "提示：忘了反缩放" in zh_engine, zh_engine
     for text in (zh, zh_engine):
         assert len(text.splitlines()) <= 8 and all(i18n.width(line) <= 100 for line in text.splitlines()), text
+
+
+def test_exercise_9_fails_in_the_editions_language():
+    """The config is judged in this process, before any rank starts."""
+    from zerolab.checks.ch09 import check_alone, reference_config
+
+    def log_warmup(world_size):                  # DeepSpeed's default warmup_type, 'log'
+        cfg = reference_config(world_size)
+        del cfg["scheduler"]["params"]["warmup_type"]
+        return cfg
+    en = _fail(check_alone, log_warmup)
+    assert en.startswith("capstone_config(1): the learning rate at step 2\n  expected: 0.0004"), en
+    assert "hint: DeepSpeed's default warmup_type is 'log'" in en, en
+    with i18n.using("zh"):
+        zh = _fail(check_alone, log_warmup)
+    assert zh.startswith("capstone_config(1)：第 2 步的学习率\n  期望：0.0004（15 步内从 0 预热到 6e-3"), zh
+    assert "  提示：DeepSpeed 默认的 warmup_type 是 'log'（先快后慢）" in zh, zh
+    assert all(i18n.width(line) <= 100 for line in zh.splitlines()), zh
 
 
 def test_exercise_1_fails_in_the_editions_language(monkeypatch):

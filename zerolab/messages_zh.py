@@ -1143,6 +1143,105 @@ ZH["checks.ch08"] = {
     "your knobs meet goals A, B and C in the real engine on 2 ranks": "你的旋钮在 2 个 rank 上的真实引擎里达成了目标 A、B 和 C",
 }
 
+# -- exercise 9: the capstone's DeepSpeed config ------------------------------------------------------
+ZH["checks.ch09"] = {
+    "hint: {hint}": "提示：{hint}",
+    "{where}\n  expected: {expected}\n  yours:    {got}": "{where}\n  期望：{expected}\n  你的：{got}",
+    "{where} returned {type}, not a dict\n  hint: return the DeepSpeed config as a Python dict":
+        "{where} 返回的是 {type}，不是 dict\n  提示：把 DeepSpeed 配置作为 Python dict 返回",
+    "{where}: the config does not load on {n} rank(s):": "{where}：这个配置在 {n} 个 rank 上加载不了：",
+    "the three batch keys must agree on every number of ranks: train_batch_size = train_micro_batch_size_per_gpu x "
+    "gradient_accumulation_steps x world_size; compute the micro-batch from world_size":
+        "三个 batch 键在任何 rank 数下都必须一致：train_batch_size = train_micro_batch_size_per_gpu x "
+        "gradient_accumulation_steps x world_size；微批次要根据 world_size 算出来",
+    "DeepSpeed (and zerolab) refuse this config; the lines above say which key":
+        "DeepSpeed（以及 zerolab）拒绝这个配置；上面几行说明了是哪个键",
+    "{where}: the batch keys": "{where}：batch 的几个键",
+    "all three keys of the batch triple": "batch 三元组的全部三个键",
+    "missing {keys}": "缺少 {keys}",
+    "give train_batch_size, train_micro_batch_size_per_gpu and gradient_accumulation_steps, so that a reader (and "
+    "DeepSpeed) can check they agree":
+        "写出 train_batch_size、train_micro_batch_size_per_gpu 和 gradient_accumulation_steps，"
+        "让读配置的人（以及 DeepSpeed）能核对它们是否一致",
+    "{n} sequences per step on any number of ranks": "无论多少个 rank，每步都是 {n} 条序列",
+    "the global batch must not change with the number of ranks, or a run resumed on another number of ranks trains "
+    "on another problem: divide it, do not multiply it":
+        "全局 batch 不能随 rank 数变化，否则换一个 rank 数恢复训练，练的就是另一个问题了：要去除，不要去乘",
+    "the brief accumulates 2 micro-batches per step": "任务要求每步累积 2 个微批次",
+    "stages 1 and 2 leave every rank a whole copy of the parameters (the furniture); only stage 3 shards them, and "
+    "offload_param needs stage 3":
+        "stage 1 和 2 让每个 rank 都留着一整份参数（家具）；只有 stage 3 才把参数分片，而且 offload_param 需要 stage 3",
+    "the heavy notebook (fp32 masters and Adam moments) goes to the warehouse: "
+    "\"offload_optimizer\": {\"device\": \"cpu\"}":
+        "小本子（fp32 主权重和 Adam 的动量）要放进仓库：\"offload_optimizer\": {\"device\": \"cpu\"}",
+    "the parameter shards go to the warehouse too: \"offload_param\": {\"device\": \"cpu\"} (a separate block from "
+    "offload_optimizer)":
+        "参数分片也要放进仓库：\"offload_param\": {\"device\": \"cpu\"}（和 offload_optimizer 是两个独立的块）",
+    "DeepSpeed's default (1e5 elements) keeps every tensor smaller than that whole on every rank; every tensor of "
+    "this small GPT is smaller, so nothing would be sharded":
+        "DeepSpeed 的默认值（1e5 个元素）让比它小的张量在每个 rank 上都保持完整；这个小 GPT 的每个张量都更小，"
+        "所以什么都不会被分片",
+    "{where}: precision": "{where}：精度",
+    "{where}: {key}": "{where}：{key}",
+    " and ": " 和 ",
+    "bf16 enabled (\"bf16\": {\"enabled\": true}), fp16 off": "启用 bf16（\"bf16\": {\"enabled\": true}），关闭 fp16",
+    "fp32 (no bf16 block, or enabled false)": "fp32（没有 bf16 块，或 enabled 为 false）",
+    "bf16 has fp32's range, so it needs no loss scaler; fp16 would scale the loss":
+        "bf16 的范围和 fp32 一样，不需要损失缩放；fp16 则要缩放损失",
+    "decoupled weight decay: AdamW (Adam with weight_decay would add it to the gradient)":
+        "解耦的权重衰减：AdamW（带 weight_decay 的 Adam 会把它加到梯度上）",
+    "lr 6e-3, betas [0.9, 0.95], weight_decay 0.01, as in the brief": "按任务要求：lr 6e-3，betas [0.9, 0.95]，weight_decay 0.01",
+    "clip the global gradient norm to 1.0 (a top-level key, not inside the optimizer; DeepSpeed's default is 1.0 "
+    "too, 0 turns clipping off)":
+        "把全局梯度范数裁剪到 1.0（这是顶层的键，不在 optimizer 里；DeepSpeed 的默认值也是 1.0，0 表示关闭裁剪）",
+    "{where}: the learning rate at step {i}": "{where}：第 {i} 步的学习率",
+    "{lr:.3g} (warmup 0 -> 6e-3 over 15 steps, then down to 0 at step 100)":
+        "{lr:.3g}（15 步内从 0 预热到 6e-3，然后在第 100 步降到 0）",
+    "no 'scheduler' block: the lr stays at the optimizer's lr; add WarmupDecayLR":
+        "没有 'scheduler' 块：学习率一直是优化器的 lr；加上 WarmupDecayLR",
+    "WarmupLR warms up and then stays at its maximum; the brief decays to 0 at step 100: that is WarmupDecayLR "
+    "(with total_num_steps)":
+        "WarmupLR 预热之后就停在最大值；任务要求在第 100 步衰减到 0：那是 WarmupDecayLR（配 total_num_steps）",
+    "scheduler type {type}: the brief's schedule is DeepSpeed's WarmupDecayLR":
+        "scheduler 的 type 是 {type}：任务要求的调度是 DeepSpeed 的 WarmupDecayLR",
+    "DeepSpeed's default warmup_type is 'log' (a fast start, then slow); the brief asks for a straight line: "
+    "\"warmup_type\": \"linear\"":
+        "DeepSpeed 默认的 warmup_type 是 'log'（先快后慢）；任务要求的是一条直线：\"warmup_type\": \"linear\"",
+    "warmup_max_lr is {got} (DeepSpeed's default is 0.001, whatever the optimizer's lr): set it to the peak lr, {lr}":
+        "warmup_max_lr 是 {got}（DeepSpeed 的默认值是 0.001，不管优化器的 lr 是多少）：把它设成峰值学习率 {lr}",
+    "warmup_num_steps: the warmup lasts {n} steps": "warmup_num_steps：预热持续 {n} 步",
+    "total_num_steps: the lr reaches 0 at step {n}": "total_num_steps：学习率在第 {n} 步降到 0",
+    "warmup_min_lr: the warmup starts from 0": "warmup_min_lr：预热从 0 开始",
+    "compare your scheduler block with the brief": "把你的 scheduler 块和任务要求逐项对照",
+    # the engine
+    "training with your config on {n} ranks": "在 {n} 个 rank 上用你的配置训练",
+    "zerolab.checks.full_tracebacks(), then run again, shows the rank's error":
+        "运行 zerolab.checks.full_tracebacks() 后再运行一次，就能看到该 rank 的错误",
+    "the engine on {n} ranks, rank {r}": "{n} 个 rank 上的引擎，rank {r}",
+    "{where}: stage {stage}, host memory: parameters {params:,} bytes, optimizer states {states:,} bytes\n"
+    "  expected: stage 3, both in host memory\n  hint: offload_param and offload_optimizer to the cpu":
+        "{where}：stage {stage}，主机内存：参数 {params:,} 字节，优化器状态 {states:,} 字节\n"
+        "  期望：stage 3，两者都在主机内存里\n  提示：offload_param 和 offload_optimizer 都卸载到 cpu",
+    "{where}: learning rates {mine}\n  expected: {ref}\n  hint: the scheduler block":
+        "{where}：学习率 {mine}\n  期望：{ref}\n  提示：看 scheduler 块",
+    "{where}: the losses differ from the brief's config\n  expected: {ref}\n  yours:    {mine}\n"
+    "  hint: some setting changes the training; compare key by key":
+        "{where}：损失与任务要求的配置不同\n  期望：{ref}\n  你的：{mine}\n  提示：某个设置改变了训练；逐个键对照",
+    # what passed
+    "alone: your config loads on {sizes} ranks with every choice of the brief,":
+        "单独检查：你的配置在 {sizes} 个 rank 上都能加载，任务要求的每一项都对，",
+    "       and its scheduler gives the brief's lr at each of the {n} steps":
+        "          它的调度器在 {n} 步中的每一步都给出任务要求的学习率",
+    "engine: {w} ranks, micro-batch {micro} x 2 accumulation steps x {w} ranks = {batch}; stage {stage}, {dtype};":
+        "引擎：{w} 个 rank，微批次 {micro} x 2 个累积步 x {w} 个 rank = {batch}；stage {stage}，{dtype}；",
+    "        parameter shards and optimizer states in host memory;": "      参数分片和优化器状态都在主机内存里；",
+    "        {n} steps: losses and lrs the same as the brief's config": "      {n} 步：损失和学习率都与任务要求的配置相同",
+    "your config runs the capstone: ZeRO-3, both offloads, bf16, WarmupDecayLR,\n"
+    "  and a global batch of {batch} on {n} world sizes (trained on {worlds} ranks)":
+        "你的配置能跑综合项目：ZeRO-3、两种卸载、bf16、WarmupDecayLR，\n"
+        "  在 {n} 种总 rank 数下全局 batch 都是 {batch}（在 {worlds} 个 rank 上训练过）",
+}
+
 # -- exercise 14: does the move pay? -------------------------------------------------------------------
 ZH["checks.ch14"] = {
     "tokens": "个 token",
