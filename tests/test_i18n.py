@@ -36,7 +36,7 @@ TRANSLATED = {"progress.py": "progress", "report.py": "report", "checks/__init__
               "checks/ch03.py": "checks.ch03", "checks/stage2_buckets.py": "checks.stage2_buckets",
               "checks/zero1.py": "checks.zero1", "checks/ch04.py": "checks.ch04",
               "checks/ch08.py": "checks.ch08", "checks/ch05.py": "checks.ch05",
-              "checks/ch09.py": "checks.ch09",
+              "checks/ch09.py": "checks.ch09", "checks/ch13.py": "checks.ch13",
               "checks/ch06.py": "checks.ch06", "checks/ch07.py": "checks.ch07", "checks/ch14.py": "checks.ch14",
               "lab/common.py": "lab", "lab/basic.py": "lab", "lab/core.py": "lab",
               "lab/application.py": "lab", "lab/extension.py": "lab"}
@@ -121,7 +121,7 @@ def _fields(template: str) -> set[str]:
 
 def _dynamic() -> dict[str, list[str]]:
     """Templates a module passes through T.text from a table rather than a literal."""
-    from zerolab.checks import ch00, ch01, ch02, ch03, ch04, ch06, ch08, ch14, zero1
+    from zerolab.checks import ch00, ch01, ch02, ch03, ch04, ch06, ch08, ch13, ch14, zero1
     mistakes = [h for table in (ch14.TOKENS_MISTAKES, ch14.BYTES_MISTAKES, ch14.OFFLOAD_MISTAKES) for _, h in table]
     return {"progress": list(progress.EXERCISES.values()) + ["done", "tried", "not started"],
             "checks.ch00": [ch00.HINT],
@@ -131,6 +131,7 @@ def _dynamic() -> dict[str, list[str]]:
             "checks.zero1": list(zero1.ROUNDINGS.values()) + list(zero1.HOW.values()),
             "checks.ch04": [label for label, _, _ in ch04.SEQUENCES],
             "checks.ch08": list(ch08.GOALS.values()),
+            "checks.ch13": [what for what, *_ in ch13.CASES],
             "checks.ch06": [what for what, _, _ in ch06.CASES] + [ch06._model_case()[0]],
             "checks.ch14": mistakes + ["tokens", "bytes", "forward gather", "backward gather", "gradients"]}
 
@@ -508,6 +509,29 @@ def test_exercise_9_fails_in_the_editions_language():
         zh = _fail(check_alone, log_warmup)
     assert zh.startswith("capstone_config(1)：第 2 步的学习率\n  期望：0.0004（15 步内从 0 预热到 6e-3"), zh
     assert "  提示：DeepSpeed 默认的 warmup_type 是 'log'（先快后慢）" in zh, zh
+    assert all(i18n.width(line) <= 100 for line in zh.splitlines()), zh
+
+
+def test_exercise_13_fails_in_the_editions_language():
+    """Part 1 runs in this process, before any rank starts."""
+    from zerolab import quant
+    from zerolab.checks.ch13 import check_alone
+
+    def truncates(x, groups, bits=8):             # .to(torch.int8) without rounding first
+        blocks = x.reshape(-1).float().view(groups, -1)
+        m = blocks.abs().amax(1, keepdim=True)
+        q_scale = torch.where(m == 0, torch.ones(()), 2 ** bits / (2 * m))
+        q = (blocks * q_scale).clamp(-2 ** (bits - 1), 2 ** (bits - 1) - 1).to(torch.int8)
+        return q.reshape(-1), (1 / q_scale).reshape(-1)
+    en = _fail(lambda fn: check_alone(fn, quant.dequantize), truncates)
+    assert en.startswith("a weight shard in fp16, 4 blocks of 96: 384 x float16, groups=4, bits=8\n"
+                         "  q differs from DeepSpeed's at element 0"), en
+    assert "hint: your values are truncated toward zero" in en, en
+    with i18n.using("zh"):
+        zh = _fail(lambda fn: check_alone(fn, quant.dequantize), truncates)
+    assert zh.startswith("fp16 的权重分片，4 个块，每块 96 个：384 个 float16，groups=4，bits=8\n"
+                         "  q 在元素 0 处与 DeepSpeed 的不同"), zh
+    assert "  提示：你的值被向零截断了" in zh, zh
     assert all(i18n.width(line) <= 100 for line in zh.splitlines()), zh
 
 

@@ -1242,6 +1242,148 @@ ZH["checks.ch09"] = {
         "  在 {n} 种总 rank 数下全局 batch 都是 {batch}（在 {worlds} 个 rank 上训练过）",
 }
 
+# -- exercise 13: qwZ's block quantizer -------------------------------------------------------------
+ZH["checks.ch13"] = {
+    # the cases (zerolab.checks.ch13.CASES)
+    "a weight shard in fp16, 4 blocks of 96": "fp16 的权重分片，4 个块，每块 96 个",
+    "4 blocks whose magnitudes differ by powers of ten": "4 个数量级依次差 10 倍的块",
+    "a 2-D tensor (16 x 24): blocks are runs of the flat tensor": "二维张量（16 x 24）：块是展平后张量中连续的一段",
+    "each block's largest magnitude is positive (+1.0)": "每个块中绝对值最大的是正数（+1.0）",
+    "values halfway between two steps (x * 128 = k / 2)": "恰好落在两个量化步中间的值（x * 128 = k / 2）",
+    "a block of zeros beside a block of values": "一个全零的块和一个有值的块",
+    "int4 (bits=4: qgZ uses the same quantizer)": "int4（bits=4：qgZ 用的是同一个量化器）",
+    "many small blocks (8 elements each)": "许多小块（每块 8 个元素）",
+    "hint: {hint}": "提示：{hint}",
+    "dequantize, {where}": "dequantize 检查：{where}",
+    "{what}: {numel} x {dtype}, groups={groups}, bits={bits}": "{what}：{numel} 个 {dtype}，groups={groups}，bits={bits}",
+    # quantize
+    "quantize returned {type}": "quantize 返回了 {type}",
+    "return a pair of tensors: (q, scales)": "返回一对张量：(q, scales)",
+    "q: expected int8, {n} values; yours {dtype}, {numel} values": "q：期望 int8、{n} 个值；你的是 {dtype}、{numel} 个值",
+    "one int8 per element (that byte instead of bf16's two is what halves qwZ's all-gathers): round, clamp, then "
+    ".to(torch.int8)":
+        "每个元素一个 int8（用这一个字节代替 bf16 的两个，qwZ 的 all-gather 才减半）：先舍入、再截断，"
+        "然后 .to(torch.int8)",
+    "one scale per block: groups of them": "每个块一个缩放因子：一共 groups 个",
+    "cut the flat tensor into groups = {groups} blocks of numel // groups = {per} elements, one scale each":
+        "把展平的张量切成 groups = {groups} 个块，每块 numel // groups = {per} 个元素，每块一个缩放因子",
+    "scales: expected {groups} (one per block), yours {n}": "scales：期望 {groups} 个（每块一个），你的是 {n} 个",
+    "scales: expected float32, yours {dtype}": "scales：期望 float32，你的是 {dtype}",
+    "compute in float32 (x.float()) and return float32 scales: they travel as fp32, 4 bytes per block (DeepSpeed's "
+    "kernel computes in fp32 and writes float scales)":
+        "用 float32 计算（x.float()）并返回 float32 的缩放因子：它们以 fp32 传输，每块 4 字节"
+        "（DeepSpeed 的 kernel 在 fp32 下计算并写出 float 缩放因子）",
+    "scales differ from DeepSpeed's: block {diff}": "scales 与 DeepSpeed 的不同：块 {diff}",
+    " (x = {x:.6g})": "（此处 x = {x:.6g}）",
+    "element {i}{at}: expected {want:.6g}, yours {got:.6g}": "元素 {i}{at}：期望 {want:.6g}，你的是 {got:.6g}",
+    "q differs from DeepSpeed's at element {i}: x = {x:.6g}, x * q_scale = {t:.6g}":
+        "q 在元素 {i} 处与 DeepSpeed 的不同：x = {x:.6g}，x * q_scale = {t:.6g}",
+    "expected q = {want}, yours {got}": "期望 q = {want}，你的是 {got}",
+    # the scale
+    "a block of zeros gives nan, inf or 0: DeepSpeed's kernel sets q_scale = 1 when the block's max is 0 (so its "
+    "scale is 1.0 and every q is 0)":
+        "全零的块得出了 nan、inf 或 0：块的最大值为 0 时，DeepSpeed 的 kernel 令 q_scale = 1"
+        "（于是它的 scale 是 1.0，每个 q 都是 0）",
+    "one scale for the whole tensor: qwZ keeps one scale per block (max |x| of that block / 2^(bits-1)), so a block "
+    "of small values keeps its precision":
+        "整个张量只用了一个缩放因子：qwZ 每个块一个（该块的 max |x| / 2^(bits-1)），这样小数值的块也能保住精度",
+    "strided blocks (x.view(-1, groups)): a block is a contiguous run of numel // groups elements of the flat "
+    "tensor: x.reshape(groups, -1)":
+        "块是跨步取的（x.view(-1, groups)）：一个块是展平张量中连续的 numel // groups 个元素：x.reshape(groups, -1)",
+    "max |x| / 127 (the textbook symmetric scale): DeepSpeed maps max |x| to 2^(bits-1) = 128 steps (q_scale = "
+    "2^bits / (2 max)) and clamps the top to 127; its scale is max |x| / 128":
+        "max |x| / 127（教科书上的对称缩放）：DeepSpeed 把 max |x| 映射到 2^(bits-1) = 128 步"
+        "（q_scale = 2^bits / (2 max)），再把顶端截到 127；它的 scale 是 max |x| / 128",
+    "that is q_scale, the multiplier: DeepSpeed stores and sends its inverse, the step scale = 1 / q_scale = max |x| "
+    "/ 2^(bits-1)":
+        "那是 q_scale，也就是乘数：DeepSpeed 存储并发送的是它的倒数，即步长 scale = 1 / q_scale = max |x| / 2^(bits-1)",
+    "asymmetric (max - min) / 255: qwZ's quantizer is symmetric: the scale comes from max |x| alone, no offset, 0 "
+    "stays 0":
+        "非对称的 (max - min) / 255：qwZ 的量化器是对称的：scale 只由 max |x| 决定，没有偏移，0 还是 0",
+    "max |x| / 2^bits: the range -max..max is 2^bits steps of 2 max / 2^bits = max / 2^(bits-1)":
+        "max |x| / 2^bits：-max..max 这个区间是 2^bits 步，每步 2 max / 2^bits = max / 2^(bits-1)",
+    "bits is a parameter: with bits=4 (qgZ) the scale is max |x| / 2^(4-1) = max / 8, not max / 128 (no hard-coded "
+    "127 or 128)":
+        "bits 是参数：bits=4（qgZ）时 scale 是 max |x| / 2^(4-1) = max / 8，而不是 max / 128（不要写死 127 或 128）",
+    "almost: compute in float32 (x.float()): DeepSpeed's kernel reads fp16 values but computes max, q_scale and "
+    "x * q_scale in fp32; fp16 arithmetic rounds them":
+        "差一点：用 float32 计算（x.float()）：DeepSpeed 的 kernel 读入 fp16 的值，但 max、q_scale 和 "
+        "x * q_scale 都在 fp32 下计算；用 fp16 算会把它们舍入",
+    "scale = 1 / q_scale with q_scale = 2^bits / (2 max|x|) per block (= max|x| / 2^(bits-1))":
+        "scale = 1 / q_scale，其中每个块的 q_scale = 2^bits / (2 max|x|)（= max|x| / 2^(bits-1)）",
+    # the values
+    "your values are truncated toward zero (.to(torch.int8) cuts off the fraction): round first, torch.round (half "
+    "to even, as the kernel's float-to-int conversion)":
+        "你的值被向零截断了（.to(torch.int8) 会砍掉小数部分）：先用 torch.round 舍入"
+        "（四舍六入五取偶，和 kernel 的浮点转整数一样）",
+    "your values are rounded down (floor): round to nearest, torch.round": "你的值是向下取整的（floor）：要四舍五入到最近，torch.round",
+    "the block's largest positive value x = max lands on 2^(bits-1) = {top} steps, which does not fit in int{bits} "
+    "and wraps to {lo}: clamp to [{lo}, {hi}] before converting":
+        "块中最大的正值 x = max 落在 2^(bits-1) = {top} 步上，int{bits} 放不下，回绕成了 {lo}："
+        "转换前先截断到 [{lo}, {hi}]",
+    "halfway values round the wrong way: DeepSpeed rounds half to even (2.5 -> 2, 3.5 -> 4), which torch.round "
+    "does; floor(x + 0.5) or round-half-away-from-zero do not":
+        "恰在中间的值舍入方向错了：DeepSpeed 是五取偶（2.5 -> 2，3.5 -> 4），torch.round 就是这样；"
+        "floor(x + 0.5) 或远离零舍入都不是",
+    "values outside [{lo}, {hi}]: clamp to the signed {bits}-bit range": "有值超出了 [{lo}, {hi}]：截断到有符号 {bits} 位的范围",
+    "q = clamp(round(x * q_scale), -2^(bits-1), 2^(bits-1) - 1) with q_scale = 2^bits / (2 max|x|) of x's block, "
+    "in fp32":
+        "q = clamp(round(x * q_scale), -2^(bits-1), 2^(bits-1) - 1)，其中 q_scale = 2^bits / (2 max|x|) 取自 x 所在的块，"
+        "在 fp32 下计算",
+    # dequantize
+    "{dtype}, {n} values": "{dtype}，{n} 个值",
+    "expected float values, {n} of them; yours {shape}": "期望 {n} 个浮点值；你的是 {shape}",
+    "return q * scale as a float tensor with one value per element of q": "返回 q * scale，一个浮点张量，q 的每个元素对应一个值",
+    "you divide by the scale: DeepSpeed's scale is the step size, so the value is q * scale":
+        "你除以了 scale：DeepSpeed 的 scale 是步长，所以值是 q * scale",
+    "strided blocks: scale b belongs to elements b * block .. (b + 1) * block - 1 (contiguous): "
+    "q.reshape(len(scales), -1) * scales[:, None]":
+        "块是跨步取的：scale b 属于元素 b * block .. (b + 1) * block - 1（连续的一段）："
+        "q.reshape(len(scales), -1) * scales[:, None]",
+    "an extra factor of 128: the stored scale already is the step size (max / 2^(bits-1))":
+        "多了一个 128 的因子：存下来的 scale 已经是步长了（max / 2^(bits-1)）",
+    "values = q * scale, block by block: q.reshape(len(scales), -1).float() * scales[:, None], flat":
+        "值 = q * scale，逐块计算：q.reshape(len(scales), -1).float() * scales[:, None]，再展平",
+    # the engine
+    "the engine on {n} ranks (qwZ with your quantizer)": "{n} 个 rank 上的引擎（qwZ 用你的量化器）",
+    "your quantize or dequantize raised inside qwZ's all-gather; zerolab.checks.full_tracebacks(), then run again, "
+    "shows the line":
+        "你的 quantize 或 dequantize 在 qwZ 的 all-gather 里抛出了异常；运行 zerolab.checks.full_tracebacks() "
+        "后再运行一次，就能看到是哪一行",
+    "the engine, stage 3 + zero_quantized_weights, rank {r}": "引擎，stage 3 + zero_quantized_weights，rank {r}",
+    "{where}: the parameter all-gathers differ from qwZ's with zerolab's quantizer\n  expected: {want}\n"
+    "  yours:    {got}":
+        "{where}：参数的 all-gather 与用 zerolab 量化器时 qwZ 的不同\n  期望：{want}\n  你的：{got}",
+    "one int8 value per element and one fp32 scale per block (groups of them)":
+        "每个元素一个 int8 值，每个块一个 fp32 缩放因子（一共 groups 个）",
+    "{where}: a weight the forward pass saw is {worst:.2f}x the largest error qwZ allows (half a step of its block, "
+    "bf16's rounding, one step for a clamped maximum)":
+        "{where}：\n  前向看到的某个权重，误差是 qwZ 允许的最大误差的 {worst:.2f} 倍\n"
+        "  （所在块的半步、bf16 的舍入、被截断的最大值允许一步）",
+    "dequantize must give back q * scale of the same block": "dequantize 必须还原出同一个块的 q * scale",
+    "{where}: the losses are {gap:.3g} from those with zerolab's quantizer (tolerance {tol})":
+        "{where}：损失与用 zerolab 量化器时相差 {gap:.3g}（容差 {tol}）",
+    "compare your round trip with zerolab.quant's": "把你的量化加反量化和 zerolab.quant 的对照一下",
+    # what passed
+    "alone: {n} tensors (fp16, fp32; 1-D, 2-D; 8 and 4 bits): values and scales as DeepSpeed's":
+        "单独检查：{n} 个张量（fp16、fp32；一维、二维；8 位和 4 位）：值和缩放因子都与 DeepSpeed 的相同",
+    "engine: GPT on {world} ranks as {nodes} nodes of {k}, stage 3, bf16, {steps} steps, your quantizer inside qwZ:":
+        "引擎：{world} 个 rank 上的 GPT，分成 {nodes} 个节点、每节点 {k} 个，stage 3，bf16，{steps} 步，"
+        "qwZ 里用的是你的量化器：",
+    "  rank 0 sent in parameter all-gathers ({links}-node): {q:,.0f} bytes of int8":
+        "  rank 0 在参数 all-gather 中发出（{links}-node）：int8 {q:,.0f} 字节",
+    "    + {s:,.0f} of fp32 scales, against {plain:,.0f} bytes in bf16: {ratio:.4f}x":
+        "    + fp32 缩放因子 {s:,.0f} 字节，bf16 下是 {plain:,.0f} 字节：{ratio:.4f}x",
+    "  every weight the forward saw within half a step of its block (+ bf16 rounding)":
+        "  前向看到的每个权重，误差都在所在块的半步以内（加上 bf16 的舍入）",
+    "  the same gathered weights as zerolab's quantizer: {same}; losses within {tol}":
+        "  收集到的权重与 zerolab 量化器的相同：{same}；损失相差在 {tol} 以内",
+    "your quantize and dequantize are DeepSpeed's symmetric block quantizer on {n} tensors\n"
+    "  and carry qwZ's all-gathers in the engine on {world} ranks ({nodes} nodes)":
+        "你的 quantize 和 dequantize 在 {n} 个张量上都与 DeepSpeed 的对称分块量化器一致，\n"
+        "  并在 {world} 个 rank（{nodes} 个节点）的引擎里承担了 qwZ 的 all-gather",
+}
+
 # -- exercise 14: does the move pay? -------------------------------------------------------------------
 ZH["checks.ch14"] = {
     "tokens": "个 token",

@@ -26,12 +26,14 @@ zerolab's copy is :func:`zerolab.quant.quantize` / :func:`zerolab.quant.dequanti
 """
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Callable
 
 import torch
 
+from ..i18n import catalogue, fill
 from . import ExerciseCheckFailed, crew_of, not_implemented, passed, rank_failure
+
+T = catalogue("checks.ch13")    # the messages in the edition's language (zerolab/messages_zh.py)
 
 __all__ = ["check_block_quantizer", "check_alone", "check_engine", "CASES", "ENGINE_STEPS", "ENGINE_WORLD",
            "ENGINE_NODES", "LOSS_TOL"]
@@ -96,32 +98,32 @@ def _scale_hint(got: torch.Tensor, x: torch.Tensor, groups: int, bits: int) -> s
     half = 2 ** (bits - 1)
     m = blocks.abs().amax(1)
     if not torch.isfinite(got).all() or bool((got[m == 0] == 0).any()):
-        return ("a block of zeros gives nan, inf or 0: DeepSpeed's kernel sets q_scale = 1 when the "
-                "block's max is 0 (so its scale is 1.0 and every q is 0)")
+        return T("a block of zeros gives nan, inf or 0: DeepSpeed's kernel sets q_scale = 1 when the "
+                 "block's max is 0 (so its scale is 1.0 and every q is 0)")
     guesses = [
-        (flat.abs().max() / half * torch.ones(groups), "one scale for the whole tensor: qwZ keeps one scale "
-         "per block (max |x| of that block / 2^(bits-1)), so a block of small values keeps its precision"),
-        (flat.view(-1, groups).abs().amax(0) / half, "strided blocks (x.view(-1, groups)): a block is a "
-         "contiguous run of numel // groups elements of the flat tensor: x.reshape(groups, -1)"),
-        (m / (half - 1), "max |x| / 127 (the textbook symmetric scale): DeepSpeed maps max |x| to 2^(bits-1) "
-         "= 128 steps (q_scale = 2^bits / (2 max)) and clamps the top to 127; its scale is max |x| / 128"),
-        (half / m, "that is q_scale, the multiplier: DeepSpeed stores and sends its inverse, the step "
-         "scale = 1 / q_scale = max |x| / 2^(bits-1)"),
-        ((blocks.amax(1) - blocks.amin(1)) / (2 ** bits - 1), "asymmetric (max - min) / 255: qwZ's quantizer "
-         "is symmetric: the scale comes from max |x| alone, no offset, 0 stays 0"),
-        (m / 2 ** bits, "max |x| / 2^bits: the range -max..max is 2^bits steps of 2 max / 2^bits = max / "
-         "2^(bits-1)"),
-        (m / 2 ** 7 * torch.ones(groups) if bits != 8 else None, "bits is a parameter: with bits=4 (qgZ) the "
-         "scale is max |x| / 2^(4-1) = max / 8, not max / 128 (no hard-coded 127 or 128)"),
+        (flat.abs().max() / half * torch.ones(groups), T("one scale for the whole tensor: qwZ keeps one scale "
+         "per block (max |x| of that block / 2^(bits-1)), so a block of small values keeps its precision")),
+        (flat.view(-1, groups).abs().amax(0) / half, T("strided blocks (x.view(-1, groups)): a block is a "
+         "contiguous run of numel // groups elements of the flat tensor: x.reshape(groups, -1)")),
+        (m / (half - 1), T("max |x| / 127 (the textbook symmetric scale): DeepSpeed maps max |x| to 2^(bits-1) "
+         "= 128 steps (q_scale = 2^bits / (2 max)) and clamps the top to 127; its scale is max |x| / 128")),
+        (half / m, T("that is q_scale, the multiplier: DeepSpeed stores and sends its inverse, the step "
+         "scale = 1 / q_scale = max |x| / 2^(bits-1)")),
+        ((blocks.amax(1) - blocks.amin(1)) / (2 ** bits - 1), T("asymmetric (max - min) / 255: qwZ's quantizer "
+         "is symmetric: the scale comes from max |x| alone, no offset, 0 stays 0")),
+        (m / 2 ** bits, T("max |x| / 2^bits: the range -max..max is 2^bits steps of 2 max / 2^bits = max / "
+         "2^(bits-1)")),
+        (m / 2 ** 7 * torch.ones(groups) if bits != 8 else None, T("bits is a parameter: with bits=4 (qgZ) the "
+         "scale is max |x| / 2^(4-1) = max / 8, not max / 128 (no hard-coded 127 or 128)")),
     ]
     for want, hint in guesses:
         if want is not None and got.numel() == want.numel() and _close(got, want, 1e-3):
             return hint
     ref = _reference(x, groups, bits)[1]
     if _close(got, ref, 2e-3):
-        return ("almost: compute in float32 (x.float()): DeepSpeed's kernel reads fp16 values but computes "
-                "max, q_scale and x * q_scale in fp32; fp16 arithmetic rounds them")
-    return "scale = 1 / q_scale with q_scale = 2^bits / (2 max|x|) per block (= max|x| / 2^(bits-1))"
+        return T("almost: compute in float32 (x.float()): DeepSpeed's kernel reads fp16 values but computes "
+                 "max, q_scale and x * q_scale in fp32; fp16 arithmetic rounds them")
+    return T("scale = 1 / q_scale with q_scale = 2^bits / (2 max|x|) per block (= max|x| / 2^(bits-1))")
 
 
 def _q_hint(got: torch.Tensor, x: torch.Tensor, groups: int, bits: int) -> str:
@@ -135,46 +137,51 @@ def _q_hint(got: torch.Tensor, x: torch.Tensor, groups: int, bits: int) -> str:
         return bool(d.max() <= 1) and float((d > 0).float().mean()) <= 0.02
 
     if like(torch.trunc(t).clamp(lo, hi)):
-        return ("your values are truncated toward zero (.to(torch.int8) cuts off the fraction): round first, "
-                "torch.round (half to even, as the kernel's float-to-int conversion)")
+        return T("your values are truncated toward zero (.to(torch.int8) cuts off the fraction): round first, "
+                 "torch.round (half to even, as the kernel's float-to-int conversion)")
     if like(torch.floor(t).clamp(lo, hi)):
-        return "your values are rounded down (floor): round to nearest, torch.round"
+        return T("your values are rounded down (floor): round to nearest, torch.round")
     wrapped = torch.round(t)
     wrapped = torch.where(wrapped > hi, wrapped - 2 ** bits, wrapped).clamp(lo, hi)
     if bool((torch.round(t) > hi).any()) and like(wrapped):
-        return (f"the block's largest positive value x = max lands on 2^(bits-1) = {hi + 1} steps, which does "
-                f"not fit in int{bits} and wraps to {lo}: clamp to [{lo}, {hi}] before converting")
+        return T("the block's largest positive value x = max lands on 2^(bits-1) = {top} steps, which does not fit "
+                 "in int{bits} and wraps to {lo}: clamp to [{lo}, {hi}] before converting", top=hi + 1, bits=bits,
+                 lo=lo, hi=hi)
     away = (torch.sign(t) * torch.floor(t.abs() + 0.5)).clamp(lo, hi).long()
     up = torch.floor(t + 0.5).clamp(lo, hi).long()
     if torch.equal(got, away) or torch.equal(got, up):
-        return ("halfway values round the wrong way: DeepSpeed rounds half to even (2.5 -> 2, 3.5 -> 4), "
-                "which torch.round does; floor(x + 0.5) or round-half-away-from-zero do not")
+        return T("halfway values round the wrong way: DeepSpeed rounds half to even (2.5 -> 2, 3.5 -> 4), "
+                 "which torch.round does; floor(x + 0.5) or round-half-away-from-zero do not")
     if bool((got > hi).any()) or bool((got < lo).any()):
-        return f"values outside [{lo}, {hi}]: clamp to the signed {bits}-bit range"
-    return ("q = clamp(round(x * q_scale), -2^(bits-1), 2^(bits-1) - 1) with q_scale = 2^bits / (2 max|x|) "
-            "of x's block, in fp32")
+        return T("values outside [{lo}, {hi}]: clamp to the signed {bits}-bit range", lo=lo, hi=hi, bits=bits)
+    return T("q = clamp(round(x * q_scale), -2^(bits-1), 2^(bits-1) - 1) with q_scale = 2^bits / (2 max|x|) "
+             "of x's block, in fp32")
 
 
 def _dq_hint(got: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> str:
     per = q.numel() // s.numel()
     qf, sf = q.reshape(s.numel(), per).float(), s.reshape(-1, 1).float()
     if _close(got, qf / sf, 1e-3):
-        return "you divide by the scale: DeepSpeed's scale is the step size, so the value is q * scale"
+        return T("you divide by the scale: DeepSpeed's scale is the step size, so the value is q * scale")
     if _close(got, (q.reshape(per, s.numel()).float() * s.view(1, -1)), 1e-3):
-        return ("strided blocks: scale b belongs to elements b * block .. (b + 1) * block - 1 (contiguous): "
-                "q.reshape(len(scales), -1) * scales[:, None]")
+        return T("strided blocks: scale b belongs to elements b * block .. (b + 1) * block - 1 (contiguous): "
+                 "q.reshape(len(scales), -1) * scales[:, None]")
     if _close(got, qf * sf * 2 ** 7, 1e-3) or _close(got, qf * sf / 2 ** 7, 1e-3):
-        return "an extra factor of 128: the stored scale already is the step size (max / 2^(bits-1))"
-    return "values = q * scale, block by block: q.reshape(len(scales), -1).float() * scales[:, None], flat"
+        return T("an extra factor of 128: the stored scale already is the step size (max / 2^(bits-1))")
+    return T("values = q * scale, block by block: q.reshape(len(scales), -1).float() * scales[:, None], flat")
 
 
 def _wrap(text: str) -> str:
-    return textwrap.fill(text, 96, initial_indent="  ", subsequent_indent="        ")
+    return fill(text, 96, initial_indent="  ", subsequent_indent="        ")
+
+
+def _hint(hint: str) -> str:
+    return _wrap(T("hint: {hint}", hint=hint))
 
 
 def _fail(where: str, lines: list[str], hint: str) -> ExerciseCheckFailed:
     body = "".join(f"\n  {line}" for line in lines)
-    return ExerciseCheckFailed(f"{where}{body}\n{_wrap('hint: ' + hint)}")
+    return ExerciseCheckFailed(f"{where}{body}\n" + _hint(hint))
 
 
 def _first_diff(got: torch.Tensor, want: torch.Tensor, x: torch.Tensor | None = None) -> str:
@@ -182,35 +189,41 @@ def _first_diff(got: torch.Tensor, want: torch.Tensor, x: torch.Tensor | None = 
     if not len(d):
         return ""
     i = int(d[0])
-    at = f" (x = {float(x.reshape(-1)[i]):.6g})" if x is not None else ""
-    return f"element {i}{at}: expected {float(want.reshape(-1)[i]):.6g}, yours {float(got.reshape(-1)[i]):.6g}"
+    at = T(" (x = {x:.6g})", x=float(x.reshape(-1)[i])) if x is not None else ""
+    return T("element {i}{at}: expected {want:.6g}, yours {got:.6g}", i=i, at=at, want=float(want.reshape(-1)[i]),
+             got=float(got.reshape(-1)[i]))
 
 
 # ----------------------------------------------------------------------------- part 1: alone
 
 def _check_case(quantize: Callable, dequantize: Callable, what, x, groups, bits, exact) -> None:
     from zerolab.quant import dequantize as ref_dequantize
-    where = f"{what}: {x.numel()} x {str(x.dtype)[6:]}, groups={groups}, bits={bits}"
+    where = T("{what}: {numel} x {dtype}, groups={groups}, bits={bits}", what=T.text(what), numel=x.numel(),
+              dtype=str(x.dtype)[6:], groups=groups, bits=bits)
     want_q, want_s = _reference(x, groups, bits)
     got = quantize(x.clone(), groups, bits)
     if not (isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got)):
-        raise _fail(where, [f"quantize returned {type(got).__name__}"], "return a pair of tensors: (q, scales)")
+        raise _fail(where, [T("quantize returned {type}", type=type(got).__name__)],
+                    T("return a pair of tensors: (q, scales)"))
     q, s = got
     if q.dtype != torch.int8 or q.numel() != x.numel():
-        raise _fail(where, [f"q: expected int8, {x.numel()} values; yours {q.dtype}, {q.numel()} values"],
-                    "one int8 per element (that byte instead of bf16's two is what halves qwZ's all-gathers): "
-                    "round, clamp, then .to(torch.int8)")
+        raise _fail(where, [T("q: expected int8, {n} values; yours {dtype}, {numel} values", n=x.numel(),
+                              dtype=q.dtype, numel=q.numel())],
+                    T("one int8 per element (that byte instead of bf16's two is what halves qwZ's all-gathers): "
+                      "round, clamp, then .to(torch.int8)"))
     if s.numel() != groups:
-        hint = ("one scale per block: groups of them" if s.numel() == 1 else
-                f"cut the flat tensor into groups = {groups} blocks of numel // groups = {x.numel() // groups} "
-                "elements, one scale each")
-        raise _fail(where, [f"scales: expected {groups} (one per block), yours {s.numel()}"], hint)
+        hint = (T("one scale per block: groups of them") if s.numel() == 1 else
+                T("cut the flat tensor into groups = {groups} blocks of numel // groups = {per} elements, one scale "
+                  "each", groups=groups, per=x.numel() // groups))
+        raise _fail(where, [T("scales: expected {groups} (one per block), yours {n}", groups=groups, n=s.numel())],
+                    hint)
     if s.dtype != torch.float32:
-        raise _fail(where, [f"scales: expected float32, yours {s.dtype}"],
-                    "compute in float32 (x.float()) and return float32 scales: they travel as fp32, 4 bytes "
-                    "per block (DeepSpeed's kernel computes in fp32 and writes float scales)")
+        raise _fail(where, [T("scales: expected float32, yours {dtype}", dtype=s.dtype)],
+                    T("compute in float32 (x.float()) and return float32 scales: they travel as fp32, 4 bytes "
+                      "per block (DeepSpeed's kernel computes in fp32 and writes float scales)"))
     if not _close(s, want_s, 1e-6):
-        raise _fail(where, [f"scales differ from DeepSpeed's: block {_first_diff(s, want_s)[8:]}"],
+        raise _fail(where, [T("scales differ from DeepSpeed's: block {diff}",
+                              diff=_first_diff(s, want_s).split(" ", 1)[1])],
                     _scale_hint(s.reshape(-1), x, groups, bits))
     t, _ = _steps(x, groups, bits)
     differ = q.reshape(-1).long() != want_q.long()
@@ -220,19 +233,21 @@ def _check_case(quantize: Callable, dequantize: Callable, what, x, groups, bits,
         differ &= ~(near & one)
     if bool(differ.any()):
         i = int(differ.nonzero()[0])
-        raise _fail(where, [f"q differs from DeepSpeed's at element {i}: x = {float(x.reshape(-1)[i]):.6g}, "
-                            f"x * q_scale = {float(t[i]):.6g}",
-                            f"expected q = {int(want_q[i])}, yours {int(q.reshape(-1)[i])}"],
+        raise _fail(where, [T("q differs from DeepSpeed's at element {i}: x = {x:.6g}, x * q_scale = {t:.6g}", i=i,
+                              x=float(x.reshape(-1)[i]), t=float(t[i])),
+                            T("expected q = {want}, yours {got}", want=int(want_q[i]), got=int(q.reshape(-1)[i]))],
                     _q_hint(q, x, groups, bits))
     back = dequantize(want_q.clone(), want_s.clone())
     want = ref_dequantize(want_q, want_s)
     if not isinstance(back, torch.Tensor) or back.numel() != want.numel() or not back.is_floating_point():
-        shape = f"{back.dtype}, {back.numel()} values" if isinstance(back, torch.Tensor) else type(back).__name__
-        raise _fail(f"dequantize, {where}", [f"expected float values, {want.numel()} of them; yours {shape}"],
-                    "return q * scale as a float tensor with one value per element of q")
+        shape = (T("{dtype}, {n} values", dtype=back.dtype, n=back.numel()) if isinstance(back, torch.Tensor)
+                 else type(back).__name__)
+        raise _fail(T("dequantize, {where}", where=where), [T("expected float values, {n} of them; yours {shape}", n=want.numel(),
+                                               shape=shape)],
+                    T("return q * scale as a float tensor with one value per element of q"))
     rtol = 2 ** -10 if back.dtype in (torch.float16, torch.bfloat16) else 1e-6
     if not _close(back.float(), want, rtol):
-        raise _fail(f"dequantize, {where}", [_first_diff(back.float(), want)], _dq_hint(back.float(), want_q, want_s))
+        raise _fail(T("dequantize, {where}", where=where), [_first_diff(back.float(), want)], _dq_hint(back.float(), want_q, want_s))
 
 
 def check_alone(quantize: Callable, dequantize: Callable) -> int:
@@ -313,29 +328,29 @@ def check_engine(quantize: Callable, dequantize: Callable, world_size: int = ENG
     except (zerolab.RankError, zerolab.CrewTimeout) as exc:
         if not_implemented(exc):
             raise NotImplementedError("Exercise: write quantize and dequantize") from exc
-        raise rank_failure(exc, f"the engine on {world_size} ranks (qwZ with your quantizer)",
-                           "your quantize or dequantize raised inside qwZ's all-gather; "
-                           "zerolab.checks.full_tracebacks(), then run again, shows the line") from exc
+        raise rank_failure(exc, T("the engine on {n} ranks (qwZ with your quantizer)", n=world_size),
+                           T("your quantize or dequantize raised inside qwZ's all-gather; "
+                             "zerolab.checks.full_tracebacks(), then run again, shows the line")) from exc
     for r, res in enumerate(results):
         mine, ref = res["yours"], res["zerolab"]
-        where = f"the engine, stage 3 + zero_quantized_weights, rank {r}"
+        where = T("the engine, stage 3 + zero_quantized_weights, rank {r}", r=r)
         if mine["records"] != ref["records"]:
             got = [f"{op} {dt} {n}" for op, dt, n, _, _ in mine["records"]][:4]
             want = [f"{op} {dt} {n}" for op, dt, n, _, _ in ref["records"]][:4]
             raise ExerciseCheckFailed(
-                f"{where}: the parameter all-gathers differ from qwZ's with zerolab's quantizer\n"
-                f"  expected: {', '.join(want)}\n  yours:    {', '.join(got)}\n"
-                f"{_wrap('hint: one int8 value per element and one fp32 scale per block (groups of them)')}")
+                T("{where}: the parameter all-gathers differ from qwZ's with zerolab's quantizer\n"
+                  "  expected: {want}\n  yours:    {got}", where=where, want=", ".join(want), got=", ".join(got))
+                + "\n" + _hint(T("one int8 value per element and one fp32 scale per block (groups of them)")))
         if mine["worst"] > 1:
             raise ExerciseCheckFailed(
-                f"{where}: a weight the forward pass saw is {mine['worst']:.2f}x the largest error qwZ allows "
-                f"(half a step of its block, bf16's rounding, one step for a clamped maximum)\n"
-                f"{_wrap('hint: dequantize must give back q * scale of the same block')}")
+                T("{where}: a weight the forward pass saw is {worst:.2f}x the largest error qwZ allows (half a step "
+                  "of its block, bf16's rounding, one step for a clamped maximum)", where=where, worst=mine["worst"])
+                + "\n" + _hint(T("dequantize must give back q * scale of the same block")))
         gap = max(abs(a - b) for a, b in zip(mine["losses"], ref["losses"]))
         if gap > LOSS_TOL:
-            hint = _wrap("hint: compare your round trip with zerolab.quant's")
-            raise ExerciseCheckFailed(f"{where}: the losses are {gap:.3g} from those with zerolab's quantizer "
-                                      f"(tolerance {LOSS_TOL})\n{hint}")
+            raise ExerciseCheckFailed(T("{where}: the losses are {gap:.3g} from those with zerolab's quantizer "
+                                        "(tolerance {tol})", where=where, gap=gap, tol=LOSS_TOL)
+                                      + "\n" + _hint(T("compare your round trip with zerolab.quant's")))
     return results[0]
 
 
@@ -344,7 +359,7 @@ def check_block_quantizer(quantize: Callable, dequantize: Callable, *, verbose: 
     DeepSpeed's symmetric block quantizer, alone and as qwZ's quantizer in the engine."""
     n = check_alone(quantize, dequantize)        # fast; an unfinished exercise fails here
     if verbose:
-        print(f"alone: {n} tensors (fp16, fp32; 1-D, 2-D; 8 and 4 bits): values and scales as DeepSpeed's")
+        print(T("alone: {n} tensors (fp16, fp32; 1-D, 2-D; 8 and 4 bits): values and scales as DeepSpeed's", n=n))
     res = check_engine(quantize, dequantize)
     if verbose:
         mine, bf16 = res["yours"], res["bf16"]
@@ -353,12 +368,16 @@ def check_block_quantizer(quantize: Callable, dequantize: Callable, *, verbose: 
         plain = sum(b for *_, b, _ in bf16["records"])
         links = sorted({lk for *_, lk in mine["records"]})
         same = all(torch.equal(mine["weights"][k], res["zerolab"]["weights"][k]) for k in mine["weights"])
-        print(f"engine: GPT on {ENGINE_WORLD} ranks as {ENGINE_NODES} nodes of {ENGINE_WORLD // ENGINE_NODES}, "
-              f"stage 3, bf16, {ENGINE_STEPS} steps, your quantizer inside qwZ:")
-        print(f"  rank 0 sent in parameter all-gathers ({', '.join(links)}-node): {q_bytes:,.0f} bytes of int8")
-        print(f"    + {s_bytes:,.0f} of fp32 scales, against {plain:,.0f} bytes in bf16: "
-              f"{(q_bytes + s_bytes) / plain:.4f}x")
-        print("  every weight the forward saw within half a step of its block (+ bf16 rounding)")
-        print(f"  the same gathered weights as zerolab's quantizer: {same}; losses within {LOSS_TOL}")
-    passed(f"your quantize and dequantize are DeepSpeed's symmetric block quantizer on {n} tensors\n"
-           f"  and carry qwZ's all-gathers in the engine on {ENGINE_WORLD} ranks ({ENGINE_NODES} nodes)")
+        print(T("engine: GPT on {world} ranks as {nodes} nodes of {k}, stage 3, bf16, {steps} steps, your quantizer "
+                "inside qwZ:", world=ENGINE_WORLD, nodes=ENGINE_NODES, k=ENGINE_WORLD // ENGINE_NODES,
+                steps=ENGINE_STEPS))
+        print(T("  rank 0 sent in parameter all-gathers ({links}-node): {q:,.0f} bytes of int8", links=", ".join(links),
+                q=q_bytes))
+        print(T("    + {s:,.0f} of fp32 scales, against {plain:,.0f} bytes in bf16: {ratio:.4f}x", s=s_bytes,
+                plain=plain, ratio=(q_bytes + s_bytes) / plain))
+        print(T("  every weight the forward saw within half a step of its block (+ bf16 rounding)"))
+        print(T("  the same gathered weights as zerolab's quantizer: {same}; losses within {tol}", same=same,
+                tol=LOSS_TOL))
+    passed(T("your quantize and dequantize are DeepSpeed's symmetric block quantizer on {n} tensors\n"
+             "  and carry qwZ's all-gathers in the engine on {world} ranks ({nodes} nodes)", n=n, world=ENGINE_WORLD,
+             nodes=ENGINE_NODES))
