@@ -6,8 +6,8 @@
 * the catalogue (``zerolab/messages_zh.py``): every template a translated module shows is there, and
   its Chinese uses only the English's fields;
 * ``zerolab progress`` and ``zerolab report --preflight`` in Chinese, English unchanged;
-* the checks of exercises 0, 1, 6, 7 and 14 fail in the edition's language, with their hints, and in
-  English exactly as before.
+* every exercise's check (0, 1, 2, 3, 3b, 3c, 4, 5, 6, 7, 8, 9, 13, 14) fails in the edition's language,
+  with its hint, also where the message is written on a rank, and in English exactly as before.
 """
 from __future__ import annotations
 
@@ -143,6 +143,11 @@ def test_every_template_a_translated_module_shows_is_in_the_catalogue(module):
     assert templates, f"zerolab/{module} shows no message through T(...)"
     missing = [t for t in templates if t not in ZH.get(section, {})]
     assert not missing, f"zerolab/messages_zh.py, section {section!r}, lacks:\n" + "\n".join(map(repr, missing))
+
+
+def test_every_check_module_speaks_through_the_catalogue():
+    checks = {f"checks/{path.name}" for path in (PKG / "checks").glob("*.py")}
+    assert not checks - set(TRANSLATED), f"not translated yet (add them to TRANSLATED): {sorted(checks - set(TRANSLATED))}"
 
 
 def test_dynamic_templates_are_in_the_catalogue():
