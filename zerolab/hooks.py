@@ -103,7 +103,7 @@ class ModuleHooks:
     def _pre_forward(self, module, inputs):
         ps = self.params
         if not self.frames and not ps.in_backward:
-            ps._start_pass(ps._phase())            # a new forward pass begins at the outermost module
+            ps.start_forward_pass()                # a new forward pass begins at the outermost module
         ids = ps.module_groups.get(module, [])
         extra = self._registered.get(module)
         frame = [module, []]
@@ -130,9 +130,7 @@ class ModuleHooks:
         if outermost:
             if torch.is_grad_enabled():
                 self.forward_done = True
-            if ps._following_pass:
-                ps._following_pass = False
-                ps._check_pass()
+            ps.check_forward_pass()
         if not ps.in_backward:
             for i in ids:
                 ps.after_forward(ps.groups[i])
@@ -142,7 +140,7 @@ class ModuleHooks:
             return output
         if torch.is_grad_enabled():
             def before_backward():
-                ps.in_backward = True
+                ps.begin_backward()
                 for i in ids:
                     ps.unshard(ps.groups[i])
             _on_first_output_grad(output, before_backward)
