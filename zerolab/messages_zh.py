@@ -31,7 +31,7 @@ ZH["progress"] = {
     "Exercise 3c · ZeRO-1 by hand, against DDP (ShardedOptimizer)":
         "练习 3c · 亲手写 ZeRO-1，对照 DDP（ShardedOptimizer）",
     "Exercise 4  · the dynamic loss scaler (update_scale)": "练习 4  · 动态损失缩放（update_scale）",
-    "Exercise 5  · the host optimizer step over sub-groups (host_step)": "练习 5  · 主机端按子组的优化器更新（host_step）",
+    "Exercise 5  · design the host optimizer step (host_step)": "练习 5  · 设计主机端的优化器更新（host_step）",
     "Exercise 6  · the bucket plan (bucket_params)": "练习 6  · 分桶方案（bucket_params）",
     "Exercise 7  · the config that fits a budget (device_bytes, choose_config)":
         "练习 7  · 装得进显存预算的配置（device_bytes, choose_config）",
