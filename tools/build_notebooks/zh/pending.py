@@ -9,7 +9,5 @@ THIRD_PASS = "its English is being rewritten in the course's third pass; transla
 
 PENDING = {
     "ch05": THIRD_PASS,
-    "ch09": THIRD_PASS + "; its code reads '../configs/...' relative to the notebook's folder, which "
-                         "notebooks/zh/ must not break (read it relative to zerolab's repository instead)",
     "ch13": "a new chapter being written in the third pass",
 }
