@@ -35,7 +35,7 @@ ZH = {
 "ch09-02": ("50ffa258f03e", r"""
 ## 1. 计划：一份 DeepSpeed 配置
 
-整场运行由一个 DeepSpeed JSON 文件描述：`configs/zero3_bf16_offload_gpt.json`，DeepSpeed 自己拿到的也会是这同一个文件。
+整场运行由一个 DeepSpeed JSON 文件描述：`configs/zero3_bf16_offload_gpt.json`，DeepSpeed 本身也能直接使用这个文件。
 `zerolab.load_config(...).describe()` 按给定的 rank 数，像引擎那样把它读一遍。
 
 **先预测，再运行。** 这份配置把 `train_batch_size` 定为每步 24 条序列，`gradient_accumulation_steps` 定为 1，没有给出微批次。
@@ -49,7 +49,7 @@ ZH = {
   这也意味着 rank 数必须能整除 24：在 5 个 rank 上这份配置会被拒绝（DeepSpeed 在 `deepspeed/runtime/config.py` 里的 `_batch_assertion`
   也会拒绝它），因为 4 × 5 = 20 条序列不是配置要求的那个 batch。
 - **`stage3_param_persistence_threshold: 0`。** DeepSpeed 的默认值是 10⁵ 个元素：比它小的张量在每个 rank 上都完整保留
-  （收集小张量在调用次数上的花费，比它省下的显存还多）。这个小 GPT 的每个张量都比它小，所以按默认值什么都不会分片；换成真实的模型，它几乎会把一切都分片。
+  （收集小张量在调用次数上的花费，比它省下的显存（device memory）还多）。这个小 GPT 的每个张量都比它小，所以按默认值什么都不会分片；换成真实的模型，它几乎会把一切都分片。
 - **预热从 0 开始。** DeepSpeed 的 `WarmupDecayLR` 让前两步的学习率恰好为 0（它的公式在第 -1 次和第 0 次迭代时的值），然后沿直线上升
   （`warmup_type: linear`；默认是 `log`），在第 16 步到达 6·10⁻³，再线性下降，到第 100 步降为 0。
 
@@ -134,7 +134,7 @@ ZH = {
 怎么读这张表：
 
 - **stage 1 是最大规模 3D 并行训练的主力。** 张量并行和流水线并行已经把参数和梯度切开了，这时再在数据并行的各个副本之间切分那本厚重的小本子（stage 1），
-  能用最少的通信量省下最多的显存；要是在流水线之上再用 stage 3，每个微批次都得把参数收集一遍。
+  能用最少的通信量（traffic）省下最多的显存；要是在流水线之上再用 stage 3，每个微批次都得把参数收集一遍。
 - **FSDP 就是 ZeRO-3 的思路在 PyTorch 里的实现**（Zhao 等人的论文 *PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel*，VLDB 2023）：
   `FULL_SHARD` 像 stage 3 那样切分参数、梯度和优化器状态，`SHARD_GRAD_OP` 像 stage 2 那样切分梯度和优化器状态，`NO_SHARD` 就是 DDP。
 - **卸载是为小集群准备的，不是为大集群。** ZeRO-Offload（Ren 等人，USENIX ATC 2021）把优化器放在主机内存里，在单张 V100 上训练了一个 130 亿参数的模型；
@@ -145,7 +145,7 @@ ZH = {
 """),
 "ch09-21": ("87158062a17c", r"""
 - 一份 DeepSpeed 配置就是整个计划：stage、卸载、精度、优化器、调度、batch。固定 `train_batch_size`，让微批次随 rank 数变化。
-- 同一份配置在 1 个 rank 上和在 2 → 3 个 rank 上画出同一条损失曲线（bf16 下，差别在 bf16 的舍入以内）；ZeRO 搬的是字节，改变不了结果。
+- 同一份配置在 1 个 rank 上和在 2 → 3 个 rank 上画出同一条损失曲线（bf16 下，差别在 bf16 的舍入以内）；ZeRO 搬动的是字节，不是结果。
 - zerolab 的检查点装着一步所需的一切（主权重、Adam 的动量和方差、调度器的步数、各种计数器），可以换一个 rank 数续训（zerolab 在加载时重新分片；
   DeepSpeed 为此需要 `ds_to_universal.py` 和 `load_universal`）；合并再把它变回一个普通的 state dict。
 - 在实践中：最大规模的预训练在 3D 并行里用 stage 1；只靠数据并行就必须装下模型的地方用 FSDP（ZeRO-3）；GPU 不多的时候用卸载。
