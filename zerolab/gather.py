@@ -65,7 +65,7 @@ import torch
 from torch import nn
 
 from .flat import FlatGroup, Part
-from .hooks import ModuleHooks
+from .hooks import ModuleHooks, module_hooks_class
 from .inflight import GatherBatch, InFlight, TrainingState, _Dequantize
 from .hpz import secondary_shards
 from .memory import tensor_bytes
@@ -143,7 +143,7 @@ class GatheredParams:
         """After the optimizer's home took its masters: swap shards to files, install the hooks."""
         if self.where == "nvme":
             self._swap_params_out(self.stage.zero.offload_param)
-        self.hooks = ModuleHooks(self)
+        self.hooks = module_hooks_class()(self)   # ModuleHooks, unless hooks.use_module_hooks swapped it
 
     # -- groups: one per module with parameters of its own, plus one of persistent params --
     def make_groups(self, model: nn.Module, named, zero) -> list[FlatGroup]:
