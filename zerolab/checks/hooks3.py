@@ -163,8 +163,23 @@ def _hint_for(mine: list, ref: list, failed: tuple | None) -> str:
                 "module's forward; gather it in on_param_read and tie it to the module running "
                 "(self.frames[-1]), so that it is released after that forward and gathered before its backward")
     if want is not None and want[1] == "release" and want[2] in EXTERNAL and want[0] == "forward":
-        return (f"{want[2]!r} (read outside its own module) is never released after the forward that read "
-                "it: add it to the running module's frame in on_param_read, and release the frame's groups")
+        return (f"{want[2]!r} (read outside its own module) is not released when the forward that read it "
+                "ends: in on_param_read add it to the frame of the module running now (self.frames[-1]), "
+                "whose post_forward releases it and whose backward gathers it again")
+    released = any(e[0] == "forward" and e[1] == "release" for e in mine)
+    if want is not None and want[0] == "forward" and want[1] == "release" and not released:
+        return ("you never release: after a module's forward call params.after_forward(group) for each of "
+                "its groups (it releases unless the reuse distance keeps the group)")
+    if want is not None and want[0] == "forward" and got is not None and got[1] == "gather":
+        return (f"you gather {got[2]!r} before its module's forward runs: gather only the groups of the module "
+                "about to run (params.module_groups[module]; module.parameters() recurses into every child)")
+    steps = [j for j, e in enumerate(mine[:k]) if e[1] == "step"]
+    this_step = mine[(steps[-1] + 1 if steps else 0):k]
+    if got is not None and got[1] == "gather" and (got[0], "release", got[2]) in this_step:
+        return (f"a double gather: you gather {got[2]!r} again in {got[0]} after releasing it. A weight shared "
+                "by two modules (the tied head) is gathered once for both; in backward it stays gathered until "
+                "its gradient is reduced (the engine releases it). Call params.unshard only (it gathers nothing "
+                "when the group is gathered) and release only through params.after_forward")
     if want is not None and want[0] == "backward" and want[1] == "gather":
         if want[2] in EXTERNAL:
             return (f"before a module's backward you gather its own groups but not {want[2]!r}, read in its "
@@ -195,8 +210,10 @@ def _compare(world: int, res: dict) -> None:
         ph, err = mine["failed"]
         raise ExerciseCheckFailed(f"{where}: the {ph} raised: {err}\n{seen}\n{_wrap('hint: ' + hint)}")
     if mine["peak"] > ref["peak"]:
+        what = ("never released" if not any(e[0] == "forward" and e[1] == "release" for e in mine["events"])
+                else "gathered too much at once")
         raise ExerciseCheckFailed(
-            f"{where}: never released: peak {mine['peak']:,} vs {ref['peak']:,} gathered elements at once "
+            f"{where}: {what}: peak {mine['peak']:,} vs {ref['peak']:,} gathered elements at once "
             f"(zerolab's hooks)\n{seen}\n{_wrap('hint: ' + hint)}")
     if mine["events"] != ref["events"] or mine["gathers"] != ref["gathers"]:
         n_m, n_r = len(mine["gathers"]), len(ref["gathers"])
