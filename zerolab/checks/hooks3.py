@@ -27,10 +27,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import ExerciseCheckFailed, crew_of, not_implemented, passed, rank_failure
+from . import ExerciseCheckFailed, close_crews, crew_of, not_implemented, passed, rank_failure  # noqa: F401
 
 __all__ = ["check_gather_hooks", "HooksNet", "CONFIG", "WORLDS", "STEPS", "run_rank", "EXTERNAL",
-           "make_batches", "loss_fn"]
+           "make_batches", "loss_fn", "trial", "summary", "close_crews"]
 
 WORLDS, STEPS, VOCAB, BATCH, SEQ = (2, 3), 3, 32, 2, 6
 EXTERNAL = ("attn.out_proj", "mix")       # groups read outside their own module's forward
@@ -125,6 +125,41 @@ def run_rank(cls, steps: int = STEPS) -> dict:
         eng.close()
     except Exception:                        # noqa: BLE001 (a broken run may not close cleanly)
         pass
+    return out
+
+
+def trial(crew, cls, steps: int = 1) -> dict:
+    """For the notebook: :func:`run_rank` with ``cls`` on every rank of ``crew``; rank 0's result.
+    An unfinished exercise raises NotImplementedError, a failed run ExerciseCheckFailed."""
+    res = crew.run(run_rank, cls, steps)[0]
+    if res["failed"] is not None:
+        if "NotImplementedError" in res["failed"][1]:
+            raise NotImplementedError("Exercise: write pre_forward, post_forward and on_param_read")
+        raise ExerciseCheckFailed(f"the {res['failed'][0]} raised on rank 0: {res['failed'][1]}\n"
+                                  "  hint: the check (below) names the likely mistake")
+    return res
+
+
+def summary(events: list[tuple[str, str, str]]) -> list[str]:
+    """Lines for a step's gathers (+) and releases (-), per phase (what the notebook prints)."""
+    lines, cur, words = [], None, []
+    for ph, what, label in events:
+        if what == "step":
+            break
+        if ph != cur and words:
+            lines.append(f"{cur:<9}" + " ".join(words))
+            words = []
+        cur = ph
+        words.append(("+" if what == "gather" else "-") + label)
+    if words:
+        lines.append(f"{cur:<9}" + " ".join(words))
+    out = []
+    for line in lines:                       # under 100 characters a line
+        while len(line) > 96:
+            cut = line.rfind(" ", 0, 96)
+            out.append(line[:cut])
+            line = " " * 9 + line[cut + 1:]
+        out.append(line)
     return out
 
 
@@ -230,7 +265,7 @@ def _compare(world: int, res: dict) -> None:
 
 
 def check_gather_hooks(cls, *, worlds: tuple[int, ...] = WORLDS, steps: int = STEPS,
-                       verbose: bool = True) -> dict:
+                       verbose: bool = True) -> None:
     """Check the learner's hooks class inside the engine on each world size of ``worlds``."""
     import zerolab
     if not isinstance(cls, type):
@@ -261,4 +296,3 @@ def check_gather_hooks(cls, *, worlds: tuple[int, ...] = WORLDS, steps: int = ST
                   f"bytes on rank 0), peak {mine['peak']:,} elements: zerolab's exactly")
         print("losses and parameters bit for bit those of zerolab's hooks (tied head, two external weights)")
     passed(f"your hooks gather, release and gather again as zerolab's on {' and '.join(map(str, worlds))} ranks")
-    return results
