@@ -292,7 +292,7 @@ def check_gather_hooks(cls, *, worlds: tuple[int, ...] = WORLDS, steps: int = ST
         for world, res in results.items():
             mine = res["yours"]
             n = len(mine["gathers"])
-            print(f"{world} ranks, {steps} steps: {n} parameter all-gathers ({sum(b for _, b in mine['gathers']):,} "
-                  f"bytes on rank 0), peak {mine['peak']:,} elements: zerolab's exactly")
+            print(f"{world} ranks, {steps} steps: {n} all-gathers, {sum(b for _, b in mine['gathers']):,} bytes "
+                  f"on rank 0, peak {mine['peak']:,} elements: as zerolab's hooks")
         print("losses and parameters bit for bit those of zerolab's hooks (tied head, two external weights)")
     passed(f"your hooks gather, release and gather again as zerolab's on {' and '.join(map(str, worlds))} ranks")
