@@ -159,7 +159,7 @@ an MLP, a weight `mix` that only the root's forward uses, and an output layer ti
 embedding. The engine runs stage 3 in fp32 with every parameter gathered
 (`stage3_param_persistence_threshold` 0), nothing kept across the turn
 (`stage3_max_reuse_distance` 0) and no prefetch, so that each gather is the one your hooks ask
-for. `hooks3.trial(crew, MyHooks)` trains one step with your class as the engine's hooks
+for. `one_step(MyHooks)` trains one step with your class as the engine's hooks
 (`zerolab.hooks.use_module_hooks`, zerolab's own seam) and logs each gather (+) and release (−).
 
 **Predict, then run.** The model has 6 groups (`embed`, `attn`, `attn.out_proj`, `mlp.0`,
@@ -168,8 +168,17 @@ does one step make, forward and backward? Which group is gathered more often tha
 Write your guess down.
 """),
 code(r"""
-crew = zerolab.Crew(2)
-run = hooks3.trial(crew, MyHooks)
+crew, kept = zerolab.Crew(2), {}
+
+
+def one_step(hooks_class):
+    # One step on the 2 ranks with hooks_class as the engine's hooks (run once, then kept).
+    if hooks_class not in kept:
+        kept[hooks_class] = hooks3.trial(crew, hooks_class)
+    return kept[hooks_class]
+
+
+run = one_step(MyHooks)
 print("\n".join(hooks3.summary(run["events"])))
 fwd = sum(ph == "forward" and w == "gather" for ph, w, _ in run["events"])
 bwd = sum(ph == "backward" and w == "gather" for ph, w, _ in run["events"])
@@ -202,7 +211,7 @@ class Hoarder(MyHooks):
         return output
 
 
-hoard = hooks3.trial(crew, Hoarder)
+run, hoard = one_step(MyHooks), one_step(Hoarder)
 sizes = {"embed": 512, "attn": 816, "attn.out_proj": 272}
 print(f"peak gathered elements: yours {run['peak']:,}; the hoarder's {hoard['peak']:,} "
       f"(the whole model: 2,928)")
@@ -226,6 +235,7 @@ gather? And how many does each rank send, by chapter 2's ring convention ((N−1
 all-gather's output)?
 """),
 code(r"""
+run = one_step(MyHooks)
 total = sum(b for _, b in run["gathers"])
 print(f"gathered in one step: {total:,} bytes = 4 x (2 x 2,928 + 512) = {4 * (2 * 2928 + 512):,}")
 print(f"sent by each rank: (N-1)/N x {total:,} = {total // 2:,} bytes")
