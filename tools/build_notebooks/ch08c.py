@@ -111,7 +111,7 @@ class MyHooks:
 
     def pre_forward(self, module, inputs):
         ps = self.params
-        # BEGIN SOLUTION
+        # BEGIN SOLUTION: a pass begins at the outermost module; a frame; gather the groups
         if not self.frames and not ps.in_backward:
             ps.start_forward_pass()              # the outermost module: a new forward pass
         extra = sorted(self.registered.get(module, ()))
@@ -122,7 +122,7 @@ class MyHooks:
 
     def post_forward(self, module, inputs, output):
         ps = self.params
-        # BEGIN SOLUTION
+        # BEGIN SOLUTION: close the frame, release, end the pass; gather again before backward
         _, extra = self.frames.pop()
         ids = ps.module_groups.get(module, []) + extra
         if not ps.in_backward:                   # (backward's recomputation keeps them)
@@ -145,7 +145,7 @@ class MyHooks:
         g = ps.stage.group_of.get(id(p))
         if g is None or ps.persistent[g.index]:
             return
-        # BEGIN SOLUTION
+        # BEGIN SOLUTION: read in a forward, not gathered: gather it, tie it to the frame
         if self.frames and g.index not in ps.full:   # read in some forward, not its own module's
             ps.unshard(g)
             self.frames[-1][1].append(g.index)       # released and re-gathered with that module
