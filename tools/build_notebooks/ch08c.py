@@ -260,6 +260,13 @@ from zerolab.checks.hooks3 import check_gather_hooks
 check_gather_hooks(MyHooks)
 """, "check"),
 md(r"""
+## What we measured
+
+- One step on 2 ranks: 13 parameter all-gathers, 7 in forward (the tied embedding twice) and 6
+  in backward, each released when the forward that used it ends.
+- The peak of gathered elements: 1,600 with your releases, 2,928 (the whole model) without.
+- 25,472 bytes assembled per step: 2Ψ of parameters plus the tied weight once more.
+
 ## Where this lives
 
 In DeepSpeed 0.19.8, `DeepSpeedZeRoOffload._register_deepspeed_module`
