@@ -190,7 +190,10 @@ once for `embed` and once for the tied `head` (released in between: reuse distan
 once in backward, where it stays gathered from the head's backward to the embedding's, until
 its gradient (the sum of both uses) is reduced. `attn.out_proj` and `mix` are gathered inside
 the forward that read them and released when it ends, with `attn` and with the root.
-DeepSpeed fetches the tied weight for each module the same way (`fetch_sub_module`).
+In forward DeepSpeed fetches the tied weight for each module the same way (`fetch_sub_module`).
+In backward the release is zerolab's engine's rule (a group goes once its gradient is reduced);
+DeepSpeed releases after each module's backward (`post_sub_module_backward_function`), so at
+reuse distance 0 its source fetches the tied weight once more, for the embedding's backward.
 """),
 md(r"""
 ## What releasing saves
