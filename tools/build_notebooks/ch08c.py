@@ -191,9 +191,12 @@ once in backward, where it stays gathered from the head's backward to the embedd
 its gradient (the sum of both uses) is reduced. `attn.out_proj` and `mix` are gathered inside
 the forward that read them and released when it ends, with `attn` and with the root.
 In forward DeepSpeed fetches the tied weight for each module the same way (`fetch_sub_module`).
-In backward the release is zerolab's engine's rule (a group goes once its gradient is reduced);
-DeepSpeed releases after each module's backward (`post_sub_module_backward_function`), so at
-reuse distance 0 its source fetches the tied weight once more, for the embedding's backward.
+In backward the release is zerolab's engine's rule (a group goes once its gradient is reduced).
+DeepSpeed 0.19.8 releases after each module's backward (`post_sub_module_backward_function`):
+run on this model on 2 CPU ranks, it gathers the tied weight once more in backward, for the
+embedding's. It also keeps an external weight tied to the module that read it
+(`ds_external_parameters`) and, from the second step on, gathers it in one call with that
+module's own: 6 + 6 calls per step there, where zerolab's hooks make 7 + 6.
 """),
 md(r"""
 ## What releasing saves
