@@ -17,11 +17,11 @@ stage 3 的做法还和以前一样（每个工人保管每个房间家具的一
 | 故事里 | 训练中 | DeepSpeed 0.19.8 的配置键 | 在 zerolab 里 |
 |---|---|---|---|
 | 两栋楼、楼梯、街道 | **节点**（node）：节点内走 NVLink，节点间走 InfiniBand | （启动器给出的节点） | `Crew(4, nodes=2)`、`ledger.by_link()` |
-| 用**速记**写家具清单：每箱记一个数，再记一串小整数 | **qwZ**：参数 all-gather 传 int8 块，每块外加一个 fp32 缩放因子 | `zero_quantized_weights` | `gather.py`、`quant.py` |
+| 用**速记**写家具清单：每箱记一个数，再记一串小整数 | **qwZ**：参数 all-gather 传 int8 块，每块外加一个 fp32 缩放因子（scale） | `zero_quantized_weights` | `gather.py`、`quant.py` |
 | 搬迁贴纸用更简的速记，先在楼里汇总 | **qgZ**：梯度以 int4 经过两次 all-to-all（先节点内，再跨节点） | `zero_quantized_gradients` | `reduce.py`（`QuantizedReduce`） |
-| 每栋楼再存一份家具副本 | **hpZ**：每个节点一份参数的二级分片，反向收集从不跨节点 | `zero_hpz_partition_size` | `hpz.py`、`gather.py` |
+| 每栋楼再存一份家具副本 | **hpZ**：每个节点一份参数的二级分片（secondary partition），反向收集从不跨节点 | `zero_hpz_partition_size` | `hpz.py`、`gather.py` |
 
-各是谁的行为：配置键、分块量化器、每次 all-gather 何时量化、那两次 all-to-all，都是 **DeepSpeed 0.19.8 的**
+各是谁的行为：配置键、分块量化器（block quantizer）、每次 all-gather 何时量化、那两次 all-to-all，都是 **DeepSpeed 0.19.8 的**
 （`runtime/zero/partition_parameters.py` 里的 `CUDAQuantizer` 和 `all_gather_coalesced(..., quantize=True)`，
 `runtime/comm/coalesced_collectives.py` 里的 `all_to_all_quant_reduce`，kernel 在 `csrc/quantization/`；hpZ 的二级分片在
 `partition_parameters.py` 的 `_partition_param_sec`）；字节比例是**论文的**；一台机器上的虚拟节点和账本里的链路一栏是 **zerolab 自己的**。
@@ -34,12 +34,12 @@ DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab �
 "ch13-02": ("708c1ac2fb71", r"""
 布局与 torchrun 一致：节点 *i* 持有 rank *i·k … i·k + k − 1*（这里每个节点 k = 2 个 rank），每个 rank 拿到的 `LOCAL_RANK` 和
 `LOCAL_WORLD_SIZE` 与 `torchrun --nnodes 2 --nproc-per-node 2` 下相同。我们的两栋虚拟楼之间并不会更慢（全在同一颗 CPU 上）；
-变的是账本：它把每次集合通信记在 **intra**（所有 rank 都在同一节点内）或 **inter**（通信组跨越节点）名下。
+变的是账本（ledger）：它把每次集合通信记在 **intra**（所有 rank 都在同一节点内）或 **inter**（通信组跨越节点）名下。
 
 ## 1. 住在两栋楼里的搬家队
 
 家当：一个小 GPT（2 个 block，宽度 32，*Alice in Wonderland* 里的 75 个字符，补到 80 个 token，好让每个分片都是 8 个元素的整数倍，
-这是 qwZ 的量化器要求的），bf16，stage 3。偏置和 LayerNorm（每个至多 200 个元素）是*常驻参数*（第 8 章）：完整保留，
+这是 qwZ 的量化器要求的），bf16，stage 3。偏置和 LayerNorm（每个至多 200 个元素）是*常驻参数*（persistent parameters，第 8 章）：完整保留，
 每步之后用一次 all-gather 刷新。`stage3_max_reuse_distance` 设为 0，所以每个权重在前向收集一次，**在反向再收集一次**，即论文的 3Ψ
 （DeepSpeed 的默认值 10⁹ 会让这个小模型在前向转反向的拐点处保持收集状态；第 8 章测过这一点）。
 
@@ -64,9 +64,9 @@ DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab �
 
 打开 `zero_quantized_weights` 后，DeepSpeed 的 stage 3 会量化（quantize）每一次参数 all-gather，无论前向还是反向、是否预取
 （`all_gather_coalesced(..., quantize=True)`）：每个 rank 把自己的分片转成 fp16，切成若干**块**（block；块数由 DeepSpeed 的
-`CUDAQuantizer` 决定：每块是 8 个元素的整数倍，目标是接近 8,000 个元素；见 `quant.qwz_groups`），然后每块发送**一个 fp32 缩放因子**（scale）
-和**每个元素一个 int8 值**：共两次 all-gather，先发值，再发缩放因子。每个 rank 把收到的数据反量化为 fp16，再转成模型的数据类型。
-分片本身和 fp32 主权重从不量化：量化的只是前向和反向所用的那份副本。每步之后常驻参数的刷新也不量化（DeepSpeed 的 `_post_step`
+`CUDAQuantizer` 决定：每块是 8 个元素的整数倍，目标是接近 8,000 个元素；见 `quant.qwz_groups`），然后每块发送**一个 fp32 缩放因子**
+和**每个元素一个 int8 值**：共两次 all-gather，先发值，再发缩放因子。每个 rank 把收到的数据反量化（dequantize）为 fp16，再转成模型的数据类型。
+分片本身和 fp32 主权重（master weights）从不量化：量化的只是前向和反向所用的那份副本。每步之后常驻参数的刷新也不量化（DeepSpeed 的 `_post_step`
 用一次普通的 all-gather 收集它们）。
 
 **先预测，再运行。** 模型的数据类型是 bf16，每个元素 2 字节。开 qwZ 后，参数 all-gather 要多少字节：正好一半、比一半略多，还是更少？
@@ -79,7 +79,7 @@ DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab �
 梯度（reduce-scatter）不受影响：这一步的字节数减少三分之一，而不是一半。
 
 **速记的精确规则**（DeepSpeed 的对称量化器，`csrc/includes/quantization_utils.h`）：对一个最大绝对值为 *m* 的块，`q_scale = 2⁸ / (2m)`；
-每个值变成 `q = clamp(round(x · q_scale), −128, 127)`（四舍六入五成双），传输的是 `scale = 1 / q_scale = m / 128`。接收方算出
+每个值变成 `q = clamp(round(x · q_scale), −128, 127)`（四舍六入五成双，round half to even），传输的是 `scale = 1 / q_scale = m / 128`。接收方算出
 `x' = q · scale`。所以每个值还原后的误差都在半个量化步长之内，即 **scale/2 = m/256**：块内最大权重的 0.4 %。
 
 **先预测，再运行。** 是不是每个权重都在半个步长之内？一块里哪个元素还原得最差，差多少？
@@ -119,7 +119,7 @@ DeepSpeed 的 `all_to_all_quant_reduce`：
 **是平均值的两倍**，正如警告所说。DeepSpeed 0.19.8 的 qgZ 把全部 N 个 rank 的梯度加起来，却只除以 K 个节点，所以它的梯度是
 reduce-scatter 结果的 N/K = L（每个节点的 rank 数）倍；而仍走 reduce-scatter 的一维参数得到的是真正的平均值。zerolab 有意复现这一点
 （账本和数值都必须与 DeepSpeed 一致），并给出警告。谁会受影响：**Adam** 几乎不受影响（它的更新量要除以梯度自身的尺度），
-**梯度裁剪**和**报告的梯度范数**会受影响（这里范数变大，但不到 2 倍：二维参数组的梯度翻了倍，一维参数组的没有，其中包括 LayerNorm 那些较大的梯度），
+**梯度裁剪**（gradient clipping）和**报告的梯度范数**会受影响（这里范数变大，但不到 2 倍：二维参数组的梯度翻了倍，一维参数组的没有，其中包括 LayerNorm 那些较大的梯度），
 SGD 的步长也会受影响。除了尺度之外，int4 还损失精度：两次量化中，每个值各自最多偏差步长 m/8 的一半，在这里约为梯度范数的十分之一。
 
 ## 4. 损失曲线
@@ -158,7 +158,7 @@ ZeRO++ 是最便宜的解法；不是瓶颈的地方，它只会增加误差。�
 设 `zero_hpz_partition_size` = k（每个节点的 rank 数）后，每个工人除了保管每个房间家具的 1/N 之外，还在**自己这栋楼里再保管一份**：
 每个被收集模块的 1/k，用参数的数据类型存放。DeepSpeed 0.19.8 每当一个模块在收集后被释放时（以及初始化时一次），就从完整的模块里切出这份二级分片，
 并在每次没有被跳过的优化器更新时丢掉它。模块有二级分片时，它的 all-gather 就**在节点内**、在 k 个 rank 上进行：反向的再收集总是如此；
-第一步的前向也是；梯度累积下之后各个微步的前向同样如此（`partition_parameters.py`、`_partition_param_sec`；这些规则逐个文件地写在
+第一步的前向也是；梯度累积（gradient accumulation）下之后各个微步（micro-step）的前向同样如此（`partition_parameters.py`、`_partition_param_sec`；这些规则逐个文件地写在
 `zerolab/hpz.py` 里，DeepSpeed 的通信组由 `benchmarks/ds_reference/ds_hpz.py` 在它的 CPU 版上实测）。梯度仍在全部 N 个 rank 上做
 reduce-scatter：主权重和优化器状态仍按 ZeRO-3 的方式存放。
 
@@ -207,7 +207,7 @@ FSDP2 的混合分片（hybrid sharding，HSDP）用另一种办法应对这条�
 
 *每箱记一个数，每件记一个小整数：而且每个工人都得用同一种读法。*
 
-在第 13 章，搬家队用速记传家具清单：qwZ 的 all-gather 传的是 int8 值，外加每块一个 fp32 缩放因子。这里由**你来写这个量化器**，
+在第 13 章，搬家队用速记传家具清单：qwZ 的 all-gather 传的是 int8 值，外加每块（block）一个 fp32 缩放因子（scale）。这里由**你来写这个量化器**（quantizer），
 也就是 DeepSpeed 0.19.8 的 CUDA kernel 计算的那两个函数（`csrc/quantization/quantize.cu`、`dequantize.cu`，
 `csrc/includes/quantization_utils.h` 里的对称类型）。检查先在专门挑来暴露常见错误的张量上，把你的实现与 zerolab 的版本（`zerolab.quant`）比较，
 然后把你的实现接进引擎（`zerolab.quant.use_qwz_codec`），作为 qwZ all-gather 的量化器，在分成 2 个节点、每节点 2 个 rank 的 4 个 rank 上运行，
@@ -223,7 +223,7 @@ FSDP2 的混合分片（hybrid sharding，HSDP）用另一种办法应对这条�
 
 - 把 `x` 展平来读（任意形状、任意浮点数据类型：引擎交给你的是一个 fp16 分片），切成 `groups` 个等长的**连续**块（`x.numel()` 是 `groups` 的整数倍）。
 - 用 **float32** 计算。对每一块，`m` 是它的最大绝对值，`q_scale = 2**bits / (2 * m)`；`m == 0` 时取 1.0。
-- `q = clamp(round(x * q_scale), -2**(bits-1), 2**(bits-1) - 1)`，四舍六入五成双，与 `torch.round` 一致（即 kernel 里浮点到整数的转换），
+- `q = clamp(round(x * q_scale), -2**(bits-1), 2**(bits-1) - 1)`，四舍六入五成双（round half to even），与 `torch.round` 一致（即 kernel 里浮点到整数的转换），
   存成 **int8**，展平，每个元素一个。
 - `scales` 是每块的 `1 / q_scale`，**float32**，每块一个：DeepSpeed 存储并发送的就是它。
 
