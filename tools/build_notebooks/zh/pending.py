@@ -5,6 +5,4 @@ listed here (``tests/test_zh_edition.py`` checks that it is exactly one of the t
 this list). Take a chapter off the list in the commit that adds its ``zh/<builder>.py``.
 """
 
-PENDING = {
-    "ch13": "chapter 13 (ZeRO++) and exercise 13 were written last, in the third pass; not translated yet",
-}
+PENDING = {}
