@@ -39,6 +39,17 @@ class ResMLP(nn.Module):
         return x
 
 
+def against_exact(out: dict, steps: dict, rounds: int, per_round: int, device=None) -> None:
+    """Time the variants' ``steps`` in turns (:func:`round_robin`) and add to each ``out[name]``
+    its median step time, its median ratio to the ``"exact"`` variant's round by round, and its
+    largest loss gap to the exact run's ``losses`` (the ZeRO++ benchmarks' comparison)."""
+    times = round_robin(steps, rounds, per_round, device or torch.device("cpu"))
+    for name in steps:
+        out[name]["median_s"] = statistics.median(times[name])
+        out[name]["ratio"] = statistics.median(a / b for a, b in zip(times[name], times["exact"]))
+        out[name]["loss_gap"] = max(abs(a - b) for a, b in zip(out[name]["losses"], out["exact"]["losses"]))
+
+
 def round_robin(steps: dict, rounds: int, per_round: int, device) -> dict:
     """Time every candidate's step in turns: in each round, every candidate runs ``per_round``
     steps (each timed alone, between barriers), the order rotating from round to round. The

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 
 import torch
@@ -33,7 +32,7 @@ import zerolab
 from zerolab.models import GPT, lm_loss
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from step_models import round_robin  # noqa: E402
+from step_models import against_exact  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 H = 2
@@ -94,11 +93,7 @@ def bench(rounds: int, per_round: int, train_steps: int) -> dict:
             e.backward(lm_loss(e(x), y))
             e.step()
         engines[name], steps[name] = eng, step
-    times = round_robin(steps, rounds, per_round, torch.device("cpu"))
-    for name in VARIANTS:
-        out[name]["median_s"] = statistics.median(times[name])
-        out[name]["ratio"] = statistics.median(a / b for a, b in zip(times[name], times["exact"]))
-        out[name]["loss_gap"] = max(abs(a - b) for a, b in zip(out[name]["losses"], out["exact"]["losses"]))
+    against_exact(out, steps, rounds, per_round)
     for e in engines.values():
         e.close()
     return out

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 
 import torch
@@ -27,7 +26,7 @@ import zerolab
 from zerolab.models import GPT, lm_loss
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from step_models import round_robin  # noqa: E402
+from step_models import against_exact  # noqa: E402
 
 VARIANTS = {"exact": {}, "qwZ": {"zero_quantized_weights": True}, "qgZ": {"zero_quantized_gradients": True},
             "qwZ+qgZ": {"zero_quantized_weights": True, "zero_quantized_gradients": True}}
@@ -71,11 +70,7 @@ def bench(rounds: int, per_round: int, train_steps: int) -> dict:
             e.backward(lm_loss(e(x), y))
             e.step()
         engines[name], steps[name] = eng, step
-    times = round_robin(steps, rounds, per_round, torch.device("cpu"))
-    for name in VARIANTS:
-        out[name]["median_s"] = statistics.median(times[name])
-        out[name]["ratio"] = statistics.median(a / b for a, b in zip(times[name], times["exact"]))
-        out[name]["loss_gap"] = max(abs(a - b) for a, b in zip(out[name]["losses"], out["exact"]["losses"]))
+    against_exact(out, steps, rounds, per_round)
     for e in engines.values():
         e.close()
     return out

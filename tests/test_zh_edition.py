@@ -116,6 +116,17 @@ def test_translated_code_reads_no_file_relative_to_the_notebook(name):
                      "zerolab's repository, Path(zerolab.__file__).parents[1]): " + ", ".join(bad))
 
 
+@pytest.mark.parametrize("name", TRANSLATED)
+def test_a_builder_writes_its_zh_notebooks_from_its_own_chinese_only(name):
+    """Builders may share a cell id (exercise 3b's cells are ex05-NN, like exercise 5's): building one
+    must not write the other's Chinese into its notebooks."""
+    notebooks = nbsource.load_builder(name).NOTEBOOKS
+    sharing = [other for other in TRANSLATED if other != name
+               and set(zhsource.translation(other)) & set(zhsource.markdown_cells(notebooks))]
+    assert zhsource.builder_of(notebooks) == name, (f"{name}'s notebooks would be written from zh/"
+                                                    f"{zhsource.builder_of(notebooks)}.py (ids shared with {sharing})")
+
+
 def test_every_zh_notebook_is_made_by_a_translated_builder():
     made = {zh for name in TRANSLATED for _, zh in _pairs(name)}
     stored = {p for d in ("notebooks", "solutions", "exercises") for p in (ROOT / d / "zh").glob("*.ipynb")}

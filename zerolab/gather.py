@@ -65,7 +65,8 @@ import torch
 from torch import nn
 
 from .flat import FlatGroup, Part
-from .hooks import ModuleHooks
+from .hooks import ModuleHooks, module_hooks_class
+from .inflight import GatherBatch, InFlight, TrainingState, _Dequantize
 from .hpz import secondary_shards
 from .memory import tensor_bytes
 from .params import broadcast_
@@ -115,7 +116,7 @@ class GatheredParams:
         self._on_nvme: set[int] = set()
         self._staged: dict[int, torch.Tensor] = {} # nvme shards assembled from the step's values
         self._staged_covered: dict[int, int] = {}
-        self.in_backward = False
+        self.state = TrainingState.IDLE
         self._first_gathered: list[int] = []       # groups gathered in forward, in order
         self.fetches = 0                           # all-gathers issued for parameters
         self.prefetches = 0                        # ... of them issued ahead, from the trace
@@ -124,7 +125,7 @@ class GatheredParams:
         self.order_checks = stage.zerolab.order_checks
         self.max_live = zero.stage3_max_live_parameters
         self.trace = FetchTrace([g.numel for g in self.groups], zero.stage3_max_reuse_distance)
-        self._inflight: dict[int, tuple] = {}      # group index -> (pending all-gather, its buffer)
+        self._inflight: dict[int, InFlight] = {}   # group index -> its all-gather in flight
         self._following_pass = False               # this forward follows a trace: check it at its end
         self.reused = 0                            # releases skipped because of the reuse distance
         self.hooks: ModuleHooks | None = None
@@ -142,7 +143,7 @@ class GatheredParams:
         """After the optimizer's home took its masters: swap shards to files, install the hooks."""
         if self.where == "nvme":
             self._swap_params_out(self.stage.zero.offload_param)
-        self.hooks = ModuleHooks(self)
+        self.hooks = module_hooks_class()(self)   # ModuleHooks, unless hooks.use_module_hooks swapped it
 
     # -- groups: one per module with parameters of its own, plus one of persistent params --
     def make_groups(self, model: nn.Module, named, zero) -> list[FlatGroup]:
@@ -202,10 +203,21 @@ class GatheredParams:
         first = list(dict.fromkeys(self._first_gathered))
         return first[::-1]
 
+    @property
+    def in_backward(self) -> bool:
+        return self.state is TrainingState.BACKWARD
+
     def pre_backward(self) -> None:
+        """``engine.backward`` is about to run autograd (the hooks may already have begun
+        backward, when the first gradient reached a module's output)."""
         self.hooks.pre_backward()
-        self.in_backward = True
+        self.state = TrainingState.BACKWARD
         self._start_pass("backward")
+
+    def begin_backward(self) -> None:
+        """The first gradient reached a module's output: autograd is in backward (the pass of the
+        trace was started by :meth:`pre_backward`, before autograd ran)."""
+        self.state = TrainingState.BACKWARD
 
     def grads_done(self, g: FlatGroup) -> None:
         self.reshard(g)                           # its gradient is in a bucket: the furniture goes back
@@ -227,7 +239,7 @@ class GatheredParams:
         for g in self.groups:
             self.reshard(g)
         self.trace.end_backward()
-        self.in_backward = False
+        self.state = TrainingState.IDLE
         self._first_gathered.clear()
 
     def forward_failed(self) -> None:
@@ -316,6 +328,19 @@ class GatheredParams:
             return "backward"
         return "forward" if torch.is_grad_enabled() else "eval"
 
+    def start_forward_pass(self) -> None:
+        """The outermost module's forward begins (not in backward's recomputation): a new pass
+        of the trace, "forward" with grad, "eval" without."""
+        self.state = TrainingState.FORWARD
+        self._start_pass(self._phase())
+
+    def check_forward_pass(self) -> None:
+        """The outermost module's forward is returning: a pass that followed its trace ends with
+        one order check (:meth:`_check_pass`)."""
+        if self._following_pass:
+            self._following_pass = False
+            self._check_pass()
+
     def _start_pass(self, phase: str) -> None:
         # every rank on the same path makes the same choice here
         self._following_pass = self.trace.start(phase) and self.prefetch_numel > 0
@@ -333,6 +358,8 @@ class GatheredParams:
     def end_forward_pass(self) -> None:
         """The outermost forward returned. Without grad no backward follows: release whatever
         reuse kept (a pass that left its trace may keep a group its trace promised)."""
+        if self.state is TrainingState.FORWARD:
+            self.state = TrainingState.IDLE
         if not torch.is_grad_enabled():
             for i in list(self.full):
                 self.reshard(self.groups[i])
@@ -402,7 +429,7 @@ class GatheredParams:
             flat = torch.empty(g.padded_numel, dtype=st.dtype, device=st.device)
             shard, comm, tag = self._source(wanted)
             self._all_gather(flat, shard, tag, comm=comm)
-            self._inflight[wanted] = (None, flat)
+            self._inflight[wanted] = InFlight(None, flat)
             self._flight += g.padded_numel
             st.track(f"params {wanted}", flat)
         # hpZ: the groups with a secondary shard are gathered first, inside their group (as
@@ -423,7 +450,7 @@ class GatheredParams:
             g = self.groups[ids[0]]
             flat = torch.empty(g.padded_numel, dtype=st.dtype, device=st.device)
             shard, comm, tag = self._source(ids[0])
-            self._inflight[ids[0]] = (self._all_gather(flat, shard, tag, async_op=True, comm=comm), flat)
+            self._inflight[ids[0]] = InFlight(self._all_gather(flat, shard, tag, async_op=True, comm=comm), flat)
             st.track(f"params {ids[0]}", flat)
         elif ids:
             # one all-gather of every prefetched shard; each group's flat buffer is copied out of it
@@ -434,11 +461,11 @@ class GatheredParams:
             send = torch.cat([s for s, _, _ in sources])
             out = torch.empty(send.numel() * comm.world_size, dtype=st.dtype, device=st.device)
             label = f"{self.groups[ids[0]].label} + {len(ids) - 1} more" + (" (hpZ)" if ids[0] in secondary else "")
-            batch = _Batch(self._all_gather(out, send, f"params {label}", async_op=True, comm=comm), out,
+            batch = GatherBatch(self._all_gather(out, send, f"params {label}", async_op=True, comm=comm), out,
                            [self.groups[j] for j in ids], f"params batch {ids[0]}", comm.world_size,
                            [s.numel() for s, _, _ in sources])
             for j in ids:
-                self._inflight[j] = (batch, None)
+                self._inflight[j] = InFlight(batch, None)
             st.track(batch.key, out)
 
     def _source(self, i: int):
@@ -498,8 +525,9 @@ class GatheredParams:
                 ) from None
 
     def _wait(self, i: int) -> None:
-        pending, flat = self._inflight.pop(i)
-        if isinstance(pending, _Batch):
+        inflight = self._inflight.pop(i)
+        pending, flat = inflight.work, inflight.flat
+        if isinstance(pending, GatherBatch):
             flat = pending.unpack(i)
             if pending.left == 0:
                 self.stage.track(pending.key, None)
@@ -601,49 +629,3 @@ class GatheredParams:
         if where == "nvme" and self._param_files is not None:
             return self._param_files.bytes_on_disk()
         return 0
-
-
-class _Dequantize:
-    """A quantized all-gather in flight (qwZ): :meth:`wait` waits for the values' and the
-    scales' all-gathers, then writes the dequantized parameters into ``out``."""
-
-    def __init__(self, pendings, q_all: torch.Tensor, s_all: torch.Tensor, out: torch.Tensor, dequantize):
-        self.pendings, self.q_all, self.s_all, self.out = pendings, q_all, s_all, out
-        self.dequantize = dequantize
-
-    def wait(self) -> None:
-        if self.q_all is None:
-            return
-        for p in self.pendings:
-            p.wait()
-        self.out.view(-1).copy_(self.dequantize(self.q_all, self.s_all).reshape(-1).to(torch.float16))
-        self.q_all = self.s_all = None
-
-
-class _Batch:
-    """Several groups' shards all-gathered in one call. ``out`` holds, rank after rank, each
-    rank's shards of the groups in order; a group's full flat buffer is copied out of it when the
-    group is first needed, and ``out`` is dropped once every group has been."""
-
-    def __init__(self, pending, out: torch.Tensor, groups: list[FlatGroup], key: str, world: int,
-                 sizes: list[int]):
-        self.pending, self.out, self.key = pending, out, key
-        self.world = world                             # ranks gathered (all, or hpZ's group)
-        self.at: dict[int, tuple[int, int]] = {}       # group index -> (offset in a rank's part, its size)
-        offset = 0
-        for g, n in zip(groups, sizes):
-            self.at[g.index] = (offset, n)
-            offset += n
-        self.left = len(groups)
-
-    def unpack(self, i: int) -> torch.Tensor:
-        if self.pending is not None:
-            self.pending.wait()
-            self.pending = None
-        offset, n = self.at[i]
-        flat = torch.empty(n * self.world, dtype=self.out.dtype, device=self.out.device)
-        flat.view(self.world, n).copy_(self.out.view(self.world, -1)[:, offset:offset + n])
-        self.left -= 1
-        if self.left == 0:
-            self.out = None
-        return flat

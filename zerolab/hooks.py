@@ -16,15 +16,24 @@ and it is otherwise treated like the module's own. Reading one between the end o
 ``backward`` (e.g. in the loss) is an :class:`ExternalParameterError` naming the parameter.
 A parameter reached some other way (kept in a list, say) can be tied to a module with
 ``engine.register_external_parameter`` (DeepSpeed's function of the same name).
+
+zerolab's own hook (exercise 8c plugs the learner's class in there): inside
+``with use_module_hooks(MyHooks):`` an engine initialized in the block installs ``MyHooks(params)``
+instead of :class:`ModuleHooks` (the same interface: ``remove``, ``pre_backward``,
+``post_backward``, ``forward_failed``, ``register_external_parameter``, ``on_param_read``).
+It acts in the process that enters it (on a crew: inside the function each rank runs).
+:func:`watch_params` and :func:`on_first_output_grad` are the plumbing such a class may use.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 
 import torch
 from torch import nn
 
-__all__ = ["ModuleHooks", "ExternalParameterError"]
+__all__ = ["ModuleHooks", "ExternalParameterError", "use_module_hooks", "module_hooks_class",
+           "watch_params", "unwatch_params", "on_first_output_grad"]
 
 
 class ExternalParameterError(RuntimeError):
@@ -51,6 +60,49 @@ class _WatchedParams(dict):
         return (dict, (dict(self),))
 
 
+def watch_params(hooks, params) -> list[nn.Module]:
+    """Replace the parameter dict of every module holding a gathered (not persistent) parameter
+    of ``params`` (a GatheredParams) by one that calls ``hooks.on_param_read(p, name)`` whenever
+    a parameter is read by attribute. Returns the modules changed (for :func:`unwatch_params`)."""
+    watched = {id(p) for g in params.groups if not params.persistent[g.index] for p in g.params}
+    out = []
+    for mname, m in params.stage.model.named_modules():
+        if any(p is not None and id(p) in watched for p in m._parameters.values()):
+            m._parameters = _WatchedParams(hooks, mname, m._parameters)
+            out.append(m)
+    return out
+
+
+def unwatch_params(modules: list[nn.Module]) -> None:
+    """Give the modules :func:`watch_params` changed plain parameter dicts again."""
+    for m in modules:
+        m._parameters = dict(m._parameters)
+
+
+_HOOKS_CLASS: list[type] = []          # classes entered by use_module_hooks, innermost last
+
+
+def module_hooks_class() -> type:
+    """The class stage 3 installs on the model now: :class:`ModuleHooks`, unless a
+    :func:`use_module_hooks` block replaced it."""
+    return _HOOKS_CLASS[-1] if _HOOKS_CLASS else ModuleHooks
+
+
+@contextlib.contextmanager
+def use_module_hooks(cls: type) -> Iterator[None]:
+    """Inside the block, stage-3 engines initialized here install ``cls(params)`` as their module
+    hooks (zerolab's own seam, for exercise 8c). ``cls`` needs ModuleHooks's interface."""
+    missing = [m for m in ("remove", "pre_backward", "post_backward", "forward_failed",
+                           "register_external_parameter") if not callable(getattr(cls, m, None))]
+    if not isinstance(cls, type) or missing:
+        raise TypeError(f"use_module_hooks(cls): cls must be a class with the methods {', '.join(missing)}")
+    _HOOKS_CLASS.append(cls)
+    try:
+        yield
+    finally:
+        _HOOKS_CLASS.remove(cls)
+
+
 class ModuleHooks:
     """Installed on every module of the model for a :class:`~zerolab.gather.GatheredParams`."""
 
@@ -60,21 +112,16 @@ class ModuleHooks:
         self.forward_done = False                  # a forward ran (with grad) since the last backward
         self._registered: dict[nn.Module, set[int]] = {}   # register_external_parameter
         self._handles = []
-        self._watched_modules = []
-        watched = {id(p) for g in params.groups if not params.persistent[g.index] for p in g.params}
-        for mname, m in params.stage.model.named_modules():
+        for m in params.stage.model.modules():
             self._handles.append(m.register_forward_pre_hook(self._pre_forward))
             self._handles.append(m.register_forward_hook(self._post_forward))
-            if any(p is not None and id(p) in watched for p in m._parameters.values()):
-                m._parameters = _WatchedParams(self, mname, m._parameters)
-                self._watched_modules.append(m)
+        self._watched_modules = watch_params(self, params)
 
     def remove(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles = []
-        for m in self._watched_modules:
-            m._parameters = dict(m._parameters)
+        unwatch_params(self._watched_modules)
         self._watched_modules = []
 
     def register_external_parameter(self, module: nn.Module, param: nn.Parameter) -> None:
@@ -103,7 +150,7 @@ class ModuleHooks:
     def _pre_forward(self, module, inputs):
         ps = self.params
         if not self.frames and not ps.in_backward:
-            ps._start_pass(ps._phase())            # a new forward pass begins at the outermost module
+            ps.start_forward_pass()                # a new forward pass begins at the outermost module
         ids = ps.module_groups.get(module, [])
         extra = self._registered.get(module)
         frame = [module, []]
@@ -130,9 +177,7 @@ class ModuleHooks:
         if outermost:
             if torch.is_grad_enabled():
                 self.forward_done = True
-            if ps._following_pass:
-                ps._following_pass = False
-                ps._check_pass()
+            ps.check_forward_pass()
         if not ps.in_backward:
             for i in ids:
                 ps.after_forward(ps.groups[i])
@@ -142,10 +187,10 @@ class ModuleHooks:
             return output
         if torch.is_grad_enabled():
             def before_backward():
-                ps.in_backward = True
+                ps.begin_backward()
                 for i in ids:
                     ps.unshard(ps.groups[i])
-            _on_first_output_grad(output, before_backward)
+            on_first_output_grad(output, before_backward)
         return output
 
     def on_param_read(self, p: nn.Parameter, name: str) -> None:
@@ -187,7 +232,7 @@ def _tensors(obj, out: list) -> list:
     return out
 
 
-def _on_first_output_grad(output, fn) -> None:
+def on_first_output_grad(output, fn) -> None:
     """Run ``fn`` once, when the first gradient reaches any of ``output``'s tensors: before the
     module's own backward. A hook on the tensor (not a wrapper around it) leaves the output
     untouched, so a caller may still modify it in place (``ReLU(inplace=True)``, ``out += x``)."""
@@ -203,3 +248,6 @@ def _on_first_output_grad(output, fn) -> None:
 
     for t in tensors:
         t.register_hook(hook)
+
+
+_on_first_output_grad = on_first_output_grad     # (the name it had)

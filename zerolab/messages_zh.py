@@ -36,6 +36,8 @@ ZH["progress"] = {
     "Exercise 7  · the config that fits a budget (device_bytes, choose_config)":
         "练习 7  · 装得进显存预算的配置（device_bytes, choose_config）",
     "Exercise 8  · stage-3 knobs for a goal (knobs)": "练习 8  · 为目标调 stage 3 的旋钮（knobs）",
+    "Exercise 8c · stage 3's gather and release as module hooks (MyHooks)":
+        "练习 8c · 把 stage 3 的收集与释放写成模块钩子（MyHooks）",
     "Exercise 9  · the capstone's DeepSpeed config": "练习 9  · 综合项目的 DeepSpeed 配置",
     "Exercise 13 · qwZ's block quantizer (quantize, dequantize)": "练习 13 · qwZ 的分块量化器（quantize, dequantize）",
     "Exercise 14a · the break-even tokens (tokens_to_hide)": "练习 14a · 盈亏平衡的 token 数（tokens_to_hide）",

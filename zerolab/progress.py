@@ -53,6 +53,7 @@ EXERCISES = {
     "ch06.check_bucket_params": "Exercise 6  · the bucket plan (bucket_params)",
     "ch07.check_choose_config": "Exercise 7  · the config that fits a budget (device_bytes, choose_config)",
     "ch08.check_knobs": "Exercise 8  · stage-3 knobs for a goal (knobs)",
+    "hooks3.check_gather_hooks": "Exercise 8c · stage 3's gather and release as module hooks (MyHooks)",
     "ch09.check_capstone_config": "Exercise 9  · the capstone's DeepSpeed config",
     "ch13.check_block_quantizer": "Exercise 13 · qwZ's block quantizer (quantize, dequantize)",
     "ch14.check_tokens_to_hide": "Exercise 14a · the break-even tokens (tokens_to_hide)",
@@ -60,7 +61,7 @@ EXERCISES = {
     "ch14.check_offload_hide_tokens": "Exercise 14c · when offload's PCIe hides (offload_hide_tokens)",
 }
 T = catalogue("progress")
-_CHECK_MODULE = re.compile(r"zerolab\.checks\.(ch\d\d|stage2_buckets|zero1)")
+_CHECK_MODULE = re.compile(r"zerolab\.checks\.(ch\d\d|stage2_buckets|zero1|hooks3)")
 
 
 def progress_path() -> Path | None:

@@ -441,6 +441,8 @@ defaults and launches it. **Your turn:** in `exercises/08_stage3_knobs.ipynb` yo
 prefetch, persistence, live-parameter and reuse values to meet three stated goals (all-gather
 calls per step, peak gathered elements, no prefetch with the default
 `stage3_prefetch_bucket_size`), and the check runs your values in the real engine on 2 ranks.
+**Build it:** in `exercises/08c_gather_hooks.ipynb` you write stage 3's gather and release
+yourself, as module hooks, checked inside the engine on a model with shared and external weights.
 """),
 code("""
 crew.close()

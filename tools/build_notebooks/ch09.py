@@ -77,7 +77,7 @@ from zerolab.models import GPT, CharTokenizer, generate, lm_loss, public_domain_
 from zerolab.reference import train_engine
 from zerolab.scheduler import WarmupDecayLR
 
-CONFIG = "../configs/zero3_bf16_offload_gpt.json"
+CONFIG = Path(zerolab.__file__).resolve().parents[1] / "configs" / "zero3_bf16_offload_gpt.json"
 STEPS, HALF, SEQ = 100, 50, 64
 torch.set_num_threads(1)     # one thread here and on every rank: 2 cores, and the same arithmetic run after run
 

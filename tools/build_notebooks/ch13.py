@@ -16,8 +16,7 @@ small GPT in bf16: the exact run, qwZ (``zero_quantized_weights``) and qgZ
 ledger and are exact; the errors are printed as claims against their bounds (the quantizer's
 arithmetic is exact, the weights and gradients it sees depend on the CPU's kernels only in their
 last bits); loss gaps as claims against stated tolerances; the simulator's numbers are float
-arithmetic on constants. hpZ (``zero_hpz_partition_size``) is not in the engine yet: section 6 is
-its marked place.
+arithmetic on constants. Section 6 measures hpZ (``zero_hpz_partition_size``) on the same crew.
 """
 from __future__ import annotations
 
@@ -48,12 +47,13 @@ Giant Model Training*; in DeepSpeed since 0.10) is three tricks to load fewer tr
 | two buildings, the stairs, the street | **nodes**: NVLink inside, InfiniBand between | (the launcher's nodes) | `Crew(4, nodes=2)`, `ledger.by_link()` |
 | furniture lists in **shorthand**: one number per box, then small integers | **qwZ**: parameter all-gathers as int8 blocks + one fp32 scale each | `zero_quantized_weights` | `gather.py`, `quant.py` |
 | door stickers in an even shorter shorthand, pooled inside the building first | **qgZ**: gradients as int4 through two all-to-alls (inside the node, then across) | `zero_quantized_gradients` | `reduce.py` (`QuantizedReduce`) |
-| a second copy of the furniture in each building | **hpZ**: a secondary parameter shard per node, so backward never gathers across | `zero_hpz_partition_size` | not yet (section 6) |
+| a second copy of the furniture in each building | **hpZ**: a secondary parameter shard per node, so backward never gathers across | `zero_hpz_partition_size` | `hpz.py`, `gather.py` |
 
 Whose behaviour: the keys, the block quantizer, when each all-gather is quantized and the two
 all-to-alls are **DeepSpeed 0.19.8's** (`runtime/zero/partition_parameters.py`'s
 `CUDAQuantizer` and `all_gather_coalesced(..., quantize=True)`, `runtime/comm/coalesced_collectives.py`'s
-`all_to_all_quant_reduce`, kernels in `csrc/quantization/`); the byte ratios are the **paper's**;
+`all_to_all_quant_reduce`, kernels in `csrc/quantization/`; hpZ's secondary shards in
+`partition_parameters.py`'s `_partition_param_sec`); the byte ratios are the **paper's**;
 the virtual nodes on one machine and the ledger's link column are **zerolab's**. DeepSpeed's
 quantizer kernels are CUDA only, so on this CPU zerolab runs their arithmetic in torch
 (`zerolab/quant.py`) and every collective through `torch.distributed` (gloo).
@@ -72,7 +72,7 @@ import torch
 import zerolab
 from zerolab import simulate
 from zerolab.chapters import ch13          # this chapter's model, runs and pictures: zerolab/chapters/ch13.py
-from zerolab.chapters.ch13 import config, curves, fetch_bytes, grad_bytes, one_step
+from zerolab.chapters.ch13 import config, curves, fetch_bytes, grad_bytes, one_step, param_gather_bytes
 from zerolab.topology import current
 
 crew = zerolab.Crew(4, nodes=2)            # 4 ranks as 2 virtual nodes of 2 (gloo, on this CPU)
@@ -370,21 +370,59 @@ On the DGX fabric stage 3 already hides: its communication takes a quarter of th
 T* is a quarter of a sequence, so ZeRO++ buys little there but error. On the thin fabric the
 plain run needs about twice the tokens it has; qwZ or qgZ alone are not enough, the two together
 bring the traffic under the compute. Where the street is the bottleneck ZeRO++ is the cheapest
-fix; where it is not, it only adds error. (The last rows are the simulator's formula for hpZ,
-not a run: see the next section.) Chapter 14 works these numbers out by hand, from 8 to 1,024
+fix; where it is not, it only adds error. (The last rows add the simulator's formula for hpZ;
+the next section measures it.) Chapter 14 works these numbers out by hand, from 8 to 1,024
 GPUs, with offload.
 
-## 6. hpZ: a second copy in each building (not in zerolab yet)
+## 6. hpZ: a second copy in each building
 
-*This section is reserved for hpZ.* DeepSpeed's `zero_hpz_partition_size` (set to the ranks per
-node) keeps, after the forward all-gather, a **secondary shard** of each parameter spread over
-the node's ranks only, so that the **backward all-gather stays inside the node**: the street
-carries only the forward gather (int8 with qwZ) and the gradients (int4 with qgZ), the paper's
-3M → 0.75M. Its price is memory: 2Ψ/k bytes per GPU for the secondary shards. zerolab's engine
-does not implement it yet (the key is refused by name), so nothing here is measured: the
-simulator's row above is its formula only. When the engine has it, this section will measure, on
-the same crew, that the backward's parameter all-gathers are all *intra* and what the secondary
-shard costs in memory.
+With `zero_hpz_partition_size` = k (the ranks per node), each worker keeps, besides its 1/N
+share of every room's furniture, a **second share over its own building**: 1/k of each gathered
+module, in the parameters' dtype. DeepSpeed 0.19.8 makes it from the full module whenever the
+module is released after a gather (and once at initialization), and drops it at every optimizer
+step that is not skipped. While a module has one, its all-gather runs **inside the node**, over k
+ranks: the backward re-gather, always; the first step's forward; the later micro-steps' forwards
+under gradient accumulation (`partition_parameters.py`, `_partition_param_sec`; the rules file by
+file in `zerolab/hpz.py`, DeepSpeed's groups measured on its CPU build by
+`benchmarks/ds_reference/ds_hpz.py`). The gradients still reduce-scatter over all N ranks: the
+master weights and the optimizer's states stay ZeRO-3's.
+
+**Predict, then run.** Same crew, `zero_hpz_partition_size` 2, a steady step. The gathered
+weights are Ψ_g = 28,160 elements in bf16, and the tied token embedding (2,560) is gathered
+twice in forward. How many parameter all-gather bytes will rank 0 send across the street, and how
+many inside its building? How much more memory does each rank hold between backward and the step?
+"""),
+code(r"""
+h = crew.run(one_step, {"zero_hpz_partition_size": L})[0]
+all3 = crew.run(one_step, {"zero_hpz_partition_size": L, "zero_quantized_weights": True,
+                           "zero_quantized_gradients": True})[0]
+tok = tied
+print(f"{'parameter all-gathers, B':<26}{'inside':>10}{'across':>10}   by hand")
+print(f"{'stage 3':<26}{param_gather_bytes(e, 'intra'):>10,.0f}{param_gather_bytes(e, 'inter'):>10,.0f}"
+      f"   across: 3/4 x 2 x (2 x {psi_g:,} + {tok:,}) = {ring * 2 * (2 * psi_g + tok):,.0f}")
+print(f"{'+ hpZ 2':<26}{param_gather_bytes(h, 'intra'):>10,.0f}{param_gather_bytes(h, 'inter'):>10,.0f}"
+      f"   across (forward): 3/4 x 2 x {psi_g:,} = {ring * 2 * psi_g:,.0f}")
+print(f"{'':<26}{'':>20}   inside: 1/2 x 2 x ({psi_g:,} + {tok:,}) = {0.5 * 2 * (psi_g + tok):,.0f}")
+print(f"gradients across: {grad_bytes(e, 'inter'):,.0f} B without hpZ, {grad_bytes(h, 'inter'):,.0f} B with it")
+print(f"secondary shards held from backward to the step: {h['secondary']:,} B = 2 B x {psi_g:,} / {L}; "
+      f"after the step: {h['secondary_after_step']}")
+print(f"+ qwZ + qgZ: across the street {all3['links']['inter']:,.0f} B per step, "
+      f"against {e['links']['inter']:,.0f} B for stage 3")
+"""),
+md(r"""
+The backward's gathers left the street: they run over the two ranks of a building, half a
+module's bytes each instead of three quarters, and nothing of them crosses. The forward still
+gathers over all four ranks (the secondary was dropped at the last step), except the token
+embedding's second gather in forward: its first release made a secondary, so the head's gather
+stays inside. The price is the secondary shards, 2Ψ_g/k bytes per rank for the time between a
+module's first release and the step (the paper's 2Ψ/k). With qwZ and qgZ on top, what crosses
+the street per step is about a fifth of plain stage 3's: the forward gathers in int8, the
+gradients in int4.
+
+FSDP2's hybrid sharding (HSDP) answers the same slow street differently: it shards inside a node
+and replicates across nodes, so only the gradient all-reduce crosses, but every parameter,
+gradient and optimizer state is held N/k times over. `benchmarks/hsdp_vs_hpz.py` (README, "hpZ
+beside FSDP2's hybrid sharding") measures both on a crew like this one.
 
 ## What we measured
 """),
@@ -399,6 +437,9 @@ print(f"qgZ         gradients across: {grad_bytes(e, 'inter'):,.0f} B -> {grad_b
       f"(+ {grad_bytes(g, 'intra'):,.0f} B inside); gradients {L}x the mean")
 print(f"loss        {STEPS} steps: keys off bit-identical: {same}; qwZ within {TOL['qwZ']}: {within['qwZ']}, "
       f"qgZ within {TOL['qgZ']}: {within['qgZ']}")
+print(f"hpZ         parameter gathers across {param_gather_bytes(e, 'inter'):,.0f} B -> "
+      f"{param_gather_bytes(h, 'inter'):,.0f} B (backward inside the building);")
+print(f"            {h['secondary']:,} B of secondary shards per rank until the step")
 crew.close()
 """),
 md(r"""
@@ -412,8 +453,10 @@ md(r"""
   0.19.8 its gradients are (ranks per node)× the mean: clipping and the reported norm see it.
 - With every ZeRO++ key off the run is bit-identical to plain stage 3; qwZ and qgZ stay within
   their tolerances of it over a short run.
-- ZeRO++ pays where the network between nodes is the bottleneck (chapter 14 computes when);
-  hpZ (not yet in zerolab) removes the backward gather from the street for 2Ψ/k of memory.
+- **hpZ** keeps a secondary shard of each gathered module inside the node: the backward's
+  gathers (and, under accumulation, the later micro-steps' forwards) stay off the street, for
+  2Ψ/k bytes per rank until the step.
+- ZeRO++ pays where the network between nodes is the bottleneck (chapter 14 computes when).
 
 ## Questions
 

@@ -162,7 +162,6 @@ def main(notebooks: dict, argv=None) -> int:
 def write_chinese(notebooks: dict) -> None:
     """Write the Chinese edition of these notebooks, if their builder has one (``zhsource.py``)."""
     import zhsource
-    ids = set(zhsource.markdown_cells(notebooks))
-    for name in zhsource.translated_builders():
-        if ids & set(zhsource.translation(name)):
-            zhsource.write_zh(name, notebooks)
+    name = zhsource.builder_of(notebooks)
+    if name is not None:
+        zhsource.write_zh(name, notebooks)

@@ -6,6 +6,7 @@
     python tools/build_notebooks/zh_edition.py --status         # each builder: translated, out of date, pending
     python tools/build_notebooks/zh_edition.py --english ch06-03  # the English source a cell's Chinese translates
     python tools/build_notebooks/zh_edition.py --accept ch06-03   # record that the Chinese now matches the English
+    python tools/build_notebooks/zh_edition.py --english ch05:ex05-00  # <builder>:<cell> where two builders share an id
 
 Nothing here executes a notebook: the zh notebooks take their code and outputs from the stored
 English ones (run the English builder with ``--execute`` first; it writes the zh notebooks too).
@@ -20,16 +21,38 @@ import nbsource
 import zhsource
 
 
-def _builder_of(cid: str) -> tuple[str, dict]:
-    for name in nbsource.builder_names():
+def _builders_of(cid: str) -> list[tuple[str, dict]]:
+    """The builders that make a markdown cell ``cid`` (``<builder>:<cell id>`` names one of them:
+    two builders may use the same cell id, e.g. ex05-00 in ch03 and ch05)."""
+    only, _, cid = cid.rpartition(":")
+    out = []
+    for name in ([only] if only else nbsource.builder_names()):
         notebooks = nbsource.load_builder(name).NOTEBOOKS
         if cid in zhsource.markdown_cells(notebooks):
-            return name, notebooks
-    raise SystemExit(f"no builder makes a markdown cell {cid}")
+            out.append((name, notebooks))
+    if not out:
+        raise SystemExit(f"no builder {only + ' ' if only else ''}makes a markdown cell {cid}")
+    return out
+
+
+def _stale(name: str, notebooks: dict, cid: str) -> bool:
+    table = zhsource.translation(name) or {}
+    return cid not in table or table[cid][0] != zhsource.source_hash(zhsource.markdown_cells(notebooks)[cid][0])
+
+
+def _one(cid: str, found: list[tuple[str, dict]]) -> tuple[str, dict]:
+    if len(found) > 1:
+        names = ", ".join(f"{name}:{cid.rpartition(':')[2]}" for name, _ in found)
+        raise SystemExit(f"{cid} is a cell of several builders; name one: {names}")
+    return found[0]
 
 
 def accept(cid: str) -> int:
-    name, notebooks = _builder_of(cid)
+    found = _builders_of(cid)
+    if len(found) > 1:                       # a shared id: the builder whose Chinese is out of date
+        found = [(name, nbs) for name, nbs in found if _stale(name, nbs, cid)] or found
+    name, notebooks = _one(cid, found)
+    cid = cid.rpartition(":")[2]
     path = zhsource.translation_path(name)
     english = zhsource.markdown_cells(notebooks)[cid][0]
     text = path.read_text(encoding="utf-8")
@@ -68,7 +91,8 @@ def main(argv=None) -> int:
     if args.status:
         return status()
     if args.english:
-        print(zhsource.markdown_cells(nbsource.load_builder(_builder_of(args.english)[0]).NOTEBOOKS)[args.english][0])
+        _, notebooks = _one(args.english, _builders_of(args.english))
+        print(zhsource.markdown_cells(notebooks)[args.english.rpartition(":")[2]][0])
         return 0
     if args.accept:
         for cid in args.accept:

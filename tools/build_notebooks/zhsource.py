@@ -80,6 +80,19 @@ def translated_builders() -> list[str]:
     return sorted(p.stem for p in ZH_DIR.glob("ch[0-9][0-9]*.py"))
 
 
+def builder_of(notebooks: dict) -> str | None:
+    """The translated builder that makes exactly these notebooks, or None.
+
+    Found by the notebooks' paths, not by cell ids: two builders may use the same cell id (chapter
+    3's exercise 3b and exercise 5 both have ``ex05-00``), and each must be written with its own
+    Chinese only."""
+    ids = set(markdown_cells(notebooks))
+    for name in translated_builders():
+        if ids & set(translation(name)) and set(nbsource.load_builder(name).NOTEBOOKS) == set(notebooks):
+            return name
+    return None
+
+
 def zh_path(path: Path) -> Path:
     """``notebooks/X.ipynb`` -> ``notebooks/zh/X.ipynb`` (the same for solutions/ and exercises/)."""
     return path.parent / "zh" / path.name

@@ -59,6 +59,7 @@ def one_step(zeropp: dict) -> dict:
         x, y = (t[r * MICRO:(r + 1) * MICRO] for t in batches[0])
         eng.backward(lm_loss(eng(x), y))
         grads = [g.float().clone() for g in eng.stage.grads.grad_shards]
+        secondary = eng.memory().get("params_secondary", 0)      # hpZ's shards, alive until the step
         eng.step()
         first_norm = eng.last_grad_norm
         mark = eng.ledger.mark()
@@ -69,7 +70,8 @@ def one_step(zeropp: dict) -> dict:
                table=led.table(), links=led.by_link(), grads=grads, norm=first_norm, blocks=blocks,
                groups=[(g.label, g.padded_numel, eng.stage.persistent[g.index]) for g in eng.stage.groups],
                qgz_blocks=[qgz.per_partition_groups(g) for g in eng.stage.groups] if qgz else None,
-               warnings=sorted({str(w.message) for w in caught}))
+               warnings=sorted({str(w.message) for w in caught}), secondary=secondary,
+               secondary_after_step=eng.memory().get("params_secondary", 0))
     eng.close()
     return out
 
@@ -94,6 +96,13 @@ def fetch_bytes(run: dict, dtype: str) -> float:
     """Wire bytes of the parameter all-gathers of ``dtype`` (the persistent refresh apart)."""
     return sum(b for op, dt, _, b, _, tag in run["records"]
                if op == "all_gather" and dt == dtype and "persistent" not in tag)
+
+
+def param_gather_bytes(run: dict, link: str) -> float:
+    """Wire bytes of the parameter all-gathers (values and scales; the persistent refresh apart)
+    on ``link`` ("intra" or "inter")."""
+    return sum(b for op, _, _, b, lk, tag in run["records"]
+               if op == "all_gather" and lk == link and "persistent" not in tag)
 
 
 def grad_bytes(run: dict, link: str, op: str | None = None) -> float:

@@ -5,11 +5,6 @@ listed here (``tests/test_zh_edition.py`` checks that it is exactly one of the t
 this list). Take a chapter off the list in the commit that adds its ``zh/<builder>.py``.
 """
 
-THIRD_PASS = "its English is being rewritten in the course's third pass; translated once that lands"
-
 PENDING = {
-    "ch05": THIRD_PASS,
-    "ch09": THIRD_PASS + "; its code reads '../configs/...' relative to the notebook's folder, which "
-                         "notebooks/zh/ must not break (read it relative to zerolab's repository instead)",
-    "ch13": "a new chapter being written in the third pass",
+    "ch08c": "exercise 8c (stage 3's gathers as module hooks) was added in the third pass; not translated yet",
 }

@@ -1,0 +1,129 @@
+"""Exercise 8c's check (zerolab/checks/hooks3.py), both ways: the solution passes at 2 and 3 ranks,
+gathering and releasing exactly as zerolab's ModuleHooks; wrong hooks a learner might write fail,
+each with a message that names the mistake. The seam (zerolab.hooks.use_module_hooks) is tested
+too: it swaps the class only inside its block.
+
+The solution is read from the stored solution notebook (the source), and each wrong answer is
+that source with a few lines changed, so that it differs from the solution by exactly its mistake
+(a replaced line that is not in the source fails the test: the edit would be a no-op).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from zerolab.checks import ExerciseCheckFailed, close_crews
+from zerolab.checks.hooks3 import check_gather_hooks
+from zerolab.hooks import ModuleHooks, module_hooks_class, use_module_hooks
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTION = ROOT / "solutions" / "08c_gather_hooks.ipynb"
+IMPORTS = ("import torch\nfrom zerolab.hooks import on_first_output_grad, unwatch_params, watch_params\n\n")
+
+
+def _source() -> str:
+    cells = [c.source for c in nbformat.read(SOLUTION, as_version=4).cells
+             if c.cell_type == "code" and c.source.startswith("class MyHooks")]
+    assert len(cells) == 1, "the solution notebook has one cell defining MyHooks"
+    return IMPORTS + cells[0]
+
+
+def _load(text: str):
+    ns = {"__name__": "hooks3_learner_under_test"}   # not importable: cloudpickle sends it by value
+    exec(compile(text, "<learner>", "exec"), ns)
+    return ns["MyHooks"]
+
+
+def _mutate(*edits: tuple[str, str]) -> str:
+    text = _source()
+    for old, new in edits:
+        assert old in text, f"the solution no longer contains {old!r}"
+        text = text.replace(old, new)
+    return text
+
+
+RELEASE = "                ps.after_forward(ps.groups[i])   # release, unless the reuse distance keeps it\n"
+REGATHER = "            for i in ids:\n                ps.unshard(ps.groups[i])\n        if ids"
+HOOK_OUTPUT = "            on_first_output_grad(output, before_backward)"
+READ = "            ps.unshard(g)\n            self.frames[-1][1].append(g.index)"
+TIE = "            self.frames[-1][1].append(g.index)       # released and re-gathered with that module"
+OWN = "        for i in ps.module_groups.get(module, []) + extra:\n            ps.unshard(ps.groups[i])"
+
+WRONG = {
+    "gathers but never releases": (lambda: _mutate((RELEASE, "                pass\n")),
+                                   ["never released: peak 2,928 vs 1,600", "never release"]),
+    "releases before backward, never re-gathers": (lambda: _mutate((HOOK_OUTPUT, "            pass")),
+                                                   ["the backward raised", "never gather them again"]),
+    "re-gathers the wrong module": (lambda: _mutate(
+        ("        ids = ps.module_groups.get(module, []) + extra\n",
+         "        ids = ps.module_groups.get(module, []) + extra\n        self.last_ids = ids\n"),
+        (REGATHER, REGATHER.replace("for i in ids:", "for i in self.last_ids:"))),
+        ["re-gather the wrong module", "gather 'embed' in backward; yours gather 'mix'"]),
+    "forgets the external weight": (lambda: _mutate((READ, "            pass")),
+                                    ["the forward raised", "forget the external weight", "'attn.out_proj'"]),
+    "gathers the external weight but never releases it": (lambda: _mutate((TIE, "            pass")),
+                                                          ["'attn.out_proj' (read outside its own module) is not "
+                                                           "released", "yours 33 calls"]),
+    "ties the external weight to the outermost module": (lambda: _mutate(("self.frames[-1][1].append",
+                                                                          "self.frames[0][1].append")),
+                                                         ["is not released when the forward", "self.frames[-1]"]),
+    "re-gathers only the module's own groups": (lambda: _mutate(
+        (REGATHER, REGATHER.replace("for i in ids:", "for i in ps.module_groups.get(module, []):"))),
+        ["the backward raised", "but not 'mix'"]),
+    "double-gathers the shared weight": (lambda: _mutate(
+        (REGATHER, REGATHER.replace("                ps.unshard(ps.groups[i])",
+                                    "                ps.reshard(ps.groups[i])\n                ps.unshard(ps.groups[i])"))),
+        ["a double gather", "'embed'", "yours 42 calls"]),
+    "gathers the children's parameters too": (lambda: _mutate(
+        (OWN, "        for p in module.parameters():\n            g = ps.stage.group_of[id(p)]\n"
+              "            if not ps.persistent[g.index]:\n                ps.unshard(g)")),
+        ["gathered too much at once: peak 2,928 vs 1,600", "module.parameters() recurses"]),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _crews():
+    yield
+    close_crews()
+
+
+@pytest.mark.timeout(180)
+def test_the_solution_passes(capsys):
+    check_gather_hooks(_load(_source()))
+    out = capsys.readouterr().out
+    assert "PASSED" in out and "2 ranks, 3 steps: 39 all-gathers" in out and "peak 1,600 elements" in out
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", list(WRONG))
+def test_wrong_hooks_fail_with_a_message_naming_the_mistake(name):
+    make, words = WRONG[name]
+    with pytest.raises(ExerciseCheckFailed) as info:
+        check_gather_hooks(_load(make()), worlds=(2,), verbose=False)
+    message = info.value.message
+    for w in words:
+        assert w in message, f"{name}: {w!r} not in the message:\n{message}"
+
+
+def test_the_exercise_as_shipped_says_what_to_write():
+    exercise = ROOT / "exercises" / "08c_gather_hooks.ipynb"
+    cells = [c.source for c in nbformat.read(exercise, as_version=4).cells
+             if c.cell_type == "code" and c.source.startswith("class MyHooks")]
+    assert len(cells) == 1 and cells[0].count("raise NotImplementedError") == 3
+    with pytest.raises(NotImplementedError, match="Exercise"):
+        check_gather_hooks(_load(IMPORTS + cells[0]), worlds=(2,), verbose=False)
+
+
+def test_the_seam_swaps_the_class_only_inside_its_block():
+    class Mine(ModuleHooks):
+        pass
+    assert module_hooks_class() is ModuleHooks
+    with use_module_hooks(Mine):
+        assert module_hooks_class() is Mine
+    assert module_hooks_class() is ModuleHooks
+    with pytest.raises(TypeError, match="remove"):
+        with use_module_hooks(type("Half", (), {"pre_backward": lambda self: None})):
+            pass
+    assert module_hooks_class() is ModuleHooks

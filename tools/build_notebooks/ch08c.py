@@ -1,0 +1,317 @@
+#!/usr/bin/env python3
+"""Build exercise 8c, "stage 3's gather and release, as module hooks"
+(``solutions/08c_gather_hooks.ipynb``): the learner writes the hooks that tell stage 3 when to
+gather a module's parameters and when to release them, and the check
+(``zerolab.checks.hooks3``) runs them inside the engine on 2 and 3 ranks beside zerolab's own.
+
+    python tools/build_notebooks/ch08c.py            # write the notebook (only if its cells changed)
+    python tools/build_notebooks/ch08c.py --execute  # ... and run it, then regenerate
+                                                     # exercises/08c_gather_hooks.ipynb
+
+A builder of its own (chapter 8's is ``ch08.py``; its exercise line links here). Built like
+every chapter (``nbsource.py``): fixed cell ids. Everything printed is exact (calls, bytes,
+elements, the order of gathers): nothing depends on the CPU's float kernels.
+"""
+from __future__ import annotations
+
+import sys
+
+import nbsource
+from nbsource import code, md
+
+SOLUTION = [
+md(r"""
+# Exercise 8c · Borrow, return, borrow again: stage 3's gathers as module hooks
+
+At stage 3 no worker owns a whole piece of furniture: each keeps a 1/N slice of every piece
+(the **parameters**). Before the crew works on a room (a module's **forward**), they borrow that
+room's furniture from everyone and assemble it (an **all-gather**); when they leave the room
+they give it back (**release**: only the slice stays). On the way back through the house (the
+**backward**), a room's work is undone, and for that the furniture must be assembled **again**,
+before the crew reaches the room.
+
+Chapter 8 tuned *how much* is borrowed ahead. Here you write *when*: the hooks that zerolab's
+stage 3 installs on every module. They are DeepSpeed's design (`DeepSpeedZeRoOffload` in
+`deepspeed/runtime/zero/parameter_offload.py`: a forward pre-hook fetches a module's
+parameters, a forward hook releases them and wraps the outputs so that their first gradient
+fetches them again; `ZeROOrderedDict` catches a parameter read outside its own module). zerolab's
+copy is `zerolab/hooks.py` (`ModuleHooks`); the check runs **your** class in its place,
+inside the real engine, and compares every gather and release with zerolab's.
+
+**When the check fails** it says in a few lines what is wrong and names the likely mistake; for
+the full traceback run `import zerolab.checks; zerolab.checks.full_tracebacks()` and run the
+check cell again.
+"""),
+md(r"""
+## What the engine gives you, what you decide
+
+`params` is the engine's `GatheredParams` (`zerolab/gather.py`). A **group** is one module's
+own parameters, flattened (`params.groups[i]`, its name in `.label`). You call:
+
+| call | what it does |
+|---|---|
+| `params.module_groups.get(module, [])` | the indices of the groups `module` owns (its own, not its children's) |
+| `params.unshard(group)` | gather it, unless it is gathered (it all-gathers only then) |
+| `params.after_forward(group)` | a module using it finished its forward: release it (unless the reuse distance keeps it) |
+| `params.start_forward_pass()` / `params.end_forward_pass()` | the outermost module's forward begins / returned |
+| `params.begin_backward()` | the first gradient reached a module's output: backward has begun |
+| `params.in_backward`, `params.full` | in backward?; the indices of the groups gathered now |
+
+Given, as plumbing: `watch_params(hooks, params)` makes every module's parameter dict call
+`hooks.on_param_read(p, name)` when a parameter is read by attribute (`module.weight`), and
+`on_first_output_grad(output, fn)` runs `fn()` once, when the first gradient reaches any tensor
+of `output`: just before that module's backward. The engine releases a group itself once its
+gradient is reduced, and everything at the end of backward.
+
+You write three methods. Two cases need thought:
+
+- **a shared (tied) weight**: the model's output layer uses the embedding's weight. Both
+  modules list that group; it must be gathered for each, released after each, and it may not
+  be gathered twice while it is gathered;
+- **a weight read outside its module**: `nn.MultiheadAttention` computes with
+  `self.out_proj.weight` without calling `out_proj`, and a model may compute
+  `F.linear(h, self.mix.weight)` in its own forward. Tie such a weight to the module whose
+  forward read it: released after that forward, gathered again before that module's backward.
+"""),
+code(r"""
+import torch
+
+import zerolab
+from zerolab.checks import hooks3                    # the check's model, a run on the ranks
+from zerolab.hooks import on_first_output_grad, unwatch_params, watch_params
+"""),
+code(r"""
+class MyHooks:
+    # Stage 3's module hooks: when to gather a module's parameters, when to release them.
+
+    def __init__(self, params):
+        self.params = params                     # the engine's GatheredParams
+        self.frames = []                         # forwards running now: [module, extra group ids]
+        self.registered = {}                     # module -> group ids (register_external_parameter)
+        self.handles = []
+        for m in params.stage.model.modules():
+            self.handles.append(m.register_forward_pre_hook(self.pre_forward))
+            self.handles.append(m.register_forward_hook(self.post_forward))
+        self.watched = watch_params(self, params)    # reading module.weight calls on_param_read
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+        unwatch_params(self.watched)
+
+    def register_external_parameter(self, module, param):
+        g = self.params.stage.group_of[id(param)]
+        if not self.params.persistent[g.index]:
+            self.registered.setdefault(module, set()).add(g.index)
+
+    def pre_backward(self):                      # (a forward that raised leaves frames behind)
+        self.frames.clear()
+
+    post_backward = forward_failed = pre_backward
+
+    def pre_forward(self, module, inputs):
+        ps = self.params
+        # BEGIN SOLUTION: a pass begins at the outermost module; a frame; gather the groups
+        if not self.frames and not ps.in_backward:
+            ps.start_forward_pass()              # the outermost module: a new forward pass
+        extra = sorted(self.registered.get(module, ()))
+        self.frames.append([module, extra])
+        for i in ps.module_groups.get(module, []) + extra:
+            ps.unshard(ps.groups[i])
+        # END SOLUTION
+
+    def post_forward(self, module, inputs, output):
+        ps = self.params
+        # BEGIN SOLUTION: close the frame, release, end the pass; gather again before backward
+        _, extra = self.frames.pop()
+        ids = ps.module_groups.get(module, []) + extra
+        if not ps.in_backward:                   # (backward's recomputation keeps them)
+            for i in ids:
+                ps.after_forward(ps.groups[i])   # release, unless the reuse distance keeps it
+            if not self.frames:
+                ps.end_forward_pass()
+
+        def before_backward():                   # the module's backward is next: gather again
+            ps.begin_backward()
+            for i in ids:
+                ps.unshard(ps.groups[i])
+        if ids and torch.is_grad_enabled():
+            on_first_output_grad(output, before_backward)
+        # END SOLUTION
+        return output
+
+    def on_param_read(self, p, name):
+        ps = self.params
+        g = ps.stage.group_of.get(id(p))
+        if g is None or ps.persistent[g.index]:
+            return
+        # BEGIN SOLUTION: read in a forward, not gathered: gather it, tie it to the frame
+        if self.frames and g.index not in ps.full:   # read in some forward, not its own module's
+            ps.unshard(g)
+            self.frames[-1][1].append(g.index)       # released and re-gathered with that module
+        # END SOLUTION
+"""),
+md(r"""
+## One step on 2 ranks
+
+The check's model (`hooks3.HooksNet`, 2,928 parameters) is an embedding, a multi-head attention,
+an MLP, a weight `mix` that only the root's forward uses, and an output layer tied to the
+embedding. The engine runs stage 3 in fp32 with every parameter gathered
+(`stage3_param_persistence_threshold` 0), nothing kept across the turn
+(`stage3_max_reuse_distance` 0) and no prefetch, so that each gather is the one your hooks ask
+for. `one_step(MyHooks)` trains one step with your class as the engine's hooks
+(`zerolab.hooks.use_module_hooks`, zerolab's own seam) and logs each gather (+) and release (−).
+
+**Predict, then run.** The model has 6 groups (`embed`, `attn`, `attn.out_proj`, `mlp.0`,
+`mlp.2`, `mix`; the output layer has no parameter of its own). How many parameter all-gathers
+does one step make, forward and backward? Which group is gathered more often than the others?
+Write your guess down.
+"""),
+code(r"""
+crew, kept = zerolab.Crew(2), {}
+
+
+def one_step(hooks_class):
+    # One step on the 2 ranks with hooks_class as the engine's hooks (run once, then kept).
+    if hooks_class not in kept:
+        kept[hooks_class] = hooks3.trial(crew, hooks_class)
+    return kept[hooks_class]
+
+
+run = one_step(MyHooks)
+print("\n".join(hooks3.summary(run["events"])))
+fwd = sum(ph == "forward" and w == "gather" for ph, w, _ in run["events"])
+bwd = sum(ph == "backward" and w == "gather" for ph, w, _ in run["events"])
+print(f"all-gathers: {fwd} in forward + {bwd} in backward = {len(run['gathers'])} (the ledger's count)")
+"""),
+md(r"""
+Thirteen: 6 + 1 in forward, 6 in backward. The embedding's group is gathered twice in forward,
+once for `embed` and once for the tied `head` (released in between: reuse distance 0), then
+once in backward, where it stays gathered from the head's backward to the embedding's, until
+its gradient (the sum of both uses) is reduced. `attn.out_proj` and `mix` are gathered inside
+the forward that read them and released when it ends, with `attn` and with the root.
+In forward DeepSpeed fetches the tied weight for each module the same way (`fetch_sub_module`).
+In backward the release is zerolab's engine's rule (a group goes once its gradient is reduced).
+DeepSpeed 0.19.8 releases after each module's backward (`post_sub_module_backward_function`):
+run on this model on 2 CPU ranks, it gathers the tied weight once more in backward, for the
+embedding's. It also keeps an external weight tied to the module that read it
+(`ds_external_parameters`) and, from the second step on, gathers it in one call with that
+module's own: 6 + 6 calls per step there, where zerolab's hooks make 7 + 6.
+"""),
+md(r"""
+## What releasing saves
+
+**Predict, then run.** `Hoarder` below gathers like yours but never releases (the engine
+releases everything at the end of backward). What is the peak of gathered elements at once
+(`params.peak_gathered_numel`) with your hooks, and with the hoarder? The groups have
+`embed` 512, `attn` 816, `attn.out_proj` 272, `mlp.0` 544, `mlp.2` 528, `mix` 256 elements.
+Write both numbers down, and say when your peak happens.
+"""),
+code(r"""
+class Hoarder(MyHooks):
+    # gathers like yours, never releases
+    def post_forward(self, module, inputs, output):
+        self.frames.pop()
+        if not self.frames and not self.params.in_backward:
+            self.params.end_forward_pass()
+        return output
+
+
+run, hoard = one_step(MyHooks), one_step(Hoarder)
+sizes = {"embed": 512, "attn": 816, "attn.out_proj": 272}
+print(f"peak gathered elements: yours {run['peak']:,}; the hoarder's {hoard['peak']:,} "
+      f"(the whole model: 2,928)")
+print(f"yours: {' + '.join(f'{n} {k}' for k, n in sizes.items())} = {sum(sizes.values()):,}")
+print(f"all-gathers in the step: yours {len(run['gathers'])}; the hoarder's {len(hoard['gathers'])}")
+"""),
+md(r"""
+The hoarder holds the whole model (that is stage 2's memory for parameters) and saves the
+backward's gathers: 6 calls instead of 13. Your peak is in backward: the embedding stays
+gathered from the head's backward (the first) to its own (the last), and meets the attention's
+two groups. On a real model the gathered peak is about the largest layer plus what the tied
+embedding keeps; that is why DeepSpeed's `stage3_max_reuse_distance` and prefetch budgets
+(chapter 8) are bounds on top of it.
+"""),
+md(r"""
+## What it costs on the wire
+
+**Predict, then run.** With Ψ = 2,928 fp32 parameters (no padding on 2 ranks), how many bytes
+of parameters do your all-gathers assemble in one step, counting the tied weight's second
+gather? And how many does each rank send, by chapter 2's ring convention ((N−1)/N of each
+all-gather's output)?
+"""),
+code(r"""
+run = one_step(MyHooks)
+total = sum(b for _, b in run["gathers"])
+print(f"gathered in one step: {total:,} bytes = 4 x (2 x 2,928 + 512) = {4 * (2 * 2928 + 512):,}")
+print(f"sent by each rank: (N-1)/N x {total:,} = {total // 2:,} bytes")
+"""),
+md(r"""
+2Ψ of parameters per step, plus the tied weight once more: stage 3's price for holding only a
+slice (the reduce-scatter of the gradients adds the third Ψ of chapter 3's 3Ψ).
+
+## The check
+
+It runs your class on 2 and 3 ranks for 3 steps, beside zerolab's `ModuleHooks` on the same
+engine, and compares a failure on a rank (which phase raised), the peak of gathered elements
+(a class that never releases fails: "never released: peak X vs Y"), every gather and release in
+order, the ledger's parameter all-gathers (calls and bytes), then the losses and the parameters
+bit for bit. Where yours differ, it names the likely mistake: gathers but never releases,
+releases before backward and never gathers again, gathers again the wrong module's groups,
+forgets the weight read outside its module, gathers a shared weight twice.
+"""),
+code(r"""
+from zerolab.checks.hooks3 import check_gather_hooks
+
+check_gather_hooks(MyHooks)
+""", "check"),
+md(r"""
+## What we measured
+
+- One step on 2 ranks: 13 parameter all-gathers, 7 in forward (the tied embedding twice) and 6
+  in backward, each released when the forward that used it ends.
+- The peak of gathered elements: 1,600 with your releases, 2,928 (the whole model) without.
+- 25,472 bytes assembled per step: 2Ψ of parameters plus the tied weight once more.
+
+## Where this lives
+
+In DeepSpeed 0.19.8, `DeepSpeedZeRoOffload._register_deepspeed_module`
+(`runtime/zero/parameter_offload.py`) registers on every module a forward pre-hook
+(`pre_sub_module_forward_function`: the coordinator's `fetch_sub_module`, which also
+prefetches), a forward hook (`post_sub_module_forward_function`: `release_sub_module`, which
+keeps a parameter used again within the reuse distance), a forward hook that wraps the outputs
+so that their first gradient runs `fetch_sub_module` for the module's backward
+(`_pre_backward_module_hook`), and a pre-hook that releases after the module's backward.
+`ZeROOrderedDict.__getitem__` replaces each module's `_parameters` to catch a parameter read
+outside its module, and `deepspeed.zero.register_external_parameter`
+(`runtime/zero/partition_parameters.py`) ties one to a module by hand. zerolab's `ModuleHooks`
+also tops up the prefetch at modules with no parameters and refuses a parameter read in the loss
+(`ExternalParameterError`); your class needs neither here (no prefetch, no such read).
+
+## Questions
+
+1. With `stage3_max_reuse_distance` at DeepSpeed's default 10⁹, which gathers of the step above
+   would disappear? Why does calling `params.after_forward` (not a bare release) keep your class
+   right for that setting too?
+2. Your `on_param_read` ties an external weight to the innermost running module
+   (`self.frames[-1]`). What would tying it to the outermost one cost in memory on a
+   48-layer transformer whose attention reads `out_proj.weight`?
+3. With activation checkpointing, a module's forward runs again inside backward. Which of
+   your hooks must then leave the parameters gathered, and how does `params.in_backward` tell?
+4. Why must every rank gather the same groups in the same order? What would happen if one rank
+   skipped the tied weight's second gather?
+
+The check kept its ranks running, so that a second try is quick. Stop them when you are done:
+"""),
+code(r"""
+crew.close()
+hooks3.close_crews()
+"""),
+]
+
+NOTEBOOKS = {
+    "solutions/08c_gather_hooks.ipynb": ("ex08c", SOLUTION),
+}
+
+if __name__ == "__main__":
+    sys.exit(nbsource.main(NOTEBOOKS))

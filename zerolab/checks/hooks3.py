@@ -1,0 +1,298 @@
+"""Exercise 8c check: stage 3's gather and release, written by the learner as module hooks.
+
+The learner writes a class with the interface :class:`zerolab.gather.GatheredParams` expects of
+its hooks (zerolab's is :class:`zerolab.hooks.ModuleHooks`): ``__init__(params)`` registers on
+every module of ``params.stage.model``; ``remove``, ``pre_backward``, ``post_backward``,
+``forward_failed``, ``register_external_parameter`` and ``on_param_read`` (called by the watched
+parameter dicts, :func:`zerolab.hooks.watch_params`). The lesson is *when*: gather a module's
+groups before its forward, release them after it, gather them again before its backward
+(:func:`zerolab.hooks.on_first_output_grad`), gather a parameter read outside its own module's
+forward and tie it to the module whose forward read it.
+
+:func:`check_gather_hooks` runs the learner's class inside the engine
+(:func:`zerolab.hooks.use_module_hooks`) on 2 and 3 real ranks: stage 3, fp32, SGD with momentum,
+``stage3_max_reuse_distance`` 0, persistence threshold 0 (every parameter gathered), no prefetch
+(each gather is the module's own), on :class:`HooksNet`: a tied weight (the head is the
+embedding's) and two weights read outside their module (``nn.MultiheadAttention`` reads
+``out_proj.weight`` without calling ``out_proj``; the root computes ``F.linear(h, self.mix.weight)``).
+The same run with zerolab's ModuleHooks beside it: a failure on a rank, the gathers and releases
+(their order, per phase), the peak of gathered elements (``params.peak_gathered_numel``), the
+ledger's parameter all-gathers (calls and bytes), then losses and parameters bit for bit.
+"""
+from __future__ import annotations
+
+import textwrap
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import ExerciseCheckFailed, close_crews, crew_of, not_implemented, passed, rank_failure  # noqa: F401
+
+__all__ = ["check_gather_hooks", "HooksNet", "CONFIG", "WORLDS", "STEPS", "run_rank", "EXTERNAL",
+           "make_batches", "loss_fn", "trial", "summary", "close_crews"]
+
+WORLDS, STEPS, VOCAB, BATCH, SEQ = (2, 3), 3, 32, 2, 6
+EXTERNAL = ("attn.out_proj", "mix")       # groups read outside their own module's forward
+CONFIG = {"train_micro_batch_size_per_gpu": BATCH, "optimizer": {"type": "SGD", "params": {"lr": 0.1,
+          "momentum": 0.9}}, "zero_optimization": {"stage": 3, "stage3_max_reuse_distance": 0,
+          "stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 0}}
+
+
+class HooksNet(nn.Module):
+    """A tiny language model with a tied weight and two weights used outside their module."""
+
+    def __init__(self, vocab: int = VOCAB, d: int = 16):
+        super().__init__()
+        torch.manual_seed(8)
+        self.embed = nn.Embedding(vocab, d)
+        self.attn = nn.MultiheadAttention(d, 2, batch_first=True)   # reads out_proj.weight itself
+        self.mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+        self.mix = nn.Linear(d, d, bias=False)   # never called: the root reads its weight
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.embed.weight     # tied: one parameter, two modules
+
+    def forward(self, x):
+        h = self.embed(x)
+        h = h + self.attn(h, h, h, need_weights=False)[0]
+        h = h + self.mlp(h)
+        h = h + F.linear(h, self.mix.weight)
+        return self.head(h)
+
+
+def make_batches(world: int, steps: int = STEPS) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """This run's global batches (the same on every rank), each rank taking its own rows."""
+    g = torch.Generator().manual_seed(80)
+    tokens = [torch.randint(0, VOCAB, (BATCH * world, SEQ + 1), generator=g) for _ in range(steps)]
+    return [(t[:, :-1], t[:, 1:]) for t in tokens]
+
+
+def loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+def run_rank(cls, steps: int = STEPS) -> dict:
+    """On a rank: a fresh engine with ``cls`` as its module hooks (zerolab's when None), trained
+    ``steps`` steps on this rank's rows. Every gather and release is logged as (phase, what, group);
+    a failure stops the run and is returned (phase, error), not raised."""
+    import contextlib
+
+    import zerolab
+    from zerolab.hooks import use_module_hooks
+
+    world, rank = zerolab.world_size(), zerolab.rank()
+    config = {**CONFIG, "train_batch_size": BATCH * world}
+    with use_module_hooks(cls) if cls is not None else contextlib.nullcontext():
+        eng = zerolab.initialize(HooksNet(), config)
+    ps = eng.stage.params
+    events: list[tuple[str, str, str]] = []
+    wait, release = ps._wait, ps._release
+
+    def phase() -> str:
+        return "backward" if ps.in_backward else "forward"
+
+    def logged_wait(i):
+        events.append((phase(), "gather", ps.groups[i].label))
+        return wait(i)
+
+    def logged_release(g):
+        if g.index in ps.full:
+            events.append((phase(), "release", g.label))
+        return release(g)
+    ps._wait, ps._release = logged_wait, logged_release
+    mark = eng.ledger.mark()
+    losses, failed, where = [], None, "forward"
+    try:
+        for x, y in make_batches(world, steps):
+            rows = slice(rank * BATCH, (rank + 1) * BATCH)
+            where = "forward"
+            loss = loss_fn(eng(x[rows]), y[rows])
+            where = "backward"
+            eng.backward(loss)
+            where = "step"
+            eng.step()
+            losses.append(float(loss.detach()))
+            events.append(("step", "step", ""))
+    except Exception as exc:                  # noqa: BLE001 (reported to the learner)
+        failed = (where, f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
+    gathers = [(r.numel, r.bytes) for r in eng.ledger.since(mark).records
+               if r.op == "all_gather" and r.kind == "zero" and r.tag.startswith("params")]
+    out = {"losses": losses, "failed": failed, "events": events, "gathers": gathers,
+           "peak": ps.peak_gathered_numel, "params": None}
+    if failed is None:
+        out["params"] = {k: v.clone() for k, v in eng.full_params().items()}
+    try:
+        eng.close()
+    except Exception:                        # noqa: BLE001 (a broken run may not close cleanly)
+        pass
+    return out
+
+
+def trial(crew, cls, steps: int = 1) -> dict:
+    """For the notebook: :func:`run_rank` with ``cls`` on every rank of ``crew``; rank 0's result.
+    An unfinished exercise raises NotImplementedError, a failed run ExerciseCheckFailed."""
+    res = crew.run(run_rank, cls, steps)[0]
+    if res["failed"] is not None:
+        if "NotImplementedError" in res["failed"][1]:
+            raise NotImplementedError("Exercise: write pre_forward, post_forward and on_param_read")
+        raise ExerciseCheckFailed(f"the {res['failed'][0]} raised on rank 0: {res['failed'][1]}\n"
+                                  "  hint: the check (below) names the likely mistake")
+    return res
+
+
+def summary(events: list[tuple[str, str, str]]) -> list[str]:
+    """Lines for a step's gathers (+) and releases (-), per phase (what the notebook prints)."""
+    lines, cur, words = [], None, []
+    for ph, what, label in events:
+        if what == "step":
+            break
+        if ph != cur and words:
+            lines.append(f"{cur:<9}" + " ".join(words))
+            words = []
+        cur = ph
+        words.append(("+" if what == "gather" else "-") + label)
+    if words:
+        lines.append(f"{cur:<9}" + " ".join(words))
+    out = []
+    for line in lines:                       # under 100 characters a line
+        while len(line) > 96:
+            cut = line.rfind(" ", 0, 96)
+            out.append(line[:cut])
+            line = " " * 9 + line[cut + 1:]
+        out.append(line)
+    return out
+
+
+def _both(cls, steps: int) -> dict:
+    return {"yours": run_rank(cls, steps), "zerolab": run_rank(None, steps)}
+
+
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, 96, subsequent_indent="  ")
+
+
+def _first_difference(mine: list, ref: list) -> tuple[int, tuple | None, tuple | None]:
+    for k, (a, b) in enumerate(zip(mine, ref)):
+        if a != b:
+            return k, a, b
+    k = min(len(mine), len(ref))
+    return k, (mine[k] if k < len(mine) else None), (ref[k] if k < len(ref) else None)
+
+
+def _show(ev: tuple | None) -> str:
+    if ev is None:
+        return "(nothing: the run ended)"
+    ph, what, label = ev
+    return "optimizer step" if what == "step" else f"{what} {label!r} in {ph}"
+
+
+def _hint_for(mine: list, ref: list, failed: tuple | None) -> str:
+    """The likely mistake, from the first place the learner's gathers and releases leave zerolab's."""
+    k, got, want = _first_difference(mine, ref)
+    if failed is not None and failed[0] == "backward" and not any(e[0] == "backward" and e[1] == "gather"
+                                                                  for e in mine):
+        return ("you release a module's groups after its forward and never gather them again before "
+                "its backward: in post_forward, on_first_output_grad(output, fn) with fn unsharding them")
+    if want is not None and want[1] == "gather" and want[2] in EXTERNAL and want[0] == "forward":
+        return (f"you forget the external weight: {want[2]!r} is read by attribute outside its own "
+                "module's forward; gather it in on_param_read and tie it to the module running "
+                "(self.frames[-1]), so that it is released after that forward and gathered before its backward")
+    if want is not None and want[1] == "release" and want[2] in EXTERNAL and want[0] == "forward":
+        return (f"{want[2]!r} (read outside its own module) is not released when the forward that read it "
+                "ends: in on_param_read add it to the frame of the module running now (self.frames[-1]), "
+                "whose post_forward releases it and whose backward gathers it again")
+    released = any(e[0] == "forward" and e[1] == "release" for e in mine)
+    if want is not None and want[0] == "forward" and want[1] == "release" and not released:
+        return ("you never release: after a module's forward call params.after_forward(group) for each of "
+                "its groups (it releases unless the reuse distance keeps the group)")
+    if want is not None and want[0] == "forward" and got is not None and got[1] == "gather":
+        return (f"you gather {got[2]!r} before its module's forward runs: gather only the groups of the module "
+                "about to run (params.module_groups[module]; module.parameters() recurses into every child)")
+    steps = [j for j, e in enumerate(mine[:k]) if e[1] == "step"]
+    this_step = mine[(steps[-1] + 1 if steps else 0):k]
+    if got is not None and got[1] == "gather" and (got[0], "release", got[2]) in this_step:
+        return (f"a double gather: you gather {got[2]!r} again in {got[0]} after releasing it. A weight shared "
+                "by two modules (the tied head) is gathered once for both; in backward it stays gathered until "
+                "its gradient is reduced (the engine releases it). Call params.unshard only (it gathers nothing "
+                "when the group is gathered) and release only through params.after_forward")
+    if want is not None and want[0] == "backward" and want[1] == "gather":
+        if want[2] in EXTERNAL:
+            return (f"before a module's backward you gather its own groups but not {want[2]!r}, read in its "
+                    "forward from outside: re-gather the frame's groups too")
+        return ("you re-gather the wrong module before backward: the function given to "
+                "on_first_output_grad must unshard the groups of the module whose forward produced "
+                "that output (captured when post_forward runs), not another's")
+    if want is not None and want[1] == "release":
+        return ("you never release: after a module's forward call params.after_forward(group) for each of "
+                "its groups (it releases unless the reuse distance keeps the group)")
+    if got is not None and got[1] == "gather":
+        return ("you gather a group zerolab does not gather here: a group gathered twice (a shared weight "
+                "released and gathered again by each module that uses it?) or one the module does not use "
+                "(parameters(recurse=True) gathers every child's too: use params.module_groups[module])")
+    if got is not None and got[1] == "release":
+        return ("you release a group that is still in use (after a child's forward, a group of the parent; "
+                "or a shared weight released by one of the two modules while the other needs it)")
+    return "compare your hooks' gathers and releases with zerolab.hooks.ModuleHooks's"
+
+
+def _compare(world: int, res: dict) -> None:
+    mine, ref = res["yours"], res["zerolab"]
+    where = f"stage 3 on {world} ranks, rank 0, your hooks in the engine"
+    hint = _hint_for(mine["events"], ref["events"], mine["failed"])
+    k, got, want = _first_difference(mine["events"], ref["events"])
+    seen = f"  event {k}: zerolab's hooks {_show(want)}; yours {_show(got)}"
+    if mine["failed"] is not None:
+        ph, err = mine["failed"]
+        raise ExerciseCheckFailed(f"{where}: the {ph} raised: {err}\n{seen}\n{_wrap('hint: ' + hint)}")
+    if mine["peak"] > ref["peak"]:
+        what = ("never released" if not any(e[0] == "forward" and e[1] == "release" for e in mine["events"])
+                else "gathered too much at once")
+        raise ExerciseCheckFailed(
+            f"{where}: {what}: peak {mine['peak']:,} vs {ref['peak']:,} gathered elements at once "
+            f"(zerolab's hooks)\n{seen}\n{_wrap('hint: ' + hint)}")
+    if mine["events"] != ref["events"] or mine["gathers"] != ref["gathers"]:
+        n_m, n_r = len(mine["gathers"]), len(ref["gathers"])
+        b_m, b_r = sum(b for _, b in mine["gathers"]), sum(b for _, b in ref["gathers"])
+        raise ExerciseCheckFailed(
+            f"{where}: your gathers and releases differ from zerolab's hooks'\n"
+            f"  parameter all-gathers: yours {n_m} calls, {b_m:,} bytes; zerolab's {n_r} calls, {b_r:,} bytes\n"
+            f"{seen}\n{_wrap('hint: ' + hint)}")
+    if mine["losses"] != ref["losses"] or any(not torch.equal(mine["params"][n], t)
+                                              for n, t in ref["params"].items()):
+        raise ExerciseCheckFailed(
+            f"{where}: the same gathers as zerolab's hooks, but the losses or parameters differ\n"
+            f"{_wrap('hint: a module ran with a stale or wrong copy of a parameter; release with params.reshard or after_forward only, never by hand')}")
+
+
+def check_gather_hooks(cls, *, worlds: tuple[int, ...] = WORLDS, steps: int = STEPS,
+                       verbose: bool = True) -> None:
+    """Check the learner's hooks class inside the engine on each world size of ``worlds``."""
+    import zerolab
+    if not isinstance(cls, type):
+        raise TypeError("check_gather_hooks(cls): pass your class itself (not an instance)")
+    results = {}
+    for world in worlds:
+        try:
+            res = crew_of(world).run(_both, cls, steps)
+        except (zerolab.RankError, zerolab.CrewTimeout) as exc:
+            if not_implemented(exc):
+                raise NotImplementedError("Exercise: write pre_forward, post_forward and on_param_read") from exc
+            raise rank_failure(exc, f"your hooks on {world} ranks",
+                               "your __init__ or a hook raised while the engine started; "
+                               "zerolab.checks.full_tracebacks(), then run again, shows the line") from exc
+        for r in range(world):
+            if res[r]["yours"]["failed"] is not None and "NotImplementedError" in res[r]["yours"]["failed"][1]:
+                raise NotImplementedError("Exercise: write pre_forward, post_forward and on_param_read")
+        _compare(world, res[0])
+        for r in range(1, world):
+            if res[r]["yours"]["losses"] != res[r]["zerolab"]["losses"]:
+                _compare(world, res[r])
+        results[world] = res[0]
+    if verbose:
+        for world, res in results.items():
+            mine = res["yours"]
+            n = len(mine["gathers"])
+            print(f"{world} ranks, {steps} steps: {n} all-gathers, {sum(b for _, b in mine['gathers']):,} bytes "
+                  f"on rank 0, peak {mine['peak']:,} elements: as zerolab's hooks")
+        print("losses and parameters bit for bit those of zerolab's hooks (tied head, two external weights)")
+    passed(f"your hooks gather, release and gather again as zerolab's on {' and '.join(map(str, worlds))} ranks")
