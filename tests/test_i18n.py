@@ -6,7 +6,7 @@
 * the catalogue (``zerolab/messages_zh.py``): every template a translated module shows is there, and
   its Chinese uses only the English's fields;
 * ``zerolab progress`` and ``zerolab report --preflight`` in Chinese, English unchanged;
-* every exercise's check (0, 1, 2, 3, 3b, 3c, 4, 5, 6, 7, 8, 9, 13, 14) fails in the edition's language,
+* every exercise's check (0, 1, 2, 3, 3b, 3c, 4, 5, 6, 7, 8, 8c, 9, 13, 14) fails in the edition's language,
   with its hint, also where the message is written on a rank, and in English exactly as before.
 """
 from __future__ import annotations
@@ -37,6 +37,7 @@ TRANSLATED = {"progress.py": "progress", "report.py": "report", "checks/__init__
               "checks/zero1.py": "checks.zero1", "checks/ch04.py": "checks.ch04",
               "checks/ch08.py": "checks.ch08", "checks/ch05.py": "checks.ch05",
               "checks/ch09.py": "checks.ch09", "checks/ch13.py": "checks.ch13",
+              "checks/hooks3.py": "checks.hooks3",
               "checks/ch06.py": "checks.ch06", "checks/ch07.py": "checks.ch07", "checks/ch14.py": "checks.ch14",
               "lab/common.py": "lab", "lab/basic.py": "lab", "lab/core.py": "lab",
               "lab/application.py": "lab", "lab/extension.py": "lab"}
@@ -538,6 +539,34 @@ def test_exercise_13_fails_in_the_editions_language():
                          "  q 在元素 0 处与 DeepSpeed 的不同"), zh
     assert "  提示：你的值被向零截断了" in zh, zh
     assert all(i18n.width(line) <= 100 for line in zh.splitlines()), zh
+
+
+def test_exercise_8c_fails_in_the_editions_language():
+    """The solution's hooks (the stored solution notebook) with the release left out."""
+    import nbformat
+    from zerolab.checks import close_crews
+    from zerolab.checks.hooks3 import check_gather_hooks
+
+    cell = next(c.source for c in nbformat.read(ROOT / "solutions" / "08c_gather_hooks.ipynb", as_version=4).cells
+                if c.cell_type == "code" and c.source.startswith("class MyHooks"))
+    release = "                ps.after_forward(ps.groups[i])   # release, unless the reuse distance keeps it\n"
+    assert release in cell, "the solution no longer releases in this line: update this test"
+    ns = {"__name__": "hooks3_learner_under_test"}           # not importable: sent to the ranks by value
+    exec("import torch\nfrom zerolab.hooks import on_first_output_grad, unwatch_params, watch_params\n"
+         + cell.replace(release, "                pass\n"), ns)
+    try:
+        en = _fail(lambda cls: check_gather_hooks(cls, worlds=(2,), verbose=False), ns["MyHooks"])
+        with i18n.using("zh"):
+            zh = _fail(lambda cls: check_gather_hooks(cls, worlds=(2,), verbose=False), ns["MyHooks"])
+    finally:
+        close_crews()
+    assert en.startswith("stage 3 on 2 ranks, rank 0, your hooks in the engine: never released: peak 2,928 vs "
+                         "1,600"), en
+    assert "hint: you never release" in en, en
+    assert zh.startswith("2 个 rank 上的 stage 3，rank 0，引擎里用的是你的钩子：\n  从不释放：同一时刻收集的元素峰值 "
+                         "2,928，zerolab 的钩子是 1,600"), zh
+    assert "第 1 个事件：zerolab 的钩子在前向中释放 'embed'；你的在前向中收集 'attn'" in zh, zh
+    assert "提示：你从不释放" in zh and all(i18n.width(line) <= 100 for line in zh.splitlines()), zh
 
 
 def test_exercise_1_fails_in_the_editions_language(monkeypatch):

@@ -1145,6 +1145,102 @@ ZH["checks.ch08"] = {
     "your knobs meet goals A, B and C in the real engine on 2 ranks": "你的旋钮在 2 个 rank 上的真实引擎里达成了目标 A、B 和 C",
 }
 
+# -- exercise 8c: stage 3's gather and release as module hooks ---------------------------------------
+ZH["checks.hooks3"] = {
+    # phases and events (zerolab.checks.hooks3.run_rank)
+    "forward": "前向",
+    "backward": "反向",
+    "step": "优化器更新",
+    "gather": "收集",
+    "release": "释放",
+    " and ": " 和 ",
+    "hint: {hint}": "提示：{hint}",
+    "(nothing: the run ended)": "什么也没做（运行已结束）",
+    "optimizer step": "到了优化器更新",
+    "{what} {label} in {phase}": "在{phase}中{what} {label}",
+    "the {phase} raised on rank 0: {error}\n  hint: the check (below) names the likely mistake":
+        "rank 0 上的{phase}抛出了异常：{error}\n  提示：下面的检查会指出可能的错误",
+    "stage 3 on {n} ranks, rank 0, your hooks in the engine": "{n} 个 rank 上的 stage 3，rank 0，引擎里用的是你的钩子",
+    "  event {k}: zerolab's hooks {want}; yours {got}": "  第 {k} 个事件：zerolab 的钩子{want}；你的{got}",
+    "{where}: the {phase} raised: {error}": "{where}：\n  {phase}抛出了异常：{error}",
+    "never released": "从不释放",
+    "gathered too much at once": "同一时刻收集得太多",
+    "{where}: {what}: peak {mine:,} vs {ref:,} gathered elements at once (zerolab's hooks)":
+        "{where}：\n  {what}：同一时刻收集的元素峰值 {mine:,}，zerolab 的钩子是 {ref:,}",
+    "{where}: your gathers and releases differ from zerolab's hooks'\n  parameter all-gathers: yours {n_m} calls, "
+    "{b_m:,} bytes; zerolab's {n_r} calls, {b_r:,} bytes":
+        "{where}：\n  你的收集与释放和 zerolab 的钩子不同\n"
+        "  参数的 all-gather：你的 {n_m} 次调用、{b_m:,} 字节；zerolab 的 {n_r} 次调用、{b_r:,} 字节",
+    "{where}: the same gathers as zerolab's hooks, but the losses or parameters differ":
+        "{where}：\n  收集和 zerolab 的钩子一样，但损失或参数不同",
+    "a module ran with a stale or wrong copy of a parameter; release with params.reshard or after_forward only, "
+    "never by hand":
+        "某个模块用了参数过时或错误的副本；只能用 params.reshard 或 after_forward 释放，不要手动释放",
+    # the likely mistake
+    "you release a module's groups after its forward and never gather them again before its backward: in "
+    "post_forward, on_first_output_grad(output, fn) with fn unsharding them":
+        "你在模块前向之后释放了它的组，却在它反向之前再也没有收集回来：在 post_forward 里调用 "
+        "on_first_output_grad(output, fn)，让 fn 把它们 unshard",
+    "you forget the external weight: {name} is read by attribute outside its own module's forward; gather it in "
+    "on_param_read and tie it to the module running (self.frames[-1]), so that it is released after that forward "
+    "and gathered before its backward":
+        "你漏了外部权重：{name} 是在它自己模块的前向之外通过属性读取的；在 on_param_read 里收集它，"
+        "并把它挂到正在运行的模块上（self.frames[-1]），这样它会在那次前向之后释放、在其反向之前重新收集",
+    "{name} (read outside its own module) is not released when the forward that read it ends: in on_param_read "
+    "add it to the frame of the module running now (self.frames[-1]), whose post_forward releases it and whose "
+    "backward gathers it again":
+        "{name}（在它自己的模块之外被读取）在读取它的那次前向结束时没有释放：在 on_param_read 里把它加进"
+        "当前正在运行的模块的帧（self.frames[-1]），由那个模块的 post_forward 释放它、反向时再收集回来",
+    "you never release: after a module's forward call params.after_forward(group) for each of its groups (it "
+    "releases unless the reuse distance keeps the group)":
+        "你从不释放：模块前向之后，对它的每个组调用 params.after_forward(group)（除非复用距离留住这个组，"
+        "否则它就会释放）",
+    "you gather {name} before its module's forward runs: gather only the groups of the module about to run "
+    "(params.module_groups[module]; module.parameters() recurses into every child)":
+        "你在 {name} 所属模块的前向运行之前就收集了它：只收集即将运行的模块的组"
+        "（params.module_groups[module]；module.parameters() 会递归进每个子模块）",
+    "a double gather: you gather {name} again in {phase} after releasing it. A weight shared by two modules (the "
+    "tied head) is gathered once for both; in backward it stays gathered until its gradient is reduced (the engine "
+    "releases it). Call params.unshard only (it gathers nothing when the group is gathered) and release only "
+    "through params.after_forward":
+        "重复收集：你在{phase}中释放 {name} 之后又收集了一次。两个模块共享的权重（绑定的 head）只为两者收集一次；"
+        "反向时它一直保持收集状态，直到梯度归约完（由引擎释放）。只调用 params.unshard（组已收集时它什么也不做），"
+        "释放只通过 params.after_forward",
+    "before a module's backward you gather its own groups but not {name}, read in its forward from outside: "
+    "re-gather the frame's groups too":
+        "模块反向之前你收集了它自己的组，却没有收集 {name}（它在前向中从外部读取）：把帧里的组也重新收集",
+    "you re-gather the wrong module before backward: the function given to on_first_output_grad must unshard the "
+    "groups of the module whose forward produced that output (captured when post_forward runs), not another's":
+        "反向之前你重新收集错了模块：传给 on_first_output_grad 的函数必须 unshard 产生该输出的那个模块的组"
+        "（在 post_forward 运行时记下），而不是别的模块的",
+    "you gather a group zerolab does not gather here: a group gathered twice (a shared weight released and "
+    "gathered again by each module that uses it?) or one the module does not use (parameters(recurse=True) "
+    "gathers every child's too: use params.module_groups[module])":
+        "你收集了一个 zerolab 在这里不收集的组：要么是收集了两次的组（共享权重被用到它的每个模块各释放、"
+        "再收集一次？），要么是模块用不到的组（parameters(recurse=True) 会把每个子模块的也收集进来："
+        "用 params.module_groups[module]）",
+    "you release a group that is still in use (after a child's forward, a group of the parent; or a shared weight "
+    "released by one of the two modules while the other needs it)":
+        "你释放了一个还在用的组（在子模块前向之后释放了父模块的组；或者两个模块共享的权重被其中一个释放了，"
+        "而另一个还需要它）",
+    "compare your hooks' gathers and releases with zerolab.hooks.ModuleHooks's":
+        "把你的钩子的收集与释放和 zerolab.hooks.ModuleHooks 的逐个对照",
+    "your hooks on {n} ranks": "{n} 个 rank 上你的钩子",
+    "your __init__ or a hook raised while the engine started; zerolab.checks.full_tracebacks(), then run again, "
+    "shows the line":
+        "引擎启动时你的 __init__ 或某个钩子抛出了异常；运行 zerolab.checks.full_tracebacks() 后再运行一次，"
+        "就能看到是哪一行",
+    # what passed
+    "{world} ranks, {steps} steps: {n} all-gathers, {bytes:,} bytes on rank 0, peak {peak:,} elements: as "
+    "zerolab's hooks":
+        "{world} 个 rank，{steps} 步，rank 0：{n} 次 all-gather，{bytes:,} 字节，峰值 {peak:,} 个元素；"
+        "同 zerolab 的钩子",
+    "losses and parameters bit for bit those of zerolab's hooks (tied head, two external weights)":
+        "损失和参数与 zerolab 的钩子逐位相同（绑定的 head，两个外部权重）",
+    "your hooks gather, release and gather again as zerolab's on {worlds} ranks":
+        "你的钩子在 {worlds} 个 rank 上收集、释放、再收集，都与 zerolab 的一样",
+}
+
 # -- exercise 9: the capstone's DeepSpeed config ------------------------------------------------------
 ZH["checks.ch09"] = {
     "hint: {hint}": "提示：{hint}",

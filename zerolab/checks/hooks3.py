@@ -21,13 +21,14 @@ ledger's parameter all-gathers (calls and bytes), then losses and parameters bit
 """
 from __future__ import annotations
 
-import textwrap
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..i18n import catalogue, fill
 from . import ExerciseCheckFailed, close_crews, crew_of, not_implemented, passed, rank_failure  # noqa: F401
+
+T = catalogue("checks.hooks3")    # the messages in the edition's language (zerolab/messages_zh.py)
 
 __all__ = ["check_gather_hooks", "HooksNet", "CONFIG", "WORLDS", "STEPS", "run_rank", "EXTERNAL",
            "make_batches", "loss_fn", "trial", "summary", "close_crews"]
@@ -135,8 +136,8 @@ def trial(crew, cls, steps: int = 1) -> dict:
     if res["failed"] is not None:
         if "NotImplementedError" in res["failed"][1]:
             raise NotImplementedError("Exercise: write pre_forward, post_forward and on_param_read")
-        raise ExerciseCheckFailed(f"the {res['failed'][0]} raised on rank 0: {res['failed'][1]}\n"
-                                  "  hint: the check (below) names the likely mistake")
+        raise ExerciseCheckFailed(T("the {phase} raised on rank 0: {error}\n  hint: the check (below) names the "
+                                    "likely mistake", phase=T.text(res["failed"][0]), error=res["failed"][1]))
     return res
 
 
@@ -168,7 +169,11 @@ def _both(cls, steps: int) -> dict:
 
 
 def _wrap(text: str) -> str:
-    return textwrap.fill(text, 96, subsequent_indent="  ")
+    return fill(text, 96, subsequent_indent="  ")
+
+
+def _hint(hint: str) -> str:
+    return _wrap(T("hint: {hint}", hint=hint))
 
 
 def _first_difference(mine: list, ref: list) -> tuple[int, tuple | None, tuple | None]:
@@ -181,9 +186,10 @@ def _first_difference(mine: list, ref: list) -> tuple[int, tuple | None, tuple |
 
 def _show(ev: tuple | None) -> str:
     if ev is None:
-        return "(nothing: the run ended)"
+        return T("(nothing: the run ended)")
     ph, what, label = ev
-    return "optimizer step" if what == "step" else f"{what} {label!r} in {ph}"
+    return T("optimizer step") if what == "step" else T("{what} {label} in {phase}", what=T.text(what),
+                                                         label=repr(label), phase=T.text(ph))
 
 
 def _hint_for(mine: list, ref: list, failed: tuple | None) -> str:
@@ -191,77 +197,81 @@ def _hint_for(mine: list, ref: list, failed: tuple | None) -> str:
     k, got, want = _first_difference(mine, ref)
     if failed is not None and failed[0] == "backward" and not any(e[0] == "backward" and e[1] == "gather"
                                                                   for e in mine):
-        return ("you release a module's groups after its forward and never gather them again before "
-                "its backward: in post_forward, on_first_output_grad(output, fn) with fn unsharding them")
+        return T("you release a module's groups after its forward and never gather them again before "
+                 "its backward: in post_forward, on_first_output_grad(output, fn) with fn unsharding them")
     if want is not None and want[1] == "gather" and want[2] in EXTERNAL and want[0] == "forward":
-        return (f"you forget the external weight: {want[2]!r} is read by attribute outside its own "
-                "module's forward; gather it in on_param_read and tie it to the module running "
-                "(self.frames[-1]), so that it is released after that forward and gathered before its backward")
+        return T("you forget the external weight: {name} is read by attribute outside its own module's forward; "
+                 "gather it in on_param_read and tie it to the module running (self.frames[-1]), so that it is "
+                 "released after that forward and gathered before its backward", name=repr(want[2]))
     if want is not None and want[1] == "release" and want[2] in EXTERNAL and want[0] == "forward":
-        return (f"{want[2]!r} (read outside its own module) is not released when the forward that read it "
-                "ends: in on_param_read add it to the frame of the module running now (self.frames[-1]), "
-                "whose post_forward releases it and whose backward gathers it again")
+        return T("{name} (read outside its own module) is not released when the forward that read it ends: in "
+                 "on_param_read add it to the frame of the module running now (self.frames[-1]), whose "
+                 "post_forward releases it and whose backward gathers it again", name=repr(want[2]))
     released = any(e[0] == "forward" and e[1] == "release" for e in mine)
     if want is not None and want[0] == "forward" and want[1] == "release" and not released:
-        return ("you never release: after a module's forward call params.after_forward(group) for each of "
-                "its groups (it releases unless the reuse distance keeps the group)")
+        return T("you never release: after a module's forward call params.after_forward(group) for each of "
+                 "its groups (it releases unless the reuse distance keeps the group)")
     if want is not None and want[0] == "forward" and got is not None and got[1] == "gather":
-        return (f"you gather {got[2]!r} before its module's forward runs: gather only the groups of the module "
-                "about to run (params.module_groups[module]; module.parameters() recurses into every child)")
+        return T("you gather {name} before its module's forward runs: gather only the groups of the module about "
+                 "to run (params.module_groups[module]; module.parameters() recurses into every child)",
+                 name=repr(got[2]))
     steps = [j for j, e in enumerate(mine[:k]) if e[1] == "step"]
     this_step = mine[(steps[-1] + 1 if steps else 0):k]
     if got is not None and got[1] == "gather" and (got[0], "release", got[2]) in this_step:
-        return (f"a double gather: you gather {got[2]!r} again in {got[0]} after releasing it. A weight shared "
-                "by two modules (the tied head) is gathered once for both; in backward it stays gathered until "
-                "its gradient is reduced (the engine releases it). Call params.unshard only (it gathers nothing "
-                "when the group is gathered) and release only through params.after_forward")
+        return T("a double gather: you gather {name} again in {phase} after releasing it. A weight shared by two "
+                 "modules (the tied head) is gathered once for both; in backward it stays gathered until its "
+                 "gradient is reduced (the engine releases it). Call params.unshard only (it gathers nothing when "
+                 "the group is gathered) and release only through params.after_forward", name=repr(got[2]),
+                 phase=T.text(got[0]))
     if want is not None and want[0] == "backward" and want[1] == "gather":
         if want[2] in EXTERNAL:
-            return (f"before a module's backward you gather its own groups but not {want[2]!r}, read in its "
-                    "forward from outside: re-gather the frame's groups too")
-        return ("you re-gather the wrong module before backward: the function given to "
-                "on_first_output_grad must unshard the groups of the module whose forward produced "
-                "that output (captured when post_forward runs), not another's")
+            return T("before a module's backward you gather its own groups but not {name}, read in its forward "
+                     "from outside: re-gather the frame's groups too", name=repr(want[2]))
+        return T("you re-gather the wrong module before backward: the function given to on_first_output_grad must "
+                 "unshard the groups of the module whose forward produced that output (captured when post_forward "
+                 "runs), not another's")
     if want is not None and want[1] == "release":
-        return ("you never release: after a module's forward call params.after_forward(group) for each of "
-                "its groups (it releases unless the reuse distance keeps the group)")
+        return T("you never release: after a module's forward call params.after_forward(group) for each of "
+                 "its groups (it releases unless the reuse distance keeps the group)")
     if got is not None and got[1] == "gather":
-        return ("you gather a group zerolab does not gather here: a group gathered twice (a shared weight "
-                "released and gathered again by each module that uses it?) or one the module does not use "
-                "(parameters(recurse=True) gathers every child's too: use params.module_groups[module])")
+        return T("you gather a group zerolab does not gather here: a group gathered twice (a shared weight "
+                 "released and gathered again by each module that uses it?) or one the module does not use "
+                 "(parameters(recurse=True) gathers every child's too: use params.module_groups[module])")
     if got is not None and got[1] == "release":
-        return ("you release a group that is still in use (after a child's forward, a group of the parent; "
-                "or a shared weight released by one of the two modules while the other needs it)")
-    return "compare your hooks' gathers and releases with zerolab.hooks.ModuleHooks's"
+        return T("you release a group that is still in use (after a child's forward, a group of the parent; "
+                 "or a shared weight released by one of the two modules while the other needs it)")
+    return T("compare your hooks' gathers and releases with zerolab.hooks.ModuleHooks's")
 
 
 def _compare(world: int, res: dict) -> None:
     mine, ref = res["yours"], res["zerolab"]
-    where = f"stage 3 on {world} ranks, rank 0, your hooks in the engine"
+    where = T("stage 3 on {n} ranks, rank 0, your hooks in the engine", n=world)
     hint = _hint_for(mine["events"], ref["events"], mine["failed"])
     k, got, want = _first_difference(mine["events"], ref["events"])
-    seen = f"  event {k}: zerolab's hooks {_show(want)}; yours {_show(got)}"
+    seen = T("  event {k}: zerolab's hooks {want}; yours {got}", k=k, want=_show(want), got=_show(got))
     if mine["failed"] is not None:
         ph, err = mine["failed"]
-        raise ExerciseCheckFailed(f"{where}: the {ph} raised: {err}\n{seen}\n{_wrap('hint: ' + hint)}")
+        raise ExerciseCheckFailed(T("{where}: the {phase} raised: {error}", where=where, phase=T.text(ph), error=err)
+                                  + f"\n{seen}\n" + _hint(hint))
     if mine["peak"] > ref["peak"]:
-        what = ("never released" if not any(e[0] == "forward" and e[1] == "release" for e in mine["events"])
-                else "gathered too much at once")
+        what = (T("never released") if not any(e[0] == "forward" and e[1] == "release" for e in mine["events"])
+                else T("gathered too much at once"))
         raise ExerciseCheckFailed(
-            f"{where}: {what}: peak {mine['peak']:,} vs {ref['peak']:,} gathered elements at once "
-            f"(zerolab's hooks)\n{seen}\n{_wrap('hint: ' + hint)}")
+            T("{where}: {what}: peak {mine:,} vs {ref:,} gathered elements at once (zerolab's hooks)", where=where,
+              what=what, mine=mine["peak"], ref=ref["peak"]) + f"\n{seen}\n" + _hint(hint))
     if mine["events"] != ref["events"] or mine["gathers"] != ref["gathers"]:
         n_m, n_r = len(mine["gathers"]), len(ref["gathers"])
         b_m, b_r = sum(b for _, b in mine["gathers"]), sum(b for _, b in ref["gathers"])
         raise ExerciseCheckFailed(
-            f"{where}: your gathers and releases differ from zerolab's hooks'\n"
-            f"  parameter all-gathers: yours {n_m} calls, {b_m:,} bytes; zerolab's {n_r} calls, {b_r:,} bytes\n"
-            f"{seen}\n{_wrap('hint: ' + hint)}")
+            T("{where}: your gathers and releases differ from zerolab's hooks'\n  parameter all-gathers: yours "
+              "{n_m} calls, {b_m:,} bytes; zerolab's {n_r} calls, {b_r:,} bytes", where=where, n_m=n_m, b_m=b_m,
+              n_r=n_r, b_r=b_r) + f"\n{seen}\n" + _hint(hint))
     if mine["losses"] != ref["losses"] or any(not torch.equal(mine["params"][n], t)
                                               for n, t in ref["params"].items()):
         raise ExerciseCheckFailed(
-            f"{where}: the same gathers as zerolab's hooks, but the losses or parameters differ\n"
-            f"{_wrap('hint: a module ran with a stale or wrong copy of a parameter; release with params.reshard or after_forward only, never by hand')}")
+            T("{where}: the same gathers as zerolab's hooks, but the losses or parameters differ", where=where)
+            + "\n" + _hint(T("a module ran with a stale or wrong copy of a parameter; release with params.reshard "
+                             "or after_forward only, never by hand")))
 
 
 def check_gather_hooks(cls, *, worlds: tuple[int, ...] = WORLDS, steps: int = STEPS,
@@ -277,9 +287,9 @@ def check_gather_hooks(cls, *, worlds: tuple[int, ...] = WORLDS, steps: int = ST
         except (zerolab.RankError, zerolab.CrewTimeout) as exc:
             if not_implemented(exc):
                 raise NotImplementedError("Exercise: write pre_forward, post_forward and on_param_read") from exc
-            raise rank_failure(exc, f"your hooks on {world} ranks",
-                               "your __init__ or a hook raised while the engine started; "
-                               "zerolab.checks.full_tracebacks(), then run again, shows the line") from exc
+            raise rank_failure(exc, T("your hooks on {n} ranks", n=world),
+                               T("your __init__ or a hook raised while the engine started; "
+                                 "zerolab.checks.full_tracebacks(), then run again, shows the line")) from exc
         for r in range(world):
             if res[r]["yours"]["failed"] is not None and "NotImplementedError" in res[r]["yours"]["failed"][1]:
                 raise NotImplementedError("Exercise: write pre_forward, post_forward and on_param_read")
@@ -292,7 +302,9 @@ def check_gather_hooks(cls, *, worlds: tuple[int, ...] = WORLDS, steps: int = ST
         for world, res in results.items():
             mine = res["yours"]
             n = len(mine["gathers"])
-            print(f"{world} ranks, {steps} steps: {n} all-gathers, {sum(b for _, b in mine['gathers']):,} bytes "
-                  f"on rank 0, peak {mine['peak']:,} elements: as zerolab's hooks")
-        print("losses and parameters bit for bit those of zerolab's hooks (tied head, two external weights)")
-    passed(f"your hooks gather, release and gather again as zerolab's on {' and '.join(map(str, worlds))} ranks")
+            print(T("{world} ranks, {steps} steps: {n} all-gathers, {bytes:,} bytes on rank 0, peak {peak:,} elements: "
+                    "as zerolab's hooks", world=world, steps=steps, n=n, bytes=sum(b for _, b in mine["gathers"]),
+                    peak=mine["peak"]))
+        print(T("losses and parameters bit for bit those of zerolab's hooks (tied head, two external weights)"))
+    passed(T("your hooks gather, release and gather again as zerolab's on {worlds} ranks",
+             worlds=T(" and ").join(map(str, worlds))))
