@@ -242,12 +242,13 @@ def _check_case(quantize: Callable, dequantize: Callable, what, x, groups, bits,
     if not isinstance(back, torch.Tensor) or back.numel() != want.numel() or not back.is_floating_point():
         shape = (T("{dtype}, {n} values", dtype=back.dtype, n=back.numel()) if isinstance(back, torch.Tensor)
                  else type(back).__name__)
-        raise _fail(T("dequantize, {where}", where=where), [T("expected float values, {n} of them; yours {shape}", n=want.numel(),
-                                               shape=shape)],
+        raise _fail(T("dequantize, {where}", where=where),
+                    [T("expected float values, {n} of them; yours {shape}", n=want.numel(), shape=shape)],
                     T("return q * scale as a float tensor with one value per element of q"))
     rtol = 2 ** -10 if back.dtype in (torch.float16, torch.bfloat16) else 1e-6
     if not _close(back.float(), want, rtol):
-        raise _fail(T("dequantize, {where}", where=where), [_first_diff(back.float(), want)], _dq_hint(back.float(), want_q, want_s))
+        raise _fail(T("dequantize, {where}", where=where), [_first_diff(back.float(), want)],
+                    _dq_hint(back.float(), want_q, want_s))
 
 
 def check_alone(quantize: Callable, dequantize: Callable) -> int:
