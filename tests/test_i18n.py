@@ -495,9 +495,9 @@ def test_exercise_5_fails_in_the_editions_language_alone_and_on_the_engines_rank
         finally:
             close_crews()
     assert zh.startswith("单独检查，各组 [50, 23, 81] 个元素，sub_group_size 40（5 个子组），第 1 步：子组 0，"), zh
-    assert "  提示：忘了反缩放：转成 fp32 之后乘以 1 / combined（435.2：损失缩放值乘以裁剪系数）" in zh, zh
+    assert "  提示：忘了去缩放：转成 fp32 之后乘以 1 / combined（435.2：损失缩放值乘以裁剪系数）" in zh, zh
     assert zh_engine.startswith("引擎，stage 1, fp16, sub_group_size 37，第 1 次优化器更新：子组 0，"), zh_engine
-    assert "提示：忘了反缩放" in zh_engine, zh_engine
+    assert "提示：忘了去缩放" in zh_engine, zh_engine
     for text in (zh, zh_engine):
         assert len(text.splitlines()) <= 8 and all(i18n.width(line) <= 100 for line in text.splitlines()), text
 

@@ -743,7 +743,7 @@ ZH["checks.ch04"] = {
 ZH["checks.ch05"] = {
     "{where}: {what}": "{where}：{what}",
     "hint: {hint}": "提示：{hint}",
-    "tile {j} (group {i}, elements {a}:{b})": "分块 {j}（组 {i}，元素 {a}:{b}）",
+    "tile {j} (group {i}, elements {a}:{b})": "块 {j}（组 {i}，元素 {a}:{b}）",
     "sub-group {k}, {tile}": "子组 {k}，{tile}",
     "alone, groups of {sizes} elements, sub_group_size {size:,} ({n} sub-groups)":
         "单独检查，各组 {sizes} 个元素，sub_group_size {size:,}（{n} 个子组）",
@@ -756,76 +756,76 @@ ZH["checks.ch05"] = {
     "step once per sub-group (for sg in home.sub_groups: ... optimizer.step() ...)":
         "每个子组更新一次（for sg in home.sub_groups: ... optimizer.step() ...）",
     "optimizer.step() number {n} stepped sub-group {other}'s tiles; sub-group {k} was due":
-        "第 {n} 次 optimizer.step() 更新的是子组 {other} 的分块；该轮到子组 {k} 了",
+        "第 {n} 次 optimizer.step() 更新的是子组 {other} 的块；该轮到子组 {k} 了",
     "step the sub-groups in order, as home.sub_groups lists them (with NVMe the engine reads them in that order, "
     "the next while this one steps)":
         "按 home.sub_groups 列出的顺序更新各子组（用 NVMe 时引擎就按这个顺序读取，这一组更新时读下一组）",
     "at the step of sub-group {k}, tiles {tiles} of earlier sub-groups held zero gradients":
-        "更新子组 {k} 时，前面子组的分块 {tiles} 还挂着全零的梯度",
+        "更新子组 {k} 时，前面子组的块 {tiles} 还挂着全零的梯度",
     "zeroing is not dropping: AdamW still moves a tile whose gradient is zero (momentum, weight decay); set "
     "home.tensors[j].grad = None after its step":
-        "清零不等于丢弃：梯度为零的分块 AdamW 照样会更新（动量、权重衰减）；更新之后设 home.tensors[j].grad = None",
+        "清零不等于丢弃：梯度为零的块 AdamW 照样会更新（动量、权重衰减）；更新之后设 home.tensors[j].grad = None",
     "at the step of sub-group {k} ({want}), only tiles {live} had a gradient":
-        "更新子组 {k}（{want}）时，只有分块 {live} 有梯度",
+        "更新子组 {k}（{want}）时，只有块 {live} 有梯度",
     "one optimizer.step() per sub-group, after ALL its tiles have their gradients (stepping tile by tile calls the "
     "optimizer once per tile)":
-        "每个子组一次 optimizer.step()，在它的所有分块都拿到梯度之后（逐个分块更新会让每个分块都调用一次优化器）",
+        "每个子组一次 optimizer.step()，在它的所有块都拿到梯度之后（逐个块更新会让每个块都调用一次优化器）",
     "at the step of sub-group {k}, all {n} tiles of all {m} sub-groups had a gradient":
-        "更新子组 {k} 时，全部 {m} 个子组的 {n} 个分块都有梯度",
+        "更新子组 {k} 时，全部 {m} 个子组的 {n} 个块都有梯度",
     "stepping all at once: set the gradients of ONE sub-group, step, clear them, then the next; sub_group_size "
     "bounds the fp32 gradients (and, with NVMe, the states) held at once":
         "一次性全部更新了：只给一个子组设梯度，更新，清掉，再下一个；sub_group_size 限制的是同一时刻持有的 fp32 梯度"
         "（用 NVMe 时还有优化器状态）",
     "at the step of sub-group {k}, tiles {tiles} of earlier sub-groups still had their gradients (the step moves "
     "them again)":
-        "更新子组 {k} 时，前面子组的分块 {tiles} 还留着梯度（这次更新会再动它们一次）",
+        "更新子组 {k} 时，前面子组的块 {tiles} 还留着梯度（这次更新会再动它们一次）",
     "after optimizer.step(), clear each tile's gradient: home.tensors[j].grad = None":
-        "optimizer.step() 之后清掉每个分块的梯度：home.tensors[j].grad = None",
+        "optimizer.step() 之后清掉每个块的梯度：home.tensors[j].grad = None",
     "at the step of sub-group {k}, tiles {tiles} of later sub-groups already had gradients":
-        "更新子组 {k} 时，后面子组的分块 {tiles} 已经有梯度了",
+        "更新子组 {k} 时，后面子组的块 {tiles} 已经有梯度了",
     "stepping all at once: set only the current sub-group's gradients before each optimizer.step()":
         "一次性全部更新了：每次 optimizer.step() 之前只设当前子组的梯度",
     "at the step of sub-group {k} ({want}), {tile} had no gradient": "更新子组 {k}（{want}）时，{tile} 没有梯度",
     "give every tile of the sub-group its gradient (for j in sg: ...) before stepping":
-        "更新之前给子组的每个分块都设好梯度（for j in sg: ...）",
+        "更新之前给子组的每个块都设好梯度（for j in sg: ...）",
     "at the step of sub-group {k}, tiles {live} had gradients; expected {want}":
-        "更新子组 {k} 时，有梯度的是分块 {live}；应该是 {want}",
-    "loop over home.sub_groups in order, each a list of tile numbers": "按顺序遍历 home.sub_groups，每个子组是一串分块编号",
+        "更新子组 {k} 时，有梯度的是块 {live}；应该是 {want}",
+    "loop over home.sub_groups in order, each a list of tile numbers": "按顺序遍历 home.sub_groups，每个子组是一串块编号",
     # the gradient a tile holds at the step
     "{where}: the gradient is {dtype}, not float32": "{where}：梯度是 {dtype}，不是 float32",
     "convert the gradient to fp32 (.to(torch.float32)) before unscaling: the masters and the optimizer work in fp32":
-        "反缩放（unscale）之前先把梯度转成 fp32（.to(torch.float32)）：主权重和优化器都在 fp32 下工作",
+        "去缩放（unscale）之前先把梯度转成 fp32（.to(torch.float32)）：主权重和优化器都在 fp32 下工作",
     "{where}: the gradient has shape {shape}, expected {want}": "{where}：梯度的形状是 {shape}，应为 {want}",
-    "wrong slice: tile j = (i, a, b) takes grads[i][a:b]": "切片错了：分块 j = (i, a, b) 取 grads[i][a:b]",
+    "wrong slice: tile j = (i, a, b) takes grads[i][a:b]": "切片错了：块 j = (i, a, b) 取 grads[i][a:b]",
     "forgot to unscale: multiply by 1 / combined ({c:.6g}: the loss scale times the clipping factor) after "
     "converting to fp32":
-        "忘了反缩放：转成 fp32 之后乘以 1 / combined（{c:.6g}：损失缩放值乘以裁剪系数）",
+        "忘了去缩放：转成 fp32 之后乘以 1 / combined（{c:.6g}：损失缩放值乘以裁剪系数）",
     "divided by combined: multiply by inv = 1.0 / combined instead, as the engine does (the two round differently "
     "in the last bit)":
         "除以了 combined：要像引擎那样乘以 inv = 1.0 / combined（两者在最后一位上的舍入不同）",
     "unscaled in the gradient's 16-bit dtype: convert to fp32 first, then multiply by 1 / combined":
-        "在梯度的 16 位 dtype 下做了反缩放：先转成 fp32，再乘以 1 / combined",
-    "multiplied by combined: unscaling multiplies by 1 / combined": "乘以了 combined：反缩放是乘以 1 / combined",
+        "在梯度的 16 位 dtype 下做了去缩放：先转成 fp32，再乘以 1 / combined",
+    "multiplied by combined: unscaling multiplies by 1 / combined": "乘以了 combined：去缩放是乘以 1 / combined",
     "unscaled twice: multiply by 1 / combined once (combined already holds the clipping)":
-        "反缩放了两次：只乘一次 1 / combined（combined 里已经包含了裁剪）",
+        "去缩放了两次：只乘一次 1 / combined（combined 里已经包含了裁剪）",
     "wrong slice: tile j = (i, a, b) takes grads[i][a:b] (group i, from a to b)":
-        "切片错了：分块 j = (i, a, b) 取 grads[i][a:b]（组 i，从 a 到 b）",
+        "切片错了：块 j = (i, a, b) 取 grads[i][a:b]（组 i，从 a 到 b）",
     "the gradient of tile j is grads[i][a:b] converted to fp32, times 1 / combined":
-        "分块 j 的梯度是 grads[i][a:b] 转成 fp32 后乘以 1 / combined",
+        "块 j 的梯度是 grads[i][a:b] 转成 fp32 后乘以 1 / combined",
     "{where}: the gradient at the step differs from grads[{i}][{a}:{b}] in fp32 x 1/combined (max |difference| "
     "{diff:.3g})":
         "{where}：更新时的梯度与 fp32 的 grads[{i}][{a}:{b}] x 1/combined 不同（最大 |差| {diff:.3g}）",
     # write_params
     "write_params({i}, {start}, ...) starts at no tile of group {i}":
-        "write_params({i}, {start}, ...) 的起点不是组 {i} 中任何分块的起点",
+        "write_params({i}, {start}, ...) 的起点不是组 {i} 中任何块的起点",
     "write each tile back from its own start: home.stage.write_params(i, a, t)":
-        "每个分块从它自己的起点写回：home.stage.write_params(i, a, t)",
+        "每个块从它自己的起点写回：home.stage.write_params(i, a, t)",
     "{tile} was written up before the step of its sub-group {k}": "{tile}在它所在的子组 {k} 更新之前就写回了",
     "write back after optimizer.step(), so that the parameters get the updated values":
         "在 optimizer.step() 之后再写回，参数才能拿到更新后的值",
     "{tile} was written up with {n} values, not {want}": "{tile}写回了 {n} 个值，而不是 {want} 个",
     "wrong slice: write each tile whole, from its own start: home.stage.write_params(i, a, home.tensors[j])":
-        "切片错了：每个分块要从它自己的起点整块写回：home.stage.write_params(i, a, home.tensors[j])",
+        "切片错了：每个块要从它自己的起点整块写回：home.stage.write_params(i, a, home.tensors[j])",
     "rounded the master to {name} before writing, and the model is {model}: pass the fp32 master itself; "
     "write_params rounds it once to the model's dtype":
         "写回之前把主权重舍入成了 {name}，而模型是 {model}：直接传 fp32 主权重；write_params 会把它舍入一次，"
@@ -834,53 +834,53 @@ ZH["checks.ch05"] = {
         "写回的是梯度：参数要的是更新后的主权重 home.tensors[j]",
     "wrote another tile's master: each tile j = (i, a, b) goes up from its own start, "
     "home.stage.write_params(i, a, home.tensors[j])":
-        "写回了别的分块的主权重：每个分块 j = (i, a, b) 从它自己的起点写回，"
+        "写回了别的块的主权重：每个块 j = (i, a, b) 从它自己的起点写回，"
         "home.stage.write_params(i, a, home.tensors[j])",
     "write the tile's updated fp32 master up: home.stage.write_params(i, a, home.tensors[j])":
-        "写回分块更新后的 fp32 主权重：home.stage.write_params(i, a, home.tensors[j])",
+        "写回块更新后的 fp32 主权重：home.stage.write_params(i, a, home.tensors[j])",
     "{tile} was written up with values that are not its updated master": "{tile}写回的值不是它更新后的主权重",
     # when the loop is over
     "optimizer.step() was never called": "从未调用 optimizer.step()",
     "step once per sub-group": "每个子组更新一次",
     "optimizer.step() called {calls} times for {n} sub-groups": "{n} 个子组，optimizer.step() 却调用了 {calls} 次",
     "stepping all at once: step once per sub-group, with only its tiles' gradients set":
-        "一次性全部更新了：每个子组更新一次，每次只设它自己分块的梯度",
+        "一次性全部更新了：每个子组更新一次，每次只设它自己块的梯度",
     "step every sub-group (for sg in home.sub_groups)": "每个子组都要更新（for sg in home.sub_groups）",
     "when sub-group {k} stepped, {tile} of an earlier sub-group was not written up yet":
         "子组 {k} 更新时，前面子组的{tile}还没写回",
     "finish each sub-group before the next steps: write its tiles up right after its step (with NVMe its masters "
     "leave host memory when it is done)":
-        "下一个子组更新之前先做完这一个：更新之后马上写回它的分块（用 NVMe 时，做完的子组的主权重会离开主机内存）",
+        "下一个子组更新之前先做完这一个：更新之后马上写回它的块（用 NVMe 时，做完的子组的主权重会离开主机内存）",
     "{tile} (and {more} more) never written up": "{tile}（以及另外 {more} 个）从没写回",
     "not writing back: after the step, copy each tile up with home.stage.write_params(i, a, home.tensors[j]); the "
     "parameters keep their old values otherwise":
-        "没有写回：更新之后用 home.stage.write_params(i, a, home.tensors[j]) 把每个分块写回；否则参数保持旧值",
+        "没有写回：更新之后用 home.stage.write_params(i, a, home.tensors[j]) 把每个块写回；否则参数保持旧值",
     "{tile} was written up {n} times": "{tile}写回了 {n} 次",
-    "write each tile once, after the step of its sub-group": "每个分块只写回一次，在它所在的子组更新之后",
-    "after the step, tiles {tiles} still hold their gradients": "更新之后，分块 {tiles} 还留着梯度",
+    "write each tile once, after the step of its sub-group": "每个块只写回一次，在它所在的子组更新之后",
+    "after the step, tiles {tiles} still hold their gradients": "更新之后，块 {tiles} 还留着梯度",
     "clear each tile's gradient after stepping (home.tensors[j].grad = None): the host holds them for nothing, and "
     "the next step would move them again":
-        "更新之后清掉每个分块的梯度（home.tensors[j].grad = None）：主机白白占着它们，下一次更新还会再动它们",
+        "更新之后清掉每个块的梯度（home.tensors[j].grad = None）：主机白白占着它们，下一次更新还会再动它们",
     "your host_step raised": "你的 host_step 抛出了异常",
     "wrong slice: tile j = (i, a, b) takes grads[i][a:b] and home.tensors[j]":
-        "切片错了：分块 j = (i, a, b) 取 grads[i][a:b] 和 home.tensors[j]",
+        "切片错了：块 j = (i, a, b) 取 grads[i][a:b] 和 home.tensors[j]",
     "the gradient must be float32, like the master it belongs to": "梯度必须是 float32，和它所属的主权重一样",
     # the results
     "{where}: group {i}'s parameters after 2 steps differ from zerolab's": "{where}：2 步之后组 {i} 的参数与 zerolab 的不同",
     "compare your loop with the steps above: grads down and unscaled, step, grad = None, write up":
-        "把你的循环和上面的步骤对照：梯度拿下来并反缩放、更新、grad = None、写回",
+        "把你的循环和上面的步骤对照：梯度拿下来并去缩放、更新、grad = None、写回",
     "{where}: tile {j}'s fp32 master after 2 steps differs from zerolab's":
-        "{where}：2 步之后分块 {j} 的 fp32 主权重与 zerolab 的不同",
-    "step each tile exactly once per call, with its own gradient": "每次调用里每个分块恰好更新一次，用它自己的梯度",
+        "{where}：2 步之后块 {j} 的 fp32 主权重与 zerolab 的不同",
+    "step each tile exactly once per call, with its own gradient": "每次调用里每个块恰好更新一次，用它自己的梯度",
     "fp32 masters": "fp32 主权重",
     "model parameters": "模型参数",
     "{where}: after {steps} steps the {label} of {name} differ from zerolab's (max |difference| {d:.3g})":
         "{where}：{steps} 步之后 {name} 的{label}与 zerolab 的不同（最大 |差| {d:.3g}）",
     "every step above matched: look at what happens between the steps (write every tile up, clear every gradient)":
-        "上面每一步都对：看看两次更新之间发生了什么（每个分块都写回、每个梯度都清掉）",
+        "上面每一步都对：看看两次更新之间发生了什么（每个块都写回、每个梯度都清掉）",
     "{where}: the losses differ from zerolab's: {mine} vs {ref}": "{where}：损失与 zerolab 的不同：{mine} 对 {ref}",
     "the parameters the forward pass sees come from write_params: write every tile up":
-        "前向看到的参数来自 write_params：每个分块都要写回",
+        "前向看到的参数来自 write_params：每个块都要写回",
     "the engine on {n} ranks (with your host_step)": "{n} 个 rank 上的引擎（用你的 host_step）",
     "zerolab.checks.full_tracebacks(), then run again, shows the line":
         "运行 zerolab.checks.full_tracebacks() 后再运行一次，就能看到是哪一行",
