@@ -618,7 +618,7 @@ ZH["checks.ch04"] = {
     "DeepSpeed's defaults: 2^16, window 1000, hysteresis 2": "DeepSpeed 的默认值：2^16，窗口 1000，hysteresis 2",
     "the anchor trace: window 2, no hysteresis": "基准轨迹：窗口 2，不用 hysteresis",
     "hysteresis 3, not refilled by a cut": "hysteresis 3，缩小时不补满",
-    "consecutive_hysteresis: refilled on every clean step": "consecutive_hysteresis：每个没溢出的步都补满",
+    "consecutive_hysteresis: refilled on every clean step": "consecutive_hysteresis：每个干净步都补满",
     "the floor: min_scale 20 (the cut is clamped to it)": "下限：min_scale 20（缩小时截在下限）",
     "scale_factor 3: cuts divide by 3, growths multiply by 3": "scale_factor 3：缩小时除以 3，增大时乘以 3",
     "at the floor with hysteresis left: tolerated twice, then the run stops":
@@ -680,18 +680,18 @@ ZH["checks.ch04"] = {
     "a cut leaves cur_hysteresis as it is (DeepSpeed refills it only when the scale grows, or on every clean step "
     "with consecutive_hysteresis); so after the first cut every overflow cuts":
         "缩小时 cur_hysteresis 保持不变（DeepSpeed 只在缩放值增大时补满它，或在开了\n"
-        "  consecutive_hysteresis 时每个没溢出的步都补满）；所以第一次缩小之后，每次溢出都缩小",
+        "  consecutive_hysteresis 时每个干净步都补满）；所以第一次缩小之后，每次溢出都缩小",
     "a tolerated overflow lowers cur_hysteresis by exactly one": "被容忍的溢出只把 cur_hysteresis 减一",
     "every overflow, tolerated or not, restarts the count of clean steps: last_overflow_iter = cur_iter (this "
     "call's iteration, before adding 1)":
-        "每次溢出，无论是否被容忍，都重新开始数没溢出的步：\n"
+        "每次溢出，无论是否被容忍，都重新开始数干净步：\n"
         "  last_overflow_iter = cur_iter（本次调用的迭代号，加 1 之前的）",
     "stable = cur_iter - last_overflow_iter - 1 = {it} - ({last}) - 1 = {stable} clean steps came before this one":
-        "stable = cur_iter - last_overflow_iter - 1 = {it} - ({last}) - 1 = {stable}：连续 {stable} 步没溢出",
+        "stable = cur_iter - last_overflow_iter - 1 = {it} - ({last}) - 1 = {stable}：此前连续 {stable} 个干净步",
     "the window: {window}; it is > 0 and a multiple of scale_window = {w}, so the scale doubles now (DeepSpeed "
     "0.19.8 doubles on the (window + 1)-th clean step in a row)":
         "{window}；\n  它 > 0 且是 scale_window = {w} 的倍数，所以缩放值现在就翻倍\n"
-        "  （DeepSpeed 0.19.8 在连续第 window + 1 个没溢出的步上翻倍）",
+        "  （DeepSpeed 0.19.8 在连续第 window + 1 个干净步上翻倍）",
     "the window: {window}; the scale doubles only when that is > 0 and a multiple of scale_window = {w}{extra}":
         "{window}；\n  只有它 > 0 且是 scale_window = {w} 的倍数时，缩放值才翻倍{extra}",
     " (older DeepSpeed used cur_iter - last_overflow_iter without the - 1; 0.19.8 has it)":
@@ -700,12 +700,12 @@ ZH["checks.ch04"] = {
         "你乘了 2，但这个 scaler 的 scale_factor 是 {f:g}：要乘以 state['scale_factor']",
     "a growth multiplies the scale by scale_factor ({f:g}), once": "增大就是把缩放值乘以 scale_factor（{f:g}），只乘一次",
     "with consecutive_hysteresis every clean step refills cur_hysteresis = delayed_shift":
-        "开了 consecutive_hysteresis 时，每个没溢出的步都补满：cur_hysteresis = delayed_shift",
+        "开了 consecutive_hysteresis 时，每个干净步都补满：cur_hysteresis = delayed_shift",
     "when the scale grows, the hysteresis is refilled: cur_hysteresis = delayed_shift":
         "缩放值增大时要补满 hysteresis：cur_hysteresis = delayed_shift",
     "without consecutive_hysteresis, a clean step that does not grow the scale leaves cur_hysteresis alone":
-        "没开 consecutive_hysteresis 时，没溢出、也没让缩放值增大的步不动 cur_hysteresis",
-    "a clean step leaves last_overflow_iter alone": "没溢出的步不动 last_overflow_iter",
+        "没开 consecutive_hysteresis 时，没让缩放值增大的干净步不动 cur_hysteresis",
+    "a clean step leaves last_overflow_iter alone": "干净步（没有溢出的步）不动 last_overflow_iter",
     "compare your state with the expected one field by field": "把你的状态和期望的状态逐个字段比较",
     # the engine
     "the engine run on {n} ranks (inside your update_scale)": "{n} 个 rank 上的引擎运行（在你的 update_scale 里）",
