@@ -5,6 +5,4 @@ listed here (``tests/test_zh_edition.py`` checks that it is exactly one of the t
 this list). Take a chapter off the list in the commit that adds its ``zh/<builder>.py``.
 """
 
-PENDING = {
-    "ch08c": "exercise 8c (stage 3's gathers as module hooks) was added in the third pass; not translated yet",
-}
+PENDING = {}
