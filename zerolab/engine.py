@@ -518,7 +518,7 @@ class Engine:
         m = dict.fromkeys(("params", "grads", "optimizer_states", "buffers", "peak_buffers"), 0)
         if where == "host":
             m["params"] = stage.param_bytes_on("host")
-            if getattr(stage.params, "hpz", None) is not None:    # hpZ with offload_param cpu
+            if getattr(stage.params, "hpz", None) and stage.params.hpz.on:   # hpZ with offload_param cpu
                 m["params_secondary"] = stage.params.secondary_bytes("host")
             m["grads"] = tensor_bytes(stage.grad_shards) if stage.grads_on_host else 0
             if home.where == "cpu":

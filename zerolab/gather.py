@@ -66,7 +66,7 @@ from torch import nn
 
 from .flat import FlatGroup, Part
 from .hooks import ModuleHooks, module_hooks_class
-from .inflight import GatherBatch, InFlight, TrainingState, _Dequantize
+from .inflight import GatherBatch, InFlight, TrainingState, QuantizedGather
 from .hpz import secondary_shards
 from .memory import tensor_bytes
 from .params import broadcast_
@@ -94,7 +94,7 @@ class GatheredParams:
         po = zero.offload_param
         self.where = po.device if po.device in ("cpu", "nvme") else "device"
         pin = po.pin_memory and torch.cuda.is_available()
-        self.hpz = secondary_shards(stage, self.where, pin)   # hpZ's (hpz.py); None when off
+        self.hpz = secondary_shards(stage, self.where, pin)   # hpZ's (hpz.py); NoSecondaryShards when off
         for g in self.groups:
             flat = g.flatten([p.data for p in g.params], stage.dtype, stage.device)
             broadcast_(stage.comm, flat)           # everyone starts from rank 0's weights
@@ -109,8 +109,7 @@ class GatheredParams:
                     self.shards.append(host.copy_(shard))
                 else:
                     self.shards.append(shard.clone())
-                if self.hpz is not None:          # DeepSpeed partitions each parameter with its
-                    self.hpz.keep(g, flat)        # secondary at initialization too
+                self.hpz.keep(g, flat)            # DeepSpeed makes the secondary at initialization too
                 self._release(g)
         self._param_files = None                   # NvmeStore of the shards swapped to files
         self._on_nvme: set[int] = set()
@@ -258,7 +257,7 @@ class GatheredParams:
         for w in writes:
             w.result()
         self._staged.clear()
-        self.drop_secondary()                     # DeepSpeed's _post_step: invalidate_secondary_tensor
+        self.hpz.drop_all()                       # DeepSpeed's _post_step: invalidate_secondary_tensor
         for g, shard in zip(self.groups, self.shards):
             if self.persistent[g.index]:          # kept whole: refresh it now
                 flat = self.full[g.index]
@@ -266,8 +265,11 @@ class GatheredParams:
 
     def drop_secondary(self) -> None:
         """hpZ: the shards change (a step, a checkpoint): forget the secondary shards."""
-        if self.hpz is not None:
-            self.hpz.drop_all()
+        self.hpz.drop_all()
+
+    def secondary_bytes(self, where: str = "device") -> int:
+        """hpZ's secondary shards held now on the device, or in host memory ("host")."""
+        return self.hpz.bytes_on(where)
 
     def write(self, i: int, start: int, values: torch.Tensor) -> None:
         if i in self._on_nvme:
@@ -284,8 +286,7 @@ class GatheredParams:
 
     def store_flat(self, g: FlatGroup, flat: torch.Tensor) -> None:
         self.reshard(g)                           # (a gathered copy kept by reuse is stale now)
-        if self.hpz is not None:
-            self.hpz.drop(g.index)                # (and so is its secondary shard)
+        self.hpz.drop(g.index)                    # (and so is its secondary shard)
         if g.index in self._on_nvme:
             self._param_files.write(g.index, "param", g.shard_of(flat).to(self.stage.dtype).clone()).result()
         else:
@@ -299,10 +300,6 @@ class GatheredParams:
                      if self.where == "device" and not self.persistent[g.index]]
         return tensor_bytes([*on_device, *persistent]) + self.secondary_bytes("device")
 
-    def secondary_bytes(self, where: str = "device") -> int:
-        """hpZ's secondary shards held now on the device, or in host memory ("host")."""
-        return self.hpz.bytes_on(where) if self.hpz is not None else 0
-
     def remove_hooks(self) -> None:
         self._finish_inflight()
         if self.hooks is not None:
@@ -310,7 +307,7 @@ class GatheredParams:
 
     def close(self) -> None:
         self.full.clear()
-        self.drop_secondary()
+        self.hpz.drop_all()
         self._live_gathered = 0
         if self._param_files is not None:
             self._param_files.close()
@@ -434,7 +431,7 @@ class GatheredParams:
             st.track(f"params {wanted}", flat)
         # hpZ: the groups with a secondary shard are gathered first, inside their group (as
         # DeepSpeed's __all_gather_params splits a prefetch), then the others over all ranks
-        secondary = [j for j in ahead if self.hpz is not None and j in self.hpz]
+        secondary = [j for j in ahead if j in self.hpz]
         for part in (secondary, [j for j in ahead if j not in secondary]):
             self._prefetch(part)
         self._flight += sum(self.groups[j].padded_numel for j in ahead)
@@ -456,11 +453,10 @@ class GatheredParams:
             # one all-gather of every prefetched shard; each group's flat buffer is copied out of it
             # when the group is first needed (DeepSpeed's AllGatherCoalescedHandle copies too)
             sources = [self._source(j) for j in ids]
-            secondary = self.hpz if self.hpz is not None else ()
             comm = sources[0][1]
             send = torch.cat([s for s, _, _ in sources])
             out = torch.empty(send.numel() * comm.world_size, dtype=st.dtype, device=st.device)
-            label = f"{self.groups[ids[0]].label} + {len(ids) - 1} more" + (" (hpZ)" if ids[0] in secondary else "")
+            label = f"{self.groups[ids[0]].label} + {len(ids) - 1} more" + (" (hpZ)" if ids[0] in self.hpz else "")
             batch = GatherBatch(self._all_gather(out, send, f"params {label}", async_op=True, comm=comm), out,
                            [self.groups[j] for j in ids], f"params batch {ids[0]}", comm.world_size,
                            [s.numel() for s, _, _ in sources])
@@ -472,7 +468,7 @@ class GatheredParams:
         """(this rank's part, the Comm that gathers it, the ledger's tag) for group ``i``: its
         hpZ secondary shard inside its group of h ranks while it has one, else its shard over all."""
         label = self.groups[i].label
-        if self.hpz is not None and i in self.hpz:
+        if i in self.hpz:
             return self.hpz.source(i, self.stage.device), self.hpz.comm, f"params {label} (hpZ)"
         return self._shard_on_device(i), self.stage.comm, f"params {label}"
 
@@ -490,7 +486,7 @@ class GatheredParams:
         ``CUDAQuantizer``), all-gather the int8 values, then the fp32 scales (two calls, as
         DeepSpeed makes), and dequantize every rank's blocks into ``out`` (fp16, then ``out``'s
         dtype). Every rank quantizes a shard of the same size, so the gathered scales line up with
-        the gathered blocks. Returns a :class:`_Dequantize` (``async_op``) or ``out``."""
+        the gathered blocks. Returns a :class:`QuantizedGather` (``async_op``) or ``out``."""
         n = comm.world_size
         quantize, dequantize = qwz_codec()         # quant.py's, unless use_qwz_codec replaced them
         q, scales = quantize(shard.to(torch.float16), qwz_groups(shard.numel()), bits=8)
@@ -499,7 +495,7 @@ class GatheredParams:
         s_all = torch.empty(scales.numel() * n, dtype=torch.float32, device=q.device)
         pq = comm.all_gather(q_all, q, tag=tag, async_op=async_op)
         ps = comm.all_gather(s_all, scales, tag=f"{tag} scales", async_op=async_op)
-        done = _Dequantize([pq, ps] if async_op else [], q_all, s_all, out, dequantize)
+        done = QuantizedGather([pq, ps] if async_op else [], q_all, s_all, out, dequantize)
         if not async_op:
             done.wait()
             return out
@@ -513,8 +509,7 @@ class GatheredParams:
                 continue
             try:
                 qwz_groups(g.shard_numel)
-                if self.hpz is not None:          # (a multiple of the shard: fine when the shard is)
-                    qwz_groups(self.hpz.numel(g))
+                qwz_groups(self.hpz.numel(g))     # hpZ's secondary (without hpZ: the shard again)
             except ValueError:
                 raise ValueError(
                     f"zero_optimization.zero_quantized_weights: stage 3's shard of {g.label} has {g.shard_numel} "
@@ -570,7 +565,7 @@ class GatheredParams:
         agree(self.stage.comm, self.groups, first, code, tag, self.stage.device)
 
     def _release(self, g: FlatGroup) -> None:
-        if self.hpz is not None and g.index in self.full and not self.persistent[g.index]:
+        if g.index in self.full and not self.persistent[g.index]:
             self.hpz.keep(g, self.full[g.index])  # DeepSpeed's _partition_param_sec, at every release
         for p in g.params:
             p.data = torch.empty(0, dtype=self.stage.dtype, device=self.stage.device)

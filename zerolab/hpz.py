@@ -98,6 +98,7 @@ class SecondaryShards:
     unit's padded flat buffer (``padded_numel / h`` elements, model dtype), kept from a unit's
     first release after a gather to the next optimizer step; ``comm`` is this rank's group of h
     consecutive ranks (``Comm.sub_comm``), which gathers them."""
+    on = True
 
     def __init__(self, comm, size: int, where: str, dtype: torch.dtype, pin: bool = False):
         self.comm = comm.sub_comm(size)          # collective: every rank makes the groups, in order
@@ -149,9 +150,33 @@ class SecondaryShards:
         return tensor_bytes(list(self.shards.values())) if where == mine else 0
 
 
-def secondary_shards(stage, where: str, pin: bool) -> SecondaryShards | None:
-    """Stage 3's hpZ secondary shards for ``stage`` (its ``zero_hpz_partition_size``), or None when
-    hpZ is off: the checks (:func:`hpz_group_size`), then the groups of h consecutive ranks, made
+class NoSecondaryShards:
+    """hpZ off: no unit ever has a secondary shard (every gather runs over all ranks)."""
+    on = False
+    made = dropped = 0
+
+    def numel(self, g) -> int:
+        return g.shard_numel
+
+    def __contains__(self, i: int) -> bool:
+        return False
+
+    def keep(self, g, flat: torch.Tensor) -> None:
+        pass
+
+    def drop(self, i: int) -> None:
+        pass
+
+    def drop_all(self) -> None:
+        pass
+
+    def bytes_on(self, where: str) -> int:
+        return 0
+
+
+def secondary_shards(stage, where: str, pin: bool) -> SecondaryShards | NoSecondaryShards:
+    """Stage 3's hpZ secondary shards for ``stage`` (its ``zero_hpz_partition_size``), or
+    :class:`NoSecondaryShards` when hpZ is off: the checks (:func:`hpz_group_size`), then the groups of h consecutive ranks, made
     collectively (every rank calls this at the same point of its initialization). ``where``: where
     the primary shards live ("device", "cpu" or "nvme": ``offload_param``)."""
     from .topology import current
@@ -161,5 +186,5 @@ def secondary_shards(stage, where: str, pin: bool) -> SecondaryShards | None:
         topo = None
     size = hpz_group_size(stage.zero.zero_hpz_partition_size, stage.world_size, topo, offload=where)
     if size <= 1:
-        return None
+        return NoSecondaryShards()
     return SecondaryShards(stage.comm, size, "cpu" if where == "cpu" else "device", stage.dtype, pin)

@@ -12,10 +12,10 @@ import torch
 
 from .flat import FlatGroup
 
-__all__ = ["TrainingState", "InFlight", "GatherBatch"]
+__all__ = ["TrainingState", "InFlight", "GatherBatch", "QuantizedGather"]
 
 
-class _Dequantize:
+class QuantizedGather:
     """A quantized all-gather in flight (qwZ): :meth:`wait` waits for the values' and the
     scales' all-gathers, then writes the dequantized parameters into ``out``."""
 

@@ -265,7 +265,7 @@ class Stage:
              "grads": self.grads.device_bytes(),
              "optimizer_states": 0,
              "buffers": self.buffer_bytes()}
-        if getattr(self.params, "hpz", None) is not None:     # stage 3 with hpZ: of "params", the
+        if getattr(self.params, "hpz", None) and self.params.hpz.on:   # stage 3 with hpZ: of "params", the
             m["params_secondary"] = self.params.secondary_bytes("device")   # secondary shards
         return m
 
