@@ -554,7 +554,7 @@ def test_exercise_8c_fails_in_the_editions_language():
     release = "                ps.after_forward(ps.groups[i])   # release, unless the reuse distance keeps it\n"
     assert release in cell, "the solution no longer releases in this line: update this test"
     ns = {"__name__": "hooks3_learner_under_test"}           # not importable: sent to the ranks by value
-    exec("import torch\nfrom zerolab.hooks import on_first_output_grad, unwatch_params, watch_params\n"
+    exec("import torch\nfrom zerolab.hooks import on_first_output_grad, on_inputs_grad, unwatch_params, watch_params\n"
          + cell.replace(release, "                pass\n"), ns)
     try:
         en = _fail(lambda cls: check_gather_hooks(cls, worlds=(2,), verbose=False), ns["MyHooks"])
@@ -563,10 +563,10 @@ def test_exercise_8c_fails_in_the_editions_language():
     finally:
         close_crews()
     assert en.startswith("stage 3 on 2 ranks, rank 0, your hooks in the engine: never released: peak 2,928 vs "
-                         "1,600"), en
+                         "1,344"), en
     assert "hint: you never release" in en, en
     assert zh.startswith("2 个 rank 上的 stage 3，rank 0，引擎里用的是你的钩子：\n  从不释放：同一时刻收集的元素峰值 "
-                         "2,928，zerolab 的钩子是 1,600"), zh
+                         "2,928，zerolab 的钩子是 1,344"), zh
     assert "第 1 个事件：zerolab 的钩子在前向中释放 'embed'；你的在前向中收集 'attn'" in zh, zh
     assert "提示：你从不释放" in zh and all(i18n.width(line) <= 100 for line in zh.splitlines()), zh
 

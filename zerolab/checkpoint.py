@@ -115,12 +115,11 @@ def save_checkpoint(engine, save_dir, tag=None, client_state=None) -> str:
     else:
         digests = [digest]
 
+    untrained = stage.untrained_values()         # (stage 3 gathers them: every rank)
     if comm.rank == 0:
-        trained = {id(p) for _, p in stage.named}
         model_states = {
             "buffers": {n: b.detach().cpu().clone() for n, b in engine.module.named_buffers()},
-            "frozen": {n: p.detach().cpu().clone() for n, p in engine.module.named_parameters()
-                       if id(p) not in trained},
+            "frozen": untrained,
             "client_state": client_state if client_state is not None else {},
             "lr_scheduler": (_plain(engine.lr_scheduler.state_dict())
                              if getattr(engine, "lr_scheduler", None) is not None else None),
@@ -364,9 +363,7 @@ def load_checkpoint(engine, load_dir, tag=None, load_optimizer_states=True, load
     named_buffers = dict(engine.module.named_buffers())
     for n, b in ms["buffers"].items():
         named_buffers[n].data.copy_(b)
-    named = dict(engine.module.named_parameters())
-    for n, p in fixed.items():
-        named[n].data.copy_(p)
+    stage.load_untrained(fixed)
     if load_module_only:
         return str(path), ms.get("client_state", {})
     if load_optimizer_states:
@@ -405,7 +402,7 @@ def _check_matches(engine, full, with_optimizer: bool, module_only: bool = False
     want = {n: tuple(s) for g in engine.stage.groups for n, s in zip(g.names, g.shapes)}
     have = {n: tuple(t.shape) for n, t in full["params"].items()}
     frozen_saved = {n: tuple(t.shape) for n, t in full["model_states"]["frozen"].items()}
-    model_frozen = {n: tuple(p.shape) for n, p in engine.module.named_parameters() if n not in want}
+    model_frozen = {n: s for n, s in engine.stage.param_shapes().items() if n not in want}
     if module_only:
         have = {**frozen_saved, **have}
         want = {**want, **{n: s for n, s in model_frozen.items() if n in have}}

@@ -187,8 +187,8 @@ ZERO = {
     "zero_quantized_weights": _I,   # gather.py: stage 3's parameter all-gathers as int8 blocks + scales (qwZ)
     # (DeepSpeed 0.19.8 quantizes a frozen parameter's freshly allocated, empty partition at partitioning and
     # then copies the values into the int8 tensor: partition_parameters.py, _partition_param; not reproduced)
-    "zero_quantized_nontrainable_weights": _ni("ZeRO++ frozen weights stored quantized (stage 3 keeps frozen "
-                                               "parameters whole in zerolab; DeepSpeed partitions them)", False),
+    "zero_quantized_nontrainable_weights": _ni("ZeRO++ frozen weights stored quantized (zerolab partitions and "
+                                               "gathers frozen parameters in their model dtype)", False),
     "zero_quantized_gradients": _I,  # reduce.py: stage 3's gradients as int4 through two all-to-alls (qgZ)
     "pipeline_loading_checkpoint": _ni("pipeline-mode checkpoint loading", False),
     "save_muon_momentum_buffer_in_memory": _ni("Muon momentum buffer placement", False),

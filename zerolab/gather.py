@@ -15,8 +15,21 @@ memory or in files (``offload_param``).
 A parameter of at most ``stage3_param_persistence_threshold`` elements is *persistent*
 (DeepSpeed's per-parameter rule, the total capped by ``stage3_model_persistence_threshold``): all
 persistent parameters share one group that is kept whole, refreshed by one all-gather after each
-step (``publish``), and never gathered in forward or backward (many tiny all-gathers cost more in
-latency than the memory they save). Frozen parameters are kept whole.
+step (``publish``, one all-gather of every persistent parameter, as DeepSpeed's ``_post_step``),
+and never gathered in forward or backward (many tiny all-gathers cost more in latency than the
+memory they save). Parameters the engine does not train (frozen, or left out of the optimizer) are
+partitioned and gathered like the others, as DeepSpeed does, in groups of their own after the
+trained ones (no gradient, no optimizer state).
+
+A module's *unit* is its own groups plus the groups tied to it: a parameter its forward reads by
+attribute from another module (``nn.MultiheadAttention`` reading ``out_proj.weight``) is gathered on
+the spot the first time and tied to the module for good (DeepSpeed's ``ZeROOrderedDict`` and
+``register_external_parameter``). A unit is gathered in one all-gather (``unshard_unit``: DeepSpeed's
+``fetch_sub_module`` gathers a module's parameters with one ``all_gather_coalesced``) before the
+module's forward and before its backward, and released after each (``after_forward``,
+``after_backward``: a tied weight is gathered again for each module that uses it, unless the reuse
+distance keeps it). DeepSpeed pads each parameter to a multiple of the ranks, zerolab each group:
+at world sizes that do not divide a parameter, a call moves a few elements fewer.
 
 Each pass follows the order the previous pass of its kind recorded (``trace.py``). DeepSpeed's
 prefetch rule (``fetch_sub_module``): at every module's fetch, one asynchronous all-gather of the
@@ -42,8 +55,8 @@ gathered copies used in forward and backward are. Not quantized, as in DeepSpeed
 parameters' refresh after each step (``_post_step`` gathers them with ``all_gather``, which
 quantizes only weights stored quantized) and the broadcast at initialization. DeepSpeed also
 fetches the persistent parameters once in the first forward (quantized); zerolab keeps them whole
-from initialization, so they are exact from the first step. Frozen parameters are kept whole in
-zerolab (DeepSpeed partitions them and quantizes their fetches too). Every gathered shard must
+from initialization, so they are exact from the first step. Untrained parameters' fetches are
+quantized too, as in DeepSpeed. Every gathered shard must
 be a multiple of 8 elements (DeepSpeed's quantizer asserts it): checked at initialization.
 The quantizer is :func:`zerolab.quant.qwz_codec`'s pair: zerolab's, unless
 :func:`zerolab.quant.use_qwz_codec` swapped it (zerolab's own hook; exercise 13 plugs the
@@ -135,8 +148,8 @@ class GatheredParams:
             self._check_qwz()
 
     def owned(self) -> list[torch.Tensor]:
-        """The part of each group this rank's optimizer updates: its shard."""
-        return self.shards
+        """The part of each trained group this rank's optimizer updates: its shard."""
+        return self.shards[:self.n_trained]
 
     def start(self) -> None:
         """After the optimizer's home took its masters: swap shards to files, install the hooks."""
@@ -145,16 +158,24 @@ class GatheredParams:
         self.hooks = module_hooks_class()(self)   # ModuleHooks, unless hooks.use_module_hooks swapped it
 
     # -- groups: one per module with parameters of its own, plus one of persistent params --
+    # Parameters this engine does not train (requires_grad=False, or left out of the optimizer)
+    # are partitioned and gathered too, as DeepSpeed's zero.Init converts every parameter: their
+    # groups come after the trained ones (``trained_groups``), with no gradient and no optimizer
+    # state. One whose dtype is not the model's stays whole.
     def make_groups(self, model: nn.Module, named, zero) -> list[FlatGroup]:
         trainable = {id(p): n for n, p in named}
         trainable_params = [p for _, p in named]
+        names = {}
+        for n, p in model.named_parameters(remove_duplicate=False):
+            names.setdefault(id(p), n)
         threshold = zero.stage3_param_persistence_threshold
         budget = zero.stage3_model_persistence_threshold
         seen: set[int] = set()
         persistent: list[nn.Parameter] = []
         modules = []                               # (name, module, its params, its new non-persistent)
         for mname, m in model.named_modules():
-            own = [p for p in m.parameters(recurse=False) if id(p) in trainable]
+            own = [p for p in m.parameters(recurse=False)
+                   if id(p) in trainable or p.dtype == self.stage.dtype]
             new = []
             for p in own:
                 if id(p) in seen:
@@ -171,7 +192,7 @@ class GatheredParams:
         owner: dict[int, int] = {}
 
         def add(params, label, keep, k):
-            g = FlatGroup(len(groups), params, [trainable[id(p)] for p in params], self.stage.rank,
+            g = FlatGroup(len(groups), params, [names[id(p)] for p in params], self.stage.rank,
                           self.stage.world_size, label=label, opt_group=k)
             groups.append(g)
             self.persistent.append(keep)
@@ -180,26 +201,40 @@ class GatheredParams:
         opt = self.stage.opt_group_of
         ks = sorted({opt.get(id(p), 0) for p in trainable_params})
         for k in ks:                               # (one per optimizer parameter group)
-            kept = [p for p in persistent if opt.get(id(p), 0) == k]
+            kept = [p for p in persistent if id(p) in trainable and opt.get(id(p), 0) == k]
             if kept:
                 add(kept, f"persistent ({len(kept)} params)" + (f" [group {k}]" if len(ks) > 1 else ""), True, k)
         for mname, _, _, new in modules:
             for k in ks:
-                mine = [p for p in new if opt.get(id(p), 0) == k]
+                mine = [p for p in new if id(p) in trainable and opt.get(id(p), 0) == k]
                 if mine:
                     add(mine, (mname or "(root)") + (f" [group {k}]" if len(ks) > 1 else ""), False, k)
+        self.n_trained = len(groups)
+        kept = [p for p in persistent if id(p) not in trainable]
+        if kept:
+            add(kept, f"persistent ({len(kept)} untrained params)", True, -1)
+        for mname, _, _, new in modules:
+            mine = [p for p in new if id(p) not in trainable]
+            if mine:
+                add(mine, f"{mname or '(root)'} (untrained)", False, -1)
         self.module_groups: dict[nn.Module, list[int]] = {}
         for _, m, own, _ in modules:
             ids = sorted({owner[id(p)] for p in own if not self.persistent[owner[id(p)]]})
             if ids:
                 self.module_groups[m] = ids
+        self.unit_of = {id(p): g for g in groups for p in g.params}
         return groups
+
+    @property
+    def trained_groups(self) -> list[FlatGroup]:
+        """The groups the optimizer steps (the first ``n_trained``); the rest are untrained."""
+        return self.groups[:self.n_trained]
 
     # -- the lifecycle -----------------------------------------------------------------------
     def reduce_order(self) -> list[int]:
         """The reverse of the order groups were first gathered in forward: roughly the order
         backward finishes them, and identical on every rank (gathers are checked)."""
-        first = list(dict.fromkeys(self._first_gathered))
+        first = [i for i in dict.fromkeys(self._first_gathered) if i < self.n_trained]
         return first[::-1]
 
     @property
@@ -230,7 +265,7 @@ class GatheredParams:
     def _full_reduce_order(self) -> list[int]:
         order = self.reduce_order()
         seen = set(order)
-        return order + [i for i in range(len(self.groups)) if i not in seen]
+        return order + [i for i in range(self.n_trained) if i not in seen]
 
     def post_backward(self) -> None:
         self.hooks.post_backward()
@@ -257,15 +292,36 @@ class GatheredParams:
         for w in writes:
             w.result()
         self._staged.clear()
-        self.hpz.drop_all()                       # DeepSpeed's _post_step: invalidate_secondary_tensor
-        for g, shard in zip(self.groups, self.shards):
-            if self.persistent[g.index]:          # kept whole: refresh it now
-                flat = self.full[g.index]
-                self.stage.comm.all_gather(flat, shard.clone(), tag=f"params {g.label}")
+        self.drop_secondary()                     # DeepSpeed's _post_step: invalidate_secondary_tensor
+        self._refresh_persistent()
+
+    def _refresh_persistent(self) -> None:
+        """The persistent groups (kept whole) after a step: one all-gather of every persistent
+        parameter, as DeepSpeed's ``_post_step`` gathers ``persistent_parameters`` in one
+        ``all_gather_coalesced`` (untrained ones too). Never quantized (qwZ) nor inside hpZ's
+        group, as there."""
+        ids = [i for i in range(len(self.groups)) if self.persistent[i]]
+        if not ids:
+            return
+        comm, n = self.stage.comm, self.stage.comm.world_size
+        label = self.groups[ids[0]].label + (f" + {len(ids) - 1} more" if len(ids) > 1 else "")
+        send = torch.cat([self.shards[i] for i in ids])
+        out = self.full[ids[0]] if len(ids) == 1 else torch.empty(send.numel() * n, dtype=send.dtype,
+                                                                   device=send.device)
+        comm.all_gather(out, send, tag=f"params {label}")
+        if len(ids) > 1:
+            offset, rows = 0, out.view(n, -1)
+            for i in ids:
+                k = self.shards[i].numel()
+                self.full[i].view(n, k).copy_(rows[:, offset:offset + k])
+                offset += k
 
     def drop_secondary(self) -> None:
-        """hpZ: the shards change (a step, a checkpoint): forget the secondary shards."""
-        self.hpz.drop_all()
+        """hpZ: the shards change (a step, a checkpoint): forget the trained groups' secondary
+        shards (DeepSpeed's ``invalidate_secondary_tensor`` drops only its trained groups'; an
+        untrained group's secondary stays for good)."""
+        for i in range(self.n_trained):
+            self.hpz.drop(i)
 
     def secondary_bytes(self, where: str = "device") -> int:
         """hpZ's secondary shards held now on the device, or in host memory ("host")."""
@@ -304,6 +360,33 @@ class GatheredParams:
         self._finish_inflight()
         if self.hooks is not None:
             self.hooks.remove()
+
+    def untrained_values(self) -> dict[str, torch.Tensor]:
+        """Every untrained parameter's full value by name, gathered (collective: every rank
+        calls it), on the CPU: for checkpoints and for :meth:`close`."""
+        out = {}
+        for g in self.groups[self.n_trained:]:
+            flat = self.full.get(g.index)
+            if flat is None:
+                flat = torch.empty(g.padded_numel, dtype=self.stage.dtype, device=self.stage.device)
+                with self.stage.comm.ledger.paused():
+                    self.stage.comm.all_gather(flat, self._shard_on_device(g.index).clone(), tag=f"params {g.label}")
+            for n, v in zip(g.names, g.views(flat)):
+                out[n] = v.detach().cpu().clone()
+        return out
+
+    def load_untrained(self, values: dict[str, torch.Tensor]) -> None:
+        """Set untrained parameters from full values by name (a checkpoint's); others are left."""
+        for g in self.groups[self.n_trained:]:
+            if all(n in values for n in g.names):
+                self.store_flat(g, g.flatten([values[n] for n in g.names], self.stage.dtype, self.stage.device))
+
+    def restore_untrained(self) -> None:
+        """Give every untrained parameter its full value as a tensor of its own (collective)."""
+        values = self.untrained_values()
+        for g in self.groups[self.n_trained:]:
+            for p, n in zip(g.params, g.names):
+                p.data = values[n].to(self.stage.device)
 
     def close(self) -> None:
         self.full.clear()
@@ -352,6 +435,16 @@ class GatheredParams:
             return
         self.reshard(g)
 
+    def after_backward(self, ids: list[int]) -> None:
+        """A module's backward is done (the gradients of its inputs are in): release groups ``ids``
+        unless the trace uses them again within ``stage3_max_reuse_distance`` elements (DeepSpeed's
+        ``post_sub_module_backward_function``). Most went already, when their gradient was
+        reduced; what is left is a weight another module's backward uses too (a tied one: gathered
+        again there, as in DeepSpeed, unless the reuse distance keeps it)."""
+        for i in ids:
+            if i in self.full and not self.persistent[i] and not self.trace.used_again_soon(i):
+                self.reshard(self.groups[i])
+
     def end_forward_pass(self) -> None:
         """The outermost forward returned. Without grad no backward follows: release whatever
         reuse kept (a pass that left its trace may keep a group its trace promised)."""
@@ -362,28 +455,37 @@ class GatheredParams:
                 self.reshard(self.groups[i])
 
     def unshard(self, g: FlatGroup) -> None:
-        """Group ``g`` (a unit's parameters) is about to be used: note the use in the pass's
-        record, gather it if it is not gathered (all-gather it now, or wait for its prefetch),
-        and, when the pass follows a recorded trace, top up the prefetch (DeepSpeed's rule in
-        ``fetch_sub_module``: up to ``stage3_prefetch_bucket_size`` more elements of the groups
-        the trace says come next, within ``stage3_max_live_parameters`` gathered or in flight)."""
-        i = g.index
+        """Group ``g`` is about to be used: :meth:`unshard_unit` of that group alone."""
+        self.unshard_unit([g.index])
+
+    def unshard_unit(self, ids: list[int]) -> None:
+        """A module is about to run (its forward, or its backward): groups ``ids`` (its own
+        parameters and those tied to it) are about to be used. Note each use in the pass's record,
+        gather in one call those that are neither gathered nor in flight (DeepSpeed's
+        ``fetch_sub_module`` gathers a module's parameters with one ``all_gather_coalesced``; two
+        with hpZ, the groups with a secondary shard inside their node), wait for those in flight,
+        and, when the pass follows a recorded trace, top up the prefetch (DeepSpeed's rule: up to
+        ``stage3_prefetch_bucket_size`` more elements of the groups the trace says come next,
+        within ``stage3_max_live_parameters`` gathered or in flight)."""
+        ids = sorted(set(ids))                     # DeepSpeed sorts a fetch by parameter id
         phase = self._phase()
-        if not self.trace.note(phase, i):         # the path changed: follow the model, record anew
-            self._finish_inflight()
-        wanted = i not in self.full and i not in self._inflight
-        ahead = self._next_prefetch(phase, first=i if wanted else None)
+        for i in ids:
+            if not self.trace.note(phase, i):     # the path changed: follow the model, record anew
+                self._finish_inflight()
+        wanted = [i for i in ids if i not in self.full and i not in self._inflight]
+        ahead = self._next_prefetch(phase, first=wanted)
         if wanted or ahead:
-            self._issue(([i] if wanted else []) + ahead, wanted=i if wanted else None)
-        if i not in self.full:
-            self._wait(i)
+            self._issue(wanted, ahead)
+        for i in ids:
+            if i not in self.full:
+                self._wait(i)
 
     def top_up(self) -> None:
         """A module with no parameters of its own is about to run (the root, a container):
         DeepSpeed's ``fetch_sub_module`` runs for it too, and tops up the prefetch."""
         ahead = self._next_prefetch(self._phase())
         if ahead:
-            self._issue(ahead)
+            self._issue([], ahead)
 
     def _live_numel(self) -> int:
         """Elements of gathered (not persistent) groups alive now, kept as they change."""
@@ -392,74 +494,66 @@ class GatheredParams:
     def _inflight_numel(self) -> int:
         return self._flight
 
-    def _next_prefetch(self, phase: str, first: int | None = None) -> list[int]:
+    def _next_prefetch(self, phase: str, first: list[int] = ()) -> list[int]:
         """The groups to prefetch now: from the trace's upcoming uses, those not gathered or in
         flight, while fewer than min(max_live - available, prefetch_bucket_size) elements are
-        taken (DeepSpeed's budget; the group that crosses it is taken too). ``first``: a group
+        taken (DeepSpeed's budget; the group that crosses it is taken too). ``first``: groups
         about to be gathered, counted as available."""
         upcoming = self.trace.upcoming(phase)
         if not upcoming or self.prefetch_numel <= 0:
             return []
-        available = self._live_numel() + self._inflight_numel() + (
-            self.groups[first].padded_numel if first is not None else 0)
+        available = self._live_numel() + self._inflight_numel() + sum(
+            self.groups[i].padded_numel for i in first)
         budget = min(self.max_live - available, self.prefetch_numel)
         out: list[int] = []
         taken = 0
         for j in upcoming:
             if taken >= budget:
                 break
-            if j in self.full or j in self._inflight or j == first or j in out:
+            if j in self.full or j in self._inflight or j in first or j in out:
                 continue
             out.append(j)
             taken += self.groups[j].padded_numel
         return out
 
-    def _issue(self, ids: list[int], wanted: int | None = None) -> None:
+    def _issue(self, wanted: list[int], ahead: list[int]) -> None:
         """Check that every rank gathers the same unit, then start its all-gathers: ``wanted``
-        (needed now) alone and blocking; the prefetched ones asynchronously, coalesced into one
-        all-gather when there are several (as DeepSpeed gathers a prefetch batch)."""
-        self._check_unit(ids)
-        st = self.stage
-        ahead = [j for j in ids if j != wanted]
-        if wanted is not None:
-            g = self.groups[wanted]
-            flat = torch.empty(g.padded_numel, dtype=st.dtype, device=st.device)
-            shard, comm, tag = self._source(wanted)
-            self._all_gather(flat, shard, tag, comm=comm)
-            self._inflight[wanted] = InFlight(None, flat)
-            self._flight += g.padded_numel
-            st.track(f"params {wanted}", flat)
-        # hpZ: the groups with a secondary shard are gathered first, inside their group (as
-        # DeepSpeed's __all_gather_params splits a prefetch), then the others over all ranks
-        secondary = [j for j in ahead if j in self.hpz]
-        for part in (secondary, [j for j in ahead if j not in secondary]):
-            self._prefetch(part)
-        self._flight += sum(self.groups[j].padded_numel for j in ahead)
+        (needed now) blocking, in one call; the prefetched ones ``ahead`` asynchronously,
+        coalesced into one all-gather when there are several (as DeepSpeed gathers a prefetch
+        batch). hpZ: the groups with a secondary shard are gathered apart, inside their group
+        (as DeepSpeed's ``__all_gather_params`` splits a fetch), then the others over all ranks."""
+        self._check_unit(wanted + ahead)
+        for ids, async_op in ((wanted, False), (ahead, True)):
+            secondary = [j for j in ids if j in self.hpz]
+            for part in (secondary, [j for j in ids if j not in secondary]):
+                self._start(part, async_op)
+        self._flight += sum(self.groups[j].padded_numel for j in wanted + ahead)
         live = self._live_numel() + self._inflight_numel()
         self.peak_gathered_numel = max(self.peak_gathered_numel, live)
         self.prefetches += len(ahead)
 
-    def _prefetch(self, ids: list[int]) -> None:
-        """Start the asynchronous all-gathers of groups ``ids`` (all with a secondary shard, or all
-        without): one group alone, several coalesced into one all-gather."""
+    def _start(self, ids: list[int], async_op: bool) -> None:
+        """All-gather groups ``ids`` (all with a secondary shard, or all without): one group
+        alone, several coalesced into one all-gather; blocking, or asynchronously (a prefetch)."""
         st = self.stage
         if len(ids) == 1:
             g = self.groups[ids[0]]
             flat = torch.empty(g.padded_numel, dtype=st.dtype, device=st.device)
             shard, comm, tag = self._source(ids[0])
-            self._inflight[ids[0]] = InFlight(self._all_gather(flat, shard, tag, async_op=True, comm=comm), flat)
+            work = self._all_gather(flat, shard, tag, async_op=async_op, comm=comm)
+            self._inflight[ids[0]] = InFlight(work if async_op else None, flat)
             st.track(f"params {ids[0]}", flat)
         elif ids:
-            # one all-gather of every prefetched shard; each group's flat buffer is copied out of it
+            # one all-gather of every group's shard; each group's flat buffer is copied out of it
             # when the group is first needed (DeepSpeed's AllGatherCoalescedHandle copies too)
             sources = [self._source(j) for j in ids]
             comm = sources[0][1]
             send = torch.cat([s for s, _, _ in sources])
             out = torch.empty(send.numel() * comm.world_size, dtype=st.dtype, device=st.device)
             label = f"{self.groups[ids[0]].label} + {len(ids) - 1} more" + (" (hpZ)" if ids[0] in self.hpz else "")
-            batch = GatherBatch(self._all_gather(out, send, f"params {label}", async_op=True, comm=comm), out,
-                           [self.groups[j] for j in ids], f"params batch {ids[0]}", comm.world_size,
-                           [s.numel() for s, _, _ in sources])
+            work = self._all_gather(out, send, f"params {label}", async_op=async_op, comm=comm)
+            batch = GatherBatch(work if async_op else None, out, [self.groups[j] for j in ids],
+                                f"params batch {ids[0]}", comm.world_size, [s.numel() for s, _, _ in sources])
             for j in ids:
                 self._inflight[j] = InFlight(batch, None)
             st.track(batch.key, out)

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 __all__ = ["ModuleHooks", "ExternalParameterError", "use_module_hooks", "module_hooks_class",
-           "watch_params", "unwatch_params", "on_first_output_grad"]
+           "watch_params", "unwatch_params", "on_first_output_grad", "on_inputs_grad"]
 
 
 class ExternalParameterError(RuntimeError):
@@ -127,7 +127,7 @@ class ModuleHooks:
     def register_external_parameter(self, module: nn.Module, param: nn.Parameter) -> None:
         """Gather ``param`` whenever ``module``'s forward runs, for a parameter that ``module``
         reaches other than by attribute."""
-        g = self.params.stage.group_of.get(id(param))
+        g = self.params.unit_of.get(id(param))
         if g is None:
             raise ValueError("register_external_parameter: that parameter is not trained by this engine")
         if not self.params.persistent[g.index]:
@@ -151,18 +151,17 @@ class ModuleHooks:
         ps = self.params
         if not self.frames and not ps.in_backward:
             ps.start_forward_pass()                # a new forward pass begins at the outermost module
-        ids = ps.module_groups.get(module, [])
-        extra = self._registered.get(module)
-        frame = [module, []]
+        extra = sorted(self._registered.get(module, ()))
+        frame = [module, list(extra)]
         self.frames.append(frame)
-        for i in ids:
-            ps.unshard(ps.groups[i])
-        if not ids and not extra:
+        ids = [*ps.module_groups.get(module, []), *extra]
+        if ids:
+            ps.unshard_unit(ids)                   # its own and its tied groups: one all-gather
+            if torch.is_grad_enabled():
+                # after the module's backward (the gradients of its inputs are in): release
+                on_inputs_grad(inputs, lambda: ps.after_backward([*ps.module_groups.get(module, []), *frame[1]]))
+        else:
             ps.top_up()                            # DeepSpeed prefetches at every module's fetch
-        if extra:
-            for i in sorted(extra):
-                ps.unshard(ps.groups[i])
-                frame[1].append(i)
 
     def _post_forward(self, module, inputs, output):
         ps = self.params
@@ -188,20 +187,24 @@ class ModuleHooks:
         if torch.is_grad_enabled():
             def before_backward():
                 ps.begin_backward()
-                for i in ids:
-                    ps.unshard(ps.groups[i])
+                ps.unshard_unit(ids)
             on_first_output_grad(output, before_backward)
         return output
 
     def on_param_read(self, p: nn.Parameter, name: str) -> None:
         ps = self.params
-        g = ps.stage.group_of.get(id(p))
+        g = ps.unit_of.get(id(p))
         if g is None or ps.persistent[g.index]:
             return
         if self.frames:                            # inside some module's forward: gather it there
             if g.index not in ps.full:
+                # and tie it to that module for good (DeepSpeed's ZeROOrderedDict registers it as
+                # the module's external parameter): from the next forward on, it is gathered with
+                # the module's own groups, in the same all-gather
+                module, extra = self.frames[-1]
+                self._registered.setdefault(module, set()).add(g.index)
                 ps.unshard(g)
-                self.frames[-1][1].append(g.index)
+                extra.append(g.index)
         elif ps.in_backward:
             if g.index not in ps.full:
                 ps.unshard(g)                      # released again once its gradient is reduced
@@ -235,15 +238,48 @@ def _tensors(obj, out: list) -> list:
 def on_first_output_grad(output, fn) -> None:
     """Run ``fn`` once, when the first gradient reaches any of ``output``'s tensors: before the
     module's own backward. A hook on the tensor (not a wrapper around it) leaves the output
-    untouched, so a caller may still modify it in place (``ReLU(inplace=True)``, ``out += x``)."""
+    untouched, so a caller may still modify it in place (``ReLU(inplace=True)``, ``out += x``).
+    When several modules return the same tensor (a root returning its head's output), the
+    outermost module's ``fn`` runs first, as DeepSpeed's nested output wrappers run."""
     tensors = [t for t in _tensors(output, []) if t.requires_grad and t.grad_fn is not None]
     if not tensors:
         return
     fired = [False]
 
-    def hook(grad):
+    def once():
         if not fired[0]:
             fired[0] = True
+            fn()
+
+    for t in tensors:
+        calls = getattr(t, "_zerolab_before_backward", None)
+        if calls is None:
+            calls = t._zerolab_before_backward = []
+            t.register_hook(_run_outermost_first(calls))
+        calls.append(once)
+
+
+def _run_outermost_first(calls: list):
+    def hook(grad):
+        for c in reversed(calls):                  # registered innermost first
+            c()
+    return hook
+
+
+def on_inputs_grad(inputs, fn) -> None:
+    """Run ``fn`` once, when the gradients of all of ``inputs``' tensors that need one are
+    computed: after the module's backward (DeepSpeed's post-backward module hook counts the
+    module's inputs that require grad the same way). Leaf tensors are skipped (a hook on them
+    would outlive the step); with none left, ``fn`` never runs."""
+    tensors = list({id(t): t for t in _tensors(inputs, [])
+                    if t.requires_grad and not t.is_leaf}.values())
+    if not tensors:
+        return
+    left = [len(tensors)]
+
+    def hook(grad):
+        left[0] -= 1
+        if left[0] == 0:
             fn()
 
     for t in tensors:

@@ -1182,10 +1182,27 @@ ZH["checks.hooks3"] = {
         "你在模块前向之后释放了它的组，却在它反向之前再也没有收集回来：在 post_forward 里调用 "
         "on_first_output_grad(output, fn)，让 fn 把它们 unshard",
     "you forget the external weight: {name} is read by attribute outside its own module's forward; gather it in "
-    "on_param_read and tie it to the module running (self.frames[-1]), so that it is released after that forward "
-    "and gathered before its backward":
+    "on_param_read and tie it to the module running (self.frames[-1] now, self.registered for the next steps), so "
+    "that it is released after that forward and gathered before its backward":
         "你漏了外部权重：{name} 是在它自己模块的前向之外通过属性读取的；在 on_param_read 里收集它，"
-        "并把它挂到正在运行的模块上（self.frames[-1]），这样它会在那次前向之后释放、在其反向之前重新收集",
+        "并把它挂到正在运行的模块上（这一次挂到 self.frames[-1]，以后各步靠 self.registered），"
+        "这样它会在那次前向之后释放、在其反向之前重新收集",
+    "you gather {name} where it is read but do not tie it to that module for good: in on_param_read add it to "
+    "self.registered[module] too, so that from the next forward on, pre_forward gathers it with the module's own "
+    "groups in one all-gather (DeepSpeed's register_external_parameter)":
+        "你在读取 {name} 的地方收集了它，却没有把它长期挂到那个模块上：在 on_param_read 里也把它加进 "
+        "self.registered[module]，这样从下一次前向起，pre_forward 会在同一次 all-gather 里把它和模块自己的组"
+        "一起收集（DeepSpeed 的 register_external_parameter）",
+    "you do not release after a module's backward: in pre_forward, on_inputs_grad(inputs, fn) with fn calling "
+    "params.after_backward(ids) for the module's groups and those tied to it (a tied weight goes after each "
+    "module's backward and is gathered again for the other's)":
+        "你在模块反向之后没有释放：在 pre_forward 里调用 on_inputs_grad(inputs, fn)，让 fn 对模块自己的组和"
+        "挂到它上面的组调用 params.after_backward(ids)（共享权重在每个模块反向之后释放，另一个模块反向时再收集）",
+    "  every gather and release as zerolab's hooks, in the same order": "  每次收集与释放都和 zerolab 的钩子一样，顺序也一样",
+    "the same groups, in more calls: you gather a module's groups one by one. Gather its unit (its own groups and "
+    "those tied to it) in one all-gather, params.unshard_unit(ids), as DeepSpeed's fetch_sub_module does":
+        "收集的组相同，调用次数却更多：你把一个模块的组逐个收集了。用 params.unshard_unit(ids) 在一次 "
+        "all-gather 里收集它的整个单元（它自己的组和挂到它上面的组），DeepSpeed 的 fetch_sub_module 也是这样做的",
     "{name} (read outside its own module) is not released when the forward that read it ends: in on_param_read "
     "add it to the frame of the module running now (self.frames[-1]), whose post_forward releases it and whose "
     "backward gathers it again":
@@ -1199,13 +1216,12 @@ ZH["checks.hooks3"] = {
     "(params.module_groups[module]; module.parameters() recurses into every child)":
         "你在 {name} 所属模块的前向运行之前就收集了它：只收集即将运行的模块的组"
         "（params.module_groups[module]；module.parameters() 会递归进每个子模块）",
-    "a double gather: you gather {name} again in {phase} after releasing it. A weight shared by two modules (the "
-    "tied head) is gathered once for both; in backward it stays gathered until its gradient is reduced (the engine "
-    "releases it). Call params.unshard only (it gathers nothing when the group is gathered) and release only "
-    "through params.after_forward":
-        "重复收集：你在{phase}中释放 {name} 之后又收集了一次。两个模块共享的权重（绑定的 head）只为两者收集一次；"
-        "反向时它一直保持收集状态，直到梯度归约完（由引擎释放）。只调用 params.unshard（组已收集时它什么也不做），"
-        "释放只通过 params.after_forward",
+    "a double gather: you gather {name} again in {phase} right after releasing it, where zerolab's hooks keep it. "
+    "Release only through params.after_forward and params.after_backward (they keep what the reuse distance says) "
+    "and gather through params.unshard_unit (it gathers nothing that is gathered)":
+        "重复收集：你在{phase}中刚释放 {name} 就又收集了一次，而 zerolab 的钩子会留着它。只通过 "
+        "params.after_forward 和 params.after_backward 释放（复用距离要留的它们会留），通过 params.unshard_unit "
+        "收集（已收集的组它不会再收集）",
     "before a module's backward you gather its own groups but not {name}, read in its forward from outside: "
     "re-gather the frame's groups too":
         "模块反向之前你收集了它自己的组，却没有收集 {name}（它在前向中从外部读取）：把帧里的组也重新收集",

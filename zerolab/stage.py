@@ -98,7 +98,8 @@ class Stage:
         self.closed = False
         self.budget_check = None                 # the engine's device budget, when it has one
         self.params = params_cls(self)           # makes the groups and holds the parameters
-        self.groups: list[FlatGroup] = self.params.groups
+        # the groups the optimizer steps (stage 3 partitions untrained parameters too, in groups after these)
+        self.groups: list[FlatGroup] = list(getattr(self.params, "trained_groups", self.params.groups))
         self.group_of = {id(p): g for g in self.groups for p in g.params}
         self.grads = grads_cls(self)
         self.owned_params = self.params.owned()  # the part of each group this rank's step updates
@@ -274,8 +275,8 @@ class Stage:
         return self.params.bytes_on(where)
 
     def _frozen_bytes(self) -> int:
-        trainable = {id(p) for _, p in self.named}
-        return tensor_bytes(p for p in self.model.parameters() if id(p) not in trainable)
+        kept = {id(p) for _, p in self.named} | set(getattr(self.params, "unit_of", ()))
+        return tensor_bytes(p for p in self.model.parameters() if id(p) not in kept)
 
     def close(self) -> None:
         """Detach from the model: remove every hook, leave each parameter holding its full,
@@ -287,12 +288,42 @@ class Stage:
             h.remove()
         self._hooks = []
         self.restore_params()
+        if hasattr(self.params, "restore_untrained"):
+            self.params.restore_untrained()
         for p in self.model.parameters():
             p.grad = None
         self._live_buffers.clear()
         self.home.close()
         self.params.close()
         self.closed = True
+
+    def untrained_values(self) -> dict[str, torch.Tensor]:
+        """Every parameter this engine does not train, by name, full, on the CPU (stage 3
+        gathers those it partitions: every rank calls it)."""
+        trained = {id(p) for _, p in self.named}
+        units = getattr(self.params, "unit_of", {})
+        gathered = self.params.untrained_values() if units else {}
+        return {n: gathered[n] if id(p) in units else p.detach().cpu().clone()
+                for n, p in self.model.named_parameters() if id(p) not in trained}
+
+    def load_untrained(self, values: dict[str, torch.Tensor]) -> None:
+        """Set the untrained parameters named in ``values`` (the rest are left as they are)."""
+        units = getattr(self.params, "unit_of", {})
+        if units:
+            self.params.load_untrained(values)
+        named = dict(self.model.named_parameters())
+        for n, v in values.items():
+            if id(named[n]) not in units:
+                named[n].data.copy_(v)
+
+    def param_shapes(self) -> dict[str, tuple]:
+        """Every parameter's full shape by name (stage 3's released parameters hold empty data)."""
+        units = getattr(self.params, "unit_of", {})
+        out = {}
+        for n, p in self.model.named_parameters():
+            g = units.get(id(p)) or self.group_of.get(id(p))
+            out[n] = tuple(g.shapes[g.index_of[id(p)]]) if g is not None else tuple(p.shape)
+        return out
 
     def load_full_values(self, values: dict[str, torch.Tensor]) -> None:
         """Set every trained parameter (masters and the model's copy) from full fp32 values by

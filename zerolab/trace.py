@@ -47,7 +47,7 @@ class FetchTrace:
         self.pos[phase] = 0
         self.phase = phase
         self.used_at.clear()
-        self.gaps = self._reuse_gaps(phase) if phase != "backward" else None
+        self.gaps = self._reuse_gaps(phase)
         return self.traces.get(phase) is not None
 
     def note(self, phase: str, i: int) -> bool:

@@ -34,7 +34,8 @@ Chapter 8 tuned *how much* is borrowed ahead. Here you write *when*: the hooks t
 stage 3 installs on every module. They are DeepSpeed's design (`DeepSpeedZeRoOffload` in
 `deepspeed/runtime/zero/parameter_offload.py`: a forward pre-hook fetches a module's
 parameters, a forward hook releases them and wraps the outputs so that their first gradient
-fetches them again; `ZeROOrderedDict` catches a parameter read outside its own module). zerolab's
+fetches them again, a hook on the inputs releases them after the module's backward;
+`ZeROOrderedDict` catches a parameter read outside its own module). zerolab's
 copy is `zerolab/hooks.py` (`ModuleHooks`); the check runs **your** class in its place,
 inside the real engine, and compares every gather and release with zerolab's.
 
@@ -51,8 +52,10 @@ own parameters, flattened (`params.groups[i]`, its name in `.label`). You call:
 | call | what it does |
 |---|---|
 | `params.module_groups.get(module, [])` | the indices of the groups `module` owns (its own, not its children's) |
-| `params.unshard(group)` | gather it, unless it is gathered (it all-gathers only then) |
+| `params.unshard_unit(ids)` | gather the groups `ids` that are not gathered, in **one** all-gather (a module's unit) |
+| `params.unshard(group)` | the same for one group |
 | `params.after_forward(group)` | a module using it finished its forward: release it (unless the reuse distance keeps it) |
+| `params.after_backward(ids)` | a module finished its backward: release those groups (unless the reuse distance keeps them) |
 | `params.start_forward_pass()` / `params.end_forward_pass()` | the outermost module's forward begins / returned |
 | `params.begin_backward()` | the first gradient reached a module's output: backward has begun |
 | `params.in_backward`, `params.full` | in backward?; the indices of the groups gathered now |
@@ -60,25 +63,28 @@ own parameters, flattened (`params.groups[i]`, its name in `.label`). You call:
 Given, as plumbing: `watch_params(hooks, params)` makes every module's parameter dict call
 `hooks.on_param_read(p, name)` when a parameter is read by attribute (`module.weight`), and
 `on_first_output_grad(output, fn)` runs `fn()` once, when the first gradient reaches any tensor
-of `output`: just before that module's backward. The engine releases a group itself once its
-gradient is reduced, and everything at the end of backward.
+of `output`: just before that module's backward; `on_inputs_grad(inputs, fn)` runs `fn()` once
+the gradients of all of a module's inputs are computed: just after its backward. The engine
+releases a group itself once its gradient is reduced, and everything at the end of backward.
 
 You write three methods. Two cases need thought:
 
 - **a shared (tied) weight**: the model's output layer uses the embedding's weight. Both
-  modules list that group; it must be gathered for each, released after each, and it may not
-  be gathered twice while it is gathered;
+  modules list that group; it is gathered for each and released after each, in forward and
+  in backward alike, and never gathered twice while it is gathered;
 - **a weight read outside its module**: `nn.MultiheadAttention` computes with
   `self.out_proj.weight` without calling `out_proj`, and a model may compute
-  `F.linear(h, self.mix.weight)` in its own forward. Tie such a weight to the module whose
-  forward read it: released after that forward, gathered again before that module's backward.
+  `F.linear(h, self.mix.weight)` in its own forward. Gather it when it is read, and tie it for
+  good to the module whose forward read it (`self.registered`): from then on it belongs to that
+  module's unit, gathered with the module's own groups in one all-gather, before its forward and
+  before its backward, and released after each.
 """),
 code(r"""
 import torch
 
 import zerolab
 from zerolab.checks import hooks3                    # the check's model, a run on the ranks
-from zerolab.hooks import on_first_output_grad, unwatch_params, watch_params
+from zerolab.hooks import on_first_output_grad, on_inputs_grad, unwatch_params, watch_params
 """),
 code(r"""
 class MyHooks:
@@ -111,13 +117,16 @@ class MyHooks:
 
     def pre_forward(self, module, inputs):
         ps = self.params
-        # BEGIN SOLUTION: a pass begins at the outermost module; a frame; gather the groups
+        # BEGIN SOLUTION: a pass begins at the outermost module; a frame; gather the unit
         if not self.frames and not ps.in_backward:
             ps.start_forward_pass()              # the outermost module: a new forward pass
-        extra = sorted(self.registered.get(module, ()))
-        self.frames.append([module, extra])
-        for i in ps.module_groups.get(module, []) + extra:
-            ps.unshard(ps.groups[i])
+        frame = [module, sorted(self.registered.get(module, ()))]
+        self.frames.append(frame)
+        ids = ps.module_groups.get(module, []) + frame[1]
+        if ids:
+            ps.unshard_unit(ids)                 # its own groups and those tied to it: one call
+            if torch.is_grad_enabled():          # after its backward: release them
+                on_inputs_grad(inputs, lambda: ps.after_backward(ps.module_groups.get(module, []) + frame[1]))
         # END SOLUTION
 
     def post_forward(self, module, inputs, output):
@@ -133,8 +142,7 @@ class MyHooks:
 
         def before_backward():                   # the module's backward is next: gather again
             ps.begin_backward()
-            for i in ids:
-                ps.unshard(ps.groups[i])
+            ps.unshard_unit(ids)
         if ids and torch.is_grad_enabled():
             on_first_output_grad(output, before_backward)
         # END SOLUTION
@@ -145,71 +153,79 @@ class MyHooks:
         g = ps.stage.group_of.get(id(p))
         if g is None or ps.persistent[g.index]:
             return
-        # BEGIN SOLUTION: read in a forward, not gathered: gather it, tie it to the frame
+        # BEGIN SOLUTION: read in a forward, not gathered: gather it, tie it to that module
         if self.frames and g.index not in ps.full:   # read in some forward, not its own module's
+            module, extra = self.frames[-1]
+            self.registered.setdefault(module, set()).add(g.index)   # its unit from now on
             ps.unshard(g)
-            self.frames[-1][1].append(g.index)       # released and re-gathered with that module
+            extra.append(g.index)                # released (and re-gathered) with that module
         # END SOLUTION
 """),
 md(r"""
-## One step on 2 ranks
+## Two steps on 2 ranks
 
 The check's model (`hooks3.HooksNet`, 2,928 parameters) is an embedding, a multi-head attention,
 an MLP, a weight `mix` that only the root's forward uses, and an output layer tied to the
 embedding. The engine runs stage 3 in fp32 with every parameter gathered
 (`stage3_param_persistence_threshold` 0), nothing kept across the turn
 (`stage3_max_reuse_distance` 0) and no prefetch, so that each gather is the one your hooks ask
-for. `one_step(MyHooks)` trains one step with your class as the engine's hooks
+for. `two_steps(MyHooks)` trains two steps with your class as the engine's hooks
 (`zerolab.hooks.use_module_hooks`, zerolab's own seam) and logs each gather (+) and release (−).
 
 **Predict, then run.** The model has 6 groups (`embed`, `attn`, `attn.out_proj`, `mlp.0`,
 `mlp.2`, `mix`; the output layer has no parameter of its own). How many parameter all-gathers
-does one step make, forward and backward? Which group is gathered more often than the others?
-Write your guess down.
+does the first step make, forward and backward? And the second, once the weights read outside
+their module are tied? Which group is gathered most often? Write your guesses down.
 """),
 code(r"""
 crew, kept = zerolab.Crew(2), {}
 
 
-def one_step(hooks_class):
-    # One step on the 2 ranks with hooks_class as the engine's hooks (run once, then kept).
+def two_steps(hooks_class):
+    # Two steps on the 2 ranks with hooks_class as the engine's hooks (run once, then kept).
     if hooks_class not in kept:
-        kept[hooks_class] = hooks3.trial(crew, hooks_class)
+        kept[hooks_class] = hooks3.trial(crew, hooks_class, steps=2)
     return kept[hooks_class]
 
 
-run = one_step(MyHooks)
-print("\n".join(hooks3.summary(run["events"])))
-fwd = sum(ph == "forward" and w == "gather" for ph, w, _ in run["events"])
-bwd = sum(ph == "backward" and w == "gather" for ph, w, _ in run["events"])
-print(f"all-gathers: {fwd} in forward + {bwd} in backward = {len(run['gathers'])} (the ledger's count)")
+run = two_steps(MyHooks)
+for step, calls in enumerate(run["per_step"], 1):
+    print(f"step {step}: {len(calls)} all-gathers")
+    print("\n".join(hooks3.summary(run["events"], step)))
 """),
 md(r"""
-Thirteen: 6 + 1 in forward, 6 in backward. The embedding's group is gathered twice in forward,
-once for `embed` and once for the tied `head` (released in between: reuse distance 0), then
-once in backward, where it stays gathered from the head's backward to the embedding's, until
-its gradient (the sum of both uses) is reduced. `attn.out_proj` and `mix` are gathered inside
-the forward that read them and released when it ends, with `attn` and with the root.
-In forward DeepSpeed fetches the tied weight for each module the same way (`fetch_sub_module`).
-In backward the release is zerolab's engine's rule (a group goes once its gradient is reduced).
-DeepSpeed 0.19.8 releases after each module's backward (`post_sub_module_backward_function`):
-run on this model on 2 CPU ranks, it gathers the tied weight once more in backward, for the
-embedding's. It also keeps an external weight tied to the module that read it
-(`ds_external_parameters`) and, from the second step on, gathers it in one call with that
-module's own: 6 + 6 calls per step there, where zerolab's hooks make 7 + 6.
+Thirteen, then twelve. In the first step `attn.out_proj` and `mix` are gathered where they are
+read, inside the forward of `attn` and of the root, and tied to those modules: from then on
+each is part of its module's unit. In the second step the root's forward starts by gathering
+`mix`, and `attn` and `attn.out_proj` come in one all-gather (`+attn +attn.out_proj` with no
+release between): 6 calls in forward, 6 in backward. The embedding's group is gathered four
+times a step: for `embed` and for the tied `head`, in forward and again in backward, released
+after each module (reuse distance 0). In backward the outermost module goes first: the root
+gathers `mix` before the head gathers the embedding, because the root's output *is* the head's
+output and the outer hook runs first.
+
+This is DeepSpeed 0.19.8's pattern, call for call. Run on this model on 2 CPU ranks, it makes
+6 + 6 parameter all-gathers in every step after the first, of the same sizes in the same order.
+Its first step makes 8 in forward where yours makes 7: DeepSpeed's unit of gathering is a
+parameter, so reading `out_proj.weight` and then `out_proj.bias` gathers them one by one, where
+zerolab gathers `attn.out_proj`'s group (both) at the first read.
 """),
 md(r"""
 ## What releasing saves
 
-**Predict, then run.** `Hoarder` below gathers like yours but never releases (the engine
-releases everything at the end of backward). What is the peak of gathered elements at once
-(`params.peak_gathered_numel`) with your hooks, and with the hoarder? The groups have
-`embed` 512, `attn` 816, `attn.out_proj` 272, `mlp.0` 544, `mlp.2` 528, `mix` 256 elements.
-Write both numbers down, and say when your peak happens.
+**Predict, then run.** `Hoarder` below gathers like yours but never releases a group itself
+(the engine still does, once the group's gradient is reduced). What is the peak of gathered
+elements at once (`params.peak_gathered_numel`) with your hooks, and with the hoarder? The
+groups have `embed` 512, `attn` 816, `attn.out_proj` 272, `mlp.0` 544, `mlp.2` 528, `mix` 256
+elements. Write both numbers down, and say when your peak happens.
 """),
 code(r"""
 class Hoarder(MyHooks):
-    # gathers like yours, never releases
+    # gathers like yours, never releases after a forward or a backward
+    def __init__(self, params):
+        super().__init__(params)
+        params.after_backward = lambda ids: None
+
     def post_forward(self, module, inputs, output):
         self.frames.pop()
         if not self.frames and not self.params.in_backward:
@@ -217,38 +233,40 @@ class Hoarder(MyHooks):
         return output
 
 
-run, hoard = one_step(MyHooks), one_step(Hoarder)
-sizes = {"embed": 512, "attn": 816, "attn.out_proj": 272}
+run, hoard = two_steps(MyHooks), two_steps(Hoarder)
+sizes = {"mix": 256, "attn": 816, "attn.out_proj": 272}
 print(f"peak gathered elements: yours {run['peak']:,}; the hoarder's {hoard['peak']:,} "
       f"(the whole model: 2,928)")
 print(f"yours: {' + '.join(f'{n} {k}' for k, n in sizes.items())} = {sum(sizes.values()):,}")
-print(f"all-gathers in the step: yours {len(run['gathers'])}; the hoarder's {len(hoard['gathers'])}")
+print(f"all-gathers in step 2: yours {len(run['per_step'][1])}; the hoarder's {len(hoard['per_step'][1])}")
 """),
 md(r"""
 The hoarder holds the whole model (that is stage 2's memory for parameters) and saves the
-backward's gathers: 6 calls instead of 13. Your peak is in backward: the embedding stays
-gathered from the head's backward (the first) to its own (the last), and meets the attention's
-two groups. On a real model the gathered peak is about the largest layer plus what the tied
-embedding keeps; that is why DeepSpeed's `stage3_max_reuse_distance` and prefetch budgets
-(chapter 8) are bounds on top of it.
+backward's gathers and the tied weight's second ones: 5 calls a step instead of 12. Your peak
+is the attention's unit while the root still holds `mix`: the root's forward gathered it first
+and keeps it until the root's own forward ends. On a real model the gathered peak is about the
+largest unit plus what outer modules hold; that is why DeepSpeed's `stage3_max_reuse_distance`
+and prefetch budgets (chapter 8) are bounds on top of it.
 """),
 md(r"""
 ## What it costs on the wire
 
 **Predict, then run.** With Ψ = 2,928 fp32 parameters (no padding on 2 ranks), how many bytes
-of parameters do your all-gathers assemble in one step, counting the tied weight's second
-gather? And how many does each rank send, by chapter 2's ring convention ((N−1)/N of each
-all-gather's output)?
+of parameters do your all-gathers assemble in the second step, counting the tied weight's
+extra gathers? And how many does each rank send, by chapter 2's ring convention ((N−1)/N of
+each all-gather's output)?
 """),
 code(r"""
-run = one_step(MyHooks)
-total = sum(b for _, b in run["gathers"])
-print(f"gathered in one step: {total:,} bytes = 4 x (2 x 2,928 + 512) = {4 * (2 * 2928 + 512):,}")
+run = two_steps(MyHooks)
+total = sum(b for _, b in run["per_step"][1])
+print(f"gathered in step 2: {total:,} bytes = 4 x (2 x 2,928 + 2 x 512) = {4 * (2 * 2928 + 2 * 512):,}")
 print(f"sent by each rank: (N-1)/N x {total:,} = {total // 2:,} bytes")
 """),
 md(r"""
-2Ψ of parameters per step, plus the tied weight once more: stage 3's price for holding only a
-slice (the reduce-scatter of the gradients adds the third Ψ of chapter 3's 3Ψ).
+2Ψ of parameters per step, plus the tied weight once more in each direction: stage 3's price
+for holding only a slice (the reduce-scatter of the gradients adds the third Ψ of chapter 3's
+3Ψ). A reuse distance that spans the model would keep the embedding from the head to itself
+and save both extra gathers.
 
 ## The check
 
@@ -258,7 +276,8 @@ engine, and compares a failure on a rank (which phase raised), the peak of gathe
 order, the ledger's parameter all-gathers (calls and bytes), then the losses and the parameters
 bit for bit. Where yours differ, it names the likely mistake: gathers but never releases,
 releases before backward and never gathers again, gathers again the wrong module's groups,
-forgets the weight read outside its module, gathers a shared weight twice.
+forgets the weight read outside its module or to tie it for good, gathers a unit group by
+group, does not release after a module's backward.
 """),
 code(r"""
 from zerolab.checks.hooks3 import check_gather_hooks
@@ -268,10 +287,11 @@ check_gather_hooks(MyHooks)
 md(r"""
 ## What we measured
 
-- One step on 2 ranks: 13 parameter all-gathers, 7 in forward (the tied embedding twice) and 6
-  in backward, each released when the forward that used it ends.
-- The peak of gathered elements: 1,600 with your releases, 2,928 (the whole model) without.
-- 25,472 bytes assembled per step: 2Ψ of parameters plus the tied weight once more.
+- Two steps on 2 ranks: 13 parameter all-gathers, then 12 once the external weights are tied to
+  the modules that read them (6 in forward, 6 in backward: DeepSpeed's calls, size for size);
+  each group released after every module's forward and backward that used it.
+- The peak of gathered elements: 1,344 with your releases, 2,928 (the whole model) without.
+- 27,520 bytes assembled per step: 2Ψ of parameters plus the tied weight twice more.
 
 ## Where this lives
 
@@ -281,10 +301,11 @@ In DeepSpeed 0.19.8, `DeepSpeedZeRoOffload._register_deepspeed_module`
 prefetches), a forward hook (`post_sub_module_forward_function`: `release_sub_module`, which
 keeps a parameter used again within the reuse distance), a forward hook that wraps the outputs
 so that their first gradient runs `fetch_sub_module` for the module's backward
-(`_pre_backward_module_hook`), and a pre-hook that releases after the module's backward.
+(`_pre_backward_module_hook`), and a pre-hook that wraps the inputs so that, once all their
+gradients are in, `post_sub_module_backward_function` releases after the module's backward.
 `ZeROOrderedDict.__getitem__` replaces each module's `_parameters` to catch a parameter read
-outside its module, and `deepspeed.zero.register_external_parameter`
-(`runtime/zero/partition_parameters.py`) ties one to a module by hand. zerolab's `ModuleHooks`
+outside its module and ties it to the running module for good (`register_external_parameter`,
+`runtime/zero/partition_parameters.py`, which a model may also call by hand). zerolab's `ModuleHooks`
 also tops up the prefetch at modules with no parameters and refuses a parameter read in the loss
 (`ExternalParameterError`); your class needs neither here (no prefetch, no such read).
 

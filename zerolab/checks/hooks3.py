@@ -102,9 +102,10 @@ def run_rank(cls, steps: int = STEPS) -> dict:
         return release(g)
     ps._wait, ps._release = logged_wait, logged_release
     mark = eng.ledger.mark()
-    losses, failed, where = [], None, "forward"
+    losses, failed, where, per_step = [], None, "forward", []
     try:
         for x, y in make_batches(world, steps):
+            step_mark = eng.ledger.mark()
             rows = slice(rank * BATCH, (rank + 1) * BATCH)
             where = "forward"
             loss = loss_fn(eng(x[rows]), y[rows])
@@ -112,14 +113,13 @@ def run_rank(cls, steps: int = STEPS) -> dict:
             eng.backward(loss)
             where = "step"
             eng.step()
+            per_step.append(_param_gathers(eng.ledger.since(step_mark)))
             losses.append(float(loss.detach()))
             events.append(("step", "step", ""))
     except Exception as exc:                  # noqa: BLE001 (reported to the learner)
         failed = (where, f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
-    gathers = [(r.numel, r.bytes) for r in eng.ledger.since(mark).records
-               if r.op == "all_gather" and r.kind == "zero" and r.tag.startswith("params")]
-    out = {"losses": losses, "failed": failed, "events": events, "gathers": gathers,
-           "peak": ps.peak_gathered_numel, "params": None}
+    out = {"losses": losses, "failed": failed, "events": events, "gathers": _param_gathers(eng.ledger.since(mark)),
+           "per_step": per_step, "peak": ps.peak_gathered_numel, "params": None}
     if failed is None:
         out["params"] = {k: v.clone() for k, v in eng.full_params().items()}
     try:
@@ -127,6 +127,12 @@ def run_rank(cls, steps: int = STEPS) -> dict:
     except Exception:                        # noqa: BLE001 (a broken run may not close cleanly)
         pass
     return out
+
+
+def _param_gathers(ledger) -> list[tuple[int, int]]:
+    """(elements, bytes) of each parameter all-gather in ``ledger`` (ZeRO's calls, not the checks)."""
+    return [(r.numel, r.bytes) for r in ledger.records
+            if r.op == "all_gather" and r.kind == "zero" and r.tag.startswith("params")]
 
 
 def trial(crew, cls, steps: int = 1) -> dict:
@@ -141,10 +147,12 @@ def trial(crew, cls, steps: int = 1) -> dict:
     return res
 
 
-def summary(events: list[tuple[str, str, str]]) -> list[str]:
-    """Lines for a step's gathers (+) and releases (-), per phase (what the notebook prints)."""
+def summary(events: list[tuple[str, str, str]], step: int = 1) -> list[str]:
+    """Lines for step ``step``'s gathers (+) and releases (-), per phase (what the notebook prints)."""
     lines, cur, words = [], None, []
-    for ph, what, label in events:
+    ends = [k for k, e in enumerate(events) if e[1] == "step"]
+    start = ends[step - 2] + 1 if step > 1 else 0
+    for ph, what, label in events[start:]:
         if what == "step":
             break
         if ph != cur and words:
@@ -199,10 +207,17 @@ def _hint_for(mine: list, ref: list, failed: tuple | None) -> str:
                                                                   for e in mine):
         return T("you release a module's groups after its forward and never gather them again before "
                  "its backward: in post_forward, on_first_output_grad(output, fn) with fn unsharding them")
+    if (want is not None and want[1] == "gather" and want[2] in EXTERNAL and want[0] == "forward"
+            and ("forward", "gather", want[2]) in mine[:k]):
+        return T("you gather {name} where it is read but do not tie it to that module for good: in on_param_read "
+                 "add it to self.registered[module] too, so that from the next forward on, pre_forward gathers it "
+                 "with the module's own groups in one all-gather (DeepSpeed's register_external_parameter)",
+                 name=repr(want[2]))
     if want is not None and want[1] == "gather" and want[2] in EXTERNAL and want[0] == "forward":
         return T("you forget the external weight: {name} is read by attribute outside its own module's forward; "
-                 "gather it in on_param_read and tie it to the module running (self.frames[-1]), so that it is "
-                 "released after that forward and gathered before its backward", name=repr(want[2]))
+                 "gather it in on_param_read and tie it to the module running (self.frames[-1] now, "
+                 "self.registered for the next steps), so that it is released after that forward and gathered "
+                 "before its backward", name=repr(want[2]))
     if want is not None and want[1] == "release" and want[2] in EXTERNAL and want[0] == "forward":
         return T("{name} (read outside its own module) is not released when the forward that read it ends: in "
                  "on_param_read add it to the frame of the module running now (self.frames[-1]), whose "
@@ -217,12 +232,15 @@ def _hint_for(mine: list, ref: list, failed: tuple | None) -> str:
                  name=repr(got[2]))
     steps = [j for j, e in enumerate(mine[:k]) if e[1] == "step"]
     this_step = mine[(steps[-1] + 1 if steps else 0):k]
+    if want is not None and want[0] == "backward" and want[1] == "release":
+        return T("you do not release after a module's backward: in pre_forward, on_inputs_grad(inputs, fn) with fn "
+                 "calling params.after_backward(ids) for the module's groups and those tied to it (a tied weight "
+                 "goes after each module's backward and is gathered again for the other's)")
     if got is not None and got[1] == "gather" and (got[0], "release", got[2]) in this_step:
-        return T("a double gather: you gather {name} again in {phase} after releasing it. A weight shared by two "
-                 "modules (the tied head) is gathered once for both; in backward it stays gathered until its "
-                 "gradient is reduced (the engine releases it). Call params.unshard only (it gathers nothing when "
-                 "the group is gathered) and release only through params.after_forward", name=repr(got[2]),
-                 phase=T.text(got[0]))
+        return T("a double gather: you gather {name} again in {phase} right after releasing it, where zerolab's "
+                 "hooks keep it. Release only through params.after_forward and params.after_backward (they keep "
+                 "what the reuse distance says) and gather through params.unshard_unit (it gathers nothing that is "
+                 "gathered)", name=repr(got[2]), phase=T.text(got[0]))
     if want is not None and want[0] == "backward" and want[1] == "gather":
         if want[2] in EXTERNAL:
             return T("before a module's backward you gather its own groups but not {name}, read in its forward "
@@ -262,6 +280,11 @@ def _compare(world: int, res: dict) -> None:
     if mine["events"] != ref["events"] or mine["gathers"] != ref["gathers"]:
         n_m, n_r = len(mine["gathers"]), len(ref["gathers"])
         b_m, b_r = sum(b for _, b in mine["gathers"]), sum(b for _, b in ref["gathers"])
+        if mine["events"] == ref["events"] and n_m > n_r and b_m == b_r:
+            hint = T("the same groups, in more calls: you gather a module's groups one by one. Gather its unit (its "
+                     "own groups and those tied to it) in one all-gather, params.unshard_unit(ids), as DeepSpeed's "
+                     "fetch_sub_module does")
+            seen = T("  every gather and release as zerolab's hooks, in the same order")
         raise ExerciseCheckFailed(
             T("{where}: your gathers and releases differ from zerolab's hooks'\n  parameter all-gathers: yours "
               "{n_m} calls, {b_m:,} bytes; zerolab's {n_r} calls, {b_r:,} bytes", where=where, n_m=n_m, b_m=b_m,

@@ -194,7 +194,7 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 **轮到你了：** 在 [`exercises/zh/08_stage3_knobs.ipynb`](../../exercises/zh/08_stage3_knobs.ipynb) 里，你来选择预取、常驻、活跃参数和复用的取值，
 达成三个给定的目标（每步的 all-gather 调用次数、同一时刻收集的元素数峰值、在默认的 `stage3_prefetch_bucket_size` 下不做任何预取），
 检查程序会在 2 个 rank 上用真实的引擎运行你的取值。
-**动手搭：** 在 [`exercises/08c_gather_hooks.ipynb`](../../exercises/08c_gather_hooks.ipynb)（尚无中文版）里，你亲手把第 3 阶段的收集与释放写成模块钩子，
+**动手搭：** 在 [`exercises/zh/08c_gather_hooks.ipynb`](../../exercises/zh/08c_gather_hooks.ipynb) 里，你亲手把第 3 阶段的收集与释放写成模块钩子，
 检查程序在引擎内部、在一个带共享权重和外部使用权重的模型上运行它。
 """),
 "ch08b-00": ("300e5284faf1", r"""

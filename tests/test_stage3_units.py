@@ -1,0 +1,171 @@
+"""Stage 3 gathers what DeepSpeed 0.19.8 gathers, call by call, on models that are not plain stacks
+of layers (benchmarks/ds_reference/ds_stage3_units.py recorded DeepSpeed's calls on 2 and 3 CPU
+ranks into benchmarks/results/ds_stage3_units.json):
+
+* a module's fetch is one all-gather of its own parameters and of those tied to it;
+* a weight read outside its module (``nn.MultiheadAttention``'s ``out_proj.weight``, a root's
+  ``F.linear`` on a child's weight) is tied to the reading module for good: from the second step it
+  comes in that module's all-gather;
+* a tied weight is released after each module's backward and gathered again for the other's;
+* frozen parameters are partitioned and gathered with their module (a LoRA-style model);
+* the persistent parameters' refresh after a step is one all-gather, whatever the optimizer groups.
+
+At 2 ranks nothing is padded and the calls match element for element. At 3 ranks DeepSpeed pads
+each parameter to a multiple of the ranks where zerolab pads each module's flat group: the calls
+are the same, each at most a few elements apart (said in the README's differences).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import zerolab
+from zerolab.checks import hooks3
+
+RECORD = json.loads((Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+                     / "ds_stage3_units.json").read_text())
+VOCAB, D, SEQ = 32, 16, 6
+CONFIG = {"train_micro_batch_size_per_gpu": 2,
+          "optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9}},
+          "zero_optimization": {"stage": 3, "stage3_max_reuse_distance": 0,
+                                "stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 0}}
+
+
+class LoraNet(nn.Module):
+    """ds_stage3_units.py's LoraNet: frozen embedding and base layer, a trainable adapter."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.embed = nn.Embedding(VOCAB, D)
+        self.base = nn.Linear(D, D)
+        self.a = nn.Linear(D, 4, bias=False)
+        self.b = nn.Linear(4, D, bias=False)
+        self.norm = nn.LayerNorm(D)
+        self.head = nn.Linear(D, VOCAB)
+        for p in (*self.embed.parameters(), *self.base.parameters(), self.head.bias):
+            p.requires_grad_(False)
+
+    def forward(self, x):
+        h = self.embed(x)
+        h = self.base(h) + self.b(self.a(h))
+        return self.head(self.norm(h))
+
+
+def _model(name):
+    return hooks3.HooksNet() if name == "hooks" else LoraNet()
+
+
+def _run(name: str, steps: int = 3) -> dict:
+    world, rank = zerolab.world_size(), zerolab.rank()
+    model = _model(name)
+    shapes = {n: list(p.shape) for n, p in model.named_parameters()}
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    eng = zerolab.initialize(model, {**CONFIG, "train_batch_size": 2 * world})
+    g = torch.Generator().manual_seed(80)
+    out = {"steps": [], "losses": [], "shapes": shapes}
+    for _ in range(steps):
+        t = torch.randint(0, VOCAB, (2 * world, SEQ + 1), generator=g)
+        x, y = t[2 * rank:2 * rank + 2, :-1], t[2 * rank:2 * rank + 2, 1:]
+        calls = {}
+        m = eng.ledger.mark()
+        loss = F.cross_entropy(eng(x).reshape(-1, VOCAB), y.reshape(-1))
+        calls["forward"], m = [r.numel for r in eng.ledger.since(m).records if r.op == "all_gather"], eng.ledger.mark()
+        eng.backward(loss)
+        calls["backward"], m = [r.numel for r in eng.ledger.since(m).records if r.op == "all_gather"], eng.ledger.mark()
+        eng.step()
+        calls["step"] = [r.numel for r in eng.ledger.since(m).records if r.op == "all_gather"]
+        out["steps"].append(calls)
+        out["losses"].append(float(loss.detach()))
+    out["param_bytes"] = eng.stage.memory()["params"]
+    eng.close()                                   # every parameter whole again, frozen ones unchanged
+    named = dict(model.named_parameters())
+    out["frozen_kept"] = all(torch.equal(named[n], v) for n, v in frozen.items())
+    out["whole"] = all(list(p.shape) == shapes[n] for n, p in named.items())
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs():
+    out = {}
+    for world in (2, 3):
+        with zerolab.Crew(world, echo=False, timeout=120) as crew:
+            for name in ("hooks", "lora"):
+                out[f"{name}@{world}"] = crew.run(_run, name)[0]
+    return out
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("key", ["hooks@2", "lora@2"])
+def test_the_calls_are_deepspeeds_at_two_ranks(runs, key):
+    ds, zl = RECORD[key], runs[key]
+    assert zl["shapes"] == ds["shapes"], "the model changed since DeepSpeed's calls were recorded"
+    first = 1 if key.startswith("hooks") else 0   # (step 1: DeepSpeed gathers an external weight's parameters one by one)
+    assert zl["steps"][first:] == ds["steps"][first:]
+    assert zl["losses"] == pytest.approx(ds["losses"], rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.timeout(300)
+def test_step_one_differs_only_where_deepspeed_gathers_parameter_by_parameter(runs):
+    ds, zl = RECORD["hooks@2"]["steps"][0], runs["hooks@2"]["steps"][0]
+    assert zl["backward"] == ds["backward"]
+    # DeepSpeed: out_proj.weight (256) and out_proj.bias (16) as each is read; zerolab: the group (272) at once
+    assert ds["forward"] == [512, 816, 256, 16, 544, 528, 256, 512]
+    assert zl["forward"] == [512, 816, 272, 544, 528, 256, 512]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("key", ["hooks@3", "lora@3"])
+def test_the_calls_are_deepspeeds_up_to_padding_at_three_ranks(runs, key):
+    ds, zl = RECORD[key], runs[key]
+    first = 1 if key.startswith("hooks") else 0
+    for a, b in zip(zl["steps"][first:], ds["steps"][first:]):
+        for phase in ("forward", "backward", "step"):
+            assert len(a[phase]) == len(b[phase]), (phase, a, b)
+            # DeepSpeed pads each parameter to a multiple of 3, zerolab each module's group
+            assert all(0 <= y - x < 3 * 3 for x, y in zip(a[phase], b[phase])), (phase, a, b)
+    assert zl["losses"] == pytest.approx(ds["losses"], rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.timeout(300)
+def test_frozen_parameters_are_partitioned_and_come_back_whole(runs):
+    for world in (2, 3):
+        zl = runs[f"lora@{world}"]
+        assert zl["frozen_kept"] and zl["whole"]
+        # about 1/N of every parameter (frozen ones too) per rank, not the frozen ones whole
+        psi = sum(torch.Size(s).numel() for s in zl["shapes"].values())
+        assert zl["param_bytes"] <= 4 * (psi // world + 16)
+
+
+def _two_optimizer_groups():
+    world = zerolab.world_size()
+    model = LoraNet()
+    decay = [p for n, p in model.named_parameters() if p.requires_grad and n.endswith("weight")]
+    rest = [p for n, p in model.named_parameters() if p.requires_grad and not n.endswith("weight")]
+    opt = torch.optim.SGD([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=0.1)
+    cfg = {k: v for k, v in CONFIG.items() if k != "optimizer"} | {"train_batch_size": 2 * world}
+    cfg["zero_optimization"] = {**cfg["zero_optimization"], "stage3_param_persistence_threshold": 100}
+    eng = zerolab.initialize(model, cfg, optimizer=opt)
+    x = torch.randint(0, VOCAB, (2, SEQ))
+    eng.backward(eng(x).float().pow(2).mean())
+    m = eng.ledger.mark()
+    eng.step()
+    refresh = [(r.numel, r.tag) for r in eng.ledger.since(m).records if r.op == "all_gather"]
+    persistent = sum(g.numel for g in eng.stage.params.groups if eng.stage.params.persistent[g.index])
+    eng.close()
+    return refresh, persistent
+
+
+@pytest.mark.timeout(120)
+def test_the_persistent_refresh_is_one_all_gather_across_optimizer_groups():
+    with zerolab.Crew(2, echo=False, timeout=60) as crew:
+        refresh, persistent = crew.run(_two_optimizer_groups)[0]
+    # persistent (at most 100 elements): a.weight, b.weight, norm.weight (decay), norm.bias (no decay),
+    # base.bias and head.bias (frozen): three groups, one call
+    assert persistent == 64 + 64 + 16 + 16 + 16 + 32
+    assert len(refresh) == 1 and refresh[0][0] == persistent and refresh[0][1].startswith("params persistent")
