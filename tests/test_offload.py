@@ -133,7 +133,12 @@ def _places(tmp, stage, opt, param):
     out["shard_numel"] = sum(g.shard_numel for g in s.groups)
     out["tiles"] = len(s.home.tensors)            # Adam keeps a 4-byte step counter per tile
     out["persistent_numel"] = sum(g.padded_numel for g in s.groups if getattr(s, "persistent", [False] * 99)[g.index])
-    out["frozen"] = sum(p.numel() * p.element_size() for p in model.parameters() if not p.requires_grad)
+    ps = s.params
+    if hasattr(ps, "n_trained"):   # stage 3 partitions untrained parameters too; TinyLM's one is persistent (whole)
+        assert all(ps.persistent[g.index] for g in ps.groups[ps.n_trained:])
+        out["frozen"] = sum(2 * g.padded_numel for g in ps.groups[ps.n_trained:])
+    else:
+        out["frozen"] = sum(p.numel() * p.element_size() for p in model.parameters() if not p.requires_grad)
     engine.close()
     return out
 
