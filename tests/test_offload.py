@@ -132,7 +132,7 @@ def _places(tmp, stage, opt, param):
     s = engine.stage
     out["shard_numel"] = sum(g.shard_numel for g in s.groups)
     out["tiles"] = len(s.home.tensors)            # Adam keeps a 4-byte step counter per tile
-    out["persistent_numel"] = sum(g.padded_numel for g in s.groups if getattr(s, "persistent", [False] * 99)[g.index])
+    out["persistent_numel"] = sum(g.padded_numel for g in s.groups if getattr(s.params, "persistent", [False] * 99)[g.index])
     out["frozen"] = sum(p.numel() * p.element_size() for p in model.parameters() if not p.requires_grad)
     engine.close()
     return out

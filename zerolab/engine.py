@@ -469,14 +469,16 @@ class Engine:
         ``params_secondary``: the secondary shards alive now, counted in ``params`` too.
         ``where="host"`` / ``"nvme"``: what offload put in host memory / in files, under the
         same keys (``buffers``: NVMe swap buffers alive now, ``peak_buffers`` their most)."""
-        if where in ("host", "nvme"):
-            return self._offloaded_memory(where)
-        if where != "device":
+        if where not in ("device", "host", "nvme"):
             raise ValueError(f"memory(where): 'device', 'host' or 'nvme', not {where!r}")
-        m = self.stage.memory()
-        if self.stage.home.where == "device":
-            m["optimizer_states"] += self.optimizer_state_bytes()
+        placed = self.stage.memory().get(where, {})
+        keys = ("params", "grads", "optimizer_states", "buffers") + (() if where == "device" else ("peak_buffers",))
+        m = {k: placed.get(k, 0) for k in keys}
+        if "params_secondary" in placed:          # stage 3 with hpZ: of "params", the secondary shards
+            m["params_secondary"] = placed["params_secondary"]
         m["model_states"] = m["params"] + m["grads"] + m["optimizer_states"]
+        if where != "device":
+            return m
         m["peak_buffers"] = self.stage.peak_buffer_bytes
         m["model_buffers"] = tensor_bytes(self.module.buffers())
         if self.device.type == "cuda":
@@ -488,49 +490,7 @@ class Engine:
         """This engine's stage as three independent choices, each with the class (and module)
         that makes it: how gradients are reduced, where parameters live, where optimizer states
         live (``stage.py`` has the table for every stage)."""
-        from .reduce import reduce_mode
-        z, st = self.config.zero, self.stage
-        how = {"all_reduce": "all-reduce", "reduce": "reduce to each owner",       # DeepSpeed's choice
-               "reduce_scatter": "reduce-scatter"}[reduce_mode(st.stage, z, self.config.zerolab)]
-        if st.stage >= 2:
-            grads = f"{how} bucket by bucket during backward; each rank keeps its shard"
-        elif st.stage == 1:
-            grads = f"{how} at the accumulation boundary; each rank keeps its shard"
-        else:
-            grads = ("all-reduce " + ("during the boundary's backward (overlap_comm)" if z.overlap_comm
-                                      else "at the accumulation boundary") + "; every rank keeps all")
-        if st.stage == 3:
-            home = {"device": "on the device", "cpu": "in host memory", "nvme": "on NVMe"}[st.param_where]
-            params = f"sharded, shards {home}; gathered per module for its forward and backward"
-        else:
-            params = "replicated: every rank holds them all"
-        where = {"device": "on the device", "cpu": "in host memory, stepped there",
-                 "nvme": "on NVMe, streamed through host memory sub-group by sub-group"}[st.home.where]
-        states = ("sharded" if st.shards_optimizer else "replicated") + f", {where}"
-
-        def made_by(obj) -> str:
-            return f" [{type(obj).__name__}, {type(obj).__module__.split('.')[-1]}.py]"
-        return {"gradients": grads + made_by(st.grads), "parameters": params + made_by(st.params),
-                "optimizer states": states + made_by(st.home)}
-
-    def _offloaded_memory(self, where: str) -> dict[str, int]:
-        stage, home = self.stage, self.stage.home
-        m = dict.fromkeys(("params", "grads", "optimizer_states", "buffers", "peak_buffers"), 0)
-        if where == "host":
-            m["params"] = stage.param_bytes_on("host")
-            if getattr(stage.params, "hpz", None) and stage.params.hpz.on:   # hpZ with offload_param cpu
-                m["params_secondary"] = stage.params.secondary_bytes("host")
-            m["grads"] = tensor_bytes(stage.grad_shards) if stage.grads_on_host else 0
-            if home.where == "cpu":
-                m["optimizer_states"] = home.optimizer_bytes()
-            elif home.where == "nvme":
-                m["buffers"] = home.optimizer_bytes()
-                m["peak_buffers"] = home.swap_peak_bytes
-        else:
-            m["params"] = stage.param_bytes_on("nvme")
-            m["optimizer_states"] = home.file_bytes()
-        m["model_states"] = m["params"] + m["grads"] + m["optimizer_states"]
-        return m
+        return self.stage.describe()
 
     def __repr__(self) -> str:
         return (f"Engine(stage={self.config.zero.stage}, world_size={self.comm.world_size}, "
