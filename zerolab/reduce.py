@@ -60,24 +60,7 @@ from .qgz import QuantizedReduce
 from .switches import LiveBuffers, ReduceSpec
 
 __all__ = ["GradReducer", "AllReduceAtBoundary", "ReduceScatterAtBoundary", "ReduceScatterInBackward",
-           "QuantizedReduce", "reduce_mode", "STAGE0_BUCKET"]
-
-STAGE0_BUCKET = 500_000_000       # DeepSpeed's MEMORY_OPT_ALLREDUCE_SIZE: stage 0's all-reduce buckets
-
-
-def reduce_mode(stage: int, zero, zerolab) -> str:
-    """The collective that reduces one bucket, as DeepSpeed 0.19.8 picks it for these keys:
-    "all_reduce", "reduce" (one per owner) or "reduce_scatter"."""
-    if stage == 0:
-        return "all_reduce"
-    if stage == 3:
-        return "reduce_scatter" if zero.reduce_scatter else "all_reduce"
-    if zerolab.ideal_reduce_scatter:
-        return "reduce_scatter"
-    if zero.reduce_scatter and not zero.use_multi_rank_bucket_allreduce:
-        return "reduce"
-    return "all_reduce"
-
+           "QuantizedReduce"]
 
 class GradReducer(BucketCollectives):
     """Bucket order and the collectives, shared by the three switches. A switch defines

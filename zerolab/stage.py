@@ -54,11 +54,27 @@ from .gather import GatheredParams
 from .memory import largest_layer_params, tensor_bytes
 from .offload import ParamWriter, make_state_home
 from .params import ReplicatedParams
-from .reduce import (STAGE0_BUCKET, AllReduceAtBoundary, ReduceScatterAtBoundary, ReduceScatterInBackward,
-                     reduce_mode)
-from .switches import GradSwitch, LiveBuffers, add_memory, ParamSwitch, ReduceSpec, StateSwitch
+from .reduce import AllReduceAtBoundary, ReduceScatterAtBoundary, ReduceScatterInBackward
+from .switches import GradSwitch, LiveBuffers, ParamSwitch, ReduceSpec, StateSwitch, add_memory
 
-__all__ = ["Stage", "SWITCHES", "UnusedParameterError", "reduce_spec"]
+__all__ = ["Stage", "SWITCHES", "UnusedParameterError", "reduce_spec", "reduce_mode", "STAGE0_BUCKET"]
+
+STAGE0_BUCKET = 500_000_000       # DeepSpeed's MEMORY_OPT_ALLREDUCE_SIZE: stage 0's all-reduce buckets
+
+
+def reduce_mode(stage: int, zero, zerolab) -> str:
+    """The collective that reduces one bucket, as DeepSpeed 0.19.8 picks it for these keys:
+    "all_reduce", "reduce" (one per owner) or "reduce_scatter"."""
+    if stage == 0:
+        return "all_reduce"
+    if stage == 3:
+        return "reduce_scatter" if zero.reduce_scatter else "all_reduce"
+    if zerolab.ideal_reduce_scatter:
+        return "reduce_scatter"
+    if zero.reduce_scatter and not zero.use_multi_rank_bucket_allreduce:
+        return "reduce"
+    return "all_reduce"
+
 
 # stage -> (how gradients are reduced, where parameters live, optimizer states sharded?)
 SWITCHES = {
