@@ -19,9 +19,14 @@ collectives move them. It is made of three parts, each in its own module:
            backward (qgZ: quantized all-to-all)
     =====  ==========================================  ==================================  =========
 
-and where the optimizer states live (device, host, NVMe: ``offload.py``) is a fourth choice
-that any stage from 1 up (and stage 0 on the device) can make. ``engine.switches()`` prints
-the table for one engine.
+and where the optimizer states live (device, host, NVMe: ``offload.py``, in a ``store.py``
+shard store) is a fourth choice that any stage from 1 up (and stage 0 on the device) can make.
+``engine.switches()`` prints the table for one engine (each switch's ``describe()``).
+
+Each switch is typed by a ``Protocol`` in ``switches.py`` and built here from what it needs:
+the parameter switch first (it makes the flat groups), then the state home over the part each
+rank steps, then the gradient switch (its ``ReduceSpec``: :func:`reduce_spec`; it asks the
+home where the reduced shards go). Stage 3's ``GatheredParams`` still reads the Stage.
 
 The lifecycle of one step, in the order the engine calls it (FSDP2's names where they fit):
 
