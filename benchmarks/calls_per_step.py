@@ -39,7 +39,7 @@ def prefetch_one(prefetch):
     recs = engine.ledger.since(mark).records
     checks = sum(1 for r in recs if r.tag.startswith("check "))
     gathers = sum(1 for r in recs if r.op == "all_gather" and r.tag.startswith("params"))
-    out = (prefetch, checks, gathers, engine.stage.prefetches - before, engine.stage.peak_gathered_numel)
+    out = (prefetch, checks, gathers, engine.stage.prefetches - before, engine.stage.params.peak_gathered_numel)
     engine.close()
     return out
 

@@ -56,7 +56,7 @@ def measure(stage, prec, gas, persist, reuse=0, extra=None):
     train_engine(engine, batches[1:], mse_loss)
     step = engine.ledger.since(mark)
     groups = engine.stage.groups
-    persistent = getattr(engine.stage, "persistent", [False] * len(groups))
+    persistent = getattr(engine.stage.params, "persistent", [False] * len(groups))
     return {"memory": engine.memory(),
             "psi": sum(g.numel for g in groups),
             "padded": sum(g.padded_numel for g in groups),

@@ -163,8 +163,8 @@ def persistence(threshold, cap):
     engine = zerolab.initialize(TinyLM(), cfg(3, zerolab.world_size(), stage3_param_persistence_threshold=threshold,
                                               stage3_model_persistence_threshold=cap))
     st = engine.stage
-    kept = [n for g in st.groups if st.persistent[g.index] for n in g.names]
-    return kept, sum(len(g.params) for g in st.groups if st.persistent[g.index])
+    kept = [n for g in st.groups if st.params.persistent[g.index] for n in g.names]
+    return kept, sum(len(g.params) for g in st.groups if st.params.persistent[g.index])
 
 
 def test_stage3_persistence_is_decided_per_parameter_with_a_model_cap():

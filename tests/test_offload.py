@@ -132,7 +132,7 @@ def _places(tmp, stage, opt, param):
     s = engine.stage
     out["shard_numel"] = sum(g.shard_numel for g in s.groups)
     out["tiles"] = len(s.home.tensors)            # Adam keeps a 4-byte step counter per tile
-    out["persistent_numel"] = sum(g.padded_numel for g in s.groups if getattr(s, "persistent", [False] * 99)[g.index])
+    out["persistent_numel"] = sum(g.padded_numel for g in s.groups if getattr(s.params, "persistent", [False] * 99)[g.index])
     ps = s.params
     if hasattr(ps, "n_trained"):   # stage 3 partitions untrained parameters too; TinyLM's one is persistent (whole)
         assert all(ps.persistent[g.index] for g in ps.groups[ps.n_trained:])

@@ -62,7 +62,7 @@ def _tinylm(prefetch, steps=4, own=None, **zero):
                     and st._inflight_numel() == sum(st.groups[j].padded_numel for j in st._inflight) == 0)
     out = {"params": engine.full_params(), "checks": checks, "gathered_bytes": gathered, "calls": calls,
            "counts_agree": counts_agree,
-           "prefetches": engine.stage.prefetches, "peak": engine.stage.peak_gathered_numel,
+           "prefetches": engine.stage.prefetches, "peak": engine.stage.params.peak_gathered_numel,
            "largest": max(g.padded_numel for g in engine.stage.groups)}
     engine.close()
     return out

@@ -82,7 +82,7 @@ def _run(name: str, steps: int = 3) -> dict:
         calls["step"] = [r.numel for r in eng.ledger.since(m).records if r.op == "all_gather"]
         out["steps"].append(calls)
         out["losses"].append(float(loss.detach()))
-    out["param_bytes"] = eng.stage.memory()["params"]
+    out["param_bytes"] = eng.memory("device")["params"]
     eng.close()                                   # every parameter whole again, frozen ones unchanged
     named = dict(model.named_parameters())
     out["frozen_kept"] = all(torch.equal(named[n], v) for n, v in frozen.items())

@@ -60,12 +60,8 @@ class Budget:
         self.cuda = engine.device.type == "cuda"
         self._states: dict[str, int] | None = None   # model-state bytes, measured once per phase
         self._module_ptrs: set[int] = set()          # the model's parameter storages, at forward start
-        stage = engine.stage
-        if stage.stage == 3:                      # its parameters are released already
-            self.largest_layer = max((g.numel for g in stage.groups), default=0)
-        else:
-            from .memory import largest_layer_params
-            self.largest_layer = largest_layer_params(engine.module)
+        # the most elements one module gathers (measured by the stage while they were whole)
+        self.largest_layer = engine.stage.largest_unit
 
     # -- counting ----------------------------------------------------------------------------
     def pack(self, t: torch.Tensor):

@@ -15,14 +15,13 @@ which collectives move them.
 from __future__ import annotations
 
 import math
-import warnings
-import weakref
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from . import crew
+from .attach import (Attached, as_groups, close_previous_engine, current_device, forget_live, only_the_optimizers,
+                     refuse_compiled, register_live, sync_untrained_state, warn_ignored_settings)
 from .comm import Comm, Ledger
 from .config import Config, load_config
 from .loss_scaler import make_loss_scaler
@@ -63,77 +62,6 @@ def initialize(model: nn.Module, config, optimizer=None, *, broadcast_buffers: b
                   device_budget=device_budget, param_groups=param_groups)
 
 
-# id(model) -> (weak model, weak engine, what the engine attached): the live engine of each model,
-# for "one per model". The attachments are held strongly: they stay on the model (hooks) even
-# when nobody keeps the engine, and a new engine must take them off.
-_LIVE: dict[int, tuple] = {}
-_WARNED: set[str] = set()                 # no-effect settings already warned about, per process
-
-
-def _current_device() -> torch.device:
-    try:
-        return crew.rank_info().device
-    except RuntimeError:
-        return torch.device("cpu")
-
-
-def _as_groups(param_groups) -> list[dict]:
-    """torch's parameter groups (dicts with "params"), or a plain iterable of tensors (one group)."""
-    groups = list(param_groups)
-    if not groups or not all(isinstance(g, dict) for g in groups):
-        if any(isinstance(g, dict) for g in groups):
-            raise ValueError("param_groups mixes dicts and tensors: give a list of dicts with 'params'")
-        groups = [{"params": groups}]
-    out = []
-    for g in groups:
-        ps = g["params"]
-        ps = [ps] if torch.is_tensor(ps) else list(ps)
-        out.append({**g, "params": ps})
-    seen = set()
-    for g in out:
-        for p in g["params"]:
-            if id(p) in seen:
-                raise ValueError("a parameter appears in more than one parameter group")
-            seen.add(id(p))
-    return out
-
-
-def _refuse_compiled(model: nn.Module) -> None:
-    """Stage 3 gathers each module's parameters in forward hooks and swaps ``param.data``, which
-    torch.compile cannot trace (dynamo fails deep inside with "already tracked for mutation")."""
-    compiled = getattr(getattr(torch, "_dynamo", None), "eval_frame", None)
-    kind = getattr(compiled, "OptimizedModule", None)
-    names = [n or "the model" for n, m in model.named_modules() if kind is not None and isinstance(m, kind)]
-    if names:
-        raise ValueError(
-            f"ZeRO stage 3 cannot run a torch.compile'd module ({names[0]}): stage 3 gathers and "
-            "releases each module's parameters in module hooks, which the compiler cannot trace. "
-            "Pass the model before torch.compile, or use ZeRO stage 0-2 (they run compiled models "
-            "unchanged)")
-
-
-def _drop_grad(p: torch.Tensor) -> None:
-    p.grad = None
-
-
-class _Attached:
-    """What an engine leaves on its model (the stage's hooks and buffers, the hooks that drop
-    untrained gradients), closable without the engine."""
-
-    def __init__(self, stage, hooks: list):
-        self.stage, self.hooks = stage, hooks
-
-    @property
-    def closed(self) -> bool:
-        return self.stage.closed
-
-    def close(self) -> None:
-        self.stage.close()
-        for h in self.hooks:
-            h.remove()
-        self.hooks.clear()
-
-
 class Engine:
     def __init__(self, model: nn.Module, config, optimizer=None, *, broadcast_buffers: bool = False,
                  lr_scheduler=None, device_budget=None, param_groups=None):
@@ -143,12 +71,12 @@ class Engine:
         self.timeline = Timeline()               # forward / backward / step spans, every collective
         self.comm = Comm(timeline=self.timeline) # its ledger records every collective we issue
         self.config: Config = load_config(config, self.comm.world_size)
-        self._close_previous_engine(model)
-        self._warn_ignored_settings()
+        close_previous_engine(model, self.comm.rank)
+        warn_ignored_settings(self.config, self.comm.rank)
         zero = self.config.zero
         if zero.stage == 3:
-            _refuse_compiled(model)
-        self.device = _current_device()
+            refuse_compiled(model)
+        self.device = current_device()
         self.dtype = self.config.compute_dtype
         self.module = model.to(device=self.device, dtype=self.dtype)
         cdt = self.config.communication_data_type
@@ -162,13 +90,13 @@ class Engine:
             param_groups = optimizer.param_groups
         group_of, group_hps = {}, [{}]
         if param_groups is not None:
-            param_groups = _as_groups(param_groups)
-            named = self._only_the_optimizers(model, named, param_groups)
+            param_groups = as_groups(param_groups)
+            named = only_the_optimizers(model, named, param_groups, self._untrained_hooks, self.comm.rank)
             group_of = {id(p): k for k, pg in enumerate(param_groups) for p in pg["params"]}
             group_hps = [{k: v for k, v in pg.items() if k != "params"} for pg in param_groups]
         if not named:
             raise ValueError("the model has no trainable parameters")
-        self._sync_untrained_state(named)
+        sync_untrained_state(self.module, named, self.comm)
         self.stage = Stage(model, named, self.comm, zero, self.dtype, self.comm_dtype,
                            self.device, zerolab=self.config.zerolab, opt_groups=(group_of, group_hps))
         self.optimizer = build_optimizer(optimizer, self.config.optimizer, self.stage.home.optimizer_params,
@@ -185,35 +113,13 @@ class Engine:
         self.closed = False
         self._buffer_hook = (model.register_forward_pre_hook(self._broadcast_buffers)
                              if broadcast_buffers and any(True for _ in model.buffers()) else None)
-        _LIVE[id(model)] = (weakref.ref(model), weakref.ref(self), _Attached(self.stage, self._untrained_hooks))
+        register_live(model, self, Attached(self.stage, self._untrained_hooks))
         self.budget = None
         if device_budget is not None:
             from .budget import Budget
             self.budget = Budget(self, device_budget)
             self.stage.budget_check = self.budget.check
             self.budget.check("set-up (model states)", fresh=True)
-
-    def _close_previous_engine(self, model: nn.Module) -> None:
-        entry = _LIVE.get(id(model))
-        if not entry or entry[0]() is not model:
-            return
-        old, attached = entry[1](), entry[2]
-        if (old is not None and not old.closed) or (old is None and not attached.closed):
-            if self.comm.rank == 0:
-                warnings.warn("this model already had a zerolab engine: it is closed now (its hooks "
-                              "removed, the model given its full current weights), and the new engine "
-                              "starts from them", stacklevel=4)
-            if old is not None:
-                old.close()
-            else:                                 # the engine is gone, its hooks are not
-                attached.close()
-
-    def _warn_ignored_settings(self) -> None:
-        ignored = getattr(self.config, "ignored_settings", None)
-        for key, why in (ignored() if ignored else []):
-            if key not in _WARNED and self.comm.rank == 0:
-                _WARNED.add(key)
-                warnings.warn(f"{key} has no effect in zerolab: {why}", stacklevel=4)
 
     def _broadcast_buffers(self, module, inputs) -> None:
         if module.training:
@@ -228,14 +134,12 @@ class Engine:
         value again, so the model can be used on its own or given to a new engine."""
         if self.closed:
             return
-        _Attached(self.stage, self._untrained_hooks).close()
+        Attached(self.stage, self._untrained_hooks).close()
         if self._buffer_hook is not None:
             self._buffer_hook.remove()
         self.optimizer.state.clear()
         self.closed = True
-        entry = _LIVE.get(id(self.module))
-        if entry and entry[1]() is self:
-            del _LIVE[id(self.module)]
+        forget_live(self.module, self)
 
     def __enter__(self) -> "Engine":
         return self
@@ -252,40 +156,6 @@ class Engine:
         """Stage 3: gather ``param`` whenever ``module``'s forward runs (DeepSpeed's call of the
         same name). Parameters read by attribute inside a forward need no registration."""
         self.stage.register_external_parameter(module, param)
-
-    # -- set-up -----------------------------------------------------------------------
-    def _only_the_optimizers(self, model, named, param_groups) -> list:
-        """An optimizer built over some of the parameters trains those alone, as in DeepSpeed:
-        the other ``requires_grad`` parameters are left as they are (their gradients dropped as
-        autograd makes them, so they neither change nor pile up)."""
-        mine = {id(p) for g in param_groups for p in g["params"]}
-        frozen = [n for n, p in model.named_parameters() if id(p) in mine and not p.requires_grad]
-        if frozen:
-            raise ValueError(f"the optimizer's parameter groups hold frozen parameters ({frozen[0]!r}): "
-                             "leave them out, or set requires_grad=True")
-        stray = mine - {id(p) for p in model.parameters()}
-        if stray:
-            raise ValueError(f"the optimizer holds {len(stray)} tensor(s) that are not parameters of the "
-                             "model given to initialize: build it over model.parameters() (or some of them)")
-        left = [(n, p) for n, p in named if id(p) not in mine]
-        if left:
-            for _, p in left:
-                self._untrained_hooks.append(p.register_post_accumulate_grad_hook(_drop_grad))
-            if self.comm.rank == 0:
-                print(f"zerolab: {len(left)} parameter(s) with requires_grad are not in the optimizer "
-                      f"({', '.join(repr(n) for n, _ in left[:3])}{', ...' if len(left) > 3 else ''}): "
-                      "they are not trained, as in DeepSpeed")
-        return [(n, p) for n, p in named if id(p) in mine]
-
-    def _sync_untrained_state(self, named) -> None:
-        """Frozen parameters and module buffers start equal on every rank (rank 0's)."""
-        trainable = {id(p) for _, p in named}
-        with self.comm.ledger.paused():
-            for p in self.module.parameters():
-                if id(p) not in trainable:
-                    self.comm.broadcast(p.data, 0)
-            for b in self.module.buffers():
-                self.comm.broadcast(b.data, 0)
 
     # -- the training step -------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -469,14 +339,16 @@ class Engine:
         ``params_secondary``: the secondary shards alive now, counted in ``params`` too.
         ``where="host"`` / ``"nvme"``: what offload put in host memory / in files, under the
         same keys (``buffers``: NVMe swap buffers alive now, ``peak_buffers`` their most)."""
-        if where in ("host", "nvme"):
-            return self._offloaded_memory(where)
-        if where != "device":
+        if where not in ("device", "host", "nvme"):
             raise ValueError(f"memory(where): 'device', 'host' or 'nvme', not {where!r}")
-        m = self.stage.memory()
-        if self.stage.home.where == "device":
-            m["optimizer_states"] += self.optimizer_state_bytes()
+        placed = self.stage.memory().get(where, {})
+        keys = ("params", "grads", "optimizer_states", "buffers") + (() if where == "device" else ("peak_buffers",))
+        m = {k: placed.get(k, 0) for k in keys}
+        if "params_secondary" in placed:          # stage 3 with hpZ: of "params", the secondary shards
+            m["params_secondary"] = placed["params_secondary"]
         m["model_states"] = m["params"] + m["grads"] + m["optimizer_states"]
+        if where != "device":
+            return m
         m["peak_buffers"] = self.stage.peak_buffer_bytes
         m["model_buffers"] = tensor_bytes(self.module.buffers())
         if self.device.type == "cuda":
@@ -488,49 +360,7 @@ class Engine:
         """This engine's stage as three independent choices, each with the class (and module)
         that makes it: how gradients are reduced, where parameters live, where optimizer states
         live (``stage.py`` has the table for every stage)."""
-        from .reduce import reduce_mode
-        z, st = self.config.zero, self.stage
-        how = {"all_reduce": "all-reduce", "reduce": "reduce to each owner",       # DeepSpeed's choice
-               "reduce_scatter": "reduce-scatter"}[reduce_mode(st.stage, z, self.config.zerolab)]
-        if st.stage >= 2:
-            grads = f"{how} bucket by bucket during backward; each rank keeps its shard"
-        elif st.stage == 1:
-            grads = f"{how} at the accumulation boundary; each rank keeps its shard"
-        else:
-            grads = ("all-reduce " + ("during the boundary's backward (overlap_comm)" if z.overlap_comm
-                                      else "at the accumulation boundary") + "; every rank keeps all")
-        if st.stage == 3:
-            home = {"device": "on the device", "cpu": "in host memory", "nvme": "on NVMe"}[st.param_where]
-            params = f"sharded, shards {home}; gathered per module for its forward and backward"
-        else:
-            params = "replicated: every rank holds them all"
-        where = {"device": "on the device", "cpu": "in host memory, stepped there",
-                 "nvme": "on NVMe, streamed through host memory sub-group by sub-group"}[st.home.where]
-        states = ("sharded" if st.shards_optimizer else "replicated") + f", {where}"
-
-        def made_by(obj) -> str:
-            return f" [{type(obj).__name__}, {type(obj).__module__.split('.')[-1]}.py]"
-        return {"gradients": grads + made_by(st.grads), "parameters": params + made_by(st.params),
-                "optimizer states": states + made_by(st.home)}
-
-    def _offloaded_memory(self, where: str) -> dict[str, int]:
-        stage, home = self.stage, self.stage.home
-        m = dict.fromkeys(("params", "grads", "optimizer_states", "buffers", "peak_buffers"), 0)
-        if where == "host":
-            m["params"] = stage.param_bytes_on("host")
-            if getattr(stage.params, "hpz", None) and stage.params.hpz.on:   # hpZ with offload_param cpu
-                m["params_secondary"] = stage.params.secondary_bytes("host")
-            m["grads"] = tensor_bytes(stage.grad_shards) if stage.grads_on_host else 0
-            if home.where == "cpu":
-                m["optimizer_states"] = home.optimizer_bytes()
-            elif home.where == "nvme":
-                m["buffers"] = home.optimizer_bytes()
-                m["peak_buffers"] = home.swap_peak_bytes
-        else:
-            m["params"] = stage.param_bytes_on("nvme")
-            m["optimizer_states"] = home.file_bytes()
-        m["model_states"] = m["params"] + m["grads"] + m["optimizer_states"]
-        return m
+        return self.stage.describe()
 
     def __repr__(self) -> str:
         return (f"Engine(stage={self.config.zero.stage}, world_size={self.comm.world_size}, "

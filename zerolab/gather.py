@@ -356,6 +356,20 @@ class GatheredParams:
                      if self.where == "device" and not self.persistent[g.index]]
         return tensor_bytes([*on_device, *persistent]) + self.secondary_bytes("device")
 
+    def describe(self) -> str:
+        """For ``engine.switches()`` (the ParamSwitch protocol, ``switches.py``)."""
+        home = {"device": "on the device", "cpu": "in host memory", "nvme": "on NVMe"}[self.where]
+        return f"sharded, shards {home}; gathered per module for its forward and backward"
+
+    def memory(self) -> dict[str, dict[str, int]]:
+        """Bytes by place, under ``engine.memory(where)``'s keys (the ParamSwitch protocol)."""
+        m = {"device": {"params": self.device_bytes()}, "host": {"params": self.bytes_on("host")},
+             "nvme": {"params": self.bytes_on("nvme")}}
+        if self.hpz.on:                           # of "params", hpZ's secondary shards
+            m["device"]["params_secondary"] = self.secondary_bytes("device")
+            m["host"]["params_secondary"] = self.secondary_bytes("host")
+        return m
+
     def remove_hooks(self) -> None:
         self._finish_inflight()
         if self.hooks is not None:

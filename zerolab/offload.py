@@ -11,6 +11,9 @@ its parameters (the *register*) and the optimizer's moments, and runs the step:
     nvme     masters and moments in files under ``nvme_path``, brought into host memory one
              sub-group at a time                                        (ZeRO-Infinity)
 
+Where they live is a shard store (``store.py``: ``DeviceShards``, ``HostShards``,
+``NvmeShards``); with files, :class:`~zerolab.store.SwapSubGroups` moves each sub-group in and out.
+
 The step is tiled into sub-groups of at most ``sub_group_size`` elements (DeepSpeed's key):
 for each sub-group the gradient is copied down and unscaled, the optimizer steps it, and the
 updated values are copied up into the stage's own parameter shard (cast to the model dtype).
@@ -27,15 +30,15 @@ an optimizer built with ``fused=True``).
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future
 
 import torch
 
 from .flat import pack_sizes
 from .memory import tensor_bytes
 from .nvme import NvmeStore
+from .store import InMemory, ShardStore, SwapSubGroups, shard_store
 
-__all__ = ["StateHome", "make_state_home", "tile_ranges"]
+__all__ = ["StateHome", "ParamWriter", "make_state_home", "tile_ranges"]
 
 
 def tile_ranges(numel: int, size: int) -> list[tuple[int, int]]:
@@ -59,29 +62,42 @@ def _param_pieces(g, numel: int, sharded: bool) -> list[tuple[int, int]]:
     return out or [(0, numel)]
 
 
-def _pinned(numel: int, dtype: torch.dtype, pin: bool) -> torch.Tensor:
-    t = torch.empty(numel, dtype=dtype)
-    if pin and torch.cuda.is_available():
-        t = t.pin_memory()
-    return t
+class ParamWriter:
+    """What a home writes the step's values through: the parameter switch's ``write``, in the
+    model's dtype. (Exercise 5's contract calls it ``home.stage.write_params``.)"""
+
+    def __init__(self, params, dtype: torch.dtype):
+        self.params, self.dtype = params, dtype
+
+    def write_params(self, i: int, start: int, values: torch.Tensor) -> None:
+        """The optimizer updated ``values`` (fp32) of group ``i``'s owned part from ``start``:
+        put them into this rank's parameters, in the model dtype."""
+        self.params.write(i, start, values)
 
 
 class StateHome:
-    """This rank's optimizer-side state, on ``where`` = "device", "cpu" or "nvme".
+    """This rank's optimizer-side state, in a shard store (``store.py``: the device, host memory
+    or NVMe files).
 
     ``owned``: per group, the stage's own parameter shard that the step updates (a view into
-    the stage's storage, model dtype); the stage writes values through ``stage.write_params``.
+    the parameter switch's storage, model dtype); the values are written through ``writer``
+    (a :class:`ParamWriter`). ``groups``: the flat groups (their parameter pieces, for
+    ``sub_group_size`` 0, and their optimizer groups); ``sharded``: ``owned`` is a shard of each
+    group (stages 1-3), not all of it; ``copies_needed``: the masters cannot be the parameters
+    themselves (mixed precision, or parameters that leave the device).
     """
 
-    def __init__(self, stage, owned: list[torch.Tensor], where: str = "device", *,
-                 sub_group_size: int = 1_000_000_000, pin_memory: bool = False, nvme: "NvmeStore | None" = None,
-                 pipeline_read: bool = False, pipeline_write: bool = False):
-        self.stage, self.where = stage, where
-        self.pin = pin_memory
-        self.nvme = nvme
-        self.pipeline_read, self.pipeline_write = pipeline_read, pipeline_write
+    def __init__(self, owned: list[torch.Tensor], groups, store: ShardStore, writer, *, sharded: bool = True,
+                 copies_needed: bool = True, sub_group_size: int = 1_000_000_000, opt_group_hps=None,
+                 pipeline_read: bool = False, pipeline_write: bool = False, timeline=None):
+        self.store, self.writer, self.groups = store, writer, groups
+        self.where, self.pin = store.where, store.pin
+        self.sharded = sharded
+        self.opt_group_hps = opt_group_hps or [{}]
+        self.budget_check = None                  # the engine's device budget, when it has one
+        self.timeline = None if store.on_device else timeline   # host steps are spans of their own
         # masters are separate fp32 tensors unless the parameters are fp32 and stay on the device
-        self.copies = stage.mixed or where != "device" or stage.param_where != "device"
+        self.copies = copies_needed or not store.on_device
         # tiles[j] = (group index, start, end); tensors[j] the tensor the optimizer steps
         self.tiles: list[tuple[int, int, int]] = []
         self.tensors: list[torch.Tensor] = []
@@ -89,10 +105,10 @@ class StateHome:
         for i, own in enumerate(owned):
             # on the device a tile is a whole group (nothing to swap, no reason to cut);
             # offloaded, groups are cut so that a sub-group never exceeds sub_group_size
-            if where == "device":
+            if store.on_device:
                 ranges = [(0, own.numel())]
             elif sub_group_size <= 0:                   # DeepSpeed: every parameter a sub-group of its own
-                ranges = _param_pieces(stage.groups[i], own.numel(), stage.shards_optimizer)
+                ranges = _param_pieces(groups[i], own.numel(), sharded)
             else:
                 ranges = tile_ranges(own.numel(), sub_group_size)
             self.group_tiles.append([])
@@ -100,38 +116,46 @@ class StateHome:
                 src = own[a:b].detach()
                 if not self.copies:
                     t = src                                     # the parameters themselves
-                elif where == "device":
+                elif store.on_device:
                     t = src.float().clone()
                 else:
-                    t = _pinned(b - a, torch.float32, pin_memory)
+                    t = store.buffer(b - a, torch.float32)
                     t.copy_(src)
                 self.group_tiles[i].append(len(self.tiles))
                 self.tiles.append((i, a, b))
                 self.tensors.append(t)
         self.sub_groups = pack_sizes([b - a for _, a, b in self.tiles], sub_group_size)
-        self.state_keys: dict[int, list[str]] = {}   # nvme: tensor states of each tile, once known
-        self.swap_peak_bytes = 0
-        if where == "nvme":
-            for j, t in enumerate(self.tensors):
-                self.nvme.write(j, "master", t).result()
-                self.tensors[j].data = torch.empty(0)
+        self.swap = InMemory() if store.resident else SwapSubGroups(self, pipeline_read, pipeline_write)
         self.optimizer = None
+
+    @property
+    def stage(self) -> ParamWriter:
+        """Exercise 5's name for :attr:`writer` (``home.stage.write_params(i, a, values)``)."""
+        return self.writer
+
+    @property
+    def nvme(self) -> NvmeStore | None:
+        """The files of the NVMe store (None in memory)."""
+        return self.store.files
+
+    @property
+    def swap_peak_bytes(self) -> int:
+        return self.swap.peak_bytes
 
     # -- the optimizer ----------------------------------------------------------------------
     @property
     def optimizer_params(self) -> list:
         """What the optimizer is built over: the tiles, or, when the optimizer has parameter groups,
         one group per parameter group (its tiles and its own settings)."""
-        hps = getattr(self.stage, "opt_group_hps", [{}])      # (a stand-in stage has one group)
+        hps = self.opt_group_hps
         if len(hps) == 1 and not hps[0]:
             return self.tensors
-        groups = self.stage.groups
-        return [{**hp, "params": [t for (i, _, _), t in zip(self.tiles, self.tensors) if groups[i].opt_group == k]}
+        return [{**hp, "params": [t for (i, _, _), t in zip(self.tiles, self.tensors) if self.groups[i].opt_group == k]}
                 for k, hp in enumerate(hps)]
 
     def attach(self, optimizer: torch.optim.Optimizer) -> None:
         self.optimizer = optimizer
-        if self.where != "device":
+        if not self.store.on_device:
             for pg in optimizer.param_groups:     # the fastest bit-exact form on the host
                 if pg.get("foreach") is None and not pg.get("fused"):
                     pg["foreach"] = True
@@ -140,95 +164,38 @@ class StateHome:
         """Step every sub-group with ``grads`` (aligned with the groups, any dtype and device)
         divided by ``combined`` (loss scale x clipping factor), and write the results up."""
         inv = 1.0 / combined
-        reads: dict[int, list[Future]] = {}
-        writes: list[Future] = []
-        if self.where == "nvme":
-            reads[0] = self._read_sub_group(0)
-        timeline = getattr(self.stage.comm, "timeline", None) if self.where != "device" else None
+        self.swap.begin()
         for k, sg in enumerate(self.sub_groups):
             t0 = time.perf_counter()
-            if self.where == "nvme":
-                if self.pipeline_read and k + 1 < len(self.sub_groups):
-                    reads[k + 1] = self._read_sub_group(k + 1)
-                for f in reads.pop(k):
-                    f.result()
-                self._note_swap()
+            self.swap.bring_in(k)
             for j in sg:
                 i, a, b = self.tiles[j]
                 g = grads[i][a:b].to(self.tensors[j].device, torch.float32, non_blocking=True)
                 self.tensors[j].grad = g * inv if inv != 1.0 else g.clone()
             optimizer.step()
-            if self.where == "device" and self.stage.budget_check is not None:
-                self.stage.budget_check("the optimizer step", fresh=True)   # Adam's moments appear now
+            if self.store.on_device and self.budget_check is not None:
+                self.budget_check("the optimizer step", fresh=True)   # Adam's moments appear now
             for j in sg:
                 t = self.tensors[j]
                 t.grad = None
                 if self.copies:
                     i, a, b = self.tiles[j]
                     self.stage.write_params(i, a, t)
-            if self.where == "nvme":
-                ws = self._write_sub_group(sg)
-                if self.pipeline_write:
-                    writes.extend(ws)
-                else:
-                    for f in ws:
-                        f.result()
-                if not self.pipeline_read and k + 1 < len(self.sub_groups):
-                    reads[k + 1] = self._read_sub_group(k + 1)
-            if timeline is not None:
-                timeline.add("host", f"host step sub-group {k}", t0, time.perf_counter())
-        for f in writes:
-            f.result()
-
-    # -- NVMe: swap a sub-group in and out --------------------------------------------------
-    def _read_sub_group(self, k: int) -> list[Future]:
-        futures = []
-        for j in self.sub_groups[k]:
-            n = self.tiles[j][2] - self.tiles[j][1]
-            buf = _pinned(n, torch.float32, self.pin)
-            futures.append(self.nvme.read(j, "master", buf))
-            self.tensors[j].data = buf
-            st = self.optimizer.state.get(self.tensors[j]) if self.optimizer is not None else None
-            for key in self.state_keys.get(j, []):
-                sbuf = _pinned(n, st[key].dtype, self.pin)
-                futures.append(self.nvme.read(j, key, sbuf))
-                st[key] = sbuf
-        return futures
-
-    def _write_sub_group(self, sg: list[int]) -> list[Future]:
-        futures = []
-        for j in sg:
-            t = self.tensors[j]
-            futures.append(self.nvme.write(j, "master", t.data))
-            st = self.optimizer.state.get(t, {})
-            keys = [k for k, v in st.items() if torch.is_tensor(v) and v.dim() == 1 and v.numel() == t.numel()]
-            self.state_keys[j] = keys
-            for key in keys:
-                futures.append(self.nvme.write(j, key, st[key]))
-                st[key] = torch.empty(0, dtype=st[key].dtype)      # a placeholder: the file holds it
-            t.data = torch.empty(0)
-        return futures
-
-    def _note_swap(self) -> None:
-        live = [t for t in self.tensors if t.numel()]
-        live += [v for t in self.tensors for v in self.optimizer.state.get(t, {}).values()
-                 if torch.is_tensor(v) and v.dim() == 1]
-        self.swap_peak_bytes = max(self.swap_peak_bytes, tensor_bytes(live))
+            self.swap.put_away(k, sg)
+            if self.timeline is not None:
+                self.timeline.add("host", f"host step sub-group {k}", t0, time.perf_counter())
+        self.swap.end()
 
     # -- whole groups: checkpoints, full_params, loading -------------------------------------
     def _tile_value(self, j: int, key: str | None) -> torch.Tensor | None:
         t = self.tensors[j]
         if key is None:
-            if self.where == "nvme":
-                buf = torch.empty(self.tiles[j][2] - self.tiles[j][1], dtype=torch.float32)
-                self.nvme.read(j, "master", buf).result()
-                return buf
-            return t
+            return self.swap.read_master(j) if self.swap.swapped(j, None) else t
         st = self.optimizer.state.get(t, {}) if self.optimizer is not None else {}
         v = st.get(key)
-        if self.where == "nvme" and key in self.state_keys.get(j, []):
+        if self.swap.swapped(j, key):
             buf = torch.empty(t.numel() or (self.tiles[j][2] - self.tiles[j][1]), dtype=v.dtype)
-            self.nvme.read(j, key, buf).result()
+            self.store.read(j, key, buf).result()
             return buf
         return v
 
@@ -256,36 +223,36 @@ class StateHome:
 
     def set_group(self, i: int, master: torch.Tensor | None = None, state: dict | None = None) -> None:
         """Set group ``i``'s master (and optimizer state, when given; ``{}`` clears it)."""
+        resident = self.store.resident
         for j in self.group_tiles[i]:
             _, a, b = self.tiles[j]
             t = self.tensors[j]
             if master is not None:
-                if self.where == "nvme":
-                    self.nvme.write(j, "master", master[a:b].float().contiguous().clone()).result()
-                else:
+                if resident:
                     t.detach().copy_(master[a:b])
+                else:
+                    self.store.write(j, "master", master[a:b].float().contiguous().clone()).result()
             if state is None:
                 continue
             if not state:
                 self.optimizer.state.pop(t, None)
-                self.state_keys.pop(j, None)
+                self.swap.forget(j)
                 continue
             st = {}
             keys = []
             for key, v in state.items():
                 if torch.is_tensor(v) and v.dim() == 1 and v.numel() == master_numel(self, i):
                     piece = v[a:b].to(torch.float32 if v.is_floating_point() else v.dtype).clone()
-                    if self.where == "nvme":
-                        self.nvme.write(j, key, piece).result()
+                    if resident:
+                        st[key] = piece.to(t.device)
+                    else:
+                        self.store.write(j, key, piece).result()
                         st[key] = torch.empty(0, dtype=piece.dtype)
                         keys.append(key)
-                    else:
-                        st[key] = piece.to(t.device)
                 else:
                     st[key] = v.clone() if torch.is_tensor(v) else v
             self.optimizer.state[t] = st
-            if self.where == "nvme":
-                self.state_keys[j] = keys
+            self.swap.note_keys(j, keys)
 
     # -- bytes --------------------------------------------------------------------------------
     def resident_tensors(self) -> list[torch.Tensor]:
@@ -304,11 +271,33 @@ class StateHome:
         return tensor_bytes(self.resident_tensors())
 
     def file_bytes(self) -> int:
-        return self.nvme.bytes_on_disk() if self.nvme is not None else 0
+        return self.store.bytes_on_disk()
+
+    def memory(self) -> dict[str, dict[str, int]]:
+        """This switch's bytes by place, under ``engine.memory(where)``'s keys: what is held in
+        memory is optimizer state where the store keeps it, a swap buffer in host memory when
+        the store's home is files (then the files are the optimizer states)."""
+        if self.store.resident:
+            return {self.store.place: {"optimizer_states": self.optimizer_bytes()}}
+        return {"host": {"buffers": self.optimizer_bytes(), "peak_buffers": self.swap_peak_bytes},
+                "nvme": {"optimizer_states": self.file_bytes()}}
+
+    def describe(self) -> str:
+        """Where the optimizer states live, for ``engine.switches()``."""
+        where = {"device": "on the device", "host": "in host memory, stepped there",
+                 "nvme": "on NVMe, streamed through host memory sub-group by sub-group"}[self.store.place]
+        return ("sharded" if self.sharded else "replicated") + f", {where}"
+
+    def gradient_shards(self, numels: list[int], dtype: torch.dtype) -> tuple[str, list[torch.Tensor]]:
+        """Where the gradient switch keeps the reduced gradient shards the step reads: on the
+        device in the model dtype, or, when the states are offloaded, in host memory in fp32,
+        where the host step reads them (DeepSpeed's CPU gradient buffer). (place, zeroed shards)"""
+        if self.store.on_device:
+            return "device", [self.store.zeros(n, dtype) for n in numels]
+        return "host", [self.store.zeros(n, torch.float32) for n in numels]
 
     def close(self) -> None:
-        if self.nvme is not None:
-            self.nvme.close()
+        self.store.close()
 
 
 def master_numel(home: StateHome, i: int) -> int:
@@ -316,17 +305,16 @@ def master_numel(home: StateHome, i: int) -> int:
     return home.tiles[js[-1]][2] if js else 0
 
 
-def make_state_home(stage, owned: list[torch.Tensor], zero, needed_state_factor: int = 2) -> StateHome:
+def make_state_home(owned: list[torch.Tensor], groups, zero, writer: ParamWriter, *, device: torch.device,
+                    rank: int, world_size: int, sharded: bool, copies_needed: bool, opt_group_hps=None,
+                    timeline=None, needed_state_factor: int = 2) -> StateHome:
     """The home ``zero.offload_optimizer`` asks for."""
     cfg = zero.offload_optimizer
-    where = cfg.device if cfg.device in ("cpu", "nvme") else "device"
-    if where != "device" and cfg.ratio < 1:      # the parser refuses it; a Config built by hand might not
+    if cfg.device in ("cpu", "nvme") and cfg.ratio < 1:   # the parser refuses it; a Config built by hand might not
         raise NotImplementedError("offload_optimizer.ratio < 1 (partial offload) is not implemented in zerolab")
-    nvme = None
-    if where == "nvme":
-        numel = sum(o.numel() for o in owned)
-        nvme = NvmeStore(cfg.nvme_path, stage.rank, numel * 4 * (1 + needed_state_factor) * stage.world_size,
-                         what="optimizer states (fp32 masters and moments of every rank)",
-                         timeline=getattr(stage.comm, "timeline", None))
-    return StateHome(stage, owned, where, sub_group_size=zero.sub_group_size, pin_memory=cfg.pin_memory,
-                     nvme=nvme, pipeline_read=cfg.pipeline_read, pipeline_write=cfg.pipeline_write)
+    need = lambda: sum(o.numel() for o in owned) * 4 * (1 + needed_state_factor) * world_size  # noqa: E731
+    store = shard_store(cfg, device, rank, need, "optimizer states (fp32 masters and moments of every rank)",
+                        timeline=timeline)
+    return StateHome(owned, groups, store, writer, sharded=sharded, copies_needed=copies_needed,
+                     sub_group_size=zero.sub_group_size, opt_group_hps=opt_group_hps,
+                     pipeline_read=cfg.pipeline_read, pipeline_write=cfg.pipeline_write, timeline=timeline)

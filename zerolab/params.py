@@ -37,39 +37,45 @@ def broadcast_(comm: Comm, t: torch.Tensor) -> None:
 
 
 class ReplicatedParams:
-    where = "device"                         # parameters never leave the device
-    ordered_per_pass = False                 # the gradient order is fixed (reduce_units)
+    """Stages 0-2's parameters: every rank holds them all, in one flat buffer per group.
 
-    def __init__(self, stage):
-        self.stage = stage
-        self.per_bucket = stage.zerolab.ideal_reduce_scatter and stage.stage in (1, 2)
-        self.groups = self.make_groups(stage.named, stage.zero.reduce_bucket_size)
-        self.param_flats = [g.flatten([p.data for p in g.params], stage.dtype, stage.device)
-                            for g in self.groups]
+    Built from what it needs: the trained parameters (``named``, in the model's order) and their
+    optimizer groups (``opt_group_of``: parameter id -> group index), the ``comm``, the model
+    dtype and device, ``per_bucket`` (ideal_reduce_scatter's layout, with ``bucket_numel``) and
+    ``sharded`` (each rank's optimizer steps only its partition: stages 1-2)."""
+
+    def __init__(self, named, comm: Comm, *, dtype: torch.dtype, device: torch.device, sharded: bool,
+                 per_bucket: bool = False, bucket_numel: int = 0, opt_group_of=None):
+        self.named, self.comm = named, comm
+        self.rank, self.world_size = comm.rank, comm.world_size
+        self.sharded, self.per_bucket = sharded, per_bucket
+        self.opt_group_of = opt_group_of or {}
+        self.groups = self.make_groups(named, bucket_numel)
+        self.param_flats = [g.flatten([p.data for p in g.params], dtype, device) for g in self.groups]
         for g, flat in zip(self.groups, self.param_flats):
-            broadcast_(stage.comm, flat)     # everyone starts from rank 0's weights
+            broadcast_(comm, flat)           # everyone starts from rank 0's weights
             g.bind(flat)
-        # stage 3's counters (gather.py), which nothing here changes: no group is ever gathered
-        self.persistent = [False] * len(self.groups)
-        self.fetches = self.prefetches = self.peak_gathered_numel = 0
+        # the part of each buffer this rank's optimizer updates (all of it at stage 0): views
+        self.owned_params = ([g.shard_of(f) for g, f in zip(self.groups, self.param_flats)] if sharded
+                             else list(self.param_flats))
 
     def make_groups(self, named, bucket_numel: int) -> list[FlatGroup]:
         """One flat buffer per parameter group of the optimizer (DeepSpeed's bit16 groups), or,
         with ideal_reduce_scatter, one per bucket within each parameter group."""
-        st = self.stage
+        opt = self.opt_group_of
         order = list(reversed(named))        # gradients appear roughly in reverse order
-        ks = sorted({st.opt_group_of.get(id(p), 0) for _, p in order})
+        ks = sorted({opt.get(id(p), 0) for _, p in order})
         groups: list[FlatGroup] = []
         for k in ks:
-            mine = [(n, p) for n, p in order if st.opt_group_of.get(id(p), 0) == k]
+            mine = [(n, p) for n, p in order if opt.get(id(p), 0) == k]
             name = "flat buffer" if len(ks) == 1 else f"flat buffer {k}"
             if not self.per_bucket:          # DeepSpeed: one buffer, N contiguous partitions
-                groups.append(FlatGroup(len(groups), [p for _, p in mine], [n for n, _ in mine], st.rank,
-                                        st.world_size, label=name, opt_group=k))
+                groups.append(FlatGroup(len(groups), [p for _, p in mine], [n for n, _ in mine], self.rank,
+                                        self.world_size, label=name, opt_group=k))
                 continue
             for b in bucket_params(mine, bucket_numel):
                 groups.append(FlatGroup(len(groups), [mine[i][1] for i in b], [mine[i][0] for i in b],
-                                        st.rank, st.world_size, label=f"bucket {len(groups)}", opt_group=k))
+                                        self.rank, self.world_size, label=f"bucket {len(groups)}", opt_group=k))
         return groups
 
     def reduce_units(self) -> list[Part]:
@@ -79,23 +85,20 @@ class ReplicatedParams:
             return [Part(g, 0, g.padded_numel, list(range(len(g.params))), g.numel) for g in self.groups]
         where = {id(p): (g, i) for g in self.groups for i, p in enumerate(g.params)}
         units = []
-        for _, p in reversed(self.stage.named):
+        for _, p in reversed(self.named):
             g, i = where[id(p)]
             units.append(Part(g, g.offsets[i], g.offsets[i] + g.numels[i], [i], g.numels[i]))
         return units
 
     def owned(self) -> list[torch.Tensor]:
         """The part of each buffer this rank's optimizer updates (all of it at stage 0)."""
-        return self.stage.owned_part(self.param_flats)
+        return self.owned_params
 
+    # -- the lifecycle: nothing to gather or release ------------------------------------------
     def start(self) -> None:
         pass
 
-    # -- the lifecycle: nothing to gather or release ------------------------------------------
     def pre_backward(self) -> None:
-        pass
-
-    def grads_done(self, g: FlatGroup) -> None:
         pass
 
     def post_backward(self) -> None:
@@ -104,34 +107,33 @@ class ReplicatedParams:
     def forward_failed(self) -> None:
         pass
 
-    def publish(self) -> None:
-        """After the step: all-gather the updated partitions into the full buffer (stages 1-2;
-        at stage 0 every rank stepped the whole buffer already). One call, as DeepSpeed's
-        ``all_gather_into_tensor`` per parameter group (one per bucket with ideal_reduce_scatter)."""
-        st = self.stage
-        if not st.shards_optimizer:
-            return
-        for g, flat, own in zip(self.groups, self.param_flats, st.owned_params):
-            st.comm.all_gather(flat, own, tag=f"params {g.label}")   # own: a view of flat
-
-    def write(self, i: int, start: int, values: torch.Tensor) -> None:
-        self.stage.owned_params[i][start:start + values.numel()].copy_(values, non_blocking=True)
-
-    def store_flat(self, g: FlatGroup, flat: torch.Tensor) -> None:
-        self.param_flats[g.index].copy_(flat)
-
     def register_external_parameter(self, module, param) -> None:
         pass                                  # every parameter is always whole here
-
-    # -- bytes ---------------------------------------------------------------------------------
-    def device_bytes(self) -> int:
-        return tensor_bytes(self.param_flats)
-
-    def bytes_on(self, where: str) -> int:
-        return 0
 
     def remove_hooks(self) -> None:
         pass
 
     def close(self) -> None:
         pass
+
+    def publish(self) -> None:
+        """After the step: all-gather the updated partitions into the full buffer (stages 1-2;
+        at stage 0 every rank stepped the whole buffer already). One call, as DeepSpeed's
+        ``all_gather_into_tensor`` per parameter group (one per bucket with ideal_reduce_scatter)."""
+        if not self.sharded:
+            return
+        for g, flat, own in zip(self.groups, self.param_flats, self.owned_params):
+            self.comm.all_gather(flat, own, tag=f"params {g.label}")   # own: a view of flat
+
+    def write(self, i: int, start: int, values: torch.Tensor) -> None:
+        self.owned_params[i][start:start + values.numel()].copy_(values, non_blocking=True)
+
+    def store_flat(self, g: FlatGroup, flat: torch.Tensor) -> None:
+        self.param_flats[g.index].copy_(flat)
+
+    # -- for readers ---------------------------------------------------------------------------
+    def describe(self) -> str:
+        return "replicated: every rank holds them all"
+
+    def memory(self) -> dict[str, dict[str, int]]:
+        return {"device": {"params": tensor_bytes(self.param_flats)}}

@@ -47,56 +47,49 @@ Rules they share (:class:`GradReducer`):
 """
 from __future__ import annotations
 
-import math
 from collections import deque
+from typing import Callable
 
 import torch
 
 from . import params as _params
-from . import quant
-from .comm import _All
-from .flat import Bucket, FlatGroup, pack_after, pack_buckets
+from .bucket_comm import BucketCollectives
+from .flat import Bucket, FlatGroup, Part, pack_after, pack_buckets
 from .memory import tensor_bytes
+from .qgz import QuantizedReduce
+from .switches import LiveBuffers, ReduceSpec
 
 __all__ = ["GradReducer", "AllReduceAtBoundary", "ReduceScatterAtBoundary", "ReduceScatterInBackward",
-           "QuantizedReduce", "reduce_mode", "STAGE0_BUCKET"]
+           "QuantizedReduce"]
 
-STAGE0_BUCKET = 500_000_000       # DeepSpeed's MEMORY_OPT_ALLREDUCE_SIZE: stage 0's all-reduce buckets
-
-
-def reduce_mode(stage: int, zero, zerolab) -> str:
-    """The collective that reduces one bucket, as DeepSpeed 0.19.8 picks it for these keys:
-    "all_reduce", "reduce" (one per owner) or "reduce_scatter"."""
-    if stage == 0:
-        return "all_reduce"
-    if stage == 3:
-        return "reduce_scatter" if zero.reduce_scatter else "all_reduce"
-    if zerolab.ideal_reduce_scatter:
-        return "reduce_scatter"
-    if zero.reduce_scatter and not zero.use_multi_rank_bucket_allreduce:
-        return "reduce"
-    return "all_reduce"
-
-
-class GradReducer:
+class GradReducer(BucketCollectives):
     """Bucket order and the collectives, shared by the three switches. A switch defines
     :meth:`accept` (a parameter's gradient arrived) and :meth:`issue` (send one bucket)."""
 
-    on_host = False              # are the reduced gradients kept in host memory (offload)?
     grad_flats: list[torch.Tensor] = ()      # stages 0-1: full gradient buffers
     grad_shards: list[torch.Tensor] = ()     # stages 2-3: this rank's gradient shards
 
-    def __init__(self, stage):
-        self.stage = stage
-        self.groups: list[FlatGroup] = stage.groups
-        self.comm = stage.comm
-        self.dtype, self.device = stage.dtype, stage.device
-        self.rank, self.world_size = stage.rank, stage.world_size
-        self.comm_dtype = stage.comm_dtype       # the dtype gradients travel in
-        self.overlap = bool(stage.zero.overlap_comm)             # async collectives during backward
-        self.mode = reduce_mode(stage.stage, stage.zero, stage.zerolab)
-        self.max_in_flight = 1 if stage.stage == 3 else 2
-        self.bucket_numel = STAGE0_BUCKET if stage.stage == 0 else stage.zero.reduce_bucket_size
+    def __init__(self, groups: list[FlatGroup], comm, spec: ReduceSpec, *, dtype: torch.dtype,
+                 comm_dtype: torch.dtype, device: torch.device, units: Callable[[], list[Part]],
+                 per_pass: bool = False, on_group_done: Callable[[FlatGroup], None] | None = None,
+                 buffers: LiveBuffers | None = None, sharded: bool = True, home=None):
+        """``units``: what buckets are packed from (the parameter switch's ``reduce_units``),
+        once, or again before every backward when ``per_pass`` (stage 3: the order of this pass's
+        forward); ``on_group_done(g)``: every gradient of group ``g`` is in a bucket (stage 3
+        releases it then); ``buffers``: where transient buffers are counted; ``sharded``: each
+        rank's optimizer steps only its shard; ``home``: the state home, asked where the reduced
+        gradient shards live (stages 2-3)."""
+        self.groups, self.comm, self.spec = groups, comm, spec
+        self.dtype, self.device = dtype, device
+        self.rank, self.world_size = comm.rank, comm.world_size
+        self.comm_dtype = comm_dtype             # the dtype gradients travel in
+        self.overlap = spec.overlap              # async collectives during backward
+        self.mode = spec.mode
+        self.max_in_flight = spec.max_in_flight
+        self.bucket_numel = spec.bucket_numel
+        self.units, self.per_pass, self.on_group_done = units, per_pass, on_group_done
+        self.track = (buffers or LiveBuffers()).track
+        self.sharded = sharded
         self.buckets: list[Bucket] = []           # the plan (fixed at stages 0-2, per backward at 3)
         self._where: dict[tuple[int, int], tuple[Bucket, int]] = {}   # (group, param) -> bucket, offset
         self._group_left: dict[int, int] = {}    # group index -> gradients still to arrive
@@ -104,8 +97,8 @@ class GradReducer:
         self._ready: set[int] = set()             # complete buckets waiting for their turn
         self._next = 0                            # index of the next bucket to send
         self._in_flight: deque = deque()          # (Pending, finish) of async collectives
-        if not stage.params.ordered_per_pass:
-            self._plan(stage.params.reduce_units())
+        if not per_pass:
+            self._plan(units())
 
     # -- the lifecycle (called by the Stage) -----------------------------------------------
     def pre_backward(self, boundary: bool) -> None:
@@ -126,15 +119,22 @@ class GradReducer:
     def zero(self) -> None:
         raise NotImplementedError
 
-    def device_bytes(self) -> int:
+    def describe(self) -> str:
         raise NotImplementedError
+
+    def memory(self) -> dict[str, dict[str, int]]:
+        raise NotImplementedError
+
+    def _how(self) -> str:
+        return {"all_reduce": "all-reduce", "reduce": "reduce to each owner",   # DeepSpeed's choice
+                "reduce_scatter": "reduce-scatter"}[self.mode]
 
     # -- the plan and the order of buckets -------------------------------------------------------
     def _plan(self, units) -> None:
         """Pack the units (params.reduce_units(): ranges of group buffers, in gradient order) into
         buckets: DeepSpeed's IPG rule at stages 1-3, its stage-0 rule at stage 0."""
         sizes = [u.numel for u in units]
-        if self.stage.stage == 0:
+        if self.spec.pack_after:
             runs = pack_after(sizes, self.bucket_numel)
         else:                                     # (looked up here: exercise 6 plugs in its own)
             runs = _params.bucket_params([(f"unit {k}", _Sized(n)) for k, n in enumerate(sizes)],
@@ -146,8 +146,8 @@ class GradReducer:
 
     def _start_order(self) -> None:
         """A backward begins: every bucket waits for all its gradients again."""
-        if self.stage.params.ordered_per_pass:    # stage 3: the order of this pass's forward
-            self._plan(self.stage.params.reduce_units())
+        if self.per_pass:                         # stage 3: the order of this pass's forward
+            self._plan(self.units())
         self._left = {b.index: len(b.members) for b in self.buckets}
         self._group_left = {g.index: len(g.params) for g in self.groups}
         self._ready.clear()
@@ -165,8 +165,8 @@ class GradReducer:
     def _arrive(self, g: FlatGroup, i: int) -> None:
         b, _ = self._where[(g.index, i)]
         self._group_left[g.index] -= 1
-        if self._group_left[g.index] == 0:
-            self.stage.params.grads_done(g)       # stage 3: its parameters can go back now
+        if self._group_left[g.index] == 0 and self.on_group_done is not None:
+            self.on_group_done(g)                 # stage 3: its parameters can be released now
         self._left[b.index] -= 1
         if self._left[b.index] == 0:
             self._ready.add(b.index)
@@ -186,104 +186,6 @@ class GradReducer:
     def issue(self, b: Bucket) -> None:
         raise NotImplementedError
 
-    # -- the collectives --------------------------------------------------------------------
-    def _send_buffer(self, buf: torch.Tensor) -> torch.Tensor:
-        """The gradient as it travels: in the communication dtype, pre-divided by N so the
-        SUM is an average (pre-dividing keeps fp16 sums from overflowing)."""
-        send = buf.to(self.comm_dtype) if buf.dtype != self.comm_dtype else buf
-        if self.world_size > 1:
-            send.div_(self.world_size)
-        return send
-
-    def _owned(self, b: Bucket):
-        """(part, start, end) of this rank's partition inside each part of bucket ``b``, in the
-        part's group's numbering (empty ranges left out)."""
-        out = []
-        for part in b.parts:
-            lo, hi = part.group.shard_range()
-            s, e = max(lo, part.start), min(hi, part.end)
-            if s < e:
-                out.append((part, s, e))
-        return out
-
-    def _reduce(self, b: Bucket, send: torch.Tensor, deliver, then=None) -> None:
-        """Sum ``send`` (bucket ``b``'s gradients, pre-divided by N) over ranks with this stage's
-        collective and call ``deliver(group, start, end, values)`` for each range of this rank's
-        partitions once the sum has arrived (``start``/``end`` in the group's numbering), then
-        ``then()``."""
-        tag = f"grads {b.label}"
-        if self.mode == "reduce_scatter":
-            out, inp = self._scatter_layout(b, send)
-            p = self.comm.reduce_scatter(out, inp, tag=tag, async_op=self.overlap)
-
-            def finish() -> None:
-                at = 0
-                for part in b.parts:
-                    n = part.group.shard_numel
-                    lo, _ = part.group.shard_range()
-                    deliver(part.group, lo, lo + n, out[at:at + n])
-                    at += n
-                if then is not None:
-                    then()
-        else:
-            if self.mode == "reduce":
-                works, backs = [], []
-                for r, ranges in b.owners(self.world_size):
-                    if len(ranges) == 1:                  # one slice of the bucket: reduced in place
-                        piece = send[ranges[0][0]:ranges[0][1]]
-                    else:                                 # DeepSpeed flattens an owner's slices
-                        piece = torch.cat([send[s:e] for s, e in ranges])
-                        if r == self.rank:
-                            backs.append((piece, ranges))
-                    works.append(self.comm.reduce(piece, r, tag=f"{tag} to rank {r}", async_op=self.overlap))
-                p = _All(works) if self.overlap else None
-                if backs:
-                    deliver = _unflatten_first(send, backs, deliver)
-            else:
-                p = self.comm.all_reduce(send, tag=tag, async_op=self.overlap)
-
-            def finish() -> None:
-                for (part, s, e), off in ((x, b.offset_of(x[0])) for x in self._owned(b)):
-                    deliver(part.group, s, e, send[off + s - part.start:off + e - part.start])
-                if then is not None:
-                    then()
-        self._after_send(p, finish)
-
-    def _scatter_layout(self, b: Bucket, send: torch.Tensor):
-        """For a reduce-scatter: (out, inp) with ``inp`` holding, rank after rank, that rank's shard
-        of every group in the bucket (DeepSpeed's reduce_scatter_coalesced). Every part of a
-        reduce-scattered bucket is a whole padded group."""
-        n = self.world_size
-        shard = sum(p.group.shard_numel for p in b.parts)
-        out = torch.empty(shard, dtype=send.dtype, device=send.device)
-        if len(b.parts) == 1:
-            return out, send
-        inp = torch.empty(n, shard, dtype=send.dtype, device=send.device)
-        at = 0
-        for part, off in zip(b.parts, b.offsets):
-            k = part.group.shard_numel
-            inp[:, at:at + k].copy_(send[off:off + part.group.padded_numel].view(n, k))
-            at += k
-        return out, inp.view(-1)
-
-    def _after_send(self, pending, finish) -> None:
-        if not self.overlap:                      # the call blocked: its result is here
-            finish()
-            return
-        self._in_flight.append((pending, finish))
-        while len(self._in_flight) > self.max_in_flight:
-            self._finish_oldest()
-
-    def _finish_oldest(self) -> None:
-        pending, finish = self._in_flight.popleft()
-        if pending is not None:
-            pending.wait()
-        finish()
-
-    def _drain(self) -> None:
-        while self._in_flight:
-            self._finish_oldest()
-
 
 class AllReduceAtBoundary(GradReducer):
     """Stage 0 (the old-style crew): every rank accumulates the full gradient over the
@@ -291,8 +193,8 @@ class AllReduceAtBoundary(GradReducer):
     the boundary micro-step's backward sends each bucket as soon as it is complete, as torch DDP
     does (DeepSpeed's stage 0 reduces at the boundary only)."""
 
-    def __init__(self, stage):
-        super().__init__(stage)
+    def __init__(self, groups, comm, spec, **kw):
+        super().__init__(groups, comm, spec, **kw)
         self.grad_flats = [torch.zeros(g.padded_numel, dtype=self.dtype, device=self.device)
                            for g in self.groups]
         self._overlapping = False                # this backward sends buckets as they complete
@@ -354,14 +256,21 @@ class AllReduceAtBoundary(GradReducer):
         self._after_send(p, lambda: self._copy_back(send, views))
 
     def for_step(self) -> list[torch.Tensor]:
-        return self.stage.owned_part(self.grad_flats)
+        """This rank's part of each gradient: all of it (stage 0), its shard (stage 1)."""
+        if not self.sharded:
+            return list(self.grad_flats)
+        return [g.shard_of(f) for g, f in zip(self.groups, self.grad_flats)]
 
     def zero(self) -> None:
         for buf in self.grad_flats:
             buf.zero_()
 
-    def device_bytes(self) -> int:
-        return tensor_bytes(self.grad_flats)
+    def describe(self) -> str:
+        return "all-reduce " + ("during the boundary's backward (overlap_comm)" if self.overlap
+                                else "at the accumulation boundary") + "; every rank keeps all"
+
+    def memory(self) -> dict[str, dict[str, int]]:
+        return {"device": {"grads": tensor_bytes(self.grad_flats)}}
 
 
 class ReduceScatterAtBoundary(AllReduceAtBoundary):
@@ -378,6 +287,9 @@ class ReduceScatterAtBoundary(AllReduceAtBoundary):
                 dst.copy_(values)
         self._reduce(b, send, deliver)
 
+    def describe(self) -> str:
+        return f"{self._how()} at the accumulation boundary; each rank keeps its shard"
+
 
 class ReduceScatterInBackward(GradReducer):
     """Stages 2-3: no rank ever holds the full gradient.
@@ -388,24 +300,17 @@ class ReduceScatterInBackward(GradReducer):
     gradient of a group has arrived the parameters are told (``params.grads_done(g)``: stage 3
     releases the gathered unit then)."""
 
-    def __init__(self, stage):
-        super().__init__(stage)
-        # With optimizer offload the reduced shards go straight down to host memory, in fp32,
-        # where the host step reads them (DeepSpeed's CPU gradient buffer); otherwise they stay
-        # on the device in the model dtype.
-        self.on_host = stage.zero.offload_optimizer.device in ("cpu", "nvme")
-        if self.on_host:
-            pin = stage.zero.offload_optimizer.pin_memory and torch.cuda.is_available()
-            self.grad_shards = [torch.zeros(g.shard_numel, dtype=torch.float32, pin_memory=pin)
-                                for g in self.groups]
-        else:
-            self.grad_shards = [torch.zeros(g.shard_numel, dtype=self.dtype, device=self.device)
-                                for g in self.groups]
+    def __init__(self, groups, comm, spec, *, home, **kw):
+        super().__init__(groups, comm, spec, home=home, **kw)
+        # the state home says where the reduced shards go: on the device in the model dtype, or,
+        # with optimizer offload, straight down to host memory in fp32, where the host step reads
+        # them (DeepSpeed's CPU gradient buffer)
+        self.place, self.grad_shards = home.gradient_shards([g.shard_numel for g in groups], self.dtype)
         self._buffers: dict[int, torch.Tensor] = {}     # bucket index -> gradient buffer being filled
         # qgZ: DeepSpeed's stage 3 reduces through all-to-alls only with more than one node
         # (__avg_scatter_grads: "all2all_process_group is not None and num_nodes > 1")
         self.qgz: QuantizedReduce | None = None
-        if stage.stage == 3 and stage.zero.zero_quantized_gradients:
+        if spec.quantized:
             from .topology import current
             if current().nodes > 1:
                 self.qgz = QuantizedReduce(self.comm)
@@ -418,7 +323,7 @@ class ReduceScatterInBackward(GradReducer):
         if buf is None:
             buf = torch.zeros(b.numel, dtype=self.dtype, device=self.device)
             self._buffers[b.index] = buf
-            self.stage.track(f"grads {b.index}", buf)
+            self.track(f"grads {b.index}", buf)
         return buf
 
     def accept(self, g: FlatGroup, i: int, grad: torch.Tensor) -> None:
@@ -435,7 +340,7 @@ class ReduceScatterInBackward(GradReducer):
             self._issue_quantized(b, buf)
             return
         send = self._send_buffer(buf)
-        self._reduce(b, send, self._add_to_shard, then=lambda: self.stage.track(f"grads {b.index}", None))
+        self._reduce(b, send, self._add_to_shard, then=lambda: self.track(f"grads {b.index}", None))
 
     def _issue_quantized(self, b: Bucket, buf: torch.Tensor) -> None:
         """qgZ: each group of the bucket (a whole padded module) on its own, blocking, as DeepSpeed
@@ -454,7 +359,7 @@ class ReduceScatterInBackward(GradReducer):
                 values = torch.empty(g.shard_numel, dtype=self.comm_dtype, device=self.device)
                 self.comm.reduce_scatter(values, self._send_buffer(grad.clone()), tag=tag)
             self._add_to_shard(g, lo, lo + g.shard_numel, values.to(self.dtype))
-        self.stage.track(f"grads {b.index}", None)
+        self.track(f"grads {b.index}", None)
 
     def _add_to_shard(self, g: FlatGroup, s: int, e: int, values: torch.Tensor) -> None:
         acc = self.grad_shards[g.index]
@@ -473,107 +378,11 @@ class ReduceScatterInBackward(GradReducer):
         for s in self.grad_shards:
             s.zero_()
 
-    def device_bytes(self) -> int:
-        return 0 if self.on_host else tensor_bytes(self.grad_shards)
+    def describe(self) -> str:
+        return f"{self._how()} bucket by bucket during backward; each rank keeps its shard"
 
-
-
-class QuantizedReduce:
-    """qgZ: DeepSpeed 0.19.8's ``all_to_all_quant_reduce`` (``runtime/comm/coalesced_collectives.py``;
-    kernels ``swizzle_quant``, ``quantized_reduction`` and ``dequantize`` in ``csrc/quantization``),
-    for a crew of K nodes of L ranks (N = K L). Each rank's gradient of M elements is cut into N
-    partitions of P = M / N (rank r's partition r: what a reduce-scatter would give it):
-
-    1. convert to fp16 and quantize to int4 in N g blocks (g per partition), one fp32 scale each;
-    2. *swizzle*: order the partitions so that those bound for local rank j (j, j + L, j + 2L, ...,
-       one per node) lie together (DeepSpeed's ``swizzled_quant_kernel``; 2 nodes of 4:
-       0 4 1 5 2 6 3 7);
-    3. all-to-all inside the node (int4 values, two per byte, then the scales): local rank j
-       receives its K partitions from each of the L ranks of its node;
-    4. *quantized reduction*: dequantize the L copies, add them in fp16, quantize the sum again to
-       int4 (K g blocks);
-    5. all-to-all across nodes (values, then scales): rank r receives partition r, summed within
-       each node, from every node;
-    6. dequantize (fp16), add the K pieces and divide by K.
-
-    The result is the sum over all N ranks divided by K, the number of nodes: DeepSpeed 0.19.8 does
-    not pre-divide here (its reduce-scatter path divides by N), so its qgZ gradient is L times the
-    mean the reduce-scatter gives; zerolab does the same. Adam's update barely changes with a
-    constant gradient scale; gradient clipping and SGD see it.
-
-    Bytes a rank sends (M elements, g blocks per partition): inside the node (L-1)/L of M/2 bytes
-    of int4 plus 4 N g of scales; across nodes (K-1)/K of M/(2L) plus 4 K g. A reduce-scatter of
-    fp16/bf16 sends (N-1)/N of 2 M, all of it across nodes when the group spans them.
-
-    Fallbacks, as DeepSpeed: a gradient of 1-D parameters only (DeepSpeed reduce-scatters 1-D
-    tensors) or whose size is not a multiple of 2N is reduce-scattered, pre-divided by N. With
-    one node DeepSpeed does not use qgZ at all (plain reduce-scatter).
-
-    Where zerolab differs (its stage 3 partitions each module's flat buffer, DeepSpeed each
-    parameter): the tensor is a module's padded flat gradient, not one parameter's, so there are
-    fewer, larger calls; and the blocks: DeepSpeed cuts a parameter of shape (s0, s1, ...) into
-    max(s0, s1, N) blocks, zerolab cuts each partition into the fewest equal blocks no larger than
-    that block size for the module's 2-D parameters (:meth:`per_partition_groups`). DeepSpeed's
-    kernels read the gradient as fp16 without converting it (correct for fp16 gradients only);
-    zerolab converts to fp16 first, as DeepSpeed's qwZ quantizer does. Its kernels are CUDA only:
-    this runs their arithmetic in torch, on gloo's ``all_to_all_single``. The calls block (DeepSpeed
-    issues them on its reduction stream, which a GPU overlaps with backward; on a CPU rank nothing
-    would run beside them)."""
-
-    BITS = 4
-
-    def __init__(self, comm):
-        self.comm = comm
-        self.node, self.cross = comm.node_comm(), comm.cross_comm()     # (collective: made on every rank)
-        self.n, self.local, self.nodes = comm.world_size, self.node.world_size, self.cross.world_size
-        if self.nodes > 1 and self.local > 1 and comm.rank == 0:
-            import warnings
-            warnings.warn(f"zero_quantized_gradients: as in DeepSpeed 0.19.8, qgZ's gradients come out "
-                          f"{self.local}x the mean (ranks per node): its all-to-all path sums inside each node "
-                          f"and divides only by the number of nodes ({self.nodes}), while its reduce-scatter "
-                          f"fallback (1-D parameters) divides by all {self.n} ranks. Adam barely notices a "
-                          f"constant scale; gradient clipping and the reported gradient norm see it", stacklevel=2)
-
-    def per_partition_groups(self, g: FlatGroup) -> int | None:
-        """Blocks per partition for group ``g``'s gradient, or None where DeepSpeed falls back to a
-        reduce-scatter (only 1-D parameters; a size not a multiple of 2N)."""
-        dims = [s for s in g.shapes if len(s) >= 2]
-        if not dims or g.padded_numel % (2 * self.n):
-            return None
-        block = min(max(1, math.prod(s) // max(s[0], s[1], self.n)) for s in dims)
-        part = g.padded_numel // self.n
-        k = math.ceil(part / block)
-        while part % k:
-            k += 1
-        return k
-
-    def reduce(self, grad: torch.Tensor, per_part: int, tag: str) -> torch.Tensor:
-        """This rank's partition of (sum over ranks of ``grad``) / nodes, in fp16 (steps 1-6)."""
-        n, local, nodes, bits = self.n, self.local, self.nodes, self.BITS
-        part = grad.numel() // n
-        q, s = quant.quantize(grad.to(torch.float16), n * per_part, bits)
-        # 2. swizzle: partition p = node * L + j goes to place j * K + node
-        q = q.view(nodes, local, part).transpose(0, 1).reshape(-1)
-        s = s.view(nodes, local, per_part).transpose(0, 1).reshape(-1)
-        # 3. all-to-all inside the node: from each local rank, the K partitions bound for this one
-        packed = quant.pack_int4(q)
-        got, got_s = torch.empty_like(packed), torch.empty_like(s)
-        self.node.all_to_all(got, packed, tag=f"{tag} intra")
-        self.node.all_to_all(got_s, s, tag=f"{tag} intra scales")
-        # 4. quantized reduction: dequantize the L copies, add them in fp16, quantize the sum again
-        parts = quant.dequantize(quant.unpack_int4(got), got_s).to(torch.float16).view(local, nodes * part)
-        total = torch.zeros(nodes * part, dtype=torch.float16, device=grad.device)
-        for j in range(local):
-            total += parts[j]
-        q2, s2 = quant.quantize(total, nodes * per_part, bits)
-        # 5. all-to-all across nodes: from every node, its sum of this rank's partition
-        packed2 = quant.pack_int4(q2)
-        got2, got2_s = torch.empty_like(packed2), torch.empty_like(s2)
-        self.cross.all_to_all(got2, packed2, tag=f"{tag} inter")
-        self.cross.all_to_all(got2_s, s2, tag=f"{tag} inter scales")
-        # 6. dequantize, add the nodes' sums, divide by the number of nodes
-        final = quant.dequantize(quant.unpack_int4(got2), got2_s).to(torch.float16)
-        return sum(list(final.chunk(nodes))) / nodes
+    def memory(self) -> dict[str, dict[str, int]]:
+        return {self.place: {"grads": tensor_bytes(self.grad_shards)}}
 
 
 class _Sized:
@@ -584,20 +393,3 @@ class _Sized:
 
     def numel(self) -> int:
         return self.n
-
-
-def _unflatten_first(send: torch.Tensor, backs, deliver):
-    """Copy this rank's reduced slices from the flat piece they travelled in back into the
-    bucket's buffer, then deliver as usual."""
-    done = [False]
-
-    def then(g, s, e, values):
-        if not done[0]:
-            done[0] = True
-            for piece, ranges in backs:
-                at = 0
-                for a, b in ranges:
-                    send[a:b].copy_(piece[at:at + b - a])
-                    at += b - a
-        deliver(g, s, e, values)
-    return then

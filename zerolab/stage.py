@@ -19,9 +19,14 @@ collectives move them. It is made of three parts, each in its own module:
            backward (qgZ: quantized all-to-all)
     =====  ==========================================  ==================================  =========
 
-and where the optimizer states live (device, host, NVMe: ``offload.py``) is a fourth choice
-that any stage from 1 up (and stage 0 on the device) can make. ``engine.switches()`` prints
-the table for one engine.
+and where the optimizer states live (device, host, NVMe: ``offload.py``, in a ``store.py``
+shard store) is a fourth choice that any stage from 1 up (and stage 0 on the device) can make.
+``engine.switches()`` prints the table for one engine (each switch's ``describe()``).
+
+Each switch is typed by a ``Protocol`` in ``switches.py`` and built here from what it needs:
+the parameter switch first (it makes the flat groups), then the state home over the part each
+rank steps, then the gradient switch (its ``ReduceSpec``: :func:`reduce_spec`; it asks the
+home where the reduced shards go). Stage 3's ``GatheredParams`` still reads the Stage.
 
 The lifecycle of one step, in the order the engine calls it (FSDP2's names where they fit):
 
@@ -51,12 +56,30 @@ from .comm import Comm
 from .config import ZerolabConfig
 from .flat import FlatGroup
 from .gather import GatheredParams
-from .memory import tensor_bytes
-from .offload import make_state_home
+from .memory import largest_layer_params, tensor_bytes
+from .offload import ParamWriter, make_state_home
 from .params import ReplicatedParams
 from .reduce import AllReduceAtBoundary, ReduceScatterAtBoundary, ReduceScatterInBackward
+from .switches import GradSwitch, LiveBuffers, ParamSwitch, ReduceSpec, StateSwitch, add_memory
 
-__all__ = ["Stage", "SWITCHES", "UnusedParameterError"]
+__all__ = ["Stage", "SWITCHES", "UnusedParameterError", "reduce_spec", "reduce_mode", "STAGE0_BUCKET"]
+
+STAGE0_BUCKET = 500_000_000       # DeepSpeed's MEMORY_OPT_ALLREDUCE_SIZE: stage 0's all-reduce buckets
+
+
+def reduce_mode(stage: int, zero, zerolab) -> str:
+    """The collective that reduces one bucket, as DeepSpeed 0.19.8 picks it for these keys:
+    "all_reduce", "reduce" (one per owner) or "reduce_scatter"."""
+    if stage == 0:
+        return "all_reduce"
+    if stage == 3:
+        return "reduce_scatter" if zero.reduce_scatter else "all_reduce"
+    if zerolab.ideal_reduce_scatter:
+        return "reduce_scatter"
+    if zero.reduce_scatter and not zero.use_multi_rank_bucket_allreduce:
+        return "reduce"
+    return "all_reduce"
+
 
 # stage -> (how gradients are reduced, where parameters live, optimizer states sharded?)
 SWITCHES = {
@@ -67,13 +90,25 @@ SWITCHES = {
 }
 
 
+def reduce_spec(stage: int, zero, zerolab) -> ReduceSpec:
+    """The gradient switch's slice of the config: DeepSpeed 0.19.8's choices for this stage."""
+    return ReduceSpec(mode=reduce_mode(stage, zero, zerolab),
+                      bucket_numel=STAGE0_BUCKET if stage == 0 else zero.reduce_bucket_size,
+                      overlap=bool(zero.overlap_comm),
+                      max_in_flight=1 if stage == 3 else 2,    # DeepSpeed's IPG buffers: one at 3, two at 1-2
+                      pack_after=stage == 0,
+                      quantized=stage == 3 and bool(zero.zero_quantized_gradients))
+
+
 class UnusedParameterError(RuntimeError):
     """``ignore_unused_parameters`` is false and a trainable parameter got no gradient."""
 
 
 class Stage:
     """One ZeRO stage: ``self.grads`` (how gradients are reduced), ``self.params`` (where
-    parameters live), ``self.home`` (where the optimizer states live, and the step)."""
+    parameters live), ``self.home`` (where the optimizer states live, and the step). The Stage
+    builds each from its slice of the config and calls them in the order of a step; the
+    switches never see the Stage (stage 3's ``GatheredParams`` still reads it: issue 27)."""
 
     def __init__(self, model: nn.Module, named: list[tuple[str, nn.Parameter]], comm: Comm,
                  zero, dtype: torch.dtype, comm_dtype: torch.dtype, device: torch.device,
@@ -92,32 +127,44 @@ class Stage:
         self.device = device
         self.rank, self.world_size = comm.rank, comm.world_size
         self.named = named
-        self.peak_buffer_bytes = 0               # largest transient buffer total seen in a step
-        self._live_buffers: dict[str, torch.Tensor] = {}
+        self.buffers = LiveBuffers()             # buckets and gathered parameters alive now
         self._got_grad: set[int] = set()         # ids of params that got a gradient this backward
         self.closed = False
-        self.budget_check = None                 # the engine's device budget, when it has one
-        self.params = params_cls(self)           # makes the groups and holds the parameters
+        # the switches, each from what it needs
+        self.params: ParamSwitch
+        self.params, params_on_device, self.largest_unit = self._make_params(params_cls, model)
         # the groups the optimizer steps (stage 3 partitions untrained parameters too, in groups after these)
         self.groups: list[FlatGroup] = list(getattr(self.params, "trained_groups", self.params.groups))
         self.group_of = {id(p): g for g in self.groups for p in g.params}
-        self.grads = grads_cls(self)
         self.owned_params = self.params.owned()  # the part of each group this rank's step updates
-        self.home = make_state_home(self, self.owned_params, zero)
+        self.home: StateSwitch = make_state_home(
+            self.owned_params, self.groups, zero, ParamWriter(self.params, dtype), device=device, rank=self.rank,
+            world_size=self.world_size, sharded=self.shards_optimizer, copies_needed=self.mixed or not params_on_device,
+            opt_group_hps=self.opt_group_hps, timeline=getattr(comm, "timeline", None))
+        per_pass = params_cls is GatheredParams   # stage 3: buckets follow each forward's order
+        self.grads: GradSwitch = grads_cls(
+            self.groups, comm, reduce_spec(zero.stage, zero, self.zerolab), dtype=dtype, comm_dtype=comm_dtype,
+            device=device, units=self.params.reduce_units, per_pass=per_pass,
+            on_group_done=self.params.grads_done if per_pass else None, buffers=self.buffers,
+            sharded=self.shards_optimizer, home=self.home)
         self.params.start()                      # stage 3: shards to NVMe, module hooks
         self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for _, p in named]
 
-    # -- the switches, for readers ---------------------------------------------------------
-    @property
-    def param_where(self) -> str:
-        """Where parameter shards live between uses: "device", "cpu" or "nvme" (stage 3)."""
-        return self.params.where
+    def _make_params(self, params_cls, model: nn.Module):
+        """(the parameter switch, do its shards stay on the device?, the most elements one unit
+        gathers: a module's own parameters, what the device budget's estimates use)."""
+        if params_cls is GatheredParams:          # (it still reads the Stage: issue 27)
+            params = GatheredParams(self)
+            on_device = self.zero.offload_param.device not in ("cpu", "nvme")
+            return params, on_device, max((g.numel for g in params.groups), default=0)
+        largest = largest_layer_params(model)
+        params = ReplicatedParams(self.named, self.comm, dtype=self.dtype, device=self.device,
+                                  sharded=self.shards_optimizer, bucket_numel=self.zero.reduce_bucket_size,
+                                  per_bucket=self.zerolab.ideal_reduce_scatter and self.stage in (1, 2),
+                                  opt_group_of=self.opt_group_of)
+        return params, True, largest
 
-    @property
-    def grads_on_host(self) -> bool:
-        """Reduced gradient shards kept in host memory (stages 2-3 with optimizer offload)."""
-        return self.grads.on_host
-
+    # -- for readers ---------------------------------------------------------------------------
     @property
     def masters(self) -> list[torch.Tensor]:
         """Each group's fp32 master shard (read back from the files under NVMe offload)."""
@@ -125,7 +172,7 @@ class Stage:
 
     @property
     def grad_flats(self) -> list[torch.Tensor]:
-        """Stages 0-1: the full gradient of each bucket, accumulated over micro-steps."""
+        """Stages 0-1: the full gradient of each group, accumulated over micro-steps."""
         return self.grads.grad_flats
 
     @property
@@ -133,34 +180,37 @@ class Stage:
         """Stages 2-3: this rank's shard of each group's gradient."""
         return self.grads.grad_shards
 
-    # stage 3's counters (GatheredParams; zero for stages 0-2)
-    @property
-    def fetches(self) -> int:
-        return self.params.fetches
-
     @property
     def prefetches(self) -> int:
+        """Stage 3: the all-gathers issued ahead of use, from the trace (``params.prefetches``)."""
         return self.params.prefetches
 
     @property
-    def peak_gathered_numel(self) -> int:
-        return self.params.peak_gathered_numel
+    def budget_check(self):
+        return self.buffers.budget_check
+
+    @budget_check.setter
+    def budget_check(self, check) -> None:
+        """The engine's device budget: told when a buffer appears and after each step."""
+        self.buffers.budget_check = check
+        self.home.budget_check = check
 
     @property
-    def persistent(self) -> list[bool]:
-        """Per group: stage 3's persistent groups, kept whole on every rank (False for 0-2)."""
-        return self.params.persistent
+    def peak_buffer_bytes(self) -> int:
+        """The most bytes of transient buffers (buckets, gathered parameters) alive at once."""
+        return self.buffers.peak_bytes
 
-    def owned_part(self, flats: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The part of each group's full flat buffer this rank's optimizer steps: all of it when
-        the optimizer states are replicated (stage 0), its shard otherwise."""
-        if not self.shards_optimizer:
-            return list(flats)
-        return [g.shard_of(f) for g, f in zip(self.groups, flats)]
+    def describe(self) -> dict[str, str]:
+        """The three switches in words, each with the class (and module) that makes it."""
+        def made_by(obj) -> str:
+            return f" [{type(obj).__name__}, {type(obj).__module__.split('.')[-1]}.py]"
+        return {"gradients": self.grads.describe() + made_by(self.grads),
+                "parameters": self.params.describe() + made_by(self.params),
+                "optimizer states": self.home.describe() + made_by(self.home)}
 
     def write_params(self, i: int, start: int, values: torch.Tensor) -> None:
-        """The optimizer updated ``values`` (fp32) of group ``i``'s owned part from ``start``:
-        put them into this rank's parameters, in the model dtype (called by ``home.step``)."""
+        """Put the step's ``values`` (fp32) of group ``i``'s owned part from ``start`` into this
+        rank's parameters, in the model dtype."""
         self.params.write(i, start, values)
 
     def register_external_parameter(self, module: nn.Module, param: nn.Parameter) -> None:
@@ -227,16 +277,10 @@ class Stage:
     # -- transient buffers (buckets, gathered parameters) -----------------------------------
     def track(self, key: str, t: torch.Tensor | None) -> None:
         """Remember a transient buffer (bucket, gathered params) for the memory report."""
-        if t is None:
-            self._live_buffers.pop(key, None)
-        else:
-            self._live_buffers[key] = t
-        self.peak_buffer_bytes = max(self.peak_buffer_bytes, self.buffer_bytes())
-        if t is not None and self.budget_check is not None:
-            self.budget_check("backward" if key.startswith("grads") else "a parameter gather")
+        self.buffers.track(key, t)
 
     def buffer_bytes(self) -> int:
-        return tensor_bytes(self._live_buffers.values())
+        return self.buffers.bytes()
 
     # -- views for users ------------------------------------------------------------------
     def full_master_flats(self) -> list[torch.Tensor]:
@@ -259,20 +303,12 @@ class Stage:
                 values[name] = v.clone().cpu()
         return values
 
-    def memory(self) -> dict[str, int]:
-        """Bytes this rank holds on its device (the engine adds the masters and the optimizer's
-        state, which live in ``home``)."""
-        m = {"params": self.params.device_bytes() + self._frozen_bytes(),
-             "grads": self.grads.device_bytes(),
-             "optimizer_states": 0,
-             "buffers": self.buffer_bytes()}
-        if getattr(self.params, "hpz", None) and self.params.hpz.on:   # stage 3 with hpZ: of "params", the
-            m["params_secondary"] = self.params.secondary_bytes("device")   # secondary shards
+    def memory(self) -> dict[str, dict[str, int]]:
+        """Bytes this rank holds, by place ("device", "host", "nvme"), as the switches count them
+        (plus the frozen parameters and the transient buffers on the device)."""
+        m = add_memory({"device": {"params": self._frozen_bytes(), "buffers": self.buffer_bytes()}},
+                       self.params.memory(), self.grads.memory(), self.home.memory())
         return m
-
-    def param_bytes_on(self, where: str) -> int:
-        """Parameter bytes offload keeps in "host" memory or on "nvme" (stage 3 only)."""
-        return self.params.bytes_on(where)
 
     def _frozen_bytes(self) -> int:
         kept = {id(p) for _, p in self.named} | set(getattr(self.params, "unit_of", ()))
@@ -292,7 +328,7 @@ class Stage:
             self.params.restore_untrained()
         for p in self.model.parameters():
             p.grad = None
-        self._live_buffers.clear()
+        self.buffers.clear()
         self.home.close()
         self.params.close()
         self.closed = True

@@ -47,6 +47,7 @@ import torch
 
 from .. import i18n
 from ..offload import StateHome
+from ..store import HostShards
 from . import ExerciseCheckFailed, crew_of, not_implemented, passed, rank_failure
 
 T = i18n.catalogue("checks.ch05")    # the messages in the edition's language (zerolab/messages_zh.py)
@@ -345,13 +346,11 @@ def _fail(problem: tuple[str, str]) -> ExerciseCheckFailed:
 # ----------------------------------------------------------------------------- part 1: alone
 
 class _Shard:
-    """The least a StateHome needs of a stage: the 16-bit shards it writes into."""
+    """What a StateHome writes through (``home.stage``): the 16-bit shards themselves."""
 
     def __init__(self, owned):
         self.owned = owned
-        self.mixed, self.comm, self.budget_check, self.param_where = True, None, None, "device"
-        self.opt_group_hps = [{}]          # one optimizer parameter group, its own settings
-        self.dtype = owned[0].dtype        # the model's dtype, as the engine's stage has it
+        self.dtype = owned[0].dtype        # the model's dtype, as the engine's writer has it
 
     def write_params(self, i: int, start: int, values: torch.Tensor) -> None:
         self.owned[i][start:start + values.numel()].copy_(values)
@@ -361,7 +360,7 @@ def _alone_home(sub_group_size: int, dtype=torch.float16):
     gen = torch.Generator().manual_seed(5)
     owned = [torch.randn(n, generator=gen).to(dtype) for n in ALONE_SIZES]
     stage = _Shard(owned)
-    home = StateHome(stage, owned, "cpu", sub_group_size=sub_group_size)
+    home = StateHome(owned, None, HostShards(), stage, sub_group_size=sub_group_size)
     opt = torch.optim.AdamW(home.optimizer_params, lr=1e-2, weight_decay=0.1)
     home.attach(opt)
     return home, opt, stage

@@ -93,12 +93,12 @@ def _run(zero: dict) -> dict:
             engine.step()
         led = engine.ledger.since(mark)
         stage = engine.stage
-        persistent = [p.numel() for g in stage.groups if stage.persistent[g.index] for p in g.params]
+        persistent = [p.numel() for g in stage.groups if stage.params.persistent[g.index] for p in g.params]
         return {
             # ZeRO's parameter all-gathers (zerolab's own order checks are in led.checks)
             "calls": sum(1 for r in led.records if r.op == "all_gather" and r.tag.startswith("params")),
             "prefetches": stage.prefetches - pre,
-            "peak": stage.peak_gathered_numel,
+            "peak": stage.params.peak_gathered_numel,
             "persistent": sorted(persistent),
             "param_bytes": engine.memory()["params"],
             "params": engine.full_params(),

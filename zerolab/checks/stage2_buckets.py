@@ -109,7 +109,7 @@ def _plug(add_grad: Callable, reduce_bucket: Callable, log: dict):
         if bucket is None:
             bucket = torch.zeros(g.padded_numel, dtype=self.dtype, device=self.device)
             self._buffers[b.index] = bucket
-            self.stage.track(f"grads {b.index}", bucket)
+            self.track(f"grads {b.index}", bucket)
         seen = log["seen"].setdefault((id(self), g.index), set())
         shadow = bucket[g.param_slice(i)].clone().add_(grad.reshape(-1))
         arrived = log["arrived"].setdefault((id(self), g.index), set())
@@ -210,8 +210,9 @@ def _plug(add_grad: Callable, reduce_bucket: Callable, log: dict):
                        "grad_shard += chunks[rank]", where=where))
             fail(T("{where}: grad_shard is not (its value before) + chunks[{r}].\n  hint: grad_shard += chunks[rank]",
                    where=where, r=r))
-        self.stage.track(f"grads {b.index}", None)
-        self.stage.params.grads_done(g)
+        self.track(f"grads {b.index}", None)
+        if self.on_group_done is not None:
+            self.on_group_done(g)
 
     def post_backward(self):
         for b in self.buckets:
