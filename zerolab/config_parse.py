@@ -39,7 +39,8 @@ def load_config(config: Mapping[str, Any] | str | os.PathLike | Config, world_si
 
 def _check_world_size(world_size: Any) -> None:
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ConfigError(f"world_size must be a positive integer (the data-parallel size), got {world_size!r}")
+        raise ConfigError(T("world_size must be a positive integer (the data-parallel size), got {value}",
+                            value=repr(world_size)))
 
 
 def _input(config: Any, world_size: Any) -> dict:
@@ -49,8 +50,8 @@ def _input(config: Any, world_size: Any) -> dict:
     if isinstance(config, (str, os.PathLike)):
         config = _read_json(config)
     if not isinstance(config, Mapping):
-        raise ConfigError("a DeepSpeed config must be a dict or the path to a JSON file, "
-                          f"got {type(config).__name__}")
+        raise ConfigError(T("a DeepSpeed config must be a dict or the path to a JSON file, got {type}",
+                            type=type(config).__name__))
     return _thaw(config)
 
 
@@ -59,15 +60,18 @@ def _read_json(path: Any) -> dict:
         keys = [k for k, _ in pairs]
         for i, k in enumerate(keys):
             if k in keys[:i]:
-                raise ConfigError(f"duplicate key '{k}' in the DeepSpeed config file {os.fspath(path)}")
+                raise ConfigError(T("duplicate key '{key}' in the DeepSpeed config file {path}", key=k,
+                                    path=os.fspath(path)))
         return dict(pairs)
     try:
         with open(path, encoding="utf-8") as fh:
             return json.load(fh, object_pairs_hook=no_duplicates)
     except OSError as e:
-        raise ConfigError(f"cannot read the DeepSpeed config file {os.fspath(path)}: {e.strerror or e}") from None
+        raise ConfigError(T("cannot read the DeepSpeed config file {path}: {error}", path=os.fspath(path),
+                            error=e.strerror or e)) from None
     except json.JSONDecodeError as e:
-        raise ConfigError(f"the DeepSpeed config file {os.fspath(path)} is not valid JSON: {e}") from None
+        raise ConfigError(T("the DeepSpeed config file {path} is not valid JSON: {error}", path=os.fspath(path),
+                            error=e)) from None
 
 
 # ---- the blocks ----------------------------------------------------------------------------
@@ -90,7 +94,7 @@ def _parse(d: dict, world_size: int) -> tuple[Config, K.Problems]:
         K.check_keys(p, aio, "aio", K.AIO)
     fp16 = _parse_fp16(p, K.read_block(p, d, "fp16", "fp16"))
     if "bf16" in d and "bfloat16" in d:
-        p.add("give only one of 'bf16' and 'bfloat16' (the old name of the same block)")
+        p.add(T("give only one of 'bf16' and 'bfloat16' (the old name of the same block)"))
     bf16_key = "bf16" if "bf16" in d else "bfloat16"
     bf16_block = K.read_block(p, d, bf16_key, bf16_key)
     if bf16_block is not None:
@@ -98,8 +102,8 @@ def _parse(d: dict, world_size: int) -> tuple[Config, K.Problems]:
     bf16 = BF16Config(enabled=K.read(p, bf16_block, bf16_key, "enabled", K.as_bool, False),
                       check_grad_overflow=K.read(p, bf16_block, bf16_key, "check_grad_overflow", K.as_bool, True))
     if fp16.enabled and bf16.enabled:
-        p.add(f"'fp16.enabled' and '{bf16_key}.enabled' are both true: bfloat16 and fp16 modes cannot be "
-              "enabled together (DeepSpeed asserts the same); pick one")
+        p.add(T("'fp16.enabled' and '{bf16}.enabled' are both true: bfloat16 and fp16 modes cannot be enabled "
+                "together (DeepSpeed asserts the same); pick one", bf16=bf16_key))
     zero = _parse_zero(p, d)
     own = _parse_zerolab(p, d)
     optimizer = _parse_optimizer(p, d)
@@ -116,32 +120,35 @@ def _resolve_batch(p: K.Problems, tbs: Any, micro: Any, gas: Any, world: int) ->
     note = ""
     if None not in (tbs, micro, gas):
         if tbs % (micro * gas) == 0 and tbs // (micro * gas) != world:
-            note = f"these three fit world_size {tbs // (micro * gas)}, not {world}"
+            note = T("these three fit world_size {fits}, not {world}", fits=tbs // (micro * gas), world=world)
     elif tbs is not None and micro is not None:
         gas = tbs // micro // world
-        note = (f"gradient_accumulation_steps was derived as {tbs} // {micro} // {world} = {gas}; train_batch_size "
-                f"must be a multiple of train_micro_batch_size_per_gpu * world_size = {micro * world}")
+        note = T("gradient_accumulation_steps was derived as {tbs} // {micro} // {world} = {gas}; train_batch_size "
+                 "must be a multiple of train_micro_batch_size_per_gpu * world_size = {step}", tbs=tbs, micro=micro,
+                 world=world, gas=gas, step=micro * world)
     elif tbs is not None and gas is not None:
         micro = tbs // world // gas
-        note = (f"train_micro_batch_size_per_gpu was derived as {tbs} // {world} // {gas} = {micro}; train_batch_size "
-                f"must be a multiple of gradient_accumulation_steps * world_size = {gas * world}")
+        note = T("train_micro_batch_size_per_gpu was derived as {tbs} // {world} // {gas} = {micro}; train_batch_size "
+                 "must be a multiple of gradient_accumulation_steps * world_size = {step}", tbs=tbs, world=world,
+                 gas=gas, micro=micro, step=gas * world)
     elif micro is not None and gas is not None:
         tbs = micro * gas * world
     elif tbs is not None:
         gas, micro = 1, tbs // world
-        note = (f"with only train_batch_size given, gradient_accumulation_steps is 1 and train_micro_batch_size_per_gpu"
-                f" = {tbs} // {world} = {micro}; train_batch_size must be a multiple of world_size = {world}")
+        note = T("with only train_batch_size given, gradient_accumulation_steps is 1 and train_micro_batch_size_per_gpu"
+                 " = {tbs} // {world} = {micro}; train_batch_size must be a multiple of world_size = {world}", tbs=tbs,
+                 world=world, micro=micro)
     elif micro is not None:
         tbs, gas = micro * world, 1
     else:
-        p.add("either train_batch_size or train_micro_batch_size_per_gpu needs to be provided (DeepSpeed derives "
-              "the rest of the batch triple from them); the config has " +
-              ("only gradient_accumulation_steps" if gas is not None else "none of the three"))
+        p.add(T("either train_batch_size or train_micro_batch_size_per_gpu needs to be provided (DeepSpeed derives "
+                "the rest of the batch triple from them); the config has {has}",
+                has=T("only gradient_accumulation_steps") if gas is not None else T("none of the three")))
         return None
     if tbs != micro * gas * world:
-        p.add("check the batch parameters: train_batch_size is not equal to train_micro_batch_size_per_gpu * "
-              f"gradient_accumulation_steps * world_size: {tbs} != {micro} * {gas} * {world}" +
-              (f" ({note})" if note else ""))
+        p.add(T("check the batch parameters: train_batch_size is not equal to train_micro_batch_size_per_gpu * "
+                "gradient_accumulation_steps * world_size: {tbs} != {micro} * {gas} * {world}", tbs=tbs, micro=micro,
+                gas=gas, world=world) + (T(" ({note})", note=note) if note else ""))
         return None
     return tbs, micro, gas
 
@@ -154,7 +161,7 @@ def _parse_fp16(p: K.Problems, b: dict | None) -> FP16Config:
     g = lambda key, conv: K.read(p, b, "fp16", key, conv, getattr(D, key))  # noqa: E731
     enabled, loss_scale = g("enabled", K.as_bool), g("loss_scale", K.as_num(lo=0))
     # As DeepSpeed 0.19.8: window and floor must be > 0 only where they act (dynamic scaling on).
-    dyn = " when dynamic loss scaling is on (fp16 enabled, loss_scale 0)"
+    dyn = T(" when dynamic loss scaling is on (fp16 enabled, loss_scale 0)")
     positive = K.as_int(lo=1, note=dyn) if enabled and loss_scale == 0 else K.as_int()
     return FP16Config(enabled=enabled, loss_scale=loss_scale,
                       initial_scale_power=g("initial_scale_power", K.as_int(lo=0)),
@@ -168,8 +175,8 @@ def _parse_fp16(p: K.Problems, b: dict | None) -> FP16Config:
 def _parse_zero(p: K.Problems, d: dict) -> ZeroConfig:
     path = "zero_optimization"
     if isinstance(d.get(path), bool):
-        p.add(f"'{path}' = {K.show(d[path])} is DeepSpeed's deprecated boolean form; write {{\"stage\": 1}} or "
-              "{\"stage\": 0}")
+        p.add(T("'{key}' = {value} is DeepSpeed's deprecated boolean form; write {{\"stage\": 1}} or "
+                "{{\"stage\": 0}}", key=path, value=K.show(d[path])))
         return ZeroConfig()
     b = K.read_block(p, d, path, path)
     if b is None:
@@ -178,7 +185,8 @@ def _parse_zero(p: K.Problems, d: dict) -> ZeroConfig:
     for short, long in K.ZERO_ALIASES.items():  # DeepSpeed also takes the pydantic field names
         if short in b:
             if long in b:
-                p.add(f"give only one of '{path}.{short}' and '{path}.{long}' (the same setting)")
+                p.add(T("give only one of '{path}.{short}' and '{path}.{long}' (the same setting)", path=path,
+                        short=short, long=long))
             b[long] = b.pop(short)
     below3 = b.get("stage", 0) in (0, 1, 2) and not isinstance(b.get("stage"), bool)
     K.check_keys(p, b, path, {**K.ZERO, **K.ZEROPP_BELOW_STAGE3} if below3 else K.ZERO)
@@ -187,8 +195,8 @@ def _parse_zero(p: K.Problems, d: dict) -> ZeroConfig:
     stage = g("stage", K.as_int(lo=0, hi=3))
     overlap = K.read(p, b, path, "overlap_comm", K.optional(K.as_bool), None)   # DeepSpeed's None: by stage
     if stage == 3 and b.get("zero_quantized_gradients") is True and b.get("reduce_scatter") is False:
-        p.add(f"'{path}.zero_quantized_gradients' needs '{path}.reduce_scatter' true (DeepSpeed 0.19.8's stage 3 "
-              "asserts it: qgZ replaces the reduce-scatter); remove reduce_scatter: false or turn qgZ off")
+        p.add(T("'{path}.zero_quantized_gradients' needs '{path}.reduce_scatter' true (DeepSpeed 0.19.8's stage 3 "
+                "asserts it: qgZ replaces the reduce-scatter); remove reduce_scatter: false or turn qgZ off", path=path))
     flag, size, count = K.as_bool, K.as_int(lo=1), K.as_int(lo=0)
     read = {k: g(k, conv) for k, conv in (                 # in this order (the problems are listed so)
         ("contiguous_gradients", flag), ("reduce_scatter", flag), ("use_multi_rank_bucket_allreduce", flag),
@@ -232,19 +240,20 @@ def _parse_offload(p: K.Problems, zero: dict, kind: str, stage: int) -> OffloadC
                         nvme_path=g("nvme_path", K.optional(K.as_str)),
                         buffer_count=g("buffer_count", K.as_int(lo=0)), **kw)
     if cfg.ratio < 1 and stage != 3:
-        p.add(f"'{path}.ratio' < 1 (partial offload) needs ZeRO stage 3, as in DeepSpeed; stage is {stage}")
+        p.add(T("'{path}.ratio' < 1 (partial offload) needs ZeRO stage 3, as in DeepSpeed; stage is {stage}",
+                path=path, stage=stage))
     elif cfg.ratio < 1 and cfg.device != "none":
-        p.refuse(f"{path}.ratio", cfg.ratio, "partial offload, ZeRO-Offload++ Twin-Flow: only this fraction of "
-                 "the sub-groups steps on the host", (1.0,))
+        p.refuse(f"{path}.ratio", cfg.ratio, T("partial offload, ZeRO-Offload++ Twin-Flow: only this fraction of "
+                                               "the sub-groups steps on the host"), (1.0,))
     if cfg.device == "nvme" and not cfg.nvme_path:
-        p.add(f"'{path}.device' is \"nvme\" but '{path}.nvme_path' is not set: give the folder (on a fast "
-              "disk) where the swapped tensors go")
+        p.add(T("'{path}.device' is \"nvme\" but '{path}.nvme_path' is not set: give the folder (on a fast disk) "
+                "where the swapped tensors go", path=path))
     if cfg.device != "none" and stage == 0 and is_opt:
-        p.add(f"'{path}' needs a ZeRO stage of at least 1 (stage is 0): the offloaded step is ZeRO's "
-              "optimizer, as in DeepSpeed")
+        p.add(T("'{path}' needs a ZeRO stage of at least 1 (stage is 0): the offloaded step is ZeRO's optimizer, "
+                "as in DeepSpeed", path=path))
     if cfg.device != "none" and stage != 3 and not is_opt:
-        p.add(f"'{path}' offloads the parameter shards of ZeRO stage 3; stage is {stage} (DeepSpeed "
-              "ignores it there: remove it, or use stage 3)")
+        p.add(T("'{path}' offloads the parameter shards of ZeRO stage 3; stage is {stage} (DeepSpeed ignores it "
+                "there: remove it, or use stage 3)", path=path, stage=stage))
     return cfg
 
 
@@ -256,17 +265,17 @@ def _parse_optimizer(p: K.Problems, d: dict) -> OptimizerConfig | None:
     kind = K.read(p, b, "optimizer", "type", K.as_str, None)
     if kind is None:
         if "type" not in b:
-            p.add("'optimizer' has no 'type' (like \"AdamW\"); give one, or drop the block and pass an optimizer")
+            p.add(T("'optimizer' has no 'type' (like \"AdamW\"); give one, or drop the block and pass an optimizer"))
         return None
     name, others = K.OPTIMIZERS.get(kind.lower()), {o.lower(): o for o in K.OTHER_OPTIMIZERS}
     if name is None:
         if kind.lower() in others:
-            p.refuse("optimizer.type", kind, f"the {others[kind.lower()]} optimizer; zerolab builds Adam, AdamW "
-                     "and SGD", ("AdamW",))
+            p.refuse("optimizer.type", kind, T("the {name} optimizer; zerolab builds Adam, AdamW and SGD",
+                                               name=others[kind.lower()]), ("AdamW",))
         else:
             guess = K.nearest(kind, [*K.OPTIMIZERS.values(), *K.OTHER_OPTIMIZERS])
-            p.add(f"unknown optimizer type '{kind}' in 'optimizer.type'; " +
-                  (f"did you mean '{guess}'?" if guess else "zerolab builds Adam, AdamW and SGD"))
+            p.add(T("unknown optimizer type '{kind}' in 'optimizer.type'; {hint}", kind=kind,
+                    hint=T("did you mean '{guess}'?", guess=guess) if guess else T("zerolab builds Adam, AdamW and SGD")))
         return None
     params = K.read_block(p, b, "params", "optimizer.params") or {}
     K.check_keys(p, params, "optimizer.params", K.OPTIMIZER_PARAMS[name])
@@ -275,7 +284,7 @@ def _parse_optimizer(p: K.Problems, d: dict) -> OptimizerConfig | None:
     defaults = K.SGD_DEFAULTS if name == "SGD" else K.ADAM_DEFAULTS
     out = {k: K.read(p, params, "optimizer.params", k, convs[k], v) for k, v in defaults.items()}
     if name == "SGD" and out["nesterov"] and (out["momentum"] <= 0 or out["dampening"] != 0):
-        p.add("'optimizer.params.nesterov' needs momentum > 0 and dampening 0 (torch.optim.SGD refuses otherwise)")
+        p.add(T("'optimizer.params.nesterov' needs momentum > 0 and dampening 0 (torch.optim.SGD refuses otherwise)"))
     adam_w_mode = name == "AdamW" or (name == "Adam" and K.read(p, params, "optimizer.params", "adam_w_mode",
                                                                 K.as_bool, True))
     return OptimizerConfig(name, _freeze(out), adam_w_mode)
@@ -308,15 +317,16 @@ def _parse_scheduler(p: K.Problems, d: dict) -> SchedulerConfig | None:
     kind = K.read(p, b, "scheduler", "type", K.as_str, None)
     if kind is None:
         if "type" not in b:
-            p.add("'scheduler' has no 'type' (like \"WarmupLR\"): DeepSpeed would quietly run without a scheduler; "
-                  "give one, or drop the block")
+            p.add(T("'scheduler' has no 'type' (like \"WarmupLR\"): DeepSpeed would quietly run without a "
+                    "scheduler; give one, or drop the block"))
         return None
     sig = scheduler_signature(kind)
     if sig is None:
         guess = K.nearest(kind, list(SCHEDULERS))
-        p.add(f"unknown scheduler type '{kind}' in 'scheduler.type'; " + (
-            f"did you mean '{guess}'?" if guess else f"DeepSpeed's are {', '.join(SCHEDULERS)}, or the name of a "
-            "torch.optim.lr_scheduler class"))
+        p.add(T("unknown scheduler type '{kind}' in 'scheduler.type'; {hint}", kind=kind, hint=T(
+            "did you mean '{guess}'?", guess=guess) if guess else T("DeepSpeed's are {names}, or the name of a "
+                                                                    "torch.optim.lr_scheduler class",
+                                                                    names=", ".join(SCHEDULERS))))
         return None
     params = K.read_block(p, b, "params", "scheduler.params") or {}
     defaults, required = sig
@@ -324,8 +334,9 @@ def _parse_scheduler(p: K.Problems, d: dict) -> SchedulerConfig | None:
     for key, value in params.items():
         if key not in defaults:
             guess = K.nearest(key, list(defaults))
-            p.add(f"unknown key '{key}' in 'scheduler.params' for {kind}; " +
-                  (f"did you mean '{guess}'?" if guess else "its params are " + ", ".join(defaults)))
+            p.add(T("unknown key '{key}' in 'scheduler.params' for {kind}; {hint}", key=key, kind=kind,
+                    hint=T("did you mean '{guess}'?", guess=guess) if guess else
+                    T("its params are {names}", names=", ".join(defaults))))
         elif key in ("last_batch_iteration", "last_epoch"):
             continue
         elif scheduler_class(kind) is SCHEDULERS.get(kind) and key in _SCHEDULER_CONVS:
@@ -333,6 +344,7 @@ def _parse_scheduler(p: K.Problems, d: dict) -> SchedulerConfig | None:
         else:
             out[key] = value
     for key in sorted(required - set(params)):
-        p.add(f"'scheduler.params.{key}' is missing: {kind} needs it (it has no default in DeepSpeed either)")
+        p.add(T("'scheduler.params.{key}' is missing: {kind} needs it (it has no default in DeepSpeed either)",
+                key=key, kind=kind))
     return SchedulerConfig(kind, _freeze(out))
 

@@ -86,6 +86,14 @@ def _driver_tmp(rank: int) -> tuple:
     return (os.getpid(), multiprocessing.util.get_temp_dir()) if rank == 0 else ()
 
 
+def _died(rank: int, what: str, code: int | None = None) -> str:
+    """The message of a rank that ended without a reply, ``what`` being "start" or "run"."""
+    during = T.text("during start" if what == "start" else "during run")
+    if code is None:
+        return T("rank {rank} died {during}", rank=rank, during=during)
+    return T("rank {rank} died (exit code {code}) {during}", rank=rank, code=code, during=during)
+
+
 _LIVE_CREWS: "weakref.WeakSet[Crew]" = weakref.WeakSet()
 
 
@@ -310,8 +318,7 @@ class Crew:
                     if r in pending and not pending[r].poll():
                         code = self._procs[r].exitcode
                         replies[r] = ("error", {"type": "RankDied", "traceback": "",
-                                                "message": f"rank {r} died (exit code {code}) "
-                                                           f"during {what}"})
+                                                "message": _died(r, what, code)})
                         del pending[r]
                     continue
                 r = next((k for k, c in pending.items() if c is obj), None)
@@ -320,8 +327,7 @@ class Crew:
                 try:
                     replies[r] = obj.recv()
                 except EOFError:
-                    replies[r] = ("error", {"type": "RankDied", "traceback": "",
-                                            "message": f"rank {r} died during {what}"})
+                    replies[r] = ("error", {"type": "RankDied", "traceback": "", "message": _died(r, what)})
                 del pending[r]
             if pending and any(rep[0] == "error" for rep in replies.values()):
                 # One rank failed: the others are probably blocked in a collective with it.
@@ -332,12 +338,11 @@ class Crew:
                         try:
                             replies[r] = c.recv()
                         except EOFError:
-                            replies[r] = ("error", {"type": "RankDied", "traceback": "",
-                                                    "message": f"rank {r} died during {what}"})
+                            replies[r] = ("error", {"type": "RankDied", "traceback": "", "message": _died(r, what)})
                         del pending[r]
                 failures = {r: rep[1] for r, rep in replies.items() if rep[0] == "error"}
-                others = (f"; ranks {sorted(pending)} were still running and were stopped"
-                          if pending else "")
+                others = T("; ranks {ranks} were still running and were stopped", ranks=sorted(pending)) \
+                    if pending else ""
                 raise RankError(failures, others)     # the caller stops the crew
         return replies
 

@@ -73,15 +73,17 @@ class RankError(CrewError):
         self.rank = min(causes or failures)
         first = failures[self.rank]
         ranks = ", ".join(str(r) for r in sorted(failures))
-        verb = "died" if first["type"] == "RankDied" else f"raised {first['type']}"
-        lines = [f"rank {self.rank} {verb}: {first['message']}",
-                 f"(ranks that failed: {ranks}{others})", "",
-                 f"--- traceback from rank {self.rank} ---",
-                 first["traceback"].rstrip() or "(none: the process ended without a Python exception; "
-                                                "what it printed is above)"]
+        lines = [T("rank {rank} died: {message}", rank=self.rank, message=first["message"])
+                 if first["type"] == "RankDied" else
+                 T("rank {rank} raised {type}: {message}", rank=self.rank, type=first["type"],
+                   message=first["message"]),
+                 T("(ranks that failed: {ranks}{others})", ranks=ranks, others=others), "",
+                 T("--- traceback from rank {rank} ---", rank=self.rank),
+                 first["traceback"].rstrip() or T("(none: the process ended without a Python exception; "
+                                                  "what it printed is above)")]
         for r in sorted(failures):
             if r != self.rank and failures[r]["traceback"] != first["traceback"]:
-                lines += ["", f"--- traceback from rank {r} ---",
+                lines += ["", T("--- traceback from rank {rank} ---", rank=r),
                           failures[r]["traceback"].rstrip() or failures[r]["message"]]
         super().__init__("\n".join(lines))
 
@@ -91,9 +93,9 @@ class CrewTimeout(CrewError, TimeoutError):
 
     def __init__(self, ranks: list[int], timeout: float):
         self.ranks = ranks
-        super().__init__(f"ranks {ranks} did not finish within {timeout:g} s; the crew was stopped "
-                         f"(every rank process killed). A hung collective usually means the ranks "
-                         f"did not all call the same collectives in the same order.")
+        super().__init__(T("ranks {ranks} did not finish within {timeout:g} s; the crew was stopped (every rank "
+                           "process killed). A hung collective usually means the ranks did not all call the same "
+                           "collectives in the same order.", ranks=ranks, timeout=timeout))
 
 
 class TooManyRanks(CrewError, ValueError):
@@ -101,11 +103,11 @@ class TooManyRanks(CrewError, ValueError):
 
     def __init__(self, asked: int, allowed: int, source: str):
         self.asked, self.allowed, self.source = asked, allowed, source
-        super().__init__(
-            f"a crew of {asked} ranks was asked for, but {source} allows at most {allowed} here. Run the "
-            f"cell with N <= {allowed} (chapter 0: N = {allowed} at the top; docs/INSTRUCTOR.md lists what "
-            f"each chapter can do): its claims are formula against measurement at the N it runs, so they "
-            f"hold, but its output will differ from the stored one (made with the default N)")
+        super().__init__(T(
+            "a crew of {asked} ranks was asked for, but {source} allows at most {allowed} here. Run the cell with "
+            "N <= {allowed} (chapter 0: N = {allowed} at the top; docs/INSTRUCTOR.md lists what each chapter can "
+            "do): its claims are formula against measurement at the N it runs, so they hold, but its output will "
+            "differ from the stored one (made with the default N)", asked=asked, source=source, allowed=allowed))
 
 
 # ----------------------------------------------------------------------------- the rank cap
@@ -151,12 +153,14 @@ def fit_ranks(sizes):
     cap, source = _cap()
     if isinstance(sizes, int):
         if cap is not None and sizes > cap:
-            print(f"zerolab: {cap} ranks instead of {sizes} ({source}); what follows is measured at N = {cap}")
+            print(T("zerolab: {cap} ranks instead of {sizes} ({source}); what follows is measured at N = {cap}",
+                    cap=cap, sizes=sizes, source=source))
             return cap
         return sizes
     sizes = tuple(sizes)
     kept = tuple(n for n in sizes if cap is None or n <= cap)
     if kept != sizes:
         dropped = ", ".join(str(n) for n in sizes if n not in kept)
-        print(f"zerolab: crews of {', '.join(map(str, kept)) or 'no size'} only, not {dropped} ({source})")
+        print(T("zerolab: crews of {kept} only, not {dropped} ({source})",
+                kept=", ".join(map(str, kept)) or T("no size"), dropped=dropped, source=source))
     return kept

@@ -89,6 +89,83 @@ ZH["report"] = {
     "free memory: close other programs or notebooks (Kernel > Shut Down All Kernels), or ask for a server with "
     "{need:g} GB or more":
         "释放内存：关掉其他程序或 notebook（Kernel > Shut Down All Kernels），或者申请一台内存不少于 {need:g} GB 的服务器",
+    # zerolab report (without --preflight): the one-screen report
+    "unknown": "未知",
+    "yes": "有",
+    "no": "无",
+    "none": "无",
+    "zerolab {version} report: {node}": "zerolab {version} 环境报告：{node}",
+    "this machine": "本机",
+    "  [the course is tested with {version}]": "  [课程在 {version} 上测试]",
+    "torch build": "torch 构建",
+    "CUDA {cuda}, MKL {mkl}, OpenMP {openmp}, {threads} intra-op threads":
+        "CUDA {cuda}，MKL {mkl}，OpenMP {openmp}，算子内线程 {threads} 个",
+    "none (CPU build)": "无（CPU 版）",
+    "float kernels": "浮点内核",
+    " (forced by ATEN_CPU_CAPABILITY={env})": "（由 ATEN_CPU_CAPABILITY={env} 指定）",
+    " (the widest this CPU allows; ATEN_CPU_CAPABILITY=avx2/default narrows it)":
+        "（这颗 CPU 支持的最宽指令集；ATEN_CPU_CAPABILITY=avx2/default 可以收窄）",
+    "{dist}: gloo {gloo}, NCCL {nccl}": "{dist}：gloo {gloo}，NCCL {nccl}",
+    "CPU features": "CPU 特性",
+    "none of avx2/avx512/amx/asimd": "avx2/avx512/amx/asimd 都没有",
+    "  [AVX-512: wider float kernels, last digits differ from AVX2]": "  [AVX-512：浮点内核更宽，末几位数字与 AVX2 不同]",
+    "cores": "核数",
+    "{logical} logical, {usable} usable by this process": "逻辑核 {logical} 个，本进程可用 {usable} 个",
+    "memory": "内存",
+    "{total} total, {available} available": "共 {total}，可用 {available}",
+    " (cgroup limit {limit})": "（cgroup 上限 {limit}）",
+    "shared memory": "共享内存",
+    "none (/dev/shm missing)": "无（没有 /dev/shm）",
+    "/dev/shm {total}, {free} free": "/dev/shm {total}，空闲 {free}",
+    "  [small: enough for gloo on CPU; NCCL wants docker --shm-size=1g or more]":
+        "  [偏小：CPU 上的 gloo 够用；NCCL 需要 docker --shm-size=1g 或更大]",
+    "what the course can run here:": "课程在这里能运行什么：",
+    "every chapter": "全部章节",
+    "yes: up to {ranks} ranks at once on gloo (CPU), about {need:g} GB free needed":
+        "能：gloo（CPU）上同时最多 {ranks} 个 rank，约需 {need:g} GB 空闲内存",
+    "NO: up to {ranks} ranks at once on gloo (CPU), about {need:g} GB free needed":
+        "不能：gloo（CPU）上同时最多 {ranks} 个 rank，约需 {need:g} GB 空闲内存",
+    ", {available} available": "，可用 {available}",
+    "note": "注意",
+    "1 usable core: the chapters run, several times slower than on 2": "只有 1 个可用核：各章能运行，但比 2 个核慢好几倍",
+    "NCCL crews": "NCCL 搬家队",
+    "up to {n} ranks, one GPU each (backend='auto' picks NCCL when every rank gets a GPU)":
+        "最多 {n} 个 rank，每个一块 GPU（每个 rank 都分得到 GPU 时，backend='auto' 选 NCCL）",
+    "no ({why}): backend='auto' runs every crew on gloo, as the stored chapters were":
+        "不能（{why}）：backend='auto' 让每个搬家队都跑在 gloo 上，和存储的各章输出一样",
+    "no CUDA GPU": "没有 CUDA GPU",
+    "torch has no NCCL": "torch 没有 NCCL",
+    "learner's check": "学员自检",
+}
+
+# -- zerolab.crew: what a notebook shows when a rank raises, dies or hangs (crew_limits.py, crew.py) ---
+ZH["crew"] = {
+    "rank {rank} died: {message}": "rank {rank} 意外退出：{message}",
+    "rank {rank} raised {type}: {message}": "rank {rank} 抛出了 {type}：{message}",
+    "(ranks that failed: {ranks}{others})": "（失败的 rank：{ranks}{others}）",
+    "--- traceback from rank {rank} ---": "--- rank {rank} 的回溯 ---",
+    "(none: the process ended without a Python exception; what it printed is above)":
+        "（没有：进程结束时没有 Python 异常；它打印的内容在上面）",
+    "; ranks {ranks} were still running and were stopped": "；rank {ranks} 当时还在运行，已被停止",
+    "rank {rank} died {during}": "rank {rank} 在{during}意外退出",
+    "rank {rank} died (exit code {code}) {during}": "rank {rank} 在{during}意外退出（退出码 {code}）",
+    "during start": "启动时",
+    "during run": "运行任务时",
+    "ranks {ranks} did not finish within {timeout:g} s; the crew was stopped (every rank process killed). A hung "
+    "collective usually means the ranks did not all call the same collectives in the same order.":
+        "rank {ranks} 没能在 {timeout:g} s 内完成；搬家队已停止（每个 rank 进程都被杀掉了）。"
+        "集合通信卡住，通常是因为各 rank 没有按相同的顺序调用相同的集合通信。",
+    "a crew of {asked} ranks was asked for, but {source} allows at most {allowed} here. Run the cell with N <= "
+    "{allowed} (chapter 0: N = {allowed} at the top; docs/INSTRUCTOR.md lists what each chapter can do): its "
+    "claims are formula against measurement at the N it runs, so they hold, but its output will differ from the "
+    "stored one (made with the default N)":
+        "要的是 {asked} 个 rank 的搬家队，但 {source} 在这里最多只允许 {allowed} 个。请用 N <= {allowed} 运行这个"
+        "单元（第 0 章：在开头设 N = {allowed}；docs/INSTRUCTOR.md 列出了每章能做什么）：它的结论是公式与在所用 N 下"
+        "实测的对照，所以依然成立，只是输出会和存储的（用默认 N 得到的）不同",
+    "zerolab: {cap} ranks instead of {sizes} ({source}); what follows is measured at N = {cap}":
+        "zerolab：用 {cap} 个 rank 而不是 {sizes} 个（{source}）；下面是在 N = {cap} 时测得的",
+    "zerolab: crews of {kept} only, not {dropped} ({source})": "zerolab：只用 {kept} 个 rank 的搬家队，不用 {dropped}（{source}）",
+    "no size": "无",
 }
 
 # -- zerolab.checks: what every exercise check shows ---------------------------------------------------

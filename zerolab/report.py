@@ -82,9 +82,10 @@ def report_text() -> str:
           "-" * 78, T("what the course can run here:")]
     avail = m["available"]
     enough = avail is None or avail >= COURSE_NEEDS_GB * 1e9
-    L.append(_row(T("every chapter"), (T("yes") if enough and t["gloo"] else T("NO"))
-                  + T(": up to {ranks} ranks at once on gloo (CPU), about {need:g} GB free needed",
-                      ranks=RANKS_AT_ONCE, need=COURSE_NEEDS_GB)
+    L.append(_row(T("every chapter"), T("yes: up to {ranks} ranks at once on gloo (CPU), about {need:g} GB free needed"
+                                        if enough and t["gloo"] else
+                                        "NO: up to {ranks} ranks at once on gloo (CPU), about {need:g} GB free needed",
+                                        ranks=RANKS_AT_ONCE, need=COURSE_NEEDS_GB)
                   + ("" if enough else T(", {available} available", available=_gb(avail))), "  "))
     if c["usable"] < 2:
         L.append(_row(T("note"), T("1 usable core: the chapters run, several times slower than on 2"), "  "))
