@@ -168,6 +168,125 @@ ZH["crew"] = {
     "no size": "无",
 }
 
+# -- the DeepSpeed config's reader: a bad key, a bad value, a refused key (config_types, config_parse, config_keys)
+ZH["config"] = {
+    "{n} problems in the DeepSpeed config:": "DeepSpeed 配置里有 {n} 处问题：",
+    # what a value must be ('{key}' must be {expected}, got {value})
+    "'{key}' must be {expected}, got {value}": "'{key}' 应为{expected}，实际是 {value}",
+    "true or false": " true 或 false",
+    "an integer": "整数",
+    " in {lo}..{hi}": "（{lo}..{hi}）",
+    " > 0": "（> 0）",
+    " >= {lo}": "（>= {lo}）",
+    "a number": "数值",
+    " in [{lo:g}, {hi:g}]": "（在 [{lo:g}, {hi:g}] 内）",
+    " >= {lo:g}": "（>= {lo:g}）",
+    "one of {options}": " {options} 之一",
+    " or null": "，或 null",
+    "a string": "字符串",
+    "two numbers in [0, 1), like [0.9, 0.999]": "两个 [0, 1) 内的数，例如 [0.9, 0.999]",
+    "two numbers in [0, 1)": "两个 [0, 1) 内的数",
+    " when dynamic loss scaling is on (fp16 enabled, loss_scale 0)": "，在开启动态损失缩放时（fp16 已启用、loss_scale 为 0）",
+    "'{key}' is \"auto\": \"auto\" is filled in by the Hugging Face Trainer before DeepSpeed sees the config, and "
+    "zerolab reads the config as DeepSpeed does; give {expected} instead":
+        "'{key}' 是 \"auto\"：\"auto\" 由 Hugging Face Trainer 在 DeepSpeed 读到配置之前填好，而 zerolab 像 DeepSpeed "
+        "一样直接读配置；请改为给出{expected}",
+    "'{key}' must be a JSON object ({{...}}), got {value}": "'{key}' 应为 JSON 对象（{{...}}），实际是 {value}",
+    # a key that is not DeepSpeed's, removed from it, or not implemented in zerolab
+    "unknown key '{key}' in {where}; {hint}": "{where} 里有未知的键 '{key}'；{hint}",
+    "the DeepSpeed config": "DeepSpeed 配置",
+    "did you mean '{guess}'?": "你是不是想写 '{guess}'？",
+    "known keys: {names}": "已知的键：{names}",
+    "it is not a DeepSpeed 0.19.8 key": "它不是 DeepSpeed 0.19.8 的键",
+    "'{key}' was removed from DeepSpeed itself ({what}); DeepSpeed 0.19.8 rejects it too":
+        "'{key}' 已从 DeepSpeed 本身移除（{what}）；DeepSpeed 0.19.8 同样拒绝它",
+    "'{path}' is a DeepSpeed key that zerolab does not implement yet ({what}): {here}{fix}":
+        "'{path}' 是 zerolab 尚未实现的 DeepSpeed 键（{what}）：{here}{fix}",
+    "it is {value} here; ": "这里它的值是 {value}；",
+    "remove it or set it to {value}": "删掉它，或设为 {value}",
+    "remove it": "删掉它",
+    # the file, the world size
+    "world_size must be a positive integer (the data-parallel size), got {value}":
+        "world_size 应为正整数（数据并行的规模），实际是 {value}",
+    "a DeepSpeed config must be a dict or the path to a JSON file, got {type}":
+        "DeepSpeed 配置应为 dict 或 JSON 文件的路径，实际是 {type}",
+    "duplicate key '{key}' in the DeepSpeed config file {path}": "DeepSpeed 配置文件 {path} 里有重复的键 '{key}'",
+    "cannot read the DeepSpeed config file {path}: {error}": "无法读取 DeepSpeed 配置文件 {path}：{error}",
+    "the DeepSpeed config file {path} is not valid JSON: {error}": "DeepSpeed 配置文件 {path} 不是合法的 JSON：{error}",
+    # precision
+    "give only one of 'bf16' and 'bfloat16' (the old name of the same block)":
+        "'bf16' 和 'bfloat16' 只能给一个（后者是同一个块的旧名字）",
+    "'fp16.enabled' and '{bf16}.enabled' are both true: bfloat16 and fp16 modes cannot be enabled together "
+    "(DeepSpeed asserts the same); pick one":
+        "'fp16.enabled' 和 '{bf16}.enabled' 都是 true：bfloat16 和 fp16 模式不能同时启用（DeepSpeed 也会断言失败）；"
+        "二选一",
+    # the batch triple
+    "these three fit world_size {fits}, not {world}": "这三个数对应的 world_size 是 {fits}，不是 {world}",
+    "gradient_accumulation_steps was derived as {tbs} // {micro} // {world} = {gas}; train_batch_size must be a "
+    "multiple of train_micro_batch_size_per_gpu * world_size = {step}":
+        "gradient_accumulation_steps 推导为 {tbs} // {micro} // {world} = {gas}；train_batch_size 必须是 "
+        "train_micro_batch_size_per_gpu * world_size = {step} 的倍数",
+    "train_micro_batch_size_per_gpu was derived as {tbs} // {world} // {gas} = {micro}; train_batch_size must be a "
+    "multiple of gradient_accumulation_steps * world_size = {step}":
+        "train_micro_batch_size_per_gpu 推导为 {tbs} // {world} // {gas} = {micro}；train_batch_size 必须是 "
+        "gradient_accumulation_steps * world_size = {step} 的倍数",
+    "with only train_batch_size given, gradient_accumulation_steps is 1 and train_micro_batch_size_per_gpu = {tbs} "
+    "// {world} = {micro}; train_batch_size must be a multiple of world_size = {world}":
+        "只给了 train_batch_size 时，gradient_accumulation_steps 为 1，train_micro_batch_size_per_gpu = {tbs} "
+        "// {world} = {micro}；train_batch_size 必须是 world_size = {world} 的倍数",
+    "either train_batch_size or train_micro_batch_size_per_gpu needs to be provided (DeepSpeed derives the rest of "
+    "the batch triple from them); the config has {has}":
+        "train_batch_size 和 train_micro_batch_size_per_gpu 至少要给一个（DeepSpeed 由它们推导批大小三元组的其余部分）；"
+        "这个配置里{has}",
+    "only gradient_accumulation_steps": "只有 gradient_accumulation_steps",
+    "none of the three": "三个都没有",
+    "check the batch parameters: train_batch_size is not equal to train_micro_batch_size_per_gpu * "
+    "gradient_accumulation_steps * world_size: {tbs} != {micro} * {gas} * {world}":
+        "检查批大小参数：train_batch_size 不等于 train_micro_batch_size_per_gpu * gradient_accumulation_steps * "
+        "world_size：{tbs} != {micro} * {gas} * {world}",
+    " ({note})": "（{note}）",
+    # zero_optimization and its offload blocks
+    "'{key}' = {value} is DeepSpeed's deprecated boolean form; write {{\"stage\": 1}} or {{\"stage\": 0}}":
+        "'{key}' = {value} 是 DeepSpeed 已弃用的布尔写法；请写 {{\"stage\": 1}} 或 {{\"stage\": 0}}",
+    "give only one of '{path}.{short}' and '{path}.{long}' (the same setting)":
+        "'{path}.{short}' 和 '{path}.{long}' 只能给一个（它们是同一个设置）",
+    "'{path}.zero_quantized_gradients' needs '{path}.reduce_scatter' true (DeepSpeed 0.19.8's stage 3 asserts it: "
+    "qgZ replaces the reduce-scatter); remove reduce_scatter: false or turn qgZ off":
+        "'{path}.zero_quantized_gradients' 要求 '{path}.reduce_scatter' 为 true（DeepSpeed 0.19.8 的 stage 3 会断言："
+        "qgZ 取代的正是 reduce-scatter）；去掉 reduce_scatter: false，或关掉 qgZ",
+    "'{path}.ratio' < 1 (partial offload) needs ZeRO stage 3, as in DeepSpeed; stage is {stage}":
+        "'{path}.ratio' < 1（部分卸载）需要 ZeRO stage 3，与 DeepSpeed 相同；现在是 stage {stage}",
+    "partial offload, ZeRO-Offload++ Twin-Flow: only this fraction of the sub-groups steps on the host":
+        "部分卸载，即 ZeRO-Offload++ Twin-Flow：只有这个比例的子组在主机上做优化器更新",
+    "'{path}.device' is \"nvme\" but '{path}.nvme_path' is not set: give the folder (on a fast disk) where the "
+    "swapped tensors go":
+        "'{path}.device' 是 \"nvme\"，但没有设置 '{path}.nvme_path'：请给出换出张量存放的文件夹（放在快速磁盘上）",
+    "'{path}' needs a ZeRO stage of at least 1 (stage is 0): the offloaded step is ZeRO's optimizer, as in DeepSpeed":
+        "'{path}' 需要 ZeRO stage 至少为 1（现在是 0）：卸载出去的更新就是 ZeRO 的优化器，与 DeepSpeed 相同",
+    "'{path}' offloads the parameter shards of ZeRO stage 3; stage is {stage} (DeepSpeed ignores it there: remove "
+    "it, or use stage 3)":
+        "'{path}' 卸载的是 ZeRO stage 3 的参数分片；现在是 stage {stage}（DeepSpeed 在这里会忽略它：删掉它，"
+        "或者改用 stage 3）",
+    # optimizer and scheduler
+    "'optimizer' has no 'type' (like \"AdamW\"); give one, or drop the block and pass an optimizer":
+        "'optimizer' 没有 'type'（比如 \"AdamW\"）；给出一个，或者去掉这个块、直接传入优化器",
+    "the {name} optimizer; zerolab builds Adam, AdamW and SGD": "{name} 优化器；zerolab 能构建 Adam、AdamW 和 SGD",
+    "unknown optimizer type '{kind}' in 'optimizer.type'; {hint}": "'optimizer.type' 里的优化器类型 '{kind}' 未知；{hint}",
+    "zerolab builds Adam, AdamW and SGD": "zerolab 能构建 Adam、AdamW 和 SGD",
+    "'optimizer.params.nesterov' needs momentum > 0 and dampening 0 (torch.optim.SGD refuses otherwise)":
+        "'optimizer.params.nesterov' 要求 momentum > 0 且 dampening 为 0（否则 torch.optim.SGD 会拒绝）",
+    "'scheduler' has no 'type' (like \"WarmupLR\"): DeepSpeed would quietly run without a scheduler; give one, or "
+    "drop the block":
+        "'scheduler' 没有 'type'（比如 \"WarmupLR\"）：DeepSpeed 会悄悄地不用调度器运行；给出一个，或者去掉这个块",
+    "unknown scheduler type '{kind}' in 'scheduler.type'; {hint}": "'scheduler.type' 里的调度器类型 '{kind}' 未知；{hint}",
+    "DeepSpeed's are {names}, or the name of a torch.optim.lr_scheduler class":
+        "DeepSpeed 的调度器有 {names}，也可以是 torch.optim.lr_scheduler 里某个类的名字",
+    "unknown key '{key}' in 'scheduler.params' for {kind}; {hint}": "{kind} 的 'scheduler.params' 里有未知的键 '{key}'；{hint}",
+    "its params are {names}": "它的参数有 {names}",
+    "'scheduler.params.{key}' is missing: {kind} needs it (it has no default in DeepSpeed either)":
+        "缺少 'scheduler.params.{key}'：{kind} 需要它（DeepSpeed 里它也没有默认值）",
+}
+
 # -- zerolab.checks: what every exercise check shows ---------------------------------------------------
 ZH["checks"] = {
     "PASSED: {message}": "PASSED（通过）：{message}",
