@@ -1270,7 +1270,7 @@ ZH["checks.ch08"] = {
     "    and {n} persistent parameters ({numel:,} elements)":
         "  实测（最后一步，rank 0）：all-gather 调用 {calls:,} 次，预取 {prefetches:,} 个组，峰值 {peak:,}\n"
         "    以及 {n} 个常驻参数（共 {numel:,} 个元素）",
-    "{n} weight(s) of {numel:,} elements are persistent": "{n} 个 {numel:,} 元素的权重常驻了",
+    "{n} weight(s) ({numel:,} elements) persistent": "{n} 个权重（各 {numel:,} 个元素）常驻了",
     "a parameter is persistent when its numel <= stage3_param_persistence_threshold (DeepSpeed's default 1e5 keeps "
     "every parameter of this small model whole); choose a threshold that a weight ({numel:,}) does not meet":
         "参数的 numel <= stage3_param_persistence_threshold 时就常驻（DeepSpeed 默认的 1e5 会让这个小模型的"
@@ -1339,6 +1339,14 @@ ZH["checks.ch08"] = {
     "defaults": "默认值",
     "  trained parameters: bit-identical in all four runs": "  训练出的参数：四次运行逐位相同",
     "your knobs meet goals A, B and C in the real engine on 2 ranks": "你的旋钮在 2 个 rank 上的真实引擎里达成了目标 A、B 和 C",
+    # a miss's first line: the mistake and its fix, on their own
+    "goal {goal}: {what}; fix: {fix}": "目标 {goal}：{what}；改法：{fix}",
+    "stage3_model_persistence_threshold >= {need}, or drop it": "stage3_model_persistence_threshold >= {need}，或者去掉它",
+    "set stage3_max_live_parameters, the budget": "设置预算 stage3_max_live_parameters",
+    "raise stage3_max_live_parameters within the peak": "在峰值允许的范围内调大 stage3_max_live_parameters",
+    "raise stage3_prefetch_bucket_size": "调大 stage3_prefetch_bucket_size",
+    "leave it at 5e7 (drop the key)": "保持 5e7（去掉这个键）",
+    "lower stage3_max_live_parameters": "调小 stage3_max_live_parameters",
 }
 
 # -- exercise 8c: stage 3's gather and release as module hooks ---------------------------------------
