@@ -749,7 +749,7 @@ def test_config_errors_in_the_editions_language():
     for want in ("'zero_optimization.stage' 应为整数（取值 0..3），实际是 5",
                  "'zero_optimization' 里有未知的键 'offload_optimzer'；你是不是想写 'offload_optimizer'？",
                  "'fp16.loss_scale_window' 应为整数（大于 0），在开启动态损失缩放时（fp16 已启用、loss_scale 为 0），实际是 0",
-                 "'flops_profiler' 是 zerolab 尚未实现的 DeepSpeed 键（FLOPs profiler）：删掉它",
+                 "'flops_profiler' 是 zerolab 尚未实现的 DeepSpeed 键（FLOPs 分析器）：删掉它",
                  "（Lion 优化器；zerolab 能构建 Adam、AdamW 和 SGD）：这里它的值是 \"Lion\"；删掉它，或设为 \"AdamW\"",
                  "WarmupLR 的 'scheduler.params' 里有未知的键 'warmup_max'；你是不是想写"):
         assert want in text, (want, text)
@@ -757,6 +757,17 @@ def test_config_errors_in_the_editions_language():
     assert batch.startswith("检查批大小参数：train_batch_size 不等于") and "9 != 2 * 2 * 2（" in batch, batch
     assert "train_micro_batch_size_per_gpu 推导为 9 // 2 // 2 = 2" in batch, batch
     assert auto.startswith("'train_batch_size' 是 \"auto\"") and auto.endswith("请改为给出整数（大于 0）"), auto
+
+
+def test_every_refused_or_removed_key_says_what_it_does_in_chinese():
+    """A refusal names the DeepSpeed feature (config_keys' tables): a row added or reworded in English
+    without its Chinese fails here."""
+    from zerolab import config_keys as K
+    tables = [K.TOP, K.ZERO, K.FP16, K.BF16, K.OFFLOAD_OPTIMIZER, K.OFFLOAD_PARAM, K.OPTIMIZER,
+              *K.OPTIMIZER_PARAMS.values(), K.ZEROLAB, K.AIO, K.SCHEDULER]
+    missing = sorted({key.what for table in tables for key in table.values()
+                      if key.status in (K.NOT_IMPLEMENTED, K.REMOVED) and key.what not in ZH["config"]})
+    assert not missing, "zerolab/messages_zh.py, section 'config', lacks:\n" + "\n".join(map(repr, missing))
 
 
 def test_a_ranks_error_summary_in_the_editions_language():

@@ -340,7 +340,7 @@ class Problems:
         here = "" if isinstance(value, (Mapping, list)) else T("it is {value} here; ", value=show(value))
         fix = T("remove it or set it to {value}", value=show(simple[0])) if simple else T("remove it")
         self.items.append(T("'{path}' is a DeepSpeed key that zerolab does not implement yet ({what}): {here}{fix}",
-                            path=path, what=what, here=here, fix=fix))
+                            path=path, what=T.text(what), here=here, fix=fix))
 
 
 class Bad(Exception):
@@ -491,6 +491,6 @@ def check_keys(p: Problems, block: Mapping, path: str, table: dict) -> None:
             p.add(T("unknown key '{key}' in {where}; {hint}", key=key, where=where, hint=hint))
         elif entry.status == REMOVED:
             p.add(T("'{key}' was removed from DeepSpeed itself ({what}); DeepSpeed 0.19.8 rejects it too", key=full,
-                    what=entry.what))
+                    what=T.text(entry.what)))
         elif entry.status == NOT_IMPLEMENTED and not is_inert(value, entry.inert):
             p.refuse(full, value, entry.what, entry.inert)
