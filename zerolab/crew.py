@@ -143,11 +143,11 @@ class Crew:
                  threads: int | None = None, echo: bool = True, start_timeout: float = 60.0,
                  nodes: int = 1):
         if int(world_size) < 1:
-            raise ValueError(f"world_size must be >= 1, got {world_size}")
+            raise ValueError(T("world_size must be >= 1, got {n}", n=world_size))
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1 or int(world_size) % nodes:
-            raise ValueError(f"Crew(nodes={nodes!r}): nodes must be a whole number >= 1 that divides "
-                             f"world_size={world_size} (each node holds world_size // nodes consecutive "
-                             f"ranks, as under torchrun); e.g. Crew({world_size}, nodes=1)")
+            raise ValueError(T("Crew(nodes={nodes}): nodes must be a whole number >= 1 that divides world_size={n} "
+                               "(each node holds world_size // nodes consecutive ranks, as under torchrun); e.g. "
+                               "Crew({n}, nodes=1)", nodes=repr(nodes), n=world_size))
         cap, source = _cap()
         if cap is not None and int(world_size) > cap:
             raise TooManyRanks(int(world_size), cap, source)

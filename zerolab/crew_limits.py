@@ -40,11 +40,11 @@ def resolve_backend(backend: str, world_size: int) -> str:
     if backend in SHM_NAMES:
         return "zshm"
     if backend not in ("gloo", "nccl"):
-        raise ValueError(f"backend must be 'auto', 'gloo', 'nccl' or 'shm' (zerolab's shared-memory "
-                         f"collectives for CPU ranks on one machine), not {backend!r}")
+        raise ValueError(T("backend must be 'auto', 'gloo', 'nccl' or 'shm' (zerolab's shared-memory collectives for "
+                           "CPU ranks on one machine), not {backend}", backend=repr(backend)))
     if backend == "nccl" and not (torch.cuda.is_available() and torch.cuda.device_count() >= world_size):
-        raise ValueError(f"backend='nccl' needs {world_size} GPUs; this machine has "
-                         f"{torch.cuda.device_count() if torch.cuda.is_available() else 0}")
+        raise ValueError(T("backend='nccl' needs {n} GPUs; this machine has {gpus}", n=world_size,
+                           gpus=torch.cuda.device_count() if torch.cuda.is_available() else 0))
     return backend
 
 
@@ -120,7 +120,7 @@ def set_max_ranks(n: int | None) -> None:
     """Allow crews of at most ``n`` ranks in this process (None: back to ``$ZEROLAB_MAX_RANKS``)."""
     global _MAX_RANKS
     if n is not None and (isinstance(n, bool) or int(n) != n or n < 1):
-        raise ValueError(f"set_max_ranks needs a whole number >= 1 or None, not {n!r}")
+        raise ValueError(T("set_max_ranks needs a whole number >= 1 or None, not {value}", value=repr(n)))
     _MAX_RANKS = None if n is None else int(n)
 
 
@@ -136,7 +136,8 @@ def _cap() -> tuple[int | None, str]:
     except ValueError:
         n = 0
     if n < 1:
-        raise ValueError(f"{MAX_RANKS_ENV}={text!r}: it must be a whole number >= 1 (or unset: no cap)")
+        raise ValueError(T("{env}={value}: it must be a whole number >= 1 (or unset: no cap)", env=MAX_RANKS_ENV,
+                           value=repr(text)))
     return n, f"{MAX_RANKS_ENV}={n}"
 
 

@@ -166,6 +166,19 @@ ZH["crew"] = {
         "zerolab：用 {cap} 个 rank 而不是 {sizes} 个（{source}）；下面是在 N = {cap} 时测得的",
     "zerolab: crews of {kept} only, not {dropped} ({source})": "zerolab：只用 {kept} 个 rank 的搬家队，不用 {dropped}（{source}）",
     "no size": "无",
+    # asked for a crew that cannot be
+    "backend must be 'auto', 'gloo', 'nccl' or 'shm' (zerolab's shared-memory collectives for CPU ranks on one "
+    "machine), not {backend}":
+        "backend 只能是 'auto'、'gloo'、'nccl' 或 'shm'（zerolab 的共享内存集合通信，用于同一台机器上的 CPU rank），"
+        "不能是 {backend}",
+    "backend='nccl' needs {n} GPUs; this machine has {gpus}": "backend='nccl' 需要 {n} 块 GPU；这台机器只有 {gpus} 块",
+    "set_max_ranks needs a whole number >= 1 or None, not {value}": "set_max_ranks 需要 >= 1 的整数或 None，不能是 {value}",
+    "{env}={value}: it must be a whole number >= 1 (or unset: no cap)": "{env}={value}：它必须是 >= 1 的整数（不设置则不限制）",
+    "world_size must be >= 1, got {n}": "world_size 必须 >= 1，实际是 {n}",
+    "Crew(nodes={nodes}): nodes must be a whole number >= 1 that divides world_size={n} (each node holds "
+    "world_size // nodes consecutive ranks, as under torchrun); e.g. Crew({n}, nodes=1)":
+        "Crew(nodes={nodes})：nodes 必须是 >= 1 且能整除 world_size={n} 的整数（每个节点容纳 world_size // nodes 个"
+        "连续的 rank，与 torchrun 相同）；例如 Crew({n}, nodes=1)",
 }
 
 # -- the DeepSpeed config's reader: a bad key, a bad value, a refused key (config_types, config_parse, config_keys)
