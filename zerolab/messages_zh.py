@@ -128,11 +128,11 @@ ZH["report"] = {
     ", {available} available": "，可用 {available}",
     "note": "注意",
     "1 usable core: the chapters run, several times slower than on 2": "只有 1 个可用核：各章能运行，但比 2 个核慢好几倍",
-    "NCCL crews": "NCCL 搬家队",
+    "NCCL crews": "NCCL 上的 Crew",
     "up to {n} ranks, one GPU each (backend='auto' picks NCCL when every rank gets a GPU)":
         "最多 {n} 个 rank，每个一块 GPU（每个 rank 都分得到 GPU 时，backend='auto' 选 NCCL）",
     "no ({why}): backend='auto' runs every crew on gloo, as the stored chapters were":
-        "不能（{why}）：backend='auto' 让每个搬家队都跑在 gloo 上，和存储的各章输出一样",
+        "不能（{why}）：backend='auto' 让每个 Crew 都跑在 gloo 上，和存储的各章输出一样",
     "no CUDA GPU": "没有 CUDA GPU",
     "torch has no NCCL": "torch 没有 NCCL",
     "learner's check": "学员自检",
@@ -153,18 +153,18 @@ ZH["crew"] = {
     "during run": "运行任务时",
     "ranks {ranks} did not finish within {timeout:g} s; the crew was stopped (every rank process killed). A hung "
     "collective usually means the ranks did not all call the same collectives in the same order.":
-        "rank {ranks} 没能在 {timeout:g} s 内完成；搬家队已停止（每个 rank 进程都被杀掉了）。"
+        "rank {ranks} 没能在 {timeout:g} s 内完成；这个 Crew 已停止（每个 rank 进程都被杀掉了）。"
         "集合通信卡住，通常是因为各 rank 没有按相同的顺序调用相同的集合通信。",
     "a crew of {asked} ranks was asked for, but {source} allows at most {allowed} here. Run the cell with N <= "
     "{allowed} (chapter 0: N = {allowed} at the top; docs/INSTRUCTOR.md lists what each chapter can do): its "
     "claims are formula against measurement at the N it runs, so they hold, but its output will differ from the "
     "stored one (made with the default N)":
-        "要的是 {asked} 个 rank 的搬家队，但 {source} 在这里最多只允许 {allowed} 个。请用 N <= {allowed} 运行这个"
+        "要的是 {asked} 个 rank 的 Crew，但 {source} 在这里最多只允许 {allowed} 个。请用 N <= {allowed} 运行这个"
         "单元（第 0 章：在开头设 N = {allowed}；docs/INSTRUCTOR.md 列出了每章能做什么）：它的结论是公式与在所用 N 下"
         "实测的对照，所以依然成立，只是输出会和存储的（用默认 N 得到的）不同",
     "zerolab: {cap} ranks instead of {sizes} ({source}); what follows is measured at N = {cap}":
         "zerolab：用 {cap} 个 rank 而不是 {sizes} 个（{source}）；下面是在 N = {cap} 时测得的",
-    "zerolab: crews of {kept} only, not {dropped} ({source})": "zerolab：只用 {kept} 个 rank 的搬家队，不用 {dropped}（{source}）",
+    "zerolab: crews of {kept} only, not {dropped} ({source})": "zerolab：只用 {kept} 个 rank 的 Crew，不用 {dropped}（{source}）",
     "no size": "无",
     # asked for a crew that cannot be
     "backend must be 'auto', 'gloo', 'nccl' or 'shm' (zerolab's shared-memory collectives for CPU ranks on one "
