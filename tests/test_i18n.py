@@ -798,6 +798,25 @@ def test_a_ranks_error_summary_in_the_editions_language():
     assert crew._died(2, "start") == "rank 2 died during start"
 
 
+def _load_a_bad_config():
+    from zerolab.config import load_config
+    load_config({"train_batch_size": 4, "zero_optimization": {"stage": 4}}, 1)
+
+
+def test_a_rank_speaks_the_language_of_the_notebook_that_runs_it():
+    """A config error raised inside a rank (the engine built there) and its summary, both Chinese."""
+    import zerolab
+    with zerolab.Crew(2, echo=False) as crew:
+        with i18n.using("zh"), pytest.raises(zerolab.RankError) as zh:
+            crew.run(_load_a_bad_config)
+        with pytest.raises(zerolab.RankError) as en:
+            crew.run(_load_a_bad_config)
+    assert str(zh.value).splitlines()[0] == ("rank 0 抛出了 ConfigError："
+                                             "'zero_optimization.stage' 应为整数（取值 0..3），实际是 4"), zh.value
+    assert str(en.value).splitlines()[0] == ("rank 0 raised ConfigError: "
+                                             "'zero_optimization.stage' must be an integer in 0..3, got 4"), en.value
+
+
 def test_zerolab_report_in_chinese_and_in_english(capsys):
     """Every label and verdict of the one-screen report in Chinese; the values in one column."""
     assert cli(["report", "--lang", "zh"]) == 0

@@ -61,6 +61,7 @@ import cloudpickle
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from . import i18n
 # What a crew may be and how it fails (backend, rank cap, errors) lives in crew_limits; the rank
 # side (what runs inside each rank process, also under torchrun) in crew_worker. Their public
 # names are this module's too, as before the split.
@@ -286,7 +287,7 @@ class Crew:
         payload = cloudpickle.dumps((fn, args, kwargs))
         self._task += 1
         for c in self._conns:
-            c.send(("run", list(sys.path), payload))
+            c.send(("run", list(sys.path), payload, i18n.lang()))
         try:
             replies = self._collect(timeout, what="run")
         except BaseException:

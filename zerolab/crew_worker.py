@@ -9,8 +9,8 @@ target, through multiprocessing's forkserver. A rank
 * points its file descriptors 1 and 2 at a file of its own per task (:class:`_Redirect`), so
   that the parent can print the output in rank order;
 * joins the process group through the parent's ``TCPStore`` on 127.0.0.1, then runs the
-  cloudpickled tasks the parent sends until told to stop, replying with a cloudpickled result
-  or a formatted error (:func:`_format_error`).
+  cloudpickled tasks the parent sends until told to stop (each in the parent's language,
+  ``zerolab/i18n.py``), replying with a cloudpickled result or a formatted error (:func:`_format_error`).
 
 Inside ``fn``, :func:`rank_info` (or ``rank()``, ``world_size()``, ``device()``) says who
 this rank is. Under torchrun the ranks already exist: :func:`init_from_env` joins the process group
@@ -34,6 +34,7 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
+from . import i18n
 from .crew_limits import SHM_NAMES
 
 __all__ = ["RankInfo", "rank_info", "rank", "world_size", "device", "under_torchrun", "init_from_env"]
@@ -186,13 +187,14 @@ def _rank_main(conn, lifeline, rank_: int, world: int, backend: str, host: str, 
                 return
             if msg[0] == "close":
                 return
-            _, parent_path, payload = msg
+            _, parent_path, payload, language = msg
             task += 1
             sys.path.extend(p for p in parent_path if p not in sys.path)
             redirect.to(os.path.join(workdir, f"rank{rank_}.task{task}.log"))
             try:
                 fn, args, kwargs = cloudpickle.loads(payload)
-                reply = ("ok", cloudpickle.dumps(fn(*args, **kwargs)))
+                with i18n.using(language):     # a rank speaks the language of the notebook that runs it
+                    reply = ("ok", cloudpickle.dumps(fn(*args, **kwargs)))
             except BaseException:
                 reply = ("error", _format_error(rank_))
             finally:
