@@ -31,9 +31,24 @@ def test_knobs_that_meet_the_goals_pass(capsys):
     assert "PASSED" in out and "bit-identical in all four runs" in out
 
 
+# Jupyter's short display shows the first lines only: the first names the mistake and its fix on its own.
+FIRST_LINES = {
+    "weight(s) (4,096 elements) persistent": "fix: stage3_param_persistence_threshold < 4,096",
+    "off by one": "fix: stage3_param_persistence_threshold >= 64",
+    "caps the total": "fix: stage3_model_persistence_threshold >= 512, or drop it",
+    "not a cap": "fix: stage3_max_live_parameters <= 14,336",
+    "only one top-up": "fix: set stage3_max_live_parameters, the budget",
+    "lower the reuse distance": "fix: stage3_max_reuse_distance < 4,096",
+    "larger stage3_max_live_parameters": "fix: raise stage3_max_live_parameters within the peak",
+    "stage3_prefetch_bucket_size = 8,192 caps": "fix: raise stage3_prefetch_bucket_size",
+    "stage3_prefetch_bucket_size was changed": "fix: leave it at 5e7 (drop the key)",
+    "gathered ahead of use": "fix: lower stage3_max_live_parameters",
+}
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("changed, words", [
-    ({"A": {}}, ["weight(s) of 4,096 elements are persistent", "default 1e5"]),
+    ({"A": {}}, ["weight(s) (4,096 elements) persistent", "default 1e5"]),
     ({"A": {"stage3_param_persistence_threshold": 63}}, ["off by one", "numel <= threshold"]),
     ({"A": {"stage3_param_persistence_threshold": 64, "stage3_model_persistence_threshold": 256}},
      ["caps the total"]),
@@ -60,7 +75,7 @@ def test_knobs_that_meet_the_goals_pass(capsys):
      ["1 group(s) gathered ahead of use", "the root's included", "crosses"]),
     ({"C": {"stage3_param_persistence_threshold": 64, "stage3_max_live_parameters": 20000}},
      ["gathered ahead of use", "never blocked"]),
-    ({"C": {"stage3_max_live_parameters": 0}}, ["weight(s) of 4,096 elements are persistent"]),
+    ({"C": {"stage3_max_live_parameters": 0}}, ["weight(s) (4,096 elements) persistent"]),
 ])
 def test_wrong_knobs_fail_with_a_hint(changed, words):
     with pytest.raises(ExerciseCheckFailed) as info:
@@ -70,6 +85,9 @@ def test_wrong_knobs_fail_with_a_hint(changed, words):
     for w in words:
         assert w in flat, text
     assert all(len(line) <= 100 for line in text.splitlines()), text
+    first = text.splitlines()[0]
+    fixes = [fix for key, fix in FIRST_LINES.items() if key in words[-1] or key in words[0]]
+    assert fixes and first.endswith(fixes[0]) and first.startswith("goal "), (first, fixes)
 
 
 @pytest.mark.parametrize("bad, words", [

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import string
 import subprocess
 import sys
@@ -40,7 +41,9 @@ TRANSLATED = {"progress.py": "progress", "report.py": "report", "checks/__init__
               "checks/hooks3.py": "checks.hooks3",
               "checks/ch06.py": "checks.ch06", "checks/ch07.py": "checks.ch07", "checks/ch14.py": "checks.ch14",
               "lab/common.py": "lab", "lab/basic.py": "lab", "lab/core.py": "lab",
-              "lab/application.py": "lab", "lab/extension.py": "lab"}
+              "lab/application.py": "lab", "lab/extension.py": "lab",
+              "config_types.py": "config", "config_parse.py": "config", "config_keys.py": "config",
+              "crew.py": "crew", "crew_limits.py": "crew"}
 
 
 @pytest.fixture(autouse=True)
@@ -134,7 +137,10 @@ def _dynamic() -> dict[str, list[str]]:
             "checks.ch08": list(ch08.GOALS.values()),
             "checks.ch13": [what for what, *_ in ch13.CASES],
             "checks.ch06": [what for what, _, _ in ch06.CASES] + [ch06._model_case()[0]],
-            "checks.ch14": mistakes + ["tokens", "bytes", "forward gather", "backward gather", "gradients"]}
+            "checks.ch14": mistakes + ["tokens", "bytes", "forward gather", "backward gather", "gradients"],
+            "report": [f"{verdict}: up to {{ranks}} ranks at once on gloo (CPU), about {{need:g}} GB free needed"
+                       for verdict in ("yes", "NO")],
+            "crew": ["during start", "during run"]}
 
 
 @pytest.mark.parametrize("module", sorted(TRANSLATED))
@@ -455,9 +461,12 @@ def test_exercise_8_fails_in_the_editions_language():
             zh_list = _fail(lambda knobs: check_knobs(knobs, verbose=False), {**good, "A": [("x", 1)]}.get)
     finally:
         close_crews()
-    assert en.startswith("goal A: 0 of 8 biases persistent\n  the goal: biases whole, weights sharded"), en
+    # the first line alone says the mistake and its fix (Jupyter's short display may cut the rest)
+    assert en.startswith("goal A: 0 of 8 biases persistent; fix: stage3_param_persistence_threshold >= 64\n"), en
+    assert "\n  the goal: biases whole, weights sharded" in en, en
     assert "hint: off by one: the rule is numel <= threshold" in en, en
-    assert zh.startswith("目标 A：8 个偏置中有 0 个常驻\n  目标：偏置完整、权重分片"), zh
+    assert zh.startswith("目标 A：8 个偏置中有 0 个常驻；改法：stage3_param_persistence_threshold >= 64\n"), zh
+    assert "\n  目标：偏置完整、权重分片" in zh, zh
     assert "  提示：差了一个：规则是 numel <= 阈值，所以 64 个元素的偏置需要阈值 64 或更大" in zh, zh
     assert zh_list.startswith("目标 A：knobs('A') 返回了 list\n  提示：返回一个由 stage 3 的键组成的 dict"), zh_list
     assert all(i18n.width(line) <= 100 for line in zh.splitlines()), zh
@@ -706,3 +715,123 @@ def test_a_check_run_from_the_chinese_solutions_is_not_the_learners(monkeypatch,
     (tmp_path / "solutions" / "zh").mkdir(parents=True)
     monkeypatch.chdir(tmp_path / "solutions" / "zh")
     assert progress.running_a_solution()
+
+
+# -- what a Chinese learner reads outside the checks: the config reader, a rank's error, zerolab report ---
+
+BAD_CONFIG = {"train_batch_size": 8, "zero_optimization": {"stage": 5, "offload_optimzer": {}},
+              "fp16": {"enabled": True, "loss_scale_window": 0}, "flops_profiler": {"enabled": True},
+              "optimizer": {"type": "Lion"}, "scheduler": {"type": "WarmupLR", "params": {"warmup_max": 1}}}
+
+
+def _config_error(config, world_size=2):
+    from zerolab.config import ConfigError, load_config
+    with pytest.raises(ConfigError) as e:
+        load_config(config, world_size)
+    return e.value
+
+
+def test_config_errors_in_the_editions_language():
+    """A bad key, a bad value, a refused key, the batch arithmetic: Chinese in a Chinese kernel,
+    English (word for word as before) elsewhere; the same problems in the same order."""
+    en = _config_error(BAD_CONFIG)
+    with i18n.using("zh"):
+        zh = _config_error(BAD_CONFIG)
+        batch = str(_config_error({"train_batch_size": 9, "gradient_accumulation_steps": 2}))
+        auto = str(_config_error({"train_batch_size": "auto"}))
+    assert str(en).startswith("6 problems in the DeepSpeed config:\n"), en
+    assert "  - 'zero_optimization.stage' must be an integer in 0..3, got 5" in str(en), en
+    assert "unknown key 'offload_optimzer' in 'zero_optimization'; did you mean 'offload_optimizer'?" in str(en)
+    assert not any(CJK.search(p) for p in en.problems)
+    text = str(zh)
+    assert text.startswith("DeepSpeed 配置里有 6 处问题：\n"), text
+    assert len(zh.problems) == len(en.problems) and zh.not_implemented == en.not_implemented
+    for want in ("'zero_optimization.stage' 应为整数（取值 0..3），实际是 5",
+                 "'zero_optimization' 里有未知的键 'offload_optimzer'；你是不是想写 'offload_optimizer'？",
+                 "'fp16.loss_scale_window' 应为整数（大于 0），在开启动态损失缩放时（fp16 已启用、loss_scale 为 0），实际是 0",
+                 "'flops_profiler' 是 zerolab 尚未实现的 DeepSpeed 键（FLOPs 分析器）：删掉它",
+                 "（Lion 优化器；zerolab 能构建 Adam、AdamW 和 SGD）：这里它的值是 \"Lion\"；删掉它，或设为 \"AdamW\"",
+                 "WarmupLR 的 'scheduler.params' 里有未知的键 'warmup_max'；你是不是想写"):
+        assert want in text, (want, text)
+    assert all(CJK.search(p) for p in zh.problems), zh.problems
+    assert batch.startswith("检查批大小参数：train_batch_size 不等于") and "9 != 2 * 2 * 2（" in batch, batch
+    assert "train_micro_batch_size_per_gpu 推导为 9 // 2 // 2 = 2" in batch, batch
+    assert auto.startswith("'train_batch_size' 是 \"auto\"") and auto.endswith("请改为给出整数（大于 0）"), auto
+
+
+def test_every_refused_or_removed_key_says_what_it_does_in_chinese():
+    """A refusal names the DeepSpeed feature (config_keys' tables): a row added or reworded in English
+    without its Chinese fails here."""
+    from zerolab import config_keys as K
+    tables = [K.TOP, K.ZERO, K.FP16, K.BF16, K.OFFLOAD_OPTIMIZER, K.OFFLOAD_PARAM, K.OPTIMIZER,
+              *K.OPTIMIZER_PARAMS.values(), K.ZEROLAB, K.AIO, K.SCHEDULER]
+    missing = sorted({key.what for table in tables for key in table.values()
+                      if key.status in (K.NOT_IMPLEMENTED, K.REMOVED) and key.what not in ZH["config"]})
+    assert not missing, "zerolab/messages_zh.py, section 'config', lacks:\n" + "\n".join(map(repr, missing))
+
+
+def test_a_ranks_error_summary_in_the_editions_language():
+    """The lines zerolab writes around a rank's traceback (the traceback itself is the rank's own)."""
+    from zerolab.crew import CrewTimeout, RankError, TooManyRanks
+    failures = {0: {"type": "RuntimeError", "message": "Connection closed by peer", "traceback": "tb0"},
+                1: {"type": "ValueError", "message": "bad shape", "traceback": "tb1"},
+                2: {"type": "RankDied", "message": "rank 2 died during run", "traceback": ""}}
+    en = str(RankError(failures, "; ranks [3] were still running and were stopped"))
+    assert en.splitlines()[:4] == ["rank 1 raised ValueError: bad shape",
+                                   "(ranks that failed: 0, 1, 2; ranks [3] were still running and were stopped)",
+                                   "", "--- traceback from rank 1 ---"], en
+    with i18n.using("zh"):
+        from zerolab import crew, crew_limits
+        zh = str(RankError(failures, crew_limits.T("; ranks {ranks} were still running and were stopped",
+                                                   ranks=[3])))
+        died = str(RankError({2: {"type": "RankDied", "message": crew._died(2, "run", -9), "traceback": ""}}))
+        timeout = str(CrewTimeout([0, 1], 30))
+        too_many = str(TooManyRanks(4, 2, "ZEROLAB_MAX_RANKS=2"))
+    assert zh.splitlines()[:4] == ["rank 1 抛出了 ValueError：bad shape",
+                                   "（失败的 rank：0, 1, 2；rank [3] 当时还在运行，已被停止）",
+                                   "", "--- rank 1 的回溯 ---"], zh
+    assert "--- rank 0 的回溯 ---" in zh and "tb0" in zh and "tb1" in zh, zh
+    assert died.splitlines()[0] == "rank 2 意外退出：rank 2 在运行任务时意外退出（退出码 -9）", died
+    assert "（没有：进程结束时没有 Python 异常；它打印的内容在上面）" in died, died
+    assert timeout.startswith("rank [0, 1] 没能在 30 s 内完成；这个 Crew 已停止"), timeout
+    assert too_many.startswith("要的是 4 个 rank 的 Crew，但 ZEROLAB_MAX_RANKS=2 在这里最多只允许 2 个"), too_many
+    assert crew._died(2, "start") == "rank 2 died during start"
+
+
+def _load_a_bad_config():
+    from zerolab.config import load_config
+    load_config({"train_batch_size": 4, "zero_optimization": {"stage": 4}}, 1)
+
+
+def test_a_rank_speaks_the_language_of_the_notebook_that_runs_it():
+    """A config error raised inside a rank (the engine built there) and its summary, both Chinese."""
+    import zerolab
+    with zerolab.Crew(2, echo=False) as crew:
+        with i18n.using("zh"), pytest.raises(zerolab.RankError) as zh:
+            crew.run(_load_a_bad_config)
+        with pytest.raises(zerolab.RankError) as en:
+            crew.run(_load_a_bad_config)
+    assert str(zh.value).splitlines()[0] == ("rank 0 抛出了 ConfigError："
+                                             "'zero_optimization.stage' 应为整数（取值 0..3），实际是 4"), zh.value
+    assert str(en.value).splitlines()[0] == ("rank 0 raised ConfigError: "
+                                             "'zero_optimization.stage' must be an integer in 0..3, got 4"), en.value
+
+
+def test_zerolab_report_in_chinese_and_in_english(capsys):
+    """Every label and verdict of the one-screen report in Chinese; the values in one column."""
+    assert cli(["report", "--lang", "zh"]) == 0
+    zh = capsys.readouterr().out.splitlines()
+    assert zh[0].startswith("zerolab ") and "环境报告" in zh[0], zh
+    names = ("python", "torch", "torch.distributed", "GPUs", "CPU")        # names, in both languages
+    rows = [m for m in map(re.compile(r"^( *)(\S.*?) (\.+) (.*)$").match, zh) if m]
+    assert len(rows) >= 14, zh
+    for m in rows:
+        indent, label, dots, value = m.groups()
+        assert label in names or CJK.search(label), m.group(0)
+        assert i18n.width(indent + label) + len(dots) == (19 if indent else 18), m.group(0)   # one column
+    assert "课程在这里能运行什么：" in zh and any("学员自检" in line for line in zh), zh
+    assert cli(["report", "--lang", "en"]) == 0
+    en = capsys.readouterr().out
+    assert "every chapter .... yes" in en and "learner's check .. zerolab report --preflight" in en
+    assert not CJK.search(en), en
+

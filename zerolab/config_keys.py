@@ -35,6 +35,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .i18n import catalogue
+
+T = catalogue("config")      # the readers' messages in the edition's language (zerolab/messages_zh.py)
+
 IMPLEMENTED = "implemented"
 NO_EFFECT = "no effect"
 NOT_IMPLEMENTED = "not implemented"
@@ -333,9 +337,10 @@ class Problems:
     def refuse(self, path: str, value: Any, what: str, inert: tuple) -> None:
         self.refusals.append(Refusal(path, value, what))
         simple = [v for v in inert if v is not DISABLED_BLOCK and v is not None]
-        here = "" if isinstance(value, (Mapping, list)) else f"it is {show(value)} here; "
-        fix = f"remove it or set it to {show(simple[0])}" if simple else "remove it"
-        self.items.append(f"'{path}' is a DeepSpeed key that zerolab does not implement yet ({what}): {here}{fix}")
+        here = "" if isinstance(value, (Mapping, list)) else T("it is {value} here; ", value=show(value))
+        fix = T("remove it or set it to {value}", value=show(simple[0])) if simple else T("remove it")
+        self.items.append(T("'{path}' is a DeepSpeed key that zerolab does not implement yet ({what}): {here}{fix}",
+                            path=path, what=T.text(what), here=here, fix=fix))
 
 
 class Bad(Exception):
@@ -356,58 +361,63 @@ def join_path(path: str, key: Any) -> str:
 def as_bool(v: Any) -> bool:
     if isinstance(v, bool):  # not 1, not "true": DeepSpeed's JSON booleans are booleans
         return v
-    raise Bad("true or false")
+    raise Bad(T("true or false"))
 
 
-as_bool.expected = "true or false"
+as_bool.expected = lambda: T("true or false")
 
 
 def as_int(lo: int | None = None, hi: int | None = None, note: str = ""):
-    expected = ("an integer" + (f" in {lo}..{hi}" if hi is not None else " > 0" if lo == 1
-                else f" >= {lo}" if lo is not None else "") + note)
+    def expected() -> str:     # in the language of the moment the message is written
+        return (T("an integer") + (T(" in {lo}..{hi}", lo=lo, hi=hi) if hi is not None else T(" > 0") if lo == 1
+                                   else T(" >= {lo}", lo=lo) if lo is not None else "") + note)
 
     def conv(v: Any) -> int:  # JSON's 5e8 is a float: take it when it is a whole number
         if isinstance(v, float) and math.isfinite(v) and v.is_integer():
             v = int(v)
         if isinstance(v, bool) or not isinstance(v, int) or (lo is not None and v < lo) or (hi is not None and v > hi):
-            raise Bad(expected)
+            raise Bad(expected())
         return v
-    conv.expected = expected
+    conv.expected = expected          # a function: the words in the language of the moment
     return conv
 
 
 def as_num(lo: float | None = None, hi: float | None = None):
-    expected = "a number" + (f" in [{lo:g}, {hi:g}]" if hi is not None else f" >= {lo:g}" if lo is not None else "")
+    def expected() -> str:
+        return T("a number") + (T(" in [{lo:g}, {hi:g}]", lo=lo, hi=hi) if hi is not None
+                                else T(" >= {lo:g}", lo=lo) if lo is not None else "")
 
     def conv(v: Any) -> float:
         if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
                 or (lo is not None and v < lo) or (hi is not None and v > hi)):
-            raise Bad(expected)
+            raise Bad(expected())
         return float(v)
     conv.expected = expected
     return conv
 
 
 def one_of(*options: str, lower: bool = False):
-    expected = "one of " + ", ".join(f'"{o}"' for o in options)
+    def expected() -> str:
+        return T("one of {options}", options=", ".join(f'"{o}"' for o in options))
 
     def conv(v: Any) -> str:
         s = v.lower() if lower and isinstance(v, str) else v
         if s not in options:
-            raise Bad(expected)
+            raise Bad(expected())
         return s
     conv.expected = expected
     return conv
 
 
 def optional(inner):
-    expected = inner.expected + " or null"
+    def expected() -> str:
+        return inner.expected() + T(" or null")
 
     def conv(v: Any) -> Any:
         try:
             return None if v is None else inner(v)
         except Bad:
-            raise Bad(expected) from None
+            raise Bad(expected()) from None
     conv.expected = expected
     return conv
 
@@ -415,20 +425,20 @@ def optional(inner):
 def as_str(v: Any) -> str:
     if isinstance(v, str):
         return v
-    raise Bad("a string")
+    raise Bad(T("a string"))
 
 
-as_str.expected = "a string"
+as_str.expected = lambda: T("a string")
 
 
 def as_betas(v: Any) -> tuple:
     if (isinstance(v, (list, tuple)) and len(v) == 2 and
             all(not isinstance(b, bool) and isinstance(b, (int, float)) and 0 <= b < 1 for b in v)):
         return (float(v[0]), float(v[1]))
-    raise Bad("two numbers in [0, 1), like [0.9, 0.999]")
+    raise Bad(T("two numbers in [0, 1), like [0.9, 0.999]"))
 
 
-as_betas.expected = "two numbers in [0, 1)"
+as_betas.expected = lambda: T("two numbers in [0, 1)")
 
 
 
@@ -438,14 +448,15 @@ def read(p: Problems, block: Mapping | None, path: str, key: str, conv, default:
     value, full = block[key], join_path(path, key)
     if isinstance(value, str) and value.strip().lower() == "auto":
         p.bad.add(full)
-        p.add(f"'{full}' is \"auto\": \"auto\" is filled in by the Hugging Face Trainer before DeepSpeed sees "
-              f"the config, and zerolab reads the config as DeepSpeed does; give {conv.expected} instead")
+        p.add(T("'{key}' is \"auto\": \"auto\" is filled in by the Hugging Face Trainer before DeepSpeed sees the "
+                "config, and zerolab reads the config as DeepSpeed does; give {expected} instead", key=full,
+                expected=conv.expected()))
         return default
     try:
         return conv(value)
     except Bad as e:
         p.bad.add(full)
-        p.add(f"'{full}' must be {e}, got {show(value)}")
+        p.add(T("'{key}' must be {expected}, got {value}", key=full, expected=e, value=show(value)))
         return default
 
 
@@ -453,7 +464,7 @@ def read_block(p: Problems, parent: Mapping, key: str, path: str) -> dict | None
     value = parent.get(key)
     if value is None or isinstance(value, Mapping):
         return value
-    p.add(f"'{path}' must be a JSON object ({{...}}), got {show(value)}")
+    p.add(T("'{key}' must be a JSON object ({{...}}), got {value}", key=path, value=show(value)))
     return None
 
 
@@ -468,16 +479,18 @@ def nearest(key: Any, names: list) -> str | None:
 
 def check_keys(p: Problems, block: Mapping, path: str, table: dict) -> None:
     """Unknown, removed and not-implemented keys of one block, by the tables of config_keys."""
-    where = f"'{path}'" if path else "the DeepSpeed config"
+    where = f"'{path}'" if path else T("the DeepSpeed config")
     for key, value in block.items():
         full, entry = join_path(path, key), table.get(key)
         if entry is None:
             names = list(table)
             guess = nearest(key, names)
-            hint = (f"did you mean '{guess}'?" if guess else
-                    "known keys: " + ", ".join(names) if len(names) <= 12 else "it is not a DeepSpeed 0.19.8 key")
-            p.add(f"unknown key '{key}' in {where}; {hint}")
+            hint = (T("did you mean '{guess}'?", guess=guess) if guess else
+                    T("known keys: {names}", names=", ".join(names)) if len(names) <= 12 else
+                    T("it is not a DeepSpeed 0.19.8 key"))
+            p.add(T("unknown key '{key}' in {where}; {hint}", key=key, where=where, hint=hint))
         elif entry.status == REMOVED:
-            p.add(f"'{full}' was removed from DeepSpeed itself ({entry.what}); DeepSpeed 0.19.8 rejects it too")
+            p.add(T("'{key}' was removed from DeepSpeed itself ({what}); DeepSpeed 0.19.8 rejects it too", key=full,
+                    what=T.text(entry.what)))
         elif entry.status == NOT_IMPLEMENTED and not is_inert(value, entry.inert):
             p.refuse(full, value, entry.what, entry.inert)

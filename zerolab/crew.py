@@ -58,15 +58,18 @@ from multiprocessing import connection as mp_connection
 from typing import Any, Callable
 
 import cloudpickle
-import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from . import crew_worker as _worker
-# The rank side (what runs inside each rank process) lives in crew_worker; its public names are
-# this module's too, as before the split.
-from .crew_worker import (RankInfo, _format_error, _info_from_initialized_group, _rank_main,  # noqa: F401
-                          _Redirect, _watch_lifeline, device, rank, rank_info, world_size)
+from . import i18n
+# What a crew may be and how it fails (backend, rank cap, errors) lives in crew_limits; the rank
+# side (what runs inside each rank process, also under torchrun) in crew_worker. Their public
+# names are this module's too, as before the split.
+from .crew_limits import (SHM_NAMES, CrewError, CrewTimeout, RankError, T, TooManyRanks, _cap,  # noqa: F401
+                          fit_ranks, max_ranks, resolve_backend, set_max_ranks)
+from .crew_worker import (RankInfo, _destroy_at_exit, _format_error, _info_from_initialized_group,  # noqa: F401
+                          _rank_main, _Redirect, _watch_lifeline, device, init_from_env, rank, rank_info,
+                          under_torchrun, world_size)
 
 __all__ = [
     "Crew", "launch", "rank_info", "rank", "world_size", "device", "RankInfo",
@@ -77,9 +80,6 @@ __all__ = [
 
 # ----------------------------------------------------------------------------- parent side
 
-SHM_NAMES = ("shm", "zshm")      # what a crew accepts for zerolab's shared-memory backend
-
-
 def _driver_tmp(rank: int) -> tuple:
     """For rank 0: this process's pid and multiprocessing's temp folder (the forkserver's socket
     lives there), which rank 0 removes if this process is killed (its atexit never runs)."""
@@ -87,143 +87,12 @@ def _driver_tmp(rank: int) -> tuple:
     return (os.getpid(), multiprocessing.util.get_temp_dir()) if rank == 0 else ()
 
 
-def resolve_backend(backend: str, world_size: int) -> str:
-    """The ``torch.distributed`` backend a crew of ``world_size`` ranks uses for ``backend``:
-
-    * ``"auto"``: NCCL with one GPU per rank where there are enough GPUs, else gloo (never the
-      shared-memory backend: that one is asked for by name);
-    * ``"gloo"`` or ``"nccl"``: that one;
-    * ``"shm"`` (or its torch name ``"zshm"``): zerolab's shared-memory collectives for CPU ranks
-      on one x86-64 machine (:mod:`zerolab.shm`). Returns ``"zshm"``. Where it cannot work, the
-      ranks refuse at the start with :class:`zerolab.shm.ShmUnavailable` and the reason; there is
-      no fallback to gloo.
-    """
-    if backend == "auto":
-        enough = torch.cuda.is_available() and torch.cuda.device_count() >= world_size
-        return "nccl" if enough and dist.is_nccl_available() else "gloo"
-    if backend in SHM_NAMES:
-        return "zshm"
-    if backend not in ("gloo", "nccl"):
-        raise ValueError(f"backend must be 'auto', 'gloo', 'nccl' or 'shm' (zerolab's shared-memory "
-                         f"collectives for CPU ranks on one machine), not {backend!r}")
-    if backend == "nccl" and not (torch.cuda.is_available() and torch.cuda.device_count() >= world_size):
-        raise ValueError(f"backend='nccl' needs {world_size} GPUs; this machine has "
-                         f"{torch.cuda.device_count() if torch.cuda.is_available() else 0}")
-    return backend
-
-
-class CrewError(RuntimeError):
-    """Base class of the crew's errors."""
-
-
-_PEER_SYMPTOMS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
-                  "DistBackendError", "DistNetworkError")
-
-
-def _is_peer_symptom(failure: dict) -> bool:
-    """An error that a rank gets because *another* rank failed (its socket closed)."""
-    text = f"{failure['type']}: {failure['message']}"
-    return any(s in text for s in _PEER_SYMPTOMS)
-
-
-class RankError(CrewError):
-    """A rank raised (or died). ``.rank`` is the rank that most likely caused it: the lowest
-    rank whose error is not merely a peer's connection dropping; ``.failures`` maps rank ->
-    traceback (empty for a rank that died without one)."""
-
-    def __init__(self, failures: dict[int, dict], others: str = ""):
-        self.failures = {r: f["traceback"] for r, f in failures.items()}
-        causes = [r for r in failures if not _is_peer_symptom(failures[r])]
-        self.rank = min(causes or failures)
-        first = failures[self.rank]
-        ranks = ", ".join(str(r) for r in sorted(failures))
-        verb = "died" if first["type"] == "RankDied" else f"raised {first['type']}"
-        lines = [f"rank {self.rank} {verb}: {first['message']}",
-                 f"(ranks that failed: {ranks}{others})", "",
-                 f"--- traceback from rank {self.rank} ---",
-                 first["traceback"].rstrip() or "(none: the process ended without a Python exception; "
-                                                "what it printed is above)"]
-        for r in sorted(failures):
-            if r != self.rank and failures[r]["traceback"] != first["traceback"]:
-                lines += ["", f"--- traceback from rank {r} ---",
-                          failures[r]["traceback"].rstrip() or failures[r]["message"]]
-        super().__init__("\n".join(lines))
-
-
-class CrewTimeout(CrewError, TimeoutError):
-    """Some ranks did not finish in time. ``.ranks`` lists them."""
-
-    def __init__(self, ranks: list[int], timeout: float):
-        self.ranks = ranks
-        super().__init__(f"ranks {ranks} did not finish within {timeout:g} s; the crew was stopped "
-                         f"(every rank process killed). A hung collective usually means the ranks "
-                         f"did not all call the same collectives in the same order.")
-
-
-class TooManyRanks(CrewError, ValueError):
-    """A crew was asked for more ranks than :func:`max_ranks` allows on this machine."""
-
-    def __init__(self, asked: int, allowed: int, source: str):
-        self.asked, self.allowed, self.source = asked, allowed, source
-        super().__init__(
-            f"a crew of {asked} ranks was asked for, but {source} allows at most {allowed} here. Run the "
-            f"cell with N <= {allowed} (chapter 0: N = {allowed} at the top; docs/INSTRUCTOR.md lists what "
-            f"each chapter can do): its claims are formula against measurement at the N it runs, so they "
-            f"hold, but its output will differ from the stored one (made with the default N)")
-
-
-# ----------------------------------------------------------------------------- the rank cap
-
-MAX_RANKS_ENV = "ZEROLAB_MAX_RANKS"
-_MAX_RANKS: int | None = None       # set_max_ranks's value; None: the environment variable decides
-
-
-def set_max_ranks(n: int | None) -> None:
-    """Allow crews of at most ``n`` ranks in this process (None: back to ``$ZEROLAB_MAX_RANKS``)."""
-    global _MAX_RANKS
-    if n is not None and (isinstance(n, bool) or int(n) != n or n < 1):
-        raise ValueError(f"set_max_ranks needs a whole number >= 1 or None, not {n!r}")
-    _MAX_RANKS = None if n is None else int(n)
-
-
-def _cap() -> tuple[int | None, str]:
-    """The cap and where it comes from (for messages)."""
-    if _MAX_RANKS is not None:
-        return _MAX_RANKS, f"zerolab.set_max_ranks({_MAX_RANKS})"
-    text = os.environ.get(MAX_RANKS_ENV, "").strip()
-    if not text:
-        return None, ""
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ValueError(f"{MAX_RANKS_ENV}={text!r}: it must be a whole number >= 1 (or unset: no cap)")
-    return n, f"{MAX_RANKS_ENV}={n}"
-
-
-def max_ranks() -> int | None:
-    """The most ranks one crew may have here: ``set_max_ranks``'s value, else ``$ZEROLAB_MAX_RANKS``,
-    else None (no cap). ``Crew`` and ``launch`` refuse more (:class:`TooManyRanks`); they never
-    shrink a crew silently, because a chapter computes its formulas from the N it asked for."""
-    return _cap()[0]
-
-
-def fit_ranks(sizes):
-    """For a notebook that can run at a smaller N: ``fit_ranks(4)`` is ``min(4, max_ranks())``,
-    ``fit_ranks((1, 2, 3, 4))`` the sizes that fit. Prints a one-line note when the cap cuts."""
-    cap, source = _cap()
-    if isinstance(sizes, int):
-        if cap is not None and sizes > cap:
-            print(f"zerolab: {cap} ranks instead of {sizes} ({source}); what follows is measured at N = {cap}")
-            return cap
-        return sizes
-    sizes = tuple(sizes)
-    kept = tuple(n for n in sizes if cap is None or n <= cap)
-    if kept != sizes:
-        dropped = ", ".join(str(n) for n in sizes if n not in kept)
-        print(f"zerolab: crews of {', '.join(map(str, kept)) or 'no size'} only, not {dropped} ({source})")
-    return kept
+def _died(rank: int, what: str, code: int | None = None) -> str:
+    """The message of a rank that ended without a reply, ``what`` being "start" or "run"."""
+    during = T.text("during start" if what == "start" else "during run")
+    if code is None:
+        return T("rank {rank} died {during}", rank=rank, during=during)
+    return T("rank {rank} died (exit code {code}) {during}", rank=rank, code=code, during=during)
 
 
 _LIVE_CREWS: "weakref.WeakSet[Crew]" = weakref.WeakSet()
@@ -275,11 +144,11 @@ class Crew:
                  threads: int | None = None, echo: bool = True, start_timeout: float = 60.0,
                  nodes: int = 1):
         if int(world_size) < 1:
-            raise ValueError(f"world_size must be >= 1, got {world_size}")
+            raise ValueError(T("world_size must be >= 1, got {n}", n=world_size))
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1 or int(world_size) % nodes:
-            raise ValueError(f"Crew(nodes={nodes!r}): nodes must be a whole number >= 1 that divides "
-                             f"world_size={world_size} (each node holds world_size // nodes consecutive "
-                             f"ranks, as under torchrun); e.g. Crew({world_size}, nodes=1)")
+            raise ValueError(T("Crew(nodes={nodes}): nodes must be a whole number >= 1 that divides world_size={n} "
+                               "(each node holds world_size // nodes consecutive ranks, as under torchrun); e.g. "
+                               "Crew({n}, nodes=1)", nodes=repr(nodes), n=world_size))
         cap, source = _cap()
         if cap is not None and int(world_size) > cap:
             raise TooManyRanks(int(world_size), cap, source)
@@ -418,7 +287,7 @@ class Crew:
         payload = cloudpickle.dumps((fn, args, kwargs))
         self._task += 1
         for c in self._conns:
-            c.send(("run", list(sys.path), payload))
+            c.send(("run", list(sys.path), payload, i18n.lang()))
         try:
             replies = self._collect(timeout, what="run")
         except BaseException:
@@ -450,8 +319,7 @@ class Crew:
                     if r in pending and not pending[r].poll():
                         code = self._procs[r].exitcode
                         replies[r] = ("error", {"type": "RankDied", "traceback": "",
-                                                "message": f"rank {r} died (exit code {code}) "
-                                                           f"during {what}"})
+                                                "message": _died(r, what, code)})
                         del pending[r]
                     continue
                 r = next((k for k, c in pending.items() if c is obj), None)
@@ -460,8 +328,7 @@ class Crew:
                 try:
                     replies[r] = obj.recv()
                 except EOFError:
-                    replies[r] = ("error", {"type": "RankDied", "traceback": "",
-                                            "message": f"rank {r} died during {what}"})
+                    replies[r] = ("error", {"type": "RankDied", "traceback": "", "message": _died(r, what)})
                 del pending[r]
             if pending and any(rep[0] == "error" for rep in replies.values()):
                 # One rank failed: the others are probably blocked in a collective with it.
@@ -472,12 +339,11 @@ class Crew:
                         try:
                             replies[r] = c.recv()
                         except EOFError:
-                            replies[r] = ("error", {"type": "RankDied", "traceback": "",
-                                                    "message": f"rank {r} died during {what}"})
+                            replies[r] = ("error", {"type": "RankDied", "traceback": "", "message": _died(r, what)})
                         del pending[r]
                 failures = {r: rep[1] for r, rep in replies.items() if rep[0] == "error"}
-                others = (f"; ranks {sorted(pending)} were still running and were stopped"
-                          if pending else "")
+                others = T("; ranks {ranks} were still running and were stopped", ranks=sorted(pending)) \
+                    if pending else ""
                 raise RankError(failures, others)     # the caller stops the crew
         return replies
 
@@ -500,48 +366,7 @@ class Crew:
             sys.stdout.flush()
 
 
-# ----------------------------------------------------------------------------- one-shot and torchrun
-
-def under_torchrun() -> bool:
-    """True when this process was started by torchrun (or another launcher that sets RANK etc.)."""
-    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")) \
-        and _worker._INFO is None
-
-
-def init_from_env(backend: str = "auto", timeout_s: float = 600.0) -> RankInfo:
-    """Join the process group described by torchrun's environment variables."""
-    world = int(os.environ["WORLD_SIZE"])
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    if backend == "auto":           # NCCL only with a GPU for every rank on this machine
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-        enough = torch.cuda.is_available() and torch.cuda.device_count() >= local_world
-        backend = "nccl" if enough and dist.is_nccl_available() else "gloo"
-    elif backend in SHM_NAMES:      # asked for by name: registered here, refuses where it cannot run
-        from . import shm
-        backend = shm.BACKEND
-    if backend == "nccl":
-        torch.cuda.set_device(local)
-    if not dist.is_initialized():
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
-        # A process group still alive at interpreter exit is torn down by C++ destructors that
-        # race with the peers' (seen: "terminate called without an active exception", SIGABRT,
-        # in about 1 run in 10 under torchrun). Close it in order instead.
-        atexit.register(_destroy_at_exit)
-    dev = torch.device("cuda", local) if backend == "nccl" else torch.device("cpu")
-    _worker._INFO = RankInfo(dist.get_rank(), world, local, dev, backend)
-    return _worker._INFO
-
-
-def _destroy_at_exit() -> None:
-    if dist.is_available() and dist.is_initialized():
-        try:
-            # every rank gets here before any tears its connections down: a rank that closed
-            # first could abort a peer whose gloo threads still read from it
-            dist.barrier()
-            dist.destroy_process_group()
-        except Exception:
-            pass
-
+# ----------------------------------------------------------------------------- one-shot
 
 def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout: float = 120.0,
            threads: int | None = None, echo: bool = True, nodes: int = 1, **kwargs) -> list:

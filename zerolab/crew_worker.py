@@ -9,14 +9,17 @@ target, through multiprocessing's forkserver. A rank
 * points its file descriptors 1 and 2 at a file of its own per task (:class:`_Redirect`), so
   that the parent can print the output in rank order;
 * joins the process group through the parent's ``TCPStore`` on 127.0.0.1, then runs the
-  cloudpickled tasks the parent sends until told to stop, replying with a cloudpickled result
-  or a formatted error (:func:`_format_error`).
+  cloudpickled tasks the parent sends until told to stop (each in the parent's language,
+  ``zerolab/i18n.py``), replying with a cloudpickled result or a formatted error (:func:`_format_error`).
 
 Inside ``fn``, :func:`rank_info` (or ``rank()``, ``world_size()``, ``device()``) says who
-this rank is. Everything public here is re-exported by ``zerolab.crew`` and ``zerolab``.
+this rank is. Under torchrun the ranks already exist: :func:`init_from_env` joins the process group
+from torchrun's environment, here in this process. Everything public here is re-exported by
+``zerolab.crew`` and ``zerolab``.
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import datetime
 import os
@@ -31,7 +34,10 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
-__all__ = ["RankInfo", "rank_info", "rank", "world_size", "device"]
+from . import i18n
+from .crew_limits import SHM_NAMES
+
+__all__ = ["RankInfo", "rank_info", "rank", "world_size", "device", "under_torchrun", "init_from_env"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,13 +187,14 @@ def _rank_main(conn, lifeline, rank_: int, world: int, backend: str, host: str, 
                 return
             if msg[0] == "close":
                 return
-            _, parent_path, payload = msg
+            _, parent_path, payload, language = msg
             task += 1
             sys.path.extend(p for p in parent_path if p not in sys.path)
             redirect.to(os.path.join(workdir, f"rank{rank_}.task{task}.log"))
             try:
                 fn, args, kwargs = cloudpickle.loads(payload)
-                reply = ("ok", cloudpickle.dumps(fn(*args, **kwargs)))
+                with i18n.using(language):     # a rank speaks the language of the notebook that runs it
+                    reply = ("ok", cloudpickle.dumps(fn(*args, **kwargs)))
             except BaseException:
                 reply = ("error", _format_error(rank_))
             finally:
@@ -207,3 +214,48 @@ def _format_error(rank_: int) -> dict:
         tb = tb.tb_next
     return {"type": etype.__name__ if etype else "Exception", "message": str(value),
             "traceback": "".join(traceback.format_exception(etype, value, tb))}
+
+
+# ----------------------------------------------------------------------------- under torchrun
+# There the ranks already exist and this process is one of them (``zerolab.launch`` calls these).
+
+def under_torchrun() -> bool:
+    """True when this process was started by torchrun (or another launcher that sets RANK etc.)."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")) \
+        and _INFO is None
+
+
+def init_from_env(backend: str = "auto", timeout_s: float = 600.0) -> RankInfo:
+    """Join the process group described by torchrun's environment variables."""
+    global _INFO
+    world = int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    if backend == "auto":           # NCCL only with a GPU for every rank on this machine
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        enough = torch.cuda.is_available() and torch.cuda.device_count() >= local_world
+        backend = "nccl" if enough and dist.is_nccl_available() else "gloo"
+    elif backend in SHM_NAMES:      # asked for by name: registered here, refuses where it cannot run
+        from . import shm
+        backend = shm.BACKEND
+    if backend == "nccl":
+        torch.cuda.set_device(local)
+    if not dist.is_initialized():
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+        # A process group still alive at interpreter exit is torn down by C++ destructors that
+        # race with the peers' (seen: "terminate called without an active exception", SIGABRT,
+        # in about 1 run in 10 under torchrun). Close it in order instead.
+        atexit.register(_destroy_at_exit)
+    dev = torch.device("cuda", local) if backend == "nccl" else torch.device("cpu")
+    _INFO = RankInfo(dist.get_rank(), world, local, dev, backend)
+    return _INFO
+
+
+def _destroy_at_exit() -> None:
+    if dist.is_available() and dist.is_initialized():
+        try:
+            # every rank gets here before any tears its connections down: a rank that closed
+            # first could abort a peer whose gloo threads still read from it
+            dist.barrier()
+            dist.destroy_process_group()
+        except Exception:
+            pass

@@ -1,5 +1,6 @@
 """What a DeepSpeed config means, in plain words: the lenient reader behind ``zerolab explain``
-(:func:`explain_config`) and :meth:`zerolab.config.Config.describe`.
+(:func:`explain_config`) and :func:`describe` (which :mod:`zerolab.config` gives to ``Config`` as its
+``describe`` method: this module sits above the dataclasses and the parser, below that facade).
 
 :func:`zerolab.config.load_config` is the strict reader the engine uses; :func:`explain_config`
 reads any DeepSpeed 0.19.8 config, listing what zerolab does not implement instead of refusing
@@ -16,7 +17,8 @@ from typing import Any
 import torch
 
 from . import config_keys as K
-from .config import Config, OffloadConfig, _input, _parse, _thaw
+from .config_parse import _input, _parse
+from .config_types import Config, OffloadConfig, _thaw
 
 __all__ = ["Explanation", "explain_config", "describe"]
 

@@ -89,6 +89,284 @@ ZH["report"] = {
     "free memory: close other programs or notebooks (Kernel > Shut Down All Kernels), or ask for a server with "
     "{need:g} GB or more":
         "释放内存：关掉其他程序或 notebook（Kernel > Shut Down All Kernels），或者申请一台内存不少于 {need:g} GB 的服务器",
+    # zerolab report (without --preflight): the one-screen report
+    "unknown": "未知",
+    "yes": "有",
+    "no": "无",
+    "none": "无",
+    "zerolab {version} report: {node}": "zerolab {version} 环境报告：{node}",
+    "this machine": "本机",
+    "  [the course is tested with {version}]": "  [课程在 {version} 上测试]",
+    "torch build": "torch 构建",
+    "CUDA {cuda}, MKL {mkl}, OpenMP {openmp}, {threads} intra-op threads":
+        "CUDA {cuda}，MKL {mkl}，OpenMP {openmp}，算子内线程 {threads} 个",
+    "none (CPU build)": "无（CPU 版）",
+    "float kernels": "浮点内核",
+    " (forced by ATEN_CPU_CAPABILITY={env})": "（由 ATEN_CPU_CAPABILITY={env} 指定）",
+    " (the widest this CPU allows; ATEN_CPU_CAPABILITY=avx2/default narrows it)":
+        "（这颗 CPU 支持的最宽指令集；ATEN_CPU_CAPABILITY=avx2/default 可以收窄）",
+    "{dist}: gloo {gloo}, NCCL {nccl}": "{dist}；其中 gloo {gloo}，NCCL {nccl}",
+    "CPU features": "CPU 特性",
+    "none of avx2/avx512/amx/asimd": "avx2/avx512/amx/asimd 都没有",
+    "  [AVX-512: wider float kernels, last digits differ from AVX2]": "  [AVX-512：浮点内核更宽，末几位数字与 AVX2 不同]",
+    "cores": "核数",
+    "{logical} logical, {usable} usable by this process": "逻辑核 {logical} 个，本进程可用 {usable} 个",
+    "memory": "内存",
+    "{total} total, {available} available": "共 {total}，可用 {available}",
+    " (cgroup limit {limit})": "（cgroup 上限 {limit}）",
+    "shared memory": "共享内存",
+    "none (/dev/shm missing)": "无（没有 /dev/shm）",
+    "/dev/shm {total}, {free} free": "/dev/shm {total}，空闲 {free}",
+    "  [small: enough for gloo on CPU; NCCL wants docker --shm-size=1g or more]":
+        "  [偏小：CPU 上的 gloo 够用；NCCL 需要 docker --shm-size=1g 或更大]",
+    "what the course can run here:": "课程在这里能运行什么：",
+    "every chapter": "全部章节",
+    "yes: up to {ranks} ranks at once on gloo (CPU), about {need:g} GB free needed":
+        "能：gloo（CPU）上同时最多 {ranks} 个 rank，约需 {need:g} GB 空闲内存",
+    "NO: up to {ranks} ranks at once on gloo (CPU), about {need:g} GB free needed":
+        "不能：gloo（CPU）上同时最多 {ranks} 个 rank，约需 {need:g} GB 空闲内存",
+    ", {available} available": "，可用 {available}",
+    "note": "注意",
+    "1 usable core: the chapters run, several times slower than on 2": "只有 1 个可用核：各章能运行，但比 2 个核慢好几倍",
+    "NCCL crews": "NCCL 上的 Crew",
+    "up to {n} ranks, one GPU each (backend='auto' picks NCCL when every rank gets a GPU)":
+        "最多 {n} 个 rank，每个一块 GPU（每个 rank 都分得到 GPU 时，backend='auto' 选 NCCL）",
+    "no ({why}): backend='auto' runs every crew on gloo, as the stored chapters were":
+        "不能（{why}）：backend='auto' 让每个 Crew 都跑在 gloo 上，和存储的各章输出一样",
+    "no CUDA GPU": "没有 CUDA GPU",
+    "torch has no NCCL": "torch 没有 NCCL",
+    "learner's check": "学员自检",
+}
+
+# -- zerolab.crew: what a notebook shows when a rank raises, dies or hangs (crew_limits.py, crew.py) ---
+ZH["crew"] = {
+    "rank {rank} died: {message}": "rank {rank} 意外退出：{message}",
+    "rank {rank} raised {type}: {message}": "rank {rank} 抛出了 {type}：{message}",
+    "(ranks that failed: {ranks}{others})": "（失败的 rank：{ranks}{others}）",
+    "--- traceback from rank {rank} ---": "--- rank {rank} 的回溯 ---",
+    "(none: the process ended without a Python exception; what it printed is above)":
+        "（没有：进程结束时没有 Python 异常；它打印的内容在上面）",
+    "; ranks {ranks} were still running and were stopped": "；rank {ranks} 当时还在运行，已被停止",
+    "rank {rank} died {during}": "rank {rank} 在{during}意外退出",
+    "rank {rank} died (exit code {code}) {during}": "rank {rank} 在{during}意外退出（退出码 {code}）",
+    "during start": "启动时",
+    "during run": "运行任务时",
+    "ranks {ranks} did not finish within {timeout:g} s; the crew was stopped (every rank process killed). A hung "
+    "collective usually means the ranks did not all call the same collectives in the same order.":
+        "rank {ranks} 没能在 {timeout:g} s 内完成；这个 Crew 已停止（每个 rank 进程都被杀掉了）。"
+        "集合通信卡住，通常是因为各 rank 没有按相同的顺序调用相同的集合通信。",
+    "a crew of {asked} ranks was asked for, but {source} allows at most {allowed} here. Run the cell with N <= "
+    "{allowed} (chapter 0: N = {allowed} at the top; docs/INSTRUCTOR.md lists what each chapter can do): its "
+    "claims are formula against measurement at the N it runs, so they hold, but its output will differ from the "
+    "stored one (made with the default N)":
+        "要的是 {asked} 个 rank 的 Crew，但 {source} 在这里最多只允许 {allowed} 个。请用 N <= {allowed} 运行这个"
+        "单元（第 0 章：在开头设 N = {allowed}；docs/INSTRUCTOR.md 列出了每章能做什么）：它的结论是公式与在所用 N 下"
+        "实测的对照，所以依然成立，只是输出会和存储的（用默认 N 得到的）不同",
+    "zerolab: {cap} ranks instead of {sizes} ({source}); what follows is measured at N = {cap}":
+        "zerolab：用 {cap} 个 rank 而不是 {sizes} 个（{source}）；下面是在 N = {cap} 时测得的",
+    "zerolab: crews of {kept} only, not {dropped} ({source})": "zerolab：只用 {kept} 个 rank 的 Crew，不用 {dropped}（{source}）",
+    "no size": "无",
+    # asked for a crew that cannot be
+    "backend must be 'auto', 'gloo', 'nccl' or 'shm' (zerolab's shared-memory collectives for CPU ranks on one "
+    "machine), not {backend}":
+        "backend 只能是 'auto'、'gloo'、'nccl' 或 'shm'（zerolab 的共享内存集合通信，用于同一台机器上的 CPU rank），"
+        "不能是 {backend}",
+    "backend='nccl' needs {n} GPUs; this machine has {gpus}": "backend='nccl' 需要 {n} 块 GPU；这台机器只有 {gpus} 块",
+    "set_max_ranks needs a whole number >= 1 or None, not {value}": "set_max_ranks 需要 >= 1 的整数或 None，不能是 {value}",
+    "{env}={value}: it must be a whole number >= 1 (or unset: no cap)": "{env}={value}：它必须是 >= 1 的整数（不设置则不限制）",
+    "world_size must be >= 1, got {n}": "world_size 必须 >= 1，实际是 {n}",
+    "Crew(nodes={nodes}): nodes must be a whole number >= 1 that divides world_size={n} (each node holds "
+    "world_size // nodes consecutive ranks, as under torchrun); e.g. Crew({n}, nodes=1)":
+        "Crew(nodes={nodes})：nodes 必须是 >= 1 且能整除 world_size={n} 的整数（每个节点容纳 world_size // nodes 个"
+        "连续的 rank，与 torchrun 相同）；例如 Crew({n}, nodes=1)",
+}
+
+# -- the DeepSpeed config's reader: a bad key, a bad value, a refused key (config_types, config_parse, config_keys)
+ZH["config"] = {
+    "{n} problems in the DeepSpeed config:": "DeepSpeed 配置里有 {n} 处问题：",
+    # what a value must be ('{key}' must be {expected}, got {value})
+    "'{key}' must be {expected}, got {value}": "'{key}' 应为{expected}，实际是 {value}",
+    "true or false": " true 或 false",
+    "an integer": "整数",
+    " in {lo}..{hi}": "（取值 {lo}..{hi}）",
+    " > 0": "（大于 0）",
+    " >= {lo}": "（不小于 {lo}）",
+    "a number": "数值",
+    " in [{lo:g}, {hi:g}]": "（取值在 [{lo:g}, {hi:g}] 内）",
+    " >= {lo:g}": "（不小于 {lo:g}）",
+    "one of {options}": " {options} 之一",
+    " or null": "，或 null",
+    "a string": "字符串",
+    "two numbers in [0, 1), like [0.9, 0.999]": "两个 [0, 1) 内的数，例如 [0.9, 0.999]",
+    "two numbers in [0, 1)": "两个 [0, 1) 内的数",
+    " when dynamic loss scaling is on (fp16 enabled, loss_scale 0)": "，在开启动态损失缩放时（fp16 已启用、loss_scale 为 0）",
+    "'{key}' is \"auto\": \"auto\" is filled in by the Hugging Face Trainer before DeepSpeed sees the config, and "
+    "zerolab reads the config as DeepSpeed does; give {expected} instead":
+        "'{key}' 是 \"auto\"：\"auto\" 由 Hugging Face Trainer 在 DeepSpeed 读到配置之前填好，而 zerolab 像 DeepSpeed "
+        "一样直接读配置；请改为给出{expected}",
+    "'{key}' must be a JSON object ({{...}}), got {value}": "'{key}' 应为 JSON 对象（{{...}}），实际是 {value}",
+    # a key that is not DeepSpeed's, removed from it, or not implemented in zerolab
+    "unknown key '{key}' in {where}; {hint}": "{where} 里有未知的键 '{key}'；{hint}",
+    "the DeepSpeed config": "DeepSpeed 配置",
+    "did you mean '{guess}'?": "你是不是想写 '{guess}'？",
+    "known keys: {names}": "已知的键：{names}",
+    "it is not a DeepSpeed 0.19.8 key": "它不是 DeepSpeed 0.19.8 的键",
+    "'{key}' was removed from DeepSpeed itself ({what}); DeepSpeed 0.19.8 rejects it too":
+        "'{key}' 已从 DeepSpeed 本身移除（{what}）；DeepSpeed 0.19.8 同样拒绝它",
+    "'{path}' is a DeepSpeed key that zerolab does not implement yet ({what}): {here}{fix}":
+        "'{path}' 是 zerolab 尚未实现的 DeepSpeed 键（{what}）：{here}{fix}",
+    "it is {value} here; ": "这里它的值是 {value}；",
+    "remove it or set it to {value}": "删掉它，或设为 {value}",
+    "remove it": "删掉它",
+    # the file, the world size
+    "world_size must be a positive integer (the data-parallel size), got {value}":
+        "world_size 应为正整数（数据并行的规模），实际是 {value}",
+    "a DeepSpeed config must be a dict or the path to a JSON file, got {type}":
+        "DeepSpeed 配置应为 dict 或 JSON 文件的路径，实际是 {type}",
+    "duplicate key '{key}' in the DeepSpeed config file {path}": "DeepSpeed 配置文件 {path} 里有重复的键 '{key}'",
+    "cannot read the DeepSpeed config file {path}: {error}": "无法读取 DeepSpeed 配置文件 {path}：{error}",
+    "the DeepSpeed config file {path} is not valid JSON: {error}": "DeepSpeed 配置文件 {path} 不是合法的 JSON：{error}",
+    # precision
+    "give only one of 'bf16' and 'bfloat16' (the old name of the same block)":
+        "'bf16' 和 'bfloat16' 只能给一个（后者是同一个块的旧名字）",
+    "'fp16.enabled' and '{bf16}.enabled' are both true: bfloat16 and fp16 modes cannot be enabled together "
+    "(DeepSpeed asserts the same); pick one":
+        "'fp16.enabled' 和 '{bf16}.enabled' 都是 true：bfloat16 和 fp16 模式不能同时启用（DeepSpeed 也会断言失败）；"
+        "二选一",
+    # the batch triple
+    "these three fit world_size {fits}, not {world}": "这三个数对应的 world_size 是 {fits}，不是 {world}",
+    "gradient_accumulation_steps was derived as {tbs} // {micro} // {world} = {gas}; train_batch_size must be a "
+    "multiple of train_micro_batch_size_per_gpu * world_size = {step}":
+        "gradient_accumulation_steps 推导为 {tbs} // {micro} // {world} = {gas}；train_batch_size 必须是 "
+        "train_micro_batch_size_per_gpu * world_size = {step} 的倍数",
+    "train_micro_batch_size_per_gpu was derived as {tbs} // {world} // {gas} = {micro}; train_batch_size must be a "
+    "multiple of gradient_accumulation_steps * world_size = {step}":
+        "train_micro_batch_size_per_gpu 推导为 {tbs} // {world} // {gas} = {micro}；train_batch_size 必须是 "
+        "gradient_accumulation_steps * world_size = {step} 的倍数",
+    "with only train_batch_size given, gradient_accumulation_steps is 1 and train_micro_batch_size_per_gpu = {tbs} "
+    "// {world} = {micro}; train_batch_size must be a multiple of world_size = {world}":
+        "只给了 train_batch_size 时，gradient_accumulation_steps 为 1，train_micro_batch_size_per_gpu = {tbs} "
+        "// {world} = {micro}；train_batch_size 必须是 world_size = {world} 的倍数",
+    "either train_batch_size or train_micro_batch_size_per_gpu needs to be provided (DeepSpeed derives the rest of "
+    "the batch triple from them); the config has {has}":
+        "train_batch_size 和 train_micro_batch_size_per_gpu 至少要给一个（DeepSpeed 由它们推导批大小三元组的其余部分）；"
+        "这个配置里{has}",
+    "only gradient_accumulation_steps": "只有 gradient_accumulation_steps",
+    "none of the three": "三个都没有",
+    "check the batch parameters: train_batch_size is not equal to train_micro_batch_size_per_gpu * "
+    "gradient_accumulation_steps * world_size: {tbs} != {micro} * {gas} * {world}":
+        "检查批大小参数：train_batch_size 不等于 train_micro_batch_size_per_gpu * gradient_accumulation_steps * "
+        "world_size：{tbs} != {micro} * {gas} * {world}",
+    " ({note})": "（{note}）",
+    # zero_optimization and its offload blocks
+    "'{key}' = {value} is DeepSpeed's deprecated boolean form; write {{\"stage\": 1}} or {{\"stage\": 0}}":
+        "'{key}' = {value} 是 DeepSpeed 已弃用的布尔写法；请写 {{\"stage\": 1}} 或 {{\"stage\": 0}}",
+    "give only one of '{path}.{short}' and '{path}.{long}' (the same setting)":
+        "'{path}.{short}' 和 '{path}.{long}' 只能给一个（它们是同一个设置）",
+    "'{path}.zero_quantized_gradients' needs '{path}.reduce_scatter' true (DeepSpeed 0.19.8's stage 3 asserts it: "
+    "qgZ replaces the reduce-scatter); remove reduce_scatter: false or turn qgZ off":
+        "'{path}.zero_quantized_gradients' 要求 '{path}.reduce_scatter' 为 true（DeepSpeed 0.19.8 的 stage 3 会断言："
+        "qgZ 取代的正是 reduce-scatter）；去掉 reduce_scatter: false，或关掉 qgZ",
+    "'{path}.ratio' < 1 (partial offload) needs ZeRO stage 3, as in DeepSpeed; stage is {stage}":
+        "'{path}.ratio' < 1（部分卸载）需要 ZeRO stage 3，与 DeepSpeed 相同；现在是 stage {stage}",
+    "partial offload, ZeRO-Offload++ Twin-Flow: only this fraction of the sub-groups steps on the host":
+        "部分卸载，即 ZeRO-Offload++ Twin-Flow：只有这个比例的子组在主机上做优化器更新",
+    "'{path}.device' is \"nvme\" but '{path}.nvme_path' is not set: give the folder (on a fast disk) where the "
+    "swapped tensors go":
+        "'{path}.device' 是 \"nvme\"，但没有设置 '{path}.nvme_path'：请给出换出张量存放的文件夹（放在快速磁盘上）",
+    "'{path}' needs a ZeRO stage of at least 1 (stage is 0): the offloaded step is ZeRO's optimizer, as in DeepSpeed":
+        "'{path}' 需要 ZeRO stage 至少为 1（现在是 0）：卸载出去的更新就是 ZeRO 的优化器，与 DeepSpeed 相同",
+    "'{path}' offloads the parameter shards of ZeRO stage 3; stage is {stage} (DeepSpeed ignores it there: remove "
+    "it, or use stage 3)":
+        "'{path}' 卸载的是 ZeRO stage 3 的参数分片；现在是 stage {stage}（DeepSpeed 在这里会忽略它：删掉它，"
+        "或者改用 stage 3）",
+    # optimizer and scheduler
+    "'optimizer' has no 'type' (like \"AdamW\"); give one, or drop the block and pass an optimizer":
+        "'optimizer' 没有 'type'（比如 \"AdamW\"）；给出一个，或者去掉这个块、直接传入优化器",
+    "the {name} optimizer; zerolab builds Adam, AdamW and SGD": "{name} 优化器；zerolab 能构建 Adam、AdamW 和 SGD",
+    "unknown optimizer type '{kind}' in 'optimizer.type'; {hint}": "'optimizer.type' 里的优化器类型 '{kind}' 未知；{hint}",
+    "zerolab builds Adam, AdamW and SGD": "zerolab 能构建 Adam、AdamW 和 SGD",
+    "'optimizer.params.nesterov' needs momentum > 0 and dampening 0 (torch.optim.SGD refuses otherwise)":
+        "'optimizer.params.nesterov' 要求 momentum > 0 且 dampening 为 0（否则 torch.optim.SGD 会拒绝）",
+    "'scheduler' has no 'type' (like \"WarmupLR\"): DeepSpeed would quietly run without a scheduler; give one, or "
+    "drop the block":
+        "'scheduler' 没有 'type'（比如 \"WarmupLR\"）：DeepSpeed 会悄悄地不用调度器运行；给出一个，或者去掉这个块",
+    "unknown scheduler type '{kind}' in 'scheduler.type'; {hint}": "'scheduler.type' 里的调度器类型 '{kind}' 未知；{hint}",
+    "DeepSpeed's are {names}, or the name of a torch.optim.lr_scheduler class":
+        "DeepSpeed 的调度器有 {names}，也可以是 torch.optim.lr_scheduler 里某个类的名字",
+    "unknown key '{key}' in 'scheduler.params' for {kind}; {hint}": "{kind} 的 'scheduler.params' 里有未知的键 '{key}'；{hint}",
+    "its params are {names}": "它的参数有 {names}",
+    "'scheduler.params.{key}' is missing: {kind} needs it (it has no default in DeepSpeed either)":
+        "缺少 'scheduler.params.{key}'：{kind} 需要它（DeepSpeed 里它也没有默认值）",
+    # what each refused or removed key does in DeepSpeed (config_keys' tables: NOT_IMPLEMENTED, REMOVED)
+    "activation checkpointing / partitioning": "激活检查点 / 激活分片",
+    "FLOPs profiler": "FLOPs 分析器",
+    "TensorBoard monitor": "TensorBoard 监控",
+    "Weights & Biases monitor": "Weights & Biases 监控",
+    "CSV monitor": "CSV 监控",
+    "Comet monitor": "Comet 监控",
+    "communication logger; zerolab's own comm ledger records every collective": "通信日志；zerolab 自己的通信账本会记录每一次集合通信",
+    "autotuner": "自动调优器",
+    "RLHF hybrid engine": "RLHF 混合引擎",
+    "torch.autocast mixed precision": "torch.autocast 混合精度",
+    "data sampling / routing library": "数据采样 / 路由库",
+    "torch.compile / DeepCompile integration": "torch.compile / DeepCompile 集成",
+    "tensor parallelism (AutoTP)": "张量并行（AutoTP）",
+    "expert parallelism": "专家并行",
+    "pipeline parallelism": "流水线并行",
+    "checkpoint tag validation / universal checkpoints / writers": "检查点标签校验 / 通用检查点 / 写入器",
+    "grad_accum_dtype / param_dtype / buffer_dtype overrides": "覆盖 grad_accum_dtype / param_dtype / buffer_dtype",
+    "weight quantization": "权重量化",
+    "DataStates asynchronous checkpointing": "DataStates 异步检查点",
+    "divide gradients by world size before the all-reduce": "在 all-reduce 之前把梯度除以 world size",
+    "split the 1/world_size division around the collective": "把 1/world_size 的除法拆到集合通信的前后",
+    "sum instead of mean of gradients across ranks": "各 rank 的梯度求和而不是求平均",
+    "broadcast instead of all-gather (stage 0)": "用 broadcast 代替 all-gather（stage 0）",
+    "engine-managed Python garbage collection": "由引擎管理 Python 垃圾回收",
+    "sequence parallelism (Ulysses)": "序列并行（Ulysses）",
+    "expert/data parallel group order": "专家并行组与数据并行组的顺序",
+    "false hands the accumulation boundary to the caller": "设为 false 时由调用方决定梯度累积的边界",
+    "NVIDIA Apex AMP; use 'fp16' or 'bf16'": "NVIDIA Apex AMP；请用 'fp16' 或 'bf16'",
+    "elastic training; set the batch triple directly": "弹性训练；请直接设置批大小三元组",
+    "legacy curriculum learning; DeepSpeed moved it into 'data_efficiency'": "旧版课程学习；DeepSpeed 已把它移进 'data_efficiency'",
+    "Nebula checkpointing": "Nebula 检查点",
+    "compression library": "压缩库",
+    "MoQ quantized training": "MoQ 量化训练",
+    "sparse embedding gradients": "稀疏的 embedding 梯度",
+    "eigenvalue MoQ": "基于特征值的 MoQ",
+    "sparse attention": "稀疏注意力",
+    "graph harvesting": "计算图采集（graph harvesting）",
+    "progressive layer drop": "渐进式层丢弃",
+    "save_16bit_model() gathers the weights": "save_16bit_model() 收集完整权重",
+    "deprecated name of the key above": "上面那个键已弃用的旧名字",
+    "fetch fine-grained modules as one unit": "把细粒度的模块合成一个单元来取参数",
+    "fetch parameters with all-reduce": "用 all-reduce 取参数",
+    "unbucketed, per-parameter all-gathers": "不分桶、逐个参数的 all-gather",
+    "legacy elastic checkpoints": "旧版弹性检查点",
+    "old stage-1 implementation": "旧的 stage 1 实现",
+    "false skips the global gradient norm": "设为 false 时跳过全局梯度范数",
+    "16-byte alignment padding in flat buffers": "扁平缓冲区里的 16 字节对齐填充",
+    "ZeRO++ frozen weights stored quantized (stage 3 keeps frozen parameters whole in zerolab; DeepSpeed partitions them)":
+        "ZeRO++ 以量化形式存储冻结的权重（zerolab 在 stage 3 保持冻结参数完整；DeepSpeed 会把它们分片）",
+    "pipeline-mode checkpoint loading": "流水线模式的检查点加载",
+    "Muon momentum buffer placement": "Muon 动量缓冲区的放置",
+    "ZenFlow asynchronous offloaded updates": "ZenFlow 异步卸载更新",
+    "user-listed ZeRO-3 leaf modules": "用户列出的 ZeRO-3 叶子模块",
+    "deprecated form of offload_optimizer": "offload_optimizer 已弃用的旧写法",
+    "deprecated form of offload_param": "offload_param 已弃用的旧写法",
+    "deprecated pin_memory for the keys above": "上面那些键已弃用的 pin_memory",
+    "MiCS sharding": "MiCS 分片",
+    "LoCo-ZeRO++": "LoCo-ZeRO++（带误差补偿的低比特通信）",
+    "casts the floating-point inputs of the model's forward to fp16": "把模型前向的浮点输入转换为 fp16",
+    "fp16 master weights": "fp16 主权重",
+    "bf16 master weights": "bf16 主权重",
+    "bf16 optimizer states": "bf16 优化器状态",
+    "SuperOffload (Grace-Hopper CPU optimizer)": "SuperOffload（Grace-Hopper 上的 CPU 优化器）",
+    "legacy fused optimizer": "旧版融合优化器",
+    "Adam without bias correction": "不做偏差校正的 Adam",
+    "AMSGrad": "AMSGrad 变体",
+    "as an optimizer parameter; use the top-level 'gradient_clipping'": "作为优化器参数；请用顶层的 'gradient_clipping'",
+    "gradient ascent": "梯度上升",
 }
 
 # -- zerolab.checks: what every exercise check shows ---------------------------------------------------
@@ -1074,7 +1352,7 @@ ZH["checks.ch08"] = {
     "    and {n} persistent parameters ({numel:,} elements)":
         "  实测（最后一步，rank 0）：all-gather 调用 {calls:,} 次，预取 {prefetches:,} 个组，峰值 {peak:,}\n"
         "    以及 {n} 个常驻参数（共 {numel:,} 个元素）",
-    "{n} weight(s) of {numel:,} elements are persistent": "{n} 个 {numel:,} 元素的权重常驻了",
+    "{n} weight(s) ({numel:,} elements) persistent": "{n} 个权重（各 {numel:,} 个元素）常驻了",
     "a parameter is persistent when its numel <= stage3_param_persistence_threshold (DeepSpeed's default 1e5 keeps "
     "every parameter of this small model whole); choose a threshold that a weight ({numel:,}) does not meet":
         "参数的 numel <= stage3_param_persistence_threshold 时就常驻（DeepSpeed 默认的 1e5 会让这个小模型的"
@@ -1143,6 +1421,14 @@ ZH["checks.ch08"] = {
     "defaults": "默认值",
     "  trained parameters: bit-identical in all four runs": "  训练出的参数：四次运行逐位相同",
     "your knobs meet goals A, B and C in the real engine on 2 ranks": "你的旋钮在 2 个 rank 上的真实引擎里达成了目标 A、B 和 C",
+    # a miss's first line: the mistake and its fix, on their own
+    "goal {goal}: {what}; fix: {fix}": "目标 {goal}：{what}；改法：{fix}",
+    "stage3_model_persistence_threshold >= {need}, or drop it": "stage3_model_persistence_threshold >= {need}，或者去掉它",
+    "set stage3_max_live_parameters, the budget": "设置预算 stage3_max_live_parameters",
+    "raise stage3_max_live_parameters within the peak": "在峰值允许的范围内调大 stage3_max_live_parameters",
+    "raise stage3_prefetch_bucket_size": "调大 stage3_prefetch_bucket_size",
+    "leave it at 5e7 (drop the key)": "保持 5e7（去掉这个键）",
+    "lower stage3_max_live_parameters": "调小 stage3_max_live_parameters",
 }
 
 # -- exercise 8c: stage 3's gather and release as module hooks ---------------------------------------

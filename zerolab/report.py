@@ -16,14 +16,14 @@ import dataclasses
 import io
 import os
 import platform
-import shutil
-import subprocess
 import sys
 import time
 
-from .i18n import catalogue
+from .i18n import catalogue, width
+# The facts themselves live in zerolab.machine; they are this module's names too, as before the split.
+from .machine import CJK_SAMPLE, cjk_fonts, cpu, memory, shm, torch_facts  # noqa: F401
 
-T = catalogue("report")      # the preflight's lines in Chinese (zerolab/messages_zh.py), with --lang zh
+T = catalogue("report")      # the report's and the preflight's lines in Chinese (zerolab/messages_zh.py), --lang zh
 
 # What the course needs, measured (docs/INSTRUCTOR.md, "Sizing"): the largest chapter (3: its
 # kernel and 10 ranks) peaked at 1.06 GB proportional set size (3.7 GB if each rank's shared
@@ -33,174 +33,70 @@ COURSE_NEEDS_GB = 2.0
 TESTED_TORCH = "2.13.0"
 CHAPTER_RANKS = 4            # the most ranks one crew of the course starts (ch00, ch02, ch03)
 RANKS_AT_ONCE = 10           # chapters 2 and 3 keep crews of 1, 2, 3 and 4 ranks side by side
-CJK_SAMPLE = "搬家队显存四巨头"  # characters of the chapters' subtitles
-
-
-# ----------------------------------------------------------------------------- facts
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def _meminfo() -> dict[str, int]:
-    """Bytes from /proc/meminfo (Linux); empty elsewhere."""
-    text = _read("/proc/meminfo") or ""
-    out = {}
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            out[key] = int(parts[0]) * (1024 if parts[1:2] == ["kB"] else 1)
-    return out
-
-
-def _cgroup_memory() -> tuple[int | None, int | None]:
-    """(limit, used) in bytes of this process's memory cgroup, if it has a limit."""
-    for limit_f, used_f in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                            ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                             "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
-        limit = (_read(limit_f) or "").strip()
-        if limit.isdigit() and int(limit) < 2 ** 60:
-            used = (_read(used_f) or "").strip()
-            return int(limit), int(used) if used.isdigit() else None
-    return None, None
-
-
-def memory() -> dict:
-    """total / available bytes for this process: the machine's, capped by a cgroup limit."""
-    info = _meminfo()
-    total, avail = info.get("MemTotal"), info.get("MemAvailable")
-    if total is None:
-        try:
-            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-            avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-        except (ValueError, OSError, AttributeError):
-            pass
-    limit, used = _cgroup_memory()
-    out = {"total": total, "available": avail, "cgroup_limit": limit}
-    if limit is not None:
-        out["total"] = min(total or limit, limit)
-        if used is not None:
-            out["available"] = min(avail if avail is not None else limit, max(0, limit - used))
-    return out
-
-
-def cpu() -> dict:
-    """Model, SIMD features that change float kernels, logical cores, cores usable here."""
-    model, flags = platform.processor() or platform.machine(), set()
-    text = _read("/proc/cpuinfo") or ""
-    for line in text.splitlines():
-        key, _, val = line.partition(":")
-        key = key.strip()
-        if key in ("model name", "Model", "Hardware") and model in ("", platform.machine(), "x86_64"):
-            model = val.strip()
-        elif key in ("flags", "Features") and not flags:
-            flags = set(val.split())
-    if sys.platform == "darwin":
-        try:
-            model = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True,
-                                   text=True, timeout=5).stdout.strip() or model
-        except (OSError, subprocess.SubprocessError):
-            pass
-    features = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16",
-                            "asimd", "sve") if f in flags]
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count() or 1
-    quota = (_read("/sys/fs/cgroup/cpu.max") or "").split()
-    if len(quota) == 2 and quota[0].isdigit():
-        usable = min(usable, max(1, round(int(quota[0]) / int(quota[1]))))
-    return {"model": model or "unknown", "machine": platform.machine(), "features": features,
-            "logical": os.cpu_count() or 1, "usable": usable}
-
-
-def shm() -> dict | None:
-    if not os.path.isdir("/dev/shm"):
-        return None
-    u = shutil.disk_usage("/dev/shm")
-    return {"total": u.total, "free": u.free}
 
 
 def _gb(n: int | None) -> str:
-    return "unknown" if n is None else f"{n / 1e9:.1f} GB"
+    return T("unknown") if n is None else f"{n / 1e9:.1f} GB"
 
 
-def torch_facts() -> dict:
-    import torch
-    import torch.distributed as dist
-    f = {"version": torch.__version__, "cuda_build": torch.version.cuda,
-         "git": (getattr(torch.version, "git_version", "") or "")[:10],
-         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-         "capability_env": os.environ.get("ATEN_CPU_CAPABILITY"),
-         "threads": torch.get_num_threads(), "mkl": torch.backends.mkl.is_available(),
-         "openmp": torch.backends.openmp.is_available(), "distributed": dist.is_available(),
-         "gloo": dist.is_available() and dist.is_gloo_available(),
-         "nccl": dist.is_available() and dist.is_nccl_available(), "nccl_version": None, "gpus": []}
-    if f["nccl"]:
-        try:
-            v = torch.cuda.nccl.version()
-            f["nccl_version"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-        except Exception:
-            pass
-    if torch.cuda.is_available():
-        for i in range(torch.cuda.device_count()):
-            p = torch.cuda.get_device_properties(i)
-            f["gpus"].append(f"cuda:{i} {p.name}, {p.total_memory / 2**30:.0f} GiB, "
-                             f"compute {p.major}.{p.minor}")
-    return f
+def _row(label: str, value: str, indent: str = "") -> str:
+    """``label ....... value``: the values in one column (a CJK character takes two)."""
+    return f"{indent}{label} {'.' * max(1, (17 if indent else 18) - width(label))} {value}"
 
 
 def report_text() -> str:
     """The one-screen report."""
     from . import __version__
     t, c, m, s = torch_facts(), cpu(), memory(), shm()
-    yes = lambda b: "yes" if b else "no"  # noqa: E731
-    L = [f"zerolab {__version__} report: {platform.node() or 'this machine'}",
+    yes = lambda b: T("yes") if b else T("no")  # noqa: E731
+    L = [T("zerolab {version} report: {node}", version=__version__, node=platform.node() or T("this machine")),
          "-" * 78,
-         f"python ............ {sys.version.split()[0]} ({sys.executable})",
-         f"torch ............. {t['version']}"
-         + (f" (git {t['git']})" if t["git"] else "")
-         + ("" if t["version"].split("+")[0] == TESTED_TORCH else f"  [the course is tested with {TESTED_TORCH}]"),
-         f"torch build ....... CUDA {t['cuda_build'] or 'none (CPU build)'}, MKL {yes(t['mkl'])}, "
-         f"OpenMP {yes(t['openmp'])}, {t['threads']} intra-op threads",
-         f"float kernels ..... {t['cpu_capability']}"
-         + (f" (forced by ATEN_CPU_CAPABILITY={t['capability_env']})" if t["capability_env"] else
-            " (the widest this CPU allows; ATEN_CPU_CAPABILITY=avx2/default narrows it)"),
-         f"torch.distributed . {yes(t['distributed'])}: gloo {yes(t['gloo'])}, NCCL {yes(t['nccl'])}"
-         + (f" {t['nccl_version']}" if t["nccl_version"] else ""),
-         f"GPUs .............. {len(t['gpus']) or 'none'}"]
+         _row("python", f"{sys.version.split()[0]} ({sys.executable})"),
+         _row("torch", t["version"] + (f" (git {t['git']})" if t["git"] else "")
+              + ("" if t["version"].split("+")[0] == TESTED_TORCH
+                 else T("  [the course is tested with {version}]", version=TESTED_TORCH))),
+         _row(T("torch build"), T("CUDA {cuda}, MKL {mkl}, OpenMP {openmp}, {threads} intra-op threads",
+                                  cuda=t["cuda_build"] or T("none (CPU build)"), mkl=yes(t["mkl"]),
+                                  openmp=yes(t["openmp"]), threads=t["threads"])),
+         _row(T("float kernels"), t["cpu_capability"]
+              + (T(" (forced by ATEN_CPU_CAPABILITY={env})", env=t["capability_env"]) if t["capability_env"] else
+                 T(" (the widest this CPU allows; ATEN_CPU_CAPABILITY=avx2/default narrows it)"))),
+         _row("torch.distributed", T("{dist}: gloo {gloo}, NCCL {nccl}", dist=yes(t["distributed"]),
+                                     gloo=yes(t["gloo"]), nccl=yes(t["nccl"]))
+              + (f" {t['nccl_version']}" if t["nccl_version"] else "")),
+         _row("GPUs", str(len(t["gpus"]) or T("none")))]
     L += [f"                    {g}" for g in t["gpus"]]
-    L += [f"CPU ............... {c['model']} ({c['machine']})",
-          f"CPU features ...... {', '.join(c['features']) or 'none of avx2/avx512/amx/asimd'}"
-          + ("  [AVX-512: wider float kernels, last digits differ from AVX2]" if "avx512f" in c["features"] else ""),
-          f"cores ............. {c['logical']} logical, {c['usable']} usable by this process",
-          f"memory ............ {_gb(m['total'])} total, {_gb(m['available'])} available"
-          + (f" (cgroup limit {_gb(m['cgroup_limit'])})" if m["cgroup_limit"] else ""),
-          "shared memory ..... " + ("none (/dev/shm missing)" if s is None else
-                                   f"/dev/shm {_gb(s['total'])}, {_gb(s['free'])} free"
-                                   + ("  [small: enough for gloo on CPU; NCCL wants docker --shm-size=1g or more]"
-                                      if s["total"] < 1e9 else "")),
-          "-" * 78, "what the course can run here:"]
+    L += [_row("CPU", f"{c['model']} ({c['machine']})"),
+          _row(T("CPU features"), (", ".join(c["features"]) or T("none of avx2/avx512/amx/asimd"))
+               + (T("  [AVX-512: wider float kernels, last digits differ from AVX2]")
+                  if "avx512f" in c["features"] else "")),
+          _row(T("cores"), T("{logical} logical, {usable} usable by this process", logical=c["logical"],
+                             usable=c["usable"])),
+          _row(T("memory"), T("{total} total, {available} available", total=_gb(m["total"]),
+                              available=_gb(m["available"]))
+               + (T(" (cgroup limit {limit})", limit=_gb(m["cgroup_limit"])) if m["cgroup_limit"] else "")),
+          _row(T("shared memory"), T("none (/dev/shm missing)") if s is None else
+               T("/dev/shm {total}, {free} free", total=_gb(s["total"]), free=_gb(s["free"]))
+               + (T("  [small: enough for gloo on CPU; NCCL wants docker --shm-size=1g or more]")
+                  if s["total"] < 1e9 else "")),
+          "-" * 78, T("what the course can run here:")]
     avail = m["available"]
     enough = avail is None or avail >= COURSE_NEEDS_GB * 1e9
-    L.append(f"  every chapter .... {'yes' if enough and t['gloo'] else 'NO'}: up to {RANKS_AT_ONCE} ranks at once "
-             f"on gloo (CPU), about {COURSE_NEEDS_GB:g} GB free needed"
-             + ("" if enough else f", {_gb(avail)} available"))
+    L.append(_row(T("every chapter"), T("yes: up to {ranks} ranks at once on gloo (CPU), about {need:g} GB free needed"
+                                        if enough and t["gloo"] else
+                                        "NO: up to {ranks} ranks at once on gloo (CPU), about {need:g} GB free needed",
+                                        ranks=RANKS_AT_ONCE, need=COURSE_NEEDS_GB)
+                  + ("" if enough else T(", {available} available", available=_gb(avail))), "  "))
     if c["usable"] < 2:
-        L.append("  note ............. 1 usable core: the chapters run, several times slower than on 2")
+        L.append(_row(T("note"), T("1 usable core: the chapters run, several times slower than on 2"), "  "))
     n = len(t["gpus"])
     if n and t["nccl"]:
-        L.append(f"  NCCL crews ....... up to {n} ranks, one GPU each (backend='auto' picks NCCL when "
-                 "every rank gets a GPU)")
+        L.append(_row(T("NCCL crews"), T("up to {n} ranks, one GPU each (backend='auto' picks NCCL when every rank "
+                                         "gets a GPU)", n=n), "  "))
     else:
-        L.append("  NCCL crews ....... no (" + ("no CUDA GPU" if not n else "torch has no NCCL")
-                 + "): backend='auto' runs every crew on gloo, as the stored chapters were")
-    L.append("  learner's check .. zerolab report --preflight")
+        L.append(_row(T("NCCL crews"), T("no ({why}): backend='auto' runs every crew on gloo, as the stored chapters "
+                                         "were", why=T("no CUDA GPU") if not n else T("torch has no NCCL")), "  "))
+    L.append(_row(T("learner's check"), "zerolab report --preflight", "  "))
     return "\n".join(L)
 
 
@@ -333,33 +229,6 @@ def check_plot() -> Check:
     return Check("plots", ok, T("matplotlib {version} rendered a {size:,}-byte PNG", version=matplotlib.__version__,
                                 size=len(data)),
                  f"{os.path.dirname(sys.executable)}/pip install --force-reinstall matplotlib")
-
-
-def cjk_fonts() -> list[str]:
-    """Font families on this machine that have the chapters' CJK characters."""
-    if sys.platform in ("darwin", "win32"):
-        return ["(system fonts: macOS and Windows ship CJK fonts)"]
-    fc = shutil.which("fc-list")
-    if fc:
-        try:
-            out = subprocess.run([fc, ":charset=" + " ".join(f"{ord(ch):x}" for ch in CJK_SAMPLE[:3]),
-                                  "family"], capture_output=True, text=True, timeout=20).stdout
-            return sorted({line.split(",")[0].strip() for line in out.splitlines() if line.strip()})
-        except (OSError, subprocess.SubprocessError):
-            pass
-    try:                                    # no fontconfig: ask matplotlib's font list
-        from matplotlib import font_manager
-        from matplotlib.ft2font import FT2Font
-        names = set()
-        for f in font_manager.fontManager.ttflist:
-            try:
-                if FT2Font(f.fname).get_char_index(ord(CJK_SAMPLE[0])):
-                    names.add(f.name)
-            except Exception:               # noqa: BLE001
-                continue
-        return sorted(names)
-    except Exception:                       # noqa: BLE001
-        return []
 
 
 def check_fonts() -> Check:

@@ -146,15 +146,17 @@ def measure(zero: dict, world_size: int = WORLD) -> dict:
     return out
 
 
-def _miss(goal: str, zero: dict, got: dict, what: str, hint: str) -> ExerciseCheckFailed:
+def _miss(goal: str, zero: dict, got: dict, what: str, fix: str, hint: str) -> ExerciseCheckFailed:
+    """The first line says the mistake and its fix on its own (Jupyter's short display may cut the
+    rest); then what was measured, the knobs, the goal and the hint that explains it."""
     return ExerciseCheckFailed(
-        T("goal {goal}: {what}", goal=goal, what=what) + "\n"
-        + _wrap(T("the goal: {goal}", goal=T.text(GOALS[goal]))) + "\n"
-        + fill(T("your knobs: {zero}", zero=zero), 96, initial_indent="  ", subsequent_indent="    ") + "\n"
+        T("goal {goal}: {what}; fix: {fix}", goal=goal, what=what, fix=fix) + "\n"
         + T("  measured (last step, rank 0): calls {calls:,}, prefetches {prefetches:,}, peak {peak:,}\n"
             "    and {n} persistent parameters ({numel:,} elements)", calls=got["calls"],
             prefetches=got["prefetches"], peak=got["peak"], n=len(got["persistent"]), numel=sum(got["persistent"]))
-        + "\n" + _hint(hint))
+        + "\n" + fill(T("your knobs: {zero}", zero=zero), 96, initial_indent="  ", subsequent_indent="    ") + "\n"
+        + _wrap(T("the goal: {goal}", goal=T.text(GOALS[goal]))) + "\n"
+        + _hint(hint))
 
 
 def _judge(goal: str, zero: dict, got: dict) -> None:
@@ -164,13 +166,16 @@ def _judge(goal: str, zero: dict, got: dict) -> None:
     threshold = zero.get("stage3_param_persistence_threshold", 100_000)
     cap = zero.get("stage3_model_persistence_threshold")
     if weights:
-        raise _miss(goal, zero, got, T("{n} weight(s) of {numel:,} elements are persistent", n=weights, numel=WEIGHT),
+        raise _miss(goal, zero, got, T("{n} weight(s) ({numel:,} elements) persistent", n=weights, numel=WEIGHT),
+                    f"stage3_param_persistence_threshold < {WEIGHT:,}",
                     T("a parameter is persistent when its numel <= stage3_param_persistence_threshold "
                       "(DeepSpeed's default 1e5 keeps every parameter of this small model whole); "
                       "choose a threshold that a weight ({numel:,}) does not meet", numel=WEIGHT))
     if goal in ("A", "B"):
         if biases < LAYERS:
+            fix = f"stage3_param_persistence_threshold >= {BIAS}"
             if cap is not None and cap < LAYERS * BIAS and threshold >= BIAS:
+                fix = T("stage3_model_persistence_threshold >= {need}, or drop it", need=LAYERS * BIAS)
                 hint = T("stage3_model_persistence_threshold = {cap:,} caps the total persistent elements: the 8 "
                          "biases need {need}", cap=cap, need=LAYERS * BIAS)
             elif threshold == BIAS - 1:
@@ -179,33 +184,35 @@ def _judge(goal: str, zero: dict, got: dict) -> None:
                 hint = T("only {biases} of the {layers} biases are persistent: the threshold must be at least {n} "
                          "(numel <= threshold)", biases=biases, layers=LAYERS, n=BIAS)
             raise _miss(goal, zero, got, T("{biases} of {layers} biases persistent", biases=biases, layers=LAYERS),
-                        hint)
+                        fix, hint)
     if goal == "B":
         reuse = zero.get("stage3_max_reuse_distance", 1_000_000_000)
         live = zero.get("stage3_max_live_parameters", 1_000_000_000)
         bucket = zero.get("stage3_prefetch_bucket_size", DEFAULT_PREFETCH)
         over = T("peak {peak:,} elements > {limit:,}", peak=got["peak"], limit=B_PEAK)
         if got["peak"] > B_PEAK and reuse >= WEIGHT:
-            raise _miss(goal, zero, got, over,
+            raise _miss(goal, zero, got, over, f"stage3_max_reuse_distance < {WEIGHT:,}",
                         T("stage3_max_reuse_distance = {reuse:,} keeps a weight gathered after its forward when it "
                           "is used again within that many elements (the last layers of forward are the first of "
                           "backward; DeepSpeed's 1e9 keeps the whole model gathered across the turn), and "
                           "stage3_max_live_parameters does not bound what reuse keeps: lower the reuse distance",
                           reuse=reuse))
         if got["peak"] > B_PEAK and live <= B_PEAK:
-            raise _miss(goal, zero, got, over,
+            raise _miss(goal, zero, got, over, f"stage3_max_live_parameters <= {B_PEAK - WEIGHT:,}",
                         T("stage3_max_live_parameters = {live:,} is a budget, not a cap: a top-up takes groups while "
                           "fewer than max_live - available elements are taken, and the group that crosses the "
                           "budget is taken too, so the peak can pass max_live by up to one weight ({weight:,}): "
                           "leave room for it (max_live + one weight within {limit:,}, or a whole number of "
                           "weights)", live=live, weight=WEIGHT, limit=B_PEAK))
         if got["peak"] > B_PEAK:
-            raise _miss(goal, zero, got, over,
+            raise _miss(goal, zero, got, over, T("set stage3_max_live_parameters, the budget"),
                         T("stage3_max_live_parameters bounds what is gathered plus in flight when prefetch tops up; "
                           "stage3_prefetch_bucket_size bounds only one top-up, and top-ups repeat at every "
                           "module's fetch: set the budget"))
         if got["calls"] > B_CALLS:
+            fix = T("raise stage3_max_live_parameters within the peak")
             if bucket < 4 * WEIGHT:
+                fix = T("raise stage3_prefetch_bucket_size")
                 hint = T("stage3_prefetch_bucket_size = {bucket:,} caps what one top-up (one all-gather call) may "
                          "take: a larger prefetch bucket lets one call carry more weights, while "
                          "stage3_max_live_parameters keeps the peak", bucket=bucket)
@@ -215,15 +222,17 @@ def _judge(goal: str, zero: dict, got: dict) -> None:
                          "carry more weights; raise it as far as the peak allows, and measure with "
                          "zerolab.checks.ch08.measure")
             raise _miss(goal, zero, got, T("{calls} all-gather calls per step > {limit}", calls=got["calls"],
-                                           limit=B_CALLS), hint)
+                                           limit=B_CALLS), fix, hint)
     if goal == "C":
         if zero.get("stage3_prefetch_bucket_size", DEFAULT_PREFETCH) != DEFAULT_PREFETCH:
             raise _miss(goal, zero, got, T("stage3_prefetch_bucket_size was changed"),
+                        T("leave it at 5e7 (drop the key)"),
                         T("leave the prefetch bucket at DeepSpeed's default (drop the key or set 5e7): another knob "
                           "can stop prefetching"))
         if got["prefetches"] > 0:
             live = zero.get("stage3_max_live_parameters", 1_000_000_000)
             raise _miss(goal, zero, got, T("{n} group(s) gathered ahead of use", n=got["prefetches"]),
+                        T("lower stage3_max_live_parameters"),
                         T("stage3_max_live_parameters = {live:,} still leaves room: a top-up runs at every "
                           "module's fetch, the root's included, where nothing is gathered yet (available 0), and it "
                           "keeps taking groups while it has taken fewer than max_live - available elements, the "
