@@ -228,6 +228,14 @@ def test_asked_for_by_name_never_by_auto():
         resolve_backend("shared", 2)
 
 
+def test_the_segment_layout_and_every_name_still_in_zerolab_shm():
+    """Two cache lines per rank (posted, done), then ROUNDS x N slots, each a whole number of
+    cache lines; zerolab.shm keeps every public name of its three modules."""
+    assert shm.ShmTransport.size_for(2, 1 << 12) == shm_segment.sizes(2, 1 << 12) == (512, 2 * 64 * 2 + 4 * 2 * 512)
+    assert shm_segment.sizes(3, 600) == (64, 2 * 64 * 3 + 4 * 3 * 64)         # never below one line
+    assert all(hasattr(shm, name) for name in shm.__all__)
+
+
 # ----------------------------------------------------------------------------- asynchronous calls
 
 def in_flight_then_late_read():
