@@ -279,10 +279,12 @@ def _nothing(slots) -> None:
     pass
 
 
+# the reductions shared memory carries (AVG: a sum, divided at the end by the process group);
+# any other op goes to gloo
 REDUCE_OPS = {RO.SUM: torch.Tensor.add_, RO.AVG: torch.Tensor.add_, RO.PRODUCT: torch.Tensor.mul_,
-           RO.MIN: lambda d, p: torch.minimum(d, p, out=d), RO.MAX: lambda d, p: torch.maximum(d, p, out=d),
-           RO.BAND: torch.Tensor.bitwise_and_, RO.BOR: torch.Tensor.bitwise_or_,
-           RO.BXOR: torch.Tensor.bitwise_xor_}
+              RO.MIN: lambda d, p: torch.minimum(d, p, out=d), RO.MAX: lambda d, p: torch.maximum(d, p, out=d),
+              RO.BAND: torch.Tensor.bitwise_and_, RO.BOR: torch.Tensor.bitwise_or_,
+              RO.BXOR: torch.Tensor.bitwise_xor_}
 
 
 def _reduce_into(dst: torch.Tensor, parts: torch.Tensor, op) -> None:
