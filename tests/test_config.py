@@ -563,7 +563,8 @@ def test_optimizer_config_defaults():
 
 PACKAGE = pathlib.Path(zerolab.__file__).parent
 # Modules that parse or explain a config; a read there does not make a key implemented.
-CONFIG_MODULES = {"config.py", "config_keys.py", "config_types.py", "config_parse.py", "explain.py", "cli.py"}
+CONFIG_MODULES = {"config.py", "config_keys.py", "config_values.py", "config_types.py", "config_parse.py",
+                  "explain.py", "cli.py"}
 # Implemented by load_config itself, not by an engine read: DeepSpeed's batch triple is derived and
 # checked there (_batch_assertion); the engine needs only gradient_accumulation_steps, because the
 # caller feeds it micro-batches (zerolab builds no data loader).

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from scaler_answers import update_scale
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
@@ -258,39 +260,12 @@ def test_exercise3_check_catches_wrong_shard_ranges():
         close_crews()
 
 
-def _scaler_rule(factor=None, floor_ignores_hysteresis=False):
-    from zerolab.loss_scaler import LossScaleAtMinimum
-
-    def fn(state, overflow):
-        f = factor or state["scale_factor"]
-        if overflow:
-            if floor_ignores_hysteresis and state["cur_scale"] == state["min_scale"]:
-                raise LossScaleAtMinimum(state["cur_scale"], state["cur_iter"])
-            if state["delayed_shift"] == 1 or state["cur_hysteresis"] == 1:
-                if state["cur_scale"] == state["min_scale"]:
-                    raise LossScaleAtMinimum(state["cur_scale"], state["cur_iter"])
-                state["cur_scale"] = max(state["cur_scale"] / f, state["min_scale"])
-            else:
-                state["cur_hysteresis"] -= 1
-            state["last_overflow_iter"] = state["cur_iter"]
-        else:
-            if state["consecutive_hysteresis"]:
-                state["cur_hysteresis"] = state["delayed_shift"]
-            stable = state["cur_iter"] - state["last_overflow_iter"] - 1
-            if stable > 0 and stable % state["scale_window"] == 0:
-                if not state["consecutive_hysteresis"]:
-                    state["cur_hysteresis"] = state["delayed_shift"]
-                state["cur_scale"] *= f
-        state["cur_iter"] += 1
-    return fn
-
-
 def test_exercise4_check_catches_wrong_scalers():
     from zerolab.checks.ch04 import check_sequences
 
-    assert check_sequences(_scaler_rule()) > 1000                  # the rule written out passes
-    _fails(check_sequences, _scaler_rule(factor=2.0), "scale_factor is 3")
-    _fails(check_sequences, _scaler_rule(floor_ignores_hysteresis=True), "hysteresis")
+    assert check_sequences(update_scale()) > 1000                  # the rule written out passes
+    _fails(check_sequences, update_scale(factor=2.0), "scale_factor is 3")
+    _fails(check_sequences, update_scale(floor_ignores_hysteresis=True), "hysteresis")
 
 
 def _stage2_pieces(ready_early=False, no_divide=False, divide_by=None, keep=None, overwrite=False,

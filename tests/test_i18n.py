@@ -27,6 +27,8 @@ from zerolab.checks import ExerciseCheckFailed
 from zerolab.cli import main as cli
 from zerolab.messages_zh import ZH
 
+from scaler_answers import update_scale
+
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "zerolab"
 CJK = __import__("re").compile(r"[\u4e00-\u9fff]")
@@ -42,7 +44,7 @@ TRANSLATED = {"progress.py": "progress", "report.py": "report", "checks/__init__
               "checks/ch06.py": "checks.ch06", "checks/ch07.py": "checks.ch07", "checks/ch14.py": "checks.ch14",
               "lab/common.py": "lab", "lab/basic.py": "lab", "lab/core.py": "lab",
               "lab/application.py": "lab", "lab/extension.py": "lab",
-              "config_types.py": "config", "config_parse.py": "config", "config_keys.py": "config",
+              "config_types.py": "config", "config_parse.py": "config", "config_keys.py": "config", "config_values.py": "config",
               "crew.py": "crew", "crew_limits.py": "crew"}
 
 
@@ -392,43 +394,14 @@ def test_exercise_3c_fails_in_the_editions_language():
                   "  提示：忘了求平均：梯度在 2 个 rank 上求了和；DDP 求的是平均"), zh
 
 
-def _update_scale(factor=None, raise_in_engine=False):
-    """DeepSpeed 0.19.8's rule; factor=2.0: a hard-coded scale factor; raise_in_engine: a ValueError
-    at iteration 3 of the engine's scaler only (min_scale 300), after every sequence passed."""
-    from zerolab.loss_scaler import LossScaleAtMinimum
-
-    def fn(state, overflow):
-        if raise_in_engine and state["min_scale"] == 300 and state["cur_iter"] == 3:
-            raise ValueError("only in the engine")
-        f = factor or state["scale_factor"]
-        if overflow:
-            if state["delayed_shift"] == 1 or state["cur_hysteresis"] == 1:
-                if state["cur_scale"] == state["min_scale"]:
-                    raise LossScaleAtMinimum(state["cur_scale"], state["cur_iter"])
-                state["cur_scale"] = max(state["cur_scale"] / f, state["min_scale"])
-            else:
-                state["cur_hysteresis"] -= 1
-            state["last_overflow_iter"] = state["cur_iter"]
-        else:
-            if state["consecutive_hysteresis"]:
-                state["cur_hysteresis"] = state["delayed_shift"]
-            stable = state["cur_iter"] - state["last_overflow_iter"] - 1
-            if stable > 0 and stable % state["scale_window"] == 0:
-                if not state["consecutive_hysteresis"]:
-                    state["cur_hysteresis"] = state["delayed_shift"]
-                state["cur_scale"] *= f
-        state["cur_iter"] += 1
-    return fn
-
-
 def test_exercise_4_fails_in_the_editions_language():
     from zerolab.checks.ch04 import check_sequences
 
-    en = _fail(check_sequences, _update_scale(factor=2.0))
+    en = _fail(check_sequences, update_scale(factor=2.0))
     assert en.startswith("sequence 'scale_factor 3: cuts divide by 3, growths multiply by 3'"), en
     assert "hint: you divided by 2, but this scaler's scale_factor is 3" in en, en
     with i18n.using("zh"):
-        zh = _fail(check_sequences, _update_scale(factor=2.0))
+        zh = _fail(check_sequences, update_scale(factor=2.0))
     assert zh.startswith("序列“scale_factor 3：缩小时除以 3，增大时乘以 3”（溢出标志 0010001100000）："), zh
     assert "第一处不同在第 2 次迭代" in zh and "提示：你除以了 2，但这个 scaler 的 scale_factor 是 3" in zh, zh
     assert len(zh.splitlines()) <= 8 and all(i18n.width(line) <= 100 for line in zh.splitlines()), zh
@@ -438,7 +411,7 @@ def test_exercise_4_fails_in_the_editions_language_on_the_engines_ranks(capsys):
     from zerolab.checks.ch04 import check_update_scale
 
     with i18n.using("zh"):
-        zh = _fail(check_update_scale, _update_scale(raise_in_engine=True))
+        zh = _fail(check_update_scale, update_scale(raise_in_engine=True))
     assert capsys.readouterr().out.startswith("序列：8 组 scaler 设置，")
     first, hint = zh.splitlines()[:2]
     assert first.startswith("2 个 rank 上的引擎运行（在你的 update_scale 里），在各 rank 上失败："), zh

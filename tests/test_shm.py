@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 import zerolab
-from zerolab import shm
+from zerolab import shm, shm_segment
 from zerolab.crew import resolve_backend
 
 x86 = pytest.mark.skipif(shm.problem_here() is not None, reason="zshm needs x86-64")
@@ -228,6 +228,14 @@ def test_asked_for_by_name_never_by_auto():
         resolve_backend("shared", 2)
 
 
+def test_the_segment_layout_and_every_name_still_in_zerolab_shm():
+    """Two cache lines per rank (posted, done), then ROUNDS x N slots, each a whole number of
+    cache lines; zerolab.shm keeps every public name of its three modules."""
+    assert shm.ShmTransport.size_for(2, 1 << 12) == shm_segment.sizes(2, 1 << 12) == (512, 2 * 64 * 2 + 4 * 2 * 512)
+    assert shm_segment.sizes(3, 600) == (64, 2 * 64 * 3 + 4 * 3 * 64)         # never below one line
+    assert all(hasattr(shm, name) for name in shm.__all__)
+
+
 # ----------------------------------------------------------------------------- asynchronous calls
 
 def in_flight_then_late_read():
@@ -358,22 +366,23 @@ def test_a_rank_leaving_for_gloo_posts_what_it_queued_first(crew2):
 # ----------------------------------------------------------------------------- refusals, never a fallback
 
 def refused(patch):
-    """Make a zshm group with ``patch`` applied on one rank; every rank returns what it raised."""
+    """Make a zshm group with ``patch`` applied on one rank (to zerolab.shm_segment, which makes the
+    segment); every rank returns what it raised."""
     r = dist.get_rank()
-    saved = {k: getattr(shm, k) for k in ("problem_here", "_host_id", "_reserve", "_map")}
+    saved = {k: getattr(shm_segment, k) for k in ("problem_here", "_host_id", "_reserve", "_map")}
     if patch == "arm" and r == 1:
-        shm.problem_here = lambda: ("this CPU is aarch64, not x86-64: the shared-memory transport relies "
-                                    "on x86-64's total store order")
+        shm_segment.problem_here = lambda: ("this CPU is aarch64, not x86-64: the shared-memory "
+                                            "transport relies on x86-64's total store order")
     elif patch == "hosts" and r == 1:
-        shm._host_id = lambda: "elsewhere/boot"
+        shm_segment._host_id = lambda: "elsewhere/boot"
     elif patch == "full" and r == 0:
         def full(fd, size):
             raise OSError(28, "No space left on device")
-        shm._reserve = full
+        shm_segment._reserve = full
     elif patch == "unmappable" and r == 1:
         def no_map(path, size):
             raise OSError(12, "Cannot allocate memory")
-        shm._map = no_map
+        shm_segment._map = no_map
     t0 = time.monotonic()
     try:
         g = dist.new_group(backend="zshm")
@@ -384,7 +393,7 @@ def refused(patch):
         msg = None
     finally:
         for k, v in saved.items():
-            setattr(shm, k, v)
+            setattr(shm_segment, k, v)
     return msg, time.monotonic() - t0, os.getpid()
 
 
@@ -406,7 +415,7 @@ def test_where_it_cannot_work_every_rank_refuses_with_the_reason(crew2, patch, w
 def die_before_mapping():
     """Rank 1 dies between rank 0's create and its own map (the old leak: 32 MiB left behind)."""
     if dist.get_rank() == 1:
-        shm._map = lambda path, size: os._exit(3)
+        shm_segment._map = lambda path, size: os._exit(3)
     dist.new_group(backend="zshm")                      # rank 0 raises ShmUnavailable, naming rank 1
 
 

@@ -23,31 +23,9 @@ from zerolab.config import load_config
 from zerolab.models import GPT, lm_loss
 from zerolab.reference import train_engine
 
-VOCAB, D, SEQ = 48, 48, 24
+from zeropp_gpt import SEQ, VOCAB, gpt, gpt_batches, gpt_config
+
 LOSS_TOL = {"qwz": 0.01, "qgz": 0.03}
-
-
-def gpt():
-    return GPT(vocab=VOCAB, d=D, heads=2, layers=2, seq_len=SEQ)
-
-
-def config(world, **zero):
-    return {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "train_batch_size": 2 * world,
-            "gradient_clipping": 1.0, "bf16": {"enabled": True},
-            "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
-            # biases and LayerNorms persistent; each weight its own gathered group (shards of a multiple
-            # of 8 elements at 2, 3 and 4 ranks), all in one prefetch batch
-            "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 200,
-                                  "reduce_bucket_size": 20000, **zero}}
-
-
-def batches(steps, n, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for _ in range(steps):
-        t = torch.randint(0, VOCAB, (n, SEQ + 1), generator=g)
-        out.append((t[:, :-1], t[:, 1:]))
-    return out
 
 
 def _ledger_of_steps(eng, bs):
@@ -59,17 +37,17 @@ def _ledger_of_steps(eng, bs):
 
 def _qwz_rank(steps):
     world = zerolab.world_size()
-    bs = batches(steps, 2 * world)
+    bs = gpt_batches(steps, 2 * world)
     out = {}
     for name, zero in (("exact", {}), ("qwz", {"zero_quantized_weights": True})):
-        eng = zerolab.initialize(gpt(), config(world, **zero))
+        eng = zerolab.initialize(gpt(), gpt_config(world, **zero))
         led, losses = _ledger_of_steps(eng, bs)
         fetch = [r for r in led.records if r.op == "all_gather" and "persistent" not in r.tag]
         out[name] = dict(losses=losses, fetch_bytes=sum(r.wire_bytes for r in fetch),
                          fetch=[(r.dtype, r.numel, r.tag) for r in fetch],
                          refresh=[(r.dtype, r.numel) for r in led.records if "persistent" in r.tag])
     # the weights forward uses, against the exact shards, at the first step of a fresh engine
-    eng = zerolab.initialize(gpt(), config(world, zero_quantized_weights=True))
+    eng = zerolab.initialize(gpt(), gpt_config(world, zero_quantized_weights=True))
     exact = eng.full_params()
     worst, seen = [], []
 
@@ -177,10 +155,10 @@ def test_qgz_reduction_against_the_exact_sum(world, nodes):
 
 def _qgz_rank(steps):
     world = zerolab.world_size()
-    bs = batches(steps, 2 * world)
+    bs = gpt_batches(steps, 2 * world)
     out = {}
     for name, zero in (("exact", {}), ("qgz", {"zero_quantized_gradients": True})):
-        eng = zerolab.initialize(gpt(), config(world, **zero))
+        eng = zerolab.initialize(gpt(), gpt_config(world, **zero))
         led, losses = _ledger_of_steps(eng, bs)
         grads = [r for r in led.records if r.tag.startswith("grads")]
         out[name] = dict(losses=losses, ops=[(r.op, r.link, r.dtype, r.numel, r.world_size) for r in grads],
@@ -220,8 +198,8 @@ def test_qgz_on_two_nodes_of_two():
 
 def _same_rank(zero):
     world = zerolab.world_size()
-    bs = batches(4, 2 * world)
-    eng = zerolab.initialize(gpt(), config(world, **zero))
+    bs = gpt_batches(4, 2 * world)
+    eng = zerolab.initialize(gpt(), gpt_config(world, **zero))
     losses = train_engine(eng, bs, lm_loss)
     return losses, eng.full_params(), [(r.op, r.dtype, r.numel, r.tag) for r in eng.comm.ledger.records]
 
@@ -265,7 +243,7 @@ def test_config_below_stage_3_and_refusals():
 
 def _odd_shard_rank():
     world = zerolab.world_size()
-    cfg = config(world, zero_quantized_weights=True)
+    cfg = gpt_config(world, zero_quantized_weights=True)
     cfg["zero_optimization"]["stage3_param_persistence_threshold"] = 0
     try:
         zerolab.initialize(GPT(vocab=VOCAB, d=32, heads=2, layers=1, seq_len=SEQ), cfg)
@@ -285,10 +263,10 @@ def _with_rank(extra, gas, steps):
     world = zerolab.world_size()
     out = []
     for zpp in ({}, {"zero_quantized_weights": True, "zero_quantized_gradients": True}):
-        c = config(world, **extra, **zpp)
+        c = gpt_config(world, **extra, **zpp)
         c["gradient_accumulation_steps"], c["train_batch_size"] = gas, 2 * gas * world
         eng = zerolab.initialize(gpt(), c)
-        out.append(train_engine(eng, batches(steps, 2 * gas * world), lm_loss))
+        out.append(train_engine(eng, gpt_batches(steps, 2 * gas * world), lm_loss))
     return out
 
 

@@ -27,10 +27,12 @@ from torch import nn
 import zerolab
 from zerolab import quant
 from zerolab.config import load_config
-from zerolab.models import GPT, TinyLM, lm_batches, lm_loss
+from zerolab.models import TinyLM, lm_batches, lm_loss
 from zerolab.hpz import hpz_group_size
 from zerolab.reference import micro_batches, train_engine, train_reference
 from zerolab.topology import Topology
+
+from zeropp_gpt import gpt, gpt_batches, gpt_config
 
 WIDTH, LAYERS = 64, 4
 
@@ -231,37 +233,15 @@ def test_parity_with_exact_and_single_process_3_nodes_of_2():
     _check_parity(zerolab.launch(_parity_rank, 6, 2, backend="gloo", nodes=3, timeout=290))
 
 
-VOCAB, D, SEQ = 48, 48, 24
-
-
-def gpt_config(world, **zero):
-    """tests/test_zeropp_engine.py's GPT config: bf16, biases and LayerNorms persistent."""
-    return {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "train_batch_size": 2 * world,
-            "gradient_clipping": 1.0, "bf16": {"enabled": True},
-            "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
-            "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 200,
-                                  "reduce_bucket_size": 20000, **zero}}
-
-
-def gpt_batches(steps, n, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for _ in range(steps):
-        t = torch.randint(0, VOCAB, (n, SEQ + 1), generator=g)
-        out.append((t[:, :-1], t[:, 1:]))
-    return out
-
-
 def _qwz_rank(steps):
-    """The GPT of tests/test_zeropp_engine.py (bf16): exact, qwZ, qwZ + hpZ 2, with reuse 0 so
-    that backward gathers again; the ledger of the last steps' backward gathers."""
+    """The GPT of tests/test_zeropp_engine.py (tests/zeropp_gpt.py, bf16): exact, qwZ, qwZ + hpZ 2,
+    with reuse 0 so that backward gathers again; the ledger of the last steps' backward gathers."""
     world, rank = zerolab.world_size(), zerolab.rank_info().rank
     bs = gpt_batches(steps, 2 * world)
     out = {}
     for name, zero in (("exact", {}), ("qwz", {"zero_quantized_weights": True}),
                        ("both", {"zero_quantized_weights": True, "zero_hpz_partition_size": 2})):
-        eng = zerolab.initialize(GPT(vocab=VOCAB, d=D, heads=2, layers=2, seq_len=SEQ),
-                                 gpt_config(world, stage3_max_reuse_distance=0, **zero))
+        eng = zerolab.initialize(gpt(), gpt_config(world, stage3_max_reuse_distance=0, **zero))
         losses, bwd = [], []
         for x, y in bs:
             for xm, ym in micro_batches((x, y), rank, world, 1):

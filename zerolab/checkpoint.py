@@ -25,10 +25,12 @@ world size, stage and buckets). So a checkpoint written on 3 ranks at stage 3 re
 ranks at stage 2 (DeepSpeed needs its "universal checkpoint" conversion for that). Each rank
 holds the full model states once while loading: fine for the models of this course; a
 production loader would read only the ranges it owns.
+
+Reading a folder back without an engine (:func:`read_full_state`, :func:`consolidate`) is
+:mod:`zerolab.checkpoint_read`; saving and loading into an engine are here.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -39,21 +41,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from .checkpoint_read import FORMAT, CheckpointError, consolidate, read_full_state, resolve, sha256_of
+
 __all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "read_full_state", "consolidate"]
-
-FORMAT = "zerolab-checkpoint-1"
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be loaded into this engine: missing, corrupted or different."""
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _owned_range(g, stage) -> tuple[int, int] | None:
@@ -61,10 +51,6 @@ def _owned_range(g, stage) -> tuple[int, int] | None:
     if stage.shards_optimizer:
         return g.shard_range()
     return (0, g.padded_numel) if stage.rank == 0 else None
-
-
-def _scalar_state(v) -> bool:
-    return not torch.is_tensor(v) or v.dim() == 0
 
 
 def _drop_secondary(stage) -> None:
@@ -108,7 +94,7 @@ def save_checkpoint(engine, save_dir, tag=None, client_state=None) -> str:
                            if v is not None}
     mine = tmp / f"rank_{comm.rank}.pt"
     torch.save({"rank": comm.rank, "masters": masters, "optimizer_states": states}, mine)
-    digest = _sha256(mine)
+    digest = sha256_of(mine)
     digests = [None] * comm.world_size
     if comm.world_size > 1:
         dist.all_gather_object(digests, digest)
@@ -140,7 +126,7 @@ def save_checkpoint(engine, save_dir, tag=None, client_state=None) -> str:
                                            for pg in opt.param_groups]},
             "tied": _tied_names(engine.module),
             "files": {f"rank_{r}.pt": d for r, d in enumerate(digests)}
-                     | {"model_states.pt": _sha256(tmp / "model_states.pt")},
+                     | {"model_states.pt": sha256_of(tmp / "model_states.pt")},
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=_json_default))
         # into place: the old checkpoint of the same tag goes only once the new one is complete.
@@ -251,81 +237,6 @@ def _json_default(v):
     raise TypeError(f"cannot store {type(v).__name__} in meta.json")
 
 
-# -- reading ----------------------------------------------------------------------------------
-def _resolve(load_dir, tag) -> Path:
-    load_dir = Path(load_dir)
-    if tag is None:
-        latest = load_dir / "latest"
-        if not latest.is_file():
-            raise CheckpointError(f"no 'latest' file in {load_dir}: pass tag=, or save a checkpoint there first")
-        tag = latest.read_text().strip()
-    path = load_dir / str(tag)
-    if not (path / "meta.json").is_file():
-        # a save killed between moving the old checkpoint aside and renaming the new one in
-        aside = sorted(load_dir.glob(f".{tag}.old-*/meta.json"))
-        if aside:
-            return aside[-1].parent
-        raise CheckpointError(f"no checkpoint at {path} (meta.json missing)")
-    return path
-
-
-def _load(path: Path, digest: str | None):
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint file {path.name} is missing from {path.parent}")
-    if digest is not None and _sha256(path) != digest:
-        raise CheckpointError(f"checkpoint file {path} is corrupted or truncated (its sha256 differs "
-                              "from the one recorded when it was saved)")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:                                       # noqa: BLE001
-        raise CheckpointError(f"cannot read checkpoint file {path}: {e}") from None
-
-
-def read_full_state(ckpt_path) -> dict:
-    """Everything in a checkpoint folder, with each parameter's full fp32 value and full
-    optimizer state rebuilt from the rank files: ``{"meta", "params": {name: tensor},
-    "states": {name: {key: tensor}}, "scalars": {key: value}, "model_states"}``."""
-    path = Path(ckpt_path)
-    try:
-        meta = json.loads((path / "meta.json").read_text())
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"cannot read {path / 'meta.json'}: {e}") from None
-    if meta.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not a zerolab checkpoint of format {FORMAT} "
-                              f"(found {meta.get('format')!r})")
-    files = meta["files"]
-    world = meta["world_size"]
-    ranks = [_load(path / f"rank_{r}.pt", files.get(f"rank_{r}.pt")) for r in range(world)]
-    model_states = _load(path / "model_states.pt", files.get("model_states.pt"))
-    params, states, scalars = {}, {}, {}
-    for gi, g in enumerate(meta["groups"]):
-        def full(pieces):
-            flat = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
-            if flat.numel() != g["padded_numel"]:
-                raise CheckpointError(f"{path}: group {gi} has {flat.numel()} elements in the rank files, "
-                                      f"meta.json says {g['padded_numel']}")
-            return flat
-        holders = range(world) if g["sharded"] else [0]
-        flat = full([ranks[r]["masters"][gi] for r in holders])
-        keys = {k for r in holders for k in ranks[r]["optimizer_states"].get(gi, {})}
-        flat_states = {}
-        for k in sorted(keys):
-            vals = [ranks[r]["optimizer_states"][gi][k] for r in holders]
-            if all(_scalar_state(v) for v in vals):
-                scalars[k] = vals[0]
-            else:
-                flat_states[k] = full([v.reshape(-1) for v in vals])
-        offset = 0
-        for name, shape in zip(g["names"], g["shapes"]):
-            n = 1
-            for s in shape:
-                n *= s
-            params[name] = flat[offset:offset + n].view(shape).clone()
-            states[name] = {k: v[offset:offset + n].view(shape).clone() for k, v in flat_states.items()}
-            offset += n
-    return {"meta": meta, "params": params, "states": states, "scalars": scalars, "model_states": model_states}
-
-
 # -- loading ----------------------------------------------------------------------------------
 def load_checkpoint(engine, load_dir, tag=None, load_optimizer_states=True, load_module_only=False,
                     load_lr_scheduler_states=True):
@@ -336,7 +247,7 @@ def load_checkpoint(engine, load_dir, tag=None, load_optimizer_states=True, load
     comm, stage = engine.comm, engine.stage
     error, full, path = None, None, None
     try:
-        path = _resolve(load_dir, tag)
+        path = resolve(load_dir, tag)
         full = read_full_state(path)
         _check_matches(engine, full, load_optimizer_states and not load_module_only, load_module_only)
     except CheckpointError as e:
@@ -438,26 +349,3 @@ def _check_matches(engine, full, with_optimizer: bool, module_only: bool = False
             raise CheckpointError(f"the checkpoint's optimizer is {saved}, this engine's is "
                                   f"{type(engine.optimizer).__name__}: pass load_optimizer_states=False "
                                   "to load only the weights")
-
-
-# -- one file for the plain model ----------------------------------------------------------------
-def consolidate(ckpt_dir, out, tag=None) -> dict[str, torch.Tensor]:
-    """Write one fp32 state dict (safetensors) with the model's own names, as DeepSpeed's
-    zero_to_fp32 does: every trained parameter's full fp32 master value, frozen parameters and
-    buffers. Tied parameters are written under each of their names (safetensors stores no
-    shared tensors), so ``model.load_state_dict(safetensors.torch.load_file(out))`` works
-    with strict=True. Needs no ranks. Returns the state dict."""
-    from safetensors.torch import save_file
-
-    full = read_full_state(_resolve(ckpt_dir, tag) if not (Path(ckpt_dir) / "meta.json").is_file()
-                           else Path(ckpt_dir))
-    sd = dict(full["params"])
-    for n, t in full["model_states"]["frozen"].items():
-        sd[n] = t.float() if t.is_floating_point() else t
-    sd.update(full["model_states"]["buffers"])
-    for alias, name in full["meta"].get("tied", {}).items():
-        sd[alias] = sd[name]
-    sd = {k: v.contiguous().clone() for k, v in sd.items()}
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    save_file(sd, str(out), metadata={"format": "pt", "source": FORMAT})
-    return sd

@@ -21,13 +21,6 @@ __all__ = ["CommRecord", "Ledger", "Comm", "Pending", "wire_factor", "ring_all_r
            "ring_reduce_scatter", "ring_all_gather", "default_comm"]
 
 
-class _Done:
-    """What an ``async_op`` call returns on one rank (nothing to wait for)."""
-
-    def wait(self) -> None:
-        pass
-
-
 class _All:
     """Several works waited for as one (the per-owner reduces of one bucket)."""
 

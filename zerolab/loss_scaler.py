@@ -99,9 +99,6 @@ class LossScaler:
     def loss_scale(self) -> float:
         return self.cur_scale
 
-    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
-        return loss * self.cur_scale
-
     def update_scale(self, overflow: bool) -> str | None:
         overflow = bool(overflow)
         self.history.append((len(self.history), self.cur_scale, overflow))

@@ -80,22 +80,6 @@ def largest_layer_params(model: torch.nn.Module) -> int:
                default=0)
 
 
-def measure_model_states(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict:
-    """Measured bytes of the three model-state giants of an ordinary (unsharded) model.
-
-    Same keys as :func:`model_state_bytes`, so the measurement and the formula can be compared.
-    Gradients that are not allocated yet (``p.grad is None``) count 0: they appear at backward.
-    """
-    params = list(model.parameters())
-    out = {
-        "params": tensor_bytes(params),
-        "grads": tensor_bytes([p.grad for p in params]),
-        "optimizer_states": tensor_bytes(list(optimizer.state.values())) if optimizer else 0,
-    }
-    out["total"] = out["params"] + out["grads"] + out["optimizer_states"]
-    return out
-
-
 def measure_activations(model: torch.nn.Module, *inputs, loss_fn=None) -> dict:
     """Run one forward and measure what autograd keeps for backward: the activations.
 
@@ -139,24 +123,6 @@ def measure_activations(model: torch.nn.Module, *inputs, loss_fn=None) -> dict:
     }
     del out, held
     return result
-
-
-def cuda_memory(device=None, *, reset_peak: bool = False) -> dict | None:
-    """The CUDA caching allocator's view, in bytes, or None when there is no GPU.
-
-    ``allocated_bytes`` are live tensors, ``peak_bytes`` the high-water mark since the last
-    reset, ``reserved_bytes`` what the allocator holds from the driver (nvidia-smi sees this).
-    """
-    if not torch.cuda.is_available():
-        return None
-    out = {
-        "allocated_bytes": torch.cuda.memory_allocated(device),
-        "peak_bytes": torch.cuda.max_memory_allocated(device),
-        "reserved_bytes": torch.cuda.memory_reserved(device),
-    }
-    if reset_peak:
-        torch.cuda.reset_peak_memory_stats(device)
-    return out
 
 
 _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,

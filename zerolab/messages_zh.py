@@ -346,8 +346,8 @@ ZH["config"] = {
     "old stage-1 implementation": "旧的 stage 1 实现",
     "false skips the global gradient norm": "设为 false 时跳过全局梯度范数",
     "16-byte alignment padding in flat buffers": "扁平缓冲区里的 16 字节对齐填充",
-    "ZeRO++ frozen weights stored quantized (stage 3 keeps frozen parameters whole in zerolab; DeepSpeed partitions them)":
-        "ZeRO++ 以量化形式存储冻结的权重（zerolab 在 stage 3 保持冻结参数完整；DeepSpeed 会把它们分片）",
+    "ZeRO++ frozen weights stored quantized (zerolab partitions and gathers frozen parameters in their model dtype)":
+        "ZeRO++ 把冻结权重以量化形式存储（zerolab 按模型的 dtype 对冻结参数做分片和收集）",
     "pipeline-mode checkpoint loading": "流水线模式的检查点加载",
     "Muon momentum buffer placement": "Muon 动量缓冲区的放置",
     "ZenFlow asynchronous offloaded updates": "ZenFlow 异步卸载更新",

@@ -54,12 +54,6 @@ class Topology:
         """``rank``'s place on its node (torchrun's LOCAL_RANK)."""
         return self._check(rank) % self.ranks_per_node
 
-    def node_ranks(self, node: int) -> list[int]:
-        """The ranks of node ``node``, in order."""
-        if not 0 <= node < self.nodes:
-            raise ValueError(f"node {node} is not in 0..{self.nodes - 1}")
-        return list(range(node * self.ranks_per_node, (node + 1) * self.ranks_per_node))
-
     def same_node(self, ranks) -> bool:
         """True when all ``ranks`` are on one node (a collective among them never leaves it)."""
         return len({self.node_of(r) for r in ranks}) <= 1
