@@ -992,12 +992,12 @@ check_knobs(knobs)
 md("""
 ## Where this lives in zerolab
 
-`GatheredParams.make_groups` (`zerolab/gather.py`) decides persistence, parameter by parameter in
-the model's order; `GatheredParams.unshard`, `top_up` (a module without parameters of its own)
-and `_next_prefetch` follow the recorded order and take the next groups by DeepSpeed's budget.
-DeepSpeed's counterparts are `mark_persistent_parameters` (`parameter_offload.py`) and
-`fetch_sub_module` (`partitioned_param_coordinator.py`). `_check_unit`, the 16-byte order check,
-is zerolab's own (DeepSpeed sends none; `"zerolab": {"order_checks": false}` turns it off).
+`make_units` (`zerolab/units.py`) decides persistence, parameter by parameter in the model's
+order; `GatheredParams.unshard_unit` (`zerolab/gather.py`), `top_up` (a module without parameters
+of its own) and `UnitFetch.plan` (`zerolab/fetch.py`) follow the recorded order and take the next
+groups by DeepSpeed's budget. DeepSpeed's counterparts are `mark_persistent_parameters`
+(`parameter_offload.py`) and `fetch_sub_module` (`partitioned_param_coordinator.py`).
+`UnitFetch.check_unit`, the 16-byte order check, is zerolab's own (DeepSpeed sends none; `"zerolab": {"order_checks": false}` turns it off).
 
 Questions:
 

@@ -587,9 +587,9 @@ md(r"""
 ## Where this lives in zerolab
 
 `zerolab/quant.py` holds the quantizer (`quantize`, `dequantize`), DeepSpeed's rule for the number
-of blocks (`qwz_groups`) and the int4 packing qgZ uses (`pack_int4`); `zerolab/gather.py`'s
-`_all_gather_quantized` calls them for every stage-3 all-gather when `zero_quantized_weights` is
-on, and `zerolab/reduce.py`'s `QuantizedReduce` for qgZ. `quant.use_qwz_codec` is zerolab's own
+of blocks (`qwz_groups`) and the int4 packing qgZ uses (`pack_int4`); `zerolab/qwz_gather.py`'s
+`all_gather_quantized` calls them for every stage-3 all-gather when `zero_quantized_weights` is
+on, and `zerolab/qgz.py`'s `QuantizedReduce` for qgZ. `quant.use_qwz_codec` is zerolab's own
 hook that lets the check put yours there.
 
 Questions:

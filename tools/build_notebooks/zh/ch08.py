@@ -397,12 +397,12 @@ zerolab 的 16 字节顺序检查单独记录，不计在内）、`prefetches`�
 "ex08-07": ("4ccc46376022", r"""
 **检查。** 你的三个答案，外加一次 DeepSpeed 默认值的运行，都在 2 个 rank 上：每个目标都在最后一步测量，训练出的参数逐位与默认值那次运行比较。
 """),
-"ex08-09": ("f09b643bb434", r"""
+"ex08-09": ("62762f9da5c4", r"""
 ## 它在 zerolab 里的位置
 
-`GatheredParams.make_groups`（`zerolab/gather.py`）按模型里参数的顺序，逐个参数决定是否常驻；`GatheredParams.unshard`、`top_up`
-（用于自身不带参数的模块）和 `_next_prefetch` 沿着记录下的顺序，按 DeepSpeed 的预算取接下来的组。DeepSpeed 里对应的是
-`mark_persistent_parameters`（`parameter_offload.py`）和 `fetch_sub_module`（`partitioned_param_coordinator.py`）。`_check_unit`，
+`make_units`（`zerolab/units.py`）按模型里参数的顺序，逐个参数决定是否常驻；`GatheredParams.unshard_unit`（`zerolab/gather.py`）、`top_up`
+（用于自身不带参数的模块）和 `UnitFetch.plan`（`zerolab/fetch.py`）沿着记录下的顺序，按 DeepSpeed 的预算取接下来的组。DeepSpeed 里对应的是
+`mark_persistent_parameters`（`parameter_offload.py`）和 `fetch_sub_module`（`partitioned_param_coordinator.py`）。`UnitFetch.check_unit`，
 即那个 16 字节的顺序检查，是 zerolab 自己的（DeepSpeed 不发；`"zerolab": {"order_checks": false}` 可以关掉它）。
 
 思考题：

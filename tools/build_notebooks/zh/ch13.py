@@ -254,12 +254,12 @@ DeepSpeed 的 qwZ 以 `bits=8` 调用它；qgZ 以 `bits=4` 调用同一个 kern
 4 个 rank 分成 2 个节点、每节点 2 个，你的量化器用在 qwZ 的 all-gather 里训练 3 步，并与使用 zerolab 量化器的同一次运行、以及不开 qwZ 的运行并排比较。
 大约半分钟。
 """),
-"ex13-12": ("6a65ebea7994", r"""
+"ex13-12": ("a84e24ce851c", r"""
 ## 它在 zerolab 里的位置
 
 `zerolab/quant.py` 里有量化器（`quantize`、`dequantize`）、DeepSpeed 决定块数的规则（`qwz_groups`），以及 qgZ 用的 int4 打包（`pack_int4`）；
-`zero_quantized_weights` 打开时，`zerolab/gather.py` 的 `_all_gather_quantized` 在 stage 3 的每次 all-gather 里调用它们，
-qgZ 则由 `zerolab/reduce.py` 的 `QuantizedReduce` 调用。`quant.use_qwz_codec` 是 zerolab 自己的钩子，让检查能把你的实现放到那里。
+`zero_quantized_weights` 打开时，`zerolab/qwz_gather.py` 的 `all_gather_quantized` 在 stage 3 的每次 all-gather 里调用它们，
+qgZ 则由 `zerolab/qgz.py` 的 `QuantizedReduce` 调用。`quant.use_qwz_codec` 是 zerolab 自己的钩子，让检查能把你的实现放到那里。
 
 思考题：
 
