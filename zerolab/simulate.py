@@ -13,8 +13,9 @@ What a run on a real cluster will cost, from the same formulas the chapters meas
   step when it is offloaded (it does not overlap).
 
 Links and GPUs come from a small table of published figures (``LINKS``, ``GPUS``: vendor
-peak numbers and typical nccl-tests bus bandwidths, approximate), or from a fit measured here
-(``zerolab.bench``: ``link=fit``). These are estimates: the point is the shape (which stage fits,
+peak numbers and typical nccl-tests bus bandwidths, approximate; kept in :mod:`zerolab.hardware`
+and re-exported here), or from a fit measured here (``zerolab.bench``: ``link=fit``;
+:func:`calibrate`, kept in :mod:`zerolab.calibrate`, holds the model against runs here). These are estimates: the point is the shape (which stage fits,
 what dominates), not the last 10 %.
 
     zerolab simulate --params 7e9 --layers 32 --hidden 4096 --seq 2048 --gpus 8
@@ -73,71 +74,13 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from .calibrate import calibrate, comm_factor, format_calibration  # noqa: F401  (re-exported)
+from .hardware import (CLUSTERS, CPU_ADAM_ELEMS_PER_S, GPUS, LINKS, PCIE5_BYTES_PER_S,  # noqa: F401
+                       PCIE_BYTES_PER_S, QWZ_GROUP_NUMEL, SOURCES)
 from .memory import model_state_bytes
 
 __all__ = ["LINKS", "GPUS", "CLUSTERS", "SOURCES", "Estimate", "simulate", "table", "capacity_check", "calibrate",
            "comm_factor"]
-
-# (alpha seconds, beta bytes/s): approximate published figures. beta is a bus bandwidth (nccl-tests'
-# busbw: the bytes one rank sends per second); for a link between nodes, the node's whole network
-# bandwidth (see the module docstring: a ring carries across each node what one rank sends).
-LINKS = {
-    "nvlink-a100": (10e-6, 230e9),     # DGX A100, NVLink 3 (600 GB/s per GPU); nccl-tests all-reduce busbw ~230 GB/s
-    "nvlink-h100": (10e-6, 360e9),     # DGX H100, NVLink 4 (900 GB/s per GPU); busbw ~360 GB/s
-    "pcie4": (15e-6, 20e9),            # GPUs talking over PCIe 4.0 x16 (~25 GB/s per direction)
-    "ib-hdr": (20e-6, 23e9),           # one 200 Gb/s InfiniBand HDR port (25 GB/s) per node, or per GPU alone
-    "ethernet-100g": (30e-6, 11e9),    # 100 Gb/s Ethernet
-    # two-link clusters: a node's network cards together, at 90 % of their line rate (zerolab's assumption)
-    "ib-hdr-8x": (20e-6, 180e9),       # DGX A100: 8 x ConnectX-6 200 Gb/s HDR ports = 200 GB/s per node
-    "ib-ndr-8x": (20e-6, 360e9),       # DGX H100: 8 x ConnectX-7 400 Gb/s NDR ports = 400 GB/s per node
-    "ib-ndr-1x": (20e-6, 45e9),        # one ConnectX-7 400 Gb/s NDR port per node = 50 GB/s (a thin fabric)
-}
-# (memory bytes, dense bf16 peak FLOP/s)
-GPUS = {
-    "a100-40gb": (40e9, 312e12),
-    "a100-80gb": (80e9, 312e12),
-    "h100-80gb": (80e9, 989e12),
-    "h200-141gb": (141e9, 989e12),
-}
-PCIE_BYTES_PER_S = 25e9                # host <-> GPU, PCIe 4.0 x16, one direction
-PCIE5_BYTES_PER_S = 50e9               # host <-> GPU, PCIe 5.0 x16 (H100 SXM), one direction
-CPU_ADAM_ELEMS_PER_S = 1e9             # a server CPU's vectorised Adam, elements/s per GPU's share
-QWZ_GROUP_NUMEL = 8000                 # DeepSpeed's CUDAQuantizer.target_group_size (qwZ: int8 + fp32 scale per group)
-
-# Where each figure comes from (no figure here was measured by zerolab; the 90 % of line rate and
-# the busbw values are typical, not guaranteed: measure your own with nccl-tests).
-SOURCES = {
-    "a100-40gb": "NVIDIA A100 Tensor Core GPU datasheet: 312 TFLOP/s dense BF16/FP16 (624 with sparsity), 40 GB",
-    "a100-80gb": "NVIDIA A100 Tensor Core GPU datasheet: 312 TFLOP/s dense BF16/FP16 (624 with sparsity), 80 GB",
-    "h100-80gb": "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM: 989 TFLOP/s dense BF16 (1,979 with sparsity), 80 GB",
-    "h200-141gb": "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM: 989 TFLOP/s dense BF16 (1,979 sparse), 141 GB",
-    "nvlink-a100": "NVIDIA DGX A100 datasheet: NVLink 3 + NVSwitch, 600 GB/s per GPU; all-reduce busbw ~230 GB/s "
-                   "(typical nccl-tests)",
-    "nvlink-h100": "NVIDIA DGX H100 datasheet: NVLink 4 + NVSwitch, 900 GB/s per GPU; all-reduce busbw ~360 GB/s "
-                   "assumed (zerolab's figure; nccl-tests often report more)",
-    "pcie4": "PCI-SIG PCIe 4.0 x16: 32 GB/s per direction raw, ~25 GB/s achieved",
-    "ib-hdr": "NVIDIA ConnectX-6 HDR InfiniBand: 200 Gb/s = 25 GB/s per port",
-    "ethernet-100g": "100 Gb/s Ethernet = 12.5 GB/s",
-    "ib-hdr-8x": "NVIDIA DGX A100 datasheet: 8 x single-port ConnectX-6 200 Gb/s HDR (compute fabric) = 200 GB/s "
-                 "per node; 90 % assumed",
-    "ib-ndr-8x": "NVIDIA DGX H100 datasheet: 8 x ConnectX-7 400 Gb/s NDR (compute fabric) = 400 GB/s per node; "
-                 "90 % assumed",
-    "ib-ndr-1x": "NVIDIA ConnectX-7 400 Gb/s NDR, one port per node = 50 GB/s; 90 % assumed",
-    "pcie4-host": "PCIe 4.0 x16 (A100): 32 GB/s per direction raw; 25 GB/s assumed",
-    "pcie5-host": "NVIDIA H100 datasheet: PCIe Gen5 128 GB/s (both directions) = 64 GB/s per direction raw; "
-                  "50 GB/s assumed",
-    "cpu-adam": "zerolab's round figure for DeepSpeed's CPU Adam on one GPU's share of a server CPU: 1e9 elements/s",
-}
-
-# Named clusters, as keyword arguments of simulate(): eight GPUs per node
-CLUSTERS = {
-    "dgx-a100": dict(gpu="a100-80gb", link="nvlink-a100", inter_link="ib-hdr-8x", ranks_per_node=8,
-                     pcie_Bps=PCIE_BYTES_PER_S),
-    "dgx-h100": dict(gpu="h100-80gb", link="nvlink-h100", inter_link="ib-ndr-8x", ranks_per_node=8,
-                     pcie_Bps=PCIE5_BYTES_PER_S),
-    "h100-thin": dict(gpu="h100-80gb", link="nvlink-h100", inter_link="ib-ndr-1x", ranks_per_node=8,
-                      pcie_Bps=PCIE5_BYTES_PER_S),
-}
 
 
 @dataclasses.dataclass
@@ -364,86 +307,3 @@ def format_table(rows: list[Estimate], gpu: str = "a100-80gb") -> str:
     lines.append(f"GB = 1e9 bytes; GPU memory {cap / 1e9:.0f} GB each; CPU GB is each GPU's share of host memory;")
     lines.append("estimates from published link/GPU figures (zerolab.simulate.LINKS, GPUS)")
     return "\n".join(lines)
-
-
-# ------------------------------------------------------------------------ calibration, here
-
-def _measure_stage(stage: int, layers: int, hidden: int, steps: int, bucket: int) -> dict:
-    """On each rank: one bf16 MLP of ``layers`` Linear(hidden, hidden), trained at ``stage`` (every
-    parameter sharded at stage 3, no prefetch); per step, the gradient and parameter collectives'
-    wire bytes, calls and seconds from the ledger (the median step)."""
-    import statistics
-
-    import torch
-    from torch import nn
-
-    from . import crew
-    from .engine import initialize
-    torch.manual_seed(0)
-    model = nn.Sequential(*[nn.Linear(hidden, hidden) for _ in range(layers)])
-    psi = sum(p.numel() for p in model.parameters())    # (before stage 3 releases them)
-    world = crew.world_size()
-    engine = initialize(model, {
-        "train_micro_batch_size_per_gpu": 4, "train_batch_size": 4 * world, "gradient_clipping": 0.0,
-        "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}, "bf16": {"enabled": True, "check_grad_overflow": False},
-        "zero_optimization": {"stage": stage, "reduce_bucket_size": bucket, "overlap_comm": False,
-                              "stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 0,
-                              # the simulator's stage 3 gathers every layer again for backward (3 Psi)
-                              "stage3_max_reuse_distance": 0}})
-    x = torch.randn(4, hidden, dtype=torch.bfloat16)
-    rows = []
-    for i in range(steps + 1):
-        mark = engine.ledger.mark()
-        engine.backward(engine(x).float().square().mean())
-        engine.step()
-        recs = [r for r in engine.ledger.since(mark).records if r.tag.split(" ")[0] in ("grads", "params")]
-        if i:                                        # the first step is a warm-up
-            rows.append((sum(r.wire_bytes for r in recs), len(recs), sum(r.seconds for r in recs)))
-    engine.close()
-    mid = sorted(rows, key=lambda r: r[2])[len(rows) // 2]
-    return {"psi": psi, "wire_bytes": mid[0], "calls": mid[1], "seconds": mid[2],
-            "seconds_all": statistics.median(r[2] for r in rows)}
-
-
-def calibrate(world_size: int = 2, *, layers: int = 8, hidden: int = 256, steps: int = 5,
-              reduce_bucket_size: int = 200_000, fit=None, stages=(0, 1, 2, 3)) -> list[dict]:
-    """Hold the simulator against what is measured here: for stages 0-3, a bf16 MLP trained on
-    ``world_size`` real ranks (gloo on CPU), its gradient and parameter traffic from the ledger
-    (wire bytes, calls, seconds) beside what :func:`simulate` predicts for the same Ψ, layers,
-    ranks and bucket size with ``link`` = the α-β ``fit`` of this machine (``zerolab.bench``;
-    measured now when not given). ``stages``: which of them. Returns one dict per stage: ``wire_bytes`` / ``sim_wire_bytes``,
-    ``calls`` / ``sim_calls``, ``seconds`` / ``sim_seconds``."""
-    from . import bench
-    from .crew import launch
-    fit = fit or bench.run(world_size)
-    out = []
-    for stage in stages:
-        m = launch(_measure_stage, world_size, stage, layers, hidden, steps, reduce_bucket_size, echo=False)[0]
-        est = simulate(m["psi"], layers, hidden, 1, 1, world_size, stage, link=fit,
-                       reduce_bucket_size=reduce_bucket_size, checkpointing=False)
-        out.append({"stage": stage, "psi": m["psi"], "wire_bytes": m["wire_bytes"], "sim_wire_bytes": est.wire_bytes,
-                    "calls": m["calls"], "sim_calls": est.calls, "seconds": m["seconds"],
-                    "sim_seconds": est.comm_s})
-    return out
-
-
-def format_calibration(rows: list[dict]) -> str:
-    lines = [f"{'stage':<7}{'wire bytes':>12}{'simulated':>12}{'calls':>7}{'simulated':>11}"
-             f"{'comm ms':>10}{'simulated':>11}{'ratio':>7}"]
-    for r in rows:
-        lines.append(f"{r['stage']:<7}{r['wire_bytes']:>12,.0f}{r['sim_wire_bytes']:>12,.0f}{r['calls']:>7}"
-                     f"{r['sim_calls']:>11}{r['seconds'] * 1e3:>10.2f}{r['sim_seconds'] * 1e3:>11.2f}"
-                     f"{r['seconds'] / r['sim_seconds']:>7.2f}")
-    lines.append("measured: the ledger's gradient and parameter collectives in one step (median of the steps);")
-    lines.append("simulated: zerolab.simulate with this machine's alpha-beta fit as the link "
-                 "(ratio = measured / simulated);")
-    lines.append(f"comm_factor for simulate() on this machine (median ratio): {comm_factor(rows):.2f}")
-    return "\n".join(lines)
-
-
-def comm_factor(rows: list[dict]) -> float:
-    """The median measured / simulated communication time of :func:`calibrate`'s rows: what a
-    training step's collectives cost here beyond the bare α-β link (waiting for the slower
-    rank, the host's load, a call's software path), to pass to :func:`simulate`."""
-    ratios = sorted(r["seconds"] / r["sim_seconds"] for r in rows if r["sim_seconds"] > 0)
-    return ratios[len(ratios) // 2] if ratios else 1.0
