@@ -31,14 +31,17 @@ what dominates), not the last 10 %.
   carry, together, the bytes one rank sends (S), and each NVLink hop carries S too; that is why
   an ``inter_link``'s β is the node's whole network bandwidth (all its ports), not one port's;
 * ``link_bytes`` reports both: ``"intra"``, bytes one rank sends over its node's link, and
-  ``"inter"``, bytes that leave each node per step.
+  ``"inter"``, bytes that leave each node per step; ``rank_link_bytes`` files one rank's bytes
+  by collective instead, as the engine's ``Ledger.by_link()`` does: ``"intra"``, in collectives
+  whose ranks share a node, ``"inter"``, in collectives that span nodes.
 
 Latency is one α per call, whatever the ranks (a ring's latency grows with them; NCCL's trees
 and newer algorithms bound it): this model is for the bandwidth, which dominates ZeRO's big
 gathers.
 
 **ZeRO++** (Wang et al. 2023; DeepSpeed 0.19.8's keys, stage 3 only), as formulas per
-micro-step, Ψ parameters, bf16/fp16 (2 bytes), N ranks, k per node, m = N/k nodes:
+micro-step (hpZ: per optimizer step), Ψ parameters, bf16/fp16 (2 bytes), N ranks, k per node,
+m = N/k nodes:
 
 * ``quantized_weights`` (``zero_quantized_weights``, qwZ): every parameter all-gather carries int8
   plus one fp32 scale per group of at most 8,000 elements (DeepSpeed's
@@ -46,9 +49,10 @@ micro-step, Ψ parameters, bf16/fp16 (2 bytes), N ranks, k per node, m = N/k nod
 * ``hpz_partition_size`` h (``zero_hpz_partition_size``, hpZ): after the forward gather each rank
   keeps a secondary shard of Ψ/h (2Ψ/h bytes more on the GPU, no communication), and the backward
   all-gather runs among h consecutive ranks: inside a node when h divides k (the engine does it:
-  ``zerolab/hpz.py``; DeepSpeed keeps the secondary until the optimizer step, so under gradient
-  accumulation the forwards after a step's first micro-step gather inside the group too: the
-  formula, which counts every forward across nodes, is then an upper bound);
+  ``zerolab/hpz.py``). DeepSpeed keeps the secondary until the optimizer step, so with G micro-steps
+  of gradient accumulation only the step's first forward gathers over all N ranks: the other G-1
+  forwards and all G backwards gather inside the group (per optimizer step: 1 gather over N and
+  2G-1 over h);
 * ``quantized_gradients`` (``zero_quantized_gradients``, qgZ): instead of the reduce-scatter,
   DeepSpeed's ``all_to_all_quant_reduce`` (``runtime/comm/coalesced_collectives.py``): 4-bit
   values plus one fp32 scale per group (``hidden`` elements per group for a square layer): an
@@ -101,6 +105,9 @@ class Estimate:
     tokens: int = 0                    # per GPU per optimizer step
     link_bytes: dict = dataclasses.field(default_factory=dict)   # "intra": per rank; "inter": leaving each node
     zeropp: str = ""                   # the ZeRO++ options on ("qwZ+hpZ 8+qgZ"), for the table
+    # one rank's wire bytes in collectives inside its node ("intra") and spanning nodes ("inter"):
+    # what the engine's Ledger.by_link() counts
+    rank_link_bytes: dict = dataclasses.field(default_factory=dict)
 
     @property
     def hide_tokens(self) -> float:
@@ -132,33 +139,37 @@ def _alpha_beta(link) -> tuple[float, float]:
     return link.ops["all_reduce"]["alpha_s"], link.ops["all_reduce"]["beta_Bps"]   # a Fit measured here
 
 
-def _stage3_zeropp(psi, n, k, hidden, layers, buckets, qwz, hpz, qgz, intra, slow):
-    """Stage 3's collectives of one micro-step as (calls, seconds, wire bytes per rank, intra bytes
-    per rank, inter bytes per node), by the module docstring's two-link model and ZeRO++ formulas."""
+def _stage3_zeropp(psi, n, k, hidden, layers, buckets, qwz, hpz, qgz, intra, slow, accum=1):
+    """Stage 3's collectives of one optimizer step of ``accum`` micro-steps, as (calls, seconds,
+    wire bytes per rank, intra bytes per rank, inter bytes per node, a rank's bytes in collectives
+    inside its node, a rank's bytes in collectives that span nodes), by the module docstring's
+    two-link model and ZeRO++ formulas."""
     m = n // k
-    rows = []                               # (calls, seconds, wire bytes per rank, intra, inter per node)
+    rows = []                               # one tuple as above per kind of collective
 
-    def flat(group, nbytes, ncalls):        # a ring all-gather / reduce-scatter over `group` ranks
-        if group > 1:
-            s = (group - 1) / group * nbytes
+    def flat(group, nbytes, ncalls, times=1):   # `times` ring all-gathers / reduce-scatters over `group` ranks
+        if group > 1 and times:
+            s = (group - 1) / group * nbytes * times
             alpha, beta = slow if group > k else intra
-            rows.append((ncalls, ncalls * alpha + s / beta, s, s if min(group, k) > 1 else 0.0,
-                         s if group > k else 0.0))
+            rows.append((ncalls * times, ncalls * times * alpha + s / beta, s, s if min(group, k) > 1 else 0.0,
+                         s if group > k else 0.0, 0.0 if group > k else s, s if group > k else 0.0))
 
     gather = psi * (1 + 4 / QWZ_GROUP_NUMEL) if qwz else 2 * psi
     per_gather = 2 if qwz else 1                         # qwZ's scales travel in an all-gather of their own
-    flat(n, gather, layers * per_gather)                # forward
-    flat(hpz if hpz > 1 else n, gather, layers * per_gather)   # backward: hpZ's secondary group, or all
+    group = hpz if hpz > 1 else n                       # hpZ's secondary group, or all
+    flat(n, gather, layers * per_gather)                # the step's first forward: the step dropped the secondary
+    flat(group, gather, layers * per_gather, accum - 1)  # later micro-steps' forwards: the secondary is kept
+    flat(group, gather, layers * per_gather, accum)     # every backward
     if qgz:                                             # 4 bits + an fp32 scale per `hidden` elements
         q = psi * (0.5 + 4 / hidden)
         if k > 1:                                       # all-to-all inside the node: (k-1)/k of it
-            s = (k - 1) / k * q
-            rows.append((2 * layers, 2 * layers * intra[0] + s / intra[1], s, s, 0.0))
+            s = (k - 1) / k * q * accum
+            rows.append((2 * layers * accum, 2 * layers * accum * intra[0] + s / intra[1], s, s, 0.0, s, 0.0))
         if m > 1:                                       # then between nodes: (m-1)/m of Ψ/k per rank,
-            s = (m - 1) / m * q / k                     # and the k ranks of a node share its network
-            rows.append((2 * layers, 2 * layers * slow[0] + k * s / slow[1], s, 0.0, k * s))
+            s = (m - 1) / m * q / k * accum             # and the k ranks of a node share its network
+            rows.append((2 * layers * accum, 2 * layers * accum * slow[0] + k * s / slow[1], s, 0.0, k * s, 0.0, s))
     else:
-        flat(n, 2 * psi, buckets)                       # the gradients' reduce-scatter, in buckets
+        flat(n, 2 * psi, buckets, accum)                # the gradients' reduce-scatter, in buckets
     return tuple(sum(col) for col in zip(*rows))
 
 
@@ -233,11 +244,12 @@ def simulate(params: float, layers: int, hidden: int, seq: int, micro_batch: int
     slow = (max(intra[0], outer[0]), min(intra[1], outer[1]))
     spans = n > k
     if stage == 3 and n > 1 and any(zeropp.values()):
-        c, secs, wire, on_intra, on_inter = _stage3_zeropp(psi, n, k, hidden, layers,
-                                                          math.ceil(psi / reduce_bucket_size), quantized_weights,
-                                                          h, quantized_gradients, intra, slow)
-        calls, wire, comm = round(c) * grad_accum, wire * grad_accum, secs * grad_accum * comm_factor
-        link_bytes = {"intra": on_intra * grad_accum, "inter": on_inter * grad_accum}
+        c, secs, wire, on_intra, on_inter, inside, across = _stage3_zeropp(
+            psi, n, k, hidden, layers, math.ceil(psi / reduce_bucket_size), quantized_weights, h,
+            quantized_gradients, intra, slow, grad_accum)
+        calls, comm = round(c), secs * comm_factor
+        link_bytes = {"intra": on_intra, "inter": on_inter}
+        rank_link_bytes = {"intra": inside, "inter": across}
     else:
         if stage == 0:
             wire, calls = 2 * f * grads_bytes, max(1, math.ceil(psi / 5e8))
@@ -255,6 +267,7 @@ def simulate(params: float, layers: int, hidden: int, seq: int, micro_batch: int
         alpha, beta = slow if spans else intra              # every collective spans all the ranks
         comm = (calls * alpha + wire / beta) * comm_factor
         link_bytes = {"intra": wire if k > 1 else 0.0, "inter": wire if spans else 0.0}
+        rank_link_bytes = {"intra": 0.0 if spans else wire, "inter": wire if spans else 0.0}
     transfer, cpu_step = 0.0, 0.0
     if offload_optimizer:
         # fp16 gradients down and updated fp16 parameters up: 2 + 2 bytes per owned element
@@ -267,7 +280,7 @@ def simulate(params: float, layers: int, hidden: int, seq: int, micro_batch: int
     pp = "+".join(w for w, on in (("qwZ", quantized_weights), (f"hpZ {h}", h > 1), ("qgZ", quantized_gradients))
                   if on)
     return Estimate(stage, n, offload, gpu_b, cpu_b, fits, compute, comm, transfer, cpu_step, busy + cpu_step,
-                    wire, calls, tokens, link_bytes, pp)
+                    wire, calls, tokens, link_bytes, pp, rank_link_bytes)
 
 
 def table(params, layers, hidden, seq, micro_batch, gpus, zeropp: dict | None = None, **kw) -> list[Estimate]:
