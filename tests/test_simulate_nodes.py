@@ -202,3 +202,9 @@ def test_the_per_rank_split_by_link_with_qgz_and_on_one_node():
     assert e.rank_link_bytes["intra"] == pytest.approx(7 / 8 * q)
     assert e.rank_link_bytes["inter"] == pytest.approx(2 * f * 2 * PSI + 1 / 2 * q / 8)
     assert e.link_bytes["inter"] == pytest.approx(2 * f * 2 * PSI + 8 * (1 / 2 * q / 8))   # a node's 8 ranks
+
+
+def test_qgz_on_one_node_keeps_the_reduce_scatter_as_deepspeed_does():
+    """DeepSpeed 0.19.8 (stage3.py, __avg_scatter_grads) takes qgZ's all-to-alls only with num_nodes > 1."""
+    assert sim(8, ranks_per_node=8, quantized_gradients=True).wire_bytes == pytest.approx(sim(8).wire_bytes)
+    assert sim(8, quantized_gradients=True).rank_link_bytes == pytest.approx(sim(8).rank_link_bytes)

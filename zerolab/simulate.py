@@ -58,7 +58,9 @@ m = N/k nodes:
   values plus one fp32 scale per group (``hidden`` elements per group for a square layer): an
   all-to-all inside the node ((k-1)/k of Ψ), a reduction, then one between nodes among the ranks
   of the same local index ((m-1)/m of Ψ/k each, so (m-1)/m of Ψ per node), 0.5 + 4/hidden bytes
-  per element each time.
+  per element each time. Only with more than one node: on one, DeepSpeed's stage 3 keeps the
+  reduce-scatter (``stage3.py``, ``__avg_scatter_grads``: ``num_nodes > 1``), and so does the
+  engine (``reduce.py``).
 
 Without ZeRO++ stage 3 moves 3 × 2Ψ (N-1)/N per micro-step, all across nodes; with all three,
 about Ψ + 0 + 0.5Ψ leave each node: the paper's "4x less cross-node traffic". Calls are
@@ -160,7 +162,7 @@ def _stage3_zeropp(psi, n, k, hidden, layers, buckets, qwz, hpz, qgz, intra, slo
     flat(n, gather, layers * per_gather)                # the step's first forward: the step dropped the secondary
     flat(group, gather, layers * per_gather, accum - 1)  # later micro-steps' forwards: the secondary is kept
     flat(group, gather, layers * per_gather, accum)     # every backward
-    if qgz:                                             # 4 bits + an fp32 scale per `hidden` elements
+    if qgz and m > 1:                                   # 4 bits + an fp32 scale per `hidden` elements
         q = psi * (0.5 + 4 / hidden)
         if k > 1:                                       # all-to-all inside the node: (k-1)/k of it
             s = (k - 1) / k * q * accum
@@ -169,7 +171,8 @@ def _stage3_zeropp(psi, n, k, hidden, layers, buckets, qwz, hpz, qgz, intra, slo
             s = (m - 1) / m * q / k * accum             # and the k ranks of a node share its network
             rows.append((2 * layers * accum, 2 * layers * accum * slow[0] + k * s / slow[1], s, 0.0, k * s, 0.0, s))
     else:
-        flat(n, 2 * psi, buckets, accum)                # the gradients' reduce-scatter, in buckets
+        flat(n, 2 * psi, buckets, accum)                # the gradients' reduce-scatter, in buckets (qgZ on
+        #                                                 one node too: DeepSpeed's all-to-alls need two nodes)
     return tuple(sum(col) for col in zip(*rows))
 
 
