@@ -40,22 +40,24 @@ BUCKET = 2_000                 # reduce_bucket_size (elements): a few buckets fo
 # ============================================================================= the ranks
 
 class CrewPool:
-    """One crew of ranks per world size, started on first use and kept (starting ranks costs
-    about a second; running on ranks that are up costs milliseconds)."""
+    """One crew of ranks per world size and node layout, started on first use and kept (starting
+    ranks costs about a second; running on ranks that are up costs milliseconds). ``nodes``: the
+    crew's virtual nodes (``zerolab.Crew(n, nodes=...)``: n // nodes consecutive ranks each)."""
 
     def __init__(self, threads: int = 1, timeout: float = 120.0):
         self.threads, self.timeout = threads, timeout
         self._crews: dict = {}
 
-    def get(self, n: int):
+    def get(self, n: int, nodes: int = 1):
         import zerolab
-        crew = self._crews.get(n)
+        crew = self._crews.get((n, nodes))
         if crew is None:
-            crew = self._crews[n] = zerolab.Crew(n, threads=self.threads, timeout=self.timeout, echo=False)
+            crew = self._crews[(n, nodes)] = zerolab.Crew(n, threads=self.threads, timeout=self.timeout,
+                                                          echo=False, nodes=nodes)
         return crew
 
-    def run(self, n: int, fn, *args, **kwargs) -> list:
-        return self.get(n).run(fn, *args, **kwargs)
+    def run(self, n: int, fn, *args, nodes: int = 1, **kwargs) -> list:
+        return self.get(n, nodes).run(fn, *args, **kwargs)
 
     def close(self) -> None:
         while self._crews:
@@ -67,11 +69,11 @@ class CrewPool:
     def __exit__(self, *exc) -> None:
         self.close()
 
-def _run(n: int, fn, *args, pool: CrewPool | None = None):
+def _run(n: int, fn, *args, pool: CrewPool | None = None, nodes: int = 1):
     if pool is not None:
-        return pool.run(n, fn, *args)
+        return pool.run(n, fn, *args, nodes=nodes)
     import zerolab
-    return zerolab.launch(fn, n, *args, threads=1, echo=False)
+    return zerolab.launch(fn, n, *args, threads=1, echo=False, nodes=nodes)
 
 def lab_model():
     """The lab's model, the same weights on every rank (seed 0)."""
