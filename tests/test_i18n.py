@@ -40,7 +40,7 @@ TRANSLATED = {"progress.py": "progress", "report.py": "report", "checks/__init__
               "checks/hooks3.py": "checks.hooks3",
               "checks/ch06.py": "checks.ch06", "checks/ch07.py": "checks.ch07", "checks/ch14.py": "checks.ch14",
               "lab/common.py": "lab", "lab/basic.py": "lab", "lab/core.py": "lab",
-              "lab/application.py": "lab", "lab/extension.py": "lab"}
+              "lab/application.py": "lab", "lab/extension.py": "lab", "lab/zeropp.py": "lab"}
 
 
 @pytest.fixture(autouse=True)
@@ -123,6 +123,7 @@ def _fields(template: str) -> set[str]:
 def _dynamic() -> dict[str, list[str]]:
     """Templates a module passes through T.text from a table rather than a literal."""
     from zerolab.checks import ch00, ch01, ch02, ch03, ch04, ch06, ch08, ch13, ch14, zero1
+    from zerolab.lab.zeropp import KINDS
     mistakes = [h for table in (ch14.TOKENS_MISTAKES, ch14.BYTES_MISTAKES, ch14.OFFLOAD_MISTAKES) for _, h in table]
     return {"progress": list(progress.EXERCISES.values()) + ["done", "tried", "not started"],
             "checks.ch00": [ch00.HINT],
@@ -134,7 +135,8 @@ def _dynamic() -> dict[str, list[str]]:
             "checks.ch08": list(ch08.GOALS.values()),
             "checks.ch13": [what for what, *_ in ch13.CASES],
             "checks.ch06": [what for what, _, _ in ch06.CASES] + [ch06._model_case()[0]],
-            "checks.ch14": mistakes + ["tokens", "bytes", "forward gather", "backward gather", "gradients"]}
+            "checks.ch14": mistakes + ["tokens", "bytes", "forward gather", "backward gather", "gradients"],
+            "lab": list(KINDS)}
 
 
 @pytest.mark.parametrize("module", sorted(TRANSLATED))

@@ -1609,4 +1609,43 @@ ZH["lab"] = {
     "what each rank holds where, after the step": "这一步之后，每个 rank 在各处持有的",
     "ms in the recorded step (measured; machine-dependent)": "记录的这一步中的毫秒数（实测；因机器而异）",
     "the step's time: training thread, and I/O threads below": "这一步的时间：训练线程，下方是 I/O 线程",
+    # extension mode, ZeRO++ (zerolab/lab/zeropp.py): controls, summary, figure
+    "ranks": "rank 布局",
+    "micro-steps": "微步数",
+    "running the engine on the ranks ...": "正在各 rank 上运行引擎……",
+    "{n} ranks on one node": "{n} 个 rank 在同一节点",
+    "{n} ranks as {m} nodes of {k}": "{n} 个 rank，{m} 个节点，每节点 {k} 个",
+    "one micro-step per step": "每步 1 个微步",
+    "{g} micro-steps per step": "每步 {g} 个微步",
+    "ZeRO++ off": "ZeRO++ 关闭",
+    "stage 3, {layout}, bf16, {keys}, {steps}": "ZeRO 阶段 3，{layout}，bf16，{keys}，{steps}",
+    "Ψ = {psi:,} (four Linear(64, 64)); bytes rank 0 sent in the second step, from the ledger:":
+        "Ψ = {psi:,}（四个 Linear(64, 64)）；rank 0 在第二步中发出的字节，取自账本：",
+    "inside a node": "节点内",
+    "across nodes": "跨节点",
+    "forward gathers": "前向收集",
+    "backward gathers": "反向收集",
+    "gradients": "梯度",
+    "total": "合计",
+    "formula (zerolab.simulate)": "公式（zerolab.simulate）",
+    "  not in the formula: the overflow check and gradient norm, {b:,.0f} B":
+        "  公式未计入：溢出检查和梯度范数，{b:,.0f} B",
+    "  the formula counts the scales per element (qwZ: 4 B per 8,000, qgZ: 4 B per {w}); "
+    "DeepSpeed cuts each shard into whole blocks, so the measured scales are a few more":
+        "  公式按元素摊算缩放因子（qwZ：每 8,000 个 4 B，qgZ：每 {w} 个 4 B）；"
+        "DeepSpeed 把每个分片切成整块，所以实测的缩放因子略多一些",
+    "hpZ's secondary shards after the last backward: {b:,} B per rank = 2 B x {psi:,} / {h} "
+    "(formula 2Ψ/h: {f:,.0f} B); after the step: {a:,} B":
+        "最后一次反向之后 hpZ 的副分片：每个 rank {b:,} B = 2 B x {psi:,} / {h}"
+        "（公式 2Ψ/h：{f:,.0f} B）；这一步之后：{a:,} B",
+    "no secondary shards (hpZ off): the parameters take {b:,} B per rank, the 1/N shard":
+        "没有副分片（hpZ 关闭）：参数每个 rank 占 {b:,} B，即 1/N 的分片",
+    "the engine warned: {w}": "引擎警告：{w}",
+    "bytes per link": "每条链路上的字节",
+    "bytes rank 0 sent in one step (ledger)": "rank 0 一步中发出的字节（账本）",
+    "1/N shard": "1/N 分片",
+    "hpZ's secondary shard": "hpZ 的副分片",
+    "rank {r}\nnode {m}": "rank {r}\n节点 {m}",
+    "parameter bytes after the last backward": "最后一次反向之后的参数字节",
+    "what hpZ costs in memory": "hpZ 的显存代价",
 }
