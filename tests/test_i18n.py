@@ -123,6 +123,8 @@ def _fields(template: str) -> set[str]:
 def _dynamic() -> dict[str, list[str]]:
     """Templates a module passes through T.text from a table rather than a literal."""
     from zerolab.checks import ch00, ch01, ch02, ch03, ch04, ch06, ch08, ch13, ch14, zero1
+    from zerolab.lab.application import BOUND_BY
+    from zerolab.lab.core import PHASE_LABELS
     from zerolab.lab.zeropp import KINDS
     mistakes = [h for table in (ch14.TOKENS_MISTAKES, ch14.BYTES_MISTAKES, ch14.OFFLOAD_MISTAKES) for _, h in table]
     return {"progress": list(progress.EXERCISES.values()) + ["done", "tried", "not started"],
@@ -136,7 +138,13 @@ def _dynamic() -> dict[str, list[str]]:
             "checks.ch13": [what for what, *_ in ch13.CASES],
             "checks.ch06": [what for what, _, _ in ch06.CASES] + [ch06._model_case()[0]],
             "checks.ch14": mistakes + ["tokens", "bytes", "forward gather", "backward gather", "gradients"],
-            "lab": list(KINDS)}
+            "lab": list(KINDS) + list(PHASE_LABELS) + list(BOUND_BY) + [  # what the lab passes through T from tables
+                "parameters", "gradients", "optimizer states", " and ", "all", "params", "grads", "model states",
+                "buffers", "GB/GPU", "DS est.", "host GB", "fits", "step s", "tokens/s", "device", "host", "nvme",
+                "on the device", "on the host", "on the host, streamed from NVMe", "parameter shards",
+                "optimizer states on the device", "optimizer states in host memory", "optimizer states on NVMe",
+                ", parameter shards on the device", ", parameter shards in host memory",
+                ", parameter shards on NVMe", "read", "write"]}
 
 
 @pytest.mark.parametrize("module", sorted(TRANSLATED))

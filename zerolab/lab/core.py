@@ -23,9 +23,10 @@ class Collective:
 
     def describe(self, world_size: int) -> str:
         m = moved(self, world_size)
-        return (f"#{self.index}: {self.op} '{self.tag}', {self.numel:,} elements of {self.dtype} "
-                f"({self.bytes:,} bytes)\n    each rank puts in {m['in_numel']:,} elements, keeps "
-                f"{m['out_numel']:,}, sends {self.wire_bytes:,.0f} bytes")
+        return T("#{i}: {op} '{tag}', {numel:,} elements of {dtype} ({nbytes:,} bytes)\n    each rank puts in "
+                 "{put:,} elements, keeps {kept:,}, sends {wire:,.0f} bytes", i=self.index, op=self.op, tag=self.tag,
+                 numel=self.numel, dtype=self.dtype, nbytes=self.bytes, put=m["in_numel"], kept=m["out_numel"],
+                 wire=self.wire_bytes)
 
 @dataclasses.dataclass
 class MemorySample:
@@ -88,20 +89,32 @@ class StepTrace:
         return pattern(self.stage, self.ideal)
 
     def describe(self) -> str:
-        lines = [f"stage {self.stage}, N = {self.world_size}, {self.precision}: one step, "
-                 f"{len(self.calls)} collectives on each rank", f"  ({self.pattern()})"]
+        lines = [T("stage {stage}, N = {n}, {precision}: one step, {calls} collectives on each rank",
+                   stage=self.stage, n=self.world_size, precision=self.precision, calls=len(self.calls)),
+                 T("  ({pattern})", pattern=self.pattern())]
         for op, t in sorted(self.totals().items()):
-            lines.append(f"  {op:<15}{t['calls']:>4} calls {t['numel']:>9,} elements {t['bytes']:>9,} bytes"
-                         f" {t['wire_bytes']:>10,.0f} on the wire")
+            lines.append(T("  {op:<15}{calls:>4} calls {numel:>9,} elements {nbytes:>9,} bytes {wire:>10,.0f} on the "
+                           "wire", op=op, calls=t["calls"], numel=t["numel"], nbytes=t["bytes"], wire=t["wire_bytes"]))
         if self.checks:
             each = self.checks[0][2] // self.world_size
-            lines.append(f"  not counted above: {len(self.checks)} order checks (all_gather, {each} bytes from "
-                         f"each rank), zerolab's own safety; DeepSpeed sends none")
+            lines.append(T("  not counted above: {n} order checks (all_gather, {each} bytes from each rank), "
+                           "zerolab's own safety; DeepSpeed sends none", n=len(self.checks), each=each))
         p = self.peak()
-        lines.append(f"  rank 0 held at most {p.total:,} bytes, {p.label}:")
-        lines.append(f"    params {p.params:,}, grads {p.grads:,}, optimizer states {p.optimizer_states:,}, "
-                     f"buffers {p.buffers:,}")
+        lines.append(T("  rank 0 held at most {total:,} bytes, {label}:", total=p.total, label=_sample_label(p.label)))
+        lines.append(T("    params {params:,}, grads {grads:,}, optimizer states {states:,}, buffers {buffers:,}",
+                       params=p.params, grads=p.grads, states=p.optimizer_states, buffers=p.buffers))
         return _wrap(lines)
+
+
+PHASE_LABELS = ("start of the step", "after forward", "after backward", "after the optimizer step")  # _probed_step's
+
+
+def _sample_label(label: str) -> str:
+    """A memory sample's label ("after forward", "after all_gather 'params embed'") in the edition's language."""
+    if label.startswith("after ") and label.endswith("'") and " '" in label:
+        op, tag = label[len("after "):-1].split(" '", 1)
+        return T("after {op} '{tag}'", op=op, tag=tag)
+    return T.text(label)
 
 def _probed_step(engine, batch, info, sample, t0: float):
     """One training step on ``batch`` (this rank's micro-batch) with a ledger that calls

@@ -8,7 +8,7 @@ import time
 
 from ..config import ZeroConfig
 from .common import (F, T, RANK_COLORS, CrewPool, _run, lab_model, lab_config, _batches, _plt, _png, _html, _wrap,
-                     _run_controls, lab_box)
+                     _run_controls, lab_box, pad)
 from .core import _probed_step
 
 
@@ -97,44 +97,53 @@ class Placement:
         return {"compute": max(s["compute"] - s["host_step"], 0.0), "comm": s["exposed_comm"],
                 "host": s["host_step"], "io": s["nvme_io"]}
 
-    def setting(self) -> str:
-        opt = {"none": "optimizer states on the device", "cpu": "optimizer states in host memory",
-               "nvme": "optimizer states on NVMe"}[self.offload_optimizer]
+    def setting(self, tr=T) -> str:
+        """The setting in one line (``tr``: :data:`T` for printed text, ``F`` for a figure's)."""
+        opt = tr({"none": "optimizer states on the device", "cpu": "optimizer states in host memory",
+                  "nvme": "optimizer states on NVMe"}[self.offload_optimizer])
         if self.offload_optimizer == "nvme":
             pipes = [k for k, on in (("read", self.pipeline_read), ("write", self.pipeline_write)) if on]
-            opt += f" (pipelined {' and '.join(pipes)})" if pipes else " (no pipelining)"
+            opt += (tr(" (pipelined {which})", which=tr(" and ").join(tr(k) for k in pipes)) if pipes else
+                    tr(" (no pipelining)"))
         if self.stage == 3:
-            opt += {"none": ", parameter shards on the device", "cpu": ", parameter shards in host memory",
-                    "nvme": ", parameter shards on NVMe"}[self.offload_param]
-        return f"stage {self.stage}, N = {self.world_size}, {self.precision}: {opt}, sub_group_size {self.sub_group_size:,}"
+            opt += tr({"none": ", parameter shards on the device", "cpu": ", parameter shards in host memory",
+                       "nvme": ", parameter shards on NVMe"}[self.offload_param])
+        return tr("stage {stage}, N = {n}, {precision}: {opt}, sub_group_size {sg:,}", stage=self.stage,
+                  n=self.world_size, precision=self.precision, opt=opt, sg=self.sub_group_size)
 
     def describe(self) -> str:
-        lines = [self.setting(), "the engine's switches (engine.switches()):"]
+        lines = [self.setting(), T("the engine's switches (engine.switches()):")]
         lines += [f"  {k}: {v}" for k, v in self.switches.items()]
-        lines.append(f"bytes after the step (engine.memory(where); Ψ = {self.psi:,}):")
-        lines.append(f"{'rank':>4}  {'where':<7}{'params':>10}{'grads':>10}{'optimizer states':>18}{'buffers':>9}")
+        lines.append(T("bytes after the step (engine.memory(where); Ψ = {psi:,}):", psi=self.psi))
+        lines.append(f"{'rank':>4}  " + pad(T("where"), 7) + "".join(
+            pad(T(h), w, True) for h, w in (("params", 10), ("grads", 10), ("optimizer states", 18), ("buffers", 9))))
         for r in range(self.world_size):
             for where in PLACES:
                 m = self.places[r][where]
-                lines.append(f"{r if where == 'device' else '':>4}  {where:<7}{m['params']:>10,}{m['grads']:>10,}"
-                             f"{m['optimizer_states']:>18,}{m['buffers']:>9,}")
-        sizes = self.sub_groups[0]
-        where = {"none": "on the device", "cpu": "on the host", "nvme": "on the host, streamed from NVMe"}
-        lines.append(f"the optimizer step {where[self.offload_optimizer]}: {len(sizes)} sub-group"
-                     f"{'s' if len(sizes) != 1 else ''} of {', '.join(f'{n:,}' for n in sizes)} elements (rank 0)")
+                lines.append(f"{r if where == 'device' else '':>4}  {pad(T(where), 7)}{m['params']:>10,}"
+                             f"{m['grads']:>10,}{m['optimizer_states']:>18,}{m['buffers']:>9,}")
+        sizes = ", ".join(f"{n:,}" for n in self.sub_groups[0])
+        where = T({"none": "on the device", "cpu": "on the host",
+                   "nvme": "on the host, streamed from NVMe"}[self.offload_optimizer])
+        lines.append(T("the optimizer step {where}: 1 sub-group of {sizes} elements (rank 0)", where=where,
+                       sizes=sizes) if len(self.sub_groups[0]) == 1 else
+                     T("the optimizer step {where}: {n} sub-groups of {sizes} elements (rank 0)", where=where,
+                       n=len(self.sub_groups[0]), sizes=sizes))
         for what, label in (("optimizer", "optimizer states"), ("params", "parameter shards")):
             io = self.io[0].get(what)
             if io:
-                lines.append(f"NVMe during the step, {label} (rank 0): {io['reads']} reads ({io['bytes_read']:,} B), "
-                             f"{io['writes']} writes ({io['bytes_written']:,} B)")
+                lines.append(T("NVMe during the step, {label} (rank 0): {reads} reads ({read:,} B), {writes} writes "
+                               "({written:,} B)", label=T(label), reads=io["reads"], read=io["bytes_read"],
+                               writes=io["writes"], written=io["bytes_written"]))
         if self.stage == 3:
             g = self.gathers[0]
             peak = self.places[0]["device"]["peak_buffers"]
             ahead = self.prefetched[0]
-            lines.append(f"stage 3: {len(g)} parameter all-gathers ({sum(n for _, n, _, _ in g):,} elements) in the "
-                         f"step on rank 0, " + (f"carrying {ahead} module gathers prefetched ahead" if ahead else
-                                                "each just in time, none prefetched")
-                         + f"; at most {peak:,} B gathered or in flight at once")
+            lines.append(T("stage 3: {n} parameter all-gathers ({numel:,} elements) in the step on rank 0, ", n=len(g),
+                           numel=sum(n for _, n, _, _ in g))
+                         + (T("carrying {ahead} module gathers prefetched ahead", ahead=ahead) if ahead else
+                            T("each just in time, none prefetched"))
+                         + T("; at most {peak:,} B gathered or in flight at once", peak=peak))
         return _wrap(lines)
 
 def _placement_on_rank(cfg: dict) -> dict:
@@ -310,7 +319,7 @@ def draw_placement(p: Placement):
     ax_m.set_title("buffers on the device over the step: gathered parameters (stage 3) and gradient buckets",
                    fontsize=9)
     ax_m.legend(fontsize=7, loc="upper right")
-    fig.suptitle(p.setting(), fontsize=10)
+    fig.suptitle(p.setting(F), fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .common import F, T, RANK_COLORS, CrewPool, _run, _plt, _png, _html, _wrap, lab_box
-from ..i18n import width
+from .common import F, T, RANK_COLORS, CrewPool, _run, _plt, _png, _html, _wrap, lab_box, pad as _pad
 
 WIDTH, LAYERS = 64, 4                  # four Linear(WIDTH, WIDTH): the simulator's square layers
 ZPP_MICRO_BATCH = 2                    # rows per rank per micro-step
@@ -31,10 +30,11 @@ KINDS = ("forward gathers", "backward gathers", "gradients")
 LINKS = ("intra", "inter")
 
 
-def layout_name(world_size: int, nodes: int) -> str:
+def layout_name(world_size: int, nodes: int, tr=T) -> str:
+    """"4 ranks as 2 nodes of 2" (``tr``: :data:`T` for printed text, ``F`` for a figure's)."""
     if nodes == 1:
-        return T("{n} ranks on one node", n=world_size)
-    return T("{n} ranks as {m} nodes of {k}", n=world_size, m=nodes, k=world_size // nodes)
+        return tr("{n} ranks on one node", n=world_size)
+    return tr("{n} ranks as {m} nodes of {k}", n=world_size, m=nodes, k=world_size // nodes)
 
 
 def hpz_choices(world_size: int) -> list[int]:
@@ -153,13 +153,14 @@ class Links:
         k = self.kinds(rank)
         return {lk: sum(k[kind][lk] for kind in KINDS) for lk in LINKS}
 
-    def setting(self) -> str:
+    def setting(self, tr=T) -> str:
+        """The setting in one line (``tr``: :data:`T` for printed text, ``F`` for a figure's)."""
         on = [f"hpZ {self.hpz}"] if self.hpz > 1 else []
         on += ["qwZ"] * self.qwz + ["qgZ"] * self.qgz
-        steps = (T("one micro-step per step") if self.accumulation == 1 else
-                 T("{g} micro-steps per step", g=self.accumulation))
-        return T("stage 3, {layout}, bf16, {keys}, {steps}", layout=layout_name(self.world_size, self.nodes),
-                 keys=" + ".join(on) or T("ZeRO++ off"), steps=steps)
+        steps = (tr("one micro-step per step") if self.accumulation == 1 else
+                 tr("{g} micro-steps per step", g=self.accumulation))
+        return tr("stage 3, {layout}, bf16, {keys}, {steps}", layout=layout_name(self.world_size, self.nodes, tr),
+                  keys=" + ".join(on) or tr("ZeRO++ off"), steps=steps)
 
     def describe(self) -> str:
         k, total = self.kinds(0), self.by_link(0)
@@ -188,12 +189,6 @@ class Links:
         for w in self.warnings:
             lines.append(T("the engine warned: {w}", w=w))
         return _wrap(lines)
-
-
-def _pad(text: str, n: int, right: bool = False) -> str:
-    """``text`` padded to ``n`` columns (a Chinese character takes two)."""
-    fill = " " * max(0, n - width(text))
-    return fill + text if right else text + fill
 
 
 _LINKS_CACHE: dict = {}
@@ -265,7 +260,7 @@ def draw_links(lk: Links):
     ax_m.set_ylabel(F("parameter bytes after the last backward"), fontsize=8)
     ax_m.set_title(F("what hpZ costs in memory"), fontsize=10)
     ax_m.legend(fontsize=7, loc="upper left", frameon=False)
-    fig.suptitle(lk.setting(), fontsize=10)
+    fig.suptitle(lk.setting(F), fontsize=10)
     fig.tight_layout()
     return fig
 
