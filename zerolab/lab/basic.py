@@ -184,7 +184,7 @@ def basic_widget(pool: CrewPool | None = None, world_size: int = 2, stage: int =
     first = {}
 
     def update(*_):
-        status.value = "<i>running the engine on the ranks ...</i>"
+        status.value = "<i>" + T("running the engine on the ranks ...") + "</i>"
         h = holdings(n.value, st.value, pr.value, pool=pool)
         image.value = _png(draw_holdings(h))
         summary.value = _html(h.describe())

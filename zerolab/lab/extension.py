@@ -356,7 +356,7 @@ def extension_widget(pool: CrewPool | None = None, world_size: int = 2, stage: i
             pr.disabled = pw.disabled = opt.value != "nvme"
         finally:
             busy["on"] = False
-        status.value = "<i>running the engine on the ranks ...</i>"
+        status.value = "<i>" + T("running the engine on the ranks ...") + "</i>"
         p = placement(n.value, st.value, opt.value, par.value, sub.value, pr.value, pw.value, pool=pool)
         image.value = _png(draw_placement(p))
         summary.value = _html(p.describe())
