@@ -1755,4 +1755,39 @@ ZH["lab"] = {
     "carrying {ahead} module gathers prefetched ahead": "其中带着 {ahead} 个提前预取的模块收集",
     "each just in time, none prefetched": "每次都是用到时才收集，没有预取",
     "; at most {peak:,} B gathered or in flight at once": "；同一时刻最多有 {peak:,} B 已收集或在路上",
+    # the figures' other texts (legends, row labels, titles)
+    "activations": "激活值",
+    "working buffers": "工作缓冲区",
+    "{cap:.0f} GB per GPU": "每张 GPU {cap:.0f} GB",
+    "does\nnot fit": "装\n不下",
+    "{giant}: {share}": "{giant}：{share}",
+    "whole on every rank": "每个 rank 都有完整的一份",
+    "before": "之前",
+    "after": "之后",
+    "{op} '{tag}'\n{numel:,} elements, {wire:,.0f} B sent per rank":
+        "{op} '{tag}'\n{numel:,} 个元素，每个 rank 发出 {wire:,.0f} B",
+    "colour: whose values; dark: summed over ranks;\nhatched: arrived from that rank":
+        "颜色：谁的值；深色：各 rank 求和；\n斜线：从那个 rank 传来",
+    "compute spans": "计算时段",
+    "blocking comm": "阻塞通信",
+    "async comm": "异步通信",
+    "waits": "等待",
+    "the paper's ideal (zerolab's switch)": "论文的理想做法（zerolab 的开关）",
+    "DeepSpeed's collectives": "DeepSpeed 的集合通信",
+    "stage {stage}, N = {n}, {precision}, {whose}: collective {i} of {calls}":
+        "stage {stage}，N = {n}，{precision}，{whose}：第 {i} 次集合通信，共 {calls} 次",
+    "in host memory": "在主机内存里",
+    "on NVMe": "在 NVMe 上",
+    "exposed comm": "暴露的通信",
+    "host step": "主机端更新",
+    "NVMe I/O threads": "NVMe I/O 线程",
+    "parameter gathers": "参数收集",
+    "other collectives": "其他集合通信",
+    "host step (sub-groups)": "主机端更新（子组）",
+    "NVMe: parameter shards": "NVMe：参数分片",
+    "NVMe: optimizer states": "NVMe：优化器状态",
+    "rank 0's step: when each thing ran, and when the bytes moved (measured; NVMe: light = read, dark = write)":
+        "rank 0 的这一步：每件事何时运行，字节何时搬动（实测；NVMe：浅色 = 读，深色 = 写）",
+    "buffers on the device over the step: gathered parameters (stage 3) and gradient buckets":
+        "这一步中设备上的缓冲区：收集来的参数（stage 3）和梯度桶",
 }

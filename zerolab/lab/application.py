@@ -138,10 +138,10 @@ def draw_plan(p: Plan):
                                ("optimizer_states", "#8172b3", "optimizer states"),
                                ("activations", "#55a868", "activations"), ("working", "#937860", "working buffers")):
         vals = [r.gpu_bytes[key] / 1e9 for r in p.rows]
-        ax_m.bar(x, vals, bottom=bottoms, color=colour, label=label)
+        ax_m.bar(x, vals, bottom=bottoms, color=colour, label=F(label))
         bottoms = [b + v for b, v in zip(bottoms, vals)]
     cap = p.gpu_memory / 1e9
-    ax_m.axhline(cap, color="black", linestyle="--", label=f"{cap:.0f} GB per GPU")
+    ax_m.axhline(cap, color="black", linestyle="--", label=F("{cap:.0f} GB per GPU", cap=cap))
     top = 2 * cap
     for i, r in enumerate(p.rows):
         total = r.gpu_bytes["total"] / 1e9
@@ -155,7 +155,7 @@ def draw_plan(p: Plan):
     times = [r.step_s if r.fits else 0.0 for r in p.rows]
     ax_t.bar(x, times, color=["tab:green" if r.fits else "lightgrey" for r in p.rows])
     for i, r in enumerate(p.rows):
-        ax_t.text(i, r.step_s if r.fits else 0.0, f"{r.step_s:.2f} s" if r.fits else "does\nnot fit",
+        ax_t.text(i, r.step_s if r.fits else 0.0, f"{r.step_s:.2f} s" if r.fits else F("does\nnot fit"),
                   ha="center", va="bottom", fontsize=7)
     ax_t.set_xticks(list(x), names, fontsize=7)
     ax_t.set_ylabel(F("seconds per step (simulated)"))

@@ -161,8 +161,8 @@ def draw_holdings(h: Holdings):
         for off in h.offsets[1:]:
             ax.axvline(off, color="white", linewidth=1.2)
         share = h.share(giant)
-        ax.set_title(f"{GIANT_NAMES[giant].split(' (')[0]}: {'whole on every rank' if share == 'all' else share}",
-                     fontsize=10)
+        ax.set_title(F("{giant}: {share}", giant=F(GIANT_NAMES[giant].split(" (")[0]),
+                       share=F("whole on every rank") if share == "all" else share), fontsize=10)
         ax.set_xlim(0, total * 1.3)
         ax.set_xticks([0, total])
         ax.set_xlabel(F("elements ({n} flat groups)", n=len(h.groups)), fontsize=8)

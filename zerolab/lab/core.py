@@ -249,16 +249,16 @@ def _draw_moved(ax, call: Collective, n: int) -> None:
                     color, hatch = RANK_COLORS[v["from"] % len(RANK_COLORS)], "//"
                 ax.add_patch(_plt().Rectangle((x0 + c, r), 0.92, 0.8, color=color, hatch=hatch,
                                               ec="white" if hatch else color))
-        ax.text(x0 + n / 2, -0.3, title, ha="center", fontsize=9)
+        ax.text(x0 + n / 2, -0.3, F(title), ha="center", fontsize=9)
     ax.annotate("", xy=(n + 1.35, n / 2), xytext=(n + 0.15, n / 2), arrowprops={"arrowstyle": "->"})
     ax.set_xlim(-0.2, 2 * n + 1.7)
     ax.set_ylim(n + 0.1, -0.8)
     ax.set_yticks([r + 0.4 for r in range(n)], [f"rank {r}" for r in range(n)], fontsize=8)
     ax.set_xticks([])
     ax.set_frame_on(False)
-    ax.set_title(f"{call.op} '{call.tag}'\n{call.numel:,} elements, {call.wire_bytes:,.0f} B sent per rank",
-                 fontsize=9)
-    ax.text(n + 0.75, n + 0.05, "colour: whose values; dark: summed over ranks;\nhatched: arrived from that rank",
+    ax.set_title(F("{op} '{tag}'\n{numel:,} elements, {wire:,.0f} B sent per rank", op=call.op, tag=call.tag,
+                   numel=call.numel, wire=call.wire_bytes), fontsize=9)
+    ax.text(n + 0.75, n + 0.05, F("colour: whose values; dark: summed over ranks;\nhatched: arrived from that rank"),
             ha="center", va="top", fontsize=7)
 
 def draw_step(trace: StepTrace, index: int = 0):
@@ -283,11 +283,12 @@ def draw_step(trace: StepTrace, index: int = 0):
     if call.start is not None:
         ax_t.axvspan(call.start * 1e3, max(call.end * 1e3, call.start * 1e3 + 0.02), color="black", alpha=0.25)
         ax_t.axvline(call.end * 1e3, color="black", linewidth=1)
-    ax_t.set_yticks(range(len(lanes)), ["compute spans", "blocking comm", "async comm", "waits"], fontsize=8)
+    ax_t.set_yticks(range(len(lanes)), [F("compute spans"), F("blocking comm"), F("async comm"), F("waits")],
+                    fontsize=8)
     ax_t.set_xlabel(F("ms since the step began (rank 0)"), fontsize=8)
-    whose = "the paper's ideal (zerolab's switch)" if trace.ideal else "DeepSpeed's collectives"
-    ax_t.set_title(f"stage {trace.stage}, N = {n}, {trace.precision}, {whose}: collective {index + 1} of "
-                   f"{len(calls)}", fontsize=10)
+    whose = F("the paper's ideal (zerolab's switch)") if trace.ideal else F("DeepSpeed's collectives")
+    ax_t.set_title(F("stage {stage}, N = {n}, {precision}, {whose}: collective {i} of {calls}", stage=trace.stage,
+                     n=n, precision=trace.precision, whose=whose, i=index + 1, calls=len(calls)), fontsize=10)
     # memory over the step
     for r in range(n):
         ts = [s.t * 1e3 for s in trace.memory[r]]
@@ -305,7 +306,7 @@ def draw_step(trace: StepTrace, index: int = 0):
     for giant, colour in (("params", "#4c72b0"), ("grads", "#dd8452"), ("optimizer_states", "#8172b3"),
                           ("buffers", "#937860")):
         vals = [getattr(trace.sample_after(index, r), giant) for r in range(n)]
-        ax_b.bar(range(n), vals, bottom=bottoms, color=colour, label=giant.replace("_", " "))
+        ax_b.bar(range(n), vals, bottom=bottoms, color=colour, label=F(giant.replace("_", " ")))
         bottoms = [b + v for b, v in zip(bottoms, vals)]
     ax_b.set_xticks(range(n), [f"rank {r}" for r in range(n)], fontsize=8)
     ax_b.set_ylabel(F("bytes"), fontsize=8)

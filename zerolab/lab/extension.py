@@ -255,13 +255,13 @@ def draw_placement(p: Placement):
             for giant, colour, label in _GIANT_COLOURS:
                 v = p.bytes(r, where, giant)
                 ax_b.bar(x, v, width * 0.9, bottom=bottom, color=colour,
-                         label=label if (pi, r) == (0, 0) else None)
+                         label=F(label) if (pi, r) == (0, 0) else None)
                 bottom += v
             top = max(top, bottom)
             ax_b.text(x, bottom, f" {bottom:,}", ha="center", va="bottom", fontsize=6.5, rotation=90)
             ticks.append(x)
             tick_labels.append(f"r{r}")
-        ax_b.text(pi, -0.2, PLACE_NAMES[where], ha="center", va="top", fontsize=8,
+        ax_b.text(pi, -0.2, F(PLACE_NAMES[where]), ha="center", va="top", fontsize=8,
                   transform=ax_b.get_xaxis_transform())
     ax_b.set_xticks(ticks, tick_labels, fontsize=7)
     ax_b.set_ylim(0, top * 1.6)
@@ -275,9 +275,9 @@ def draw_placement(p: Placement):
         split = p.split(r)
         left = 0.0
         for key, colour, label in parts:
-            ax_s.barh(2 * r, split[key] * 1e3, left=left, color=colour, label=label if r == 0 else None)
+            ax_s.barh(2 * r, split[key] * 1e3, left=left, color=colour, label=F(label) if r == 0 else None)
             left += split[key] * 1e3
-        ax_s.barh(2 * r + 0.8, split["io"] * 1e3, color="#55a868", label="NVMe I/O threads" if r == 0 else None)
+        ax_s.barh(2 * r + 0.8, split["io"] * 1e3, color="#55a868", label=F("NVMe I/O threads") if r == 0 else None)
     longest = max(max(sum(p.split(r)[k] for k, _, _ in parts), p.split(r)["io"]) for r in range(n)) * 1e3
     ax_s.set_xlim(0, max(longest, 1e-3) * 1.05)          # every bar inside its axis, whatever its length
     ax_s.set_yticks([2 * r + 0.4 for r in range(n)], [f"rank {r}" for r in range(n)], fontsize=8)
@@ -305,10 +305,10 @@ def draw_placement(p: Placement):
     for k, name, s, e in p.events[0]:
         if k == "compute":
             ax_t.text((s + e) / 2 * 1e3, -0.55, name, ha="center", va="bottom", fontsize=7)
-    ax_t.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=8)
+    ax_t.set_yticks(range(len(rows)), [F(r[0]) for r in rows], fontsize=8)
     ax_t.set_ylim(len(rows) - 0.4, -0.9)
-    ax_t.set_title("rank 0's step: when each thing ran, and when the bytes moved (measured; NVMe: light = read, "
-                  "dark = write)", fontsize=9)
+    ax_t.set_title(F("rank 0's step: when each thing ran, and when the bytes moved (measured; NVMe: light = read, "
+                     "dark = write)"), fontsize=9)
     ax_t.tick_params(labelbottom=False)
     # the device's gathered bytes over the step
     for r in range(n):
@@ -316,7 +316,7 @@ def draw_placement(p: Placement):
         ax_m.step(ts, [b for _, _, b in p.memory[r]], where="post", color=RANK_COLORS[r % 8], label=f"rank {r}")
     ax_m.set_xlabel(F("ms since the step began"), fontsize=8)
     ax_m.set_ylabel(F("bytes"), fontsize=8)
-    ax_m.set_title("buffers on the device over the step: gathered parameters (stage 3) and gradient buckets",
+    ax_m.set_title(F("buffers on the device over the step: gathered parameters (stage 3) and gradient buckets"),
                    fontsize=9)
     ax_m.legend(fontsize=7, loc="upper right")
     fig.suptitle(p.setting(F), fontsize=10)
