@@ -15,8 +15,8 @@ What a run on a real cluster will cost, from the same formulas the chapters meas
 Links and GPUs come from a small table of published figures (``LINKS``, ``GPUS``: vendor
 peak numbers and typical nccl-tests bus bandwidths, approximate; kept in :mod:`zerolab.hardware`
 and re-exported here), or from a fit measured here (``zerolab.bench``: ``link=fit``;
-:func:`calibrate`, kept in :mod:`zerolab.calibrate`, holds the model against runs here). These are estimates: the point is the shape (which stage fits,
-what dominates), not the last 10 %.
+:func:`calibrate`, kept in :mod:`zerolab.calibrate`, holds the model against runs here).
+These are estimates: the point is the shape (which stage fits, what dominates), not the last 10 %.
 
     zerolab simulate --params 7e9 --layers 32 --hidden 4096 --seq 2048 --gpus 8
 
