@@ -74,6 +74,8 @@ def zeropp_config(world_size: int, hpz: int = 1, qwz: bool = False, qgz: bool = 
 
 
 def _links_on_rank(cfg: dict, accumulation: int) -> dict:
+    """On a rank: a fresh engine, two optimizer steps of ``accumulation`` micro-steps; the second
+    step's ledger records, each with its micro-step and phase, and the memory after its last backward."""
     import warnings
 
     import torch
@@ -86,7 +88,7 @@ def _links_on_rank(cfg: dict, accumulation: int) -> dict:
     try:
         g = torch.Generator().manual_seed(1)
         ledger, phases = engine.ledger, []
-        for step in range(2):
+        for _ in range(2):
             mark = ledger.mark()
             for micro in range(accumulation):
                 x = torch.randn(ZPP_MICRO_BATCH * info.world_size, WIDTH, generator=g)
@@ -98,10 +100,9 @@ def _links_on_rank(cfg: dict, accumulation: int) -> dict:
                 memory = engine.memory()
                 engine.step()
                 phases.append((micro, "step", len(ledger.since(mark).records)))
-        records, start = [], 0
-        for micro, phase, end in phases[-3 * accumulation:]:        # the second step's
-            for r in ledger.since(mark).records[start:end]:
-                records.append((micro, phase, r.op, r.tag, r.numel, r.dtype, r.link, r.wire_bytes))
+        records, start, second = [], 0, ledger.since(mark).records
+        for micro, phase, end in phases[-3 * accumulation:]:        # the second step's phases
+            records += [(micro, phase, r.op, r.tag, r.numel, r.dtype, r.link, r.wire_bytes) for r in second[start:end]]
             start = end
         return {"records": records, "secondary": memory.get("params_secondary", 0), "params": memory["params"],
                 "secondary_after_step": engine.memory().get("params_secondary", 0),
