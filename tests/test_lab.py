@@ -344,3 +344,29 @@ def test_widgets_respond_to_their_controls(pool):
     assert "parameter shards in host memory" in text.value
     stage.value = 2                                           # parameters are offloaded only at stage 3
     assert par.value == "none" and par.disabled and "stage 2, N = 2" in text.value
+
+
+# ----------------------------------------------------------------------------- the edition's language
+
+def test_every_modes_summary_speaks_the_editions_language(pool):
+    """The printed summaries (issue 26: the lab in the edition's language): Chinese in a zh kernel,
+    the same numbers; English unchanged elsewhere."""
+    import re
+
+    from zerolab import i18n
+    runs = [lab.holdings(2, 2, "bf16", pool=pool), lab.step_trace(2, 3, "bf16", pool=pool),
+            lab.plan("Llama-2 70B", gpus=64, gpu="a100-80gb", link="ib-hdr"), lab.placement(2, 3, "cpu", pool=pool)]
+    english = [r.describe() for r in runs]
+    with i18n.using("zh"):
+        chinese = [r.describe() for r in runs]
+        line = runs[1].calls[0].describe(2)
+    words = [("每个 rank 保管", "模型状态"), ("次集合通信", "次调用", "最多持有"), ("装得下的配置中最快的", "瓶颈", "通信"),
+             ("优化器状态在主机内存里", "位置", "主机", "优化器更新在主机上")]
+    for en, zh, must in zip(english, chinese, words):
+        assert all(w in zh for w in must), (must, zh)
+        number = r"\d+(?:,\d{3})*(?:\.\d+)?"
+        assert sorted(re.findall(number, en)) == sorted(re.findall(number, zh))      # the same numbers
+        for heading in ("bound by", "bytes after the step", "collectives on each rank", "held at most", "of the grad"):
+            assert heading not in zh, (heading, zh)
+    assert "个元素" in line and "每个 rank 放入" in line
+    assert english == [r.describe() for r in runs]                      # back to English outside the block

@@ -4,8 +4,9 @@ A JupyterLab server (its own port, token, config and settings directories, all t
 a copy of notebooks/12_visual_lab.ipynb with its outputs removed; every cell is run in the
 page; then the four modes' widgets must have rendered (controls and a picture each), and
 must answer their controls: the basic mode's stage dropdown, the core mode's collective
-slider (moved with the keyboard), the application mode's GPU-count dropdown and the extension
-mode's offload_optimizer dropdown each change what the widget shows.
+slider (moved with the keyboard), the application mode's GPU-count dropdown, the extension
+mode's offload_optimizer dropdown and its ZeRO++ part's hpZ dropdown and qwZ checkbox each change
+what the widget shows.
 
 Needs Debian's ``chromium`` (``apt-get install -y chromium``; or ``ZEROLAB_CHROMIUM=/path``)
 and the Python package ``playwright`` (the ``test`` extra; no browser download: the system
@@ -141,7 +142,8 @@ def test_the_lab_renders_and_answers_in_jupyterlab(browser_tools, lab_server):
             core = page.locator(".zerolab-lab-core")
             app = page.locator(".zerolab-lab-application")
             ext = page.locator(".zerolab-lab-extension")
-            for box in (basic, core, app, ext):                       # each mode rendered: controls and a picture
+            zpp = page.locator(".zerolab-lab-zeropp")
+            for box in (basic, core, app, ext, zpp):                       # each mode rendered: controls and a picture
                 expect(box.locator("img")).to_have_count(1, timeout=60_000)
                 expect(box.locator(".widget-dropdown").first).to_be_visible()
             expect(page.locator(".jp-OutputArea-output pre", has_text="the lab's ranks are stopped"))\
@@ -176,6 +178,16 @@ def test_the_lab_renders_and_answers_in_jupyterlab(browser_tools, lab_server):
             ext.locator(".widget-dropdown select").nth(1).select_option("cpu")
             expect(summary).to_contain_text("optimizer states in host memory", timeout=60_000)
             expect(ext.locator("img")).not_to_have_attribute("src", picture, timeout=30_000)
+
+            # extension mode, ZeRO++: hpZ 2 (its dropdown), then qwZ (a checkbox)
+            summary = zpp.locator(".widget-html").last
+            expect(summary).to_contain_text("ZeRO++ off")
+            picture = zpp.locator("img").get_attribute("src")
+            zpp.locator(".widget-dropdown select").nth(1).select_option("2")
+            expect(summary).to_contain_text("secondary shards after the last backward", timeout=60_000)
+            expect(zpp.locator("img")).not_to_have_attribute("src", picture, timeout=30_000)
+            zpp.locator(".widget-checkbox input").first.check()
+            expect(summary).to_contain_text("hpZ 2 + qwZ", timeout=60_000)
         except Exception:
             page.screenshot(path=str(tmp / "failure.png"))
             print(f"screenshot: {tmp / 'failure.png'}; server log: {tmp / 'server.log'}")

@@ -134,3 +134,77 @@ def test_the_command_with_nodes_and_zeropp():
                           "--hidden", "4096", "--gpus", "12", "--ranks-per-node", "8", "--inter-link", "ib-ndr-1x"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "ranks_per_node=8 must divide gpus=12" in bad.stderr
+
+
+# -- the formulas against the engine's ledger: 4 ranks as 2 nodes of 2 -----------------------------
+
+SQ, SQ_LAYERS = 64, 4            # four Linear(64, 64): 4,160 elements each, no padding at 2 or 4 ranks
+SQ_PSI = SQ_LAYERS * (SQ * SQ + SQ)
+
+
+def _steady_step_links(runs: list) -> list:
+    """On a rank: for each (ZeRO++ keys, micro-steps) a fresh stage-3 bf16 engine on four square
+    layers (every layer sharded, gathered again for backward, no prefetch: the simulator's stage
+    3), a first optimizer step, then the second step's parameter and gradient bytes by link
+    (Ledger.by_link(); the small overflow/norm all-reduce left out, as the simulator does)."""
+    import torch
+    from torch import nn
+
+    import zerolab
+    out = []
+    for zeropp, gas in runs:
+        world, rank = zerolab.world_size(), zerolab.rank()
+        torch.manual_seed(0)
+        model = nn.Sequential(*[nn.Linear(SQ, SQ) for _ in range(SQ_LAYERS)])
+        eng = zerolab.initialize(model, {
+            "train_micro_batch_size_per_gpu": 2, "train_batch_size": 2 * world * gas,
+            "gradient_accumulation_steps": gas, "bf16": {"enabled": True},
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+            "zero_optimization": {"stage": 3, "reduce_bucket_size": 5000, "stage3_param_persistence_threshold": 0,
+                                  "stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0, **zeropp}})
+        g = torch.Generator().manual_seed(1)
+        for step in range(2):
+            if step == 1:
+                mark = eng.ledger.mark()
+            for _ in range(gas):
+                x = torch.randn(2 * world, SQ, generator=g)[2 * rank:2 * rank + 2].to(torch.bfloat16)
+                eng.backward(eng(x).float().square().mean())
+                eng.step()
+        recs = [r for r in eng.ledger.since(mark).records if r.tag.split(" ")[0] in ("params", "grads")]
+        out.append({lk: sum(r.wire_bytes for r in recs if r.link == lk) for lk in ("intra", "inter")})
+        eng.close()
+    return out
+
+
+def test_hpz_under_gradient_accumulation_counts_what_the_engine_sends():
+    """With hpZ the secondary shard lives from a unit's first release to the optimizer step: of G
+    micro-steps only the first forward gathers across nodes. The simulator's per-rank bytes by link
+    equal the ledger's, byte for byte, with and without hpZ, for G = 1 and 2 (the old formula, every
+    forward across nodes, would say 99,840 B across for hpZ at G = 2; the engine sends 74,880)."""
+    import zerolab
+    runs = [({}, 1), ({}, 2), ({"zero_hpz_partition_size": 2}, 1), ({"zero_hpz_partition_size": 2}, 2)]
+    measured = zerolab.launch(_steady_step_links, 4, runs, backend="gloo", nodes=2, echo=False, timeout=120)[0]
+    for (zeropp, gas), got in zip(runs, measured):
+        e = S.simulate(SQ_PSI, SQ_LAYERS, SQ, 1, 1, 4, 3, grad_accum=gas, ranks_per_node=2, reduce_bucket_size=5000,
+                       hpz_partition_size=zeropp.get("zero_hpz_partition_size", 1))
+        assert got == pytest.approx(e.rank_link_bytes, abs=1e-6), (zeropp, gas, got, e.rank_link_bytes)
+        assert got["inter"] == pytest.approx(e.link_bytes["inter"])      # a ring crosses each node once
+        assert sum(got.values()) == pytest.approx(e.wire_bytes)
+    f, ring = 3 / 4 * 2 * SQ_PSI, 1 / 2 * 2 * SQ_PSI                     # over 4 ranks; over a node's 2
+    assert measured[3] == {"intra": 3 * ring, "inter": f + 2 * f}        # fwd 1 across, 1 + 2 bwd inside; grads
+
+
+def test_the_per_rank_split_by_link_with_qgz_and_on_one_node():
+    one = sim(8, link="nvlink-h100")                                     # one node: every byte inside
+    assert one.rank_link_bytes == {"intra": one.wire_bytes, "inter": 0.0}
+    e = sim(16, link="nvlink-h100", ranks_per_node=8, inter_link="ib-ndr-1x", quantized_gradients=True)
+    q, f = PSI * (0.5 + 4 / HIDDEN), 15 / 16
+    assert e.rank_link_bytes["intra"] == pytest.approx(7 / 8 * q)
+    assert e.rank_link_bytes["inter"] == pytest.approx(2 * f * 2 * PSI + 1 / 2 * q / 8)
+    assert e.link_bytes["inter"] == pytest.approx(2 * f * 2 * PSI + 8 * (1 / 2 * q / 8))   # a node's 8 ranks
+
+
+def test_qgz_on_one_node_keeps_the_reduce_scatter_as_deepspeed_does():
+    """DeepSpeed 0.19.8 (stage3.py, __avg_scatter_grads) takes qgZ's all-to-alls only with num_nodes > 1."""
+    assert sim(8, ranks_per_node=8, quantized_gradients=True).wire_bytes == pytest.approx(sim(8).wire_bytes)
+    assert sim(8, quantized_gradients=True).rank_link_bytes == pytest.approx(sim(8).rank_link_bytes)

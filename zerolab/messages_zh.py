@@ -1911,4 +1911,185 @@ ZH["lab"] = {
     "what each rank holds where, after the step": "这一步之后，每个 rank 在各处持有的",
     "ms in the recorded step (measured; machine-dependent)": "记录的这一步中的毫秒数（实测；因机器而异）",
     "the step's time: training thread, and I/O threads below": "这一步的时间：训练线程，下方是 I/O 线程",
+    # extension mode, ZeRO++ (zerolab/lab/zeropp.py): controls, summary, figure
+    "ranks": "rank 布局",
+    "micro-steps": "微步数",
+    "running the engine on the ranks ...": "正在各 rank 上运行引擎……",
+    "{n} ranks on one node": "{n} 个 rank 在同一节点",
+    "{n} ranks as {m} nodes of {k}": "{n} 个 rank，{m} 个节点，每节点 {k} 个",
+    "one micro-step per step": "每步 1 个微步",
+    "{g} micro-steps per step": "每步 {g} 个微步",
+    "ZeRO++ off": "ZeRO++ 关闭",
+    "stage 3, {layout}, bf16, {keys}, {steps}": "ZeRO 阶段 3，{layout}，bf16，{keys}，{steps}",
+    "Ψ = {psi:,} (four Linear(64, 64)); bytes rank 0 sent in the second step, from the ledger:":
+        "Ψ = {psi:,}（四个 Linear(64, 64)）；rank 0 在第二步中发出的字节，取自账本：",
+    "inside a node": "节点内",
+    "across nodes": "跨节点",
+    "forward gathers": "前向收集",
+    "backward gathers": "反向收集",
+    "gradients": "梯度",
+    "total": "合计",
+    "formula (zerolab.simulate)": "公式（zerolab.simulate）",
+    "  not in the formula: the overflow check and gradient norm, {b:,.0f} B":
+        "  公式未计入：溢出检查和梯度范数，{b:,.0f} B",
+    "  the formula counts the scales per element (qwZ: 4 B per 8,000, qgZ: 4 B per {w}); "
+    "DeepSpeed cuts each shard into whole blocks, so the measured scales are a few more":
+        "  公式按元素摊算缩放因子（qwZ：每 8,000 个 4 B，qgZ：每 {w} 个 4 B）；"
+        "DeepSpeed 把每个分片切成整块，所以实测的缩放因子略多一些",
+    "hpZ's secondary shards after the last backward: {b:,} B per rank = 2 B x {psi:,} / {h} "
+    "(formula 2Ψ/h: {f:,.0f} B); after the step: {a:,} B":
+        "最后一次反向之后 hpZ 的副分片：每个 rank {b:,} B = 2 B x {psi:,} / {h}"
+        "（公式 2Ψ/h：{f:,.0f} B）；这一步之后：{a:,} B",
+    "no secondary shards (hpZ off): the parameters take {b:,} B per rank, the 1/N shard":
+        "没有副分片（hpZ 关闭）：参数每个 rank 占 {b:,} B，即 1/N 的分片",
+    "the engine warned: {w}": "引擎警告：{w}",
+    "bytes per link": "每条链路上的字节",
+    "bytes rank 0 sent in one step (ledger)": "rank 0 一步中发出的字节（账本）",
+    "1/N shard": "1/N 分片",
+    "hpZ's secondary shard": "hpZ 的副分片",
+    "rank {r}\nnode {m}": "rank {r}\n节点 {m}",
+    "parameter bytes after the last backward": "最后一次反向之后的参数字节",
+    "what hpZ costs in memory": "hpZ 的显存代价",
+    # the printed summaries of every mode (describe(), and the one-line settings also used as figure titles)
+    "parameters": "参数",
+    "optimizer states": "优化器状态",
+    " and ": "和",
+    "all": "全部",
+    "grads": "梯度",
+    "model states": "模型状态",
+    "buffers": "缓冲区",
+    "stage {stage}, N = {n}: every rank holds all three giants": "stage {stage}，N = {n}：每个 rank 都持有全部三个巨头",
+    "stage {stage}, N = {n}: each rank keeps 1/{n} of the {giants}":
+        "stage {stage}，N = {n}：每个 rank 保管{giants}的 1/{n}",
+    "; all of the {giant}": "；{giant}则是完整的一份",
+    "({precision}, Ψ = {psi:,}; bytes measured by engine.memory() on each rank)":
+        "（{precision}，Ψ = {psi:,}；字节数由 engine.memory() 在每个 rank 上测得）",
+    " ({precision}; bytes measured by engine.memory())": "（{precision}；字节数由 engine.memory() 测得）",
+    "DeepSpeed's stage 0 (DDP's reduction): the gradients all-reduced at the boundary, in buckets of 5e8 elements":
+        "DeepSpeed 的 stage 0（DDP 的归约）：梯度在累积边界处做 all-reduce，每桶 5e8 个元素",
+    "the ZeRO paper's ideal, zerolab's own switch ideal_reduce_scatter (not DeepSpeed's): each gradient bucket "
+    "reduce-scattered, the parameters all-gathered after the step: 2Ψ":
+        "ZeRO 论文的理想做法，zerolab 自己的开关 ideal_reduce_scatter（不是 DeepSpeed 的）：每个梯度桶做 reduce-scatter，"
+        "这一步之后对参数做 all-gather：2Ψ",
+    "DeepSpeed's default: each gradient bucket all-reduced (each rank keeps its partition's slices), one all-gather "
+    "of the flat parameter buffer after the step: 3Ψ":
+        "DeepSpeed 的默认做法：每个梯度桶做 all-reduce（每个 rank 留下自己分区的那几段），这一步之后对扁平参数缓冲区做一次 "
+        "all-gather：3Ψ",
+    "DeepSpeed's stage 3: each module's parameters all-gathered for forward and again for backward (prefetched), "
+    "gradients reduce-scattered per bucket of modules: 3Ψ":
+        "DeepSpeed 的 stage 3：每个模块的参数为前向 all-gather 一次、为反向再 all-gather 一次（有预取），"
+        "梯度按模块桶做 reduce-scatter：3Ψ",
+    "#{i}: {op} '{tag}', {numel:,} elements of {dtype} ({nbytes:,} bytes)\n    each rank puts in {put:,} elements, "
+    "keeps {kept:,}, sends {wire:,.0f} bytes":
+        "#{i}：{op} '{tag}'，{numel:,} 个 {dtype} 元素（{nbytes:,} 字节）\n    每个 rank 放入 {put:,} 个元素，"
+        "留下 {kept:,} 个，发出 {wire:,.0f} 字节",
+    "stage {stage}, N = {n}, {precision}: one step, {calls} collectives on each rank":
+        "stage {stage}，N = {n}，{precision}：一步，每个 rank 上 {calls} 次集合通信",
+    "  {op:<15}{calls:>4} calls {numel:>9,} elements {nbytes:>9,} bytes {wire:>10,.0f} on the wire":
+        "  {op:<15}{calls:>4} 次调用 {numel:>9,} 个元素 {nbytes:>9,} 字节，线上 {wire:>10,.0f} 字节",
+    "  not counted above: {n} order checks (all_gather, {each} bytes from each rank), zerolab's own safety; "
+    "DeepSpeed sends none":
+        "  上面没有计入：{n} 次顺序检查（all_gather，每个 rank {each} 字节），这是 zerolab 自己的安全措施；DeepSpeed 不发送",
+    "  rank 0 held at most {total:,} bytes, {label}:": "  rank 0 最多持有 {total:,} 字节，在{label}：",
+    "    params {params:,}, grads {grads:,}, optimizer states {states:,}, buffers {buffers:,}":
+        "    参数 {params:,}，梯度 {grads:,}，优化器状态 {states:,}，缓冲区 {buffers:,}",
+    "start of the step": "这一步开始时",
+    "after forward": "前向之后",
+    "after backward": "反向之后",
+    "after the optimizer step": "优化器更新之后",
+    "after {op} '{tag}'": " {op} '{tag}' 之后",
+    "nothing fits: more GPUs, more memory (GPU or host), or a smaller micro-batch":
+        "什么都装不下：需要更多 GPU、更多内存（GPU 或主机），或更小的微批次",
+    "fastest that fits: {name}, {s:.2f} s per step": "装得下的配置中最快的：{name}，每步 {s:.2f} 秒",
+    " ({names} as fast)": "（{names} 一样快）",
+    "{model} on {gpus} x {gpu} with {gb:.0f} GB each, {link},": "{model}，{gpus} x {gpu}，每张 {gb:.0f} GB，{link}，",
+    "{host:,.0f} GB of host memory; sequence {seq}, micro-batch {mb}": "主机内存 {host:,.0f} GB；序列长度 {seq}，微批次 {mb}",
+    "configuration": "配置",
+    "GB/GPU": "每卡 GB",
+    "DS est.": "DS 估算",
+    "host GB": "主机 GB",
+    "fits": "装下",
+    "step s": "每步秒",
+    "tokens/s": "token/秒",
+    "bound by": "瓶颈",
+    "yes": "是",
+    "NO": "否",
+    "compute": "计算",
+    "communication": "通信",
+    "PCIe transfers": "PCIe 传输",
+    "CPU optimizer": "CPU 优化器",
+    "GB = 1e9 bytes. DS est.: DeepSpeed's model-state estimator (no activations); host GB: all nodes":
+        "GB = 1e9 字节。DS 估算：DeepSpeed 的模型状态估算器（不含激活值）；主机 GB：所有节点合计",
+    "step s: zerolab.simulate with DeepSpeed's traffic per step: 2Ψ at stage 0, 3Ψ at stages 1-3":
+        "每步秒：zerolab.simulate，按 DeepSpeed 每步的通信量：stage 0 为 2Ψ，stage 1-3 为 3Ψ",
+    "{stage} + offload {what}": "{stage} + 卸载 {what}",
+    "optimizer states on the device": "优化器状态在设备上",
+    "optimizer states in host memory": "优化器状态在主机内存里",
+    "optimizer states on NVMe": "优化器状态在 NVMe 上",
+    " (pipelined {which})": "（流水线：{which}）",
+    " (no pipelining)": "（无流水线）",
+    "read": "读",
+    "write": "写",
+    "  ({pattern})": "  （{pattern}）",
+    ", parameter shards on the device": "，参数分片在设备上",
+    ", parameter shards in host memory": "，参数分片在主机内存里",
+    ", parameter shards on NVMe": "，参数分片在 NVMe 上",
+    "stage {stage}, N = {n}, {precision}: {opt}, sub_group_size {sg:,}":
+        "stage {stage}，N = {n}，{precision}：{opt}，子组大小（sub_group_size）{sg:,}",
+    "the engine's switches (engine.switches()):": "引擎的开关（engine.switches()）：",
+    "bytes after the step (engine.memory(where); Ψ = {psi:,}):": "这一步之后的字节（engine.memory(where)；Ψ = {psi:,}）：",
+    "where": "位置",
+    "device": "设备",
+    "host": "主机",
+    "nvme": "NVMe 盘",
+    "on the device": "在设备上",
+    "on the host": "在主机上",
+    "on the host, streamed from NVMe": "在主机上，从 NVMe 流式读入",
+    "the optimizer step {where}: 1 sub-group of {sizes} elements (rank 0)":
+        "优化器更新{where}：1 个子组，{sizes} 个元素（rank 0）",
+    "the optimizer step {where}: {n} sub-groups of {sizes} elements (rank 0)":
+        "优化器更新{where}：{n} 个子组，分别有 {sizes} 个元素（rank 0）",
+    "parameter shards": "参数分片",
+    "NVMe during the step, {label} (rank 0): {reads} reads ({read:,} B), {writes} writes ({written:,} B)":
+        "这一步中的 NVMe，{label}（rank 0）：读 {reads} 次（{read:,} B），写 {writes} 次（{written:,} B）",
+    "stage 3: {n} parameter all-gathers ({numel:,} elements) in the step on rank 0, ":
+        "stage 3：rank 0 在这一步中做了 {n} 次参数 all-gather（{numel:,} 个元素），",
+    "carrying {ahead} module gathers prefetched ahead": "其中带着 {ahead} 个提前预取的模块收集",
+    "each just in time, none prefetched": "每次都是用到时才收集，没有预取",
+    "; at most {peak:,} B gathered or in flight at once": "；同一时刻最多有 {peak:,} B 已收集或在路上",
+    # the figures' other texts (legends, row labels, titles)
+    "activations": "激活值",
+    "working buffers": "工作缓冲区",
+    "{cap:.0f} GB per GPU": "每张 GPU {cap:.0f} GB",
+    "does\nnot fit": "装\n不下",
+    "{giant}: {share}": "{giant}：{share}",
+    "whole on every rank": "每个 rank 都有完整的一份",
+    "before": "之前",
+    "after": "之后",
+    "{op} '{tag}'\n{numel:,} elements, {wire:,.0f} B sent per rank":
+        "{op} '{tag}'\n{numel:,} 个元素，每个 rank 发出 {wire:,.0f} B",
+    "colour: whose values; dark: summed over ranks;\nhatched: arrived from that rank":
+        "颜色：谁的值；深色：各 rank 求和；\n斜线：从那个 rank 传来",
+    "compute spans": "计算时段",
+    "blocking comm": "阻塞通信",
+    "async comm": "异步通信",
+    "waits": "等待",
+    "the paper's ideal (zerolab's switch)": "论文的理想做法（zerolab 的开关）",
+    "DeepSpeed's collectives": "DeepSpeed 的集合通信",
+    "stage {stage}, N = {n}, {precision}, {whose}: collective {i} of {calls}":
+        "stage {stage}，N = {n}，{precision}，{whose}：第 {i} 次集合通信，共 {calls} 次",
+    "in host memory": "在主机内存里",
+    "on NVMe": "在 NVMe 上",
+    "exposed comm": "暴露的通信",
+    "host step": "主机端更新",
+    "NVMe I/O threads": "NVMe I/O 线程",
+    "parameter gathers": "参数收集",
+    "other collectives": "其他集合通信",
+    "host step (sub-groups)": "主机端更新（子组）",
+    "NVMe: parameter shards": "NVMe：参数分片",
+    "NVMe: optimizer states": "NVMe：优化器状态",
+    "rank 0's step: when each thing ran, and when the bytes moved (measured; NVMe: light = read, dark = write)":
+        "rank 0 的这一步：每件事何时运行，字节何时搬动（实测；NVMe：浅色 = 读，深色 = 写）",
+    "buffers on the device over the step: gathered parameters (stage 3) and gradient buckets":
+        "这一步中设备上的缓冲区：收集来的参数（stage 3）和梯度桶",
 }

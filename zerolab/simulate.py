@@ -13,9 +13,10 @@ What a run on a real cluster will cost, from the same formulas the chapters meas
   step when it is offloaded (it does not overlap).
 
 Links and GPUs come from a small table of published figures (``LINKS``, ``GPUS``: vendor
-peak numbers and typical nccl-tests bus bandwidths, approximate), or from a fit measured here
-(``zerolab.bench``: ``link=fit``). These are estimates: the point is the shape (which stage fits,
-what dominates), not the last 10 %.
+peak numbers and typical nccl-tests bus bandwidths, approximate; kept in :mod:`zerolab.hardware`
+and re-exported here), or from a fit measured here (``zerolab.bench``: ``link=fit``;
+:func:`calibrate`, kept in :mod:`zerolab.calibrate`, holds the model against runs here).
+These are estimates: the point is the shape (which stage fits, what dominates), not the last 10 %.
 
     zerolab simulate --params 7e9 --layers 32 --hidden 4096 --seq 2048 --gpus 8
 
@@ -30,14 +31,17 @@ what dominates), not the last 10 %.
   carry, together, the bytes one rank sends (S), and each NVLink hop carries S too; that is why
   an ``inter_link``'s β is the node's whole network bandwidth (all its ports), not one port's;
 * ``link_bytes`` reports both: ``"intra"``, bytes one rank sends over its node's link, and
-  ``"inter"``, bytes that leave each node per step.
+  ``"inter"``, bytes that leave each node per step; ``rank_link_bytes`` files one rank's bytes
+  by collective instead, as the engine's ``Ledger.by_link()`` does: ``"intra"``, in collectives
+  whose ranks share a node, ``"inter"``, in collectives that span nodes.
 
 Latency is one α per call, whatever the ranks (a ring's latency grows with them; NCCL's trees
 and newer algorithms bound it): this model is for the bandwidth, which dominates ZeRO's big
 gathers.
 
 **ZeRO++** (Wang et al. 2023; DeepSpeed 0.19.8's keys, stage 3 only), as formulas per
-micro-step, Ψ parameters, bf16/fp16 (2 bytes), N ranks, k per node, m = N/k nodes:
+micro-step (hpZ: per optimizer step), Ψ parameters, bf16/fp16 (2 bytes), N ranks, k per node,
+m = N/k nodes:
 
 * ``quantized_weights`` (``zero_quantized_weights``, qwZ): every parameter all-gather carries int8
   plus one fp32 scale per group of at most 8,000 elements (DeepSpeed's
@@ -45,15 +49,18 @@ micro-step, Ψ parameters, bf16/fp16 (2 bytes), N ranks, k per node, m = N/k nod
 * ``hpz_partition_size`` h (``zero_hpz_partition_size``, hpZ): after the forward gather each rank
   keeps a secondary shard of Ψ/h (2Ψ/h bytes more on the GPU, no communication), and the backward
   all-gather runs among h consecutive ranks: inside a node when h divides k (the engine does it:
-  ``zerolab/hpz.py``; DeepSpeed keeps the secondary until the optimizer step, so under gradient
-  accumulation the forwards after a step's first micro-step gather inside the group too: the
-  formula, which counts every forward across nodes, is then an upper bound);
+  ``zerolab/hpz.py``). DeepSpeed keeps the secondary until the optimizer step, so with G micro-steps
+  of gradient accumulation only the step's first forward gathers over all N ranks: the other G-1
+  forwards and all G backwards gather inside the group (per optimizer step: 1 gather over N and
+  2G-1 over h);
 * ``quantized_gradients`` (``zero_quantized_gradients``, qgZ): instead of the reduce-scatter,
   DeepSpeed's ``all_to_all_quant_reduce`` (``runtime/comm/coalesced_collectives.py``): 4-bit
   values plus one fp32 scale per group (``hidden`` elements per group for a square layer): an
   all-to-all inside the node ((k-1)/k of Ψ), a reduction, then one between nodes among the ranks
   of the same local index ((m-1)/m of Ψ/k each, so (m-1)/m of Ψ per node), 0.5 + 4/hidden bytes
-  per element each time.
+  per element each time. Only with more than one node: on one, DeepSpeed's stage 3 keeps the
+  reduce-scatter (``stage3.py``, ``__avg_scatter_grads``: ``num_nodes > 1``), and so does the
+  engine (``reduce.py``).
 
 Without ZeRO++ stage 3 moves 3 × 2Ψ (N-1)/N per micro-step, all across nodes; with all three,
 about Ψ + 0 + 0.5Ψ leave each node: the paper's "4x less cross-node traffic". Calls are
@@ -73,71 +80,13 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from .calibrate import calibrate, comm_factor, format_calibration  # noqa: F401  (re-exported)
+from .hardware import (CLUSTERS, CPU_ADAM_ELEMS_PER_S, GPUS, LINKS, PCIE5_BYTES_PER_S,  # noqa: F401
+                       PCIE_BYTES_PER_S, QWZ_GROUP_NUMEL, SOURCES)
 from .memory import model_state_bytes
 
 __all__ = ["LINKS", "GPUS", "CLUSTERS", "SOURCES", "Estimate", "simulate", "table", "capacity_check", "calibrate",
            "comm_factor"]
-
-# (alpha seconds, beta bytes/s): approximate published figures. beta is a bus bandwidth (nccl-tests'
-# busbw: the bytes one rank sends per second); for a link between nodes, the node's whole network
-# bandwidth (see the module docstring: a ring carries across each node what one rank sends).
-LINKS = {
-    "nvlink-a100": (10e-6, 230e9),     # DGX A100, NVLink 3 (600 GB/s per GPU); nccl-tests all-reduce busbw ~230 GB/s
-    "nvlink-h100": (10e-6, 360e9),     # DGX H100, NVLink 4 (900 GB/s per GPU); busbw ~360 GB/s
-    "pcie4": (15e-6, 20e9),            # GPUs talking over PCIe 4.0 x16 (~25 GB/s per direction)
-    "ib-hdr": (20e-6, 23e9),           # one 200 Gb/s InfiniBand HDR port (25 GB/s) per node, or per GPU alone
-    "ethernet-100g": (30e-6, 11e9),    # 100 Gb/s Ethernet
-    # two-link clusters: a node's network cards together, at 90 % of their line rate (zerolab's assumption)
-    "ib-hdr-8x": (20e-6, 180e9),       # DGX A100: 8 x ConnectX-6 200 Gb/s HDR ports = 200 GB/s per node
-    "ib-ndr-8x": (20e-6, 360e9),       # DGX H100: 8 x ConnectX-7 400 Gb/s NDR ports = 400 GB/s per node
-    "ib-ndr-1x": (20e-6, 45e9),        # one ConnectX-7 400 Gb/s NDR port per node = 50 GB/s (a thin fabric)
-}
-# (memory bytes, dense bf16 peak FLOP/s)
-GPUS = {
-    "a100-40gb": (40e9, 312e12),
-    "a100-80gb": (80e9, 312e12),
-    "h100-80gb": (80e9, 989e12),
-    "h200-141gb": (141e9, 989e12),
-}
-PCIE_BYTES_PER_S = 25e9                # host <-> GPU, PCIe 4.0 x16, one direction
-PCIE5_BYTES_PER_S = 50e9               # host <-> GPU, PCIe 5.0 x16 (H100 SXM), one direction
-CPU_ADAM_ELEMS_PER_S = 1e9             # a server CPU's vectorised Adam, elements/s per GPU's share
-QWZ_GROUP_NUMEL = 8000                 # DeepSpeed's CUDAQuantizer.target_group_size (qwZ: int8 + fp32 scale per group)
-
-# Where each figure comes from (no figure here was measured by zerolab; the 90 % of line rate and
-# the busbw values are typical, not guaranteed: measure your own with nccl-tests).
-SOURCES = {
-    "a100-40gb": "NVIDIA A100 Tensor Core GPU datasheet: 312 TFLOP/s dense BF16/FP16 (624 with sparsity), 40 GB",
-    "a100-80gb": "NVIDIA A100 Tensor Core GPU datasheet: 312 TFLOP/s dense BF16/FP16 (624 with sparsity), 80 GB",
-    "h100-80gb": "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM: 989 TFLOP/s dense BF16 (1,979 with sparsity), 80 GB",
-    "h200-141gb": "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM: 989 TFLOP/s dense BF16 (1,979 sparse), 141 GB",
-    "nvlink-a100": "NVIDIA DGX A100 datasheet: NVLink 3 + NVSwitch, 600 GB/s per GPU; all-reduce busbw ~230 GB/s "
-                   "(typical nccl-tests)",
-    "nvlink-h100": "NVIDIA DGX H100 datasheet: NVLink 4 + NVSwitch, 900 GB/s per GPU; all-reduce busbw ~360 GB/s "
-                   "assumed (zerolab's figure; nccl-tests often report more)",
-    "pcie4": "PCI-SIG PCIe 4.0 x16: 32 GB/s per direction raw, ~25 GB/s achieved",
-    "ib-hdr": "NVIDIA ConnectX-6 HDR InfiniBand: 200 Gb/s = 25 GB/s per port",
-    "ethernet-100g": "100 Gb/s Ethernet = 12.5 GB/s",
-    "ib-hdr-8x": "NVIDIA DGX A100 datasheet: 8 x single-port ConnectX-6 200 Gb/s HDR (compute fabric) = 200 GB/s "
-                 "per node; 90 % assumed",
-    "ib-ndr-8x": "NVIDIA DGX H100 datasheet: 8 x ConnectX-7 400 Gb/s NDR (compute fabric) = 400 GB/s per node; "
-                 "90 % assumed",
-    "ib-ndr-1x": "NVIDIA ConnectX-7 400 Gb/s NDR, one port per node = 50 GB/s; 90 % assumed",
-    "pcie4-host": "PCIe 4.0 x16 (A100): 32 GB/s per direction raw; 25 GB/s assumed",
-    "pcie5-host": "NVIDIA H100 datasheet: PCIe Gen5 128 GB/s (both directions) = 64 GB/s per direction raw; "
-                  "50 GB/s assumed",
-    "cpu-adam": "zerolab's round figure for DeepSpeed's CPU Adam on one GPU's share of a server CPU: 1e9 elements/s",
-}
-
-# Named clusters, as keyword arguments of simulate(): eight GPUs per node
-CLUSTERS = {
-    "dgx-a100": dict(gpu="a100-80gb", link="nvlink-a100", inter_link="ib-hdr-8x", ranks_per_node=8,
-                     pcie_Bps=PCIE_BYTES_PER_S),
-    "dgx-h100": dict(gpu="h100-80gb", link="nvlink-h100", inter_link="ib-ndr-8x", ranks_per_node=8,
-                     pcie_Bps=PCIE5_BYTES_PER_S),
-    "h100-thin": dict(gpu="h100-80gb", link="nvlink-h100", inter_link="ib-ndr-1x", ranks_per_node=8,
-                      pcie_Bps=PCIE5_BYTES_PER_S),
-}
 
 
 @dataclasses.dataclass
@@ -158,6 +107,9 @@ class Estimate:
     tokens: int = 0                    # per GPU per optimizer step
     link_bytes: dict = dataclasses.field(default_factory=dict)   # "intra": per rank; "inter": leaving each node
     zeropp: str = ""                   # the ZeRO++ options on ("qwZ+hpZ 8+qgZ"), for the table
+    # one rank's wire bytes in collectives inside its node ("intra") and spanning nodes ("inter"):
+    # what the engine's Ledger.by_link() counts
+    rank_link_bytes: dict = dataclasses.field(default_factory=dict)
 
     @property
     def hide_tokens(self) -> float:
@@ -189,33 +141,38 @@ def _alpha_beta(link) -> tuple[float, float]:
     return link.ops["all_reduce"]["alpha_s"], link.ops["all_reduce"]["beta_Bps"]   # a Fit measured here
 
 
-def _stage3_zeropp(psi, n, k, hidden, layers, buckets, qwz, hpz, qgz, intra, slow):
-    """Stage 3's collectives of one micro-step as (calls, seconds, wire bytes per rank, intra bytes
-    per rank, inter bytes per node), by the module docstring's two-link model and ZeRO++ formulas."""
+def _stage3_zeropp(psi, n, k, hidden, layers, buckets, qwz, hpz, qgz, intra, slow, accum=1):
+    """Stage 3's collectives of one optimizer step of ``accum`` micro-steps, as (calls, seconds,
+    wire bytes per rank, intra bytes per rank, inter bytes per node, a rank's bytes in collectives
+    inside its node, a rank's bytes in collectives that span nodes), by the module docstring's
+    two-link model and ZeRO++ formulas."""
     m = n // k
-    rows = []                               # (calls, seconds, wire bytes per rank, intra, inter per node)
+    rows = []                               # one tuple as above per kind of collective
 
-    def flat(group, nbytes, ncalls):        # a ring all-gather / reduce-scatter over `group` ranks
-        if group > 1:
-            s = (group - 1) / group * nbytes
+    def flat(group, nbytes, ncalls, times=1):   # `times` ring all-gathers / reduce-scatters over `group` ranks
+        if group > 1 and times:
+            s = (group - 1) / group * nbytes * times
             alpha, beta = slow if group > k else intra
-            rows.append((ncalls, ncalls * alpha + s / beta, s, s if min(group, k) > 1 else 0.0,
-                         s if group > k else 0.0))
+            rows.append((ncalls * times, ncalls * times * alpha + s / beta, s, s if min(group, k) > 1 else 0.0,
+                         s if group > k else 0.0, 0.0 if group > k else s, s if group > k else 0.0))
 
     gather = psi * (1 + 4 / QWZ_GROUP_NUMEL) if qwz else 2 * psi
     per_gather = 2 if qwz else 1                         # qwZ's scales travel in an all-gather of their own
-    flat(n, gather, layers * per_gather)                # forward
-    flat(hpz if hpz > 1 else n, gather, layers * per_gather)   # backward: hpZ's secondary group, or all
-    if qgz:                                             # 4 bits + an fp32 scale per `hidden` elements
+    group = hpz if hpz > 1 else n                       # hpZ's secondary group, or all
+    flat(n, gather, layers * per_gather)                # the step's first forward: the step dropped the secondary
+    flat(group, gather, layers * per_gather, accum - 1)  # later micro-steps' forwards: the secondary is kept
+    flat(group, gather, layers * per_gather, accum)     # every backward
+    if qgz and m > 1:                                   # 4 bits + an fp32 scale per `hidden` elements
         q = psi * (0.5 + 4 / hidden)
         if k > 1:                                       # all-to-all inside the node: (k-1)/k of it
-            s = (k - 1) / k * q
-            rows.append((2 * layers, 2 * layers * intra[0] + s / intra[1], s, s, 0.0))
+            s = (k - 1) / k * q * accum
+            rows.append((2 * layers * accum, 2 * layers * accum * intra[0] + s / intra[1], s, s, 0.0, s, 0.0))
         if m > 1:                                       # then between nodes: (m-1)/m of Ψ/k per rank,
-            s = (m - 1) / m * q / k                     # and the k ranks of a node share its network
-            rows.append((2 * layers, 2 * layers * slow[0] + k * s / slow[1], s, 0.0, k * s))
+            s = (m - 1) / m * q / k * accum             # and the k ranks of a node share its network
+            rows.append((2 * layers * accum, 2 * layers * accum * slow[0] + k * s / slow[1], s, 0.0, k * s, 0.0, s))
     else:
-        flat(n, 2 * psi, buckets)                       # the gradients' reduce-scatter, in buckets
+        flat(n, 2 * psi, buckets, accum)                # the gradients' reduce-scatter, in buckets (qgZ on
+        #                                                 one node too: DeepSpeed's all-to-alls need two nodes)
     return tuple(sum(col) for col in zip(*rows))
 
 
@@ -290,11 +247,12 @@ def simulate(params: float, layers: int, hidden: int, seq: int, micro_batch: int
     slow = (max(intra[0], outer[0]), min(intra[1], outer[1]))
     spans = n > k
     if stage == 3 and n > 1 and any(zeropp.values()):
-        c, secs, wire, on_intra, on_inter = _stage3_zeropp(psi, n, k, hidden, layers,
-                                                          math.ceil(psi / reduce_bucket_size), quantized_weights,
-                                                          h, quantized_gradients, intra, slow)
-        calls, wire, comm = round(c) * grad_accum, wire * grad_accum, secs * grad_accum * comm_factor
-        link_bytes = {"intra": on_intra * grad_accum, "inter": on_inter * grad_accum}
+        c, secs, wire, on_intra, on_inter, inside, across = _stage3_zeropp(
+            psi, n, k, hidden, layers, math.ceil(psi / reduce_bucket_size), quantized_weights, h,
+            quantized_gradients, intra, slow, grad_accum)
+        calls, comm = round(c), secs * comm_factor
+        link_bytes = {"intra": on_intra, "inter": on_inter}
+        rank_link_bytes = {"intra": inside, "inter": across}
     else:
         if stage == 0:
             wire, calls = 2 * f * grads_bytes, max(1, math.ceil(psi / 5e8))
@@ -312,6 +270,7 @@ def simulate(params: float, layers: int, hidden: int, seq: int, micro_batch: int
         alpha, beta = slow if spans else intra              # every collective spans all the ranks
         comm = (calls * alpha + wire / beta) * comm_factor
         link_bytes = {"intra": wire if k > 1 else 0.0, "inter": wire if spans else 0.0}
+        rank_link_bytes = {"intra": 0.0 if spans else wire, "inter": wire if spans else 0.0}
     transfer, cpu_step = 0.0, 0.0
     if offload_optimizer:
         # fp16 gradients down and updated fp16 parameters up: 2 + 2 bytes per owned element
@@ -324,7 +283,7 @@ def simulate(params: float, layers: int, hidden: int, seq: int, micro_batch: int
     pp = "+".join(w for w, on in (("qwZ", quantized_weights), (f"hpZ {h}", h > 1), ("qgZ", quantized_gradients))
                   if on)
     return Estimate(stage, n, offload, gpu_b, cpu_b, fits, compute, comm, transfer, cpu_step, busy + cpu_step,
-                    wire, calls, tokens, link_bytes, pp)
+                    wire, calls, tokens, link_bytes, pp, rank_link_bytes)
 
 
 def table(params, layers, hidden, seq, micro_batch, gpus, zeropp: dict | None = None, **kw) -> list[Estimate]:
@@ -364,86 +323,3 @@ def format_table(rows: list[Estimate], gpu: str = "a100-80gb") -> str:
     lines.append(f"GB = 1e9 bytes; GPU memory {cap / 1e9:.0f} GB each; CPU GB is each GPU's share of host memory;")
     lines.append("estimates from published link/GPU figures (zerolab.simulate.LINKS, GPUS)")
     return "\n".join(lines)
-
-
-# ------------------------------------------------------------------------ calibration, here
-
-def _measure_stage(stage: int, layers: int, hidden: int, steps: int, bucket: int) -> dict:
-    """On each rank: one bf16 MLP of ``layers`` Linear(hidden, hidden), trained at ``stage`` (every
-    parameter sharded at stage 3, no prefetch); per step, the gradient and parameter collectives'
-    wire bytes, calls and seconds from the ledger (the median step)."""
-    import statistics
-
-    import torch
-    from torch import nn
-
-    from . import crew
-    from .engine import initialize
-    torch.manual_seed(0)
-    model = nn.Sequential(*[nn.Linear(hidden, hidden) for _ in range(layers)])
-    psi = sum(p.numel() for p in model.parameters())    # (before stage 3 releases them)
-    world = crew.world_size()
-    engine = initialize(model, {
-        "train_micro_batch_size_per_gpu": 4, "train_batch_size": 4 * world, "gradient_clipping": 0.0,
-        "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}, "bf16": {"enabled": True, "check_grad_overflow": False},
-        "zero_optimization": {"stage": stage, "reduce_bucket_size": bucket, "overlap_comm": False,
-                              "stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 0,
-                              # the simulator's stage 3 gathers every layer again for backward (3 Psi)
-                              "stage3_max_reuse_distance": 0}})
-    x = torch.randn(4, hidden, dtype=torch.bfloat16)
-    rows = []
-    for i in range(steps + 1):
-        mark = engine.ledger.mark()
-        engine.backward(engine(x).float().square().mean())
-        engine.step()
-        recs = [r for r in engine.ledger.since(mark).records if r.tag.split(" ")[0] in ("grads", "params")]
-        if i:                                        # the first step is a warm-up
-            rows.append((sum(r.wire_bytes for r in recs), len(recs), sum(r.seconds for r in recs)))
-    engine.close()
-    mid = sorted(rows, key=lambda r: r[2])[len(rows) // 2]
-    return {"psi": psi, "wire_bytes": mid[0], "calls": mid[1], "seconds": mid[2],
-            "seconds_all": statistics.median(r[2] for r in rows)}
-
-
-def calibrate(world_size: int = 2, *, layers: int = 8, hidden: int = 256, steps: int = 5,
-              reduce_bucket_size: int = 200_000, fit=None, stages=(0, 1, 2, 3)) -> list[dict]:
-    """Hold the simulator against what is measured here: for stages 0-3, a bf16 MLP trained on
-    ``world_size`` real ranks (gloo on CPU), its gradient and parameter traffic from the ledger
-    (wire bytes, calls, seconds) beside what :func:`simulate` predicts for the same Ψ, layers,
-    ranks and bucket size with ``link`` = the α-β ``fit`` of this machine (``zerolab.bench``;
-    measured now when not given). ``stages``: which of them. Returns one dict per stage: ``wire_bytes`` / ``sim_wire_bytes``,
-    ``calls`` / ``sim_calls``, ``seconds`` / ``sim_seconds``."""
-    from . import bench
-    from .crew import launch
-    fit = fit or bench.run(world_size)
-    out = []
-    for stage in stages:
-        m = launch(_measure_stage, world_size, stage, layers, hidden, steps, reduce_bucket_size, echo=False)[0]
-        est = simulate(m["psi"], layers, hidden, 1, 1, world_size, stage, link=fit,
-                       reduce_bucket_size=reduce_bucket_size, checkpointing=False)
-        out.append({"stage": stage, "psi": m["psi"], "wire_bytes": m["wire_bytes"], "sim_wire_bytes": est.wire_bytes,
-                    "calls": m["calls"], "sim_calls": est.calls, "seconds": m["seconds"],
-                    "sim_seconds": est.comm_s})
-    return out
-
-
-def format_calibration(rows: list[dict]) -> str:
-    lines = [f"{'stage':<7}{'wire bytes':>12}{'simulated':>12}{'calls':>7}{'simulated':>11}"
-             f"{'comm ms':>10}{'simulated':>11}{'ratio':>7}"]
-    for r in rows:
-        lines.append(f"{r['stage']:<7}{r['wire_bytes']:>12,.0f}{r['sim_wire_bytes']:>12,.0f}{r['calls']:>7}"
-                     f"{r['sim_calls']:>11}{r['seconds'] * 1e3:>10.2f}{r['sim_seconds'] * 1e3:>11.2f}"
-                     f"{r['seconds'] / r['sim_seconds']:>7.2f}")
-    lines.append("measured: the ledger's gradient and parameter collectives in one step (median of the steps);")
-    lines.append("simulated: zerolab.simulate with this machine's alpha-beta fit as the link "
-                 "(ratio = measured / simulated);")
-    lines.append(f"comm_factor for simulate() on this machine (median ratio): {comm_factor(rows):.2f}")
-    return "\n".join(lines)
-
-
-def comm_factor(rows: list[dict]) -> float:
-    """The median measured / simulated communication time of :func:`calibrate`'s rows: what a
-    training step's collectives cost here beyond the bare α-β link (waiting for the slower
-    rank, the host's load, a call's software path), to pass to :func:`simulate`."""
-    ratios = sorted(r["seconds"] / r["sim_seconds"] for r in rows if r["sim_seconds"] > 0)
-    return ratios[len(ratios) // 2] if ratios else 1.0

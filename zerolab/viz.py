@@ -262,6 +262,8 @@ def cjk_font() -> str | None:
             if found is None:                          # any other font that has the glyphs
                 from matplotlib.ft2font import FT2Font
                 for f in font_manager.fontManager.ttflist:
+                    if f.name.startswith("Last Resort"):   # matplotlib's own: a box for every code point
+                        continue
                     try:
                         if FT2Font(f.fname).get_char_index(ord("搬")):
                             found = f.name

@@ -50,7 +50,9 @@ real ranks** (or, for clusters we do not have, over the simulator):
 
 4. **Extension**: move the optimizer states (and at stage 3 the parameter shards) off the device,
    to host memory or to NVMe files; see what each rank keeps in each place, and when in the
-   step the bytes move, and at stage 3 how many gathers were prefetched.
+   step the bytes move, and at stage 3 how many gathers were prefetched. Then spread the crew
+   over two buildings and switch on ZeRO++ (hpZ, qwZ, qgZ): the bytes that stay inside a node
+   and those that cross between nodes, beside the formula, and what hpZ costs in memory.
 
 The widgets answer as you move them. If you read this notebook without a running kernel, the
 printed cell above each widget shows what the widget shows at its first setting.
@@ -263,6 +265,86 @@ code(r"""
 lab.extension_widget(pool, world_size=2, stage=3, offload_optimizer="none", max_ranks=N_MAX)
 """, IGNORE),
 md(r"""
+### ZeRO++: the crew in two buildings
+
+A big crew does not fit in one building. Shouting inside a building is cheap (NVLink between
+the GPUs of a node), shouting across the street is not (InfiniBand between nodes), and at stage 3
+every gather and every gradient reduction spans all the ranks, so all of it crosses the street.
+ZeRO++ (Wang et al. 2023) cuts what crosses, with three of DeepSpeed 0.19.8's stage-3 keys:
+
+- `zero_hpz_partition_size` h (**hpZ**): after a module's gather each rank keeps a **secondary
+  shard**, 1/h of the module, over its group of h consecutive ranks (one building when h is the
+  ranks per node); while it has one, the module is gathered inside the group. DeepSpeed drops it
+  at every optimizer step (`partition_parameters.py`, `_partition_param_sec`; `stage3.py`,
+  `invalidate_secondary_tensor`);
+- `zero_quantized_weights` (**qwZ**): the parameter gathers carry int8 blocks and one fp32 scale
+  per block, instead of bf16;
+- `zero_quantized_gradients` (**qgZ**): the gradients travel as int4 through two all-to-alls, inside
+  the node first, then across (DeepSpeed's `all_to_all_quant_reduce`; only with more than one node).
+
+Here the crew is 4 ranks in 2 *virtual* buildings of 2 (`zerolab.Crew(4, nodes=2)`): the ranks share
+this machine, but the ledger files every collective under `intra` (its ranks share a node) or
+`inter` (they span nodes), as it would on a cluster. Chapter 13 measures each component's error;
+this mode shows where the bytes go. The model is four `Linear(64, 64)` (Ψ = 16,640): the shape the
+simulator assumes, and shards that DeepSpeed's qwZ quantizer can cut into blocks of a multiple of
+8 elements (the lab's TinyLM, whose sizes do not divide, cannot run qwZ). Each row runs a fresh
+engine: one optimizer step, then a second one read from the ledger. Beside it, the formula:
+`zerolab.simulate` for the same Ψ, ranks, nodes and keys.
+
+**Predict, then run.** Without ZeRO++, how many bytes does rank 0 send across the street in one
+step (a forward gather, a backward gather and a reduce-scatter, each 3/4 of 2 bytes × Ψ)? With
+hpZ 2, which of the three stays inside the building, and how many bytes of secondary shards does
+each rank hold after the backward? With 2 micro-steps per step?
+"""),
+code(r"""
+N_ZPP, NODES = (4, 2) if N_MAX >= 4 else (2, 2)
+ROWS = {"ZeRO++ off": {}, "hpZ 2": dict(hpz=2), "hpZ 2, 2 micro-steps": dict(hpz=2, accumulation=2),
+        "qwZ": dict(qwz=True), "qgZ": dict(qgz=True), "hpZ 2 + qwZ + qgZ": dict(hpz=2, qwz=True, qgz=True)}
+runs = {name: lab.links(N_ZPP, NODES, pool=pool, **kw) for name, kw in ROWS.items()}
+print(f"stage 3, {N_ZPP} ranks as {NODES} nodes, bf16, Ψ = {runs['ZeRO++ off'].psi:,}: rank 0's bytes in one step")
+print(f"{'':<22}{'ledger: inside':>15}{'across':>9}{'formula: inside':>17}{'across':>9}{'secondary':>11}")
+for name, lk in runs.items():
+    got, f = lk.by_link(0), lk.formula
+    print(f"{name:<22}{got['intra']:>15,.0f}{got['inter']:>9,.0f}{f['intra']:>17,.0f}{f['inter']:>9,.0f}"
+          f"{lk.secondary[0]:>11,}")
+exact = [n for n in ROWS if "q" not in n]
+print(f"ledger = formula, byte for byte, in the {len(exact)} rows without quantization: "
+      f"{all(runs[n].by_link(0) == {k: runs[n].formula[k] for k in ('intra', 'inter')} for n in exact)}")
+"""),
+md(r"""
+Read the rows from the top. Without ZeRO++ all three kinds of traffic cross the street:
+3 × 3/4 × 2 × 16,640 = 74,880 bytes. With hpZ 2 the backward's gathers run over the two ranks
+of a building (1/2 × 2 × 16,640 = 16,640 bytes, none across), and each rank holds the price
+after the backward: 2 bytes × Ψ / h = 16,640 bytes of secondary shards, twice its 1/N shard of
+the parameters (8,320 bytes), until the optimizer step drops them. With 2 micro-steps the
+second forward finds the secondary still there and stays inside too: only the step's first
+forward crosses. qwZ halves the gathers (int8 and one 4-byte scale per block); qgZ sends int4
+gradients, through an all-to-all inside the building, then a smaller one across. The quantized
+rows differ from the formula by a few bytes of scales:
+the formula spreads a scale over 8,000 (qwZ) or 64 (qgZ) elements, DeepSpeed cuts each shard into
+whole blocks. Every row also sends 24 bytes the formula leaves out (the overflow check and the
+gradient norm, one all-reduce).
+
+The summary of one run in full, and its picture: the bytes per link, stacked by kind, with the
+formula as a dashed line; and each rank's parameter bytes after the last backward, the 1/N shard
+and hpZ's secondary shard on top.
+"""),
+code(r"""
+lk = runs["hpZ 2 + qwZ + qgZ"]
+print(lk.describe())
+fig = lab.draw_links(lk)
+plt.show()
+"""),
+md(r"""
+Now the controls: the layout (all ranks in one building, two buildings, one rank per building),
+hpZ's group size (the divisors of N, as DeepSpeed requires), qwZ, qgZ and the micro-steps per
+optimizer step. Try hpZ 2 on 4 ranks as 4 nodes of 1: the engine warns, and the backward's
+gathers cross the street again. The first setting is the first row above.
+"""),
+code(r"""
+lab.zeropp_widget(pool, world_size=N_ZPP, nodes=NODES, max_ranks=N_MAX)
+""", IGNORE),
+md(r"""
 ## What we saw
 
 - **Who holds what** (basic): stage 1 splits the optimizer states, stage 2 the gradients as
@@ -280,6 +362,10 @@ md(r"""
   the step then runs on the host, sub-group by sub-group, and NVMe adds reads and writes that
   the pipelines overlap with it. Stage 3 prefetches the next modules' parameters from the
   order recorded in the previous step.
+- **ZeRO++** (extension): on a crew in two buildings every stage-3 collective crosses the street;
+  hpZ keeps the backward's gathers (and, under gradient accumulation, the later forwards') inside
+  the building for 2Ψ/h bytes of secondary shards per rank; qwZ halves the gathers, qgZ sends
+  int4 gradients. The ledger's bytes per link equal the simulator's formula, up to the scales.
 
 ## Questions
 
@@ -300,6 +386,10 @@ md(r"""
    steps? (Compare the sub-group sizes in the summary.)
 7. Same setting: switch `pipeline_read` on. Which spans of the NVMe row move, relative to the
    host-step spans? Do the printed bytes change?
+8. In the ZeRO++ controls, choose hpZ 4 on 4 ranks as 2 nodes of 2. Where do the backward's
+   gathers run now, and what does each rank pay in memory? Why does DeepSpeed accept it?
+9. With hpZ 2 and 2 micro-steps, predict the bytes across the street per optimizer step, then
+   check the summary. How many would 4 micro-steps send, and how many inside the building?
 
 Close the crews when you are done:
 """),

@@ -19,7 +19,12 @@ Four modes (chapter 12, ``notebooks/12_visual_lab.ipynb``):
   (:func:`placement`). At stage 3 it also shows each parameter gather and release, and how many
   gathers were prefetched from the previous step's trace (DeepSpeed's rule: at each module's
   fetch, the next groups while fewer than min(``stage3_max_live_parameters`` - available,
-  ``stage3_prefetch_bucket_size``) elements are taken).
+  ``stage3_prefetch_bucket_size``) elements are taken). Its second part is ZeRO++ on a crew in
+  virtual nodes (``zerolab.Crew(4, nodes=2)``): ``zero_hpz_partition_size``,
+  ``zero_quantized_weights``, ``zero_quantized_gradients`` and the micro-steps per step, the
+  bytes each rank sent inside its node and across nodes (the ledger, ``Ledger.by_link()``'s
+  filing) beside :func:`zerolab.simulate.simulate`'s formula, and hpZ's secondary shards
+  (``engine.memory()``) beside 2Ψ/h (:func:`links`).
 
 The lab runs engines only through zerolab's public entry points (``zerolab.Crew``,
 ``zerolab.initialize``, ``engine.memory()``, ``engine.ledger``, ``engine.timeline``) and reads the
@@ -28,7 +33,8 @@ functions return plain dataclasses (tested on their own, ``tests/test_lab.py``);
 ``draw_*`` functions turn them into matplotlib figures; the ``*_widget`` functions wire
 ipywidgets controls to both. matplotlib and ipywidgets are imported only when drawing.
 
-One module per mode: ``basic.py``, ``core.py``, ``application.py``, ``extension.py``; what they
+One module per mode: ``basic.py``, ``core.py``, ``application.py``, ``extension.py`` (and its ZeRO++
+part, ``zeropp.py``); what they
 share (the lab's model and config, a pool of crews, figure helpers) is in ``common.py``.
 """
 from __future__ import annotations
@@ -40,10 +46,12 @@ from .common import (BUCKET, GIANT_NAMES, GIANTS, LAB_MODEL, MICRO_BATCH, PRECIS
 from .core import Collective, MemorySample, StepTrace, core_widget, draw_step, moved, step_trace
 from .extension import (OFFLOAD_DEVICES, PLACE_NAMES, PLACES, SUB_GROUP_SIZES, Placement, draw_placement,
                         extension_widget, offload_config, placement)
+from .zeropp import LAYOUTS, Links, draw_links, hpz_choices, links, zeropp_config, zeropp_model, zeropp_widget
 
 __all__ = ["GIANTS", "GIANT_NAMES", "PRECISIONS", "LAB_MODEL", "MICRO_BATCH", "BUCKET", "CrewPool", "lab_config",
            "lab_model", "pattern", "Holdings", "holdings", "Collective", "MemorySample", "StepTrace", "step_trace",
            "moved",
            "MODELS", "PlanRow", "Plan", "plan", "draw_holdings", "draw_step", "draw_plan", "basic_widget",
            "core_widget", "application_widget", "OFFLOAD_DEVICES", "PLACES", "PLACE_NAMES", "SUB_GROUP_SIZES",
-           "offload_config", "Placement", "placement", "draw_placement", "extension_widget", "lab_box"]
+           "offload_config", "Placement", "placement", "draw_placement", "extension_widget", "lab_box",
+           "LAYOUTS", "Links", "links", "draw_links", "hpz_choices", "zeropp_config", "zeropp_model", "zeropp_widget"]

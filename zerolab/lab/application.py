@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .common import F, T, _plt, _png, _html, _wrap, lab_box
+from .common import F, T, _plt, _png, _html, _wrap, lab_box, pad
 
 
 MODELS = {
@@ -50,28 +50,44 @@ class Plan:
         fastest = min(r.step_s for r in fitting)
         return next(r for r in fitting if r.step_s <= fastest * 1.01)
 
-    def verdict(self) -> str:
+    def verdict(self, tr=T) -> str:
+        """The fastest configuration that fits, in one line (``tr``: :data:`T` for printed text, ``F``
+        for a figure's)."""
         best = self.best()
         if best is None:
-            return "nothing fits: more GPUs, more memory (GPU or host), or a smaller micro-batch"
-        ties = [r.name for r in self.rows if r.fits and r is not best and r.step_s <= best.step_s * 1.01]
-        return (f"fastest that fits: {best.name}, {best.step_s:.2f} s per step"
-                + (f" ({', '.join(ties)} as fast)" if ties else ""))
+            return tr("nothing fits: more GPUs, more memory (GPU or host), or a smaller micro-batch")
+        ties = [_row_name(r.name, tr) for r in self.rows if r.fits and r is not best
+                and r.step_s <= best.step_s * 1.01]
+        return (tr("fastest that fits: {name}, {s:.2f} s per step", name=_row_name(best.name, tr), s=best.step_s)
+                + (tr(" ({names} as fast)", names=", ".join(ties)) if ties else ""))
 
     def describe(self) -> str:
-        head = [f"{self.model} on {self.gpus} x {self.gpu} with {self.gpu_memory / 1e9:.0f} GB each, {self.link},",
-                f"{self.host_memory / 1e9:,.0f} GB of host memory; sequence {self.seq}, micro-batch {self.micro_batch}"]
-        lines = head + [f"{'configuration':<30}{'GB/GPU':>8}{'DS est.':>8}{'host GB':>9}{'fits':>6}{'step s':>8}"
-                        f"{'tokens/s':>10}  bound by"]
+        head = [T("{model} on {gpus} x {gpu} with {gb:.0f} GB each, {link},", model=self.model, gpus=self.gpus,
+                  gpu=self.gpu, gb=self.gpu_memory / 1e9, link=self.link),
+                T("{host:,.0f} GB of host memory; sequence {seq}, micro-batch {mb}", host=self.host_memory / 1e9,
+                  seq=self.seq, mb=self.micro_batch)]
+        cols = (("GB/GPU", 8), ("DS est.", 8), ("host GB", 9), ("fits", 6), ("step s", 8), ("tokens/s", 10))
+        lines = head + [pad(T("configuration"), 30) + "".join(pad(T(c), w, right=True) for c, w in cols)
+                        + "  " + T("bound by")]
         for r in self.rows:
             ds = f"{r.deepspeed_gpu_bytes / 1e9:>8.1f}" if r.deepspeed_gpu_bytes is not None else f"{'-':>8}"
-            lines.append(f"{r.name:<30}{r.gpu_bytes['total'] / 1e9:>8.1f}{ds}{r.cpu_bytes * self.gpus / 1e9:>9,.0f}"
-                         f"{'yes' if r.fits else 'NO':>6}{r.step_s:>8.2f}{r.tokens_per_s:>10,.0f}  {r.bound_by}")
+            lines.append(f"{pad(_row_name(r.name), 30)}{r.gpu_bytes['total'] / 1e9:>8.1f}{ds}"
+                         f"{r.cpu_bytes * self.gpus / 1e9:>9,.0f}{pad(T('yes') if r.fits else T('NO'), 6, True)}"
+                         f"{r.step_s:>8.2f}{r.tokens_per_s:>10,.0f}  {T.text(r.bound_by)}")
         lines.append(self.verdict())
-        lines.append("GB = 1e9 bytes. DS est.: DeepSpeed's model-state estimator (no activations); "
-                     "host GB: all nodes")
-        lines.append("step s: zerolab.simulate with DeepSpeed's traffic per step: 2Ψ at stage 0, 3Ψ at stages 1-3")
+        lines.append(T("GB = 1e9 bytes. DS est.: DeepSpeed's model-state estimator (no activations); "
+                       "host GB: all nodes"))
+        lines.append(T("step s: zerolab.simulate with DeepSpeed's traffic per step: 2Ψ at stage 0, 3Ψ at stages 1-3"))
         return _wrap(lines)
+
+
+BOUND_BY = ("compute", "communication", "PCIe transfers", "CPU optimizer")   # zerolab.simulate.Estimate.bound_by
+
+
+def _row_name(name: str, tr=T) -> str:
+    """A configuration's name ("stage 3 + offload opt+params") in the edition's language."""
+    stage, plus, what = name.partition(" + offload ")
+    return tr("{stage} + offload {what}", stage=stage, what=what) if plus else name
 
 def plan(model: str = "Llama-2 7B", gpus: int = 8, gpu: str = "a100-80gb", gpu_memory_gb: float | None = None,
          link: str = "nvlink-a100", seq: int = 2048, micro_batch: int = 1, gpus_per_node: int = 8,
@@ -122,10 +138,10 @@ def draw_plan(p: Plan):
                                ("optimizer_states", "#8172b3", "optimizer states"),
                                ("activations", "#55a868", "activations"), ("working", "#937860", "working buffers")):
         vals = [r.gpu_bytes[key] / 1e9 for r in p.rows]
-        ax_m.bar(x, vals, bottom=bottoms, color=colour, label=label)
+        ax_m.bar(x, vals, bottom=bottoms, color=colour, label=F(label))
         bottoms = [b + v for b, v in zip(bottoms, vals)]
     cap = p.gpu_memory / 1e9
-    ax_m.axhline(cap, color="black", linestyle="--", label=f"{cap:.0f} GB per GPU")
+    ax_m.axhline(cap, color="black", linestyle="--", label=F("{cap:.0f} GB per GPU", cap=cap))
     top = 2 * cap
     for i, r in enumerate(p.rows):
         total = r.gpu_bytes["total"] / 1e9
@@ -139,11 +155,11 @@ def draw_plan(p: Plan):
     times = [r.step_s if r.fits else 0.0 for r in p.rows]
     ax_t.bar(x, times, color=["tab:green" if r.fits else "lightgrey" for r in p.rows])
     for i, r in enumerate(p.rows):
-        ax_t.text(i, r.step_s if r.fits else 0.0, f"{r.step_s:.2f} s" if r.fits else "does\nnot fit",
+        ax_t.text(i, r.step_s if r.fits else 0.0, f"{r.step_s:.2f} s" if r.fits else F("does\nnot fit"),
                   ha="center", va="bottom", fontsize=7)
     ax_t.set_xticks(list(x), names, fontsize=7)
     ax_t.set_ylabel(F("seconds per step (simulated)"))
-    ax_t.set_title(p.verdict().split(" (")[0], fontsize=10)
+    ax_t.set_title(p.verdict(F).split(" (")[0].split("（")[0], fontsize=10)
     ax_t.set_ylim(0, max([r.step_s for r in p.rows if r.fits] or [1.0]) * 1.3)
     fig.tight_layout()
     return fig

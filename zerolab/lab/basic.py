@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from .common import (F, GIANTS, GIANT_NAMES, RANK_COLORS, CrewPool, _run, lab_model,
-                     lab_config, _batches, _plt, _png, _html, _wrap, _run_controls, lab_box)
+from .common import (F, T, GIANTS, GIANT_NAMES, RANK_COLORS, CrewPool, _run, lab_model,
+                     lab_config, _batches, _plt, _png, _html, _wrap, _run_controls, lab_box, pad)
 
 
 def _held_tensors(engine) -> dict[str, list]:
@@ -78,22 +78,30 @@ class Holdings:
             return f"1/{self.world_size}"
         return "mixed"
 
-    def headline(self) -> str:
+    def headline(self, tr=T) -> str:
+        """Who keeps what, in one line (``tr``: :data:`T` for printed text, ``F`` for a figure's)."""
         n = self.world_size
-        split = [GIANT_NAMES[g].split(" (")[0] for g in GIANTS if self.share(g) != "all"]
-        whole = [GIANT_NAMES[g].split(" (")[0] for g in GIANTS if self.share(g) == "all"]
+        split = [tr(GIANT_NAMES[g].split(" (")[0]) for g in GIANTS if self.share(g) != "all"]
+        whole = [tr(GIANT_NAMES[g].split(" (")[0]) for g in GIANTS if self.share(g) == "all"]
         if n == 1 or not split:
-            return f"stage {self.stage}, N = {n}: every rank holds all three giants"
-        text = f"stage {self.stage}, N = {n}: each rank keeps 1/{n} of the {' and '.join(split)}"
-        return text + (f"; all of the {whole[0]}" if whole else "")
+            return tr("stage {stage}, N = {n}: every rank holds all three giants", stage=self.stage, n=n)
+        text = tr("stage {stage}, N = {n}: each rank keeps 1/{n} of the {giants}", stage=self.stage, n=n,
+                  giants=tr(" and ").join(split))
+        return text + (tr("; all of the {giant}", giant=whole[0]) if whole else "")
 
     def describe(self) -> str:
-        lines = [self.headline(), f"({self.precision}, Ψ = {self.psi:,}; bytes measured by engine.memory() on each rank)",
-                 f"{'rank':>4}  {'params':>15}  {'grads':>15}  {'optimizer states':>17}  {'model states':>13}"]
+        def share(g):
+            s = self.share(g)
+            return "" if s == "mixed" else T(s) if s == "all" else s
+        heads = [pad(T(h), w, right=True) for h, w in (("rank", 4), ("params", 15), ("grads", 15),
+                                                       ("optimizer states", 17), ("model states", 13))]
+        lines = [self.headline(), T("({precision}, Ψ = {psi:,}; bytes measured by engine.memory() on each rank)",
+                                    precision=self.precision, psi=self.psi), "  ".join(heads)]
         for r in range(self.world_size):
             b = self.bytes[r]
-            cells = [f"{b[g]:>9,} B {self.share(g) if self.share(g) != 'mixed' else '':>3}" for g in GIANTS]
-            lines.append(f"{r:>4}  {cells[0]:>15}  {cells[1]:>15}  {cells[2]:>17}  {b['model_states']:>11,} B")
+            cells = [f"{b[g]:>9,} B {pad(share(g), 3, right=True)}" for g in GIANTS]
+            lines.append(f"{r:>4}  {pad(cells[0], 15, True)}  {pad(cells[1], 15, True)}  {pad(cells[2], 17, True)}"
+                         f"  {b['model_states']:>11,} B")
         return _wrap(lines)
 
 def _holdings_on_rank(stage: int, precision: str) -> dict:
@@ -153,14 +161,15 @@ def draw_holdings(h: Holdings):
         for off in h.offsets[1:]:
             ax.axvline(off, color="white", linewidth=1.2)
         share = h.share(giant)
-        ax.set_title(f"{GIANT_NAMES[giant].split(' (')[0]}: {'whole on every rank' if share == 'all' else share}",
-                     fontsize=10)
+        ax.set_title(F("{giant}: {share}", giant=F(GIANT_NAMES[giant].split(" (")[0]),
+                       share=F("whole on every rank") if share == "all" else share), fontsize=10)
         ax.set_xlim(0, total * 1.3)
         ax.set_xticks([0, total])
         ax.set_xlabel(F("elements ({n} flat groups)", n=len(h.groups)), fontsize=8)
     axes[0].set_yticks(range(n), [f"rank {r}" for r in range(n)])
     axes[0].invert_yaxis()
-    fig.suptitle(h.headline() + f" ({h.precision}; bytes measured by engine.memory())", fontsize=10)
+    fig.suptitle(h.headline(F) + F(" ({precision}; bytes measured by engine.memory())", precision=h.precision),
+                 fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -175,7 +184,7 @@ def basic_widget(pool: CrewPool | None = None, world_size: int = 2, stage: int =
     first = {}
 
     def update(*_):
-        status.value = "<i>running the engine on the ranks ...</i>"
+        status.value = "<i>" + T("running the engine on the ranks ...") + "</i>"
         h = holdings(n.value, st.value, pr.value, pool=pool)
         image.value = _png(draw_holdings(h))
         summary.value = _html(h.describe())

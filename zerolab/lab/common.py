@@ -40,22 +40,24 @@ BUCKET = 2_000                 # reduce_bucket_size (elements): a few buckets fo
 # ============================================================================= the ranks
 
 class CrewPool:
-    """One crew of ranks per world size, started on first use and kept (starting ranks costs
-    about a second; running on ranks that are up costs milliseconds)."""
+    """One crew of ranks per world size and node layout, started on first use and kept (starting
+    ranks costs about a second; running on ranks that are up costs milliseconds). ``nodes``: the
+    crew's virtual nodes (``zerolab.Crew(n, nodes=...)``: n // nodes consecutive ranks each)."""
 
     def __init__(self, threads: int = 1, timeout: float = 120.0):
         self.threads, self.timeout = threads, timeout
         self._crews: dict = {}
 
-    def get(self, n: int):
+    def get(self, n: int, nodes: int = 1):
         import zerolab
-        crew = self._crews.get(n)
+        crew = self._crews.get((n, nodes))
         if crew is None:
-            crew = self._crews[n] = zerolab.Crew(n, threads=self.threads, timeout=self.timeout, echo=False)
+            crew = self._crews[(n, nodes)] = zerolab.Crew(n, threads=self.threads, timeout=self.timeout,
+                                                          echo=False, nodes=nodes)
         return crew
 
-    def run(self, n: int, fn, *args, **kwargs) -> list:
-        return self.get(n).run(fn, *args, **kwargs)
+    def run(self, n: int, fn, *args, nodes: int = 1, **kwargs) -> list:
+        return self.get(n, nodes).run(fn, *args, **kwargs)
 
     def close(self) -> None:
         while self._crews:
@@ -67,11 +69,11 @@ class CrewPool:
     def __exit__(self, *exc) -> None:
         self.close()
 
-def _run(n: int, fn, *args, pool: CrewPool | None = None):
+def _run(n: int, fn, *args, pool: CrewPool | None = None, nodes: int = 1):
     if pool is not None:
-        return pool.run(n, fn, *args)
+        return pool.run(n, fn, *args, nodes=nodes)
     import zerolab
-    return zerolab.launch(fn, n, *args, threads=1, echo=False)
+    return zerolab.launch(fn, n, *args, threads=1, echo=False, nodes=nodes)
 
 def lab_model():
     """The lab's model, the same weights on every rank (seed 0)."""
@@ -112,16 +114,16 @@ def pattern(stage: int, ideal: bool = False) -> str:
     """Whose collectives a lab run shows, in one line: DeepSpeed's for the config, or the paper's
     ideal through zerolab's switch."""
     if stage == 0:
-        return ("DeepSpeed's stage 0 (DDP's reduction): the gradients all-reduced at the boundary, "
-                "in buckets of 5e8 elements")
+        return T("DeepSpeed's stage 0 (DDP's reduction): the gradients all-reduced at the boundary, "
+                 "in buckets of 5e8 elements")
     if stage in (1, 2) and ideal:
-        return ("the ZeRO paper's ideal, zerolab's own switch ideal_reduce_scatter (not DeepSpeed's): "
-                "each gradient bucket reduce-scattered, the parameters all-gathered after the step: 2Ψ")
+        return T("the ZeRO paper's ideal, zerolab's own switch ideal_reduce_scatter (not DeepSpeed's): "
+                 "each gradient bucket reduce-scattered, the parameters all-gathered after the step: 2Ψ")
     if stage in (1, 2):
-        return ("DeepSpeed's default: each gradient bucket all-reduced (each rank keeps its "
-                "partition's slices), one all-gather of the flat parameter buffer after the step: 3Ψ")
-    return ("DeepSpeed's stage 3: each module's parameters all-gathered for forward and again for "
-            "backward (prefetched), gradients reduce-scattered per bucket of modules: 3Ψ")
+        return T("DeepSpeed's default: each gradient bucket all-reduced (each rank keeps its "
+                 "partition's slices), one all-gather of the flat parameter buffer after the step: 3Ψ")
+    return T("DeepSpeed's stage 3: each module's parameters all-gathered for forward and again for "
+             "backward (prefetched), gradients reduce-scattered per bucket of modules: 3Ψ")
 
 def _batches(steps: int, world_size: int):
     from ..models import lm_batches
@@ -171,15 +173,28 @@ def _html(text: str) -> str:
     import html
     return f"<pre style='font-size:12px; line-height:1.25'>{html.escape(text)}</pre>"
 
+
+def pad(text: str, n: int, right: bool = False) -> str:
+    """``text`` padded to ``n`` columns (a Chinese character takes two), on the left if ``right``."""
+    from ..i18n import width
+    fill = " " * max(0, n - width(text))
+    return fill + text if right else text + fill
+
+
 def _wrap(lines: list[str], width: int = 98) -> str:
     """Printed lines of at most ``width`` characters (JupyterLab wraps longer ones mid-word),
     continuations indented under their line."""
+    from .. import i18n
     out = []
     for line in lines:
         for part in line.split("\n"):
             lead = len(part) - len(part.lstrip(" "))
-            out.append(textwrap.fill(part, width, subsequent_indent=" " * (lead + 4),
-                                     break_long_words=False) if len(part) > width else part)
+            cols = i18n.width(part)
+            if cols > width and cols != len(part):          # Chinese: broken by the columns it takes
+                out.append(i18n.fill(part, width, subsequent_indent=" " * (lead + 4)))
+            else:
+                out.append(textwrap.fill(part, width, subsequent_indent=" " * (lead + 4),
+                                         break_long_words=False) if len(part) > width else part)
     return "\n".join(out)
 
 

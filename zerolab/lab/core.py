@@ -23,9 +23,10 @@ class Collective:
 
     def describe(self, world_size: int) -> str:
         m = moved(self, world_size)
-        return (f"#{self.index}: {self.op} '{self.tag}', {self.numel:,} elements of {self.dtype} "
-                f"({self.bytes:,} bytes)\n    each rank puts in {m['in_numel']:,} elements, keeps "
-                f"{m['out_numel']:,}, sends {self.wire_bytes:,.0f} bytes")
+        return T("#{i}: {op} '{tag}', {numel:,} elements of {dtype} ({nbytes:,} bytes)\n    each rank puts in "
+                 "{put:,} elements, keeps {kept:,}, sends {wire:,.0f} bytes", i=self.index, op=self.op, tag=self.tag,
+                 numel=self.numel, dtype=self.dtype, nbytes=self.bytes, put=m["in_numel"], kept=m["out_numel"],
+                 wire=self.wire_bytes)
 
 @dataclasses.dataclass
 class MemorySample:
@@ -88,20 +89,32 @@ class StepTrace:
         return pattern(self.stage, self.ideal)
 
     def describe(self) -> str:
-        lines = [f"stage {self.stage}, N = {self.world_size}, {self.precision}: one step, "
-                 f"{len(self.calls)} collectives on each rank", f"  ({self.pattern()})"]
+        lines = [T("stage {stage}, N = {n}, {precision}: one step, {calls} collectives on each rank",
+                   stage=self.stage, n=self.world_size, precision=self.precision, calls=len(self.calls)),
+                 T("  ({pattern})", pattern=self.pattern())]
         for op, t in sorted(self.totals().items()):
-            lines.append(f"  {op:<15}{t['calls']:>4} calls {t['numel']:>9,} elements {t['bytes']:>9,} bytes"
-                         f" {t['wire_bytes']:>10,.0f} on the wire")
+            lines.append(T("  {op:<15}{calls:>4} calls {numel:>9,} elements {nbytes:>9,} bytes {wire:>10,.0f} on the "
+                           "wire", op=op, calls=t["calls"], numel=t["numel"], nbytes=t["bytes"], wire=t["wire_bytes"]))
         if self.checks:
             each = self.checks[0][2] // self.world_size
-            lines.append(f"  not counted above: {len(self.checks)} order checks (all_gather, {each} bytes from "
-                         f"each rank), zerolab's own safety; DeepSpeed sends none")
+            lines.append(T("  not counted above: {n} order checks (all_gather, {each} bytes from each rank), "
+                           "zerolab's own safety; DeepSpeed sends none", n=len(self.checks), each=each))
         p = self.peak()
-        lines.append(f"  rank 0 held at most {p.total:,} bytes, {p.label}:")
-        lines.append(f"    params {p.params:,}, grads {p.grads:,}, optimizer states {p.optimizer_states:,}, "
-                     f"buffers {p.buffers:,}")
+        lines.append(T("  rank 0 held at most {total:,} bytes, {label}:", total=p.total, label=_sample_label(p.label)))
+        lines.append(T("    params {params:,}, grads {grads:,}, optimizer states {states:,}, buffers {buffers:,}",
+                       params=p.params, grads=p.grads, states=p.optimizer_states, buffers=p.buffers))
         return _wrap(lines)
+
+
+PHASE_LABELS = ("start of the step", "after forward", "after backward", "after the optimizer step")  # _probed_step's
+
+
+def _sample_label(label: str) -> str:
+    """A memory sample's label ("after forward", "after all_gather 'params embed'") in the edition's language."""
+    if label.startswith("after ") and label.endswith("'") and " '" in label:
+        op, tag = label[len("after "):-1].split(" '", 1)
+        return T("after {op} '{tag}'", op=op, tag=tag)
+    return T.text(label)
 
 def _probed_step(engine, batch, info, sample, t0: float):
     """One training step on ``batch`` (this rank's micro-batch) with a ledger that calls
@@ -236,16 +249,16 @@ def _draw_moved(ax, call: Collective, n: int) -> None:
                     color, hatch = RANK_COLORS[v["from"] % len(RANK_COLORS)], "//"
                 ax.add_patch(_plt().Rectangle((x0 + c, r), 0.92, 0.8, color=color, hatch=hatch,
                                               ec="white" if hatch else color))
-        ax.text(x0 + n / 2, -0.3, title, ha="center", fontsize=9)
+        ax.text(x0 + n / 2, -0.3, F(title), ha="center", fontsize=9)
     ax.annotate("", xy=(n + 1.35, n / 2), xytext=(n + 0.15, n / 2), arrowprops={"arrowstyle": "->"})
     ax.set_xlim(-0.2, 2 * n + 1.7)
     ax.set_ylim(n + 0.1, -0.8)
     ax.set_yticks([r + 0.4 for r in range(n)], [f"rank {r}" for r in range(n)], fontsize=8)
     ax.set_xticks([])
     ax.set_frame_on(False)
-    ax.set_title(f"{call.op} '{call.tag}'\n{call.numel:,} elements, {call.wire_bytes:,.0f} B sent per rank",
-                 fontsize=9)
-    ax.text(n + 0.75, n + 0.05, "colour: whose values; dark: summed over ranks;\nhatched: arrived from that rank",
+    ax.set_title(F("{op} '{tag}'\n{numel:,} elements, {wire:,.0f} B sent per rank", op=call.op, tag=call.tag,
+                   numel=call.numel, wire=call.wire_bytes), fontsize=9)
+    ax.text(n + 0.75, n + 0.05, F("colour: whose values; dark: summed over ranks;\nhatched: arrived from that rank"),
             ha="center", va="top", fontsize=7)
 
 def draw_step(trace: StepTrace, index: int = 0):
@@ -270,11 +283,12 @@ def draw_step(trace: StepTrace, index: int = 0):
     if call.start is not None:
         ax_t.axvspan(call.start * 1e3, max(call.end * 1e3, call.start * 1e3 + 0.02), color="black", alpha=0.25)
         ax_t.axvline(call.end * 1e3, color="black", linewidth=1)
-    ax_t.set_yticks(range(len(lanes)), ["compute spans", "blocking comm", "async comm", "waits"], fontsize=8)
+    ax_t.set_yticks(range(len(lanes)), [F("compute spans"), F("blocking comm"), F("async comm"), F("waits")],
+                    fontsize=8)
     ax_t.set_xlabel(F("ms since the step began (rank 0)"), fontsize=8)
-    whose = "the paper's ideal (zerolab's switch)" if trace.ideal else "DeepSpeed's collectives"
-    ax_t.set_title(f"stage {trace.stage}, N = {n}, {trace.precision}, {whose}: collective {index + 1} of "
-                   f"{len(calls)}", fontsize=10)
+    whose = F("the paper's ideal (zerolab's switch)") if trace.ideal else F("DeepSpeed's collectives")
+    ax_t.set_title(F("stage {stage}, N = {n}, {precision}, {whose}: collective {i} of {calls}", stage=trace.stage,
+                     n=n, precision=trace.precision, whose=whose, i=index + 1, calls=len(calls)), fontsize=10)
     # memory over the step
     for r in range(n):
         ts = [s.t * 1e3 for s in trace.memory[r]]
@@ -292,7 +306,7 @@ def draw_step(trace: StepTrace, index: int = 0):
     for giant, colour in (("params", "#4c72b0"), ("grads", "#dd8452"), ("optimizer_states", "#8172b3"),
                           ("buffers", "#937860")):
         vals = [getattr(trace.sample_after(index, r), giant) for r in range(n)]
-        ax_b.bar(range(n), vals, bottom=bottoms, color=colour, label=giant.replace("_", " "))
+        ax_b.bar(range(n), vals, bottom=bottoms, color=colour, label=F(giant.replace("_", " ")))
         bottoms = [b + v for b, v in zip(bottoms, vals)]
     ax_b.set_xticks(range(n), [f"rank {r}" for r in range(n)], fontsize=8)
     ax_b.set_ylabel(F("bytes"), fontsize=8)

@@ -8,7 +8,7 @@ import time
 
 from ..config import ZeroConfig
 from .common import (F, T, RANK_COLORS, CrewPool, _run, lab_model, lab_config, _batches, _plt, _png, _html, _wrap,
-                     _run_controls, lab_box)
+                     _run_controls, lab_box, pad)
 from .core import _probed_step
 
 
@@ -97,44 +97,53 @@ class Placement:
         return {"compute": max(s["compute"] - s["host_step"], 0.0), "comm": s["exposed_comm"],
                 "host": s["host_step"], "io": s["nvme_io"]}
 
-    def setting(self) -> str:
-        opt = {"none": "optimizer states on the device", "cpu": "optimizer states in host memory",
-               "nvme": "optimizer states on NVMe"}[self.offload_optimizer]
+    def setting(self, tr=T) -> str:
+        """The setting in one line (``tr``: :data:`T` for printed text, ``F`` for a figure's)."""
+        opt = tr({"none": "optimizer states on the device", "cpu": "optimizer states in host memory",
+                  "nvme": "optimizer states on NVMe"}[self.offload_optimizer])
         if self.offload_optimizer == "nvme":
             pipes = [k for k, on in (("read", self.pipeline_read), ("write", self.pipeline_write)) if on]
-            opt += f" (pipelined {' and '.join(pipes)})" if pipes else " (no pipelining)"
+            opt += (tr(" (pipelined {which})", which=tr(" and ").join(tr(k) for k in pipes)) if pipes else
+                    tr(" (no pipelining)"))
         if self.stage == 3:
-            opt += {"none": ", parameter shards on the device", "cpu": ", parameter shards in host memory",
-                    "nvme": ", parameter shards on NVMe"}[self.offload_param]
-        return f"stage {self.stage}, N = {self.world_size}, {self.precision}: {opt}, sub_group_size {self.sub_group_size:,}"
+            opt += tr({"none": ", parameter shards on the device", "cpu": ", parameter shards in host memory",
+                       "nvme": ", parameter shards on NVMe"}[self.offload_param])
+        return tr("stage {stage}, N = {n}, {precision}: {opt}, sub_group_size {sg:,}", stage=self.stage,
+                  n=self.world_size, precision=self.precision, opt=opt, sg=self.sub_group_size)
 
     def describe(self) -> str:
-        lines = [self.setting(), "the engine's switches (engine.switches()):"]
+        lines = [self.setting(), T("the engine's switches (engine.switches()):")]
         lines += [f"  {k}: {v}" for k, v in self.switches.items()]
-        lines.append(f"bytes after the step (engine.memory(where); Ψ = {self.psi:,}):")
-        lines.append(f"{'rank':>4}  {'where':<7}{'params':>10}{'grads':>10}{'optimizer states':>18}{'buffers':>9}")
+        lines.append(T("bytes after the step (engine.memory(where); Ψ = {psi:,}):", psi=self.psi))
+        lines.append(f"{'rank':>4}  " + pad(T("where"), 7) + "".join(
+            pad(T(h), w, True) for h, w in (("params", 10), ("grads", 10), ("optimizer states", 18), ("buffers", 9))))
         for r in range(self.world_size):
             for where in PLACES:
                 m = self.places[r][where]
-                lines.append(f"{r if where == 'device' else '':>4}  {where:<7}{m['params']:>10,}{m['grads']:>10,}"
-                             f"{m['optimizer_states']:>18,}{m['buffers']:>9,}")
-        sizes = self.sub_groups[0]
-        where = {"none": "on the device", "cpu": "on the host", "nvme": "on the host, streamed from NVMe"}
-        lines.append(f"the optimizer step {where[self.offload_optimizer]}: {len(sizes)} sub-group"
-                     f"{'s' if len(sizes) != 1 else ''} of {', '.join(f'{n:,}' for n in sizes)} elements (rank 0)")
+                lines.append(f"{r if where == 'device' else '':>4}  {pad(T(where), 7)}{m['params']:>10,}"
+                             f"{m['grads']:>10,}{m['optimizer_states']:>18,}{m['buffers']:>9,}")
+        sizes = ", ".join(f"{n:,}" for n in self.sub_groups[0])
+        where = T({"none": "on the device", "cpu": "on the host",
+                   "nvme": "on the host, streamed from NVMe"}[self.offload_optimizer])
+        lines.append(T("the optimizer step {where}: 1 sub-group of {sizes} elements (rank 0)", where=where,
+                       sizes=sizes) if len(self.sub_groups[0]) == 1 else
+                     T("the optimizer step {where}: {n} sub-groups of {sizes} elements (rank 0)", where=where,
+                       n=len(self.sub_groups[0]), sizes=sizes))
         for what, label in (("optimizer", "optimizer states"), ("params", "parameter shards")):
             io = self.io[0].get(what)
             if io:
-                lines.append(f"NVMe during the step, {label} (rank 0): {io['reads']} reads ({io['bytes_read']:,} B), "
-                             f"{io['writes']} writes ({io['bytes_written']:,} B)")
+                lines.append(T("NVMe during the step, {label} (rank 0): {reads} reads ({read:,} B), {writes} writes "
+                               "({written:,} B)", label=T(label), reads=io["reads"], read=io["bytes_read"],
+                               writes=io["writes"], written=io["bytes_written"]))
         if self.stage == 3:
             g = self.gathers[0]
             peak = self.places[0]["device"]["peak_buffers"]
             ahead = self.prefetched[0]
-            lines.append(f"stage 3: {len(g)} parameter all-gathers ({sum(n for _, n, _, _ in g):,} elements) in the "
-                         f"step on rank 0, " + (f"carrying {ahead} module gathers prefetched ahead" if ahead else
-                                                "each just in time, none prefetched")
-                         + f"; at most {peak:,} B gathered or in flight at once")
+            lines.append(T("stage 3: {n} parameter all-gathers ({numel:,} elements) in the step on rank 0, ", n=len(g),
+                           numel=sum(n for _, n, _, _ in g))
+                         + (T("carrying {ahead} module gathers prefetched ahead", ahead=ahead) if ahead else
+                            T("each just in time, none prefetched"))
+                         + T("; at most {peak:,} B gathered or in flight at once", peak=peak))
         return _wrap(lines)
 
 def _placement_on_rank(cfg: dict) -> dict:
@@ -246,13 +255,13 @@ def draw_placement(p: Placement):
             for giant, colour, label in _GIANT_COLOURS:
                 v = p.bytes(r, where, giant)
                 ax_b.bar(x, v, width * 0.9, bottom=bottom, color=colour,
-                         label=label if (pi, r) == (0, 0) else None)
+                         label=F(label) if (pi, r) == (0, 0) else None)
                 bottom += v
             top = max(top, bottom)
             ax_b.text(x, bottom, f" {bottom:,}", ha="center", va="bottom", fontsize=6.5, rotation=90)
             ticks.append(x)
             tick_labels.append(f"r{r}")
-        ax_b.text(pi, -0.2, PLACE_NAMES[where], ha="center", va="top", fontsize=8,
+        ax_b.text(pi, -0.2, F(PLACE_NAMES[where]), ha="center", va="top", fontsize=8,
                   transform=ax_b.get_xaxis_transform())
     ax_b.set_xticks(ticks, tick_labels, fontsize=7)
     ax_b.set_ylim(0, top * 1.6)
@@ -266,9 +275,9 @@ def draw_placement(p: Placement):
         split = p.split(r)
         left = 0.0
         for key, colour, label in parts:
-            ax_s.barh(2 * r, split[key] * 1e3, left=left, color=colour, label=label if r == 0 else None)
+            ax_s.barh(2 * r, split[key] * 1e3, left=left, color=colour, label=F(label) if r == 0 else None)
             left += split[key] * 1e3
-        ax_s.barh(2 * r + 0.8, split["io"] * 1e3, color="#55a868", label="NVMe I/O threads" if r == 0 else None)
+        ax_s.barh(2 * r + 0.8, split["io"] * 1e3, color="#55a868", label=F("NVMe I/O threads") if r == 0 else None)
     longest = max(max(sum(p.split(r)[k] for k, _, _ in parts), p.split(r)["io"]) for r in range(n)) * 1e3
     ax_s.set_xlim(0, max(longest, 1e-3) * 1.05)          # every bar inside its axis, whatever its length
     ax_s.set_yticks([2 * r + 0.4 for r in range(n)], [f"rank {r}" for r in range(n)], fontsize=8)
@@ -296,10 +305,10 @@ def draw_placement(p: Placement):
     for k, name, s, e in p.events[0]:
         if k == "compute":
             ax_t.text((s + e) / 2 * 1e3, -0.55, name, ha="center", va="bottom", fontsize=7)
-    ax_t.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=8)
+    ax_t.set_yticks(range(len(rows)), [F(r[0]) for r in rows], fontsize=8)
     ax_t.set_ylim(len(rows) - 0.4, -0.9)
-    ax_t.set_title("rank 0's step: when each thing ran, and when the bytes moved (measured; NVMe: light = read, "
-                  "dark = write)", fontsize=9)
+    ax_t.set_title(F("rank 0's step: when each thing ran, and when the bytes moved (measured; NVMe: light = read, "
+                     "dark = write)"), fontsize=9)
     ax_t.tick_params(labelbottom=False)
     # the device's gathered bytes over the step
     for r in range(n):
@@ -307,10 +316,10 @@ def draw_placement(p: Placement):
         ax_m.step(ts, [b for _, _, b in p.memory[r]], where="post", color=RANK_COLORS[r % 8], label=f"rank {r}")
     ax_m.set_xlabel(F("ms since the step began"), fontsize=8)
     ax_m.set_ylabel(F("bytes"), fontsize=8)
-    ax_m.set_title("buffers on the device over the step: gathered parameters (stage 3) and gradient buckets",
+    ax_m.set_title(F("buffers on the device over the step: gathered parameters (stage 3) and gradient buckets"),
                    fontsize=9)
     ax_m.legend(fontsize=7, loc="upper right")
-    fig.suptitle(p.setting(), fontsize=10)
+    fig.suptitle(p.setting(F), fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -347,7 +356,7 @@ def extension_widget(pool: CrewPool | None = None, world_size: int = 2, stage: i
             pr.disabled = pw.disabled = opt.value != "nvme"
         finally:
             busy["on"] = False
-        status.value = "<i>running the engine on the ranks ...</i>"
+        status.value = "<i>" + T("running the engine on the ranks ...") + "</i>"
         p = placement(n.value, st.value, opt.value, par.value, sub.value, pr.value, pw.value, pool=pool)
         image.value = _png(draw_placement(p))
         summary.value = _html(p.describe())
