@@ -43,13 +43,9 @@ TRANSLATED = {"progress.py": "progress", "report.py": "report", "checks/__init__
               "checks/hooks3.py": "checks.hooks3",
               "checks/ch06.py": "checks.ch06", "checks/ch07.py": "checks.ch07", "checks/ch14.py": "checks.ch14",
               "lab/common.py": "lab", "lab/basic.py": "lab", "lab/core.py": "lab",
-<<<<<<< HEAD
-              "lab/application.py": "lab", "lab/extension.py": "lab",
+              "lab/application.py": "lab", "lab/extension.py": "lab", "lab/zeropp.py": "lab",
               "config_types.py": "config", "config_parse.py": "config", "config_keys.py": "config", "config_values.py": "config",
               "crew.py": "crew", "crew_limits.py": "crew"}
-=======
-              "lab/application.py": "lab", "lab/extension.py": "lab", "lab/zeropp.py": "lab"}
->>>>>>> zpp
 
 
 @pytest.fixture(autouse=True)
@@ -147,11 +143,9 @@ def _dynamic() -> dict[str, list[str]]:
             "checks.ch13": [what for what, *_ in ch13.CASES],
             "checks.ch06": [what for what, _, _ in ch06.CASES] + [ch06._model_case()[0]],
             "checks.ch14": mistakes + ["tokens", "bytes", "forward gather", "backward gather", "gradients"],
-<<<<<<< HEAD
             "report": [f"{verdict}: up to {{ranks}} ranks at once on gloo (CPU), about {{need:g}} GB free needed"
                        for verdict in ("yes", "NO")],
-            "crew": ["during start", "during run"]}
-=======
+            "crew": ["during start", "during run"],
             "lab": list(KINDS) + list(PHASE_LABELS) + list(BOUND_BY) + [  # what the lab passes through T from tables
                 "parameters", "gradients", "optimizer states", " and ", "all", "params", "grads", "model states",
                 "buffers", "GB/GPU", "DS est.", "host GB", "fits", "step s", "tokens/s", "device", "host", "nvme",
@@ -161,7 +155,6 @@ def _dynamic() -> dict[str, list[str]]:
                 ", parameter shards on NVMe", "read", "write", "activations", "working buffers", "before", "after",
                 "in host memory", "on NVMe", "exposed comm", "host step", "parameter gathers", "other collectives",
                 "host step (sub-groups)", "NVMe: parameter shards", "NVMe: optimizer states"]}
->>>>>>> zpp
 
 
 @pytest.mark.parametrize("module", sorted(TRANSLATED))
@@ -709,7 +702,6 @@ def test_a_check_run_from_the_chinese_solutions_is_not_the_learners(monkeypatch,
     assert progress.running_a_solution()
 
 
-<<<<<<< HEAD
 # -- what a Chinese learner reads outside the checks: the config reader, a rank's error, zerolab report ---
 
 BAD_CONFIG = {"train_batch_size": 8, "zero_optimization": {"stage": 5, "offload_optimzer": {}},
@@ -828,7 +820,7 @@ def test_zerolab_report_in_chinese_and_in_english(capsys):
     assert "every chapter .... yes" in en and "learner's check .. zerolab report --preflight" in en
     assert not CJK.search(en), en
 
-=======
+
 def test_matplotlibs_last_resort_font_is_not_a_cjk_font(monkeypatch):
     """matplotlib (3.10+) bundles "Last Resort High-Efficiency", which maps every code point to a box:
     found by the glyph lookup it would put boxes in every Chinese figure; it is skipped."""
@@ -840,4 +832,3 @@ def test_matplotlibs_last_resort_font_is_not_a_cjk_font(monkeypatch):
     monkeypatch.setattr(font_manager.fontManager, "ttflist", last)
     monkeypatch.setattr(viz, "_CJK_FONT", [])
     assert viz.cjk_font() is None
->>>>>>> zpp
