@@ -318,10 +318,9 @@ class Engine:
         same on every rank: what DeepSpeed's zero_to_fp32 gives. A tied parameter appears
         once, under its first name."""
         values = self.stage.full_params()
-        out = {}
-        for name, p in self.module.named_parameters():
-            out[name] = values[name] if name in values else p.detach().float().cpu().clone()
-        return out
+        untrained = self.stage.untrained_values()   # (stage 3 partitions them too: gathered here)
+        return {name: values[name] if name in values else untrained[name].float()
+                for name, _ in self.module.named_parameters()}
 
     def optimizer_state_bytes(self) -> int:
         """Bytes of the optimizer's side held in memory (device or host): its state tensors,
