@@ -72,7 +72,7 @@ def run_parity(tmp, precision, steps=3):
         engine = zerolab.initialize(TinyLM(), cfg_for(stage, world, precision=precision, **kw))
         train_engine(engine, batches, lm_loss)
         got = engine.full_params()
-        stores = [x for x in (engine.stage.home.nvme, getattr(engine.stage.params, "_param_files", None)) if x]
+        stores = [x for x in (engine.stage.home.nvme, getattr(getattr(engine.stage.params, "shards", None), "files", None)) if x]
         mine = [x.top for x in stores]             # this rank's folders (the other ranks have their own)
         files = [os.path.join(dp, f) for d in mine for dp, _, fs in os.walk(d) for f in fs]
         engine.close()

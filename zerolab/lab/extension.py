@@ -156,7 +156,7 @@ def _placement_on_rank(cfg: dict) -> dict:
         batches = _batches(2, info.world_size)
         train_engine(engine, batches[:1], lm_loss)             # warm-up step: Adam's states appear
         st = engine.stage
-        stores = {"optimizer": st.home.nvme, "params": getattr(st.params, "_param_files", None)}
+        stores = {"optimizer": st.home.nvme, "params": getattr(getattr(st.params, "shards", None), "files", None)}
         before = {k: (s.bytes_read, s.bytes_written) for k, s in stores.items() if s is not None}
         prefetches = getattr(st, "prefetches", 0)
         samples: list = []
