@@ -85,7 +85,7 @@ WRONG = {
                                                  ["after a module's backward", "after_backward", "peak 1,600 vs 1,344"]),
     "gathers the children's parameters too": (lambda: _mutate(
         ("        ids = ps.module_groups.get(module, []) + frame[1]\n",
-         "        ids = sorted({ps.stage.group_of[id(p)].index for p in module.parameters()}) + frame[1]\n")),
+         "        ids = sorted({ps.unit_of[id(p)].index for p in module.parameters()}) + frame[1]\n")),
         ["gathered too much at once: peak 2,928 vs 1,344", "module.parameters() recurses"]),
 }
 

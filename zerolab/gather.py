@@ -47,11 +47,15 @@ class GatheredParams:
     """Stage 3's parameters: one shard per group on each rank, gathered per unit."""
     ordered_per_pass = True                   # gradient buckets follow each forward's order
 
-    def __init__(self, stage):
-        self.stage = stage
-        zero = stage.zero
-        u = make_units(stage.model, stage.named, zero, stage.dtype, stage.rank, stage.world_size,
-                       stage.opt_group_of)
+    def __init__(self, model: nn.Module, named, comm, zero, zerolab, *, dtype: torch.dtype, device: torch.device,
+                 opt_group_of: dict[int, int], buffers):
+        """``named``: the trained parameters; ``zero``: the ZeroConfig; ``zerolab``: zerolab's own
+        options; ``buffers``: the stage's live-buffer accounting (``switches.LiveBuffers``)."""
+        self.model, self.comm, self.dtype, self.device = model, comm, dtype, device
+        self.rank, self.world_size = comm.rank, comm.world_size
+        self._track = buffers.track
+        self._offload = zero.offload_param
+        u = make_units(model, named, zero, dtype, self.rank, self.world_size, opt_group_of)
         self.groups, self.persistent, self.n_trained = u.groups, u.persistent, u.n_trained
         self.module_groups, self.unit_of = u.module_groups, u.unit_of
         self.full: dict[int, torch.Tensor] = {}    # group index -> gathered flat buffer, while alive
@@ -62,11 +66,11 @@ class GatheredParams:
         po = zero.offload_param
         self.where = po.device if po.device in ("cpu", "nvme") else "device"
         pin = po.pin_memory and torch.cuda.is_available()
-        self.hpz = secondary_shards(stage, self.where, pin)   # hpZ's (hpz.py); NoSecondaryShards when off
-        self.shards = ParamShards(self.where, stage.dtype, stage.device, pin)   # this rank's shard of each group
+        self.hpz = secondary_shards(comm, zero.zero_hpz_partition_size, dtype, self.where, pin)   # hpZ's (hpz.py); NoSecondaryShards when off
+        self.shards = ParamShards(self.where, dtype, device, pin)   # this rank's shard of each group
         for g in self.groups:
-            flat = g.flatten([p.data for p in g.params], stage.dtype, stage.device)
-            broadcast_(stage.comm, flat)           # everyone starts from rank 0's weights
+            flat = g.flatten([p.data for p in g.params], dtype, device)
+            broadcast_(comm, flat)           # everyone starts from rank 0's weights
             whole = self.persistent[g.index]
             self.shards.add(g.shard_of(flat), whole)   # persistent: a view, the whole buffer stays
             if whole:
@@ -85,11 +89,11 @@ class GatheredParams:
         self.hooks: ModuleHooks | None = None
         # qwZ; on one rank DeepSpeed gathers nothing, so quantizes nothing (all_gather_coalesced:
         # _no_gather_coalesced when the partition world size is 1)
-        self.quantized_weights = bool(zero.zero_quantized_weights) and stage.world_size > 1
+        self.quantized_weights = bool(zero.zero_quantized_weights) and self.world_size > 1
         if self.quantized_weights:
             check_qwz(self.groups, self.persistent, self.hpz)
-        self.fetch = UnitFetch(self.groups, self._shard_on_device, self.hpz, stage.comm, stage.dtype, stage.device,
-                               stage.track, quantized=self.quantized_weights, order_checks=stage.zerolab.order_checks,
+        self.fetch = UnitFetch(self.groups, self._shard_on_device, self.hpz, comm, dtype, device,
+                               self._track, quantized=self.quantized_weights, order_checks=zerolab.order_checks,
                                prefetch_numel=zero.stage3_prefetch_bucket_size,
                                max_live=zero.stage3_max_live_parameters)
 
@@ -109,9 +113,9 @@ class GatheredParams:
     def start(self) -> None:
         """After the optimizer's home took its masters: swap shards to files, install the hooks."""
         if self.where == "nvme":
-            po, st = self.stage.zero.offload_param, self.stage
-            self.shards.swap_out(self.groups, self.persistent, po.max_in_cpu, po.nvme_path, st.rank,
-                                 st.world_size, timeline=getattr(st.comm, "timeline", None))
+            po = self._offload
+            self.shards.swap_out(self.groups, self.persistent, po.max_in_cpu, po.nvme_path, self.rank,
+                                 self.world_size, timeline=getattr(self.comm, "timeline", None))
         self.hooks = module_hooks_class()(self)   # ModuleHooks, unless hooks.use_module_hooks swapped it
 
     @property
@@ -241,14 +245,14 @@ class GatheredParams:
         """Set untrained parameters from full values by name (a checkpoint's); others are left."""
         for g in self.groups[self.n_trained:]:
             if all(n in values for n in g.names):
-                self.store_flat(g, g.flatten([values[n] for n in g.names], self.stage.dtype, self.stage.device))
+                self.store_flat(g, g.flatten([values[n] for n in g.names], self.dtype, self.device))
 
     def restore_untrained(self) -> None:
         """Give every untrained parameter its full value as a tensor of its own (collective)."""
         values = self.untrained_values()
         for g in self.groups[self.n_trained:]:
             for p, n in zip(g.params, g.names):
-                p.data = values[n].to(self.stage.device)
+                p.data = values[n].to(self.device)
 
     def close(self) -> None:
         self.full.clear()
@@ -375,10 +379,10 @@ class GatheredParams:
         if g.index in self.full and not self.persistent[g.index]:
             self.hpz.keep(g, self.full[g.index])  # DeepSpeed's _partition_param_sec, at every release
         for p in g.params:
-            p.data = torch.empty(0, dtype=self.stage.dtype, device=self.stage.device)
+            p.data = torch.empty(0, dtype=self.dtype, device=self.device)
         if self.full.pop(g.index, None) is not None and not self.persistent[g.index]:
             self._live_gathered -= g.padded_numel
-        self.stage.track(f"params {g.index}", None)
+        self._track(f"params {g.index}", None)
 
     def reshard(self, g: FlatGroup) -> None:
         """Release group ``g``'s full parameters (persistent groups stay whole)."""

@@ -66,7 +66,7 @@ def watch_params(hooks, params) -> list[nn.Module]:
     a parameter is read by attribute. Returns the modules changed (for :func:`unwatch_params`)."""
     watched = {id(p) for g in params.groups if not params.persistent[g.index] for p in g.params}
     out = []
-    for mname, m in params.stage.model.named_modules():
+    for mname, m in params.model.named_modules():
         if any(p is not None and id(p) in watched for p in m._parameters.values()):
             m._parameters = _WatchedParams(hooks, mname, m._parameters)
             out.append(m)
@@ -112,7 +112,7 @@ class ModuleHooks:
         self.forward_done = False                  # a forward ran (with grad) since the last backward
         self._registered: dict[nn.Module, set[int]] = {}   # register_external_parameter
         self._handles = []
-        for m in params.stage.model.modules():
+        for m in params.model.modules():
             self._handles.append(m.register_forward_pre_hook(self._pre_forward))
             self._handles.append(m.register_forward_hook(self._post_forward))
         self._watched_modules = watch_params(self, params)
@@ -212,7 +212,7 @@ class ModuleHooks:
             # (an error even when the reuse distance kept it gathered: the same rule every step)
             raise ExternalParameterError(
                 f"parameter {name!r} was used outside the model's forward (after forward, before "
-                f"backward: in the loss, say). ZeRO stage 3 keeps only a 1/{ps.stage.world_size} "
+                f"backward: in the loss, say). ZeRO stage 3 keeps only a 1/{ps.world_size} "
                 "shard of it on each rank, and gathers it only while a module's forward runs. "
                 "Compute with it inside the model's forward (e.g. the top-level forward: zerolab "
                 "gathers it there), or use ZeRO stage 0-2 for this model.")

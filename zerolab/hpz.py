@@ -174,8 +174,8 @@ class NoSecondaryShards:
         return 0
 
 
-def secondary_shards(stage, where: str, pin: bool) -> SecondaryShards | NoSecondaryShards:
-    """Stage 3's hpZ secondary shards for ``stage`` (its ``zero_hpz_partition_size``), or
+def secondary_shards(comm, h: int, dtype: torch.dtype, where: str, pin: bool) -> SecondaryShards | NoSecondaryShards:
+    """Stage 3's hpZ secondary shards over groups of ``h`` ranks of ``comm`` (``zero_hpz_partition_size``), or
     :class:`NoSecondaryShards` when hpZ is off: the checks (:func:`hpz_group_size`), then the groups of h consecutive ranks, made
     collectively (every rank calls this at the same point of its initialization). ``where``: where
     the primary shards live ("device", "cpu" or "nvme": ``offload_param``)."""
@@ -184,7 +184,7 @@ def secondary_shards(stage, where: str, pin: bool) -> SecondaryShards | NoSecond
         topo = current()
     except (RuntimeError, ValueError):
         topo = None
-    size = hpz_group_size(stage.zero.zero_hpz_partition_size, stage.world_size, topo, offload=where)
+    size = hpz_group_size(h, comm.world_size, topo, offload=where)
     if size <= 1:
         return NoSecondaryShards()
-    return SecondaryShards(stage.comm, size, "cpu" if where == "cpu" else "device", stage.dtype, pin)
+    return SecondaryShards(comm, size, "cpu" if where == "cpu" else "device", dtype, pin)

@@ -108,7 +108,7 @@ class Stage:
     """One ZeRO stage: ``self.grads`` (how gradients are reduced), ``self.params`` (where
     parameters live), ``self.home`` (where the optimizer states live, and the step). The Stage
     builds each from its slice of the config and calls them in the order of a step; the
-    switches never see the Stage (stage 3's ``GatheredParams`` still reads it: issue 27)."""
+    switches never see the Stage."""
 
     def __init__(self, model: nn.Module, named: list[tuple[str, nn.Parameter]], comm: Comm,
                  zero, dtype: torch.dtype, comm_dtype: torch.dtype, device: torch.device,
@@ -153,8 +153,9 @@ class Stage:
     def _make_params(self, params_cls, model: nn.Module):
         """(the parameter switch, do its shards stay on the device?, the most elements one unit
         gathers: a module's own parameters, what the device budget's estimates use)."""
-        if params_cls is GatheredParams:          # (it still reads the Stage: issue 27)
-            params = GatheredParams(self)
+        if params_cls is GatheredParams:
+            params = GatheredParams(model, self.named, self.comm, self.zero, self.zerolab, dtype=self.dtype,
+                                    device=self.device, opt_group_of=self.opt_group_of, buffers=self.buffers)
             on_device = self.zero.offload_param.device not in ("cpu", "nvme")
             return params, on_device, max((g.numel for g in params.groups), default=0)
         largest = largest_layer_params(model)

@@ -95,7 +95,7 @@ class MyHooks:
         self.frames = []                         # forwards running now: [module, extra group ids]
         self.registered = {}                     # module -> group ids (register_external_parameter)
         self.handles = []
-        for m in params.stage.model.modules():
+        for m in params.model.modules():
             self.handles.append(m.register_forward_pre_hook(self.pre_forward))
             self.handles.append(m.register_forward_hook(self.post_forward))
         self.watched = watch_params(self, params)    # reading module.weight calls on_param_read
@@ -106,7 +106,7 @@ class MyHooks:
         unwatch_params(self.watched)
 
     def register_external_parameter(self, module, param):
-        g = self.params.stage.group_of[id(param)]
+        g = self.params.unit_of[id(param)]
         if not self.params.persistent[g.index]:
             self.registered.setdefault(module, set()).add(g.index)
 
@@ -150,7 +150,7 @@ class MyHooks:
 
     def on_param_read(self, p, name):
         ps = self.params
-        g = ps.stage.group_of.get(id(p))
+        g = ps.unit_of.get(id(p))
         if g is None or ps.persistent[g.index]:
             return
         # BEGIN SOLUTION: read in a forward, not gathered: gather it, tie it to that module

@@ -2,7 +2,7 @@
 
 The learner writes a class with the interface :class:`zerolab.gather.GatheredParams` expects of
 its hooks (zerolab's is :class:`zerolab.hooks.ModuleHooks`): ``__init__(params)`` registers on
-every module of ``params.stage.model``; ``remove``, ``pre_backward``, ``post_backward``,
+every module of ``params.model``; ``remove``, ``pre_backward``, ``post_backward``,
 ``forward_failed``, ``register_external_parameter`` and ``on_param_read`` (called by the watched
 parameter dicts, :func:`zerolab.hooks.watch_params`). The lesson is *when*: gather a module's
 groups before its forward, release them after it, gather them again before its backward
