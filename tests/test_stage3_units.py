@@ -16,48 +16,29 @@ are the same, each at most a few elements apart (said in the README's difference
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 import zerolab
 from zerolab.checks import hooks3
 
 RECORD = json.loads((Path(__file__).resolve().parent.parent / "benchmarks" / "results"
                      / "ds_stage3_units.json").read_text())
-VOCAB, D, SEQ = 32, 16, 6
-CONFIG = {"train_micro_batch_size_per_gpu": 2,
-          "optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9}},
-          "zero_optimization": {"stage": 3, "stage3_max_reuse_distance": 0,
-                                "stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 0}}
-
-
-class LoraNet(nn.Module):
-    """ds_stage3_units.py's LoraNet: frozen embedding and base layer, a trainable adapter."""
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(3)
-        self.embed = nn.Embedding(VOCAB, D)
-        self.base = nn.Linear(D, D)
-        self.a = nn.Linear(D, 4, bias=False)
-        self.b = nn.Linear(4, D, bias=False)
-        self.norm = nn.LayerNorm(D)
-        self.head = nn.Linear(D, VOCAB)
-        for p in (*self.embed.parameters(), *self.base.parameters(), self.head.bias):
-            p.requires_grad_(False)
-
-    def forward(self, x):
-        h = self.embed(x)
-        h = self.base(h) + self.b(self.a(h))
-        return self.head(self.norm(h))
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("ds_stage3_units", ROOT / "benchmarks" / "ds_reference" / "ds_stage3_units.py")
+DS = importlib.util.module_from_spec(_spec)       # the recording script's models and config (torch only at import)
+_spec.loader.exec_module(DS)
+VOCAB, SEQ, LoraNet = DS.VOCAB, DS.SEQ, DS.LoraNet
+CONFIG = DS.CONFIG
 
 
 def _model(name):
+    # exercise 8c's model is zerolab's own (the recorded shapes say it is the script's)
     return hooks3.HooksNet() if name == "hooks" else LoraNet()
 
 
