@@ -202,7 +202,7 @@ class GatheredParams:
     def store_flat(self, g: FlatGroup, flat: torch.Tensor) -> None:
         self.reshard(g)                           # (a gathered copy kept by reuse is stale now)
         self.hpz.drop(g.index)                    # (and so is its secondary shard)
-        self.shards.store(g.index, g.shard_of(flat))
+        self.shards.replace(g.index, g.shard_of(flat))
         if self.persistent[g.index]:
             self.full[g.index].copy_(flat)
 

@@ -3,6 +3,9 @@ on the device, in host memory ("cpu"), or in files ("nvme": beyond the first ``m
 elements, which stay in host memory). A persistent group's shard is a view of its whole buffer,
 which stays on the device, as in DeepSpeed.
 
+The places are ``store.py``'s shard stores (the optimizer states' too): ``DeviceShards``,
+``HostShards``, and, once :meth:`ParamShards.swap_out` has sized the files, ``NvmeShards``.
+
 The optimizer's step writes each updated shard piece by piece (:meth:`ParamShards.write`); for a
 shard in a file the new file is assembled in memory without reading the old one, and written at
 :meth:`ParamShards.flush` (the step's ``publish``). ``gather.py`` asks for a shard on the compute
@@ -13,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from .memory import tensor_bytes
+from .store import DeviceShards, HostShards, NvmeShards
 
 __all__ = ["ParamShards"]
 
@@ -23,8 +27,8 @@ class ParamShards:
     def __init__(self, where: str, dtype: torch.dtype, device: torch.device, pin: bool = False):
         self.where = where                          # "device", "cpu" or "nvme"
         self.dtype, self.device, self.pin = dtype, device, pin
+        self.store = DeviceShards(device) if where == "device" else HostShards(pin)   # NvmeShards at swap_out
         self.shards: list[torch.Tensor] = []        # a group's shard (empty when in a file)
-        self.files = None                           # NvmeStore of the shards swapped to files
         self.on_nvme: set[int] = set()
         self._staged: dict[int, torch.Tensor] = {}  # file shards assembled from the step's values
         self._covered: dict[int, int] = {}
@@ -32,12 +36,12 @@ class ParamShards:
     def add(self, shard: torch.Tensor, whole: bool) -> None:
         """The next group's shard: a view kept as it is (``whole``: a persistent group), else a
         copy on the device or in (pinned) host memory."""
-        if whole:
-            self.shards.append(shard)
-        elif self.where != "device":
-            self.shards.append(torch.empty(shard.numel(), dtype=self.dtype, pin_memory=self.pin).copy_(shard))
-        else:
-            self.shards.append(shard.clone())
+        self.shards.append(shard if whole else self.store.buffer(shard.numel(), self.dtype).copy_(shard))
+
+    @property
+    def files(self):
+        """The NvmeStore of the shards swapped to files (None before :meth:`swap_out`)."""
+        return self.store.files
 
     def __getitem__(self, i: int) -> torch.Tensor:
         return self.shards[i]
@@ -57,9 +61,10 @@ class ParamShards:
             else:
                 out.append(g.index)
         need = sum(self.shards[i].numel() for i in out) * self.shards[0].element_size() * world
-        self.files = NvmeStore(nvme_path, rank, need, what="parameter shards of every rank", timeline=timeline)
+        self.store = NvmeShards(NvmeStore(nvme_path, rank, need, what="parameter shards of every rank",
+                                          timeline=timeline), self.pin)
         for i in out:
-            self.files.write(i, "param", self.shards[i]).result()
+            self.store.write(i, "param", self.shards[i]).result()
             self.on_nvme.add(i)
             self.shards[i] = torch.empty(0, dtype=self.dtype)
 
@@ -69,7 +74,7 @@ class ParamShards:
             shard = self._staged.get(i)
             if shard is None:
                 shard = torch.empty(numel, dtype=self.dtype)
-                self.files.read(i, "param", shard).result()
+                self.store.read(i, "param", shard).result()
         else:
             shard = self.shards[i]
         return shard if shard.device == self.device else shard.to(self.device, non_blocking=True)
@@ -91,14 +96,14 @@ class ParamShards:
         for i, buf in self._staged.items():
             if self._covered.get(i, buf.numel()) < buf.numel():    # (not the case in a step)
                 raise RuntimeError(f"stage 3: the step updated only part of group {i}'s shard")
-        for w in [self.files.write(i, "param", buf) for i, buf in self._staged.items()]:
+        for w in [self.store.write(i, "param", buf) for i, buf in self._staged.items()]:
             w.result()
         self._staged.clear()
 
-    def store(self, i: int, shard: torch.Tensor) -> None:
+    def replace(self, i: int, shard: torch.Tensor) -> None:
         """Replace group ``i``'s shard by ``shard`` (a checkpoint's values)."""
         if i in self.on_nvme:
-            self.files.write(i, "param", shard.to(self.dtype).clone()).result()
+            self.store.write(i, "param", shard.to(self.dtype).clone()).result()
         else:
             self.shards[i].copy_(shard)
 
@@ -106,8 +111,8 @@ class ParamShards:
         """Bytes of shards in host memory ("host") or in files ("nvme")."""
         if where == "host" and self.where != "device":
             return tensor_bytes([s for i, s in enumerate(self.shards) if not persistent[i] and i not in self.on_nvme])
-        if where == "nvme" and self.files is not None:
-            return self.files.bytes_on_disk()
+        if where == "nvme":
+            return self.store.bytes_on_disk()
         return 0
 
     def device_bytes(self, persistent: list[bool]) -> int:
@@ -116,5 +121,4 @@ class ParamShards:
             [s for i, s in enumerate(self.shards) if not persistent[i]])
 
     def close(self) -> None:
-        if self.files is not None:
-            self.files.close()
+        self.store.close()
