@@ -122,8 +122,9 @@ removes most of the weight at once because the notebook was 12 of the 16 bytes.
 
 The column "left" is not noise: each flat buffer is **padded** to a multiple of N (16 bytes per
 padding element, each state divided by N once split), the one **frozen** parameter (`temperature`,
-2 bytes) stays whole, and AdamW keeps a 4-byte **step counter** per flat group it steps. The
-next cell adds those up, then draws the table.
+2 bytes: whole on every rank at stages 0-2; at stage 3 partitioned like the others, as DeepSpeed's
+`zero.Init` does, padded to N elements, one per rank, so again 2 bytes), and AdamW keeps a 4-byte
+**step counter** per flat group it steps. The next cell adds those up, then draws the table.
 """),
 code(r"""
 print(f"bytes left once padding, the frozen parameter and AdamW's step counters are counted:"
@@ -153,7 +154,8 @@ print(f"stage 3: most parameter elements gathered (or in flight) at once:"
       f" {runs[4, 3]['peak_gathered']:,} of Ψ = {PSI:,}")
 """),
 md(r"""
-Stage 3's peak holds the **whole model** here: DeepSpeed's defaults are sized for billions of
+Stage 3's peak holds the **whole model** here, and a little more than Ψ: the frozen `temperature`
+is gathered too (1 element, padded to N = 4). DeepSpeed's defaults are sized for billions of
 parameters (`stage3_prefetch_bucket_size` = 5·10⁷ elements gathered ahead,
 `stage3_max_live_parameters` = 10⁹ at once); on a small model, saving memory needs smaller values.
 
@@ -182,19 +184,28 @@ reduce-scattered into N equal pieces, so each bucket is all-reduced (2Ψ) and th
 all-gathered after the step (Ψ). (`"use_multi_rank_bucket_allreduce": false` sends one `reduce`
 to each owner instead.)
 
-Stage 3 at reuse distance 0 moves **3.136 Ψ**: the extra 0.136 Ψ is the embedding (25,700 /
-188,900), which the output head shares, so two modules gather it in forward (DeepSpeed too). With
-DeepSpeed's default `stage3_max_reuse_distance` (10⁹ elements) this small model stays gathered
-from forward to backward and moves 2Ψ. The check and the picture:
+Stage 3 at reuse distance 0 moves **3.272 Ψ**: the extra 0.272 Ψ is the embedding gathered
+**twice more** (2 × 25,700 / 188,900), because the output head shares it. It is gathered for the
+head in forward, and again for the embedding's own backward: DeepSpeed releases a module's
+parameters after its backward (`post_sub_module_backward_function`), so the head's backward lets
+it go, and at reuse distance 0 nothing is kept. The frozen `temperature` (1 element, padded to N)
+is gathered in both passes too, and each group is padded to a multiple of N. With DeepSpeed's
+default `stage3_max_reuse_distance` (10⁹ elements) this small model stays gathered from forward to
+backward and moves 2Ψ (and the padded temperature's few bytes). The check and the picture:
 """),
 code(r"""
 from zerolab.memory import comm_ops
 from zerolab.viz import collective_timeline, traffic_bars
 
+frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
 for n in (2, 3, 4):
     extra = (runs[n, 3]["wire"]["params"] - comm_ops(PSI, 3, n)["all_gather"]) / ((n - 1) / n * 2)
-    print(f"N = {n}: stage 3 gathered {extra:,.0f} elements more than 2Ψ;"
-          f" the embedding has {model.embed.weight.numel():,}, padding the rest")
+    groups = runs[n, 3]["layout"]                   # trainable groups, padded to a multiple of N
+    embed = next(g["padded"] for g in groups if g["label"] == "embed")
+    padding = sum(g["padded"] - sum(g["numels"]) for g in groups)
+    temperature = -(-frozen // n) * n               # the frozen parameter, padded to N
+    print(f"N = {n}: {extra:,.0f} elements beyond 2Ψ; 2 × ({embed:,} embedding + {temperature}"
+          f" temperature + {padding} padding) = {2 * (embed + temperature + padding):,}")
 n, unit = 4, 3 / 4 * PSI * 2
 bars = rows[:6]
 fig, ax = plt.subplots(figsize=(8.5, 4.2))
@@ -213,7 +224,7 @@ With `gradient_accumulation_steps = 4` a rank runs 4 forward/backward passes per
 Stage 1 keeps full gradients and can add the micro-steps up locally; stage 2 keeps only its shard.
 
 **Predict, then run.** At N = 3 with accumulation 4, how many Ψ units does each row move per
-optimizer step? (Accumulation 1 gives 2, 3, 2, 3, 2 and 3.136, as above.)
+optimizer step? (Accumulation 1 gives 2, 3, 2, 3, 2 and 3.272, as above.)
 """),
 code(r"""
 ch03.print_accumulation_table(crews[3], PSI)
@@ -222,7 +233,7 @@ md(r"""
 Stages 0 and 1 send the summed gradient once per optimizer step, whatever the accumulation.
 Stage 2 must reduce every bucket in every micro-step, as backward fills it: DeepSpeed's way
 4 × 2 + 1 = 9 units instead of 3, the paper's 4 × 1 + 1 = 5 instead of 2. That is the price of
-never holding a full gradient. Stage 3 pays 4 times everything (4 × 3.136).
+never holding a full gradient. Stage 3 pays 4 times everything (4 × 3.272).
 
 ### Stage 3 over one step: gather, use, release
 
@@ -234,8 +245,11 @@ one small all-reduce (the overflow check and the gradient norm).
 **Prefetch** is DeepSpeed's rule (`fetch_sub_module` in `partitioned_param_coordinator.py`): the
 first step records the order in which modules are fetched; from the second on, each fetch also
 starts one asynchronous all-gather of the modules that come next, within
-min(`stage3_max_live_parameters` − elements gathered, `stage3_prefetch_bucket_size`). With the
-defaults, a pass's first fetch starts all the rest of this small model in **one** all-gather.
+min(`stage3_max_live_parameters` − elements gathered, `stage3_prefetch_bucket_size`). A module's
+*unit* (its own parameter groups and those tied to it) comes in one all-gather. With the defaults,
+a pass's first fetch (the root's unit: its `pos` and the frozen `temperature`) starts all the rest
+of this small model in **one** more all-gather; only the tied embedding's second use in the pass
+(the head in forward, the embedding's own backward) needs a third.
 (*On a GPU cluster* these run on a CUDA stream of their own, beside the module's kernels.)
 """),
 code(r"""
@@ -257,9 +271,10 @@ of parameter gathers, so that ranks on different paths through the model raise
 `ModuleOrderError` instead of hanging; DeepSpeed sends no such thing, the ledger files them apart
 (`ledger.checks`), and `"zerolab": {"order_checks": false}` turns them off.
 
-**Predict, then run.** With default prefetch the measured step of stage 3 on 4 ranks gathers 19
-modules in 5 all-gathers. With prefetch off (`stage3_prefetch_bucket_size` 0), how many
-all-gathers, how many headers, and how many parameter bytes?
+**Predict, then run.** With default prefetch the measured step of stage 3 on 4 ranks fetches 20
+module units (10 in forward, 10 in backward; 22 parameter groups, as the root's unit holds two) in
+6 all-gathers. With prefetch off (`stage3_prefetch_bucket_size` 0), how many all-gathers, how many
+headers, and how many parameter bytes?
 """),
 code(r"""
 for stage in range(4):
@@ -268,13 +283,14 @@ for stage in range(4):
           f" zerolab's headers {r['headers']:>2} calls, {r['header_bytes']:>3.0f} bytes")
 no_prefetch = crews[4].run(train_and_measure, 3, stage3_prefetch_bucket_size=0)[0]
 for label, r in (("default prefetch", runs[4, 3]), ("prefetch off (0)", no_prefetch)):
-    print(f"stage 3, N = 4, {label}: {r['module_gathers']} module gathers, {r['prefetched']:>2} prefetched,"
+    print(f"stage 3, N = 4, {label}: {r['groups_gathered']} groups gathered, {r['prefetched']:>2} prefetched,"
           f"\n    in {r['param_gathers']:>2} all-gathers (+ {r['headers']:>2} headers, zerolab's),"
           f" {r['wire']['params']:,.0f} parameter bytes on the wire")
 """),
 md(r"""
-One all-gather per module, 19, and one header each: prefetch changes how many calls carry the
-bytes and when they travel, never how many bytes. Chapter 6 measures what a call costs.
+One all-gather per module unit, 20, and one header each (the root's two groups share theirs):
+prefetch changes how many calls carry the bytes and when they travel, never how many bytes.
+Chapter 6 measures what a call costs.
 
 ### Stage 3's small parameters: `stage3_param_persistence_threshold`
 
@@ -293,10 +309,14 @@ ch03.print_persistence_table(crews[4], PSI)
 """),
 md(r"""
 None, in one all-gather: every parameter here is under 100,000 elements, so stage 3 quietly
-becomes the paper's stage 2 (377,802 bytes of parameters per rank, 2Ψ and the frozen one; 2Ψ of
-traffic, less than DeepSpeed's own stage 2). On a model of billions of parameters 100,000
-elements is a LayerNorm or a bias; on a small model, set the threshold yourself. At 30,000 the
-measurement meets the formula exactly (the embedding's double gather is gone too).
+becomes the paper's stage 2 (377,808 bytes of parameters per rank: 2Ψ, and the frozen
+`temperature` padded to 4 elements, 8 bytes; 2Ψ of traffic, less than DeepSpeed's own stage 2).
+The one all-gather after the step refreshes every persistent parameter, the frozen one included,
+across all the optimizer's groups at once (DeepSpeed's `_post_step`). On a model of billions of
+parameters 100,000 elements is a LayerNorm or a bias; on a small model, set the threshold
+yourself. At 30,000 the embedding is persistent, so its extra gathers are gone, and the
+measurement meets the formula but for 6 bytes: the frozen `temperature`, refreshed with the
+persistent parameters ((3/4)·2·4 bytes; the formula counts only the Ψ trainable elements).
 
 ## Correct first: every stage trains like one process
 
@@ -369,8 +389,10 @@ On a 188,900-parameter TinyLM, bf16 + AdamW, 1 to 4 ranks, per rank:
 - **Memory** at N = 4: stage 1 keeps 0.438 of DDP's bytes, stage 2 0.344, stage 3 0.25, each
   the formula to the byte once padding, the frozen parameter and AdamW's step counters are counted.
 - **Traffic**, in (N−1)/N·2Ψ units: DDP 2; DeepSpeed's stages 1-2 3 (each bucket all-reduced), the
-  paper's 2 (zerolab's switch); stage 3 3.136 at reuse distance 0 (the tied embedding gathered
-  twice), 2 with DeepSpeed's defaults. Prefetch changes the calls (5 against 19), not the bytes.
+  paper's 2 (zerolab's switch); stage 3 3.272 at reuse distance 0 (the tied embedding gathered
+  twice more: for the head in forward, and again for its own backward, as DeepSpeed releases
+  after each module's backward), 2 with DeepSpeed's defaults. Prefetch changes the calls (6
+  against 20), not the bytes.
   With accumulation 4, stage 2 pays every micro-step: 9 DeepSpeed's way, 5 the paper's.
 - **Correctness** (fp32): every stage as close to one process as DDP is, below 3·10⁻⁴ with AdamW
   (appendix 3a says why not closer).

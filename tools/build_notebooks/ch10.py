@@ -427,9 +427,13 @@ stage 2 all-reduces bucket by bucket during backward. (This step is the first: s
 recorded order yet, so each module is gathered on its own, without prefetch.)
 
 At N = 4, one pass over all Ψ parameters of bf16 puts (3/4)·2Ψ = 283,350 bytes on each rank's
-wire. Stage 3's forward gathers 38,550 bytes more than that: the output head shares the embedding
-matrix (25,700 elements, (3/4)·2·25,700 = 38,550 bytes) and each of the two modules gathers it
-(chapter 3 measures this).
+wire. Stage 3's forward and its backward each gather 38,556 bytes more than that. 38,550 are the
+embedding matrix (25,700 elements, (3/4)·2·25,700 = 38,550 bytes), which the output head shares:
+in forward the embedding and the head each gather it; in backward the head gathers it, DeepSpeed
+releases it after the head's backward (`post_sub_module_backward_function`; reuse distance 0
+here keeps nothing), and the embedding's own backward gathers it again (chapter 3 measures
+this). The last 6 bytes are the frozen `temperature`: 1 element, partitioned like the others as
+DeepSpeed's `zero.Init` does, padded to 4 elements, (3/4)·2·4 = 6 bytes.
 
 ## The replacement: zerolab's stage 1, on real ranks
 
@@ -662,20 +666,23 @@ min(`stage3_max_live_parameters` − available, `stage3_prefetch_bucket_size`) e
 the first fetch takes every module, the whole model is gathered at the peak, and the modules
 gathered ahead travel in one all-gather whose buffer is copied out module by module, which adds
 to the peak. With `stage3_prefetch_bucket_size` 0 (no prefetch) only the modules at work are
-gathered, and stage 3 saves a few percent. On a billion-parameter model the same budget holds a
-few layers: that is what it is sized for.
+gathered, and stage 3 holds about a tenth less than stage 2 (the tied embedding is let go after
+the head's backward, as DeepSpeed does, until the embedding's own backward gathers it again).
+On a billion-parameter model the same budget holds a few layers: that is what it is sized for.
 
 What stage 3 pays depends on the stage 2 you compare it with. DeepSpeed's stage 2 already moves
 3Ψ (each gradient bucket all-reduced, then the parameters all-gathered), so stage 3 moves about
-as many bytes (3Ψ, plus the tied embedding gathered twice); against the paper's stage 2 (2Ψ,
-zerolab's `ideal_reduce_scatter`) it moves half again as many. It makes more calls than
+as many bytes (3Ψ, plus the tied embedding gathered twice more: for the head in forward and
+again for the embedding's own backward); against the paper's stage 2 (2Ψ, zerolab's
+`ideal_reduce_scatter`) it moves half again as many. It makes more calls than
 DeepSpeed's stage 2: the parameter all-gathers in forward and in backward, and a reduce-scatter
 per `reduce_bucket_size` bucket of modules (50,000 elements here). Without prefetch, one
-all-gather per module in forward and one in backward: four times stage 2's calls. Each call
-costs a latency α whatever its size (chapter 6); prefetch takes the gathers' time off the
-critical path where compute can hide it, not their bytes and not their memory. (The "calls" count leaves out the 16-byte all-reduce of
-the overflow check and gradient norm, one per step in every stage, and zerolab's own order
-checks, which DeepSpeed does not send.)
+all-gather per module in forward and one in backward (10 each, the embedding's two uses among
+them) and 5 reduce-scatters: 25 calls, about four times stage 2's 6. Each call costs a latency
+α whatever its size (chapter 6); prefetch takes the gathers' time off the critical path where
+compute can hide it, not their bytes and not their memory. (The "calls" count leaves out the
+16-byte all-reduce of the overflow check and gradient norm, one per step in every stage, and
+zerolab's own order checks, which DeepSpeed does not send.)
 
 So stage 3 is the right choice when stage 2 **does not fit**: the model states of a very large
 model, or when the memory it frees buys a bigger micro-batch. When stage 2 fits, stage 3 is more
@@ -1035,7 +1042,7 @@ model states do not fit, not by default.
 
 1. Stage 3 against stage 2 (N = 4): less model-state memory (on this small model more at the
    peak, with DeepSpeed's default prefetch budget), about the bytes of DeepSpeed's stage 2 (3Ψ
-   each; the paper's stage 2 moves 2Ψ) but more calls (four times as many without prefetch).
+   each; the paper's stage 2 moves 2Ψ) but more calls (about four times as many without prefetch).
    Worth it when stage 2 does not fit.
 2. Stages 1 and 2 move DDP's 2Ψ only with the paper's reduce-scatter (zerolab's switch);
    DeepSpeed's default (an all-reduce per bucket) moves 3Ψ, and stage 2 with 4 micro-batches 9Ψ

@@ -78,7 +78,7 @@ def train_and_measure(stage: int, precision: str = "bf16", ideal: bool = False, 
         "records": [(r.op, r.tag, r.wire_bytes) for r in step.records],
         "grad_calls": sum(1 for r in step.records if r.tag.startswith("grads")),
         "param_gathers": sum(1 for r in step.records if r.tag.startswith("params")),
-        "module_gathers": getattr(engine.stage.params, "fetches", 0) - before["fetches"],
+        "groups_gathered": getattr(engine.stage.params, "fetches", 0) - before["fetches"],
         "prefetched": getattr(engine.stage.params, "prefetches", 0) - before["prefetches"],
         "headers": len(step.checks),                      # stage 3: zerolab's own 16-byte order checks
         "header_bytes": sum(r.wire_bytes for r in step.checks),
@@ -214,12 +214,12 @@ def print_accumulation_table(crew, psi: int) -> None:
 def print_persistence_table(crew, psi: int, thresholds=(0, 30_000, 100_000)) -> None:
     n = crew.world_size
     print(f"stage 3, N = {n}, Ψ = {psi:,}; bytes")
-    print(f"{'threshold':>10}{'persistent P':>13}{'modules gathered':>17}{'all-gathers':>12}"
+    print(f"{'threshold':>10}{'persistent P':>13}{'groups gathered':>17}{'all-gathers':>12}"
           f"{'measured':>10}{'formula':>10}{'params/rank':>12}")
     for threshold in thresholds:
         r = crew.run(train_and_measure, 3, stage3_param_persistence_threshold=threshold)[0]
         p = r["persistent_numel"]
-        print(f"{threshold:>10,}{p:>13,}{r['module_gathers']:>17}{r['param_gathers']:>12}"
+        print(f"{threshold:>10,}{p:>13,}{r['groups_gathered']:>17}{r['param_gathers']:>12}"
               f"{wire_total(r):>10,.0f}{comm_volume(psi, 3, n, persistent_numel=p):>10,.0f}"
               f"{r['memory']['params']:>12,}")
 
