@@ -163,8 +163,8 @@ whose trainable parameters are one flat buffer, as in DeepSpeed; 15 at stage 3, 
 module): 8 - 16 = -8, 120 - 16 = 104, 120 + 4 - 18 = 106. On the GPU: with the parameters on
 the device every rank holds a 2-byte shard of the frozen parameter (padding makes 2 elements of
 its 1), of which the estimator's 2Ψ/N counts 1; offloaded, it leaves the device with the
-others and the row matches exactly. At stage 3 the estimator's GPU row includes 4L; zerolab's model
-states at rest hold no gathered layer, so we add 4L to them (the gathered layers themselves
+others and the row matches exactly. At stage 3 the estimator's GPU row includes 4L; zerolab's
+model states at rest hold no gathered layer, so we add 4L to them (the gathered layers themselves
 count as buffers, in the next section). So the estimator and the ranks agree: **offload moves
 14 to 16 of the 16 bytes per parameter off the device.**
 
@@ -319,7 +319,8 @@ md("""
   only) takes the 16-bit parameter shards too (2). The device keeps what it computes with. NVMe
   takes the same bytes off the host as well, streamed one sub-group at a time.
 - **DeepSpeed's estimators** (16Ψ and 18Ψ on the host, 2Ψ/N + 4L or 4L on the GPU) match what the
-  ranks hold, byte for byte once a frozen parameter, its padding and Adam's step counters are counted.
+  ranks hold, byte for byte once a frozen parameter, its padding and Adam's step counters are
+  counted.
 - **A device budget** makes the trade visible: plain data parallelism overflows 1 MiB before its
   first step; ZeRO-3 with both offloads trains in it.
 - **The stages and offload are switches**: how gradients are reduced, where parameters live, where
@@ -474,11 +475,12 @@ shards are 16 files: the 15 trained ones and the frozen `temperature`'s (stage 3
 too, as DeepSpeed's `zero.Init` does, and offloads it with the others). Forward reads 17: each
 file once (the root module's two, `pos` and `temperature`, in the same all-gather), and the
 embedding a second time for the tied output head. Backward reads 17 again: each file once, and
-the embedding twice, for the head's backward and again for its own, because DeepSpeed releases a
-module's parameters after its backward (`post_sub_module_backward_function`) and reuse distance
-0 keeps nothing: 34 reads. The step reads none of them: it overwrites each trained shard with
-the new values, 15 writes (the frozen one never changes). (`max_in_cpu: 0` keeps no shard in host
-memory between its uses; DeepSpeed's default, 10⁹ elements, would keep all of this model's there.)
+the embedding a second time (once for the head's backward, again for its own), because DeepSpeed
+releases a module's parameters after its backward (`post_sub_module_backward_function`) and
+reuse distance 0 keeps nothing: 34 reads. The step reads none of them: it overwrites each
+trained shard with the new values, 15 writes (the frozen one never changes). (`max_in_cpu: 0`
+keeps no shard in host memory between its uses; DeepSpeed's default, 10⁹ elements, would keep
+all of this model's there.)
 
 The timeline of the same step, whole (top) and zoomed into the optimizer step (bottom):
 """),
