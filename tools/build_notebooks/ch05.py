@@ -114,14 +114,18 @@ md("""
 Read it per element of the shard (n = 75,232):
 
 - **stage 3, no offload**: 2n + 2n + 12n on the device (16 bytes per element; the 2 extra bytes
-  of parameters are TinyLM's frozen `temperature`, which no optimizer owns and every rank keeps).
+  of parameters are the rank's shard of TinyLM's frozen `temperature`: no optimizer owns it, but
+  stage 3 partitions it like the others, as DeepSpeed's `zero.Init` does, its one element padded
+  to two so that each rank holds one).
 - **stage 2 + opt cpu**, ZeRO-Offload as its paper describes it: the device keeps the whole 16-bit
   model, 2Ψ, and nothing else; the host holds 4n of fp32 gradients and 12n of notebook.
 - **stage 3 + opt cpu**: 2n on the device; the host 4n + 12n.
-- **+ param cpu**: the device keeps no trained parameter at all between uses (the gathered layers
-  come and go, and count as buffers); the host holds 2n + 4n + 12n = 18 bytes per element.
+- **+ param cpu**: the device keeps no parameter at all between uses, not even the frozen one's
+  shard (the gathered layers come and go, and count as buffers); the host holds 2n + 4n + 12n =
+  18 bytes per element, and the frozen shard's 2 bytes.
   If you guessed 16, you forgot the fp32 gradient copy: the host step needs the gradients in fp32.
-- **NVMe**: 2n + 12n in files; host memory keeps the fp32 gradients and Adam's step counters.
+- **NVMe**: 2n + 12n in files (and the frozen shard's 2 bytes); host memory keeps the fp32
+  gradients and Adam's step counters.
 
 The leftovers: the optimizer column is 12n plus 4 bytes per tile, Adam's step counter (a 4-byte
 tensor per parameter tensor the optimizer steps; 15 tiles at stage 3, one per module, and one
@@ -152,12 +156,15 @@ worst = ch05.print_estimator(places, psi, L)
 md("""
 (`P` is Ψ.) 4 × 16,640 + 2 × 150,465 / 2 = 217,025, and the ranks hold 1 byte more. Every
 difference is a few bytes, and each is accounted for. On the host: the estimator counts the
-frozen `temperature` as trained (16 or 18 bytes too many), and it does not count Adam's step
-counters (4 bytes per tile per rank: 1 tile at stage 2, whose trainable parameters are one flat
-buffer, as in DeepSpeed; 15 at stage 3, one per module): 8 - 16 = -8, 120 - 16 = 104,
-120 - 18 = 102. On the GPU: every rank keeps the 2-byte frozen parameter, of which the
-estimator's 2Ψ/N counts 1. At stage 3 the estimator's GPU row includes 4L; zerolab's model
-states at rest hold no gathered layer, so we add 4L to them (the gathered layers themselves
+frozen `temperature` as trained (16 or 18 bytes), while the ranks keep only its 16-bit shards
+there, and only when the parameters are offloaded (2 bytes a rank: its one element padded to
+two); and it does not count Adam's step counters (4 bytes per tile per rank: 1 tile at stage 2,
+whose trainable parameters are one flat buffer, as in DeepSpeed; 15 at stage 3, one per
+module): 8 - 16 = -8, 120 - 16 = 104, 120 + 4 - 18 = 106. On the GPU: with the parameters on
+the device every rank holds a 2-byte shard of the frozen parameter (padding makes 2 elements of
+its 1), of which the estimator's 2Ψ/N counts 1; offloaded, it leaves the device with the
+others and the row matches exactly. At stage 3 the estimator's GPU row includes 4L; zerolab's
+model states at rest hold no gathered layer, so we add 4L to them (the gathered layers themselves
 count as buffers, in the next section). So the estimator and the ranks agree: **offload moves
 14 to 16 of the 16 bytes per parameter off the device.**
 
@@ -300,7 +307,7 @@ s3 = mine["stage 3"]["mem"]["device"]["model_states"]
 both = mine["stage 3 + opt cpu + param cpu"]["mem"]
 print(f"places     rank 0, n = {n:,}: stage 3 holds {s3:,} bytes on the device; with both offloads")
 print(f"           {both['device']['model_states']:,} on the device and {both['host']['model_states']:,} "
-      f"on the host (2n + 4n + 12n + counters)")
+      f"on the host (18n + counters + frozen shard)")
 print(f"estimator  host bytes of both ranks match DeepSpeed's 16P / 18P rows within {worst} bytes")
 print(f"budget     1 MiB: DDP refused at set-up (its model states reach {peak['stage 0 (DDP)']['states']:,});")
 print(f"           stage 3 + offload trained within it: {z3['peak'] <= BUDGET}")
@@ -312,7 +319,8 @@ md("""
   only) takes the 16-bit parameter shards too (2). The device keeps what it computes with. NVMe
   takes the same bytes off the host as well, streamed one sub-group at a time.
 - **DeepSpeed's estimators** (16Ψ and 18Ψ on the host, 2Ψ/N + 4L or 4L on the GPU) match what the
-  ranks hold, byte for byte once a frozen parameter and Adam's step counters are counted.
+  ranks hold, byte for byte once a frozen parameter, its padding and Adam's step counters are
+  counted.
 - **A device budget** makes the trade visible: plain data parallelism overflows 1 MiB before its
   first step; ZeRO-3 with both offloads trains in it.
 - **The stages and offload are switches**: how gradients are reduced, where parameters live, where
@@ -448,8 +456,9 @@ of the host step (`host`) and each NVMe read or write (`io`, on the I/O threads)
 **Predict, then run.** Stage 3, optimizer states and parameters on NVMe, `sub_group_size`
 20,000, pipelined. In one step, how many host-step bars? How many NVMe reads of optimizer state,
 knowing that AdamW keeps two moments per element and each tile has a master? And how many reads
-and writes of the 15 parameter shards (each module is gathered for forward and again for
-backward; the step writes the updated values)?
+and writes of the parameter shards: 15 trained ones and the frozen `temperature`'s, which the
+root module owns (each module is gathered for forward and again for backward, and with
+`stage3_max_reuse_distance: 0` released after each; the step writes the updated values)?
 """),
 code("""
 step = crew.run(ch05.one_step_timeline, NVME)[0]          # rank 0: the third step of a run
@@ -462,10 +471,16 @@ print(f"every host-step bar starts after backward ends: {c['host_after_backward'
 """),
 md("""
 The counts are exact: 5 sub-groups, 5 host bars; 3 files per tile each way. The parameter
-shards: 15 read for the gathers in forward, one more (the tied output head gathers the embedding
-a second time), 15 again for backward's gathers: 31 reads. The step reads none of them: it
-overwrites each shard with the new values, 15 writes. (`max_in_cpu: 0` keeps no shard in host
-memory between its uses; DeepSpeed's default, 10⁹ elements, would keep all of this model's there.)
+shards are 16 files: the 15 trained ones and the frozen `temperature`'s (stage 3 partitions it
+too, as DeepSpeed's `zero.Init` does, and offloads it with the others). Forward reads 17: each
+file once (the root module's two, `pos` and `temperature`, in the same all-gather), and the
+embedding a second time for the tied output head. Backward reads 17 again: each file once, and
+the embedding a second time (once for the head's backward, again for its own), because DeepSpeed
+releases a module's parameters after its backward (`post_sub_module_backward_function`) and
+reuse distance 0 keeps nothing: 34 reads. The step reads none of them: it overwrites each
+trained shard with the new values, 15 writes (the frozen one never changes). (`max_in_cpu: 0`
+keeps no shard in host memory between its uses; DeepSpeed's default, 10⁹ elements, would keep
+all of this model's there.)
 
 The timeline of the same step, whole (top) and zoomed into the optimizer step (bottom):
 """),

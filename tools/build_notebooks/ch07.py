@@ -199,7 +199,9 @@ plt.show()
 """),
 md("""
 The measured model states sit on the formula, a few bytes above it: TinyLM's frozen
-`temperature` (2 bytes, which every rank keeps) and Adam's step counters (4 bytes each: one at
+`temperature` (2 bytes on every rank: the whole parameter at stages 0-2; at stage 3 a shard, since
+stage 3 partitions it like the others, as DeepSpeed's `zero.Init` does, its one element padded to
+two) and Adam's step counters (4 bytes each: one at
 stages 0-2, whose trainable parameters form one flat buffer, and one per module at stage 3,
 whose modules' shards are also padded to split evenly). Raising the stage from 0 to 3 cuts the
 model states from 16Ψ to 16Ψ/N, but at N = 2 even stage 3 keeps 8Ψ, and the peak adds two

@@ -670,8 +670,14 @@ for line in run.stdout.splitlines():
 """),
 md("""
 6 all-reduces (one per step, 16 bytes each) and 12 reduce-scatters (one per micro-batch: this
-model fits one bucket). The all-gathers are stage 3's parameter gathers, in forward and again in
-backward, fewer calls than gathers once prefetch follows the recorded order. (The loss, learning
+model fits one bucket). The all-gathers are stage 3's parameter gathers. The first micro-batch
+runs before any order is recorded: module by module, each released when its module is done, in
+forward and again in backward, 20 calls; the tied embedding alone is gathered four times, for
+itself and for the head in forward and again in backward (DeepSpeed releases each module's
+parameters after its backward). From the second micro-batch on, prefetch follows the recorded
+order (the root module, then the rest in one top-up) and the reuse distance at DeepSpeed's
+default, 10⁹, keeps everything gathered from forward to backward: 2 calls per micro-batch, so
+20 + 11 × 2 = 42. (The loss, learning
 rate and time lines are masked with `#`: their digits depend on the CPU. The memory and traffic
 lines are exact.) The picture it saved (loss and learning rate per step, bytes per step by
 collective, memory per rank):

@@ -53,8 +53,9 @@ $$T_{\text{step}} \approx T_{\text{compute}} + T_{\text{communication}} + T_{\te
 **先预测，再运行。** Ψ ≈ 150,000，N = 2：stage 0 的模型状态约需 2.4 MB。模型状态能装进 1.5 MB 的第一个 stage 是哪个？
 再加上 8 条样本的微批次（micro-batch）的激活值，还装得下吗？
 """),
-"ch07-05": ("a00daae65e4f", r"""
-实测的模型状态落在公式上，只多出几个字节：TinyLM 冻结的 `temperature`（2 字节，每个 rank 都保留一份）和 Adam 的步数计数器
+"ch07-05": ("1b2ad22e698c", r"""
+实测的模型状态落在公式上，只多出几个字节：TinyLM 冻结的 `temperature`（每个 rank 2 字节：stage 0-2 是完整的参数；stage 3 是一个分片，
+因为 stage 3 像对待其他参数一样把它分区，与 DeepSpeed 的 `zero.Init` 相同，它的 1 个元素补齐到 2 个）和 Adam 的步数计数器
 （每个 4 字节：stage 0-2 只有一个，因为可训练参数组成一块扁平缓冲区；stage 3 每个模块一个，各模块的分片还会补齐以便均分）。
 把 stage 从 0 升到 3，模型状态从 16Ψ 降到 16Ψ/N，但 N = 2 时即便 stage 3 也要留 8Ψ；而峰值还要加上公式没算的两样：
 **缓冲区**（stage 2 的梯度桶，stage 3 收集来的层及其梯度）和**激活值**。在这里，峰值 = 模型状态 + 缓冲区 + 激活值，分毫不差：
