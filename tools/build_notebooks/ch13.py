@@ -125,7 +125,8 @@ exact = crew.run(one_step, {})
 e = exact[0]
 print(e["table"])
 gathers = [(tag, n) for op, _, n, _, _, tag in e["records"] if op == "all_gather" and "persistent" not in tag]
-print("all-gathers:", ", ".join(f"{tag[7:]} ({n:,})" for tag, n in gathers))
+print(textwrap.fill("all-gathers: " + ", ".join(f"{tag[7:]} ({n:,})" for tag, n in gathers), 96,
+                    subsequent_indent="    "))
 psi_g = sum(n for _, n, p in e["groups"] if not p)
 psi_p = sum(n for _, n, p in e["groups"] if p)
 tied = {label: n for label, n, _ in e["groups"]}["tok"]    # the token embedding, tied to the head
