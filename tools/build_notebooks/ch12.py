@@ -113,8 +113,10 @@ every rank: the **ledger** (one record per collective: op, tag, elements, bytes)
 each phase boundary, `engine.memory()` (the bytes of every giant, and of the buffers in flight:
 gradient buckets, gathered parameters).
 
-**Predict, then run.** At stage 3 the lab's model has 9 flat groups (one per module with
-parameters). How many times will each group's parameters be all-gathered in one step? And how
+**Predict, then run.** At stage 3 the lab's model has 9 flat groups of trained parameters (one
+per module with parameters), and one more for TinyLM's frozen `temperature` (1 element), which
+the root module gathers with its own. How many times will each group's parameters be
+all-gathered in one step? And how
 many reduce-scatters will there be, with `reduce_bucket_size` 2,000 elements?
 """),
 code(r"""
@@ -127,12 +129,18 @@ for c in trace.calls:
     print(f"  #{c.index:<3}{c.op:<15}{c.tag:<32}{c.numel:>7,} elements of {c.dtype}")
 """),
 md(r"""
-Read the list from the top: forward gathers the root module's own parameters, then the
-embedding and the 7 modules after it in **one** all-gather (`params embed + 7 more`): the order
-was recorded in the warm-up step, and DeepSpeed's prefetch rule takes the next modules while
-fewer than `stage3_prefetch_bucket_size` elements (5·10⁷ by default, more than this model) are
-taken. The output head, which shares the embedding matrix, gathers the embedding a second time.
-Backward gathers every module again the same way (each was released after its forward). The
+Read the list from the top: forward gathers the root module's own parameters with its frozen
+temperature in one all-gather (`params (root) + 1 more`: the untrained parameter is partitioned
+and gathered like the others, as DeepSpeed's `zero.Init` does, its 1 element padded to N), then
+the embedding and the 7 modules after it in **one** all-gather (`params embed + 7 more`): the
+order was recorded in the warm-up step, and DeepSpeed's prefetch rule takes the next modules
+while fewer than `stage3_prefetch_bucket_size` elements (5·10⁷ by default, more than this model)
+are taken. The output head, which shares the embedding matrix, gathers the embedding a second
+time. Backward gathers every module again the same way (each was released after its forward),
+the embedding for the head's backward; then, between the buckets, the embedding a **fourth**
+time (`params embed`) for its own backward: DeepSpeed releases a module's parameters after its
+backward (`post_sub_module_backward_function`, `runtime/zero/parameter_offload.py`), and with
+reuse distance 0 nothing is kept from the head to the embedding. The
 gradients are packed, in the order backward finishes the modules, into buckets of
 `reduce_bucket_size` elements, and each bucket is **reduce-scattered** in one call
 (`grads bucket 0`, ...): DeepSpeed's stage 3, not one call per module. The step ends with one small
@@ -239,8 +247,9 @@ print(lab.placement(2, 3, "none", pool=pool).describe())
 md(r"""
 Read the host column with the optimizer on the CPU: 16 bytes per element of the shard (4 the
 fp32 master, 8 the two moments, 4 the fp32 gradient), plus Adam's 4-byte step counter per
-tensor; the device keeps only the bf16 parameter shard (and TinyLM's frozen 2-byte
-temperature). Offload the parameters too and the device keeps only that temperature. On NVMe the
+tensor; the device keeps only the bf16 parameter shard, TinyLM's frozen temperature included (it
+is partitioned like the others: 1 element per rank at N = 2). Offload the parameters too and the
+device keeps nothing: the temperature's shard goes to the host with the rest. On NVMe the
 same bytes sit in files, except the gradient, which the host step reads from memory.
 
 Now the step itself, with everything on NVMe, sub-groups of at most 1,000 elements and both
@@ -350,8 +359,8 @@ md(r"""
 - **Who holds what** (basic): stage 1 splits the optimizer states, stage 2 the gradients as
   well, stage 3 the parameters too; the ranks' shards never overlap and cover every element,
   padded to a multiple of N. The bytes are `engine.memory()`'s, measured.
-- **One step** (core): stage 3 gathers each module twice (forward and backward) and
-  reduce-scatters the gradients once, a bucket of modules per call; DeepSpeed's stages 1-2
+- **One step** (core): stage 3 gathers each module twice (forward and backward; the embedding,
+  shared with the output head, twice more at reuse distance 0) and reduce-scatters the gradients once, a bucket of modules per call; DeepSpeed's stages 1-2
   all-reduce each gradient bucket and all-gather the parameters once (3Ψ; the paper's
   reduce-scatter, zerolab's switch, 2Ψ); stage 0 all-reduces. A rank's memory rises while
   parameters are gathered and buckets are in flight, and falls as they are released.
@@ -376,7 +385,8 @@ md(r"""
    from the number of buckets (`reduce_bucket_size` 2,000 elements), then check the summary
    under the widget. Tick *paper's ideal*: how many reduce-scatters, and how many bytes fewer?
 3. At stage 3 the output head shares the embedding matrix. In the core mode, find the two
-   forward gathers of `embed`. What would change if the head had its own matrix?
+   forward gathers of `embed` and the two in backward. What would change if the head had its own
+   matrix?
 4. In the application mode, take Llama-2 7B on 8 GPUs and switch the link from NVLink to
    100 Gb Ethernet. What bounds the step now, and which stages lose the most? (DeepSpeed's
    stages 1-3 move 3Ψ per step, stage 0 2Ψ.)

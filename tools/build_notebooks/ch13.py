@@ -125,14 +125,15 @@ exact = crew.run(one_step, {})
 e = exact[0]
 print(e["table"])
 gathers = [(tag, n) for op, _, n, _, _, tag in e["records"] if op == "all_gather" and "persistent" not in tag]
-print("all-gathers:", ", ".join(f"{tag[7:]} ({n:,})" for tag, n in gathers))
+print(textwrap.fill("all-gathers: " + ", ".join(f"{tag[7:]} ({n:,})" for tag, n in gathers), 96,
+                    subsequent_indent="    "))
 psi_g = sum(n for _, n, p in e["groups"] if not p)
 psi_p = sum(n for _, n, p in e["groups"] if p)
 tied = {label: n for label, n, _ in e["groups"]}["tok"]    # the token embedding, tied to the head
 ring = (N - 1) / N
-by_hand = {"gathers": ring * 2 * (2 * psi_g + tied), "refresh": ring * 2 * psi_p,
+by_hand = {"gathers": ring * 2 * 2 * (psi_g + tied), "refresh": ring * 2 * psi_p,
            "gradients": ring * 2 * (psi_g + psi_p), "norm": ring * 2 * 16}
-print(f"by hand: gathers 3/4 x 2 B x (2 x {psi_g:,} + {tied:,}) = {by_hand['gathers']:,.0f}; "
+print(f"by hand: gathers 3/4 x 2 B x 2 x ({psi_g:,} + {tied:,}) = {by_hand['gathers']:,.0f}; "
       f"refresh 3/4 x 2 x {psi_p} = {by_hand['refresh']:,.0f}")
 print(f"         gradients 3/4 x 2 B x {psi_g + psi_p:,} = {by_hand['gradients']:,.0f}; "
       f"norm all-reduce 2 x 3/4 x 16 = {by_hand['norm']:.0f}")
@@ -142,10 +143,14 @@ print(f"         total {sum(by_hand.values()):,.0f}; ledger: intra {e['links']['
 md(r"""
 **Nothing stays inside a building.** Each collective's group is all four ranks, so the ledger
 files all of it under *inter*: the gathers, the gradients' reduce-scatter, even the 16-byte
-all-reduce of the overflow flag and the gradient norm. The 2,560 extra elements are the token
-embedding: the GPT's head is tied to it, so forward gathers it for the embedding and again for
-the head (reuse distance 0 released it in between), and backward gathers it for the head only
-(an embedding's backward needs no weight).
+all-reduce of the overflow flag and the gradient norm. The token embedding (2,560 elements) is
+gathered **twice more**: the GPT's head is tied to it, so forward gathers it for the embedding
+and again for the head, and backward gathers it for the head's backward and again for the
+embedding's own. DeepSpeed releases a module's parameters after its backward
+(`post_sub_module_backward_function` in `runtime/zero/parameter_offload.py`), and with reuse
+distance 0 nothing is kept; its pre-backward hook then gathers every parameter of the next
+module, even the embedding, whose backward reads no weight. (DeepSpeed's default reuse distance
+keeps it gathered from the one use to the other: question 1.)
 
 What the ledger's *inter* column means for a real network: this rank's ring bytes, (N−1)/N of
 each tensor. A ring over two nodes enters and leaves each node once, so what one rank sends is
@@ -188,7 +193,7 @@ md(r"""
 **Half, plus the scales.** One byte instead of bf16's (or fp16's) two: 0.5×. The scales cost 4
 bytes per block; DeepSpeed's blocks hold up to about 8,000 elements (at most 16,000), so on a
 real model they add about 4/8,000 = 0.05 %. Here each rank's shard of a gather is one block, 16
-bytes per gather, so the ratio is 0.5005. (A model kept in fp32 would gather 4 bytes per element
+bytes per gather, so the ratio is 0.5007. (A model kept in fp32 would gather 4 bytes per element
 without qwZ; qwZ converts to fp16 and int8 first, so it would send about a quarter.) The
 gradients (reduce-scatter) are untouched: the step's bytes fall by a third, not a half.
 
@@ -389,7 +394,7 @@ master weights and the optimizer's states stay ZeRO-3's.
 
 **Predict, then run.** Same crew, `zero_hpz_partition_size` 2, a steady step. The gathered
 weights are Ψ_g = 28,160 elements in bf16, and the tied token embedding (2,560) is gathered
-twice in forward. How many parameter all-gather bytes will rank 0 send across the street, and how
+twice in forward and twice in backward. How many parameter all-gather bytes will rank 0 send across the street, and how
 many inside its building? How much more memory does each rank hold between backward and the step?
 """),
 code(r"""
@@ -399,10 +404,10 @@ all3 = crew.run(one_step, {"zero_hpz_partition_size": L, "zero_quantized_weights
 tok = tied
 print(f"{'parameter all-gathers, B':<26}{'inside':>10}{'across':>10}   by hand")
 print(f"{'stage 3':<26}{param_gather_bytes(e, 'intra'):>10,.0f}{param_gather_bytes(e, 'inter'):>10,.0f}"
-      f"   across: 3/4 x 2 x (2 x {psi_g:,} + {tok:,}) = {ring * 2 * (2 * psi_g + tok):,.0f}")
+      f"   across: 3/4 x 2 x 2 x ({psi_g:,} + {tok:,}) = {ring * 2 * 2 * (psi_g + tok):,.0f}")
 print(f"{'+ hpZ 2':<26}{param_gather_bytes(h, 'intra'):>10,.0f}{param_gather_bytes(h, 'inter'):>10,.0f}"
       f"   across (forward): 3/4 x 2 x {psi_g:,} = {ring * 2 * psi_g:,.0f}")
-print(f"{'':<26}{'':>20}   inside: 1/2 x 2 x ({psi_g:,} + {tok:,}) = {0.5 * 2 * (psi_g + tok):,.0f}")
+print(f"{'':<26}{'':>20}   inside: 1/2 x 2 x ({psi_g:,} + 2 x {tok:,}) = {0.5 * 2 * (psi_g + 2 * tok):,.0f}")
 print(f"gradients across: {grad_bytes(e, 'inter'):,.0f} B without hpZ, {grad_bytes(h, 'inter'):,.0f} B with it")
 print(f"secondary shards held from backward to the step: {h['secondary']:,} B = 2 B x {psi_g:,} / {L}; "
       f"after the step: {h['secondary_after_step']}")
@@ -411,7 +416,8 @@ print(f"+ qwZ + qgZ: across the street {all3['links']['inter']:,.0f} B per step,
 """),
 md(r"""
 The backward's gathers left the street: they run over the two ranks of a building, half a
-module's bytes each instead of three quarters, and nothing of them crosses. The forward still
+module's bytes each instead of three quarters, and nothing of them crosses, the token embedding's
+two (for the head, then for the embedding itself) included. The forward still
 gathers over all four ranks (the secondary was dropped at the last step), except the token
 embedding's second gather in forward: its first release made a secondary, so the head's gather
 stays inside. The price is the secondary shards, 2Ψ_g/k bytes per rank for the time between a
