@@ -163,8 +163,8 @@ def main() -> None:
     print(f"  formula (bf16, gathered units padded: {u:,} elements): forward 2 x 3/4 x {u:,} = {2 * 3 / 4 * u:,.0f} B "
           "across nodes;")
     print(f"  backward with hpZ 2 x 1/2 x {u:,} = {2 * u / 2:,.0f} B inside the node. The tied embedding is used twice")
-    print("  in forward: its second gather (3,456 B across; with hpZ 2,304 B inside the node, from its secondary)")
-    print("  comes on top of the forward's")
+    print("  each way: its second gather (3,456 B across; with hpZ 2,304 B inside the node, from its secondary)")
+    print("  comes on top of the forward's and, as DeepSpeed releases after each module's backward, of the backward's")
     print("memory after backward (engine.memory(), bytes per rank), step time, loss gap to exact:")
     for name, v in r.items():
         print(f"  {name:<8} params {v['params_bytes']:>7,}  of which hpZ secondary {v['secondary']:>6,} "
