@@ -47,21 +47,24 @@ def _measure_stage(stage: int, layers: int, hidden: int, steps: int, bucket: int
 
 
 def calibrate(world_size: int = 2, *, layers: int = 8, hidden: int = 256, steps: int = 5,
-              reduce_bucket_size: int = 200_000, fit=None, stages=(0, 1, 2, 3)) -> list[dict]:
+              reduce_bucket_size: int = 200_000, fit=None, stages=(0, 1, 2, 3), predict=None) -> list[dict]:
     """Hold the simulator against what is measured here: for stages 0-3, a bf16 MLP trained on
     ``world_size`` real ranks (gloo on CPU), its gradient and parameter traffic from the ledger
     (wire bytes, calls, seconds) beside what :func:`simulate` predicts for the same Ψ, layers,
     ranks and bucket size with ``link`` = the α-β ``fit`` of this machine (``zerolab.bench``;
     measured now when not given). ``stages``: which of them. Returns one dict per stage: ``wire_bytes`` / ``sim_wire_bytes``,
-    ``calls`` / ``sim_calls``, ``seconds`` / ``sim_seconds``."""
+    ``calls`` / ``sim_calls``, ``seconds`` / ``sim_seconds``. ``predict``: the simulator
+    (``zerolab.simulate.simulate``; ``simulate.calibrate`` passes it, so that this module needs
+    nothing of the simulator's)."""
     from . import bench
     from .crew import launch
-    from .simulate import simulate
+    if predict is None:
+        raise TypeError("calibrate(..., predict=simulate): call zerolab.simulate.calibrate, which passes it")
     fit = fit or bench.run(world_size)
     out = []
     for stage in stages:
         m = launch(_measure_stage, world_size, stage, layers, hidden, steps, reduce_bucket_size, echo=False)[0]
-        est = simulate(m["psi"], layers, hidden, 1, 1, world_size, stage, link=fit,
+        est = predict(m["psi"], layers, hidden, 1, 1, world_size, stage, link=fit,
                        reduce_bucket_size=reduce_bucket_size, checkpointing=False)
         out.append({"stage": stage, "psi": m["psi"], "wire_bytes": m["wire_bytes"], "sim_wire_bytes": est.wire_bytes,
                     "calls": m["calls"], "sim_calls": est.calls, "seconds": m["seconds"],

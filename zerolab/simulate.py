@@ -80,7 +80,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .calibrate import calibrate, comm_factor, format_calibration  # noqa: F401  (re-exported)
+from .calibrate import calibrate as _calibrate, comm_factor, format_calibration  # noqa: F401  (re-exported)
 from .hardware import (CLUSTERS, CPU_ADAM_ELEMS_PER_S, GPUS, LINKS, PCIE5_BYTES_PER_S,  # noqa: F401
                        PCIE_BYTES_PER_S, QWZ_GROUP_NUMEL, SOURCES)
 from .memory import model_state_bytes
@@ -323,3 +323,9 @@ def format_table(rows: list[Estimate], gpu: str = "a100-80gb") -> str:
     lines.append(f"GB = 1e9 bytes; GPU memory {cap / 1e9:.0f} GB each; CPU GB is each GPU's share of host memory;")
     lines.append("estimates from published link/GPU figures (zerolab.simulate.LINKS, GPUS)")
     return "\n".join(lines)
+
+
+def calibrate(world_size: int = 2, **kw) -> list[dict]:
+    """:func:`zerolab.calibrate.calibrate` with this simulator as the prediction: the engine's
+    measured traffic and time for stages 0-3 beside :func:`simulate`'s."""
+    return _calibrate(world_size, predict=simulate, **kw)
