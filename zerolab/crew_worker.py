@@ -199,7 +199,11 @@ def _rank_main(conn, lifeline, rank_: int, world: int, backend: str, host: str, 
                 reply = ("error", _format_error(rank_))
             finally:
                 redirect.restore()
-            conn.send(reply)
+            try:
+                conn.send(reply)
+            except OSError:         # the parent went away while fn ran (its collective failed with it):
+                _parent_gone(workdir, driver_tmp)   # clean up here too, before this process exits and
+                return                              # ends the lifeline thread in the middle of it
     finally:
         if dist.is_initialized():
             try:
