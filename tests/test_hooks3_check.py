@@ -13,6 +13,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from learner_source import load, mutate, solution_cell
 
 from zerolab.checks import ExerciseCheckFailed, close_crews
 from zerolab.checks.hooks3 import check_gather_hooks
@@ -25,24 +26,15 @@ IMPORTS = ("import torch\nfrom zerolab.hooks import on_first_output_grad, on_inp
 
 
 def _source() -> str:
-    cells = [c.source for c in nbformat.read(SOLUTION, as_version=4).cells
-             if c.cell_type == "code" and c.source.startswith("class MyHooks")]
-    assert len(cells) == 1, "the solution notebook has one cell defining MyHooks"
-    return IMPORTS + cells[0]
+    return solution_cell(SOLUTION, "class MyHooks", IMPORTS, at_start=True)
 
 
 def _load(text: str):
-    ns = {"__name__": "hooks3_learner_under_test"}   # not importable: cloudpickle sends it by value
-    exec(compile(text, "<learner>", "exec"), ns)
-    return ns["MyHooks"]
+    return load(text, "MyHooks", "hooks3_learner_under_test")
 
 
 def _mutate(*edits: tuple[str, str]) -> str:
-    text = _source()
-    for old, new in edits:
-        assert old in text, f"the solution no longer contains {old!r}"
-        text = text.replace(old, new)
-    return text
+    return mutate(_source(), *edits)
 
 
 RELEASE = "                ps.after_forward(ps.groups[i])   # release, unless the reuse distance keeps it\n"

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nbformat
 import pytest
+from learner_source import load, mutate, solution_cell
 
 from zerolab.checks import ExerciseCheckFailed, close_crews
 from zerolab.checks.zero1 import check
@@ -21,24 +21,15 @@ SOLUTION = ROOT / "solutions" / "03c_zero1_by_hand.ipynb"
 
 
 def _source() -> str:
-    cells = [c.source for c in nbformat.read(SOLUTION, as_version=4).cells
-             if c.cell_type == "code" and "class ShardedOptimizer" in c.source]
-    assert len(cells) == 1, "the solution notebook has one cell defining ShardedOptimizer"
-    return "import torch\nimport torch.distributed as dist\n\n" + cells[0]
+    return solution_cell(SOLUTION, "class ShardedOptimizer", "import torch\nimport torch.distributed as dist\n\n")
 
 
 def _load(text: str):
-    ns = {"__name__": "zero1_learner_under_test"}    # not importable: cloudpickle sends it by value
-    exec(compile(text, "<learner>", "exec"), ns)
-    return ns["ShardedOptimizer"]
+    return load(text, "ShardedOptimizer", "zero1_learner_under_test")
 
 
 def _mutate(*edits: tuple[str, str]) -> str:
-    text = _source()
-    for old, new in edits:
-        assert old in text, f"the solution no longer contains {old!r}"
-        text = text.replace(old, new)
-    return text
+    return mutate(_source(), *edits)
 
 
 AVERAGE = "        flat_grad.mul_(1.0 / self.world_size)"
