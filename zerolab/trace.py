@@ -3,7 +3,7 @@
 Each kind of pass (``"forward"`` with grad, ``"eval"`` without, ``"backward"``) records the order
 in which it uses groups (a :class:`FetchTrace`). The next pass of the same kind *follows* that
 trace: ``gather.py`` prefetches the groups it says come next, and releases a group after a
-module's forward only if the trace does not use it again within ``stage3_max_reuse_distance``
+module's forward or backward only if the trace does not use it again within ``stage3_max_reuse_distance``
 elements. A pass that uses a group the trace did not predict (eval, another branch) drops the
 trace and records anew.
 
@@ -80,11 +80,12 @@ class FetchTrace:
     def end_backward(self) -> None:
         self.last_backward = list(self.record.get("backward", []))
 
-    # When a module's forward ends, each of its groups is released unless the trace says it is
-    # used again soon: within stage3_max_reuse_distance elements of other groups' uses, counted
-    # along the rest of this pass and (forward with grad) the backward that follows (the last
-    # backward's record). DeepSpeed's rule (its __params_to_release). The obvious winners are the
-    # last modules of forward, which are the first of backward.
+    # When a module's forward (or backward) ends, each of its groups is released unless the trace
+    # says it is used again soon: within stage3_max_reuse_distance elements of other groups' uses,
+    # counted along the rest of this pass and (forward with grad) the backward that follows (the
+    # last backward's record). DeepSpeed's rule (its __params_to_release). The obvious winners are
+    # the last modules of forward, which are the first of backward, and, in backward, a tied weight
+    # whose other module comes soon.
     def _reuse_gaps(self, phase: str) -> list | None:
         """For each position of this pass's trace: the elements used between it and the next use
         of the same group (None: not used again within the pass and the backward after it)."""
