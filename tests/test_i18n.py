@@ -5,7 +5,8 @@
   ``$ZEROLAB_LANG``, then the locale);
 * the catalogue (``zerolab/messages_zh.py``): every template a translated module shows is there, and
   its Chinese uses only the English's fields;
-* ``zerolab progress`` and ``zerolab report --preflight`` in Chinese, English unchanged;
+* ``zerolab progress``, ``zerolab report --preflight`` and ``zerolab explain`` in Chinese, English unchanged;
+  the engine's warnings (a key with no effect, hpZ's groups, qgZ's scale) in the edition's language;
 * every exercise's check (0, 1, 2, 3, 3b, 3c, 4, 5, 6, 7, 8, 8c, 9, 13, 14) fails in the edition's language,
   with its hint, also where the message is written on a rank, and in English exactly as before.
 """
@@ -45,7 +46,8 @@ TRANSLATED = {"progress.py": "progress", "report.py": "report", "checks/__init__
               "lab/common.py": "lab", "lab/basic.py": "lab", "lab/core.py": "lab",
               "lab/application.py": "lab", "lab/extension.py": "lab", "lab/zeropp.py": "lab",
               "config_types.py": "config", "config_parse.py": "config", "config_keys.py": "config", "config_values.py": "config",
-              "crew.py": "crew", "crew_limits.py": "crew"}
+              "crew.py": "crew", "crew_limits.py": "crew",
+              "explain.py": "explain", "cli.py": "cli", "attach.py": "engine", "hpz.py": "engine", "qgz.py": "engine"}
 
 
 @pytest.fixture(autouse=True)
@@ -128,6 +130,7 @@ def _fields(template: str) -> set[str]:
 def _dynamic() -> dict[str, list[str]]:
     """Templates a module passes through T.text from a table rather than a literal."""
     from zerolab.checks import ch00, ch01, ch02, ch03, ch04, ch06, ch08, ch13, ch14, zero1
+    from zerolab.explain import _STAGE_SHARDS
     from zerolab.lab.application import BOUND_BY
     from zerolab.lab.core import PHASE_LABELS
     from zerolab.lab.zeropp import KINDS
@@ -146,6 +149,7 @@ def _dynamic() -> dict[str, list[str]]:
             "report": [f"{verdict}: up to {{ranks}} ranks at once on gloo (CPU), about {{need:g}} GB free needed"
                        for verdict in ("yes", "NO")],
             "crew": ["during start", "during run"],
+            "explain": list(_STAGE_SHARDS.values()),
             "lab": list(KINDS) + list(PHASE_LABELS) + list(BOUND_BY) + [  # what the lab passes through T from tables
                 "parameters", "gradients", "optimizer states", " and ", "all", "params", "grads", "model states",
                 "buffers", "GB/GPU", "DS est.", "host GB", "fits", "step s", "tokens/s", "device", "host", "nvme",
@@ -179,10 +183,11 @@ def test_dynamic_templates_are_in_the_catalogue():
 
 
 def _only_chinese_punctuation(template: str) -> bool:
-    """'{where}：{what}': fields joined by full-width marks, nothing to translate but the marks."""
+    """'{where}：{what}', '  - {path} = {value}：{why}': fields joined by marks, at least one of them
+    full-width, and no word: nothing to translate but the marks."""
     literal = "".join(text for text, _, _, _ in string.Formatter().parse(template)).strip()
-    return bool(literal) and all(ch.isspace() or "\u3000" <= ch <= "\u303f" or "\uff00" <= ch <= "\uffef"
-                                 for ch in literal)
+    full_width = [ch for ch in literal if "\u3000" <= ch <= "\u303f" or "\uff00" <= ch <= "\uffef"]
+    return bool(full_width) and not re.search(r"[A-Za-z0-9]", literal)
 
 
 def test_every_chinese_template_uses_only_its_englishs_fields_and_is_chinese():
@@ -753,6 +758,100 @@ def test_every_refused_or_removed_key_says_what_it_does_in_chinese():
     missing = sorted({key.what for table in tables for key in table.values()
                       if key.status in (K.NOT_IMPLEMENTED, K.REMOVED) and key.what not in ZH["config"]})
     assert not missing, "zerolab/messages_zh.py, section 'config', lacks:\n" + "\n".join(map(repr, missing))
+
+
+def test_every_key_with_no_effect_says_why_in_chinese():
+    """``zerolab explain`` and the engine's warning give the reason a key does nothing (config_keys'
+    NO_EFFECT rows): a row added or reworded in English without its Chinese fails here."""
+    from zerolab import config_keys as K
+    tables = [K.TOP, K.ZERO, K.ZEROPP_BELOW_STAGE3, K.FP16, K.BF16, K.OFFLOAD_OPTIMIZER, K.OFFLOAD_PARAM,
+              {"off": K.OFFLOAD_OFF}, K.OPTIMIZER, *K.OPTIMIZER_PARAMS.values(), K.ZEROLAB, K.AIO, K.SCHEDULER]
+    whats = {key.what for table in tables for key in table.values() if key.status == K.NO_EFFECT}
+    assert len(whats) > 20, whats
+    missing = sorted(whats - set(ZH["config"]))
+    assert not missing, "zerolab/messages_zh.py, section 'config', lacks:\n" + "\n".join(map(repr, missing))
+
+
+# every branch of zerolab explain: stage 3 with ZeRO++, offload to NVMe, a static scale, a schedule,
+# no-effect keys, zerolab's own switches; and the configs the course ships
+EXPLAIN_RICH = {
+    "train_batch_size": 16, "gradient_clipping": 1.0, "steps_per_print": 5, "wall_clock_breakdown": True,
+    "fp16": {"enabled": True, "loss_scale": 128, "auto_cast": True},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}},
+    "optimizer": {"type": "Lamb", "params": {"lr": 1e-3}},
+    "zero_optimization": {
+        "stage": 3, "zero_quantized_weights": True, "zero_hpz_partition_size": 2, "zero_quantized_gradients": True,
+        "stage3_model_persistence_threshold": 1000, "stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0,
+        "overlap_comm": True, "sub_group_size": 1000, "round_robin_gradients": True,
+        "offload_param": {"device": "nvme", "nvme_path": "/nvme"},
+        "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme", "pipeline_read": True}},
+    "zerolab": {"order_checks": True}}
+EXPLAIN_STAGES = [
+    {"train_batch_size": 8, "bf16": {"enabled": True}, "zero_optimization": {"stage": 1, "reduce_scatter": False,
+                                                                             "overlap_comm": True}},
+    {"train_batch_size": 8, "zero_optimization": {"stage": 2, "use_multi_rank_bucket_allreduce": False,
+                                                  "offload_optimizer": {"device": "cpu", "pin_memory": True}}},
+    {"train_batch_size": 8, "zero_optimization": {"stage": 2}, "zerolab": {"ideal_reduce_scatter": True}},
+    {"train_batch_size": 8, "zero_optimization": {"stage": 0, "overlap_comm": True}},
+    {"train_batch_size": 8, "zero_optimization": {"stage": 3, "reduce_scatter": False, "overlap_comm": False}}]
+
+
+def test_zerolab_explain_in_chinese_and_in_english(tmp_path, capsys):
+    """Every line of zerolab explain in Chinese (names, keys and numbers aside), for every branch; the
+    English is what it was (the same with --lang en as with no flag)."""
+    sys.path.insert(0, str(ROOT / "tools" / "build_notebooks"))
+    from zhsource import english_runs
+    paths, rich = sorted((ROOT / "configs").glob("*.json")), ""
+    for i, cfg in enumerate([EXPLAIN_RICH, *EXPLAIN_STAGES]):
+        paths.append(tmp_path / f"c{i}.json")
+        paths[-1].write_text(__import__("json").dumps(cfg))
+    for path in paths:
+        assert cli(["explain", str(path), "--world", "4", "--params", "7e9"]) == 0
+        en = capsys.readouterr().out
+        assert cli(["explain", str(path), "--world", "4", "--params", "7e9", "--lang", "en"]) == 0
+        assert capsys.readouterr().out == en and not CJK.search(en)
+        assert cli(["explain", str(path), "--world", "4", "--params", "7e9", "--lang", "zh"]) == 0
+        zh = capsys.readouterr().out
+        rich = zh if path.name == "c0.json" else rich
+        assert len(zh.splitlines()) == len(en.splitlines()), (en, zh)
+        for line in zh.splitlines():
+            table_row = re.match(r"^  (stage|[0-3] ) ", line)
+            assert not line.strip() or table_row or CJK.search(line), f"{path.name}: {line!r}"
+            assert not english_runs(line), f"{path.name}: English left: {english_runs(line)} in {line!r}"
+    for want in ("ZeRO stage 3，4 个数据并行 rank：优化器状态、梯度和参数都分片。", "静态损失缩放值 128",
+                 "qwZ（zero_quantized_weights）", "hpZ（zero_hpz_partition_size 2）", "顺序检查 [zerolab 自己的做法",
+                 "  - steps_per_print = 5：DeepSpeed 每 N 步打印一次进度", "学习率调度：WarmupLR(",
+                 "  NVMe 上：", "   <- 本配置"):
+        assert want in rich, (want, rich)
+
+
+def test_zerolab_explain_errors_in_chinese(tmp_path, capsys):
+    path = tmp_path / "bad.json"
+    path.write_text('{"train_batch_size": 30, "gradient_accumulation_steps": 4, "zero_optimisation": {}, '
+                    '"flops_profiler": {"enabled": true}}')
+    assert cli(["explain", str(path), "--world", "3", "--lang", "zh"]) == 2
+    out, err = capsys.readouterr()
+    assert "zerolab 未实现：flops_profiler = " in out and "FLOPs 分析器" in out, out
+    head, *errors = err.splitlines()
+    assert head.startswith(f"zerolab explain：{path} 里有 2 处错误"), err
+    assert errors and all(CJK.search(e) for e in errors), err
+
+
+def test_the_engines_warnings_in_the_editions_language(monkeypatch):
+    from zerolab import attach, config, hpz
+    cfg = config.load_config({"train_batch_size": 2, "steps_per_print": 5}, 1)
+    monkeypatch.setattr(attach, "_WARNED", set())
+    with i18n.using("zh"), pytest.warns(UserWarning) as zh:
+        attach.warn_ignored_settings(cfg, 0)
+        hpz.hpz_group_size(8, 4)
+    assert [str(w.message) for w in zh] == [
+        "steps_per_print 在 zerolab 里不起作用：DeepSpeed 每 N 步打印一次进度；只影响日志，zerolab 不打印进度行",
+        str(zh[1].message)] and str(zh[1].message).startswith("zero_optimization.zero_hpz_partition_size=8 超过了"), zh
+    monkeypatch.setattr(attach, "_WARNED", set())
+    with i18n.using("en"), pytest.warns(UserWarning) as en:
+        attach.warn_ignored_settings(cfg, 0)
+    assert str(en[0].message) == ("steps_per_print has no effect in zerolab: DeepSpeed logs progress every N steps; "
+                                  "logging only, zerolab prints no progress lines")
 
 
 def test_a_ranks_error_summary_in_the_editions_language():

@@ -13,6 +13,10 @@ import torch
 from torch import nn
 
 from . import crew
+from .i18n import catalogue
+
+T = catalogue("engine")        # the warnings in the edition's language (zerolab/messages_zh.py)
+CONFIG = catalogue("config")   # what a no-effect key does, in the same language
 
 __all__ = ["Attached", "as_groups", "close_previous_engine", "current_device", "forget_live",
            "only_the_optimizers", "refuse_compiled", "register_live", "sync_untrained_state",
@@ -107,9 +111,8 @@ def close_previous_engine(model: nn.Module, rank: int) -> None:
     old, attached = entry[1](), entry[2]
     if (old is not None and not old.closed) or (old is None and not attached.closed):
         if rank == 0:
-            warnings.warn("this model already had a zerolab engine: it is closed now (its hooks "
-                          "removed, the model given its full current weights), and the new engine "
-                          "starts from them", stacklevel=4)
+            warnings.warn(T("this model already had a zerolab engine: it is closed now (its hooks removed, the "
+                            "model given its full current weights), and the new engine starts from them"), stacklevel=4)
         if old is not None:
             old.close()
         else:                                 # the engine is gone, its hooks are not
@@ -121,7 +124,7 @@ def warn_ignored_settings(config, rank: int) -> None:
     for key, why in (ignored() if ignored else []):
         if key not in _WARNED and rank == 0:
             _WARNED.add(key)
-            warnings.warn(f"{key} has no effect in zerolab: {why}", stacklevel=4)
+            warnings.warn(T("{key} has no effect in zerolab: {why}", key=key, why=CONFIG.text(why)), stacklevel=4)
 
 
 def only_the_optimizers(model, named, param_groups, hooks: list, rank: int) -> list:

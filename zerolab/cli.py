@@ -22,7 +22,7 @@
     zerolab progress [--json] [--name NAME]       which exercise checks passed on this machine
                                                   (~/.zerolab/progress.json or $ZEROLAB_PROGRESS);
                                                   --json to send to an instructor
-    zerolab progress|report ... --lang zh         answer in Chinese (also $ZEROLAB_LANG=zh, or a
+    zerolab explain|progress|report ... --lang zh answer in Chinese (also $ZEROLAB_LANG=zh, or a
                                                   zh_* locale: LANG=zh_CN.UTF-8); zerolab/i18n.py
 """
 from __future__ import annotations
@@ -30,7 +30,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .i18n import catalogue
 from .memory import format_bytes, model_state_bytes
+
+T = catalogue("cli")      # zerolab explain's own lines in the edition's language (zerolab/messages_zh.py)
+LANG_HELP = "answer in English or Chinese (default: $ZEROLAB_LANG, else the locale, e.g. LANG=zh_CN.UTF-8)"
 
 
 def _bytes_per_param(precision: str) -> tuple[int, int, int]:
@@ -39,16 +43,23 @@ def _bytes_per_param(precision: str) -> tuple[int, int, int]:
 
 def _stage_table(psi: float, world: int, precision: str, mark: int | None = None) -> str:
     pb, gb, ob = _bytes_per_param(precision)
-    lines = [f"model states per GPU, Psi = {psi:,.0f} parameters, {world} GPU(s), "
-             f"{precision} + Adam ({pb} + {gb} + {ob} bytes per parameter):",
-             f"  {'stage':<8}{'params':>14}{'grads':>14}{'optimizer':>14}{'total':>14}{'total':>12}"]
+    lines = [T("model states per GPU, Psi = {psi:,.0f} parameters, {world} GPU(s), {precision} + Adam ({pb} + "
+               "{gb} + {ob} bytes per parameter):", psi=psi, world=world, precision=precision, pb=pb, gb=gb, ob=ob),
+             "  stage   " + "".join(_right(T(name), w) for name, w in (
+                 ("params", 14), ("grads", 14), ("optimizer", 14), ("total", 14), ("total", 12)))]
     for stage in range(4):
         m = model_state_bytes(psi, stage, world, param_bytes=pb, grad_bytes=gb, optimizer_bytes=ob)
         lines.append(f"  {stage:<8}" + "".join(f"{format_bytes(m[k], 'GB'):>14}"
                                               for k in ("params", "grads", "optimizer_states", "total"))
-                     + f"{format_bytes(m['total'], 'GiB'):>12}" + ("   <- this config" if stage == mark else ""))
-    lines.append("  (GB = 1e9 bytes, GiB = 2^30 bytes; activations and buffers come on top)")
+                     + f"{format_bytes(m['total'], 'GiB'):>12}" + (T("   <- this config") if stage == mark else ""))
+    lines.append(T("  (GB = 1e9 bytes, GiB = 2^30 bytes; activations and buffers come on top)"))
     return "\n".join(lines)
+
+
+def _right(text: str, columns: int) -> str:
+    """``text`` right-aligned in ``columns`` terminal columns (a CJK character takes two)."""
+    from .i18n import width
+    return " " * max(columns - width(text), 0) + text
 
 
 def _offload_split(psi: float, world: int, precision: str, cfg) -> str | None:
@@ -66,17 +77,19 @@ def _offload_split(psi: float, world: int, precision: str, cfg) -> str | None:
             off["grads"] = 4 * gpu.pop("grads") / gb      # kept in fp32 on the host
     if par != "none" and cfg.zero.stage == 3:
         off["params"] = gpu.pop("params")
-    place = {"cpu": "host (CPU) memory", "nvme": "NVMe"}
     host = {k: v for k, v in off.items() if (par if k == "params" else opt) == "cpu" or k == "grads"}
     nvme = {k: v for k, v in off.items() if k not in host}
-    show = lambda d: " + ".join(f"{k.replace('_', ' ')} {format_bytes(v, 'GB')}" for k, v in d.items()) or "none"  # noqa: E731
-    lines = [f"with this config's offload, per rank at stage {cfg.zero.stage} (zerolab runs it; DeepSpeed keeps the same):",
-             f"  on the GPU: {show(gpu)} ({format_bytes(sum(gpu.values()), 'GB')})",
-             f"  in {place['cpu']}: {show(host)} ({format_bytes(sum(host.values()), 'GB')})"]
+    names = {"params": T("params"), "grads": T("grads"), "optimizer_states": T("optimizer states")}
+    show = lambda d: " + ".join(f"{names[k]} {format_bytes(v, 'GB')}" for k, v in d.items()) or T("none")  # noqa: E731
+    total = lambda d: format_bytes(sum(d.values()), "GB")                                                 # noqa: E731
+    lines = [T("with this config's offload, per rank at stage {stage} (zerolab runs it; DeepSpeed keeps the same):",
+               stage=cfg.zero.stage),
+             T("  on the GPU: {what} ({total})", what=show(gpu), total=total(gpu)),
+             T("  in host (CPU) memory: {what} ({total})", what=show(host), total=total(host))]
     if nvme:
-        lines.append(f"  on {place['nvme']}: {show(nvme)} ({format_bytes(sum(nvme.values()), 'GB')})")
-    lines.append("  (the paper's accounting of model states; gathered layers, buckets and activations stay on the "
-                 "GPU on top; DeepSpeed's own estimator: zerolab estimate --largest-layer ...)")
+        lines.append(T("  on NVMe: {what} ({total})", what=show(nvme), total=total(nvme)))
+    lines.append(T("  (the paper's accounting of model states; gathered layers, buckets and activations stay on the "
+                   "GPU on top; DeepSpeed's own estimator: zerolab estimate --largest-layer ...)"))
     return "\n".join(lines)
 
 
@@ -87,7 +100,9 @@ def _show(value) -> str:
 
 def cmd_explain(a) -> int:
     from .config import ConfigError
+    from .config_keys import T as config_text
     from .explain import explain_config
+    _speak(a)
     try:
         ex = explain_config(a.config, a.world)
     except ConfigError as e:
@@ -98,8 +113,8 @@ def cmd_explain(a) -> int:
     if ex.not_implemented:
         print()
         for r in ex.not_implemented:
-            print(f"not implemented in zerolab: {r.path} = {_show(r.value)} ({r.what}); "
-                  "zerolab.initialize refuses it")
+            print(T("not implemented in zerolab: {path} = {value} ({what}); zerolab.initialize refuses it",
+                    path=r.path, value=_show(r.value), what=config_text.text(r.what)))
     if a.params:
         prec = "fp32" if cfg.compute_dtype.itemsize == 4 else "mixed"
         print()
@@ -109,8 +124,11 @@ def cmd_explain(a) -> int:
             print(split)
     if ex.errors:
         n = len(ex.errors)
-        print(f"zerolab explain: {n} error{'s' if n > 1 else ''} in {a.config} (typos, bad values, batch "
-              "arithmetic; fix them before training):\n" + "\n".join(f"  - {e}" for e in ex.errors), file=sys.stderr)
+        head = T("zerolab explain: {n} errors in {path} (typos, bad values, batch arithmetic; fix them before "
+                 "training):", n=n, path=a.config) if n > 1 else T(
+                 "zerolab explain: 1 error in {path} (typos, bad values, batch arithmetic; fix it before training):",
+                 path=a.config)
+        print(head + "\n" + "\n".join(f"  - {e}" for e in ex.errors), file=sys.stderr)
         return 2
     return 0
 
@@ -248,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("config", help="path to a DeepSpeed JSON config")
     e.add_argument("--world", type=int, default=1, help="data-parallel ranks (GPUs) it will run on")
     e.add_argument("--params", type=float, default=0, help="model size, to print memory per stage")
+    e.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
     e.set_defaults(fn=cmd_explain)
     s = sub.add_parser("estimate", help="model-state memory per GPU for each ZeRO stage")
     s.add_argument("--params", type=float, required=True, help="parameter count, e.g. 7e9")
@@ -302,14 +321,12 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--ranks", type=int, default=4, help="ranks of the test crew (preflight)")
     r.add_argument("--need-gb", type=float, default=None,
                    help="free memory the chapters need, in GB (preflight; default: the measured need)")
-    r.add_argument("--lang", choices=("en", "zh"), default=None,
-                   help="answer in English or Chinese (default: $ZEROLAB_LANG, else the locale, e.g. LANG=zh_CN.UTF-8)")
+    r.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
     r.set_defaults(fn=cmd_report)
     g = sub.add_parser("progress", help="which exercises are done (the checks record passes on this machine)")
     g.add_argument("--json", action="store_true", help="print JSON (to send to the instructor, if you choose)")
     g.add_argument("--name", default=None, help="your name, put in the JSON")
-    g.add_argument("--lang", choices=("en", "zh"), default=None,
-                   help="answer in English or Chinese (default: $ZEROLAB_LANG, else the locale, e.g. LANG=zh_CN.UTF-8)")
+    g.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
     g.set_defaults(fn=cmd_progress)
     a = ap.parse_args(argv)
     return a.fn(a)

@@ -53,7 +53,10 @@ import warnings
 
 import torch
 
+from .i18n import catalogue
 from .memory import tensor_bytes
+
+T = catalogue("engine")        # the warnings in the edition's language (zerolab/messages_zh.py)
 
 __all__ = ["SecondaryShards", "hpz_group_size", "secondary_shards"]
 
@@ -81,15 +84,17 @@ def hpz_group_size(h: int, world_size: int, topology=None, *, offload: str = "de
             f"divisible by {size}'). Fix: a divisor of {world_size} ({', '.join(map(str, divisors))}), usually the "
             f"ranks per node{per_node}")
     if size < h:
-        warnings.warn(f"{key}={h} is more than the {world_size} ranks: DeepSpeed 0.19.8 takes min({h}, {world_size}) "
-                      f"= {size}, one group of every rank: the backward's gathers stay as wide as the forward's and "
-                      "each rank keeps a second shard for nothing. Set it to the ranks per node", stacklevel=3)
+        warnings.warn(T("{key}={h} is more than the {world_size} ranks: DeepSpeed 0.19.8 takes min({h}, {world_size}) "
+                        "= {size}, one group of every rank: the backward's gathers stay as wide as the forward's and "
+                        "each rank keeps a second shard for nothing. Set it to the ranks per node",
+                        key=key, h=h, world_size=world_size, size=size), stacklevel=3)
     elif topology is not None and topology.nodes > 1 and not (
             size <= topology.ranks_per_node and topology.ranks_per_node % size == 0):
-        warnings.warn(f"{key}={h}: hpZ's groups of {size} consecutive ranks span nodes ({topology}), so the "
-                      "backward's gathers cross nodes (the ledger files them 'inter'); DeepSpeed 0.19.8 allows it. "
-                      f"For backward gathers inside a node, set it to the ranks per node ({topology.ranks_per_node}) "
-                      "or a divisor of it", stacklevel=3)
+        warnings.warn(T("{key}={h}: hpZ's groups of {size} consecutive ranks span nodes ({topology}), so the "
+                        "backward's gathers cross nodes (the ledger files them 'inter'); DeepSpeed 0.19.8 allows it. "
+                        "For backward gathers inside a node, set it to the ranks per node ({per_node}) or a divisor "
+                        "of it", key=key, h=h, size=size, topology=topology, per_node=topology.ranks_per_node),
+                      stacklevel=3)
     return size
 
 

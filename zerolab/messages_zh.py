@@ -367,6 +367,63 @@ ZH["config"] = {
     "AMSGrad": "AMSGrad 变体",
     "as an optimizer parameter; use the top-level 'gradient_clipping'": "作为优化器参数；请用顶层的 'gradient_clipping'",
     "gradient ascent": "梯度上升",
+    # what a key with no effect in zerolab does in DeepSpeed (config_keys' NO_EFFECT rows; zerolab explain, the
+    # engine's warning)
+    "libaio setting, read only by NVMe offload": "libaio 的设置，只有 NVMe 卸载才读",
+    "read only by DeepSpeed's BF16_Optimizer, which needs 'data_types'":
+        "只有 DeepSpeed 的 BF16_Optimizer 才读，而它要靠 'data_types' 启用",
+    "sizes DeepSpeed's pool of NVMe swap buffers; zerolab allocates each sub-group's buffers as it swaps it "
+    "(sub_group_size bounds them), so the pool size changes nothing":
+        "决定 DeepSpeed 的 NVMe 交换缓冲池有多大；zerolab 在换入换出每个子组时才分配它的缓冲区（大小受 "
+        "sub_group_size 限制），所以缓冲池的大小不影响任何东西",
+    "speeds up DeepSpeed's first NVMe write of the states; same numbers": "加快 DeepSpeed 第一次把状态写到 NVMe；数值不变",
+    "the share of cores DeepSpeedCPUAdam uses; zerolab's host step runs torch's optimizer on torch's threads":
+        "DeepSpeedCPUAdam 使用的 CPU 核比例；zerolab 的主机端更新用 torch 的优化器，跑在 torch 自己的线程上",
+    "DeepSpeed logs progress every N steps; logging only, zerolab prints no progress lines":
+        "DeepSpeed 每 N 步打印一次进度；只影响日志，zerolab 不打印进度行",
+    "DeepSpeed times forward/backward/step and logs it; timing logs only":
+        "DeepSpeed 给前向、反向和更新计时并写进日志；只影响计时日志",
+    "DeepSpeed insists on DeepSpeedCPUAdam under optimizer offload; zerolab's host step runs the torch optimizer you "
+    "chose, so there is nothing to force":
+        "优化器卸载时 DeepSpeed 坚持用 DeepSpeedCPUAdam；zerolab 的主机端更新跑的就是你选的 torch 优化器，没什么可强制的",
+    "logging only": "只影响日志",
+    "timer logging only": "只影响计时日志",
+    "only a tensor-core alignment warning": "只用于一条 Tensor Core 对齐的警告",
+    "read only by sequence parallelism, which zerolab refuses": "只有序列并行才读，而 zerolab 不支持序列并行",
+    "libaio settings of DeepSpeed's NVMe offload; zerolab's NVMe I/O runs on Python threads and does not read them":
+        "DeepSpeed 的 NVMe 卸载所用的 libaio 设置；zerolab 的 NVMe 读写跑在 Python 线程上，不读这些设置",
+    "read only together with sequence_parallel_size, which zerolab refuses":
+        "只和 sequence_parallel_size 一起读，而 zerolab 不支持 sequence_parallel_size",
+    "read only by the autotuner, which zerolab refuses": "只有自动调优器才读，而 zerolab 不支持自动调优器",
+    "zerolab always packs gradients into flat buckets (what true does); false in DeepSpeed changes only the memory "
+    "layout, never the numbers":
+        "zerolab 总是把梯度装进扁平的桶里（相当于 true）；在 DeepSpeed 里设为 false 只改变内存布局，不改变数值",
+    "zerolab all-gathers updated parameters one bucket (stages 1-2) or one module (stage 3) at a time; DeepSpeed "
+    "0.19.8 itself ignores it on current torch (one all_gather_into_tensor per parameter group); same numbers":
+        "zerolab 每次 all-gather 一个桶（stage 1-2）或一个模块（stage 3）的更新后参数；在当前的 torch 上 "
+        "DeepSpeed 0.19.8 自己也忽略它（每个参数组一次 all_gather_into_tensor）；数值不变",
+    "DeepSpeed 0.19.8 parses it but no optimizer reads it (only the autotuner lists it): it has no effect in "
+    "DeepSpeed either; zerolab all-gathers the updated partitions, as DeepSpeed does":
+        "DeepSpeed 0.19.8 会解析它，但没有哪个优化器读它（只有自动调优器列出它）：在 DeepSpeed 里同样不起作用；"
+        "zerolab 和 DeepSpeed 一样 all-gather 更新后的分区",
+    "read only when loading a DeepSpeed checkpoint": "只在加载 DeepSpeed 检查点时才读",
+    "DeepSpeed's stage-3 Linear patch; same values": "DeepSpeed 在 stage 3 下对 Linear 打的补丁；数值不变",
+    "DeepSpeed's stage-3 module.apply patch": "DeepSpeed 在 stage 3 下对 module.apply 打的补丁",
+    "debug checks only": "只用于调试检查",
+    "at stages 1-2 DeepSpeed deals the gradients of a bucket to the ranks in turn, to spread the offload's "
+    "device-to-host copies over ranks (stage 3 ignores it); which rank owns which element changes, the numbers do "
+    "not; zerolab keeps the order":
+        "在 stage 1-2，DeepSpeed 把一个桶里的梯度轮流分给各个 rank，好让卸载时从设备到主机的拷贝分摊到各个 rank"
+        "（stage 3 忽略它）；变的只是哪个元素归哪个 rank，数值不变；zerolab 保持原来的顺序",
+    "read by DeepSpeed's stage 3 only; at stages 0-2 it changes nothing (in DeepSpeed too)":
+        "只有 DeepSpeed 的 stage 3 才读；在 stage 0-2 它什么也不改变（在 DeepSpeed 里也一样）",
+    "tunes the offload when its device is \"cpu\" or \"nvme\"; with device \"none\" it does nothing (in DeepSpeed too)":
+        "在卸载设备为 \"cpu\" 或 \"nvme\" 时调节卸载；设备为 \"none\" 时什么也不做（在 DeepSpeed 里也一样）",
+    "picks torch's Adam over FusedAdam; same update": "选用 torch 的 Adam 而不是 FusedAdam；更新结果相同",
+    "read only by DeepSpeedCPUAdam; zerolab's host step keeps fp32 states":
+        "只有 DeepSpeedCPUAdam 才读；zerolab 的主机端更新始终保留 fp32 状态",
+    "torch implementation choice; same update": "只是选择 torch 的哪种实现；更新结果相同",
+    "autograd through the step; unused by training": "让 autograd 穿过优化器更新；训练用不到",
 }
 
 # -- zerolab.checks: what every exercise check shows ---------------------------------------------------
@@ -683,7 +740,7 @@ ZH["checks.ch03"] = {
         "结果与 step = 1 的 AdamW 一致：偏差校正里要用参数 step",
     "follow the four lines above in order: decay, the two moments, then param - lr / (1 - beta1^step) * exp_avg / "
     "(sqrt(exp_avg_sq) / sqrt(1 - beta2^step) + eps)":
-        "按上面四行的顺序来：衰减、两个动量，然后\n"
+        "按上面四行的顺序来：衰减、两个矩，然后\n"
         "  param - lr / (1 - beta1^step) * exp_avg / (sqrt(exp_avg_sq) / sqrt(1 - beta2^step) + eps)",
     "stage 1 with your adamw_step on {n} ranks": "在 {n} 个 rank 上用你的 adamw_step 跑 stage 1",
     "stage 1 on {n} ranks with your adamw_step trained to different parameters than one process with torch's "
@@ -1266,8 +1323,8 @@ ZH["checks.ch07"] = {
     "fp32 training keeps no separate master copy: its optimizer states are Adam's two moments, 8 bytes per "
     "parameter, not mixed precision's 12 (master + moments); otherwise look for a copy of parameters or "
     "gradients too many or too few":
-        "fp32 训练没有单独的主权重：它的优化器状态是 Adam 的两个动量，每个参数 8 字节，而不是混合精度的 12 字节"
-        "（主权重 + 动量）；否则就检查是不是多算或少算了一份参数或梯度",
+        "fp32 训练没有单独的主权重：它的优化器状态是 Adam 的两个矩（动量与方差），每个参数 8 字节，而不是混合精度的 12 字节"
+        "（主权重 + 两个矩）；否则就检查是不是多算或少算了一份参数或梯度",
     "compare term by term: {precision} keeps {p} bytes per parameter and per gradient and {k} of optimizer state "
     "(facts.param_bytes, facts.optimizer_bytes)":
         "逐项比较：{precision} 每个参数、每个梯度各 {p} 字节，优化器状态 {k} 字节（facts.param_bytes、facts.optimizer_bytes）",
@@ -2092,4 +2149,235 @@ ZH["lab"] = {
         "rank 0 的这一步：每件事何时运行，字节何时搬动（实测；NVMe：浅色 = 读，深色 = 写）",
     "buffers on the device over the step: gathered parameters (stage 3) and gradient buckets":
         "这一步中设备上的缓冲区：收集来的参数（stage 3）和梯度桶",
+}
+
+# -- zerolab explain: what a DeepSpeed config means (explain.py, cli.py) -----------------------------
+ZH["explain"] = {
+    "nothing is partitioned (plain data parallelism)": "什么都不分片（普通数据并行）",
+    "optimizer states are partitioned": "优化器状态分片",
+    "optimizer states and gradients are partitioned": "优化器状态和梯度分片",
+    "optimizer states, gradients and parameters are partitioned": "优化器状态、梯度和参数都分片",
+    "ZeRO stage {stage} on {world} data-parallel rank(s): {shards}.":
+        "ZeRO stage {stage}，{world} 个数据并行 rank：{shards}。",
+    "Batch: train_batch_size {batch} = {micro} (micro-batch per rank) x {accum} (gradient accumulation steps) x "
+    "{world} (ranks).":
+        "批大小：train_batch_size {batch} = {micro}（每个 rank 的微批次）x {accum}（梯度累积步数）x {world}（rank 数）。",
+    "Batch: not resolved for {world} rank(s) (see the error); the config gives {given}.":
+        "批大小：在 {world} 个 rank 上凑不出来（见报错）；配置里给的是 {given}。",
+    "none of the three": "三个都没给",
+    "dynamic loss scale from 2^{power}, x2 after {window} clean steps, hysteresis {hysteresis}, floor {floor:g}":
+        "动态损失缩放，从 2^{power} 开始，连续 {window} 步无溢出就 x2，hysteresis {hysteresis}，下限 {floor:g}",
+    "static loss scale {scale:g}": "静态损失缩放值 {scale:g}",
+    "Precision: fp16 model, fp32 master weights; {scale}.": "精度：fp16 模型，fp32 主权重；{scale}。",
+    "  fp16.auto_cast: DeepSpeed casts the forward's floating-point inputs to fp16 (not implemented in zerolab).":
+        "  fp16.auto_cast：DeepSpeed 会把前向的浮点输入转成 fp16（zerolab 未实现）。",
+    "steps with inf/nan gradients skipped": "梯度含 inf/nan 的步会被跳过",
+    "no overflow check": "不检查溢出",
+    "Precision: bf16 model, fp32 master weights; no loss scaling, {check}.":
+        "精度：bf16 模型，fp32 主权重；不做损失缩放，{check}。",
+    "Precision: fp32 throughout.": "精度：全程 fp32。",
+    "at the accumulation boundary the gradients are all-reduced in buckets of 500,000,000 elements "
+    "(DeepSpeed's stage 0 reduces like DDP; reduce_bucket_size is not used)":
+        "在累积边界按每桶 500,000,000 个元素对梯度做 all-reduce（DeepSpeed 的 stage 0 和 DDP 一样归约，"
+        "不用 reduce_bucket_size）",
+    "each bucket is its own flat buffer and is reduce-scattered (each rank receives only its shard: Psi per step, "
+    "the ZeRO paper's ideal) [zerolab's own: zerolab.ideal_reduce_scatter; DeepSpeed all-reduces]":
+        "每个桶是一块独立的扁平缓冲区，做 reduce-scatter（每个 rank 只收到自己的分片：每步 Psi，即 ZeRO 论文的"
+        "理想值）[zerolab 自己的做法：zerolab.ideal_reduce_scatter；DeepSpeed 用 all-reduce]",
+    "the parameters form one flat buffer cut into one contiguous partition per rank; each bucket (a range of it) is "
+    "reduced to each rank whose partition it touches, one reduce per owner (use_multi_rank_bucket_allreduce false) "
+    "[DeepSpeed's]":
+        "全部参数拼成一块扁平缓冲区，每个 rank 分到其中连续的一段；每个桶（缓冲区里的一段）归约给它覆盖到的"
+        "每个分区的主人，每个主人一次 reduce（use_multi_rank_bucket_allreduce 为 false）[DeepSpeed 的做法]",
+    "reduce_scatter false": "reduce_scatter 为 false",
+    "reduce_scatter and use_multi_rank_bucket_allreduce true, DeepSpeed's defaults":
+        "reduce_scatter 和 use_multi_rank_bucket_allreduce 为 true，即 DeepSpeed 的默认值",
+    "the parameters form one flat buffer cut into one contiguous partition per rank; each bucket (a range of it) is "
+    "all-reduced and each rank keeps the slices of its partition ({why}: 2 Psi on the wire, not the paper's Psi) "
+    "[DeepSpeed's]":
+        "全部参数拼成一块扁平缓冲区，每个 rank 分到其中连续的一段；每个桶（缓冲区里的一段）做 all-reduce，"
+        "每个 rank 留下落在自己分区里的部分（{why}：线上传输 2 Psi，而不是论文的 Psi）[DeepSpeed 的做法]",
+    "at the accumulation boundary {how}": "在累积边界，{how}",
+    "during backward, once a bucket's gradients are complete, {how}": "反向传播期间，一个桶的梯度一凑齐，{how}",
+    "; after the step the updated partitions are all-gathered, one call (Psi) [DeepSpeed's]":
+        "；更新之后，用一次 all-gather 把更新过的分区收集回来（Psi）[DeepSpeed 的做法]",
+    "; overlap_comm: each bucket's collective is issued asynchronously as soon as it is complete, while backward "
+    "goes on, at most two in flight (DeepSpeed's two IPG buffers)":
+        "；overlap_comm：每个桶一凑齐就异步发出它的集合通信，反向传播接着算，最多两个在途（DeepSpeed 的两块 IPG "
+        "缓冲区）",
+    "Gradient buckets: reduce_bucket_size {size:,} elements ({gb:.2f} GB in {comm}); {how}.":
+        "梯度桶：reduce_bucket_size {size:,} 个元素（{comm} 下 {gb:.2f} GB）；{how}。",
+    "reduce-scattered (each module's gradient padded to N shards; each rank receives its shards)":
+        "做 reduce-scatter（每个模块的梯度补齐到 N 个分片；每个 rank 收到自己的分片）",
+    "all-reduced (reduce_scatter false; each rank keeps its shards)":
+        "做 all-reduce（reduce_scatter 为 false；每个 rank 留下自己的分片）",
+    "issued asynchronously (overlap_comm), one in flight (DeepSpeed's one IPG buffer per dtype)":
+        "异步发出（overlap_comm），同时只有一个在途（DeepSpeed 每种 dtype 一块 IPG 缓冲区）",
+    "each call blocking (overlap_comm false)": "每次调用都阻塞（overlap_comm 为 false）",
+    "Gradients: during backward, collected in buckets of reduce_bucket_size {size:,} elements in the order backward "
+    "finishes the modules; each bucket is {verb} in {comm} in one call, {when} [DeepSpeed's].":
+        "梯度：反向传播期间，按模块完成反向的先后装进 reduce_bucket_size {size:,} 个元素的桶；每个桶用一次调用、"
+        "以 {comm} {verb}，{when}[DeepSpeed 的做法]。",
+    "parameters of at most {n:,} elements stay gathered (stage3_param_persistence_threshold)":
+        "不超过 {n:,} 个元素的参数收集后常驻（stage3_param_persistence_threshold）",
+    ", up to {n:,} elements in all (stage3_model_persistence_threshold)":
+        "，常驻总量最多 {n:,} 个元素（stage3_model_persistence_threshold）",
+    "following the order recorded in the previous step, each module's fetch also issues one asynchronous all-gather "
+    "of the next modules' parameters, up to {size:,} more elements (stage3_prefetch_bucket_size), as long as fewer "
+    "than {live:,} are gathered or in flight (stage3_max_live_parameters: the only bound on what is in flight) "
+    "[DeepSpeed's]":
+        "按上一步记下的顺序，每个模块取参数时顺带异步发出一次 all-gather，预取后面模块的参数，最多再取 {size:,} "
+        "个元素（stage3_prefetch_bucket_size），前提是已收集和在途的元素少于 {live:,} 个"
+        "（stage3_max_live_parameters：在途量的唯一上限）[DeepSpeed 的做法]",
+    "just in time, no prefetch (stage3_prefetch_bucket_size 0)": "用到才取，不预取（stage3_prefetch_bucket_size 为 0）",
+    "a module's parameters stay gathered after its forward if the recorded order uses them again within {n:,} "
+    "elements (stage3_max_reuse_distance: the last modules of forward are then not gathered again for backward)":
+        "按记下的顺序，如果一个模块的参数在 {n:,} 个元素之内还会再用到，前向之后就先不释放"
+        "（stage3_max_reuse_distance：这样前向最后几个模块在反向时不必重新收集）",
+    "every module is gathered again for backward (stage3_max_reuse_distance 0)":
+        "每个模块在反向时都重新收集（stage3_max_reuse_distance 为 0）",
+    "Stage 3 fetching: each module's parameters are all-gathered before its forward and again before its backward, "
+    "and released after use; {fetch}; {reuse}; {persist}.":
+        "Stage 3 取参数：每个模块的参数在它的前向之前 all-gather 一次，反向之前再 all-gather 一次，用完就释放；"
+        "{fetch}；{reuse}；{persist}。",
+    "qwZ (zero_quantized_weights) [DeepSpeed's ZeRO++]: every all-gather of a module's parameters in forward and "
+    "backward carries int8 blocks (each rank's shard in fp16, cut into blocks of a multiple of 8, about 8,000 "
+    "elements, by DeepSpeed's rule) plus one fp32 scale per block, in two calls (values, then scales): about half of "
+    "fp16/bf16's bytes; each rank dequantizes to fp16, then to the model dtype. The shards and the fp32 master "
+    "weights stay exact; the persistent parameters' refresh after the step is not quantized.":
+        "qwZ（zero_quantized_weights）[DeepSpeed 的 ZeRO++]：前向和反向里每次 all-gather 模块参数，传的都是 int8 "
+        "块（每个 rank 的分片先转成 fp16，再按 DeepSpeed 的规则切成 8 的倍数、约 8,000 个元素一块）外加每块一个 "
+        "fp32 缩放因子，分两次调用（先传值，再传缩放因子）：字节数约为 fp16/bf16 的一半；每个 rank 先反量化成 "
+        "fp16，再转成模型的 dtype。分片和 fp32 主权重都保持精确；更新之后常驻参数的刷新不量化。",
+    "hpZ (zero_hpz_partition_size {h}) [DeepSpeed's ZeRO++]: besides its shard over all ranks, each rank keeps a "
+    "secondary shard of each module's parameters over its group of {h} consecutive ranks (one node when that is the "
+    "ranks per node), copied from the gathered parameters when a module is released (and at initialization): 1/{h} "
+    "of the padded parameters in their dtype, until the next optimizer step drops it. While a module has one, its "
+    "all-gathers (prefetches too, quantized with qwZ) run inside the group: each step's backward (and the forward "
+    "of later micro-steps under gradient accumulation, and of the first step), so the backward sends no parameter "
+    "bytes across nodes. h must divide the world size (DeepSpeed's assert).":
+        "hpZ（zero_hpz_partition_size {h}）[DeepSpeed 的 ZeRO++]：除了在全部 rank 上的那份分片，每个 rank 还在"
+        "自己所在的 {h} 个相邻 rank 组成的组里，为每个模块的参数保存一份二级分片（每节点 rank 数等于 {h} 时，"
+        "一组就是一个节点）。二级分片在模块释放时（以及初始化时）从收集好的参数里拷贝出来，大小是补齐后参数的 "
+        "1/{h}，保持参数原来的 dtype，下一次优化器更新时丢弃。模块有二级分片期间，它的 all-gather（预取也一样，"
+        "开了 qwZ 时也量化）都在组内完成：每一步的反向（以及梯度累积下后续微步的前向，还有第一步的前向），"
+        "所以反向不会有参数字节跨节点传输。h 必须整除 world size（DeepSpeed 的断言）。",
+    "qgZ (zero_quantized_gradients) [DeepSpeed's ZeRO++]: with more than one node, each module's gradient is "
+    "quantized to int4 (one fp32 scale per block), exchanged by an all-to-all inside the node, summed there and "
+    "quantized again, exchanged by an all-to-all across nodes, dequantized and divided by the number of nodes "
+    "(DeepSpeed 0.19.8 divides the sum over all ranks by the nodes only: the gradient is ranks-per-node times the "
+    "mean); 1-D parameters and sizes not a multiple of 2N are reduce-scattered. With one node it does nothing "
+    "(DeepSpeed's condition num_nodes > 1).":
+        "qgZ（zero_quantized_gradients）[DeepSpeed 的 ZeRO++]：多于一个节点时，每个模块的梯度量化成 int4（每块一个 "
+        "fp32 缩放因子），先在节点内用 all-to-all 交换并求和，再量化一次，跨节点用 all-to-all 交换，反量化后除以"
+        "节点数（DeepSpeed 0.19.8 把全部 rank 的和只除以节点数：得到的梯度是均值的“每节点 rank 数”倍）；1 维参数"
+        "和大小不是 2N 倍数的参数改用 reduce-scatter。只有一个节点时它什么也不做（DeepSpeed 的条件是 "
+        "num_nodes > 1）。",
+    "Order checks [zerolab's own, zerolab.order_checks]: a 16-byte all-gather before each unit of parameter "
+    "gathers, so that ranks on different paths through the model fail with the modules named instead of hanging; "
+    "DeepSpeed sends none, and the ledger files them apart from ZeRO's calls.":
+        "顺序检查 [zerolab 自己的做法，zerolab.order_checks]：每收集一组参数之前，先做一次 16 字节的 all-gather；"
+        "各 rank 在模型里走了不同路径时，就会报错并点出模块名，而不是卡死。DeepSpeed 不发这种调用，账本把它们和 "
+        "ZeRO 的调用分开记。",
+    "host (CPU) memory, pinned when a GPU is present": "主机（CPU）内存（有 GPU 时用锁页内存）",
+    "host (CPU) memory": "主机（CPU）内存",
+    "files under nvme_path ({path}), brought through host memory one sub-group ({size:,} elements) at a time":
+        "nvme_path 下的文件（{path}），每次经主机内存搬一个子组（{size:,} 个元素）",
+    "not given": "未指定",
+    " The next sub-group's read overlaps the current step": "下一个子组的读取与当前的更新重叠",
+    " Reads are not overlapped (pipeline_read false)": "读取不重叠（pipeline_read 为 false）",
+    "; the previous one's write too.": "；上一个子组的写入也重叠。",
+    "; writes are waited for (pipeline_write false).": "；写入要等它完成（pipeline_write 为 false）。",
+    "Offload: offload_optimizer.device = {device}: each rank's optimizer states (fp32 master weights and Adam "
+    "moments, 12 bytes per parameter of its shard) and, at stages 2-3, its fp32 gradient shard (4 bytes) live in "
+    "{where}; the optimizer step runs there, sub-group by sub-group (DeepSpeed: DeepSpeedCPUAdam; zerolab: the "
+    "torch optimizer, foreach form), and updated parameters are copied back to the device.{pipe}":
+        "卸载：offload_optimizer.device = {device}：每个 rank 的优化器状态（fp32 主权重和 Adam 的两个矩，即动量与方差，分片里"
+        "每个参数 12 字节）以及 stage 2-3 下它的 fp32 梯度分片（4 字节）放在{where}；优化器更新也在那里一个子组"
+        "一个子组地做（DeepSpeed 用 DeepSpeedCPUAdam；zerolab 用 torch 优化器的 foreach 实现），更新后的参数再拷回"
+        "设备。{pipe}",
+    " (the first {n:,} elements stay in host memory)": "（前 {n:,} 个元素留在主机内存）",
+    "Offload: offload_param.device = {device}: each rank's stage-3 parameter shards live in {where}{keep} and are "
+    "copied to the device when their module is gathered; persistent (small) parameters stay on the device.":
+        "卸载：offload_param.device = {device}：每个 rank 的 stage 3 参数分片放在{where}{keep}，所属模块收集时"
+        "拷到设备上；常驻的（小）参数留在设备上。",
+    "clipped to global L2 norm {norm:g}": "按全局 L2 范数裁剪到 {norm:g}",
+    "off": "关闭",
+    "Gradient clipping: {clip}.": "梯度裁剪：{clip}。",
+    "Optimizer: {type}, which zerolab does not build (it builds Adam, AdamW and SGD).":
+        "优化器：{type}，zerolab 不会构建它（zerolab 只构建 Adam、AdamW 和 SGD）。",
+    "Optimizer: none in the config (pass one to zerolab.initialize).":
+        "优化器：配置里没有（请把优化器传给 zerolab.initialize）。",
+    "Optimizer: {type} (torch.optim.{name}), {params}.": "优化器：{type}（torch.optim.{name}），{params}。",
+    "Optimizer step: in sub-groups of at most {size:,} elements of each rank's shard (sub_group_size), one after "
+    "another: the unit of the host step and of NVMe swapping; it bounds the step's working memory and changes no "
+    "number.":
+        "优化器更新：把每个 rank 的分片切成最多 {size:,} 个元素的子组（sub_group_size），一个接一个地更新：它是"
+        "主机端更新和 NVMe 换入换出的单位；它限制更新时的工作内存，不改变任何数值。",
+    "Learning-rate schedule: {type}({args}), DeepSpeed's formula; the engine steps it after each optimizer step "
+    "that is not skipped (an fp16 overflow does not advance it).":
+        "学习率调度：{type}({args})，用 DeepSpeed 的公式；引擎在每次没被跳过的优化器更新之后推进它（fp16 溢出的"
+        "那一步不推进）。",
+    "  - {path} = {value}: {why}": "  - {path} = {value}：{why}",
+    "No effect in zerolab (accepted; same numbers as DeepSpeed):":
+        "在 zerolab 里不起作用的键（照常接受；数值与 DeepSpeed 相同）：",
+}
+
+# -- the engine's warnings (attach.py, hpz.py, qgz.py) --------------------------------------------------
+ZH["engine"] = {
+    "{key} has no effect in zerolab: {why}": "{key} 在 zerolab 里不起作用：{why}",
+    "this model already had a zerolab engine: it is closed now (its hooks removed, the model given its full current "
+    "weights), and the new engine starts from them":
+        "这个模型已经有一个 zerolab 引擎：它现在被关闭了（钩子已移除，模型拿回了它当前完整的权重），新引擎从这些"
+        "权重开始",
+    "{key}={h} is more than the {world_size} ranks: DeepSpeed 0.19.8 takes min({h}, {world_size}) = {size}, one "
+    "group of every rank: the backward's gathers stay as wide as the forward's and each rank keeps a second shard "
+    "for nothing. Set it to the ranks per node":
+        "{key}={h} 超过了 rank 总数 {world_size}：DeepSpeed 0.19.8 取 min({h}, {world_size}) = {size}，所有 rank "
+        "成了一组：反向的收集和前向一样宽，每个 rank 白白多存一份二级分片。请把它设成每节点的 rank 数",
+    "{key}={h}: hpZ's groups of {size} consecutive ranks span nodes ({topology}), so the backward's gathers cross "
+    "nodes (the ledger files them 'inter'); DeepSpeed 0.19.8 allows it. For backward gathers inside a node, set it "
+    "to the ranks per node ({per_node}) or a divisor of it":
+        "{key}={h}：hpZ 每组 {size} 个相邻 rank，跨了节点（{topology}），所以反向的收集也跨节点（账本记为 "
+        "'inter'）；DeepSpeed 0.19.8 允许这样做。想让反向的收集留在节点内，请设成每节点的 rank 数（{per_node}）"
+        "或它的约数",
+    "zero_quantized_gradients: as in DeepSpeed 0.19.8, qgZ's gradients come out {local}x the mean (ranks per node): "
+    "its all-to-all path sums inside each node and divides only by the number of nodes ({nodes}), while its "
+    "reduce-scatter fallback (1-D parameters) divides by all {n} ranks. Adam barely notices a constant scale; "
+    "gradient clipping and the reported gradient norm see it":
+        "zero_quantized_gradients：和 DeepSpeed 0.19.8 一样，qgZ 得到的梯度是均值的 {local} 倍（每节点 rank 数）："
+        "它的 all-to-all 路径在每个节点内求和，之后只除以节点数（{nodes}），而它退回 reduce-scatter 的路径（1 维"
+        "参数）除以全部 {n} 个 rank。Adam 几乎察觉不到一个常数倍的缩放；梯度裁剪和报告的梯度范数会受影响",
+}
+
+# -- zerolab explain's own lines (cli.py) ---------------------------------------------------------------
+ZH["cli"] = {
+    "model states per GPU, Psi = {psi:,.0f} parameters, {world} GPU(s), {precision} + Adam ({pb} + {gb} + {ob} bytes "
+    "per parameter):":
+        "每张 GPU 上的模型状态，Psi = {psi:,.0f} 个参数，{world} 张 GPU，{precision} + Adam（每个参数 {pb} + {gb} + "
+        "{ob} 字节）：",
+    "   <- this config": "   <- 本配置",
+    "  (GB = 1e9 bytes, GiB = 2^30 bytes; activations and buffers come on top)":
+        "  （GB = 1e9 字节，GiB = 2^30 字节；激活值和各种缓冲区另算）",
+    "params": "参数",
+    "grads": "梯度",
+    "optimizer": "优化器状态",
+    "total": "合计",
+    "optimizer states": "优化器状态",
+    "none": "无",
+    "with this config's offload, per rank at stage {stage} (zerolab runs it; DeepSpeed keeps the same):":
+        "按本配置的卸载方式，stage {stage} 下每个 rank 的分布（zerolab 照此运行；DeepSpeed 的放法相同）：",
+    "  on the GPU: {what} ({total})": "  GPU 上：{what}（{total}）",
+    "  in host (CPU) memory: {what} ({total})": "  主机（CPU）内存里：{what}（{total}）",
+    "  on NVMe: {what} ({total})": "  NVMe 上：{what}（{total}）",
+    "  (the paper's accounting of model states; gathered layers, buckets and activations stay on the GPU on top; "
+    "DeepSpeed's own estimator: zerolab estimate --largest-layer ...)":
+        "  （按论文的口径统计模型状态；收集起来的层、梯度桶和激活值另外占 GPU；DeepSpeed 自己的估算器："
+        "zerolab estimate --largest-layer ...）",
+    "not implemented in zerolab: {path} = {value} ({what}); zerolab.initialize refuses it":
+        "zerolab 未实现：{path} = {value}（{what}）；zerolab.initialize 会拒绝它",
+    "zerolab explain: {n} errors in {path} (typos, bad values, batch arithmetic; fix them before training):":
+        "zerolab explain：{path} 里有 {n} 处错误（拼写、取值或批大小算术；训练前请先改正）：",
+    "zerolab explain: 1 error in {path} (typos, bad values, batch arithmetic; fix it before training):":
+        "zerolab explain：{path} 里有 1 处错误（拼写、取值或批大小算术；训练前请先改正）：",
 }

@@ -11,6 +11,9 @@ import torch
 
 from . import quant
 from .flat import FlatGroup
+from .i18n import catalogue
+
+T = catalogue("engine")        # the warnings in the edition's language (zerolab/messages_zh.py)
 
 __all__ = ["QuantizedReduce"]
 
@@ -65,11 +68,12 @@ class QuantizedReduce:
         self.n, self.local, self.nodes = comm.world_size, self.node.world_size, self.cross.world_size
         if self.nodes > 1 and self.local > 1 and comm.rank == 0:
             import warnings
-            warnings.warn(f"zero_quantized_gradients: as in DeepSpeed 0.19.8, qgZ's gradients come out "
-                          f"{self.local}x the mean (ranks per node): its all-to-all path sums inside each node "
-                          f"and divides only by the number of nodes ({self.nodes}), while its reduce-scatter "
-                          f"fallback (1-D parameters) divides by all {self.n} ranks. Adam barely notices a "
-                          f"constant scale; gradient clipping and the reported gradient norm see it", stacklevel=2)
+            warnings.warn(T("zero_quantized_gradients: as in DeepSpeed 0.19.8, qgZ's gradients come out {local}x "
+                            "the mean (ranks per node): its all-to-all path sums inside each node and divides only "
+                            "by the number of nodes ({nodes}), while its reduce-scatter fallback (1-D parameters) "
+                            "divides by all {n} ranks. Adam barely notices a constant scale; gradient clipping and "
+                            "the reported gradient norm see it", local=self.local, nodes=self.nodes, n=self.n),
+                          stacklevel=2)
 
     def per_partition_groups(self, g: FlatGroup) -> int | None:
         """Blocks per partition for group ``g``'s gradient, or None where DeepSpeed falls back to a
