@@ -13,7 +13,7 @@ ZH = {
 第 2 章结尾，搬家队撞上了墙。每个工人都背着整套家当：家具（**参数**，parameters）、搬迁贴纸（**梯度**，gradients）
 和那本厚重的小本子（**优化器状态**，optimizer states）。多雇工人，只是多了几份同样的负重，并没有多出空间。
 
-于是队长重新分工。每个工人照样把自己那份箱子搬进门（每个 rank 在自己那一份 batch 上做前向和反向）；变的是每个工人必须*保管*什么：
+于是队长重新分工。每个工人照样把自己那份箱子搬进门（每个 rank 在自己那一份 batch 上做前向和反向传播，forward / backward）；变的是每个工人必须*保管*什么：
 
 1. **先拆小本子。** 对每件家具，小本子里都抄着一份精确的登记簿记录（fp32 **主权重**，master weights），外加两行它最近怎么挪动的记录
    （Adam 的**动量**和**方差**，momentum 和 variance）：每个参数 12 字节。队长把小本子撕成 N 份；每个工人只更新自己那份所记的家具，
@@ -29,7 +29,7 @@ ZH = {
 ## 论文怎么说，DeepSpeed 怎么做
 
 Ψ 是可训练参数的个数（元素数），N 是 rank 数。混合精度（mixed precision）加 Adam 时，一个参数要花 2 字节（bf16）+ 2（bf16 梯度）
-+ 12（fp32 主权重、动量、方差）= **16 字节**。每个 rank：
++ 12（fp32 主权重、动量、方差）= **16 字节**。按每个 rank 计：
 
 | stage | 在 N 个 rank 之间切分的 | 每个 rank 的模型状态字节数 | 每个 rank 每步的通信量（traffic）：论文 |
 |---|---|---|---|
@@ -43,8 +43,8 @@ ZH = {
 （`benchmarks/results/side_by_side.txt` 把两边并排列出）；论文的 reduce-scatter 是 zerolab 自己的开关，
 `"zerolab": {"ideal_reduce_scatter": true}`。
 
-**怎么数字节。** 我们数的是在环形算法里每个 rank 往线路上放的字节，和 nccl-tests 的*总线带宽*（bus bandwidth）以及
-`zerolab.comm` 的算法一样：S 字节的 all-reduce 每个 rank 要付 2(N−1)/N·S，reduce-scatter 或 all-gather 要付 (N−1)/N·S；
+**怎么数字节。** 我们数的是在环形算法里每个 rank 往线路上放的字节，口径和 nccl-tests 计算*总线带宽*（bus bandwidth）时以及
+`zerolab.comm` 一样：S 字节的 all-reduce 每个 rank 要付 2(N−1)/N·S，reduce-scatter 或 all-gather 要付 (N−1)/N·S；
 论文数的是元素个数，并且略去了 (N−1)/N。折叠椅（**激活值**，activations）不属于模型状态：哪个 stage 都不切分它，这里不计入。
 在 zerolab 里，一个 stage 就是三个开关（`zerolab/stage.py` 开头的那张表）。
 """),
@@ -63,10 +63,10 @@ stage 2 呢？stage 3 呢？写下三个分数。
 （16Ψ 里的 7Ψ：它只拆了小本子，bf16 的参数和梯度在每个 rank 上仍是完整的），stage 2 留下 **0.344**（5.5Ψ）。
 stage 1 一下子就卸掉了大部分重量，因为 16 个字节里有 12 个是小本子。
 
-"left"那一列不是噪声：每块扁平缓冲区（flat buffer）都**补齐**（padding）到 N 的整数倍（每个补齐元素 16 字节，每种状态一旦切分就除以 N），
+"left"那一列不是噪声，它有三个来源：每块扁平缓冲区（flat buffer）都**补齐**（padding）到 N 的整数倍（每个补齐元素 16 字节，每种状态一旦切分就除以 N）；
 那个**冻结**的参数（`temperature`，2 字节：在 stage 0-2 里每个 rank 上都是完整的；在 stage 3 里和其他参数一样被切分，
-就像 DeepSpeed 的 `zero.Init` 那样，补齐到 N 个元素、每个 rank 一个，所以同样是 2 字节），AdamW 还为它更新的每个扁平组保留一个
-4 字节的 **step 计数器**。
+就像 DeepSpeed 的 `zero.Init` 那样，补齐到 N 个元素、每个 rank 一个，所以同样是 2 字节）；还有 AdamW 为它更新的每个扁平组保留的
+4 字节 **step 计数器**。
 下一个单元把这些加起来，再画出这张表。
 """),
 "ch03-07": ("cbce0d2176ef", r"""
@@ -74,14 +74,14 @@ stage 1 一下子就卸掉了大部分重量，因为 16 个字节里有 12 个�
 这些是 DeepSpeed 在默认 bf16 设置下的数字。（如果设了 `"data_types": {"grad_accum_dtype": "fp32"}`，它的 stage 0 和 1 会改用
 `BF16_Optimizer`，多出一块完整的 fp32 梯度缓冲区：**8Ψ + 12Ψ/N**；zerolab 拒绝这个配置块。）
 
-一个 rank 持有的不只是模型状态：stage 2 在反向传播期间要保留一个正在传输的**梯度桶**，stage 3 要保留正在使用的模块以及提前收集的模块的
-**收集来的参数**；`engine.memory()` 把它们记为 `peak_buffers`。（*在 GPU 集群上*，DeepSpeed 只分配一次桶缓冲区并反复使用；
+一个 rank 持有的不只是模型状态：stage 2 在反向传播期间要保留一个在途的**梯度桶**；stage 3 要保留**收集（gather）来的参数**，
+既有正在使用的模块的，也有提前收集的模块的；`engine.memory()` 把它们记为 `peak_buffers`。（*在 GPU 集群上*，DeepSpeed 只分配一次桶缓冲区并反复使用；
 这里则是桶装满时才创建一块缓冲区。）
 """),
 "ch03-09": ("9192b1709477", r"""
 在这里，stage 3 的峰值装着**整个模型**，还比 Ψ 多一点：冻结的 `temperature` 也要收集（1 个元素，补齐到 N = 4 个）。
 DeepSpeed 的默认值是按数十亿参数定的（`stage3_prefetch_bucket_size` = 提前收集
-5·10⁷ 个元素，`stage3_max_live_parameters` = 同时最多 10⁹ 个）；在小模型上想省显存，就得把它们调小。
+5·10⁷ 个元素，`stage3_max_live_parameters` = 同时最多 10⁹ 个）；在小模型上想省显存（device memory），就得把它们调小。
 
 ## 每步的通信量：DeepSpeed 的 3Ψ 与论文的 2Ψ
 
@@ -121,7 +121,7 @@ stage 3 则样样都付 4 倍（4 × 3.272）。
 
 ### stage 3 的一步：收集、使用、释放
 
-在 2 个 rank 上跑 stage 3，账本读起来就像搬家队的一天：每个模块的参数在它的前向之前被 all-gather 收集，用完释放（释放不发送任何东西）；
+在 2 个 rank 上跑 stage 3，账本读起来就像搬家队的一天：每个模块的参数在它的前向之前用 all-gather 收集起来，用完释放（释放不发送任何东西）；
 反向传播按相反的顺序再收集一遍；梯度装桶发出，每个桶一次 reduce-scatter；最后是一次小小的 all-reduce（溢出检查和梯度范数）。
 
 **预取**（prefetch）是 DeepSpeed 的规则（`partitioned_param_coordinator.py` 里的 `fetch_sub_module`）：第一步记下各模块被取用的顺序；
@@ -133,7 +133,7 @@ min(`stage3_max_live_parameters` − 已收集的元素数, `stage3_prefetch_buc
 """),
 "ch03-17": ("e7507c3fb7ce", r"""
 有两种小的集合通信没有列进表里。每一步都要对 16 个字节做 all-reduce，即溢出标志和梯度范数的平方（DeepSpeed 的做法，0.19.8 默认开启：
-`bf16.check_grad_overflow`，`gradient_clipping` 1.0）。另一种是 stage 3 里 **zerolab 自己的** 16 字节**报头**（header），在每一组参数收集之前发出，
+`bf16.check_grad_overflow`，`gradient_clipping` 1.0）。另一种是 stage 3 里 **zerolab 自己的** 16 字节**报头**（header），在每个单元的参数收集之前发出，
 这样走了不同模型路径的 rank 会抛出 `ModuleOrderError`，而不是卡死；DeepSpeed 不发这种东西，账本把它们单独归档（`ledger.checks`），
 设 `"zerolab": {"order_checks": false}` 可以关掉。
 
@@ -234,7 +234,7 @@ zerolab 的开关；DeepSpeed 对它做 all-reduce），检查程序会用它训
 （分片、reduce-scatter、参数收集），或者数据并行（data parallelism）本身，它把 batch 拆开、再把各部分加起来。
 
 实验：让**一个进程**做和 N 个 rank 相同的算术，也就是把每个 batch 拆成 N 个微批次（micro-batch）、把它们的梯度加起来
-（梯度累积（gradient accumulation），在单个 rank 上设 `gradient_accumulation_steps = N`），然后再把 AdamW 换成普通的 SGD。
+（即梯度累积，gradient accumulation：在单个 rank 上设 `gradient_accumulation_steps = N`），然后再把 AdamW 换成普通的 SGD。
 这些运行用的都是第 3 章的设置（`zerolab/chapters/ch03.py`）：188,900 个参数的 TinyLM，三个 12 条序列的全局 batch，fp32 训练 3 步。
 """),
 "ch03a-02": ("545897b16226", r"""
@@ -275,7 +275,7 @@ SGD 把那最后几位原样传了下去：每个 N 都只差一两个舍入步�
 """),
 "ch03a-10": ("3ad0a8a4e2dd", r"""
 SGD 的更新相差 lr 的 10⁻⁸，AdamW 的相差 **lr 的一半**。AdamW 第一步把每个元素挪动 lr · g / (|g| + eps)，与 g 的大小无关：
-g = 10⁻⁸ = eps 时是 lr / 2，g = 0 时不动。所以一个只是零附近舍入噪声的梯度，仍会把它的参数挪动可观的一部分 lr。在之后的几步里，
+g = 10⁻⁸ = eps 时是 lr / 2，g = 0 时不动。所以一个只是零附近舍入噪声的梯度，仍会让参数挪动 lr 的相当一部分。在之后的几步里，
 动量和方差会把这类元素平均掉，这就是为什么第 3 章的差别一直在 lr 的十分之一以下。
 
 任何数据并行训练都有这个现象，不管用不用 ZeRO：变的只有求和顺序，哪个 stage 都没有让它变大（第 3 章表格里四个 stage 的各行相差无几）。
@@ -293,7 +293,7 @@ g = 10⁻⁸ = eps 时是 lr / 2，g = 0 时不动。所以一个只是零附近
 在 stage 1，每个工人只保管小本子的一部分。这要靠两条小规则，两条都由你在这里写：
 
 - **(a) 归属规则**：rank r 负责扁平缓冲区（flat buffer）里的哪些元素；
-- **(b) 只更新分片的 AdamW 步**：每个 rank 只用自己那部分优化器状态（optimizer states），对自己的分片（shard）做的更新。
+- **(b) 只更新分片的 AdamW 步**：每个 rank 对自己的分片（shard）做的更新，只用到自己那部分优化器状态（optimizer states）。
 
 检查程序不只在玩具输入上测你的代码：它们把代码接进 zerolab 的 stage 1 引擎，在 2 个和 3 个真实的 rank 上训练一个小 TinyLM，
 并把参数和普通的单进程训练对比。哪里不对，它们会告诉你是什么、在哪里、为什么要紧。

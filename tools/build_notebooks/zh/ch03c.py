@@ -10,7 +10,7 @@ ZH = {
 # 练习 3c · 亲手写 ZeRO-1：只用 `torch.distributed` 实现分片优化器
 
 第 3 章里，队长把厚重的小本子撕成了 N 份。小本子就是**优化器状态**（optimizer states）：对每件家具，Adam 记着两行它最近怎么挪动的记录
-（动量和方差，momentum 和 variance），混合精度（mixed precision）下还有一份它位置的精确登记簿记录（fp32 主权重，master weights）。
+（动量和方差，momentum 和 variance），混合精度（mixed precision）下还有一份精确记下它位置的登记簿（fp32 主权重，master weights）。
 现在每个工人**只保管自己那几页**。每一趟搬完，搬家队把搬迁贴纸（**梯度**，gradients）汇总起来，每个工人更新自己那几页所记的家具，
 再把新位置喊给大家，这样下一趟出发前，每个人手上那份家当（**参数**，parameters）又完全一样了。
 
@@ -18,7 +18,7 @@ ZH = {
 `ShardedOptimizer`，它包装任意一个 torch 优化器，只为本 rank 负责的那一片参数保留优化器状态。这就是 ZeRO stage 1
 （论文里的 P<sub>os</sub>），也就是 DeepSpeed 的 `DeepSpeedZeroOptimizer`（`deepspeed/runtime/zero/stage_1_and_2.py`）干的活。
 检查程序在 2 个和 3 个真实的 rank 上，把你的类和 PyTorch 的 `DistributedDataParallel`（DDP）并排运行，要求参数**逐位相同**
-（唯一的差别只在求和顺序时，它会明说，并接受一个写明的容差）。
+（如果差别只来自求和顺序，它会明说，并接受一个写明的容差）。
 
 **检查不通过时**，它会用几行话说明哪里错了，并点出可能的错误；想看完整的回溯（traceback），运行
 `import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元。
@@ -105,10 +105,10 @@ reduce-scatter 接一次 all-gather（第 2 章），ZeRO 只是把优化器更�
 """),
 "ex03c-14": ("d2411f73fbff", r"""
 两种舍入，两种顺序。**除法**：DDP 的 reducer 在把每个梯度复制进桶时乘以 1/N（实测：× 1/3 能逐位复现它，÷ 3 不能）；torch 的
-`allreduce_hook` 是除，不管它的文档字符串怎么说和 DDP 一致；DeepSpeed 也是除（`average_tensor` 里的 `tensor.div_(world_size)`）。
+`allreduce_hook` 是除以 N，尽管它的文档字符串说自己与 DDP 一致；DeepSpeed 也是除（`average_tensor` 里的 `tensor.div_(world_size)`）。
 N = 2 时两者一致：减半是精确的。**顺序**：gloo 的环把元素 i 的三份贡献按什么顺序相加，取决于 i 落在缓冲区的哪个三分之一里
 （第 2 章的环：每一块的和最终停在负责它的 rank 上）。缓冲区布局相同，顺序就相同；DDP 的第二种布局（最后一层在前）把许多元素挪到了另一个
-三分之一里。按参数顺序排列、补齐到 N 的扁平缓冲区，得到的是 DDP 第一种布局的那些位；所以检查程序拿你和保持第一种布局的 DDP 对比，
+三分之一里。按参数顺序排列、补齐到 N 的扁平缓冲区，得到的每一位都和 DDP 第一种布局的相同；所以检查程序拿你和保持第一种布局的 DDP 对比，
 两种舍入方式各比一次。在 2 个 rank 上，这些都无关紧要：a + b 就是 b + a，减半又是精确的，所以第一次运行能对上。
 
 AdamW 随后会把最后几位放大到看得见：一个梯度几乎相互抵消的元素，不管梯度多大，它都会把这个元素挪动 lr 的一部分（附录 3a），
@@ -122,7 +122,7 @@ AdamW 随后会把最后几位放大到看得见：一个梯度几乎相互抵�
 参数不一致时，它会看差在哪里（每次更新都是 DDP 的两倍？有元素从来没动过？各 rank 之间不一致？），并点出可能的错误。
 """),
 "ex03c-16": ("97dcfe6c7294", r"""
-## 它在哪里
+## 它在源码里的位置
 
 在 DeepSpeed 0.19.8 里（`deepspeed/runtime/zero/stage_1_and_2.py`，类 `DeepSpeedZeroOptimizer`）：扁平缓冲区是 `bit16_groups_flat`
 （每个参数组一块，由 `align_dense_tensors` 补齐到 2N 的整数倍）；模型的参数是它的视图（view），所以 all-gather 直接写进参数里，

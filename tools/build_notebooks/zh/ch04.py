@@ -22,7 +22,7 @@ ZH = {
 
 | 故事里 | 训练中 | 在 zerolab 里 |
 |---|---|---|
-| 折叠家具 | 16 位的权重、激活值和梯度：**fp16** 或 **bf16**，每个 2 字节 | `zerolab.initialize` 之后模型的参数 |
+| 折叠家具 | 16 位的权重、激活值（activations）和梯度（gradients）：**fp16** 或 **bf16**，每个 2 字节 | `zerolab.initialize` 之后模型的参数 |
 | 登记簿 | 优化器实际更新的 **fp32 主权重**（master weights；4 字节，另有 Adam 的 4 + 4） | `engine.stage.masters` |
 | 淡到一折就没了的修正 | 在 fp16 里**下溢**（underflow）成 0 的梯度 | `zerolab.precision.underflow_report` |
 | 放大了写笔记 | **损失缩放**（loss scaling）：对 loss × S 做反向传播，优化器再除以 S | `engine.loss_scale` |
@@ -52,7 +52,7 @@ fp16 和 bf16 都用 16 位，只是分法不同：fp16 留 10 位尾数、5 位
 梯度往往很小。下面是一个不做手脚、又确实有很多梯度*非常*小的场景：一个深层 MLP（`zerolab.models.MLP`：25 个宽 64 的 `Linear` 层，
 tanh 激活，PyTorch 默认初始化），在 256 个样本上算均方误差，停在初始化状态。（大语言模型遇到小梯度另有原因：损失要在大量 token 上取平均，
 又分摊到数十亿个权重上；但 fp16 对待它们的方式一模一样。）先**用全精度**做一次反向传播（backward），而且用 fp64，
-这样打印出来的每一位数字都不取决于 CPU 的 fp32 内核：
+这样打印出来的每一位数字都与 CPU 上 fp32 kernel 的实现无关：
 """),
 "ch04-06": ("7a08bc527c1b", r"""
 `underflow_report(values, scale, dtype)` 把 `values × scale` 转换成 `dtype`，再把每个非零元素归为四类：变成了 **0**（这个梯度丢了）、
@@ -99,7 +99,7 @@ S 太小，梯度会消失；太大，又会溢出成 inf。合适的 S 随训�
 ## 4. 登记簿：fp32 主权重，以及它的代价
 
 `zerolab.initialize` 之后，模型本身就是 16 位的。优化器从来不碰它：它更新的是 `engine.stage.masters`，即本 rank 负责的那部分权重的
-fp32 副本；每次更新之后，再由它们重新折出 16 位参数。`ch04.weigh` 真实地走一步，返回 `engine.memory()`（从张量实测的字节数），
+fp32 副本；每次更新之后，再由它们重新折出 16 位参数。`ch04.weigh` 实打实地走一步，返回 `engine.memory()`（从张量实测的字节数），
 分别在 ZeRO stage 0 和 N = 2 的 stage 3 下测，旁边还有 fp32 训练作对照。
 
 **先预测，再运行。** 混合精度的 Adam，每个参数的模型状态（model states）要 2 + 2 + 12 = 16 字节。普通的 fp32 训练加 Adam 要多少：32、16 还是 8？
@@ -188,7 +188,7 @@ DeepSpeed 的 hysteresis、窗口和下限。检查程序会在 2 个 rank 上�
 **检查。** 先给你的函数喂六组缩放器设置，每组配一串溢出标志（DeepSpeed 的默认值跑 1,000 多步、不带滞后、滞后为 3、`consecutive_hysteresis`、
 会截住减半的下限、在下限处溢出），每次调用之后都把你的状态和 zerolab 的 `DynamicLossScaler` 对比；后者已经用从 DeepSpeed 录下的轨迹测试过。
 
-然后上真实引擎：在 2 个 rank 上，ZeRO stage 2 的 fp16 `TinyLM`，把一个调用你的 `update_scale` 的 `DynamicLossScaler` 子类装成 `engine.scaler`，
+然后上真实引擎：在 2 个 rank 上，ZeRO stage 2 的 fp16 `TinyLM`，装上一个 `DynamicLossScaler` 子类作为 `engine.scaler`（它调用的是你的 `update_scale`），
 并在选定的几步把 rank 1 的损失乘以 inf。每次更新都与收到同样溢出标志的参考实现对比；然后用引擎自己的缩放器再跑一遍，两次运行必须每一步都用同样的 S、
 在每个 rank 上跳过同样的步，最后的 fp32 主权重（master weights）逐位相同。
 
