@@ -51,7 +51,7 @@ zerolab 的对应实现是 `zerolab/hooks.py`（`ModuleHooks`）；检查程序�
 - **共享（绑定）的权重**（tied weight）：模型的输出层用的是 embedding 的权重。两个模块都列出了这个组；前向和反向里都一样，
   它为每个模块各收集一次、各释放一次，而且在已经收集好的时候不会再收集第二次；
 - **在自己模块之外被读到的权重**：`nn.MultiheadAttention` 直接拿 `self.out_proj.weight` 来算，并不调用 `out_proj`；
-  模型也可能在自己的前向里算 `F.linear(h, self.mix.weight)`。读到时收集它，并把它长期绑到读它的那个模块上（`self.registered`）：
+  模型也可能在自己的前向里算 `F.linear(h, self.mix.weight)`。读到时收集它，并把它永久绑到读它的那个模块上（`self.registered`）：
   从此它就属于那个模块的单元，在那个模块的前向之前和反向之前都和模块自己的组一起、在一次 all-gather 里收集，每次之后都释放。
 """),
 "ex08c-04": ("c2801f2cf527", r"""
@@ -98,15 +98,15 @@ head 再收集 embedding，因为根模块的输出*就是* head 的输出，外
 （算上绑定权重多出来的几次收集）？按第 2 章的环形约定（每次 all-gather 输出的 (N−1)/N），每个 rank 发出多少字节？
 """),
 "ex08c-12": ("5b025d2b49f0", r"""
-每步 2Ψ 的参数，前向和反向再各加一次绑定的权重：这是 stage 3 只保管一片的代价（梯度的 reduce-scatter 再加上第 3 章 3Ψ
-里的第三个 Ψ）。如果复用距离覆盖整个模型，embedding 就会从 head 一直留到它自己，省下这两次多出来的收集。
+每步 2Ψ 的参数，前向和反向再各加一次绑定的权重：这是 stage 3 只保管一片的代价（第 3 章 3Ψ 里的第三个 Ψ
+来自梯度的 reduce-scatter）。如果复用距离覆盖整个模型，embedding 就会从 head 用完一直留到它自己再用，省下这两次多出来的收集。
 
 ## 检查
 
 它在 2 个和 3 个 rank 上把你的类运行 3 步，旁边是同一个引擎上 zerolab 自己的 `ModuleHooks`，依次比较：某个 rank 上的失败
-（哪个阶段抛了异常）、同时收集着的元素峰值（从不释放的类会失败："never released: peak X vs Y"）、按顺序的每一次收集和释放、
+（哪个阶段抛了异常）、同时收集着的元素峰值（从不释放的类会失败：“never released: peak X vs Y”）、按顺序的每一次收集和释放、
 账本里的参数 all-gather（调用次数和字节数），最后是损失和参数是否逐位相同。哪里不一样，它就点出可能的错误：只收集不释放、
-反向之前就释放了却再也不收集回来、再收集时用了别的模块的组、忘了在模块外被读到的权重或忘了把它长期绑好、把一个单元的组逐个收集、
+反向之前就释放了却再也不收集回来、再收集时用了别的模块的组、忘了在模块外被读到的权重或忘了把它永久绑定、把一个单元的组逐个收集、
 模块反向之后不释放。
 """),
 "ex08c-14": ("42e8c369d5a5", r"""
@@ -117,16 +117,16 @@ head 再收集 embedding，因为根模块的输出*就是* head 的输出，外
 - 同时收集着的元素峰值：有你的释放是 1,344，不释放是 2,928（整个模型）。
 - 每步拼出 27,520 字节：2Ψ 的参数，再加两次绑定的权重。
 
-## 它在哪里
+## 它在源码里的位置
 
 在 DeepSpeed 0.19.8 里，`DeepSpeedZeRoOffload._register_deepspeed_module`（`runtime/zero/parameter_offload.py`）给每个模块注册：
 一个前向前置钩子（`pre_sub_module_forward_function`：协调器的 `fetch_sub_module`，它也负责预取）、一个前向钩子
 （`post_sub_module_forward_function`：`release_sub_module`，在复用距离之内还会用到的参数它会留着）、一个把输出包起来的前向钩子，
 让流到输出的第一个梯度为该模块的反向运行 `fetch_sub_module`（`_pre_backward_module_hook`），以及一个把输入包起来的前置钩子：
 输入的梯度全部到齐后，`post_sub_module_backward_function` 在模块反向之后释放参数。
-`ZeROOrderedDict.__getitem__` 替换每个模块的 `_parameters`，用来抓住在自己模块之外被读到的参数，并把它长期绑到正在运行的模块上
+`ZeROOrderedDict.__getitem__` 替换每个模块的 `_parameters`，用来抓住在自己模块之外被读到的参数，并把它永久绑到正在运行的模块上
 （`register_external_parameter`，`runtime/zero/partition_parameters.py`；模型也可以手动调用它）。
-zerolab 的 `ModuleHooks` 还会在没有参数的模块上补取预取，并拒绝在损失里读参数（`ExternalParameterError`）；
+zerolab 的 `ModuleHooks` 还会在没有参数的模块上补一次预取（top-up），并拒绝在损失里读参数（`ExternalParameterError`）；
 这里你的类两样都不需要（没有预取，也没有这样的读取）。
 
 ## 思考题
