@@ -37,7 +37,7 @@ ZeRO 论文与之不同的地方（stage 1-2 在 DeepSpeed 里搬 3Ψ，在论�
 | 6 | FSDP 对各个 stage 的叫法？ | 每步的收集次数 | 03 |
 | 7 | ZeRO 会改变训练结果吗？ | 与单进程逐一对比 | 03, 03a |
 | 8 | 分片（shard）之后怎么做梯度裁剪（gradient clipping）？ | `engine.last_grad_norm` | 04 |
-| 9 | 为什么要 fp32 主权重？ | bf16 算术 + 引擎 | 04 |
+| 9 | 为什么要 fp32 主权重（master weights）？ | bf16 算术 + 引擎 | 04 |
 | 10 | 为什么 fp16 要损失缩放（loss scaling）而 bf16 不要？ | 类型转换 + 引擎的缩放系数 | 04 |
 | 11 | 动态损失缩放器（dynamic loss scaler）怎么变化？ | 注入一次溢出 | 04 |
 | 12 | 激活检查点（activation checkpointing）还是 ZeRO？ | 保存的张量 + stage 3 | 01, 07 |
@@ -53,7 +53,7 @@ ZeRO 论文与之不同的地方（stage 1-2 在 DeepSpeed 里搬 3Ψ，在论�
 """ + ANSWER + r"""
 
 每个参数五个数：前向用的 fp16/bf16 **权重**（2 字节），它的 fp16/bf16 **梯度**（2），以及优化器状态（optimizer states）：
-一份 fp32 的**主权重**（master weights，4）、Adam 的**动量**（4）和**方差**（4）。2 + 2 + 12 = 16。12 字节的优化器状态
+一份 fp32 的**主权重**（4）、Adam 的**动量**（4）和**方差**（4）。2 + 2 + 12 = 16。12 字节的优化器状态
 （论文里的 K = 12）占了四分之三，这正是 ZeRO 先切分它们的原因。激活值（activations）和临时缓冲区另算。一个刁钻的追问：用 Adam 做 fp32 训练
 同样是 16 字节（4 + 4 + 8）：混合精度并没有缩小模型状态（model states），它只是把 4 字节挪进了优化器状态，并让计算和通信的量减半。
 
