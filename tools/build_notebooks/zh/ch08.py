@@ -165,8 +165,8 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 """),
 "ch08-20": ("e99d51cf4016", r"""
 两个键都不发送任何东西。`sub_group_size` 只改变主机端优化器更新的切法（把一个 rank 的 16,640 个元素切成 1 块或 5 块：时间线上主机端更新的那几条），
-它限制的是更新时的工作内存，即一块里的 fp32 副本、Adam 的矩和梯度，放在主机内存里或从 NVMe 流式读入。`round_robin_gradients` 只在 stage 1 和 2
-才被 DeepSpeed 读取（`stage_1_and_2.py`）；它的 stage 3 根本不读。zerolab 在哪个 stage 都接受它，但什么也不改变（它只决定哪个 rank 拥有哪个梯度，
+它限制的是更新时的工作内存，即一块里的 fp32 副本、Adam 的矩和梯度，放在主机内存里或从 NVMe 流式读入。DeepSpeed 只在 stage 1 和 2
+读取 `round_robin_gradients`（`stage_1_and_2.py`）；它的 stage 3 根本不读。zerolab 在哪个 stage 都接受它，但什么也不改变（它只决定哪个 rank 拥有哪个梯度，
 从不改变任何一个数）。
 
 ## 本章测得的
