@@ -51,14 +51,14 @@ ds_config = {
 ```
 
 **本章要测的**，在 2 个 rank 上：常驻、预取、活跃参数预算、复用距离和 `sub_group_size` 各自改变了什么（all-gather 调用次数、字节数、
-提前收集的组数、同一时刻收集的元素数峰值），又有什么保持不变（模型算出的每一个数）。每条规则都是 DeepSpeed 0.19.8 的，并注明它在哪个文件里。
+提前收集（gather）的组数、同一时刻收集的元素数峰值），又有什么保持不变（模型算出的每一个数）。每条规则都是 DeepSpeed 0.19.8 的，并注明它在哪个文件里。
 **第二部分**（[`08b_the_launch.ipynb`](08b_the_launch.ipynb)）把清单的每个键与 DeepSpeed 真正的默认值逐一对照，核对它的调参表，然后启动它。
 """),
 "ch08-02": ("b31ed955f8f2", r"""
 ## 1. 先拿小房子试清单
 
 我们的房子：一个由 8 个 `Linear(64, 64)` 层组成的 MLP，即 8 个 4,096 元素的权重和 8 个 64 元素的偏置（Ψ = 33,280 个参数），跑在 2 个 rank 上。
-`zerolab.knobs.measure` 在每个 rank 上训练几步，读取**最后**一步（那时模块的顺序已经记录下来，预取已经打开）：参数收集（gather），
+`zerolab.knobs.measure` 在每个 rank 上训练几步，读取**最后**一步（那时模块的顺序已经记录下来，预取已经打开）：参数收集，
 即每个模块的收集和更新之后常驻组的那次收集；承载它们的 all-gather 调用（`engine.ledger.records` 里的 `params ...`）及其字节数；
 最后从 stage 读出在用到之前就收集的组（`engine.stage.prefetches`），以及同一时刻已收集或在途的参数元素数的最大值。
 （在 stage 3，zerolab 还会发送自己的 16 字节顺序检查，让走了不同路径的 rank 报错而不是卡住；DeepSpeed 不发这些。
@@ -70,9 +70,9 @@ ds_config = {
 "ch08-04": ("a88f240b801b", r"""
 **一次也没有。** 这个模型的每个参数最多只有 10⁵ 个元素，所以在清单（也是 DeepSpeed 默认）的常驻阈值之下，它们全都是常驻参数：
 以 fp16 完整地保留在每个 rank 上，前向和反向中从不收集，每步更新之后再整体收集一次。在小模型上，默认设置下的"ZeRO-3"对参数的处理和 stage 2 一样：
-这个阈值是为 7B 模型定的，在那里只有 LayerNorm/RMSNorm 的权重（4,096 个元素）落在它下面。优化器状态（这里因为 `offload_optimizer` 放在主机内存里）
-和梯度仍然是分片的。`gradient_accumulation_steps` 为 4 时，4 个微批次（micro-batch）每一个之后都要对梯度做 reduce-scatter，这是 stage 2/3 的习惯（第 6 章）：
-每个 `reduce_bucket_size` 大小的模块桶一次调用，而清单的 5·10⁸ 能把整个模型装进一个桶。
+这个阈值是按 7B 模型定的：在 7B 模型里，只有 LayerNorm/RMSNorm 的权重（4,096 个元素）低于它。优化器状态（optimizer states）
+和梯度（gradients）仍然是分片（sharded）的；这里开了 `offload_optimizer`，优化器状态放在主机内存（host memory）里。`gradient_accumulation_steps` 为 4 时，4 个微批次（micro-batch）中每一个结束后都要对梯度做一次 reduce-scatter，这是 stage 2/3 的做法（第 6 章）：
+每个 `reduce_bucket_size` 大小的模块桶（bucket）调用一次，而清单的 5·10⁸ 能把整个模型装进一个桶。
 
 ## 2. 常驻：哪些参数从不出门
 
@@ -91,7 +91,7 @@ ds_config = {
 - **4,096 和 10⁵**：全部常驻：每步一次 all-gather，收集整个模型，每个 rank 持有整个模型。
 - **总数上限**（8,192 个元素）：按模型里的顺序往里填，第一个权重和全部 8 个偏置放得下（4,096 + 512），第二个权重放不下。
 
-这是拿显存换调用次数：常驻省掉了许多次小收集（每次都要付一个 α，第 6 章），代价是每个 rank 上都多占显存。在 7B 模型里，
+这是拿显存（device memory）换调用次数：常驻省掉了许多次小收集（每次都要付一个 α，第 6 章），代价是每个 rank 上都多占显存。在 7B 模型里，
 不到 10⁵ 个元素的参数就是那些 norm 权重，约占模型的 0.004%：每步把它们收集 2 × 65 次，在延迟上的花费远大于常驻所占的显存。
 
 ## 3. 预取：按记录下的顺序，提前收集
@@ -115,7 +115,7 @@ ds_config = {
 - **峰值：预取桶限制的是一次补取，而不是在途的总量。** 8,192（两个权重）时，根模块取参数时取走第 0、1 层；第 0 层取参数时，这两个都还在途，
   于是再取第 2、3 层；第 1 层取 4、5；第 2 层取 6、7：同一时刻有六个权重（24,576 个元素）已收集或在途。能限制这个量的只有
   `stage3_max_live_parameters`（这里是 10⁹；见第 4 节）。预取整个模型时，stage 3 会在某一刻持有 stage 2 一直持有的东西。
-- 打开预取后，16 次模块收集中有 15 次是预取来的：反向的第一次收集（最后一层，距离为 0 时它在前向之后就被释放了）在任何一次补取把它取走之前就已经需要了。
+- 打开预取后，16 次模块收集中有 15 次是预取来的：反向的第一次收集（最后一层：距离为 0 时，它在前向之后就被释放了）还没等哪次补取来取它，就已经要用了。
 
 在 GPU 上，预取图的是**时间**：下一个模块的 all-gather 在自己的流（stream）上运行，与此同时这个模块在计算。在这颗 CPU 上，收集很便宜，核又是共享的，
 所以能看出来的主要是省下的调用次数。每步的时间（在这里仅供参考）：
@@ -165,8 +165,8 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 """),
 "ch08-20": ("e99d51cf4016", r"""
 两个键都不发送任何东西。`sub_group_size` 只改变主机端优化器更新的切法（把一个 rank 的 16,640 个元素切成 1 块或 5 块：时间线上主机端更新的那几条），
-它限制的是更新时的工作内存，即一块里的 fp32 副本、Adam 的矩和梯度，放在主机内存里或从 NVMe 流式读入。`round_robin_gradients` 只在 stage 1 和 2
-才被 DeepSpeed 读取（`stage_1_and_2.py`）；它的 stage 3 根本不读。zerolab 在哪个 stage 都接受它，但什么也不改变（它只决定哪个 rank 拥有哪个梯度，
+它限制的是更新时的工作内存，即一块里的 fp32 副本、Adam 的矩和梯度，放在主机内存里或从 NVMe 流式读入。DeepSpeed 只在 stage 1 和 2
+读取 `round_robin_gradients`（`stage_1_and_2.py`）；它的 stage 3 根本不读。zerolab 在哪个 stage 都接受它，但什么也不改变（它只决定哪个 rank 拥有哪个梯度，
 从不改变任何一个数）。
 
 ## 本章测得的
@@ -194,8 +194,8 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 **轮到你了：** 在 [`exercises/zh/08_stage3_knobs.ipynb`](../../exercises/zh/08_stage3_knobs.ipynb) 里，你来选择预取、常驻、活跃参数和复用的取值，
 达成三个给定的目标（每步的 all-gather 调用次数、同一时刻收集的元素数峰值、在默认的 `stage3_prefetch_bucket_size` 下不做任何预取），
 检查程序会在 2 个 rank 上用真实的引擎运行你的取值。
-**动手搭：** 在 [`exercises/zh/08c_gather_hooks.ipynb`](../../exercises/zh/08c_gather_hooks.ipynb) 里，你亲手把第 3 阶段的收集与释放写成模块钩子，
-检查程序在引擎内部、在一个带共享权重和外部使用权重的模型上运行它。
+**动手搭：** 在 [`exercises/zh/08c_gather_hooks.ipynb`](../../exercises/zh/08c_gather_hooks.ipynb) 里，你亲手把 stage 3 的收集与释放写成模块钩子（module hooks），
+检查程序在引擎内部、在一个带共享权重和外部权重的模型上检查它。
 """),
 "ch08b-00": ("300e5284faf1", r"""
 # 第 8b 章 · 生产环境里的 ZeRO-3（二）：逐行读清单，然后启动
@@ -204,7 +204,7 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 
 在第一部分（[`08_zero3_in_production.ipynb`](08_zero3_in_production.ipynb)）里，队长拿一栋小房子把清单上的旋钮一个一个试过了。
 真正搬家之前还剩两件事：把清单的**每一行**都读一遍（有的是把 DeepSpeed 的默认值照抄出来，有的抄自一份旧手册，还有两行归错了类），
-核对它那张"推荐值"**调参表**；然后照另一支搬家队的做法**启动**搬家：用一个启动器（launcher），每个设备上启动一个工人。
+核对它那张"推荐值"**调参表**；然后照另一支搬家队的做法**启动**搬家：用启动器（launcher）在每个设备上启动一个工人。
 
 清单就是 `configs/seed002_zero3_offload.json`（第一部分展示了它发布时的原样）。它的启动命令：
 `deepspeed --num_gpus=8 train.py --deepspeed ds_config_zero3.json --model_name meta-llama/Llama-2-7b-hf --per_device_train_batch_size 4 --gradient_accumulation_steps 4`。
@@ -234,12 +234,12 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
   只要已取的元素数还少于 min(这个值, `stage3_max_live_parameters` − 已收集或在途的量) 就继续取（越过上限的那个模块也会被取走）。
   它限制的是一次补取，而不是在途的总量（第一部分第 3 节）。
 - `stage3_param_persistence_threshold: 1e5`，注释"小参数不分片"：**只对了一半**。不超过 10⁵ 个元素的参数，它的 16 位副本在每个 rank 上都完整保留，
-  前向和反向中从不收集；但它的梯度和优化器状态仍然是分片的，而且每步之后都要 all-gather 一次，好让每个 rank 上的副本拿到更新（第一部分第 2 节）。
+  前向和反向中从不收集；但它的梯度（gradients）和优化器状态（optimizer states）仍然是分片（sharded）的，而且每步之后都要 all-gather 一次，好让每个 rank 上的副本拿到更新（第一部分第 2 节）。
 - `stage3_max_live_parameters: 1e9`，注释"同时在 GPU 上的最大参数量"：**不是上限。** 它只限制*预取*能额外加进来多少：模块自己的收集总会发生，
   越过预算的那个模块也会被取走（第一部分第 4 节）。
 - `stage3_max_reuse_distance: 1e9`：如果一个参数在记录的顺序里往后这么多个**元素**之内还会再用到，就让它保持收集状态（第一部分第 5 节：在小模型上就是全部）。
 - `offload_optimizer` / `offload_param` 加 `pin_memory: true`：优化器状态和参数分片放在 CPU 内存里（第 5 章）。DeepSpeed 0.19.8 里 `pin_memory` 默认就是 true。
-- **归错了类、放在"通信优化"下面的：** `sub_group_size` 给**优化器更新**分块（一次更新 rank 分片里的多少个元素，在卸载时限制 CPU/NVMe 上的工作内存）；
+- **归错了类、放在"通信优化"下面的：** `sub_group_size` 给**优化器更新**分块（一次更新 rank 分片里的多少个元素，在卸载（offload）时限制 CPU/NVMe 上的工作内存）；
   它什么也不发送。`round_robin_gradients` 重新安排哪个 rank 拥有哪个梯度，**只在 stage 1 和 2** 起作用，用来分散卸载时从设备到主机的拷贝；
   DeepSpeed 的 stage 3 从不读它（zerolab 在这里把它读成 false）。第一部分第 6 节把两者都测了。
 
@@ -260,7 +260,7 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 - `stage3_prefetch_bucket_size` 5e8-1e9：在 7B 模型上，5·10⁸ 个元素相当于一次补取拿走两层半，fp16 下约 1 GB，而且每个模块取参数时都要补取一次：
   在途的总量只受 `stage3_max_live_parameters`（1e9，五层）限制。这换来了什么（收集次数更少、更早，重叠更多），又付出了什么
   （收集来的参数峰值随预取桶增长，直到变成整个模型），正是小房子上显示的。
-- `stage3_max_live_parameters` 1e9-2e9：是给预取的预算，不是显存的上限：预算为 1,000 时，仍然会收集一个 4,096 元素的模块。
+- `stage3_max_live_parameters` 1e9-2e9：是给预取的预算，不是显存（device memory）的上限：预算为 1,000 时，仍然会收集一个 4,096 元素的模块。
 - `reduce_bucket_size` 5e8-1e9：默认值已经是 5e8。更大的桶用更少的调用发送同样的字节（第 6 章），但每个桶都要占一块缓冲区：在 stage 3，
   DeepSpeed 每种 dtype 用一块桶缓冲区来装（它唯一的那块 IPG 缓冲区；stage 1-2 开 `overlap_comm` 时保留两块），5e8 时 fp16 下是 1 GB。
 - `stage3_param_persistence_threshold` 1e5：这是默认值，对 7B 来说也合理（只有 norm 权重落在它下面）；在小房子上它让每个参数都常驻。
@@ -282,16 +282,16 @@ Hugging Face Trainer 的风格；配置里的 `train_batch_size` 128 = 4 × 4 ×
 `zerolab train` 运行一份与清单思路一致的配置（stage 3、fp16、优化器卸载、预取取 DeepSpeed 的默认值、关闭常驻好让这个小模型的参数真的要传输），
 2 个 rank，6 步，每步 2 个微批次。
 
-**先预测，再运行。** 这 6 步里，rank 0 的账本会显示多少次 all-reduce、多少次 reduce-scatter？（stage 3 在每个微批次都对梯度做 reduce-scatter，
+**先预测，再运行。** 这 6 步里，rank 0 的账本（ledger）会显示多少次 all-reduce、多少次 reduce-scatter？（stage 3 在每个微批次都对梯度做 reduce-scatter，
 每个 `reduce_bucket_size` 桶一次调用，默认 5·10⁸ 个元素；每步发送一次小的 all-reduce，即溢出标志连同梯度范数。）
 """),
 "ch08b-10": ("a391fc3ddeb3", r"""
 6 次 all-reduce（每步一次，每次 16 字节）和 12 次 reduce-scatter（每个微批次一次：这个模型装得进一个桶）。all-gather 是 stage 3 的参数收集。
-第一个微批次跑在任何顺序被记录下来之前：逐个模块收集，每个模块一做完就释放它的参数，前向一次、反向再一次，共 20 次调用；
+第一个微批次运行时还没有记录任何顺序：逐个模块收集，每个模块一做完就释放它的参数，前向一次、反向再一次，共 20 次调用；
 单是共享权重的嵌入层就收集了四次，前向和反向里各为它自己和输出头收集一次（DeepSpeed 在每个模块的反向之后释放它的参数）。
 从第二个微批次起，预取按记录下的顺序进行（先是根模块，其余的在一次补取里），而复用距离取 DeepSpeed 的默认值 10⁹，
 让所有参数从前向到反向一直保持收集状态：每个微批次 2 次调用，所以是 20 + 11 × 2 = 42 次。（损失、学习率和时间这几行的数字用 `#` 遮住了：它们取决于 CPU。
-显存和通信量那几行是精确的。）它保存下来的图（每步的损失和学习率、按集合通信分类的每步字节数、每个 rank 的显存）：
+显存和通信量那几行是精确的。）它保存下来的图（每步的损失和学习率、按集合通信（collective）分类的每步字节数、每个 rank 的显存）：
 """),
 "ch08b-12": ("7f5b7730e213", r"""
 ## 4. 一个 DeepSpeed 脚本，只改一行
@@ -308,7 +308,7 @@ Hugging Face Trainer 的风格；配置里的 `train_batch_size` 128 = 4 × 4 ×
 "ch08b-16": ("eefbb4860877", r"""
 脚本并不知道自己不是跑在 DeepSpeed 上：四元组、按 rank 切分的数据加载器（64 个样本，2 个 rank，微批次 4：每个 rank 每个 epoch 8 个微批次）、
 2 个微批次的梯度累积（24 个微批次，12 个优化器步）、调度器以及 stage 3 的参数收集，全都来自配置。唯一专属于 zerolab 的是
-`getattr(model_engine, "ledger", None)` 那一段，在 DeepSpeed 上运行时会跳过：它列出每一种集合通信的调用次数和字节数，精确，在每台机器上都一样。
+`getattr(model_engine, "ledger", None)` 那一段，在 DeepSpeed 上运行时会跳过：它列出每种集合通信的调用次数和字节数，数字精确，在每台机器上都一样。
 
 ## 5. DeepSpeed 自己打印什么
 
@@ -370,7 +370,7 @@ DeepSpeed 的 `ThroughputTimer` 构造时用的是 `batch_size = train_batch_siz
 检查程序会**在 2 个 rank 上用引擎运行你的取值**并测量。
 
 模型：一个由 8 个 `Linear(64, 64)` 层组成的 MLP（8 个 4,096 元素的权重，8 个 64 元素的偏置），stage 3，2 个 rank，3 步；
-算数的是**最后**一步（顺序已记录，预取已打开）：
+以**最后**一步为准（顺序已记录，预取已打开）：
 
 | 目标 | 最后一步必须满足 |
 |---|---|

@@ -31,16 +31,16 @@ ZeRO 论文与之不同的地方（stage 1-2 在 DeepSpeed 里搬 3Ψ，在论�
 |---|---|---|---|
 | 1 | 为什么每个参数 16 字节？ | 4 个 rank 上的 `engine.memory()` | 01 |
 | 2 | 每个 stage 下每个 rank 要多少显存？ | 4 个 rank 上的 4 个 stage | 03 |
-| 3 | 每个 stage 的通信量：DeepSpeed 的和论文的；为什么是 3Ψ？ | 账本 | 03, 08 |
+| 3 | 每个 stage 的通信量：DeepSpeed 的和论文的；为什么是 3Ψ？ | 账本（ledger） | 03, 08 |
 | 4 | reduce-scatter 还是 all-reduce？ | 集合通信 + 引擎 | 00, 02, 06 |
-| 5 | stage 2 遇上梯度累积？ | 4 个微步的账本 | 03, 06 |
+| 5 | stage 2 遇上梯度累积（gradient accumulation）？ | 4 个微步（micro-step）的账本 | 03, 06 |
 | 6 | FSDP 对各个 stage 的叫法？ | 每步的收集次数 | 03 |
 | 7 | ZeRO 会改变训练结果吗？ | 与单进程逐一对比 | 03, 03a |
-| 8 | 分片之后怎么做梯度裁剪？ | `engine.last_grad_norm` | 04 |
-| 9 | 为什么要 fp32 主权重？ | bf16 算术 + 引擎 | 04 |
-| 10 | 为什么 fp16 要损失缩放而 bf16 不要？ | 类型转换 + 引擎的缩放系数 | 04 |
-| 11 | 动态损失缩放器怎么变化？ | 注入一次溢出 | 04 |
-| 12 | 激活检查点还是 ZeRO？ | 保存的张量 + stage 3 | 01, 07 |
+| 8 | 分片（shard）之后怎么做梯度裁剪（gradient clipping）？ | `engine.last_grad_norm` | 04 |
+| 9 | 为什么要 fp32 主权重（master weights）？ | bf16 算术 + 引擎 | 04 |
+| 10 | 为什么 fp16 要损失缩放（loss scaling）而 bf16 不要？ | 类型转换 + 引擎的缩放系数 | 04 |
+| 11 | 动态损失缩放器（dynamic loss scaler）怎么变化？ | 注入一次溢出 | 04 |
+| 12 | 激活检查点（activation checkpointing）还是 ZeRO？ | 保存的张量 + stage 3 | 01, 07 |
 | 13 | ZeRO-Offload 和 ZeRO-Infinity？ | `engine.memory("host")` + DeepSpeed 的估算器 | 05, 09 |
 | 14 | 7B / 70B 的模型装得下吗？ | 公式 + 估算器 | 07 |
 | 15 | 什么是 α-β 模型？ | 在 2 个 rank 上拟合 | 06 |
@@ -53,7 +53,7 @@ ZeRO 论文与之不同的地方（stage 1-2 在 DeepSpeed 里搬 3Ψ，在论�
 """ + ANSWER + r"""
 
 每个参数五个数：前向用的 fp16/bf16 **权重**（2 字节），它的 fp16/bf16 **梯度**（2），以及优化器状态（optimizer states）：
-权重的 fp32 **主副本**（master weights，4）、Adam 的**动量**（4）和**方差**（4）。2 + 2 + 12 = 16。12 字节的优化器状态
+一份 fp32 的**主权重**（4）、Adam 的**动量**（4）和**方差**（4）。2 + 2 + 12 = 16。12 字节的优化器状态
 （论文里的 K = 12）占了四分之三，这正是 ZeRO 先切分它们的原因。激活值（activations）和临时缓冲区另算。一个刁钻的追问：用 Adam 做 fp32 训练
 同样是 16 字节（4 + 4 + 8）：混合精度并没有缩小模型状态（model states），它只是把 4 字节挪进了优化器状态，并让计算和通信的量减半。
 
@@ -91,7 +91,7 @@ DDP 对梯度做 all-reduce：2Ψ（一次 all-reduce 就是一次 reduce-scatte
 **DeepSpeed 0.19.8 默认并不这样做**：它对每个梯度桶（bucket）做 all-reduce（2Ψ），每个 rank 留下自己负责的那几段，然后 all-gather 参数（Ψ）：
 stage 1 和 2 都是 **3Ψ，DDP 的 1.5 倍**（原因见 Q4）。
 stage 3 不持有完整参数，所以每一层在前向之前都要 all-gather（Ψ），在反向之前还要**再来一次**，因为收集来的副本在前向之后已经释放（Ψ），
-然后对梯度做 reduce-scatter（Ψ）：**3Ψ**，论文和 DeepSpeed 都是如此。更新之后没有 all-gather：每个 rank 更新自己的分片（shard），
+然后对梯度做 reduce-scatter（Ψ）：**3Ψ**，论文和 DeepSpeed 都是如此。更新之后没有 all-gather：每个 rank 更新自己的分片，
 下一次前向再去收集。在面试现场可以这么说："论文说是 2Ψ、2Ψ、3Ψ；DeepSpeed 的默认设置从 stage 1 起每个 stage 都搬 3Ψ"。
 
 stage 1 和 2 默认搬的是 DeepSpeed 的 3Ψ（all-reduce 2Ψ + all-gather Ψ），只有打开 zerolab 的 `ideal_reduce_scatter` 开关，
@@ -100,7 +100,7 @@ stage 1 和 2 默认搬的是 DeepSpeed 的 3Ψ（all-reduce 2Ψ + all-gather Ψ
 只要已取的元素少于 `stage3_prefetch_bucket_size`（默认 5·10⁷，远大于这个模型）就继续加层。于是前向用一次调用收集第 0 到 3 层（`g0+3`）；
 反向再收集一遍（每层在前向之后都已释放）：第 3 层在需要时收集，同时把第 2、1、0 层放在一次调用里一起收集（`g2+2`）。
 梯度被装进每个 `reduce_bucket_size` 个元素的桶里（默认 5·10⁸：这里整个模型就是一个桶），每个桶一次 reduce-scatter：
-`rs(0)`，而不是每层一次。账本（ledger）在一次调用被等待时才把它记下。（一层若很快会被再次用到，DeepSpeed 可以跳过它的第二次收集，
+`rs(0)`，而不是每层一次。账本在一次调用被等待时才把它记下。（一层若很快会被再次用到，DeepSpeed 可以跳过它的第二次收集，
 即 `stage3_max_reuse_distance`；公式按收集两次计算。zerolab 自己的顺序检查，即 DeepSpeed 不发的 16 字节 all-gather，
 单独记在 `ledger.checks` 里，这里不显示。）预取改变的是字节何时传输、分几次调用，而不是字节有多少。
 
@@ -124,7 +124,7 @@ all-reduce *就是*一次 reduce-scatter 接一次 all-gather，所以代价是�
 </details>
 """),
 "ch11-08": ("867243f96a62", r"""
-## Q5. 做梯度累积（gradient accumulation）时，为什么 stage 2 的通信比 stage 1 多？
+## Q5. 做梯度累积时，为什么 stage 2 的通信比 stage 1 多？
 
 **先预测，再运行。** 每个优化器步 4 个微批次（micro-batch）时，stage 1 和 stage 2 各搬多少 Ψ，按 DeepSpeed 的做法和按论文的做法？
 
@@ -175,7 +175,7 @@ True ≈ stage 3，False ≈ stage 2。这些名字掩盖的区别，就是 Q3 �
 </details>
 """),
 "ch11-14": ("1cddf6a9467c", r"""
-## Q8. 梯度分片之后，梯度裁剪（gradient clipping）用的全局范数怎么算？
+## Q8. 梯度分片之后，梯度裁剪用的全局范数怎么算？
 
 **先预测，再运行。** rank r 只持有梯度的分片 g_r。它要发送什么、发给谁、多少字节？
 
@@ -183,7 +183,7 @@ True ≈ stage 3，False ≈ stage 2。这些名字掩盖的区别，就是 Q3 �
 
 全局 L2 范数是 √(所有元素的 g² 之和)，而求和可以按分片拆开：每个 rank 算出自己分片的平方和，对这一个数做一次 all-reduce（SUM），
 得到 Σ_r ‖g_r‖²，每个 rank 再各自开平方。每个分片按自己的范数裁剪是错的：那样每个 rank 缩放的系数都不一样。DeepSpeed 把这一步
-和 fp16 的反缩放（unscale）合在一起：梯度只乘一次 1 / (scale · max(1, norm / clip))，其中 norm 是反缩放之后的范数。
+和 fp16 的去缩放（unscale）合在一起：梯度只乘一次 1 / (scale · max(1, norm / clip))，其中 norm 是去缩放之后的范数。
 它的 `gradient_clipping` 默认是 1.0（设为 0 即关闭）。在 zerolab 里，同一次小 all-reduce 还顺带传递溢出标志：2 个 float64，共 16 字节。
 
 </details>
@@ -205,21 +205,21 @@ True ≈ stage 3，False ≈ stage 2。这些名字掩盖的区别，就是 Q3 �
 </details>
 """),
 "ch11-18": ("bb0c12647e62", r"""
-## Q10. 为什么 fp16 训练需要损失缩放（loss scaling），而 bf16 不需要？
+## Q10. 为什么 fp16 训练需要损失缩放，而 bf16 不需要？
 
 *先自己想一想*：比较 fp16、bf16 和 fp32 的指数位数。
 
 """ + ANSWER + r"""
 
-**范围。** fp16 有 5 位指数：它能表示的最小数是 2⁻²⁴ ≈ 6·10⁻⁸（一个非规格化数，subnormal），最大是 65,504。
+**范围。** fp16 有 5 位指数：它能表示的最小数是 2⁻²⁴ ≈ 6·10⁻⁸（一个次正规数，subnormal），最大是 65,504。
 很多梯度比这还小，会被舍入成 0。把损失乘以 S，由链式法则，每个梯度也都乘以 S，从而被抬进可表示的范围；优化器再在 fp32 里除以 S。
-S 太大又会上溢成 inf，所以 S 需要调节（Q11）。bf16 有 fp32 的 8 位指数，因此范围与 fp32 相同（规格化数能小到约 10⁻³⁸）：
+S 太大又会上溢成 inf，所以 S 需要调节（Q11）。bf16 有 fp32 的 8 位指数，因此范围与 fp32 相同（正规数能小到约 10⁻³⁸）：
 梯度实际上不会下溢，它的损失缩放系数是 1。bf16 付出的代价在精度上（Q9）。DeepSpeed 0.19.8 对 bf16 使用固定的缩放系数 1.0，
 对 fp16 使用动态缩放器（初始值 2¹⁶）。
 
 </details>
 
-## Q11. DeepSpeed 的动态损失缩放器（dynamic loss scaler）是怎么变化的？
+## Q11. DeepSpeed 的动态损失缩放器是怎么变化的？
 
 **先预测，再运行。** S = 2¹⁶，`loss_scale_window` 为 2，`hysteresis` 为 1；只有一个 rank 在第 1 步溢出，仅此一次。
 第 0 到 8 步各用多大的 S？把这九个数写下来。
@@ -243,9 +243,9 @@ S 太大又会上溢成 inf，所以 S 需要调节（Q11）。bf16 有 fp32 的
 
 ZeRO 在各个 rank 之间切分**模型状态**（参数、梯度、优化器状态）；它对**激活值**毫无作用：激活值是每个 rank 为自己的微批次保存的，
 随 batch × 序列长度 × 隐藏维度 × 层数增长。（论文里的 ZeRO-R 只在张量并行下才对激活检查点做分区。）
-**激活检查点**（activation checkpointing）在前向中只保留每个块的输入，反向时再重算其余部分：激活值显存从每个块的每个张量
-降到每个块一个张量，代价是大约多一次前向（计算量多约 33%）。两者相互独立，常常一起使用；在 ZeRO-3 下，重计算就在这个块的参数
-为反向而被收集的时候进行，所以参数和梯度仍然搬 3Ψ，DeepSpeed 和 zerolab 都是如此。（zerolab 自己的顺序检查，即 DeepSpeed
+**激活检查点**在前向中只保留每个块的输入，反向时再重算其余部分：激活值显存从每个块的每个张量
+降到每个块一个张量，代价是大约多一次前向（计算量多约 33%）。两者相互独立，常常一起使用；在 ZeRO-3 下，重计算恰好发生在这个块的参数
+为反向收集回来的时候，所以参数和梯度仍然搬 3Ψ，DeepSpeed 和 zerolab 都是如此。（zerolab 自己的顺序检查，即 DeepSpeed
 不发的 16 字节 all-gather，单独记在 `ledger.checks` 里，不计入这里。）
 
 </details>
@@ -260,12 +260,12 @@ ZeRO 在各个 rank 之间切分**模型状态**（参数、梯度、优化器�
 **ZeRO-Offload**（`offload_optimizer.device: "cpu"`，stage 1-3）把 fp32 主权重和 Adam 的两个矩放在主机内存（host memory）里，
 并**在 CPU 上**运行优化器更新（DeepSpeed 的向量化 CPUAdam）。每一步，fp16 梯度下行到主机，更新后的 fp16 参数再上行回来：
 经 PCIe 共 2Ψ + 2Ψ 字节，分摊到各个 rank。配合 stage 2，GPU 上只留下 2 字节的参数，即 2Ψ。**ZeRO-3 offload** 增加了
-`offload_param`（仅 stage 3）：参数分片也放在主机上，GPU 大约只需要容纳一次收集来的一层。**ZeRO-Infinity** 把两者都扩展到
+`offload_param`（仅 stage 3）：参数分片也放在主机上，GPU 上大约只需放下收集来的一层。**ZeRO-Infinity** 把两者都扩展到
 **NVMe**（`device: "nvme"`，stage 3），主机内存作为中转缓冲区。代价是时间：PCIe（PCIe 4.0 x16 每个方向约 25 GB/s）
 和 CPU 上的 Adam 都比 GPU 慢得多，所以卸载是用来装下原本装不下的模型的。
 
 zerolab 也能跑卸载（第 5 章测量它，第 9 章用它训练）：下面的前几行在 4 个真实 rank 上核对答案里的字节数。
-DeepSpeed 的估算器（在 `zerolab.estimate` 里复现，函数签名相同）给出笔记本电脑装不下的规模下的字节数，其中 L 是最大一层的参数量，
+对笔记本电脑装不下的规模，DeepSpeed 的估算器（在 `zerolab.estimate` 里复现，函数签名相同）也能给出字节数，其中 L 是最大一层的参数量，
 主机缓冲区系数为 1.5 倍。*在 GPU 集群上*，DeepSpeed 经由锁页（pinned）主机缓冲区做拷贝，用向量化的 CPUAdam 做更新；
 这里"设备"也是 CPU，所以能照搬过去的只有字节数，不包括时间。
 
@@ -281,7 +281,7 @@ DeepSpeed 的估算器（在 `zerolab.estimate` 里复现，函数签名相同�
 先看模型状态。7B：16Ψ = 112 GB，所以 DDP 在一张 80 GB 的 GPU 上装不下；stage 1 每张 GPU 需要 4Ψ + 12Ψ/8 = 38.5 GB，
 stage 2 需要 26.25 GB，stage 3 需要 14 GB：都装得下，还给激活值留了空间。70B：总共 16Ψ = 1,120 GB；即便是 stage 3，也要
 16Ψ/N ≤ 80 GB，所以还没算任何激活值就需要 N ≥ 14；DeepSpeed 的估算器（18Ψ/N + 4L，它还算上一个 fp32 的梯度分区）给出的是
-16 张 GPU 且毫无余量，所以答 32 张 GPU，或者卸载优化器（Q13）。然后再加上**激活值**（用检查点时，每层约 2·seq·batch·hidden 字节，
+16 张 GPU 且毫无余量，所以稳妥的回答是 32 张 GPU，或者卸载优化器（Q13）。然后再加上**激活值**（用检查点时，每层约 2·seq·batch·hidden 字节，
 再加一整层的完整激活值）、梯度桶、stage 3 收集来的层，以及内存碎片。如果用了卸载，还要再核对主机内存。
 
 </details>
