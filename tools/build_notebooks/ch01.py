@@ -302,7 +302,7 @@ A 7B model needs 7 × 10⁹ × 16 bytes = **112 GB** for its model states alone:
 an 80 GB GPU, and at stage 0 adding GPUs does not help, because every GPU carries the whole backpack. That is the
 pain of the next chapter, and the reason for ZeRO.
 
-Try other sizes (the calculator runs in your browser's kernel; pick a preset or type Ψ):
+Try other sizes (the calculator runs in the notebook's kernel; pick a preset or type Ψ):
 """),
 code("""
 import ipywidgets as widgets

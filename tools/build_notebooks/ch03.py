@@ -659,7 +659,7 @@ md(r"""
 what you wrote; `GradReducer._reduce` sends the bucket (asynchronously when `overlap_comm` is
 on, so backward goes on computing while it travels) with the collective DeepSpeed would use for
 the config: a reduce-scatter here and at stage 3, an all-reduce at DeepSpeed's default stage 2.
-Stage 3 uses the same switch, with buckets of whole modules; its parameters
+Stage 3 uses the same class, its buckets filled in the order backward finishes the modules; its parameters
 (`zerolab/gather.py`) are told through `grads_done(g)` and reshard a module's gathered
 parameters once all its gradients are in.
 

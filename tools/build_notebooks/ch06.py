@@ -269,7 +269,7 @@ print(f"an all-reduce at {busbw / 1e9:.0f} GB/s bus bandwidth on 8 GPUs: the cal
 """),
 md("""
 At N = 2 an all-reduce's two bandwidths are equal (2(N−1)/N = 1) and an all-gather's bus
-bandwidth is half its algorithm bandwidth: each rank sends only the other's half. As N grows the
+bandwidth is half its algorithm bandwidth: each rank sends only its own half, the one the other lacks. As N grows the
 all-reduce's factor tends to 2, because a ring all-reduce moves every byte about twice (a
 reduce-scatter, then an all-gather). So an all-reduce of 1 GB on 8 GPUs that nccl-tests reports
 at 230 GB/s bus bandwidth takes 1 GB / 131 GB/s ≈ 7.6 ms, not 1 GB / 230 GB/s. (The values measured

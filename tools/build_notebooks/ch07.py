@@ -854,8 +854,8 @@ Questions:
 
 1. At N = 2, stage 1 with `offload_optimizer` (4Ψ) needs less than stage 3 without it (8Ψ). At
    what N does stage 3 need less? Does the rule still put stage 3 first there, and why?
-2. The rule ranks stage 0 before stage 1 although they move the same bytes. What does stage 1 do
-   per step that stage 0 does not (look at the ledger's calls)? When would you pick stage 1 anyway?
+2. The rule tries stage 0 before stage 1, although stage 1 needs less memory. What does stage 1
+   send per step that stage 0 does not (look at the ledger's calls)? When would you pick stage 1 anyway?
 3. Where would activation recomputation sit in the rule? What would `device_bytes` need to know
    to place it?
 """),

@@ -836,7 +836,7 @@ for prog, tput in zip(log.progress[1:], log.throughput):
 """),
 md("""
 DeepSpeed's `ThroughputTimer` is built with `batch_size = train_batch_size` (micro-batch x
-accumulation x ranks: 32 x 1 x 2 = 64 here) and timed on rank 0's clock, so the samples per
+accumulation × ranks: 32 × 1 × 2 = 64 here) and timed on rank 0's clock, so the samples per
 second are the **crew's**, not one worker's: divide by the ranks for a per-GPU figure.
 `RunningAvgSamplesPerSec` averages every step so far; `CurrSamplesPerSec` is the last step
 alone (on this busy 2-core machine it swings several-fold). `skipped` counts the steps the fp16

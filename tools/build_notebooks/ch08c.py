@@ -263,10 +263,10 @@ print(f"gathered in step 2: {total:,} bytes = 4 x (2 x 2,928 + 2 x 512) = {4 * (
 print(f"sent by each rank: (N-1)/N x {total:,} = {total // 2:,} bytes")
 """),
 md(r"""
-2Ψ of parameters per step, plus the tied weight once more in each direction: stage 3's price
+2Ψ of parameters per step, plus the tied weight once more in forward and once more in backward: stage 3's price
 for holding only a slice (the reduce-scatter of the gradients adds the third Ψ of chapter 3's
-3Ψ). A reuse distance that spans the model would keep the embedding from the head to itself
-and save both extra gathers.
+3Ψ). A reuse distance that spans the model would keep the embedding gathered from the head's use
+until its own and save both extra gathers.
 
 ## The check
 

@@ -194,7 +194,7 @@ fig = lab.draw_plan(p)
 plt.show()
 """),
 md(r"""
-16 bytes per parameter is 1,104 GB for 70B parameters: no GPU holds that, so stage 0 is out.
+16 bytes per parameter is 1,104 GB for Llama-2 70B's 69B parameters: no GPU holds that, so stage 0 is out.
 Stage 1 still keeps the bf16 parameters and gradients whole on every GPU (4 bytes per
 parameter, 276 GB); stage 2 keeps the parameters whole (138 GB); only stage 3 divides all of it
 by 64. Offloading then frees the GPU almost entirely, at the price of the CPU's optimizer step.

@@ -406,12 +406,12 @@ DeepSpeed 自己的 stage 2 只有一块扁平缓冲区，对每个桶改做 **a
 检查程序把 `ReduceScatterInBackward.accept` 和 `ReduceScatterInBackward.issue` 换成调用你的函数的版本（在每个 rank 上，仅在检查期间），
 然后训练，并盯着每一次调用：什么时候说桶装好了，发出了什么（数据类型，以及大小和桶相比如何），之后分片里是什么。
 """),
-"ex05-07": ("58ceb500dd36", r"""
+"ex05-07": ("b99e240cb3d2", r"""
 ## 它在 zerolab 里的位置
 
 `zerolab/reduce.py` 里的 `ReduceScatterInBackward.accept` 和 `ReduceScatterInBackward.issue` 做的就是你写的事；
 `GradReducer._reduce` 用 DeepSpeed 对这份配置会用的集合通信把桶发出去（打开 `overlap_comm` 时是异步的，桶在路上的时候反向传播接着算）：
-这里和 stage 3 用 reduce-scatter，DeepSpeed 默认的 stage 2 用 all-reduce。stage 3 用同一个开关，桶由整个模块组成；它的参数
+这里和 stage 3 用 reduce-scatter，DeepSpeed 默认的 stage 2 用 all-reduce。stage 3 用的是同一个类，它的桶按反向传播完成各模块的先后装填；它的参数
 （`zerolab/gather.py`）通过 `grads_done(g)` 得到通知，一个模块的梯度全部到齐后，就把这个模块收集来的参数重新切回分片。
 
 思考题：

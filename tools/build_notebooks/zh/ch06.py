@@ -97,7 +97,7 @@ all-reduce 是 2(N−1)/N，all-gather 或 reduce-scatter 是 (N−1)/N。只有
 
 **先预测，再运行。** 每桶 200,000 个元素时的一步（梯度一次 all-reduce，参数一次 all-gather，N = 2），每次调用的 busbw / algbw 各是多少？
 """),
-"ch06-11": ("1efa08bbfb1d", r"""
+"ch06-11": ("be09724fc944", r"""
 N = 2 时，all-reduce 的两种带宽相等（2(N−1)/N = 1），而 all-gather 的总线带宽是算法带宽的一半：每个 rank 只需发出对方缺的那一半。
 N 变大时，all-reduce 的系数趋向 2，因为环形 all-reduce 把每个字节大约搬了两遍（先 reduce-scatter，再 all-gather）。
 所以在 8 张 GPU 上、nccl-tests 报出 230 GB/s 总线带宽的 1 GB all-reduce，耗时是 1 GB / 131 GB/s ≈ 7.6 ms，而不是 1 GB / 230 GB/s。

@@ -253,7 +253,7 @@ k = `facts.optimizer_bytes`（混合精度为 12：fp32 主权重 + 两个矩；
 和 3 个 rank 上的 fp32 TinyLM 实测 facts；在十一个预算中的每一个下，你的选择要在 `device_budget` 下训练两步且不能显存不足，
 而规则中排在它前面的每个配置都必须需要比预算更多的显存（峰值由引擎实测）。
 """),
-"ex07-07": ("22438480d032", r"""
+"ex07-07": ("61ae2b0a9ec8", r"""
 ## 它在 zerolab 里的位置
 
 `zerolab.budget.Budget` 在引擎训练时统计的正是这三部分（显存不足信息里的 `configs_that_fit` 就是你的 `device_bytes`，激活值取到当时为止的实测值）；
@@ -262,7 +262,7 @@ k = `facts.optimizer_bytes`（混合精度为 12：fp32 主权重 + 两个矩；
 思考题：
 
 1. N = 2 时，stage 1 加 `offload_optimizer`（4Ψ）比不卸载的 stage 3（8Ψ）需要的更少。N 多大时 stage 3 需要的更少？那时规则还会把 stage 3 排在前面吗？为什么？
-2. 规则把 stage 0 排在 stage 1 前面，尽管它们搬的字节一样多。stage 1 每步多做了什么 stage 0 不做的事（看账本里的调用）？什么时候你还是会选 stage 1？
+2. 规则先试 stage 0，再试 stage 1，尽管 stage 1 更省显存。stage 1 每步多发了什么 stage 0 不发的东西（看账本里的调用）？什么时候你还是会选 stage 1？
 3. 激活重计算在规则里应该排在哪儿？`device_bytes` 需要知道什么才能给它定位？
 """),
 }

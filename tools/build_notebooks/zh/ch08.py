@@ -321,8 +321,8 @@ CUDA 上下文，所以读数比 DeepSpeed 的 `MemAllocated` 高。）
 **先预测，再运行。** 吞吐行报告的是 `CurrSamplesPerSec`。录下的那次运行有 2 个 rank，每步每个 rank 32 个样本。这个数字是一个 rank 每秒处理的样本数，
 还是整个搬家队的？在 fp32 运行里，`skipped` 会显示什么？
 """),
-"ch08b-18": ("a53601f3953d", r"""
-DeepSpeed 的 `ThroughputTimer` 构造时用的是 `batch_size = train_batch_size`（微批次 × 累积步数 × rank 数：这里是 32 x 1 x 2 = 64），
+"ch08b-18": ("89678a485bea", r"""
+DeepSpeed 的 `ThroughputTimer` 构造时用的是 `batch_size = train_batch_size`（微批次 × 累积步数 × rank 数：这里是 32 × 1 × 2 = 64），
 按 rank 0 的时钟计时，所以每秒样本数是**整个搬家队**的，而不是一个工人的：要得到每张 GPU 的数字，得除以 rank 数。`RunningAvgSamplesPerSec`
 是到目前为止所有步的平均；`CurrSamplesPerSec` 只算最后一步（在这台繁忙的 2 核机器上，它能波动好几倍）。`skipped` 统计的是 fp16 损失缩放器在溢出后
 丢掉的步数（第 4 章）；在 fp32 和 bf16 里它一直是 0。
