@@ -73,6 +73,7 @@ import torch
 from safetensors.torch import load_file
 
 import zerolab
+from zerolab.i18n import fill      # textwrap.fill that also wraps Chinese (what zerolab says in the zh edition)
 from zerolab.models import GPT, CharTokenizer, generate, lm_loss, public_domain_text, text_batches
 from zerolab.reference import train_engine
 from zerolab.scheduler import WarmupDecayLR
@@ -106,14 +107,14 @@ for n in (1, 2, 3, 5):
     try:
         c = zerolab.load_config(CONFIG, n)
     except zerolab.ConfigError as e:
-        print(textwrap.fill(f"{n} ranks: ConfigError: {e}", 98, subsequent_indent="    "))
+        print(fill(f"{n} ranks: ConfigError: {e}", 98, subsequent_indent="    "))
         continue
     print(f"{n} rank(s): {c.train_batch_size} sequences per step = {c.train_micro_batch_size_per_gpu} "
           f"per rank x {c.gradient_accumulation_steps} accumulation step(s) x {n} rank(s)")
 """),
 code("""
 for line in zerolab.load_config(CONFIG, 2).describe().splitlines():
-    print(textwrap.fill(line, 98, subsequent_indent="    "))
+    print(fill(line, 98, subsequent_indent="    "))
 """),
 md("""
 Three choices deserve a word:
