@@ -28,7 +28,7 @@ ZH = {
 | 放大了写笔记 | **损失缩放**（loss scaling）：对 loss × S 做反向传播，优化器再除以 S | `engine.loss_scale` |
 | 纸上写不下的笔记 | **溢出**（overflow）：梯度里出现 inf 或 NaN；每个 rank 都跳过这一步，并调小 S | `engine.skipped_steps`、`engine.log` |
 
-登记簿里的 fp32 主权重加上 Adam 的两个矩（动量和方差），占每个参数 16 字节中的 12 字节，正是第 1 章四巨头里的"优化器状态"
+登记簿里的 fp32 主权重加上 Adam 的两个矩（动量和方差），占每个参数 16 字节中的 12 字节，正是第 1 章四巨头里的“优化器状态”
 （optimizer states），也是 ZeRO 最先在搬家队里分摊的东西。
 
 ## 1. 三种数值格式

@@ -22,7 +22,7 @@ ZH = {
 | 没人费心收起来的小物件 | **常驻**参数（persistent parameters）：每个 rank 上都保留完整的一份 | `stage3_param_persistence_threshold` |
 | 还没用到，就先把下一间屋的家具取过来 | **预取**（prefetch）：按记录下的顺序，在用到之前就发出 all-gather | `stage3_prefetch_bucket_size` |
 | 走廊里同时能摆多少家具 | 预取的**活跃参数**（live parameters）预算 | `stage3_max_live_parameters` |
-| "马上还要用的，就别搬回去" | **复用距离**（reuse distance） | `stage3_max_reuse_distance` |
+| “马上还要用的，就别搬回去” | **复用距离**（reuse distance） | `stage3_max_reuse_distance` |
 | 文书一次只处理一个文件夹 | 优化器更新按**子组**（sub-group）分块进行 | `sub_group_size` |
 
 这份清单（一份在 8 张 GPU 上训练 Llama-2-7B 的生产环境 ZeRO-3 配置，照发布时的原样，注释也是原文；逐个键存为 `configs/seed002_zero3_offload.json`）：
@@ -158,9 +158,9 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 这不到一步参数 all-gather 总数的 4%，代价是拐点处收集来的参数峰值约为五亿个元素（fp16 下 1 GB）。（这是在一个简化的顺序上重放规则，
 略去了 norm；并不是对 DeepSpeed 的测量。）注意，`stage3_max_live_parameters` **不**限制这种保留，DeepSpeed 和 zerolab 里都是如此；它只限制预取。
 
-## 6. 归在"通信优化"下的两个键：`sub_group_size` 和 `round_robin_gradients`
+## 6. 归在“通信优化”下的两个键：`sub_group_size` 和 `round_robin_gradients`
 
-清单把这两个键归在"通信优化"名下。**先预测，再运行。** stage 3，`offload_optimizer` 放在 CPU 上，`sub_group_size` 取 10⁸（清单的值）对比 4,096，
+清单把这两个键归在“通信优化”名下。**先预测，再运行。** stage 3，`offload_optimizer` 放在 CPU 上，`sub_group_size` 取 10⁸（清单的值）对比 4,096，
 再打开 `round_robin_gradients`：账本会变吗？训练出来的数呢？
 """),
 "ch08-20": ("e99d51cf4016", r"""
@@ -204,7 +204,7 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 
 在第一部分（[`08_zero3_in_production.ipynb`](08_zero3_in_production.ipynb)）里，队长拿一栋小房子把清单上的旋钮一个一个试过了。
 真正搬家之前还剩两件事：把清单的**每一行**都读一遍（有的是把 DeepSpeed 的默认值照抄出来，有的抄自一份旧手册，还有两行归错了类），
-核对它那张"推荐值"**调参表**；然后照另一支搬家队的做法**启动**搬家：用启动器（launcher）在每个设备上启动一个工人。
+核对它那张“推荐值”**调参表**；然后照另一支搬家队的做法**启动**搬家：用启动器（launcher）在每个设备上启动一个工人。
 
 清单就是 `configs/seed002_zero3_offload.json`（第一部分展示了它发布时的原样）。它的启动命令：
 `deepspeed --num_gpus=8 train.py --deepspeed ds_config_zero3.json --model_name meta-llama/Llama-2-7b-hf --per_device_train_batch_size 4 --gradient_accumulation_steps 4`。
@@ -229,17 +229,17 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 - `overlap_comm: true`、`contiguous_gradients: true`、`reduce_bucket_size: 5e8`、`loss_scale: 0`、`initial_scale_power: 16`：
   **全是 DeepSpeed 在 stage 3 下的默认值。** 写出来什么也不改变（无害，也算写明了意图）。`reduce_bucket_size` 的单位是**元素**：
   5·10⁸ 个 fp16 梯度就是一个 1 GB 的桶（第 6 章）。
-- `stage3_prefetch_bucket_size: 5e8`，注释"参数预取桶大小"：一次**补取**（top-up）最多能提前 all-gather 多少个参数元素。DeepSpeed 的默认值是 **5e7**，
+- `stage3_prefetch_bucket_size: 5e8`，注释“参数预取桶大小”：一次**补取**（top-up）最多能提前 all-gather 多少个参数元素。DeepSpeed 的默认值是 **5e7**，
   不是 5e8：文档页面写的是 5e8，清单照抄了它；代码里多年来一直是 5e7。每个模块取参数时，DeepSpeed 补取一次：按记录下的顺序取接下来的模块，
   只要已取的元素数还少于 min(这个值, `stage3_max_live_parameters` − 已收集或在途的量) 就继续取（越过上限的那个模块也会被取走）。
   它限制的是一次补取，而不是在途的总量（第一部分第 3 节）。
-- `stage3_param_persistence_threshold: 1e5`，注释"小参数不分片"：**只对了一半**。不超过 10⁵ 个元素的参数，它的 16 位副本在每个 rank 上都完整保留，
+- `stage3_param_persistence_threshold: 1e5`，注释“小参数不分片”：**只对了一半**。不超过 10⁵ 个元素的参数，它的 16 位副本在每个 rank 上都完整保留，
   前向和反向中从不收集；但它的梯度（gradients）和优化器状态（optimizer states）仍然是分片（sharded）的，而且每步之后都要 all-gather 一次，好让每个 rank 上的副本拿到更新（第一部分第 2 节）。
-- `stage3_max_live_parameters: 1e9`，注释"同时在 GPU 上的最大参数量"：**不是上限。** 它只限制*预取*能额外加进来多少：模块自己的收集总会发生，
+- `stage3_max_live_parameters: 1e9`，注释“同时在 GPU 上的最大参数量”：**不是上限。** 它只限制*预取*能额外加进来多少：模块自己的收集总会发生，
   越过预算的那个模块也会被取走（第一部分第 4 节）。
 - `stage3_max_reuse_distance: 1e9`：如果一个参数在记录的顺序里往后这么多个**元素**之内还会再用到，就让它保持收集状态（第一部分第 5 节：在小模型上就是全部）。
 - `offload_optimizer` / `offload_param` 加 `pin_memory: true`：优化器状态和参数分片放在 CPU 内存里（第 5 章）。DeepSpeed 0.19.8 里 `pin_memory` 默认就是 true。
-- **归错了类、放在"通信优化"下面的：** `sub_group_size` 给**优化器更新**分块（一次更新 rank 分片里的多少个元素，在卸载（offload）时限制 CPU/NVMe 上的工作内存）；
+- **归错了类、放在“通信优化”下面的：** `sub_group_size` 给**优化器更新**分块（一次更新 rank 分片里的多少个元素，在卸载（offload）时限制 CPU/NVMe 上的工作内存）；
   它什么也不发送。`round_robin_gradients` 重新安排哪个 rank 拥有哪个梯度，**只在 stage 1 和 2** 起作用，用来分散卸载时从设备到主机的拷贝；
   DeepSpeed 的 stage 3 从不读它（zerolab 在这里把它读成 false）。第一部分第 6 节把两者都测了。
 
@@ -266,7 +266,7 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 - `stage3_param_persistence_threshold` 1e5：这是默认值，对 7B 来说也合理（只有 norm 权重落在它下面）；在小房子上它让每个参数都常驻。
 
 时间（更大的预取桶能让 8 张 GPU 上真实的 7B 训练步快多少）在 2 核 CPU 上无法验证：调参表也没有给出任何测量。同一来源里卸载的那几行
-（4 张 A100-40GB 上跑 70B，训练速度"约 35%"）在第 5 章核对过：70B 需要 1,120 GB 的模型状态，比表里任何一行的 CPU 内存都多。
+（4 张 A100-40GB 上跑 70B，训练速度“约 35%”）在第 5 章核对过：70B 需要 1,120 GB 的模型状态，比表里任何一行的 CPU 内存都多。
 
 ## 3. 启动命令，以及它在这里的对应写法
 

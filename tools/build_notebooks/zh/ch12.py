@@ -24,7 +24,7 @@ ZH = {
 | 秒表 | **时间线**（timeline；`engine.timeline`） | 每个 rank 何时在计算、何时在等待 |
 | 公司仓库 | **卸载**（offload）：主机内存和 NVMe | 每个 rank 把什么放在哪里，何时搬动 |
 
-1. **基础模式**：选 N、ZeRO stage 和精度；看每个 rank 持有每个"巨头"的哪一片，直接从引擎自己的张量里测出。
+1. **基础模式**：选 N、ZeRO stage 和精度；看每个 rank 持有每个“巨头”的哪一片，直接从引擎自己的张量里测出。
 2. **核心模式**：把一个训练步按集合通信逐次回放：rank 之间搬了什么，每个 rank 紧接着持有什么。集合通信是 DeepSpeed 在该配置下的做法；
    在 stage 1-2 可以选择论文的理想做法，并标明那是 zerolab 的开关。
 3. **应用模式**：选模型、GPU 数、GPU 显存（device memory）和互连；由规模模拟器给出哪些配置装得下、一步有多快。
@@ -76,7 +76,7 @@ stage 0 是老式搬家队：每个工人都背着整套家当。stage 1 把厚�
 图里展示的是这一步中的一个时刻：rank 0 的时间线（当前集合通信画了阴影）、这次集合通信对每个 rank 的数据做了什么，以及每个 rank 在这一步中持有的字节数。
 """),
 "ch12-10": ("c47509cee4bf", r"""
-现在来播放：按 ▶（或拖动"集合通信"滑块）逐个查看集合通信，再改变 N、stage 和精度，记录另一步。在 stage 1 和 2，DeepSpeed 对每个梯度桶做
+现在来播放：按 ▶（或拖动“集合通信”滑块）逐个查看集合通信，再改变 N、stage 和精度，记录另一步。在 stage 1 和 2，DeepSpeed 对每个梯度桶做
 **all-reduce**（每个 rank 留下自己分区的那几段），并在这一步之后对扁平参数缓冲区做一次 all-gather：3Ψ。勾选*论文的理想做法*，
 看 ZeRO 论文的 reduce-scatter（zerolab 的 `ideal_reduce_scatter` 开关，不是 DeepSpeed 的）：2Ψ。在 stage 0，梯度在累积边界处做 all-reduce。
 注意看显存曲线：在 stage 3，模块被收集时它上升，被释放时它下降。（*在 GPU 集群上*，DeepSpeed 在计算旁边的 NCCL 流上发出这些调用，
@@ -111,7 +111,7 @@ Llama-2 70B 约有 690 亿个参数，每个参数 16 字节就是 1,104 GB：�
 `engine.memory("host")` 和 `engine.memory("nvme")`；这一步的时间线有一行是主机端的优化器更新（每个子组一段），每次 NVMe 读写也各有一行。
 NVMe 文件写在一个临时文件夹里，用完即删。
 
-在这台机器上，"设备"是扮演 GPU 的 CPU，主机内存也是同一块 RAM：*账*是精确的（哪个张量在哪里），*时间*则是一台小机器的时间。
+在这台机器上，“设备”是扮演 GPU 的 CPU，主机内存也是同一块 RAM：*账*是精确的（哪个张量在哪里），*时间*则是一台小机器的时间。
 在 stage 3，收集还会**预取**：从第二步起，引擎按上一步记录的模块顺序，在每个模块取参数时（DeepSpeed 的规则），发起一次 all-gather 去取后面的模块：
 只要已取的元素还少于 min(`stage3_max_live_parameters` − available, `stage3_prefetch_bucket_size`)，就继续取（available 是已收集或在途的元素数）；
 在途的量只受 `stage3_max_live_parameters` 限制。实验室会显示每次收集、它发生的时刻、有多少是预取的，以及用完后的释放。
