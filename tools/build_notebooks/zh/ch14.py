@@ -243,7 +243,7 @@ stage 3 每层两次收集加每个桶一次 reduce-scatter）。时间则不然
 
     tokens_to_hide(peak_flops, mfu, beta_Bps, gpus, checkpointing=False) -> tokens
 
-每张 GPU 每个微步的 token 数 T，使得以 `mfu × peak_flops` FLOP/s 进行的计算（6ΨT 次浮点运算，开激活检查点（activation checkpointing）时为 8ΨT）与 stage 3 在
+每张 GPU 每个微步的 token 数 T，使得以 `mfu × peak_flops` FLOP/s 进行的计算（6ΨT 次浮点运算；若开启激活检查点，即 activation checkpointing，则为 8ΨT）与 stage 3 在
 `beta_Bps` 字节/秒的链路上的通信（一个 rank 发出的字节，按环的约定）耗时相同。Ψ 不是参数：它约掉了。
 """),
 "ex14-04": ("44cdf9d78db4", r"""
