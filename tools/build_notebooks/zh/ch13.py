@@ -17,14 +17,14 @@ stage 3 的做法还和以前一样（每个工人保管每个房间家具的一
 | 故事里 | 训练中 | DeepSpeed 0.19.8 的配置键 | 在 zerolab 里 |
 |---|---|---|---|
 | 两栋楼、楼梯、街道 | **节点**（node）：节点内走 NVLink，节点间走 InfiniBand | （启动器给出的节点） | `Crew(4, nodes=2)`、`ledger.by_link()` |
-| 用**速记**写家具清单：每箱记一个数，再记一串小整数 | **qwZ**：参数 all-gather 传 int8 块，每块外加一个 fp32 缩放因子（scale） | `zero_quantized_weights` | `gather.py`、`quant.py` |
+| 用**速记**写家具清单：每箱记一个数，再记一串小整数 | **qwZ**：参数 all-gather 传 int8 的块（block），每块外加一个 fp32 缩放因子（scale） | `zero_quantized_weights` | `gather.py`、`quant.py` |
 | 搬迁贴纸用更简的速记，先在楼里汇总 | **qgZ**：梯度以 int4 经过两次 all-to-all（先节点内，再跨节点） | `zero_quantized_gradients` | `reduce.py`（`QuantizedReduce`） |
-| 每栋楼再存一份家具副本 | **hpZ**：每个节点一份参数的二级分片（secondary partition），反向收集从不跨节点 | `zero_hpz_partition_size` | `hpz.py`、`gather.py` |
+| 每栋楼再存一份家具副本 | **hpZ**：每个节点存一份参数的二级分片（secondary partition），所以反向收集从不跨节点 | `zero_hpz_partition_size` | `hpz.py`、`gather.py` |
 
 各是谁的行为：配置键、分块量化器（block quantizer）、每次 all-gather 何时量化、那两次 all-to-all，都是 **DeepSpeed 0.19.8 的**
 （`runtime/zero/partition_parameters.py` 里的 `CUDAQuantizer` 和 `all_gather_coalesced(..., quantize=True)`，
 `runtime/comm/coalesced_collectives.py` 里的 `all_to_all_quant_reduce`，kernel 在 `csrc/quantization/`；hpZ 的二级分片在
-`partition_parameters.py` 的 `_partition_param_sec`）；字节比例是**论文的**；一台机器上的虚拟节点和账本里的链路一栏是 **zerolab 自己的**。
+`partition_parameters.py` 的 `_partition_param_sec`）；字节比例是**论文的**；一台机器上的虚拟节点和账本（ledger）里的链路一栏是 **zerolab 自己的**。
 DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab 用 torch 复现它们的算术（`zerolab/quant.py`），
 每次集合通信（collective）都走 `torch.distributed`（gloo）。
 
@@ -34,12 +34,12 @@ DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab �
 "ch13-02": ("708c1ac2fb71", r"""
 布局与 torchrun 一致：节点 *i* 持有 rank *i·k … i·k + k − 1*（这里每个节点 k = 2 个 rank），每个 rank 拿到的 `LOCAL_RANK` 和
 `LOCAL_WORLD_SIZE` 与 `torchrun --nnodes 2 --nproc-per-node 2` 下相同。我们的两栋虚拟楼之间并不会更慢（全在同一颗 CPU 上）；
-变的是账本（ledger）：它把每次集合通信记在 **intra**（所有 rank 都在同一节点内）或 **inter**（通信组跨越节点）名下。
+变的是账本：它把每次集合通信记在 **intra**（所有 rank 都在同一节点内）或 **inter**（通信组跨越节点）名下。
 
 ## 1. 住在两栋楼里的搬家队
 
-家当：一个小 GPT（2 个 block，宽度 32，《爱丽丝梦游仙境》（*Alice in Wonderland*）里的 75 个字符，补到 80 个 token，好让每个分片都是 8 个元素的整数倍，
-这是 qwZ 的量化器要求的），bf16，stage 3。偏置和 LayerNorm（每个至多 200 个元素）是*常驻参数*（persistent parameters，第 8 章）：完整保留，
+家当：一个小 GPT（2 个 block，宽度 32），bf16，stage 3；数据是《爱丽丝梦游仙境》的 75 个字符，补齐到 80 个 token，
+好让每个分片都是 8 个元素的整数倍（qwZ 的量化器要求如此）。偏置和 LayerNorm（每个至多 200 个元素）是*常驻参数*（persistent parameters，第 8 章）：完整保留，
 每步之后用一次 all-gather 刷新。`stage3_max_reuse_distance` 设为 0，所以每个权重在前向收集一次，**在反向再收集一次**，即论文的 3Ψ
 （DeepSpeed 的默认值 10⁹ 会让这个小模型在前向转反向的拐点处保持收集状态；第 8 章测过这一点）。
 
@@ -48,15 +48,15 @@ DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab �
 """),
 "ch13-04": ("3e2467e8aafd", r"""
 **先预测，再运行。** 这里 stage 3 的每次集合通信都是覆盖全部 4 个 rank 的一个环，所以都横跨两栋楼。一步里 rank 0 **在楼内**发出多少字节，
-**跨街**又发出多少？被收集的权重有 Ψ_g = 28,160 个元素，常驻参数 896 个，都是 bf16（2 字节）；在环上，每个 rank 发出一次集合通信张量的
+**跨街**又发出多少？要收集的权重共 Ψ_g = 28,160 个元素，常驻参数 896 个，都是 bf16（2 字节）；环形算法里，每个 rank 发出集合通信张量的
 (N−1)/N（第 0 章）。把你的猜测写下来。
 """),
 "ch13-06": ("0625acfc4589", r"""
-**没有什么留在楼里。** 每次集合通信的通信组都是全部四个 rank，所以账本把它们全记在 *inter* 名下：参数收集、梯度的 reduce-scatter，
-连溢出标志和梯度范数那次 16 字节的 all-reduce 也不例外。token 嵌入层（2,560 个元素）**多收集了两次**：GPT 的输出头与它共享矩阵，
+**没有一次通信留在楼内。** 每次集合通信的通信组都是全部四个 rank，所以账本把它们全记在 *inter* 名下：参数收集、梯度的 reduce-scatter，
+连溢出标志和梯度范数那次 16 字节的 all-reduce 也不例外。token 嵌入层（2,560 个元素）**多收集了两次**：GPT 的输出头与它共享同一个权重矩阵，
 所以前向为嵌入层收集它一次，为输出头再收集一次；反向为输出头的反向收集它一次，为嵌入层自己的反向再收集一次。DeepSpeed 在每个模块的反向之后
-释放它的参数（`runtime/zero/parameter_offload.py` 里的 `post_sub_module_backward_function`），复用距离为 0 时什么也不保留；
-随后它的反向前钩子（pre-backward hook）会收集下一个模块的全部参数，连嵌入层也不例外，尽管嵌入层的反向根本不读权重。
+释放它的参数（`runtime/zero/parameter_offload.py` 里的 `post_sub_module_backward_function`），复用距离（reuse distance）为 0 时什么也不保留；
+随后 DeepSpeed 的反向前钩子（pre-backward hook）为下一个模块收集它的全部参数，连嵌入层也不例外，尽管嵌入层的反向根本不读权重。
 （DeepSpeed 默认的复用距离会让它从一次使用一直保留到下一次：见问题 1。）
 
 账本的 *inter* 一栏对真实网络意味着什么：它是这个 rank 在环上发出的字节，每个张量的 (N−1)/N。跨两个节点的环进出每个节点各一次，
@@ -65,8 +65,8 @@ DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab �
 
 ## 2. qwZ：用速记写家具清单
 
-打开 `zero_quantized_weights` 后，DeepSpeed 的 stage 3 会量化（quantize）每一次参数 all-gather，无论前向还是反向、是否预取
-（`all_gather_coalesced(..., quantize=True)`）：每个 rank 把自己的分片转成 fp16，切成若干**块**（block；块数由 DeepSpeed 的
+打开 `zero_quantized_weights` 后，DeepSpeed 的 stage 3 会量化每一次参数 all-gather，无论前向还是反向、是否预取
+（`all_gather_coalesced(..., quantize=True)`）：每个 rank 把自己的分片转成 fp16，切成若干**块**（块数由 DeepSpeed 的
 `CUDAQuantizer` 决定：每块是 8 个元素的整数倍，目标是接近 8,000 个元素；见 `quant.qwz_groups`），然后每块发送**一个 fp32 缩放因子**
 和**每个元素一个 int8 值**：共两次 all-gather，先发值，再发缩放因子。每个 rank 把收到的数据反量化（dequantize）为 fp16，再转成模型的数据类型。
 分片本身和 fp32 主权重（master weights）从不量化：量化的只是前向和反向所用的那份副本。每步之后常驻参数的刷新也不量化（DeepSpeed 的 `_post_step`
@@ -77,7 +77,7 @@ DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab �
 """),
 "ch13-08": ("b385c35c63e7", r"""
 **一半，再加上缩放因子。** 每个元素 1 字节，而不是 bf16（或 fp16）的 2 字节：0.5×。缩放因子每块 4 字节；DeepSpeed 的块最多约 8,000 个元素
-（上限 16,000），所以在真实模型上它们只多出约 4/8,000 = 0.05 %。这里每个 rank 在一次收集中的分片就是一块，每次收集 16 字节，
+（上限 16,000），所以在真实模型上它们只多出约 4/8,000 = 0.05 %。这里每个 rank 在一次收集中的分片就是一块，缩放因子每次收集只占 16 字节，
 所以比例是 0.5007。（如果模型保持 fp32，不开 qwZ 时每个元素收集 4 字节；qwZ 先转 fp16 再转 int8，所以只发约四分之一。）
 梯度（reduce-scatter）不受影响：这一步的字节数减少三分之一，而不是一半。
 
@@ -88,7 +88,7 @@ DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab �
 **先预测，再运行。** 是不是每个权重都在半个步长之内？一块里哪个元素还原得最差，差多少？
 """),
 "ch13-10": ("eca2896a6c3b", r"""
-误差是在 ±½ 个步长之间的锯齿；唯一的例外在左图的最右端：块里**最大的正**权重落在 128 个步长上，int8 装不下，被截断到 127，
+误差呈锯齿状，在 ±½ 个步长之间来回；唯一的例外在左图的最右端：块里**最大的正**权重落在 128 个步长上，int8 装不下，被截断到 127，
 少了整整一个步长（最大的*负*权重恰好落在 −128 上）。所以上界是：**每块除一个权重外都在 scale/2 之内，那一个在一个 scale 之内**，
 即 m/256 和 m/128。前向所用的权重带着这个误差；优化器的 fp32 主权重从来不带，所以误差不会一步步累积下去。
 
@@ -98,9 +98,9 @@ DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab �
 DeepSpeed 的 `all_to_all_quant_reduce`：
 
 1. 每个 rank 把它的梯度量化为 **int4**（每字节两个值），每块一个 fp32 缩放因子；
-2. 一次**节点内的 all-to-all**：本地 rank *j* 从本节点每个 rank 那里收到梯度中由它自己以及其他节点上对应的 rank 负责的那几部分；
+2. 一次**节点内的 all-to-all**：本地 rank（local rank）*j* 从本节点的每个 rank 那里，收下梯度中归它自己、以及归其他节点上同号 rank 负责的那几部分；
 3. 反量化，把本节点的各份相加，再把和量化成 int4；
-4. 在本地 rank 相同的那些 rank 之间做一次**跨节点的 all-to-all**：每个 rank 收到自己的分区，其中每个节点内部已经求过和；
+4. 在本地 rank 相同的那些 rank 之间做一次**跨节点的 all-to-all**：每个 rank 收到属于自己的分区，其中的值已在每个节点内求过和；
 5. 反量化，把各节点的和相加，再除以节点数。
 
 一维参数（偏置、LayerNorm：这里就是常驻参数那一组）和 DeepSpeed 一样，退回普通的 reduce-scatter。
@@ -111,7 +111,7 @@ DeepSpeed 的 `all_to_all_quant_reduce`：
 "ch13-12": ("38e181240471", r"""
 对 M 个元素的梯度：楼内 (L−1)/L · M/2 字节（int4），跨街 (K−1)/K · M/(2L)，其中每个节点 L = 2 个 rank，共 K = 2 个节点：
 即 M/4 和 M/8，而 reduce-scatter 是 3M/2，全部跨街。一个**节点**发出的是一个 rank 跨街量的 L 倍，(K−1)/K · M/2：
-在这里是环形 reduce-scatter 经过节点网卡的量的六分之一；在大集群上则是 Ψ 的 0.5·(m−1)/m 对 2·(N−1)/N（第 14 章的表）。
+在这里只有环形 reduce-scatter 经过节点网卡的字节的六分之一；在大集群上则是 Ψ 的 0.5·(m−1)/m 对 2·(N−1)/N（第 14 章的表）。
 缩放因子每块一个 fp32，而 DeepSpeed 给梯度分的块很小（形状为 (a, b) 的二维参数被切成 max(a, b, N) 块），所以在这里它们占 qgZ 字节数的五分之一；
 在宽模型上，它们是每个元素 4/`hidden` 字节。另外，qgZ 每个梯度要 4 次调用，而不是占一个桶的一部分：在 CPU 上，它的时间主要就花在这里
 （benchmarks/zeropp_quant.py 测了这一点）。
@@ -123,7 +123,7 @@ DeepSpeed 的 `all_to_all_quant_reduce`：
 reduce-scatter 结果的 N/K = L（每个节点的 rank 数）倍；而仍走 reduce-scatter 的一维参数得到的是真正的平均值。zerolab 有意复现这一点
 （账本和数值都必须与 DeepSpeed 一致），并给出警告。谁会受影响：**Adam** 几乎不受影响（它的更新量要除以梯度自身的尺度），
 **梯度裁剪**（gradient clipping）和**报告的梯度范数**会受影响（这里范数变大，但不到 2 倍：二维参数组的梯度翻了倍，一维参数组的没有，其中包括 LayerNorm 那些较大的梯度），
-SGD 的步长也会受影响。除了尺度之外，int4 还损失精度：两次量化中，每个值各自最多偏差步长 m/8 的一半，在这里约为梯度范数的十分之一。
+SGD 的步长也会受影响。除了尺度之外，int4 还损失精度：两次量化各让每个值最多偏差半个步长（步长为 m/8），总误差在这里约为梯度范数的十分之一。
 
 ## 4. 损失曲线
 
@@ -133,7 +133,7 @@ SGD 的步长也会受影响。除了尺度之外，int4 还损失精度：两�
 "ch13-16": ("12991b154bca", r"""
 所有配置键都写成 `false` 时，运行与精确运行**逐位相同**：同样的集合通信、同样的顺序、同样的权重。qwZ 与精确曲线的差距在千分之几以内；
 qgZ 的梯度只有 4 bit，翻倍的梯度还要经过梯度裁剪，所以偏得更远，但学得一样好。容差（每一步的损失差 0.02 和 0.08）是经验值，
-约为在这个模型上观察到的差距的四倍（穿过 Adam 之后没有闭式解），`tests/test_zeropp_engine.py` 在更短的运行上用了更严的容差。
+约为在这个模型上观察到的差距的四倍（误差经过 Adam 之后就没有闭式上界了），`tests/test_zeropp_engine.py` 在更短的运行上用了更严的容差。
 真正要紧的检验是真实模型上的成千上万步：论文报告，在最大 13B 的 GPT 模型上（qwZ、hpZ、qgZ 一起开），收敛与精确运行相同。
 
 ## 5. 什么时候用哪个
@@ -142,16 +142,16 @@ qgZ 的梯度只有 4 bit，翻倍的梯度还要经过梯度裁剪，所以偏�
 |---|---|---|---|
 | qwZ（`zero_quantized_weights`） | 前向和反向的参数 all-gather：每个元素 2 → 1 字节（每约 8,000 个元素 +4 B） | 前向/反向所用权重每块最多偏差 m/256；每次收集多一次量化和一次反量化 | 跨节点的 stage 3，且参数收集占通信量的大头时 |
 | qgZ（`zero_quantized_gradients`） | 离开每个节点的梯度：Ψ 的 2·(N−1)/N → 0.5·(m−1)/m | int4 误差；每个梯度 4 次调用；在 0.19.8 中梯度是平均值的（每节点 rank 数）倍（影响裁剪、范数、SGD） | 不止一个节点、网络较慢时；要重新调梯度裁剪 |
-| hpZ（`zero_hpz_partition_size` = 每节点 rank 数） | 反向的参数收集：留在节点内 | 一份二级分片，每个 rank 多占 2Ψ/k 显存 | 显存有富余、网络较慢时 |
+| hpZ（`zero_hpz_partition_size` = 每节点 rank 数） | 反向的参数收集：留在节点内 | 一份二级分片，每个 rank 多占 2Ψ/k 显存（GPU memory） | 显存有富余、网络较慢时 |
 | 都不用 | | | 只有一个节点（NVLink 很快；qgZ 在那里什么都不做），或每张 GPU 的 token 足够多，能把通信藏住（第 14 章） |
 
 在一个节点内，这些都帮不了多少：楼梯本来就快。要问的是每个选项在**你的**那条街上能省多少。`zerolab simulate`（第 14 章）用公开的数据回答这个问题。
 
 **先预测，再运行。** 70B 模型，64 张 H100，每节点 8 张，每张 GPU 一条 4,096 token 的序列：在 DGX H100 的网络上（每节点八个 400 Gb/s 端口）
-和在细网络上（每节点一个端口），哪个从 ZeRO++ 获益更多？有没有哪种组合能把通信藏住？
+和在“细”网络上（每节点只有一个端口），哪个从 ZeRO++ 获益更多？有没有哪种组合能把通信藏住？
 """),
 "ch13-18": ("b348de293433", r"""
-在 DGX 网络上，stage 3 本来就藏得住：通信只占计算的四分之一，T* 只有四分之一条序列，所以 ZeRO++ 在那里几乎买不到什么，只带来误差。
+在 DGX 网络上，stage 3 本来就藏得住：通信只占计算的四分之一，T* 只有四分之一条序列，所以 ZeRO++ 在那里几乎换不来什么，只会带来误差。
 在细网络上，普通运行需要的 token 约为现有的两倍；单开 qwZ 或 qgZ 都不够，两个一起开才能把通信压到计算之下。街道是瓶颈的地方，
 ZeRO++ 是最便宜的解法；不是瓶颈的地方，它只会增加误差。（最后几行加上了模拟器对 hpZ 的公式；下一节实测它。）
 第 14 章从 8 张到 1,024 张 GPU、连同卸载，手算了这些数字。
@@ -161,11 +161,11 @@ ZeRO++ 是最便宜的解法；不是瓶颈的地方，它只会增加误差。�
 设 `zero_hpz_partition_size` = k（每个节点的 rank 数）后，每个工人除了保管每个房间家具的 1/N 之外，还在**自己这栋楼里再保管一份**：
 每个被收集模块的 1/k，用参数的数据类型存放。DeepSpeed 0.19.8 每当一个模块在收集后被释放时（以及初始化时一次），就从完整的模块里切出这份二级分片，
 并在每次没有被跳过的优化器更新时丢掉它。模块有二级分片时，它的 all-gather 就**在节点内**、在 k 个 rank 上进行：反向的再收集总是如此；
-第一步的前向也是；梯度累积（gradient accumulation）下之后各个微步（micro-step）的前向同样如此（`partition_parameters.py`、`_partition_param_sec`；这些规则逐个文件地写在
+第一步的前向也是；梯度累积（gradient accumulation）下之后各个微步（micro-step）的前向同样如此（`partition_parameters.py`、`_partition_param_sec`；这些规则连同它们在 DeepSpeed 里的文件出处写在
 `zerolab/hpz.py` 里，DeepSpeed 的通信组由 `benchmarks/ds_reference/ds_hpz.py` 在它的 CPU 版上实测）。梯度仍在全部 N 个 rank 上做
 reduce-scatter：主权重和优化器状态仍按 ZeRO-3 的方式存放。
 
-**先预测，再运行。** 同一支搬家队，`zero_hpz_partition_size` 设为 2，一个稳定状态下的步。被收集的权重是 Ψ_g = 28,160 个 bf16 元素，
+**先预测，再运行。** 同一支搬家队，`zero_hpz_partition_size` 设为 2，一个稳态的步。被收集的权重是 Ψ_g = 28,160 个 bf16 元素，
 共享的 token 嵌入层（2,560）在前向被收集两次，在反向也被收集两次。rank 0 的参数 all-gather 会跨街发出多少字节，在楼内发出多少？在反向和优化器更新之间，
 每个 rank 多占多少内存？
 """),
@@ -177,7 +177,7 @@ token 嵌入层的那两次（先为输出头，再为嵌入层自己）也在�
 再叠加上 qwZ 和 qgZ，每步跨街的量约为普通 stage 3 的五分之一：前向的收集用 int8，梯度用 int4。
 
 FSDP2 的混合分片（hybrid sharding，HSDP）用另一种办法应对这条慢街：在节点内分片、在节点间复制，所以只有梯度的 all-reduce 要跨街，
-但每个参数、梯度和优化器状态都要存 N/k 份。`benchmarks/hsdp_vs_hpz.py`（README 的"hpZ beside FSDP2's hybrid sharding"一节）
+但每个参数、梯度和优化器状态都要存 N/k 份。`benchmarks/hsdp_vs_hpz.py`（英文 README.md 的“hpZ beside FSDP2's hybrid sharding (HSDP)”一节）
 在一支这样的搬家队上把两者都测了一遍。
 
 ## 本章测得的
@@ -185,7 +185,7 @@ FSDP2 的混合分片（hybrid sharding，HSDP）用另一种办法应对这条�
 "ch13-22": ("8a8a8b0522b1", r"""
 - 住在多个节点里的搬家队：stage 3 里每次覆盖全部 rank 的集合通信都要穿过街道；账本把它记在 *inter* 名下，一个 rank 在环上发出的字节就是它所在节点的网络要承载的。
 - **qwZ** 发送 int8 值，外加每块（至多约 8,000 个元素）一个 fp32 缩放因子：bf16（或 fp16）收集量的 0.5×，再加 0.05 %；
-  前向和反向所用的每个权重最多偏差 scale/2 = m/256（被截断的块最大值是 m/128）；主权重保持精确。
+  前向和反向所用的每个权重最多偏差 scale/2 = m/256（被截断的块内最大值为 m/128）；主权重保持精确。
 - **qgZ** 把梯度量化为 int4，通过两次 all-to-all 归约，先节点内、再跨节点：离开一个节点的量从 Ψ 的 2·(N−1)/N 降到 0.5·(m−1)/m，再加缩放因子。
   在 DeepSpeed 0.19.8 中，它的梯度是平均值的（每节点 rank 数）倍：梯度裁剪和报告的范数都会看到这一点。
 - ZeRO++ 的配置键全关时，运行与普通 stage 3 逐位相同；在一次短运行中，qwZ 和 qgZ 都在各自的容差之内。
@@ -202,8 +202,8 @@ FSDP2 的混合分片（hybrid sharding，HSDP）用另一种办法应对这条�
 4. 为什么 DeepSpeed 把梯度量化到 4 bit，权重却量化到 8 bit？（想想各自的误差去了哪里：进入一步的更新并经过 Adam，还是进入每一层的前向。）
 5. 你的集群只有一个 8 张 GPU 的节点。你会打开哪个 ZeRO++ 选项？为什么？
 
-**轮到你了：** 在 [`exercises/zh/13_block_quantizer.ipynb`](../../exercises/zh/13_block_quantizer.ipynb) 里，你按 DeepSpeed 的 kernel 的算法，
-写出 qwZ 的分块量化器：量化和反量化。检查先单独在能暴露常见错误的张量上运行你的实现，然后把它放**进引擎里**，作为 qwZ all-gather 的量化器，
+**轮到你了：** 在 [`exercises/zh/13_block_quantizer.ipynb`](../../exercises/zh/13_block_quantizer.ipynb) 里，你按 DeepSpeed kernel 的算法，
+写出 qwZ 的分块量化器：量化和反量化两个函数。检查先单独在能暴露常见错误的张量上运行你的实现，然后把它放**进引擎里**，作为 qwZ all-gather 的量化器，
 在分住 2 栋楼的 4 个 rank 上与 zerolab 的实现并排运行。
 """),
 "ex13-00": ("e57fac9ac1c8", r"""
@@ -214,7 +214,7 @@ FSDP2 的混合分片（hybrid sharding，HSDP）用另一种办法应对这条�
 在第 13 章，搬家队用速记传家具清单：qwZ 的 all-gather 传的是 int8 值，外加每块（block）一个 fp32 缩放因子（scale）。这里由**你来写这个量化器**（quantizer），
 也就是 DeepSpeed 0.19.8 的 CUDA kernel 计算的那两个函数（`csrc/quantization/quantize.cu`、`dequantize.cu`，
 `csrc/includes/quantization_utils.h` 里的对称类型）。检查先在专门挑来暴露常见错误的张量上，把你的实现与 zerolab 的版本（`zerolab.quant`）比较，
-然后把你的实现接进引擎（`zerolab.quant.use_qwz_codec`），作为 qwZ all-gather 的量化器，在分成 2 个节点、每节点 2 个 rank 的 4 个 rank 上运行，
+然后把你的实现接进引擎（`zerolab.quant.use_qwz_codec`），作为 qwZ all-gather 的量化器，在 4 个 rank（2 个节点，每节点 2 个）上运行，
 比较字节数、前向看到的权重和损失。
 
 **检查失败时**，它会说明期望什么、你给出了什么，并给一条指出可能错误的提示。想同时看到完整的回溯（traceback），先运行
@@ -254,7 +254,7 @@ DeepSpeed 的 qwZ 以 `bits=8` 调用它；qgZ 以 `bits=4` 调用同一个 kern
 ## 3. 检查
 
 先单独检查你的两个函数，用八个张量：一个 fp16 分片、各块最大绝对值相差若干个数量级的张量、一个二维张量、最大值为正的块、
-恰好落在两个步长正中间的值、一块全零、int4，以及许多小块。然后放进引擎：一个小 GPT，stage 3，bf16，开 `zero_quantized_weights`，
+恰好落在两个步长正中间的值、一个全零的块、int4，以及许多小块。然后放进引擎：一个小 GPT，stage 3，bf16，开 `zero_quantized_weights`，
 4 个 rank 分成 2 个节点、每节点 2 个，你的量化器用在 qwZ 的 all-gather 里训练 3 步，并与使用 zerolab 量化器的同一次运行、以及不开 qwZ 的运行并排比较。
 大约半分钟。
 """),
@@ -267,7 +267,7 @@ qgZ 则由 `zerolab/qgz.py` 的 `QuantizedReduce` 调用。`quant.use_qwz_codec`
 
 思考题：
 
-1. 你的 `quantize` 从不关心数据会以什么类型发送。"字节减半"从何而来？如果模型保持 fp32，qwZ 会发送多少？
+1. 你的 `quantize` 从不关心数据会以什么类型发送。“字节减半”从何而来？如果模型保持 fp32，qwZ 会发送多少？
 2. 块数来自 DeepSpeed 的 `qwz_groups`：每块是 8 的整数倍，接近 8,000 个元素。如果每块 64 个元素，缩放因子要多花多少？误差上能得到什么？
 """),
 }
