@@ -191,8 +191,8 @@ print(f"  qwZ / bf16 = {(values + scales) / plain:.5f}; across the street: {w['l
 """),
 md(r"""
 **Half, plus the scales.** One byte instead of bf16's (or fp16's) two: 0.5×. The scales cost 4
-bytes per block; DeepSpeed's blocks hold up to about 8,000 elements (at most 16,000), so on a
-real model they add about 4/8,000 = 0.05 %. Here each rank's shard of a gather is one block, 16
+bytes per block; DeepSpeed's blocks hold at most 8,000 elements (its quantizer asserts under
+16,000), so on a real model they add about 4/8,000 = 0.05 %. Here each rank's shard of a gather is one block, 16
 bytes per gather, so the ratio is 0.5007. (A model kept in fp32 would gather 4 bytes per element
 without qwZ; qwZ converts to fp16 and int8 first, so it would send about a quarter.) The
 gradients (reduce-scatter) are untouched: the step's bytes fall by a third, not a half.
