@@ -381,8 +381,8 @@ def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout:
     if under_torchrun():
         info = init_from_env(backend)
         if info.world_size != world_size:
-            print(f"zerolab.launch: torchrun gives world size {info.world_size}, "
-                  f"not {world_size}; using {info.world_size}", file=sys.stderr)
+            print(T("zerolab.launch: torchrun gives world size {got}, not {asked}; using {got}",
+                    got=info.world_size, asked=world_size), file=sys.stderr)
         value = fn(*args, **kwargs)
         gathered: list[Any] = [None] * info.world_size
         dist.all_gather_object(gathered, value)

@@ -10,6 +10,8 @@ ZH: dict[str, dict[str, str]] = {}
 
 # -- zerolab progress ---------------------------------------------------------------------------------
 ZH["progress"] = {
+    "zerolab: progress not recorded ({what}); the check itself is unaffected":
+        "zerolab：进度没有记录下来（{what}）；检查本身不受影响",
     "done": "已完成",
     "tried": "尝试过",
     "not started": "未开始",
@@ -140,6 +142,8 @@ ZH["report"] = {
 
 # -- zerolab.crew: what a notebook shows when a rank raises, dies or hangs (crew_limits.py, crew.py) ---
 ZH["crew"] = {
+    "zerolab.launch: torchrun gives world size {got}, not {asked}; using {got}":
+        "zerolab.launch：torchrun 给的 world size 是 {got}，不是 {asked}；按 {got} 运行",
     "rank {rank} died: {message}": "rank {rank} 意外退出：{message}",
     "rank {rank} raised {type}: {message}": "rank {rank} 抛出了 {type}：{message}",
     "(ranks that failed: {ranks}{others})": "（失败的 rank：{ranks}{others}）",

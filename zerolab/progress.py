@@ -77,7 +77,7 @@ def progress_path() -> Path | None:
 
 
 def _warn(what: str) -> None:
-    print(f"zerolab: progress not recorded ({what}); the check itself is unaffected", file=sys.stderr)
+    print(T("zerolab: progress not recorded ({what}); the check itself is unaffected", what=what), file=sys.stderr)
 
 
 def exercise_from_stack(frame) -> str | None:
