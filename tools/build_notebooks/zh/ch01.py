@@ -16,7 +16,7 @@ ZH = {
 |---|---|---|
 | 要搬的**家具** | **参数**（parameters） | 模型的权重 |
 | 每件家具一张**搬迁贴纸** | **梯度**（gradients） | 反向传播（backward）算出的、每个权重该怎么变 |
-| 一本写满经验的厚**小本子** | **优化器状态**（optimizer states） | Adam 的动量和方差；混合精度（mixed precision）下，还有每个权重的一份 fp32 主权重（master weights） |
+| 一本写满经验、厚厚的**小本子** | **优化器状态**（optimizer states） | Adam 的动量和方差；混合精度（mixed precision）下，还有每个权重的一份 fp32 主权重（master weights） |
 | 一把**折叠椅**，每次歇脚都要打开 | **激活值**（activations） | 前向传播（forward）为反向传播留下的东西 |
 
 队长把每一堆都称了一遍，结果出乎所有人的意料：最重的不是家具，而是那本小本子。

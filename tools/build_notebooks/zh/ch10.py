@@ -13,7 +13,7 @@ ZH = {
 *搬家队一直以为的，和账本上记着的。*
 
 到这里，搬家队对这份活儿已经很熟了：**家具**（参数，parameters）、**搬迁贴纸**（梯度，gradients）、
-写满经验的**厚重小本子**（优化器状态，optimizer states：fp32 主权重、Adam 的动量和方差）、**折叠椅**（激活值，activations），
+写满经验、**厚厚的小本子**（优化器状态，optimizer states：fp32 主权重、Adam 的动量和方差）、**折叠椅**（激活值，activations），
 还有分摊负重的三种办法。剩下的，是那些人人都*以为*自己懂了的事：有的是匆忙间记下的，有的曾经是对的，
 有的在一台机器上成立、换一台就不成立。
 
@@ -324,7 +324,7 @@ zerolab 没有实现），以及跨 GPU 的序列并行（sequence parallelism�
 
 ## 说法 6 · “卸载是免费的”
 
-ZeRO-Offload（第 5 章）把厚重的小本子从设备上拿走：配置 `"offload_optimizer": {"device": "cpu"}` 后，fp32 主权重、
+ZeRO-Offload（第 5 章）把厚厚的小本子从设备上拿走：配置 `"offload_optimizer": {"device": "cpu"}` 后，fp32 主权重、
 Adam 的两个矩，以及用来做更新的 fp32 梯度都放在主机内存（host memory）里，优化器更新在 CPU 上运行。设备上只留下 16 位参数和一个正在传输的梯度桶。
 这个说法是：这份内存不花任何代价，因为 CPU 和它的内存反正闲着。
 
