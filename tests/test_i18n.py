@@ -47,7 +47,10 @@ TRANSLATED = {"progress.py": "progress", "report.py": "report", "checks/__init__
               "lab/application.py": "lab", "lab/extension.py": "lab", "lab/zeropp.py": "lab",
               "config_types.py": "config", "config_parse.py": "config", "config_keys.py": "config", "config_values.py": "config",
               "crew.py": "crew", "crew_limits.py": "crew",
-              "explain.py": "explain", "cli.py": "cli", "attach.py": "engine", "hpz.py": "engine", "qgz.py": "engine"}
+              "explain.py": "explain", "cli.py": "cli", "attach.py": "engine", "hpz.py": "engine", "qgz.py": "engine",
+              "checkpoint.py": "around", "checkpoint_read.py": "around", "deepspeed.py": "around",
+              "comm.py": "around", "topology.py": "around", "models.py": "around", "train.py": "around",
+              "simulate.py": "around", "calibrate.py": "around", "estimate.py": "around"}
 
 
 @pytest.fixture(autouse=True)
