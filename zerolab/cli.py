@@ -107,7 +107,7 @@ def cmd_explain(a) -> int:
     try:
         ex = explain_config(a.config, a.world)
     except ConfigError as e:
-        print(T("zerolab explain: {error}", error=e), file=sys.stderr)
+        print(T("{command}: {error}", command="zerolab explain", error=e), file=sys.stderr)
         return 2
     cfg = ex.config
     print(cfg.describe())
@@ -188,7 +188,7 @@ def cmd_consolidate(a) -> int:
     try:
         sd = consolidate(a.checkpoint, a.out, tag=a.tag)
     except CheckpointError as e:
-        print(T("zerolab consolidate: {error}", error=e), file=sys.stderr)
+        print(T("{command}: {error}", command="zerolab consolidate", error=e), file=sys.stderr)
         return 2
     n = sum(t.numel() for t in sd.values())
     print(T("wrote {path}: {tensors} tensors, {n:,} elements (fp32 parameters and the model's buffers); load it "
@@ -228,7 +228,7 @@ def cmd_simulate(a) -> int:
                               grad_accum=a.grad_accum, checkpointing=not a.no_checkpointing,
                               host_bytes=a.host_gb * 1e9 if a.host_gb else None, **nodes)
     except ValueError as exc:
-        print(T("zerolab simulate: {error}", error=exc), file=sys.stderr)
+        print(T("{command}: {error}", command="zerolab simulate", error=exc), file=sys.stderr)
         return 2
     where = f"{a.link or nodes['link']}" if "inter_link" not in nodes else T(
         "{link} inside nodes of {k}, {inter} between them", link=nodes["link"], k=nodes["ranks_per_node"],

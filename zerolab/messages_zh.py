@@ -2351,7 +2351,7 @@ ZH["around"] = {
         "{where} 是 {type}：检查点只保存张量、数字、字符串、None 以及由它们组成的 dict/list，这样加载时绝不会执行 "
         "pickle 里的代码",
     "cannot store {type} in meta.json": "无法把 {type} 存进 meta.json",
-    "rank {rank}: {error}": "rank {rank}：{error}",
+    "rank {rank}: {error}": "rank {rank} 报错：{error}",
     "; ": "；",
     "{errors}. Nothing was loaded.": "{errors}。什么都没有加载。",
     "{names} were frozen when this checkpoint was saved (no optimizer state): pass load_module_only=True to load "
@@ -2432,7 +2432,7 @@ ZH["around"] = {
         "被藏起来的通信 {hidden:.1f} ms",
     "  picture: {path}": "  图：{path}",
     "a config dict": "一个配置字典",
-    "zerolab train: {error}": "zerolab train：{error}",
+    "{command}: {error}": "{command}：{error}",
     # the simulator (simulate.py, calibrate.py) and DeepSpeed's estimators (estimate.py: its table stays DeepSpeed's)
     "offload_param needs stage 3 (as in DeepSpeed)": "offload_param 需要 stage 3（和 DeepSpeed 一样）",
     "{key} needs stage 3 (as in DeepSpeed: ZeRO++ is stage 3's); set stage=3 or turn it off":
@@ -2507,7 +2507,7 @@ ZH["cli"] = {
         "zerolab explain：{path} 里有 {n} 处错误（拼写、取值或批大小算术；训练前请先改正）：",
     "zerolab explain: 1 error in {path} (typos, bad values, batch arithmetic; fix it before training):":
         "zerolab explain：{path} 里有 1 处错误（拼写、取值或批大小算术；训练前请先改正）：",
-    "zerolab explain: {error}": "zerolab explain：{error}",
+    "{command}: {error}": "{command}：{error}",
     "== ZeRO stage 2, DeepSpeed's own estimator (estimate_zero2_model_states_mem_needs_all_cold, reproduced).\n"
     "   Its GPU column counts 2Ψ + 18Ψ/N, 4Ψ/N above the stage-2 row: DeepSpeed's step also holds\n"
     "   an fp32 copy of the gradient shard, and the estimator counts it; it assumes mixed precision.":
@@ -2516,7 +2516,6 @@ ZH["cli"] = {
         "   放一份 fp32 的梯度分片，估算器把它算了进去；它假定用的是混合精度。",
     "== ZeRO stage 3, DeepSpeed's own estimator (estimate_zero3_model_states_mem_needs_all_cold, reproduced).":
         "== ZeRO stage 3，DeepSpeed 自己的估算器（estimate_zero3_model_states_mem_needs_all_cold，照原样复现）。",
-    "zerolab consolidate: {error}": "zerolab consolidate：{error}",
     "wrote {path}: {tensors} tensors, {n:,} elements (fp32 parameters and the model's buffers); load it with "
     "safetensors.torch.load_file and model.load_state_dict":
         "已写出 {path}：{tensors} 个张量，{n:,} 个元素（fp32 参数和模型的缓冲区）；用 safetensors.torch.load_file "
@@ -2524,7 +2523,6 @@ ZH["cli"] = {
     "the simulator against {n} real ranks here (a bf16 MLP of 8 Linear(256, 256), stages 0-3):":
         "模拟器对照本机 {n} 个真实 rank 的实测（由 8 个 Linear(256, 256) 组成的 bf16 MLP，stage 0-3）：",
     "zerolab simulate: {flags} required (or --calibrate)": "zerolab simulate：缺少 {flags}（或者改用 --calibrate）",
-    "zerolab simulate: {error}": "zerolab simulate：{error}",
     "{link} inside nodes of {k}, {inter} between them": "节点内（每节点 {k} 张）用 {link}，节点间用 {inter}",
     "{params:.3g} parameters, {layers} layers, hidden {hidden}, sequence {seq}, micro-batch {micro} x {accum} "
     "accumulation, on {gpus} x {gpu} over {where}":

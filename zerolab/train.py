@@ -260,10 +260,10 @@ def run_from_args(a) -> int:
     try:
         train(a.config, a.nproc, a.steps, a.seed, a.picture or None, progress=not a.no_progress)
     except ConfigError as e:
-        print(T("zerolab train: {error}", error=e), file=sys.stderr)
+        print(T("{command}: {error}", command="zerolab train", error=e), file=sys.stderr)
         rc = 2
     except RankError as e:
-        print(T("zerolab train: {error}", error=e), file=sys.stderr)
+        print(T("{command}: {error}", command="zerolab train", error=e), file=sys.stderr)
         rc = 1
     if torchrun:
         _leave_torchrun(rc)
