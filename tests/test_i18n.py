@@ -7,6 +7,9 @@
   its Chinese uses only the English's fields;
 * ``zerolab progress``, ``zerolab report --preflight`` and ``zerolab explain`` in Chinese, English unchanged;
   the engine's warnings (a key with no effect, hpZ's groups, qgZ's scale) in the edition's language;
+* the engine's own errors around the training step (a checkpoint of another model, deepspeed.initialize
+  misused, a collective's sizes, the topology, the models) and the commands' (zerolab simulate, train,
+  consolidate) in the edition's language, English word for word as before;
 * every exercise's check (0, 1, 2, 3, 3b, 3c, 4, 5, 6, 7, 8, 8c, 9, 13, 14) fails in the edition's language,
   with its hint, also where the message is written on a rank, and in English exactly as before.
 """

@@ -2477,7 +2477,7 @@ ZH["engine"] = {
         "参数）除以全部 {n} 个 rank。Adam 几乎察觉不到一个常数倍的缩放；梯度裁剪和报告的梯度范数会受影响",
 }
 
-# -- zerolab explain's own lines (cli.py) ---------------------------------------------------------------
+# -- the commands' own lines: explain, estimate, consolidate, simulate, bench, train (cli.py, train.py) -----
 ZH["cli"] = {
     "model states per GPU, Psi = {psi:,.0f} parameters, {world} GPU(s), {precision} + Adam ({pb} + {gb} + {ob} bytes "
     "per parameter):":
