@@ -7,6 +7,9 @@
   its Chinese uses only the English's fields;
 * ``zerolab progress``, ``zerolab report --preflight`` and ``zerolab explain`` in Chinese, English unchanged;
   the engine's warnings (a key with no effect, hpZ's groups, qgZ's scale) in the edition's language;
+* the engine's own errors around the training step (a checkpoint of another model, deepspeed.initialize
+  misused, a collective's sizes, the topology, the models) and the commands' (zerolab simulate, train,
+  consolidate) in the edition's language, English word for word as before;
 * every exercise's check (0, 1, 2, 3, 3b, 3c, 4, 5, 6, 7, 8, 8c, 9, 13, 14) fails in the edition's language,
   with its hint, also where the message is written on a rank, and in English exactly as before.
 """
@@ -47,7 +50,10 @@ TRANSLATED = {"progress.py": "progress", "report.py": "report", "checks/__init__
               "lab/application.py": "lab", "lab/extension.py": "lab", "lab/zeropp.py": "lab",
               "config_types.py": "config", "config_parse.py": "config", "config_keys.py": "config", "config_values.py": "config",
               "crew.py": "crew", "crew_limits.py": "crew",
-              "explain.py": "explain", "cli.py": "cli", "attach.py": "engine", "hpz.py": "engine", "qgz.py": "engine"}
+              "explain.py": "explain", "cli.py": "cli", "attach.py": "engine", "hpz.py": "engine", "qgz.py": "engine",
+              "checkpoint.py": "around", "checkpoint_read.py": "around", "deepspeed.py": "around",
+              "comm.py": "around", "topology.py": "around", "models.py": "around", "train.py": "around",
+              "simulate.py": "around", "calibrate.py": "around", "estimate.py": "around"}
 
 
 @pytest.fixture(autouse=True)
@@ -931,3 +937,132 @@ def test_matplotlibs_last_resort_font_is_not_a_cjk_font(monkeypatch):
     monkeypatch.setattr(font_manager.fontManager, "ttflist", last)
     monkeypatch.setattr(viz, "_CJK_FONT", [])
     assert viz.cjk_font() is None
+
+
+# -- around the training step: the engine's own exceptions (checkpoint, deepspeed, comm, topology, models,
+#    zerolab train / simulate / consolidate) ---------------------------------------------------------------
+
+def _save_then_load_into_another_model(ckpt):
+    """Chapter 9's mistake: a checkpoint of one model loaded into another (wider, one more block)."""
+    import zerolab
+    from zerolab.models import TinyLM
+    cfg = {"train_batch_size": 4, "zero_optimization": {"stage": 2},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
+    engine = zerolab.initialize(TinyLM(), cfg)
+    engine.save_checkpoint(ckpt, tag="night")
+    engine.close()
+    other = zerolab.initialize(TinyLM(d=28, layers=3), cfg)
+    try:
+        other.load_checkpoint(ckpt)
+    except zerolab.CheckpointError as e:
+        return str(e)
+    finally:
+        other.close()
+
+
+def test_a_checkpoint_of_another_model_in_the_editions_language(tmp_path):
+    """Every rank decides together and says why, in the language of the notebook that runs it."""
+    import zerolab
+    with zerolab.Crew(2, echo=False) as crew:
+        with i18n.using("zh"):
+            zh = crew.run(_save_then_load_into_another_model, str(tmp_path / "zh"))
+        en = crew.run(_save_then_load_into_another_model, str(tmp_path / "en"))
+    assert zh[0] == zh[1] and en[0] == en[1], (zh, en)
+    assert en[0].startswith("rank 0: the checkpoint is of another model (missing from the checkpoint: blocks.2."), en
+    assert "; different shapes: ln_f.bias: checkpoint [26], model [28]; " in en[0], en
+    assert en[0].endswith("). Nothing was loaded.") and not CJK.search(en[0]), en
+    assert zh[0].startswith("rank 0 报错：这个检查点属于另一个模型（检查点里缺少：blocks.2."), zh
+    assert "；形状不同：ln_f.bias：检查点里是 [26]，模型里是 [28]；" in zh[0], zh
+    assert zh[0].endswith("）。什么都没有加载。"), zh
+
+
+def test_deepspeed_initialize_misused_in_the_editions_language():
+    """A DeepSpeed script that forgets its config, or gives it twice: DeepSpeed's own words in English;
+    in Chinese what to do, then DeepSpeed's words (to search for)."""
+    import argparse
+    import zerolab.deepspeed as deepspeed
+    from zerolab.models import TinyLM
+    args = argparse.Namespace(deepspeed_config="ds.json")
+    with pytest.raises(ValueError) as en:
+        deepspeed.initialize(model=TinyLM(), model_parameters=TinyLM().parameters())
+    with pytest.raises(ValueError) as en_twice:
+        deepspeed.initialize(args=args, model=TinyLM(), config={"train_batch_size": 2})
+    assert str(en.value) == "DeepSpeed requires --deepspeed_config to specify configuration file"
+    assert str(en_twice.value) == ("Not sure how to proceed, we were given deepspeed configs in the deepspeed "
+                                   "arguments and deepspeed.initialize() function call")
+    with i18n.using("zh"):
+        with pytest.raises(ValueError) as zh:
+            deepspeed.initialize(model=TinyLM(), model_parameters=TinyLM().parameters())
+        with pytest.raises(ValueError) as zh_twice:
+            deepspeed.initialize(args=args, model=TinyLM(), config={"train_batch_size": 2})
+        with pytest.raises(NotImplementedError) as zh_mpu:
+            deepspeed.initialize(model=TinyLM(), mpu=object(), config={"train_batch_size": 2})
+    assert str(zh.value).startswith("没有 DeepSpeed 配置：请传 config=（字典或 JSON 文件路径），或者在命令行用 "
+                                    "--deepspeed_config 指定配置文件"), zh.value
+    assert str(zh.value).endswith(f"（DeepSpeed 的原话：{en.value}）"), zh.value
+    assert str(zh_twice.value).startswith("DeepSpeed 配置给了两份") and str(en_twice.value) in str(zh_twice.value)
+    assert str(zh_mpu.value) == "mpu / mesh_param（模型并行或序列并行）：zerolab 只做数据并行", zh_mpu.value
+
+
+def _reduce_scatter_unpadded():
+    import zerolab
+    comm = zerolab.Comm()
+    try:
+        comm.reduce_scatter(torch.zeros(3), torch.zeros(7))
+    except ValueError as e:
+        return str(e)
+
+
+def test_collectives_topology_and_models_errors_in_the_editions_language():
+    """A flat buffer not padded to the world size (on 2 ranks), a node size that does not divide the
+    world, a width that does not split into heads."""
+    import zerolab
+    from zerolab.models import GPT
+    from zerolab.topology import Topology
+    with zerolab.Crew(2, echo=False) as crew:
+        with i18n.using("zh"):
+            zh = crew.run(_reduce_scatter_unpadded)
+        en = crew.run(_reduce_scatter_unpadded)
+    assert en[0] == ("reduce_scatter: input has 7 elements, expected 2 x 3 (pad the flat buffer to a multiple of "
+                     "the world size)"), en
+    assert zh[0] == "reduce_scatter：输入有 7 个元素，应为 2 x 3（请把扁平缓冲区补齐到总 rank 数的整数倍）", zh
+    errors = {}
+    for lang in ("en", "zh"):
+        with i18n.using(lang):
+            with pytest.raises(ValueError) as topo:
+                Topology(6, 4)
+            with pytest.raises(ValueError) as heads:
+                GPT(11, d=10, heads=3)
+        errors[lang] = (str(topo.value), str(heads.value))
+    assert errors["en"] == ("Topology: ranks_per_node=4 must be a whole number >= 1 that divides world_size=6 (every "
+                            "node holds the same number of ranks, as under torchrun)",
+                            "width 10 does not split into 3 heads")
+    assert errors["zh"] == ("Topology：ranks_per_node=4 必须是 >= 1 且能整除 world_size=6 的整数（每个节点上的 rank "
+                            "数相同，和 torchrun 下一样）", "宽度 10 不能均分成 3 个注意力头")
+
+
+def test_zerolab_simulate_train_and_consolidate_errors_in_chinese_and_in_english(tmp_path, capsys):
+    """zerolab simulate given too little, or a node size that does not divide the GPUs; zerolab train
+    given a bad config; zerolab consolidate given no checkpoint: --lang zh, English as before."""
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"train_batch_size": 3, "zero_optimization": {"stage": 7}}')
+    runs = {"simulate": ["simulate", "--params", "7e9"],
+            "nodes": ["simulate", "--params", "7e9", "--layers", "32", "--hidden", "4096", "--ranks-per-node", "3"],
+            "train": ["train", "--config", str(bad), "--nproc", "2"],
+            "consolidate": ["consolidate", str(tmp_path / "nowhere"), str(tmp_path / "m.safetensors")]}
+    err = {}
+    for lang in ("en", "zh"):
+        for name, argv in runs.items():
+            assert cli([*argv, "--lang", lang]) == 2, (name, lang)
+            out, err[name, lang] = capsys.readouterr()
+            assert not out, out
+    assert err["simulate", "en"] == "zerolab simulate: --layers, --hidden required (or --calibrate)\n"
+    assert err["simulate", "zh"] == "zerolab simulate：缺少 --layers, --hidden（或者改用 --calibrate）\n"
+    assert err["nodes", "en"] == "zerolab simulate: ranks_per_node=3 must divide gpus=8 (whole nodes)\n"
+    assert err["nodes", "zh"] == "zerolab simulate：ranks_per_node=3 必须整除 gpus=8（节点要完整）\n"
+    assert err["train", "en"].startswith("zerolab train: 2 problems in the DeepSpeed config:\n"), err
+    assert err["train", "zh"].startswith("zerolab train：DeepSpeed 配置里有 2 处问题：\n"), err
+    assert err["consolidate", "en"].startswith("zerolab consolidate: no 'latest' file in "), err
+    assert err["consolidate", "zh"].startswith("zerolab consolidate：") and "里没有 'latest' 文件：请传 tag=" in \
+        err["consolidate", "zh"], err
+    assert not any(CJK.search(text) for (_, lang), text in err.items() if lang == "en"), err

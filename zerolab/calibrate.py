@@ -6,7 +6,11 @@ re-exports these names (``zerolab simulate --calibrate``).
 """
 from __future__ import annotations
 
+from .i18n import catalogue
+
 __all__ = ["calibrate", "format_calibration", "comm_factor"]
+
+T = catalogue("around")   # the messages in the edition's language (zerolab/messages_zh.py)
 
 
 def _measure_stage(stage: int, layers: int, hidden: int, steps: int, bucket: int) -> dict:
@@ -59,7 +63,7 @@ def calibrate(world_size: int = 2, *, layers: int = 8, hidden: int = 256, steps:
     from . import bench
     from .crew import launch
     if predict is None:
-        raise TypeError("calibrate(..., predict=simulate): call zerolab.simulate.calibrate, which passes it")
+        raise TypeError(T("calibrate(..., predict=simulate): call zerolab.simulate.calibrate, which passes it"))
     fit = fit or bench.run(world_size)
     out = []
     for stage in stages:

@@ -42,6 +42,9 @@ import torch
 import torch.distributed as dist
 
 from .checkpoint_read import FORMAT, CheckpointError, consolidate, read_full_state, resolve, sha256_of
+from .i18n import catalogue
+
+T = catalogue("around")   # the messages in the edition's language (zerolab/messages_zh.py)
 
 __all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "read_full_state", "consolidate"]
 
@@ -68,7 +71,7 @@ def save_checkpoint(engine, save_dir, tag=None, client_state=None) -> str:
     comm, stage = engine.comm, engine.stage
     tag = str(tag) if tag is not None else f"global_step{engine.global_steps}"
     if not tag or "/" in tag or tag in (".", "..") or tag == "latest":
-        raise ValueError(f"invalid checkpoint tag {tag!r}")
+        raise ValueError(T("invalid checkpoint tag {tag}", tag=repr(tag)))
     _check_client_state(client_state)
     save_dir = Path(save_dir)
     final = save_dir / tag
@@ -190,15 +193,16 @@ def _check_client_state(v, where="client_state") -> None:
     if isinstance(v, dict):
         for k, x in v.items():
             if not isinstance(k, (str, int)):
-                raise ValueError(f"{where}: key {k!r} must be a string or an int")
+                raise ValueError(T("{where}: key {key} must be a string or an int", where=where, key=repr(k)))
             _check_client_state(x, f"{where}[{k!r}]")
         return
     if isinstance(v, (list, tuple)):
         for i, x in enumerate(v):
             _check_client_state(x, f"{where}[{i}]")
         return
-    raise ValueError(f"{where} is a {type(v).__name__}: a checkpoint keeps only tensors, numbers, strings, "
-                     "None and dicts/lists of them, so that loading it never runs pickled code")
+    raise ValueError(T("{where} is a {type}: a checkpoint keeps only tensors, numbers, strings, None and "
+                       "dicts/lists of them, so that loading it never runs pickled code",
+                       where=where, type=type(v).__name__))
 
 
 def _plain(v):
@@ -234,7 +238,7 @@ def _json_default(v):
         return list(v)
     if torch.is_tensor(v):
         return v.tolist()
-    raise TypeError(f"cannot store {type(v).__name__} in meta.json")
+    raise TypeError(T("cannot store {type} in meta.json", type=type(v).__name__))
 
 
 # -- loading ----------------------------------------------------------------------------------
@@ -258,7 +262,8 @@ def load_checkpoint(engine, load_dir, tag=None, load_optimizer_states=True, load
         dist.all_gather_object(errors, error)
     bad = [(r, e) for r, e in enumerate(errors) if e]
     if bad:
-        raise CheckpointError("; ".join(f"rank {r}: {e}" for r, e in bad[:2]) + ". Nothing was loaded.")
+        raise CheckpointError(T("{errors}. Nothing was loaded.", errors=T.text("; ").join(
+            T("rank {rank}: {error}", rank=r, error=e) for r, e in bad[:2])))
 
     meta, params = full["meta"], full["params"]
     ms = full["model_states"]
@@ -322,30 +327,31 @@ def _check_matches(engine, full, with_optimizer: bool, module_only: bool = False
         extra += sorted(n for n in frozen_saved if n not in model_frozen and n not in want)
         unfrozen = [n for n in missing if n in frozen_saved]
         if unfrozen:
-            raise CheckpointError(
-                f"{', '.join(unfrozen[:4])} were frozen when this checkpoint was saved (no optimizer "
-                "state): pass load_module_only=True to load the weights and start the optimizer afresh")
+            raise CheckpointError(T(
+                "{names} were frozen when this checkpoint was saved (no optimizer state): pass "
+                "load_module_only=True to load the weights and start the optimizer afresh",
+                names=", ".join(unfrozen[:4])))
     for n, s in frozen_saved.items():
         if n in model_frozen and model_frozen[n] != s and not module_only:
             want[n], have[n] = model_frozen[n], s              # reported as a shape difference
-    shapes = [f"{n}: checkpoint {list(have[n])}, model {list(want[n])}" for n in want
-              if n in have and have[n] != want[n]]
+    shapes = [T("{name}: checkpoint {saved}, model {model}", name=n, saved=list(have[n]), model=list(want[n]))
+              for n in want if n in have and have[n] != want[n]]
     if missing or extra or shapes:
         parts = []
         if missing:
-            parts.append("missing from the checkpoint: " + ", ".join(missing[:6]))
+            parts.append(T("missing from the checkpoint: {names}", names=", ".join(missing[:6])))
         if extra:
-            parts.append("not in this model: " + ", ".join(extra[:6]))
+            parts.append(T("not in this model: {names}", names=", ".join(extra[:6])))
         if shapes:
-            parts.append("different shapes: " + "; ".join(shapes[:6]))
-        raise CheckpointError("the checkpoint is of another model (" + "; ".join(parts) + ")")
+            parts.append(T("different shapes: {shapes}", shapes=T.text("; ").join(shapes[:6])))
+        raise CheckpointError(T("the checkpoint is of another model ({parts})", parts=T.text("; ").join(parts)))
     buffers = dict(engine.module.named_buffers())
     for n, b in full["model_states"]["buffers"].items():
         if n not in buffers or tuple(buffers[n].shape) != tuple(b.shape):
-            raise CheckpointError(f"the checkpoint's buffer {n!r} does not match this model's")
+            raise CheckpointError(T("the checkpoint's buffer {name} does not match this model's", name=repr(n)))
     if with_optimizer:
         saved = full["meta"]["optimizer"]["type"]
         if saved != type(engine.optimizer).__name__:
-            raise CheckpointError(f"the checkpoint's optimizer is {saved}, this engine's is "
-                                  f"{type(engine.optimizer).__name__}: pass load_optimizer_states=False "
-                                  "to load only the weights")
+            raise CheckpointError(T("the checkpoint's optimizer is {saved}, this engine's is {mine}: pass "
+                                    "load_optimizer_states=False to load only the weights",
+                                    saved=saved, mine=type(engine.optimizer).__name__))

@@ -11,6 +11,10 @@ from pathlib import Path
 
 import torch
 
+from .i18n import catalogue
+
+T = catalogue("around")   # the messages in the edition's language (zerolab/messages_zh.py)
+
 FORMAT = "zerolab-checkpoint-1"
 
 
@@ -38,7 +42,8 @@ def resolve(load_dir, tag) -> Path:
     if tag is None:
         latest = load_dir / "latest"
         if not latest.is_file():
-            raise CheckpointError(f"no 'latest' file in {load_dir}: pass tag=, or save a checkpoint there first")
+            raise CheckpointError(T("no 'latest' file in {dir}: pass tag=, or save a checkpoint there first",
+                                    dir=load_dir))
         tag = latest.read_text().strip()
     path = load_dir / str(tag)
     if not (path / "meta.json").is_file():
@@ -46,20 +51,20 @@ def resolve(load_dir, tag) -> Path:
         aside = sorted(load_dir.glob(f".{tag}.old-*/meta.json"))
         if aside:
             return aside[-1].parent
-        raise CheckpointError(f"no checkpoint at {path} (meta.json missing)")
+        raise CheckpointError(T("no checkpoint at {path} (meta.json missing)", path=path))
     return path
 
 
 def _load(path: Path, digest: str | None):
     if not path.is_file():
-        raise CheckpointError(f"checkpoint file {path.name} is missing from {path.parent}")
+        raise CheckpointError(T("checkpoint file {name} is missing from {dir}", name=path.name, dir=path.parent))
     if digest is not None and sha256_of(path) != digest:
-        raise CheckpointError(f"checkpoint file {path} is corrupted or truncated (its sha256 differs "
-                              "from the one recorded when it was saved)")
+        raise CheckpointError(T("checkpoint file {path} is corrupted or truncated (its sha256 differs "
+                                "from the one recorded when it was saved)", path=path))
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:                                       # noqa: BLE001
-        raise CheckpointError(f"cannot read checkpoint file {path}: {e}") from None
+        raise CheckpointError(T("cannot read checkpoint file {path}: {error}", path=path, error=e)) from None
 
 
 def read_full_state(ckpt_path) -> dict:
@@ -70,10 +75,10 @@ def read_full_state(ckpt_path) -> dict:
     try:
         meta = json.loads((path / "meta.json").read_text())
     except (OSError, ValueError) as e:
-        raise CheckpointError(f"cannot read {path / 'meta.json'}: {e}") from None
+        raise CheckpointError(T("cannot read {path}: {error}", path=path / "meta.json", error=e)) from None
     if meta.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not a zerolab checkpoint of format {FORMAT} "
-                              f"(found {meta.get('format')!r})")
+        raise CheckpointError(T("{path} is not a zerolab checkpoint of format {format} (found {found})",
+                                path=path, format=FORMAT, found=repr(meta.get("format"))))
     files = meta["files"]
     world = meta["world_size"]
     ranks = [_load(path / f"rank_{r}.pt", files.get(f"rank_{r}.pt")) for r in range(world)]
@@ -83,8 +88,8 @@ def read_full_state(ckpt_path) -> dict:
         def full(pieces):
             flat = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
             if flat.numel() != g["padded_numel"]:
-                raise CheckpointError(f"{path}: group {gi} has {flat.numel()} elements in the rank files, "
-                                      f"meta.json says {g['padded_numel']}")
+                raise CheckpointError(T("{path}: group {group} has {n} elements in the rank files, meta.json says "
+                                        "{want}", path=path, group=gi, n=flat.numel(), want=g["padded_numel"]))
             return flat
         holders = range(world) if g["sharded"] else [0]
         flat = full([ranks[r]["masters"][gi] for r in holders])

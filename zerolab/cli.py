@@ -22,8 +22,9 @@
     zerolab progress [--json] [--name NAME]       which exercise checks passed on this machine
                                                   (~/.zerolab/progress.json or $ZEROLAB_PROGRESS);
                                                   --json to send to an instructor
-    zerolab explain|progress|report ... --lang zh answer in Chinese (also $ZEROLAB_LANG=zh, or a
-                                                  zh_* locale: LANG=zh_CN.UTF-8); zerolab/i18n.py
+    zerolab <command> ... --lang zh               answer in Chinese (every command but env; also
+                                                  $ZEROLAB_LANG=zh, or a zh_* locale:
+                                                  LANG=zh_CN.UTF-8); zerolab/i18n.py
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ import sys
 from .i18n import catalogue
 from .memory import format_bytes, model_state_bytes
 
-T = catalogue("cli")      # zerolab explain's own lines in the edition's language (zerolab/messages_zh.py)
+T = catalogue("cli")      # the commands' own lines in the edition's language (zerolab/messages_zh.py)
 LANG_HELP = "answer in English or Chinese (default: $ZEROLAB_LANG, else the locale, e.g. LANG=zh_CN.UTF-8)"
 
 
@@ -106,7 +107,7 @@ def cmd_explain(a) -> int:
     try:
         ex = explain_config(a.config, a.world)
     except ConfigError as e:
-        print(f"zerolab explain: {e}", file=sys.stderr)
+        print(T("{command}: {error}", command="zerolab explain", error=e), file=sys.stderr)
         return 2
     cfg = ex.config
     print(cfg.describe())
@@ -135,18 +136,19 @@ def cmd_explain(a) -> int:
 
 def cmd_estimate(a) -> int:
     from . import estimate
+    _speak(a)
     print(_stage_table(a.params, a.gpus * a.nodes, a.precision))
     print()
-    print("== ZeRO stage 2, DeepSpeed's own estimator (estimate_zero2_model_states_mem_needs_all_cold, "
-          "reproduced).\n   Its GPU column counts 2Ψ + 18Ψ/N, 4Ψ/N above the stage-2 row: DeepSpeed's "
-          "step also holds\n   an fp32 copy of the gradient shard, and the estimator counts it; "
-          "it assumes mixed precision.")
+    print(T("== ZeRO stage 2, DeepSpeed's own estimator (estimate_zero2_model_states_mem_needs_all_cold, "
+            "reproduced).\n   Its GPU column counts 2Ψ + 18Ψ/N, 4Ψ/N above the stage-2 row: DeepSpeed's "
+            "step also holds\n   an fp32 copy of the gradient shard, and the estimator counts it; "
+            "it assumes mixed precision."))
     estimate.estimate_zero2_model_states_mem_needs_all_cold(
         int(a.params), num_gpus_per_node=a.gpus, num_nodes=a.nodes)
     if a.largest_layer:
         print()
-        print("== ZeRO stage 3, DeepSpeed's own estimator (estimate_zero3_model_states_mem_needs_all_cold, "
-              "reproduced).")
+        print(T("== ZeRO stage 3, DeepSpeed's own estimator (estimate_zero3_model_states_mem_needs_all_cold, "
+                "reproduced)."))
         estimate.estimate_zero3_model_states_mem_needs_all_cold(
             int(a.params), int(a.largest_layer), num_gpus_per_node=a.gpus, num_nodes=a.nodes)
     return 0
@@ -182,27 +184,30 @@ def cmd_report(a) -> int:
 
 def cmd_consolidate(a) -> int:
     from .checkpoint import CheckpointError, consolidate
+    _speak(a)
     try:
         sd = consolidate(a.checkpoint, a.out, tag=a.tag)
     except CheckpointError as e:
-        print(f"zerolab consolidate: {e}", file=sys.stderr)
+        print(T("{command}: {error}", command="zerolab consolidate", error=e), file=sys.stderr)
         return 2
     n = sum(t.numel() for t in sd.values())
-    print(f"wrote {a.out}: {len(sd)} tensors, {n:,} elements (fp32 parameters and the model's buffers); "
-          "load it with safetensors.torch.load_file and model.load_state_dict")
+    print(T("wrote {path}: {tensors} tensors, {n:,} elements (fp32 parameters and the model's buffers); load it "
+            "with safetensors.torch.load_file and model.load_state_dict", path=a.out, tensors=len(sd), n=n))
     return 0
 
 
 def cmd_simulate(a) -> int:
     from . import simulate
+    _speak(a)
     if a.calibrate:
         rows = simulate.calibrate(a.nproc)
-        print(f"the simulator against {a.nproc} real ranks here (a bf16 MLP of 8 Linear(256, 256), stages 0-3):")
+        print(T("the simulator against {n} real ranks here (a bf16 MLP of 8 Linear(256, 256), stages 0-3):",
+                n=a.nproc))
         print(simulate.format_calibration(rows))
         return 0
     missing = [f"--{k}" for k in ("params", "layers", "hidden") if getattr(a, k) is None]
     if missing:
-        print(f"zerolab simulate: {', '.join(missing)} required (or --calibrate)", file=sys.stderr)
+        print(T("zerolab simulate: {flags} required (or --calibrate)", flags=", ".join(missing)), file=sys.stderr)
         return 2
     nodes = dict(simulate.CLUSTERS[a.cluster]) if a.cluster else {}
     for key, value in (("gpu", a.gpu), ("link", a.link), ("inter_link", a.inter_link),
@@ -223,18 +228,21 @@ def cmd_simulate(a) -> int:
                               grad_accum=a.grad_accum, checkpointing=not a.no_checkpointing,
                               host_bytes=a.host_gb * 1e9 if a.host_gb else None, **nodes)
     except ValueError as exc:
-        print(f"zerolab simulate: {exc}", file=sys.stderr)
+        print(T("{command}: {error}", command="zerolab simulate", error=exc), file=sys.stderr)
         return 2
-    where = f"{a.link or nodes['link']}" if "inter_link" not in nodes else (
-        f"{nodes['link']} inside nodes of {nodes['ranks_per_node']}, {nodes['inter_link']} between them")
-    print(f"{a.params:.3g} parameters, {a.layers} layers, hidden {a.hidden}, sequence {a.seq}, micro-batch "
-          f"{a.micro_batch} x {a.grad_accum} accumulation, on {a.gpus} x {nodes['gpu']} over {where}")
+    where = f"{a.link or nodes['link']}" if "inter_link" not in nodes else T(
+        "{link} inside nodes of {k}, {inter} between them", link=nodes["link"], k=nodes["ranks_per_node"],
+        inter=nodes["inter_link"])
+    print(T("{params:.3g} parameters, {layers} layers, hidden {hidden}, sequence {seq}, micro-batch {micro} x "
+            "{accum} accumulation, on {gpus} x {gpu} over {where}", params=a.params, layers=a.layers,
+            hidden=a.hidden, seq=a.seq, micro=a.micro_batch, accum=a.grad_accum, gpus=a.gpus, gpu=nodes["gpu"],
+            where=where))
     print(simulate.format_table(rows, nodes["gpu"]))
     if "inter_link" in nodes or a.zeropp:
         for r in rows[3:4] + rows[6:]:
             name = "stage 3" + (f" + {r.zeropp}" if r.zeropp else "")
-            print(f"{name}: {r.link_bytes['inter'] / 1e9:,.1f} GB leave each node per step; hidden behind "
-                  f"compute from {r.hide_tokens:,.0f} tokens per GPU")
+            print(T("{name}: {gb:,.1f} GB leave each node per step; hidden behind compute from {tokens:,.0f} "
+                    "tokens per GPU", name=name, gb=r.link_bytes["inter"] / 1e9, tokens=r.hide_tokens))
     return 0
 
 
@@ -245,11 +253,12 @@ def simulate_clusters() -> list[str]:
 
 def cmd_bench(a) -> int:
     from . import bench
+    _speak(a)
     fit = bench.run(a.nproc)
     print(fit.describe())
     if a.out:
         fit.save(a.out)
-        print(f"saved {a.out}")
+        print(T("saved {path}", path=a.out))
     return 0
 
 
@@ -275,11 +284,13 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--precision", choices=("mixed", "fp32"), default="mixed")
     s.add_argument("--largest-layer", type=float, default=0,
                    help="largest layer's parameters (adds DeepSpeed's ZeRO-3 table)")
+    s.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
     s.set_defaults(fn=cmd_estimate)
     c = sub.add_parser("consolidate", help="one fp32 state dict (safetensors) from a zerolab checkpoint")
     c.add_argument("checkpoint", help="the save_dir given to save_checkpoint (uses its 'latest'), or a tag's folder")
     c.add_argument("out", help="the .safetensors file to write")
     c.add_argument("--tag", default=None, help="a tag other than the latest")
+    c.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
     c.set_defaults(fn=cmd_consolidate)
     m = sub.add_parser("simulate", help="memory per GPU and step time of a model on N GPUs, per stage")
     m.add_argument("--params", type=float, default=None, help="parameters, e.g. 7e9")
@@ -305,10 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--calibrate", action="store_true",
                    help="hold the simulator against real ranks here: bytes, calls, time (and the comm_factor)")
     m.add_argument("--nproc", type=int, default=2, help="ranks for --calibrate")
+    m.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
     m.set_defaults(fn=cmd_simulate)
     b = sub.add_parser("bench", help="fit T = alpha + S/beta for each collective on this machine")
     b.add_argument("--nproc", type=int, default=2, help="ranks to measure on")
     b.add_argument("--out", default=None, help="save the fit as JSON (zerolab.bench.Fit.load reads it)")
+    b.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
     b.set_defaults(fn=cmd_bench)
     v = sub.add_parser("env", help="torch, backends and devices here")
     v.set_defaults(fn=cmd_env)

@@ -14,8 +14,11 @@ import time
 import torch
 import torch.distributed as dist
 
+from .i18n import catalogue
 from .ledger import CommRecord, Ledger, wire_factor
 from .rings import ring_all_gather, ring_all_reduce, ring_reduce_scatter
+
+T = catalogue("around")   # the messages in the edition's language (zerolab/messages_zh.py)
 
 __all__ = ["CommRecord", "Ledger", "Comm", "Pending", "wire_factor", "ring_all_reduce",
            "ring_reduce_scatter", "ring_all_gather", "default_comm"]
@@ -130,8 +133,9 @@ class Comm:
             nodes.setdefault(topo.node_of(r), []).append(i)
         by_node = list(nodes.values())
         if len({len(b) for b in by_node}) != 1:
-            raise RuntimeError(f"this Comm's ranks {ranks} hold a different number of ranks on each node "
-                               f"({topo}); node and cross-node groups need the same number on every node")
+            raise RuntimeError(T("this Comm's ranks {ranks} hold a different number of ranks on each node "
+                                 "({topology}); node and cross-node groups need the same number on every node",
+                                 ranks=ranks, topology=topo))
         cross = [[b[j] for b in by_node] for j in range(len(by_node[0]))]
         return by_node, cross
 
@@ -157,8 +161,8 @@ class Comm:
         ``ranks_per_group`` must divide this Comm's world size. Made once, collectively, then cached."""
         n, k = self.world_size, ranks_per_group
         if isinstance(k, bool) or not isinstance(k, int) or k < 1 or n % k:
-            raise ValueError(f"sub_comm({k!r}): the group size must be a whole number >= 1 that divides "
-                             f"the world size {n}")
+            raise ValueError(T("sub_comm({k}): the group size must be a whole number >= 1 that divides the "
+                               "world size {n}", k=repr(k), n=n))
         if k == n:
             return self
         return self._child(("sub", k), [list(range(s, s + k)) for s in range(0, n, k)])
@@ -213,8 +217,8 @@ class Comm:
         """``inp`` holds N equal chunks; rank r receives the reduction of chunk r in ``out``."""
         n = self.world_size
         if inp.numel() != out.numel() * n:
-            raise ValueError(f"reduce_scatter: input has {inp.numel()} elements, expected "
-                             f"{n} x {out.numel()} (pad the flat buffer to a multiple of the world size)")
+            raise ValueError(T("reduce_scatter: input has {got} elements, expected {n} x {each} (pad the flat "
+                               "buffer to a multiple of the world size)", got=inp.numel(), n=n, each=out.numel()))
         if n == 1:
             out.copy_(inp)
         p = self._run("reduce_scatter", inp, inp.numel(), tag, async_op, kind,
@@ -227,8 +231,8 @@ class Comm:
         be a view of ``out`` (a rank's own shard of the flat buffer)."""
         n = self.world_size
         if out.numel() != inp.numel() * n:
-            raise ValueError(f"all_gather: output has {out.numel()} elements, expected "
-                             f"{n} x {inp.numel()}")
+            raise ValueError(T("all_gather: output has {got} elements, expected {n} x {each}",
+                               got=out.numel(), n=n, each=inp.numel()))
         if n == 1:
             out.view(-1).copy_(inp.reshape(-1))
         elif inp.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
@@ -242,8 +246,8 @@ class Comm:
         i (``torch.distributed.all_to_all_single``, which gloo runs on CPU). Blocking, as DeepSpeed's
         qgZ calls it. The ledger counts ``inp``'s elements and (N-1)/N of its bytes on the wire."""
         if out.numel() != inp.numel() or inp.numel() % self.world_size:
-            raise ValueError(f"all_to_all: input of {inp.numel()} and output of {out.numel()} elements must be "
-                             f"equal and cut into {self.world_size} chunks")
+            raise ValueError(T("all_to_all: input of {inp} and output of {out} elements must be equal and cut "
+                               "into {n} chunks", inp=inp.numel(), out=out.numel(), n=self.world_size))
         if self.world_size == 1:
             out.copy_(inp)
         self._run("all_to_all", inp, inp.numel(), tag, False, kind,

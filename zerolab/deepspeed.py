@@ -39,6 +39,11 @@ import torch.distributed as dist
 
 from . import crew
 from .engine import Engine
+from .i18n import catalogue
+
+# the messages in the edition's language (zerolab/messages_zh.py); those that are DeepSpeed's own words
+# stay DeepSpeed's words in English, and the Chinese quotes them after saying what to do
+T = catalogue("around")
 
 __all__ = ["initialize", "init_distributed", "add_config_arguments", "DeepSpeedEngine"]
 
@@ -123,7 +128,7 @@ def _training_dataloader(engine: DeepSpeedEngine, dataset, collate_fn):
     seed 0: call ``loader.sampler.set_epoch(e)`` for a new order each epoch), ``drop_last`` from
     the config's ``dataloader_drop_last``. No worker processes: the same batches, in this process."""
     if not isinstance(dataset, torch.utils.data.Dataset):
-        raise ValueError("Training data must be a torch Dataset")
+        raise ValueError(T("Training data must be a torch Dataset"))      # DeepSpeed's words (engine.py)
     sampler = None
     if not isinstance(dataset, torch.utils.data.IterableDataset):
         sampler = torch.utils.data.DistributedSampler(dataset, num_replicas=engine.comm.world_size,
@@ -142,19 +147,20 @@ def initialize(args=None, model: torch.nn.Module | None = None, optimizer=None, 
     without a ``scheduler`` block or ``lr_scheduler``. The config comes from ``config``, or
     ``config_params`` (its old name), or ``args.deepspeed_config``; exactly one of them."""
     if model is None:
-        raise ValueError("deepspeed.initialize requires a model")
+        raise ValueError(T("deepspeed.initialize requires a model"))      # DeepSpeed's words (__init__.py)
     if mpu is not None or mesh_param is not None:
-        raise NotImplementedError("mpu / mesh_param (model or sequence parallelism): zerolab is data parallel only")
+        raise NotImplementedError(T("mpu / mesh_param (model or sequence parallelism): zerolab is data parallel "
+                                    "only"))
     if config is None and config_params is not None:
         config = config_params
     from_args = getattr(args, "deepspeed_config", None) or getattr(args, "deepscale_config", None)
     if from_args is not None:
         if config is not None:
-            raise ValueError("Not sure how to proceed, we were given deepspeed configs in the deepspeed arguments "
-                             "and deepspeed.initialize() function call")
+            raise ValueError(T("Not sure how to proceed, we were given deepspeed configs in the deepspeed "
+                               "arguments and deepspeed.initialize() function call"))     # DeepSpeed's words
         config = from_args
     if config is None:
-        raise ValueError("DeepSpeed requires --deepspeed_config to specify configuration file")
+        raise ValueError(T("DeepSpeed requires --deepspeed_config to specify configuration file"))  # DeepSpeed's
     init_distributed()
     groups = None if isinstance(optimizer, torch.optim.Optimizer) else _param_groups(model, model_parameters)
     engine = DeepSpeedEngine(model, config, optimizer, lr_scheduler=lr_scheduler, param_groups=groups)

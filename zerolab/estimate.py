@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from .i18n import catalogue
 from .memory import count_params, largest_layer_params
 
 __all__ = [
@@ -28,7 +29,8 @@ __all__ = [
 ]
 
 _GIB = 2**30
-_UNIT_NOTE = "(GiB = 2**30 bytes; DeepSpeed prints these same numbers labelled 'GB')"
+# zerolab's note in the edition's language (zerolab/messages_zh.py); the table itself is DeepSpeed's, in its words
+T = catalogue("around")
 
 
 def model_to_params(model: torch.nn.Module) -> tuple[int, int]:
@@ -75,7 +77,7 @@ def _header(total_params, num_gpus_per_node, num_nodes, extra=""):
     return ("Estimated memory needed for params, optim states and gradients for a:\n"
             f"HW: Setup with {num_nodes} {nodes}, {num_gpus_per_node} {gpus} per node.\n"
             f"SW: Model with {int(total_params / 1e6)}M total params{extra}.\n"
-            f"{_UNIT_NOTE}\n"
+            + T("(GiB = 2**30 bytes; DeepSpeed prints these same numbers labelled 'GB')") + "\n"
             "  per CPU   |  per GPU  |   Options")
 
 

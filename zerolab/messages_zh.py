@@ -2327,6 +2327,129 @@ ZH["explain"] = {
         "在 zerolab 里不起作用的键（照常接受；数值与 DeepSpeed 相同）：",
 }
 
+# -- around the training step: checkpoints, DeepSpeed's API, collectives, topology, models, zerolab train, the
+#    simulator (checkpoint.py, checkpoint_read.py, deepspeed.py, comm.py, topology.py, models.py, train.py,
+#    simulate.py, calibrate.py, estimate.py) -----------------------------------------------------------------
+ZH["around"] = {
+    # checkpoints (checkpoint.py, checkpoint_read.py)
+    "no 'latest' file in {dir}: pass tag=, or save a checkpoint there first":
+        "{dir} 里没有 'latest' 文件：请传 tag=，或者先在那里保存一个检查点",
+    "no checkpoint at {path} (meta.json missing)": "{path} 处没有检查点（缺少 meta.json）",
+    "checkpoint file {name} is missing from {dir}": "{dir} 里缺少检查点文件 {name}",
+    "checkpoint file {path} is corrupted or truncated (its sha256 differs from the one recorded when it was saved)":
+        "检查点文件 {path} 已损坏或被截断（它的 sha256 与保存时记录的不一致）",
+    "cannot read checkpoint file {path}: {error}": "无法读取检查点文件 {path}：{error}",
+    "cannot read {path}: {error}": "无法读取 {path}：{error}",
+    "{path} is not a zerolab checkpoint of format {format} (found {found})":
+        "{path} 不是格式为 {format} 的 zerolab 检查点（读到的格式是 {found}）",
+    "{path}: group {group} has {n} elements in the rank files, meta.json says {want}":
+        "{path}：第 {group} 组在各 rank 文件里共有 {n} 个元素，而 meta.json 记的是 {want}",
+    "invalid checkpoint tag {tag}": "无效的检查点标签 {tag}",
+    "{where}: key {key} must be a string or an int": "{where}：键 {key} 必须是字符串或整数",
+    "{where} is a {type}: a checkpoint keeps only tensors, numbers, strings, None and dicts/lists of them, so that "
+    "loading it never runs pickled code":
+        "{where} 是 {type}：检查点只保存张量、数字、字符串、None 以及由它们组成的 dict/list，这样加载时绝不会执行 "
+        "pickle 里的代码",
+    "cannot store {type} in meta.json": "无法把 {type} 存进 meta.json",
+    "rank {rank}: {error}": "rank {rank} 报错：{error}",
+    "; ": "；",
+    "{errors}. Nothing was loaded.": "{errors}。什么都没有加载。",
+    "{names} were frozen when this checkpoint was saved (no optimizer state): pass load_module_only=True to load "
+    "the weights and start the optimizer afresh":
+        "保存这个检查点时 {names} 是冻结的（没有优化器状态）：请传 load_module_only=True，只加载权重，优化器从头开始",
+    "{name}: checkpoint {saved}, model {model}": "{name}：检查点里是 {saved}，模型里是 {model}",
+    "missing from the checkpoint: {names}": "检查点里缺少：{names}",
+    "not in this model: {names}": "本模型里没有：{names}",
+    "different shapes: {shapes}": "形状不同：{shapes}",
+    "the checkpoint is of another model ({parts})": "这个检查点属于另一个模型（{parts}）",
+    "the checkpoint's buffer {name} does not match this model's": "检查点里的缓冲区 {name} 与本模型的对不上",
+    "the checkpoint's optimizer is {saved}, this engine's is {mine}: pass load_optimizer_states=False to load only "
+    "the weights":
+        "检查点的优化器是 {saved}，本引擎的是 {mine}：请传 load_optimizer_states=False，只加载权重",
+    # DeepSpeed's API (deepspeed.py): DeepSpeed's own words stay, quoted after the Chinese
+    "Training data must be a torch Dataset":
+        "training_data 必须是 torch 的 Dataset（DeepSpeed 的原话：Training data must be a torch Dataset）",
+    "deepspeed.initialize requires a model":
+        "deepspeed.initialize 需要传入 model（DeepSpeed 的原话：deepspeed.initialize requires a model）",
+    "mpu / mesh_param (model or sequence parallelism): zerolab is data parallel only":
+        "mpu / mesh_param（模型并行或序列并行）：zerolab 只做数据并行",
+    "Not sure how to proceed, we were given deepspeed configs in the deepspeed arguments and "
+    "deepspeed.initialize() function call":
+        "DeepSpeed 配置给了两份：命令行参数（args.deepspeed_config）里一份，deepspeed.initialize() 的参数里又一份；"
+        "请只留一处（DeepSpeed 的原话：Not sure how to proceed, we were given deepspeed configs in the deepspeed "
+        "arguments and deepspeed.initialize() function call）",
+    "DeepSpeed requires --deepspeed_config to specify configuration file":
+        "没有 DeepSpeed 配置：请传 config=（字典或 JSON 文件路径），或者在命令行用 --deepspeed_config 指定配置文件"
+        "（DeepSpeed 的原话：DeepSpeed requires --deepspeed_config to specify configuration file）",
+    # collectives (comm.py) and the topology (topology.py)
+    "this Comm's ranks {ranks} hold a different number of ranks on each node ({topology}); node and cross-node "
+    "groups need the same number on every node":
+        "这个 Comm 的 rank {ranks} 在各节点上的个数不一样（{topology}）；节点内和跨节点的通信组要求每个节点上的 "
+        "rank 数相同",
+    "sub_comm({k}): the group size must be a whole number >= 1 that divides the world size {n}":
+        "sub_comm({k})：组大小必须是 >= 1 且能整除总 rank 数 {n} 的整数",
+    "reduce_scatter: input has {got} elements, expected {n} x {each} (pad the flat buffer to a multiple of the "
+    "world size)":
+        "reduce_scatter：输入有 {got} 个元素，应为 {n} x {each}（请把扁平缓冲区补齐到总 rank 数的整数倍）",
+    "all_gather: output has {got} elements, expected {n} x {each}": "all_gather：输出有 {got} 个元素，应为 {n} x {each}",
+    "all_to_all: input of {inp} and output of {out} elements must be equal and cut into {n} chunks":
+        "all_to_all：输入（{inp} 个元素）和输出（{out} 个元素）必须一样大，并且能均分成 {n} 块",
+    "Topology: world_size must be a whole number >= 1, not {n}": "Topology：world_size 必须是 >= 1 的整数，而不是 {n}",
+    "Topology: ranks_per_node={k} must be a whole number >= 1 that divides world_size={n} (every node holds the "
+    "same number of ranks, as under torchrun)":
+        "Topology：ranks_per_node={k} 必须是 >= 1 且能整除 world_size={n} 的整数（每个节点上的 rank 数相同，"
+        "和 torchrun 下一样）",
+    "rank {rank} is not in 0..{last}": "rank {rank} 不在 0..{last} 范围内",
+    "LOCAL_WORLD_SIZE={per_node} does not divide the world size {world}: zerolab's topology needs the same number "
+    "of ranks on every node (torchrun --nproc-per-node)":
+        "LOCAL_WORLD_SIZE={per_node} 不能整除总 rank 数 {world}：zerolab 的拓扑要求每个节点上的 rank 数相同"
+        "（torchrun --nproc-per-node）",
+    # the course's models (models.py)
+    "width {d} does not split into {heads} heads": "宽度 {d} 不能均分成 {heads} 个注意力头",
+    "{t} tokens, but the model has positions for {n}": "输入有 {t} 个 token，但模型只有 {n} 个位置",
+    "no text {name} in {dir}": "{dir} 里没有文本 {name}",
+    # zerolab train (train.py)
+    "zerolab train: TinyLM ({params:,} parameters) on generated tokens, {config}":
+        "zerolab train：TinyLM（{params:,} 个参数），在生成的 token 上训练，{config}",
+    "  ZeRO stage {stage}, {world} rank(s) on {device}, {dtype}, global batch {batch} = {micro} x {gas} "
+    "(accumulation) x {world}":
+        "  ZeRO stage {stage}，{world} 个 rank，在 {device} 上，{dtype}，全局 batch {batch} = {micro} x {gas}"
+        "（梯度累积）x {world}",
+    "  loss: {first:.4f} at step 1 -> {last:.4f} at step {steps}":
+        "  损失：第 1 步 {first:.4f} -> 第 {steps} 步 {last:.4f}",
+    " ({n} step(s) skipped: fp16 overflow)": "（跳过了 {n} 步：fp16 溢出）",
+    "  lr: {first:.3g} at step 1 -> {last:.3g} at step {steps}": "  学习率：第 1 步 {first:.3g} -> 第 {steps} 步 {last:.3g}",
+    "  memory per rank (engine.memory(), at the end):": "  每个 rank 持有的内存（engine.memory()，训练结束时）：",
+    "  traffic of rank 0 (engine.ledger; wire bytes by the ring convention):":
+        "  rank 0 的通信量（engine.ledger；线路字节数按环形算法的约定计）：",
+    "    none (one rank)": "    无（只有一个 rank）",
+    "    {op:<15}{calls:>7} calls {bytes:>12} {wire:>12} on the wire": "    {op:<15}{calls:>7} 次调用 {bytes:>12}，线路上 {wire:>12}",
+    "  time: {seconds:.2f} s for {steps} steps ({ms:.1f} ms per step)":
+        "  时间：{steps} 步共 {seconds:.2f} s（每步 {ms:.1f} ms）",
+    "  where it went (engine.timeline, rank 0, per step): compute {compute:.1f} ms, exposed communication "
+    "{exposed:.1f} ms, hidden {hidden:.1f} ms":
+        "  时间花在哪里（engine.timeline，rank 0，每步）：计算 {compute:.1f} ms，暴露的通信 {exposed:.1f} ms，"
+        "被藏起来的通信 {hidden:.1f} ms",
+    "  picture: {path}": "  图：{path}",
+    "a config dict": "一个配置字典",
+    "{command}: {error}": "{command}：{error}",
+    # the simulator (simulate.py, calibrate.py) and DeepSpeed's estimators (estimate.py: its table stays DeepSpeed's)
+    "offload_param needs stage 3 (as in DeepSpeed)": "offload_param 需要 stage 3（和 DeepSpeed 一样）",
+    "{key} needs stage 3 (as in DeepSpeed: ZeRO++ is stage 3's); set stage=3 or turn it off":
+        "{key} 需要 stage 3（和 DeepSpeed 一样：ZeRO++ 是 stage 3 的功能）；请设 stage=3，或者把它关掉",
+    "ranks_per_node={k} must divide gpus={n} (whole nodes)": "ranks_per_node={k} 必须整除 gpus={n}（节点要完整）",
+    "inter_link needs ranks_per_node (how many GPUs share a node's link)":
+        "inter_link 需要 ranks_per_node（每个节点有几张 GPU 共用节点的链路）",
+    "hpz_partition_size={h} must divide gpus={n} (DeepSpeed's rule) and divide ranks_per_node={k} or be a multiple "
+    "of it; hpZ's usual size is ranks_per_node":
+        "hpz_partition_size={h} 必须整除 gpus={n}（DeepSpeed 的规则），并且要么整除 ranks_per_node={k}，要么是它的"
+        "倍数；hpZ 通常取 ranks_per_node",
+    "calibrate(..., predict=simulate): call zerolab.simulate.calibrate, which passes it":
+        "calibrate(..., predict=simulate)：请调用 zerolab.simulate.calibrate，它会传入 predict",
+    "(GiB = 2**30 bytes; DeepSpeed prints these same numbers labelled 'GB')":
+        "（GiB = 2**30 字节；DeepSpeed 打印的是同样的数，只是标作 'GB'）",
+}
+
 # -- the engine's warnings (attach.py, hpz.py, qgz.py) --------------------------------------------------
 ZH["engine"] = {
     "{key} has no effect in zerolab: {why}": "{key} 在 zerolab 里不起作用：{why}",
@@ -2354,7 +2477,7 @@ ZH["engine"] = {
         "参数）除以全部 {n} 个 rank。Adam 几乎察觉不到一个常数倍的缩放；梯度裁剪和报告的梯度范数会受影响",
 }
 
-# -- zerolab explain's own lines (cli.py) ---------------------------------------------------------------
+# -- the commands' own lines: explain, estimate, consolidate, simulate, bench, train (cli.py, train.py) -----
 ZH["cli"] = {
     "model states per GPU, Psi = {psi:,.0f} parameters, {world} GPU(s), {precision} + Adam ({pb} + {gb} + {ob} bytes "
     "per parameter):":
@@ -2384,4 +2507,28 @@ ZH["cli"] = {
         "zerolab explain：{path} 里有 {n} 处错误（拼写、取值或批大小算术；训练前请先改正）：",
     "zerolab explain: 1 error in {path} (typos, bad values, batch arithmetic; fix it before training):":
         "zerolab explain：{path} 里有 1 处错误（拼写、取值或批大小算术；训练前请先改正）：",
+    "{command}: {error}": "{command}：{error}",
+    "== ZeRO stage 2, DeepSpeed's own estimator (estimate_zero2_model_states_mem_needs_all_cold, reproduced).\n"
+    "   Its GPU column counts 2Ψ + 18Ψ/N, 4Ψ/N above the stage-2 row: DeepSpeed's step also holds\n"
+    "   an fp32 copy of the gradient shard, and the estimator counts it; it assumes mixed precision.":
+        "== ZeRO stage 2，DeepSpeed 自己的估算器（estimate_zero2_model_states_mem_needs_all_cold，照原样复现）。\n"
+        "   它的 GPU 列算的是 2Ψ + 18Ψ/N，比 stage 2 那一行多 4Ψ/N：DeepSpeed 的优化器更新还要\n"
+        "   放一份 fp32 的梯度分片，估算器把它算了进去；它假定用的是混合精度。",
+    "== ZeRO stage 3, DeepSpeed's own estimator (estimate_zero3_model_states_mem_needs_all_cold, reproduced).":
+        "== ZeRO stage 3，DeepSpeed 自己的估算器（estimate_zero3_model_states_mem_needs_all_cold，照原样复现）。",
+    "wrote {path}: {tensors} tensors, {n:,} elements (fp32 parameters and the model's buffers); load it with "
+    "safetensors.torch.load_file and model.load_state_dict":
+        "已写出 {path}：{tensors} 个张量，{n:,} 个元素（fp32 参数和模型的缓冲区）；用 safetensors.torch.load_file "
+        "和 model.load_state_dict 加载",
+    "the simulator against {n} real ranks here (a bf16 MLP of 8 Linear(256, 256), stages 0-3):":
+        "模拟器对照本机 {n} 个真实 rank 的实测（由 8 个 Linear(256, 256) 组成的 bf16 MLP，stage 0-3）：",
+    "zerolab simulate: {flags} required (or --calibrate)": "zerolab simulate：缺少 {flags}（或者改用 --calibrate）",
+    "{link} inside nodes of {k}, {inter} between them": "节点内（每节点 {k} 张）用 {link}，节点间用 {inter}",
+    "{params:.3g} parameters, {layers} layers, hidden {hidden}, sequence {seq}, micro-batch {micro} x {accum} "
+    "accumulation, on {gpus} x {gpu} over {where}":
+        "{params:.3g} 个参数，{layers} 层，隐藏维度 {hidden}，序列长度 {seq}，微批次 {micro} x {accum}（梯度累积），"
+        "{gpus} x {gpu}，链路：{where}",
+    "{name}: {gb:,.1f} GB leave each node per step; hidden behind compute from {tokens:,.0f} tokens per GPU":
+        "{name}：每步有 {gb:,.1f} GB 流出每个节点；每张 GPU 每步有 {tokens:,.0f} 个 token 起，计算就能把它藏住",
+    "saved {path}": "已保存 {path}",
 }

@@ -14,7 +14,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from .i18n import catalogue
+
 __all__ = ["TinyLM", "MLP", "lm_batches", "lm_loss", "regression_batches", "mse_loss"]
+
+T = catalogue("around")   # the messages in the edition's language (zerolab/messages_zh.py)
 
 
 class Block(nn.Module):
@@ -108,7 +112,7 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, d: int, heads: int):
         super().__init__()
         if d % heads:
-            raise ValueError(f"width {d} does not split into {heads} heads")
+            raise ValueError(T("width {d} does not split into {heads} heads", d=d, heads=heads))
         self.heads = heads
         self.qkv = nn.Linear(d, 3 * d)
         self.proj = nn.Linear(d, d)
@@ -168,7 +172,7 @@ class GPT(nn.Module):
     def forward(self, tokens):
         t = tokens.shape[1]
         if t > self.seq_len:
-            raise ValueError(f"{t} tokens, but the model has positions for {self.seq_len}")
+            raise ValueError(T("{t} tokens, but the model has positions for {n}", t=t, n=self.seq_len))
         x = self.tok(tokens) + self.pos(torch.arange(t, device=tokens.device))
         for b in self.blocks:
             x = b(x)
@@ -182,7 +186,7 @@ def public_domain_text(name: str = "alice") -> str:
     from pathlib import Path
     path = Path(__file__).resolve().parent / "data" / f"{name}.txt"
     if not path.is_file():
-        raise FileNotFoundError(f"no text {name!r} in {path.parent}")
+        raise FileNotFoundError(T("no text {name} in {dir}", name=repr(name), dir=path.parent))
     return path.read_text(encoding="utf-8")
 
 

@@ -83,10 +83,13 @@ import math
 from .calibrate import calibrate as _calibrate, comm_factor, format_calibration  # noqa: F401  (re-exported)
 from .hardware import (CLUSTERS, CPU_ADAM_ELEMS_PER_S, GPUS, LINKS, PCIE5_BYTES_PER_S,  # noqa: F401
                        PCIE_BYTES_PER_S, QWZ_GROUP_NUMEL, SOURCES)
+from .i18n import catalogue
 from .memory import model_state_bytes
 
 __all__ = ["LINKS", "GPUS", "CLUSTERS", "SOURCES", "Estimate", "simulate", "table", "capacity_check", "calibrate",
            "comm_factor"]
+
+T = catalogue("around")   # the messages in the edition's language (zerolab/messages_zh.py)
 
 
 @dataclasses.dataclass
@@ -201,22 +204,24 @@ def simulate(params: float, layers: int, hidden: int, seq: int, micro_batch: int
     ``zero_quantized_weights``, ``zero_hpz_partition_size`` and ``zero_quantized_gradients``
     (stage 3); ``pcie_Bps``: one GPU's host link, one direction."""
     if offload_param and stage != 3:
-        raise ValueError("offload_param needs stage 3 (as in DeepSpeed)")
+        raise ValueError(T("offload_param needs stage 3 (as in DeepSpeed)"))
     psi, n = float(params), int(gpus)
     zeropp = {"zero_quantized_weights": quantized_weights, "zero_hpz_partition_size": hpz_partition_size > 1,
               "zero_quantized_gradients": quantized_gradients}
     if stage != 3 and any(zeropp.values()):
         on = ", ".join(k for k, v in zeropp.items() if v)
-        raise ValueError(f"{on} needs stage 3 (as in DeepSpeed: ZeRO++ is stage 3's); set stage=3 or turn it off")
+        raise ValueError(T("{key} needs stage 3 (as in DeepSpeed: ZeRO++ is stage 3's); set stage=3 or turn it "
+                           "off", key=on))
     k = n if ranks_per_node is None else int(ranks_per_node)
     if k < 1 or n % k:
-        raise ValueError(f"ranks_per_node={ranks_per_node} must divide gpus={n} (whole nodes)")
+        raise ValueError(T("ranks_per_node={k} must divide gpus={n} (whole nodes)", k=ranks_per_node, n=n))
     if inter_link is not None and ranks_per_node is None:
-        raise ValueError("inter_link needs ranks_per_node (how many GPUs share a node's link)")
+        raise ValueError(T("inter_link needs ranks_per_node (how many GPUs share a node's link)"))
     h = int(hpz_partition_size)
     if h < 1 or n % h or (h < k and k % h) or (h > k and h % k):
-        raise ValueError(f"hpz_partition_size={hpz_partition_size} must divide gpus={n} (DeepSpeed's rule) and "
-                         f"divide ranks_per_node={k} or be a multiple of it; hpZ's usual size is ranks_per_node")
+        raise ValueError(T("hpz_partition_size={h} must divide gpus={n} (DeepSpeed's rule) and divide "
+                           "ranks_per_node={k} or be a multiple of it; hpZ's usual size is ranks_per_node",
+                           h=hpz_partition_size, n=n, k=k))
     heads = heads or max(hidden // 128, 1)
     mem_cap, peak = GPUS[gpu]
     states = model_state_bytes(psi, stage, n)

@@ -20,7 +20,11 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from .i18n import catalogue
+
 __all__ = ["Topology", "current"]
+
+T = catalogue("around")   # the messages in the edition's language (zerolab/messages_zh.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,10 +36,11 @@ class Topology:
     def __post_init__(self) -> None:
         n, k = self.world_size, self.ranks_per_node
         if isinstance(n, bool) or int(n) != n or n < 1:
-            raise ValueError(f"Topology: world_size must be a whole number >= 1, not {n!r}")
+            raise ValueError(T("Topology: world_size must be a whole number >= 1, not {n}", n=repr(n)))
         if isinstance(k, bool) or int(k) != k or k < 1 or n % k:
-            raise ValueError(f"Topology: ranks_per_node={k!r} must be a whole number >= 1 that divides "
-                             f"world_size={n} (every node holds the same number of ranks, as under torchrun)")
+            raise ValueError(T("Topology: ranks_per_node={k} must be a whole number >= 1 that divides "
+                               "world_size={n} (every node holds the same number of ranks, as under torchrun)",
+                               k=repr(k), n=n))
 
     @property
     def nodes(self) -> int:
@@ -43,7 +48,7 @@ class Topology:
 
     def _check(self, rank: int) -> int:
         if not 0 <= rank < self.world_size:
-            raise ValueError(f"rank {rank} is not in 0..{self.world_size - 1}")
+            raise ValueError(T("rank {rank} is not in 0..{last}", rank=rank, last=self.world_size - 1))
         return rank
 
     def node_of(self, rank: int) -> int:
@@ -73,6 +78,7 @@ def current() -> Topology:
     local = os.environ.get("LOCAL_WORLD_SIZE", "").strip()
     per_node = int(local) if local else world
     if world % per_node:
-        raise RuntimeError(f"LOCAL_WORLD_SIZE={per_node} does not divide the world size {world}: zerolab's "
-                           f"topology needs the same number of ranks on every node (torchrun --nproc-per-node)")
+        raise RuntimeError(T("LOCAL_WORLD_SIZE={per_node} does not divide the world size {world}: zerolab's "
+                             "topology needs the same number of ranks on every node (torchrun --nproc-per-node)",
+                             per_node=per_node, world=world))
     return Topology(world, per_node)

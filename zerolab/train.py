@@ -23,7 +23,11 @@ import threading
 import time
 from pathlib import Path
 
+from .i18n import catalogue
+
 __all__ = ["train", "main", "add_arguments"]
+
+T = catalogue("around")   # the summary and errors in the edition's language (zerolab/messages_zh.py)
 
 GIANTS = ("params", "grads", "optimizer_states", "buffers")
 
@@ -114,35 +118,40 @@ def _summary(results: list[dict], picture: str | None, config_name: str) -> str:
     from .memory import format_bytes
     r0 = results[0]
     losses = r0["losses"]
-    lines = [f"zerolab train: TinyLM ({r0['params']:,} parameters) on generated tokens, {config_name}",
-             f"  ZeRO stage {r0['stage']}, {r0['world']} rank(s) on {r0['device'].split(':')[0]}, {r0['dtype']}, "
-             f"global batch {r0['global_batch']} = {r0['micro']} x {r0['gas']} (accumulation) x {r0['world']}",
-             f"  loss: {losses[0]:.4f} at step 1 -> {losses[-1]:.4f} at step {len(losses)}"
-             + (f" ({r0['skipped']} step(s) skipped: fp16 overflow)" if r0["skipped"] else ""),
-             f"  lr: {r0['lrs'][0]:.3g} at step 1 -> {r0['lrs'][-1]:.3g} at step {len(losses)}",
-             "  memory per rank (engine.memory(), at the end):",
+    lines = [T("zerolab train: TinyLM ({params:,} parameters) on generated tokens, {config}", params=r0["params"],
+               config=config_name),
+             T("  ZeRO stage {stage}, {world} rank(s) on {device}, {dtype}, global batch {batch} = {micro} x {gas} "
+               "(accumulation) x {world}", stage=r0["stage"], world=r0["world"], device=r0["device"].split(":")[0],
+               dtype=r0["dtype"], batch=r0["global_batch"], micro=r0["micro"], gas=r0["gas"]),
+             T("  loss: {first:.4f} at step 1 -> {last:.4f} at step {steps}", first=losses[0], last=losses[-1],
+               steps=len(losses))
+             + (T(" ({n} step(s) skipped: fp16 overflow)", n=r0["skipped"]) if r0["skipped"] else ""),
+             T("  lr: {first:.3g} at step 1 -> {last:.3g} at step {steps}", first=r0["lrs"][0], last=r0["lrs"][-1],
+               steps=len(losses)),
+             T("  memory per rank (engine.memory(), at the end):"),
              "    " + f"{'rank':<6}" + "".join(f"{g:>18}" for g in GIANTS) + f"{'model states':>16}"]
     for r in results:
         m = r["memory"]
         lines.append("    " + f"{r['rank']:<6}" + "".join(f"{format_bytes(m.get(g, 0)):>18}" for g in GIANTS)
                      + f"{format_bytes(m['model_states']):>16}")
-    lines.append("  traffic of rank 0 (engine.ledger; wire bytes by the ring convention):")
+    lines.append(T("  traffic of rank 0 (engine.ledger; wire bytes by the ring convention):"))
     tot = r0["ledger"]
     if not tot:
-        lines.append("    none (one rank)")
+        lines.append(T("    none (one rank)"))
     for op in sorted(tot):
         t = tot[op]
-        lines.append(f"    {op:<15}{int(t['calls']):>7} calls {format_bytes(t['bytes']):>12} "
-                     f"{format_bytes(t['wire_bytes']):>12} on the wire")
+        lines.append(T("    {op:<15}{calls:>7} calls {bytes:>12} {wire:>12} on the wire", op=op, calls=int(t["calls"]),
+                       bytes=format_bytes(t["bytes"]), wire=format_bytes(t["wire_bytes"])))
     steps = len(losses)
-    lines.append(f"  time: {r0['seconds']:.2f} s for {steps} steps ({r0['seconds'] / steps * 1e3:.1f} ms per step)")
+    lines.append(T("  time: {seconds:.2f} s for {steps} steps ({ms:.1f} ms per step)", seconds=r0["seconds"],
+                   steps=steps, ms=r0["seconds"] / steps * 1e3))
     sp = r0.get("split")
     if sp and sp["wall"] > 0:
-        lines.append(f"  where it went (engine.timeline, rank 0, per step): compute {sp['compute'] / steps * 1e3:.1f} ms, "
-                     f"exposed communication {sp['exposed_comm'] / steps * 1e3:.1f} ms, hidden "
-                     f"{sp['hidden_comm'] / steps * 1e3:.1f} ms")
+        lines.append(T("  where it went (engine.timeline, rank 0, per step): compute {compute:.1f} ms, exposed "
+                       "communication {exposed:.1f} ms, hidden {hidden:.1f} ms", compute=sp["compute"] / steps * 1e3,
+                       exposed=sp["exposed_comm"] / steps * 1e3, hidden=sp["hidden_comm"] / steps * 1e3))
     if picture:
-        lines.append(f"  picture: {picture}")
+        lines.append(T("  picture: {path}", path=picture))
     return "\n".join(lines)
 
 
@@ -203,7 +212,7 @@ def train(config, nproc: int = 2, steps: int = 20, seed: int = 0, picture: str |
     from .crew import launch, under_torchrun
     if not under_torchrun():
         load_config(config, nproc)          # a config error is said here, before any rank starts
-    name = os.fspath(config) if isinstance(config, (str, os.PathLike)) else "a config dict"
+    name = os.fspath(config) if isinstance(config, (str, os.PathLike)) else T("a config dict")
     if under_torchrun():
         results = launch(_rank_main, int(os.environ["WORLD_SIZE"]), config, steps, seed, None)
         is_rank0 = int(os.environ["RANK"]) == 0
@@ -237,20 +246,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="model and data seed")
     p.add_argument("--picture", default="zerolab_train.png", help="where to save the picture (PNG); '' for none")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--lang", choices=("en", "zh"), default=None,
+                   help="answer in English or Chinese (default: $ZEROLAB_LANG, else the locale, e.g. LANG=zh_CN.UTF-8)")
 
 
 def run_from_args(a) -> int:
     from .config import ConfigError
     from .crew import RankError, under_torchrun
+    from . import i18n
+    i18n.set_lang(i18n.cli_lang(getattr(a, "lang", None)))       # --lang, $ZEROLAB_LANG, the locale
     torchrun = under_torchrun()
     rc = 0
     try:
         train(a.config, a.nproc, a.steps, a.seed, a.picture or None, progress=not a.no_progress)
     except ConfigError as e:
-        print(f"zerolab train: {e}", file=sys.stderr)
+        print(T("{command}: {error}", command="zerolab train", error=e), file=sys.stderr)
         rc = 2
     except RankError as e:
-        print(f"zerolab train: {e}", file=sys.stderr)
+        print(T("{command}: {error}", command="zerolab train", error=e), file=sys.stderr)
         rc = 1
     if torchrun:
         _leave_torchrun(rc)
