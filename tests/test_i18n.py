@@ -47,7 +47,11 @@ TRANSLATED = {"progress.py": "progress", "report.py": "report", "checks/__init__
               "lab/application.py": "lab", "lab/extension.py": "lab", "lab/zeropp.py": "lab",
               "config_types.py": "config", "config_parse.py": "config", "config_keys.py": "config", "config_values.py": "config",
               "crew.py": "crew", "crew_limits.py": "crew",
-              "explain.py": "explain", "cli.py": "cli", "attach.py": "engine", "hpz.py": "engine", "qgz.py": "engine"}
+              "explain.py": "explain", "cli.py": "cli", "attach.py": "engine", "hpz.py": "engine", "qgz.py": "engine",
+              "engine.py": "engine", "stage.py": "engine", "hooks.py": "engine", "trace.py": "engine",
+              "budget.py": "engine", "memory.py": "engine", "loss_scaler.py": "engine", "precision.py": "engine",
+              "optim.py": "engine", "reduce.py": "engine", "quant.py": "engine", "nvme.py": "engine",
+              "offload.py": "engine"}
 
 
 @pytest.fixture(autouse=True)
@@ -130,6 +134,7 @@ def _fields(template: str) -> set[str]:
 def _dynamic() -> dict[str, list[str]]:
     """Templates a module passes through T.text from a table rather than a literal."""
     from zerolab.checks import ch00, ch01, ch02, ch03, ch04, ch06, ch08, ch13, ch14, zero1
+    from zerolab import budget, nvme
     from zerolab.explain import _STAGE_SHARDS
     from zerolab.lab.application import BOUND_BY
     from zerolab.lab.core import PHASE_LABELS
@@ -150,6 +155,7 @@ def _dynamic() -> dict[str, list[str]]:
                        for verdict in ("yes", "NO")],
             "crew": ["during start", "during run"],
             "explain": list(_STAGE_SHARDS.values()),
+            "engine": list(budget.WHERE) + list(budget.CONSUMERS) + list(nvme.WHAT),
             "lab": list(KINDS) + list(PHASE_LABELS) + list(BOUND_BY) + [  # what the lab passes through T from tables
                 "parameters", "gradients", "optimizer states", " and ", "all", "params", "grads", "model states",
                 "buffers", "GB/GPU", "DS est.", "host GB", "fits", "step s", "tokens/s", "device", "host", "nvme",
