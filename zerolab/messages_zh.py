@@ -2386,7 +2386,7 @@ ZH["engine"] = {
     "fp16), not that the scale is too big. Lower fp16.min_loss_scale only if you know the scale is the problem; "
     "bf16 avoids loss scaling altogether.":
         "第 {iteration} 次迭代：梯度溢出（inf/NaN），而损失缩放值已经在最小值 {scale}，无法再降低；和 DeepSpeed "
-        "一样，训练到此停止。在这样小的缩放值下仍出现 inf/NaN，通常说明模型本身发散了（学习率太高、某个坏的 "
+        "一样，训练到此停止。即使在这个最小的缩放值下仍出现 inf/NaN，通常说明模型本身发散了（学习率太高、某个坏的 "
         "batch、某个在 fp16 下会溢出的运算），而不是缩放值太大。只有确定问题出在缩放值上时，才去调低 "
         "fp16.min_loss_scale；改用 bf16 则完全不需要损失缩放。",
     "a loss scale must be a finite number > 0, got {scale}": "损失缩放值必须是大于 0 的有限数，实际是 {scale}",
@@ -2410,7 +2410,7 @@ ZH["engine"] = {
     "ranks ran different modules in this forward: {ranks}{order}": "各 rank 在这次前向里运行的模块不同：{ranks}{order}",
     "rank {rank} gathered {n} module groups": "rank {rank} 收集了 {n} 组模块参数",
     " (or the same number in another order)": "（或者数目相同但顺序不同）",
-    "the end of its forward": "自己前向的结尾",
+    "rank {rank} reached the end of its forward": "rank {rank} 到了自己前向的结尾",
     "ranks ran different modules: {ranks}": "各 rank 运行的模块不同：{ranks}",
     "rank {rank} reached {where}": "rank {rank} 到了 {where}",
     "{what}. With ZeRO stage 3 every rank must run the same modules in the same order (e.g. no rank-dependent "
@@ -2538,7 +2538,7 @@ ZH["engine"] = {
     "use_qwz_codec(quantize_fn, dequantize_fn): both must be functions":
         "use_qwz_codec(quantize_fn, dequantize_fn)：两个参数都必须是函数",
     # -- offload to NVMe and host memory (nvme.py, offload.py) --
-    "{path}: file ended after {got} of {n} bytes": "{path}：文件在 {n} 字节中的第 {got} 字节处就结束了",
+    "{path}: file ended after {got} of {n} bytes": "{path}：文件读到 {got} 字节就结束了，应有 {n} 字节",
     "offload to nvme needs 'nvme_path' (a folder on a fast disk) for the {what}":
         "卸载到 nvme 需要为{what}指定 'nvme_path'（一块高速磁盘上的文件夹）",
     "nvme_path {path} does not exist or is not a folder (create it first)":

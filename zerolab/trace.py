@@ -134,10 +134,10 @@ def agree(comm, groups: list, first: int, code: int, tag: str, device) -> None:
             T("rank {rank} gathered {n} module groups", rank=r, n=c >> 40) for r, (_, c) in enumerate(rows)),
             order=T(" (or the same number in another order)") if len({c >> 40 for _, c in rows}) == 1 else "")
     else:
-        names = {r: (T("the end of its forward") if i == -1 else
-                     repr(groups[i].label) if 0 <= i < len(groups) else f"#{i}")
+        names = {r: (None if i == -1 else repr(groups[i].label) if 0 <= i < len(groups) else f"#{i}")
                  for r, (i, _) in enumerate(rows)}
         what = T("ranks ran different modules: {ranks}", ranks=sep.join(
+            T("rank {rank} reached the end of its forward", rank=r) if n is None else
             T("rank {rank} reached {where}", rank=r, where=n) for r, n in names.items()))
     raise ModuleOrderError(T("{what}. With ZeRO stage 3 every rank must run the same modules in the same order "
                              "(e.g. no rank-dependent branches, no forward on one rank only).", what=what))
