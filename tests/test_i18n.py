@@ -53,7 +53,11 @@ TRANSLATED = {"progress.py": "progress", "report.py": "report", "checks/__init__
               "explain.py": "explain", "cli.py": "cli", "attach.py": "engine", "hpz.py": "engine", "qgz.py": "engine",
               "checkpoint.py": "around", "checkpoint_read.py": "around", "deepspeed.py": "around",
               "comm.py": "around", "topology.py": "around", "models.py": "around", "train.py": "around",
-              "simulate.py": "around", "calibrate.py": "around", "estimate.py": "around"}
+              "simulate.py": "around", "calibrate.py": "around", "estimate.py": "around",
+              "engine.py": "engine", "stage.py": "engine", "hooks.py": "engine", "trace.py": "engine",
+              "budget.py": "engine", "memory.py": "engine", "loss_scaler.py": "engine", "precision.py": "engine",
+              "optim.py": "engine", "reduce.py": "engine", "quant.py": "engine", "nvme.py": "engine",
+              "offload.py": "engine"}
 
 
 @pytest.fixture(autouse=True)
@@ -136,6 +140,7 @@ def _fields(template: str) -> set[str]:
 def _dynamic() -> dict[str, list[str]]:
     """Templates a module passes through T.text from a table rather than a literal."""
     from zerolab.checks import ch00, ch01, ch02, ch03, ch04, ch06, ch08, ch13, ch14, zero1
+    from zerolab import budget, nvme
     from zerolab.explain import _STAGE_SHARDS
     from zerolab.lab.application import BOUND_BY
     from zerolab.lab.core import PHASE_LABELS
@@ -156,6 +161,7 @@ def _dynamic() -> dict[str, list[str]]:
                        for verdict in ("yes", "NO")],
             "crew": ["during start", "during run"],
             "explain": list(_STAGE_SHARDS.values()),
+            "engine": list(budget.WHERE) + list(budget.CONSUMERS) + list(nvme.WHAT),
             "lab": list(KINDS) + list(PHASE_LABELS) + list(BOUND_BY) + [  # what the lab passes through T from tables
                 "parameters", "gradients", "optimizer states", " and ", "all", "params", "grads", "model states",
                 "buffers", "GB/GPU", "DS est.", "host GB", "fits", "step s", "tokens/s", "device", "host", "nvme",
@@ -1066,3 +1072,163 @@ def test_zerolab_simulate_train_and_consolidate_errors_in_chinese_and_in_english
     assert err["consolidate", "zh"].startswith("zerolab consolidate：") and "里没有 'latest' 文件：请传 tag=" in \
         err["consolidate", "zh"], err
     assert not any(CJK.search(text) for (_, lang), text in err.items() if lang == "en"), err
+
+
+# -- the engine's own errors: what a learner meets when a run goes wrong --------------------------------
+
+@pytest.fixture(scope="module")
+def crew2():
+    import zerolab
+    with zerolab.Crew(2, echo=False) as crew:
+        yield crew
+
+
+def test_out_of_device_memory_in_the_editions_language(crew2):
+    """Chapter 5's DDP under device_budget='1MiB' (chapter 7 meets the same error in forward): on
+    each rank, the error, its consumers and the configs that fit in Chinese; English as before."""
+    from zerolab.chapters import ch05
+    with i18n.using("zh"):
+        zh = crew2.run(ch05.try_budget, {"stage": 0}, "1MiB", 1)
+    en = crew2.run(ch05.try_budget, {"stage": 0}, "1MiB", 1)
+    assert all(r["is_torch_oom"] for r in zh + en)
+    lines = en[0]["error"].splitlines()
+    assert lines[0].startswith("rank 0: out of device memory in set-up (model states): ") and lines[0].endswith(
+        " (device_budget). Biggest consumers:"), lines
+    assert any(line.startswith("  optimizer_states ") for line in lines), lines
+    assert "Configs whose device memory would fit (model states by the formula, activations not measured yet: " \
+           "they come on top):" in lines and not CJK.search(en[0]["error"]), lines
+    zh_lines = zh[1]["error"].splitlines()
+    assert len(zh_lines) == len(lines), (zh_lines, lines)
+    assert zh_lines[0].startswith("rank 1：初始化（放置模型状态）时显存不足：需要 ") and "显存预算只有 1.00 MiB" in zh_lines[0]
+    assert zh_lines[0].endswith("（device_budget）。占用最多的几项："), zh_lines
+    consumers = [line for line in zh_lines if line.startswith("  ") and not line.startswith("  stage")]
+    assert any(line.startswith("  优化器状态（optimizer_states）") for line in consumers), zh_lines
+    assert len({i18n.width(line) for line in consumers}) == 1, consumers       # one column, CJK counted double
+    assert "显存装得下的配置（模型状态按公式估算，激活值还没有测到：它们要另外加上）：" in zh_lines, zh_lines
+    assert [line for line in zh_lines if line.startswith("  stage")] == [
+        line.replace("rank 0", "rank 1") for line in lines if line.startswith("  stage")]   # config names stay
+
+
+def _fp16_collapse():
+    """Chapter 7's collapse, shorter: every step overflows, the scale halves 4 -> 2 -> 1, then stops."""
+    import zerolab
+    from zerolab.loss_scaler import LossScaleAtMinimum
+    from zerolab.models import MLP, mse_loss, regression_batches
+    from zerolab.reference import train_engine
+    cfg = {"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 2}, "fp16": {"enabled": True, "initial_scale_power": 2, "hysteresis": 1}}
+    engine = zerolab.initialize(MLP(sizes=(16, 8, 4)), cfg)
+    batches = [(x * 1e5, y) for x, y in regression_batches(5, 8, 16, 4)]
+    with pytest.raises(LossScaleAtMinimum) as e:
+        train_engine(engine, batches, mse_loss)
+    engine.close()
+    return {"error": str(e.value), "scale": e.value.scale, "iteration": e.value.iteration, "log": list(engine.log)}
+
+
+def test_the_loss_scale_at_its_floor_in_the_editions_language(crew2):
+    with i18n.using("zh"):
+        zh = crew2.run(_fp16_collapse)[0]
+    en = crew2.run(_fp16_collapse)[0]
+    assert (zh["scale"], zh["iteration"]) == (en["scale"], en["iteration"]) == (1.0, 2)   # the same attributes
+    assert en["log"] == ["overflow: skipping step, loss scale 4 -> 2", "overflow: skipping step, loss scale 2 -> 1"]
+    assert en["error"].startswith("iteration 2: the gradients overflowed (inf/NaN) and the loss scale is already "
+                                  "at its minimum, 1, so it cannot be lowered any further"), en
+    assert en["error"].endswith("bf16 avoids loss scaling altogether.") and not CJK.search(en["error"])
+    assert zh["log"] == ["溢出：跳过这一步，损失缩放值 4 -> 2", "溢出：跳过这一步，损失缩放值 2 -> 1"], zh["log"]
+    assert zh["error"].startswith("第 2 次迭代：梯度溢出（inf/NaN），而损失缩放值已经在最小值 1，无法再降低"), zh
+    assert "fp16.min_loss_scale" in zh["error"] and zh["error"].endswith("改用 bf16 则完全不需要损失缩放。"), zh
+
+
+def _rank1_skips_block2(stage):
+    """Chapter 7's divergent ranks: rank 1's forward skips block 2."""
+    import zerolab
+    from zerolab.models import TinyLM, lm_batches, lm_loss
+    from zerolab.reference import train_engine
+
+    class SkippingLM(TinyLM):
+        def forward(self, tokens):
+            x = self.embed(tokens) + self.pos[: tokens.shape[1]]
+            for i, b in enumerate(self.blocks):
+                if not (i == 2 and zerolab.rank() == 1):
+                    x = b(x)
+            return self.head(self.ln_f(x)) / self.temperature
+    model = SkippingLM(vocab=257, d=64, hidden=256, layers=4)
+    cfg = {"train_batch_size": 4, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": stage, "ignore_unused_parameters": False,
+                                 "stage3_param_persistence_threshold": 0}}
+    engine = zerolab.initialize(model, cfg)
+    try:
+        train_engine(engine, lm_batches(1, 4, 16, 257, seed=0), lm_loss)
+    except RuntimeError as e:
+        return f"{type(e).__name__}: {e}"
+    return "no error"
+
+
+def test_ranks_on_different_paths_in_the_editions_language(crew2):
+    """Stage 3: ModuleOrderError on every rank; stage 2 with ignore_unused_parameters false:
+    UnusedParameterError naming the parameters. Chinese in a Chinese kernel, English as before."""
+    with i18n.using("zh"):
+        zh3, zh2 = crew2.run(_rank1_skips_block2, 3), crew2.run(_rank1_skips_block2, 2)
+    en3, en2 = crew2.run(_rank1_skips_block2, 3), crew2.run(_rank1_skips_block2, 2)
+    assert all(r.startswith("ModuleOrderError: ranks ran different modules") for r in en3), en3
+    assert en3[0].endswith(". With ZeRO stage 3 every rank must run the same modules in the same order "
+                           "(e.g. no rank-dependent branches, no forward on one rank only)."), en3
+    assert all(r.startswith("ModuleOrderError: 各 rank ") and "运行的模块不同：rank 0 " in r for r in zh3), zh3
+    assert zh3[0].endswith("。在 ZeRO stage 3 下，每个 rank 都必须以相同的顺序运行相同的模块（例如：不能有依 rank "
+                           "而异的分支，不能只在某一个 rank 上做前向）。"), zh3
+    assert "rank 0 reached 'blocks.2.ln', rank 1 reached 'blocks.3.ln'" in en3[0], en3
+    assert "rank 0 到了 'blocks.2.ln'，rank 1 到了 'blocks.3.ln'" in zh3[0], zh3            # the names stay
+    names = ", ".join(f"blocks.2.{m}.{w}" for m in ("ln", "up", "down") for w in ("weight", "bias"))
+    assert en2[1].startswith("UnusedParameterError: trainable parameters got no gradient in this backward on "
+                             f"rank(s) [1]; on this rank (rank 1): {names}. zero_optimization."), en2
+    assert en2[0].startswith("UnusedParameterError: trainable parameters got no gradient in this backward on "
+                             "rank(s) [1]. zero_optimization.ignore_unused_parameters is false, so this is an error "
+                             "(DeepSpeed's rule); set it to true (the default)"), en2
+    assert not CJK.search(en2[0] + en2[1] + en3[0] + en3[1])
+    assert zh2[1].startswith("UnusedParameterError: 在 rank [1] 上，有可训练参数在这次反向里没有得到梯度；本 rank"
+                             f"（rank 1）上是：{names}。zero_optimization."), zh2
+    assert zh2[0].startswith("UnusedParameterError: 在 rank [1] 上，有可训练参数在这次反向里没有得到梯度。"
+                             "zero_optimization.ignore_unused_parameters 为 false，所以这是一个错误"), zh2
+    assert zh2[0].endswith("；或者冻结这个参数（requires_grad=False）。"), zh2
+
+
+def test_the_engines_set_up_errors_in_the_editions_language(tmp_path):
+    """A misused API or setting, met before training: no optimizer, an engine outside the ranks, a
+    bad budget, an NVMe folder that is missing, hpZ's groups, qwZ's blocks, the memory formulas."""
+    import zerolab
+    from zerolab import budget, hpz, memory, nvme, optim, quant
+
+    def errors():
+        out = []
+        for call in (lambda: optim.build_optimizer(None, None, [torch.zeros(1)]),
+                     lambda: zerolab.initialize(torch.nn.Linear(2, 2), {"train_batch_size": 1}),
+                     lambda: budget.parse_bytes("lots"),
+                     lambda: nvme.check_nvme_path(tmp_path / "missing", 1, "parameter shards of every rank"),
+                     lambda: nvme.check_nvme_path("", 1, "optimizer states"),
+                     lambda: hpz.hpz_group_size(3, 4),
+                     lambda: quant.qwz_groups(12),
+                     lambda: memory.precision_bytes("fp8")):
+            with pytest.raises((ValueError, RuntimeError)) as e:
+                call()
+            out.append(str(e.value))
+        return out
+    en = errors()
+    with i18n.using("zh"):
+        zh = errors()
+    assert en[0] == "no optimizer: add an 'optimizer' block to the config (e.g. {'type': 'AdamW', 'params': " \
+                    "{'lr': 1e-3}}) or pass optimizer="
+    assert en[1].startswith("zerolab.initialize needs a torch.distributed process group: call it inside a function")
+    assert en[3] == f"nvme_path {str(tmp_path / 'missing')!r} does not exist or is not a folder (create it first)"
+    assert en[4] == "offload to nvme needs 'nvme_path' (a folder on a fast disk) for the optimizer states"
+    assert en[5].endswith("(utils/groups.py, _ensure_divisibility: '4 is not divisible by 3'). Fix: a divisor of "
+                          "4 (1, 2, 4), usually the ranks per node")
+    assert not any(CJK.search(m) for m in en), en
+    assert zh[0] == "没有优化器：请在配置里加上 'optimizer' 块（例如 {'type': 'AdamW', 'params': {'lr': 1e-3}}），" \
+                    "或者传入 optimizer=", zh[0]
+    assert zh[1].startswith("zerolab.initialize 需要一个 torch.distributed 进程组"), zh[1]
+    assert zh[2] == "device_budget 'lots'：请用数字给出字节数，或写成 '2GB'、'1.5GiB' 这样的文字", zh[2]
+    assert zh[3].endswith(" 不存在或不是文件夹（请先创建它）") and zh[4].startswith("卸载到 nvme 需要为优化器状态指定"), zh
+    assert "'4 is not divisible by 3'" in zh[5] and zh[5].startswith("zero_optimization.zero_hpz_partition_size=3 "
+                                                                     "不能整除 rank 总数 4"), zh[5]
+    assert "'Quantized weight requires the number of weights be a multiple of 8'" in zh[6], zh[6]   # DeepSpeed's words
+    assert all(CJK.search(m) for m in zh), zh

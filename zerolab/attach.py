@@ -41,7 +41,7 @@ def as_groups(param_groups) -> list[dict]:
     groups = list(param_groups)
     if not groups or not all(isinstance(g, dict) for g in groups):
         if any(isinstance(g, dict) for g in groups):
-            raise ValueError("param_groups mixes dicts and tensors: give a list of dicts with 'params'")
+            raise ValueError(T("param_groups mixes dicts and tensors: give a list of dicts with 'params'"))
         groups = [{"params": groups}]
     out = []
     for g in groups:
@@ -52,7 +52,7 @@ def as_groups(param_groups) -> list[dict]:
     for g in out:
         for p in g["params"]:
             if id(p) in seen:
-                raise ValueError("a parameter appears in more than one parameter group")
+                raise ValueError(T("a parameter appears in more than one parameter group"))
             seen.add(id(p))
     return out
 
@@ -62,13 +62,13 @@ def refuse_compiled(model: nn.Module) -> None:
     torch.compile cannot trace (dynamo fails deep inside with "already tracked for mutation")."""
     compiled = getattr(getattr(torch, "_dynamo", None), "eval_frame", None)
     kind = getattr(compiled, "OptimizedModule", None)
-    names = [n or "the model" for n, m in model.named_modules() if kind is not None and isinstance(m, kind)]
+    names = [n or T("the model") for n, m in model.named_modules() if kind is not None and isinstance(m, kind)]
     if names:
-        raise ValueError(
-            f"ZeRO stage 3 cannot run a torch.compile'd module ({names[0]}): stage 3 gathers and "
+        raise ValueError(T(
+            "ZeRO stage 3 cannot run a torch.compile'd module ({name}): stage 3 gathers and "
             "releases each module's parameters in module hooks, which the compiler cannot trace. "
             "Pass the model before torch.compile, or use ZeRO stage 0-2 (they run compiled models "
-            "unchanged)")
+            "unchanged)", name=names[0]))
 
 
 def _drop_grad(p: torch.Tensor) -> None:
@@ -135,20 +135,21 @@ def only_the_optimizers(model, named, param_groups, hooks: list, rank: int) -> l
     mine = {id(p) for g in param_groups for p in g["params"]}
     frozen = [n for n, p in model.named_parameters() if id(p) in mine and not p.requires_grad]
     if frozen:
-        raise ValueError(f"the optimizer's parameter groups hold frozen parameters ({frozen[0]!r}): "
-                         "leave them out, or set requires_grad=True")
+        raise ValueError(T("the optimizer's parameter groups hold frozen parameters ({name}): "
+                           "leave them out, or set requires_grad=True", name=repr(frozen[0])))
     stray = mine - {id(p) for p in model.parameters()}
     if stray:
-        raise ValueError(f"the optimizer holds {len(stray)} tensor(s) that are not parameters of the "
-                         "model given to initialize: build it over model.parameters() (or some of them)")
+        raise ValueError(T("the optimizer holds {n} tensor(s) that are not parameters of the "
+                           "model given to initialize: build it over model.parameters() (or some of them)",
+                           n=len(stray)))
     left = [(n, p) for n, p in named if id(p) not in mine]
     if left:
         for _, p in left:
             hooks.append(p.register_post_accumulate_grad_hook(_drop_grad))
         if rank == 0:
-            print(f"zerolab: {len(left)} parameter(s) with requires_grad are not in the optimizer "
-                  f"({', '.join(repr(n) for n, _ in left[:3])}{', ...' if len(left) > 3 else ''}): "
-                  "they are not trained, as in DeepSpeed")
+            print(T("zerolab: {n} parameter(s) with requires_grad are not in the optimizer ({names}): "
+                    "they are not trained, as in DeepSpeed", n=len(left),
+                    names=", ".join(repr(n) for n, _ in left[:3]) + (", ..." if len(left) > 3 else "")))
     return [(n, p) for n, p in named if id(p) in mine]
 
 

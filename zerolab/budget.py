@@ -20,7 +20,10 @@ import re
 
 import torch
 
+from .i18n import catalogue, width
 from .memory import format_bytes
+
+T = catalogue("engine")        # the messages in the edition's language (zerolab/messages_zh.py)
 
 __all__ = ["DeviceOutOfMemoryError", "Budget", "parse_bytes"]
 
@@ -36,14 +39,15 @@ def parse_bytes(value) -> int:
     """``2_000_000_000``, ``"2GB"``, ``"1.5 GiB"``, ``"300MB"`` -> bytes (GB decimal, GiB binary)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if value <= 0:
-            raise ValueError(f"device_budget must be positive, not {value}")
+            raise ValueError(T("device_budget must be positive, not {value}", value=value))
         return int(value)
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]i?b|b)?\s*", str(value), re.IGNORECASE)
     if not m:
-        raise ValueError(f"device_budget {value!r}: give bytes as a number or text like '2GB' or '1.5GiB'")
+        raise ValueError(T("device_budget {value}: give bytes as a number or text like '2GB' or '1.5GiB'",
+                           value=repr(value)))
     n = float(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
     if n <= 0:
-        raise ValueError(f"device_budget must be positive, not {value!r}")
+        raise ValueError(T("device_budget must be positive, not {value}", value=repr(value)))
     return int(n)
 
 
@@ -122,18 +126,20 @@ class Budget:
     def _message(self, where: str, total: int, parts: dict[str, int]) -> str:
         e = self.engine
         biggest = sorted(parts.items(), key=lambda kv: -kv[1])
-        lines = [f"rank {e.comm.rank}: out of device memory in {where}: {format_bytes(total)} needed, the "
-                 f"budget is {format_bytes(self.capacity)} (device_budget). Biggest consumers:"]
-        lines += [f"  {name:<40} {format_bytes(b):>12}" for name, b in biggest if b]
+        lines = [T("rank {rank}: out of device memory in {where}: {total} needed, the budget is {capacity} "
+                   "(device_budget). Biggest consumers:", rank=e.comm.rank, where=T.text(where),
+                   total=format_bytes(total), capacity=format_bytes(self.capacity))]
+        lines += [f"  {_ljust(T.text(name), 40)} {format_bytes(b):>12}" for name, b in biggest if b]
         fits = self.configs_that_fit()
-        measured = ("plus the activations and buffers measured so far" if self.peak_activation_bytes
-                    else "activations not measured yet: they come on top")
+        measured = (T.text("plus the activations and buffers measured so far") if self.peak_activation_bytes
+                    else T.text("activations not measured yet: they come on top"))
         if fits:
-            lines.append(f"Configs whose device memory would fit (model states by the formula, {measured}):")
+            lines.append(T("Configs whose device memory would fit (model states by the formula, {measured}):",
+                           measured=measured))
             lines += [f"  {label:<52} ~{format_bytes(b)}" for label, b in fits[:4]]
         else:
-            lines.append("No ZeRO stage or offload fits this budget with these activations: lower the micro "
-                         "batch (activations), recompute activations (torch.utils.checkpoint), or add ranks.")
+            lines.append(T("No ZeRO stage or offload fits this budget with these activations: lower the micro "
+                           "batch (activations), recompute activations (torch.utils.checkpoint), or add ranks."))
         return "\n".join(lines)
 
     def configs_that_fit(self) -> list[tuple[str, int]]:
@@ -168,3 +174,15 @@ class Budget:
                         " + offload_param cpu" if par_off else "")
                     out.append((label, dev))
         return out
+
+
+# what the budget is checked in (the callers' ``where``) and the consumers it names: their Chinese
+# is in the catalogue, passed through T.text
+WHERE = ("forward", "backward", "the optimizer step", "a parameter gather", "set-up (model states)")
+CONSUMERS = ("params", "grads", "optimizer_states", "buffers (buckets, gathered parameters)", "activations",
+             "allocated by torch on the GPU")
+
+
+def _ljust(text: str, columns: int) -> str:
+    """``f"{text:<columns}"`` by the columns ``text`` takes (a CJK character takes two)."""
+    return text + " " * max(0, columns - width(text))

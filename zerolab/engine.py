@@ -24,6 +24,7 @@ from .attach import (Attached, as_groups, close_previous_engine, current_device,
                      refuse_compiled, register_live, sync_untrained_state, warn_ignored_settings)
 from .comm import Comm, Ledger
 from .config import Config, load_config
+from .i18n import catalogue
 from .loss_scaler import make_loss_scaler
 from .memory import tensor_bytes
 from .optim import build_optimizer
@@ -32,6 +33,8 @@ from .stage import Stage
 from .timeline import Timeline
 
 __all__ = ["initialize", "Engine"]
+
+T = catalogue("engine")        # the messages in the edition's language (zerolab/messages_zh.py)
 
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -66,8 +69,8 @@ class Engine:
     def __init__(self, model: nn.Module, config, optimizer=None, *, broadcast_buffers: bool = False,
                  lr_scheduler=None, device_budget=None, param_groups=None):
         if not (dist.is_available() and dist.is_initialized()):
-            raise RuntimeError("zerolab.initialize needs a torch.distributed process group: call it "
-                               "inside a function run by zerolab.launch / Crew.run, or under torchrun")
+            raise RuntimeError(T("zerolab.initialize needs a torch.distributed process group: call it "
+                                 "inside a function run by zerolab.launch / Crew.run, or under torchrun"))
         self.timeline = Timeline()               # forward / backward / step spans, every collective
         self.comm = Comm(timeline=self.timeline) # its ledger records every collective we issue
         self.config: Config = load_config(config, self.comm.world_size)
@@ -85,8 +88,8 @@ class Engine:
         self._untrained_hooks = []
         if isinstance(optimizer, torch.optim.Optimizer):
             if param_groups is not None:
-                raise ValueError("pass either an optimizer built over the parameter groups or "
-                                 "param_groups, not both")
+                raise ValueError(T("pass either an optimizer built over the parameter groups or "
+                                   "param_groups, not both"))
             param_groups = optimizer.param_groups
         group_of, group_hps = {}, [{}]
         if param_groups is not None:
@@ -95,7 +98,7 @@ class Engine:
             group_of = {id(p): k for k, pg in enumerate(param_groups) for p in pg["params"]}
             group_hps = [{k: v for k, v in pg.items() if k != "params"} for pg in param_groups]
         if not named:
-            raise ValueError("the model has no trainable parameters")
+            raise ValueError(T("the model has no trainable parameters"))
         sync_untrained_state(self.module, named, self.comm)
         self.stage = Stage(model, named, self.comm, zero, self.dtype, self.comm_dtype,
                            self.device, zerolab=self.config.zerolab, opt_groups=(group_of, group_hps))
@@ -149,8 +152,8 @@ class Engine:
 
     def _check_open(self) -> None:
         if self.closed:
-            raise RuntimeError("this engine is closed (engine.close(), or a newer zerolab.initialize "
-                               "on the same model): use the new engine")
+            raise RuntimeError(T("this engine is closed (engine.close(), or a newer zerolab.initialize "
+                                 "on the same model): use the new engine"))
 
     def register_external_parameter(self, module: nn.Module, param: nn.Parameter) -> None:
         """Stage 3: gather ``param`` whenever ``module``'s forward runs (DeepSpeed's call of the
@@ -278,8 +281,8 @@ class Engine:
         from .checkpoint import save_checkpoint
         self._check_open()
         if self.micro_steps % self.gradient_accumulation_steps:
-            raise RuntimeError("save_checkpoint in the middle of gradient accumulation: the accumulated "
-                               "gradients would be lost; save after the step at the boundary")
+            raise RuntimeError(T("save_checkpoint in the middle of gradient accumulation: the accumulated "
+                                 "gradients would be lost; save after the step at the boundary"))
         return save_checkpoint(self, save_dir, tag, client_state)
 
     def load_checkpoint(self, load_dir, tag=None, load_optimizer_states=True, load_lr_scheduler_states=True,
@@ -339,7 +342,7 @@ class Engine:
         ``where="host"`` / ``"nvme"``: what offload put in host memory / in files, under the
         same keys (``buffers``: NVMe swap buffers alive now, ``peak_buffers`` their most)."""
         if where not in ("device", "host", "nvme"):
-            raise ValueError(f"memory(where): 'device', 'host' or 'nvme', not {where!r}")
+            raise ValueError(T("memory(where): 'device', 'host' or 'nvme', not {where}", where=repr(where)))
         placed = self.stage.memory().get(where, {})
         keys = ("params", "grads", "optimizer_states", "buffers") + (() if where == "device" else ("peak_buffers",))
         m = {k: placed.get(k, 0) for k in keys}

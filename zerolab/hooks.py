@@ -32,6 +32,10 @@ from collections.abc import Iterator, Mapping
 import torch
 from torch import nn
 
+from .i18n import catalogue
+
+T = catalogue("engine")        # the messages in the edition's language (zerolab/messages_zh.py)
+
 __all__ = ["ModuleHooks", "ExternalParameterError", "use_module_hooks", "module_hooks_class",
            "watch_params", "unwatch_params", "on_first_output_grad", "on_inputs_grad"]
 
@@ -95,7 +99,8 @@ def use_module_hooks(cls: type) -> Iterator[None]:
     missing = [m for m in ("remove", "pre_backward", "post_backward", "forward_failed",
                            "register_external_parameter") if not callable(getattr(cls, m, None))]
     if not isinstance(cls, type) or missing:
-        raise TypeError(f"use_module_hooks(cls): cls must be a class with the methods {', '.join(missing)}")
+        raise TypeError(T("use_module_hooks(cls): cls must be a class with the methods {methods}",
+                          methods=", ".join(missing)))
     _HOOKS_CLASS.append(cls)
     try:
         yield
@@ -129,7 +134,7 @@ class ModuleHooks:
         reaches other than by attribute."""
         g = self.params.unit_of.get(id(param))
         if g is None:
-            raise ValueError("register_external_parameter: that parameter is not trained by this engine")
+            raise ValueError(T("register_external_parameter: that parameter is not trained by this engine"))
         if not self.params.persistent[g.index]:
             self._registered.setdefault(module, set()).add(g.index)
 
@@ -210,12 +215,12 @@ class ModuleHooks:
                 ps.unshard(g)                      # released again once its gradient is reduced
         elif self.forward_done and torch.is_grad_enabled():
             # (an error even when the reuse distance kept it gathered: the same rule every step)
-            raise ExternalParameterError(
-                f"parameter {name!r} was used outside the model's forward (after forward, before "
-                f"backward: in the loss, say). ZeRO stage 3 keeps only a 1/{ps.world_size} "
+            raise ExternalParameterError(T(
+                "parameter {name} was used outside the model's forward (after forward, before "
+                "backward: in the loss, say). ZeRO stage 3 keeps only a 1/{n} "
                 "shard of it on each rank, and gathers it only while a module's forward runs. "
                 "Compute with it inside the model's forward (e.g. the top-level forward: zerolab "
-                "gathers it there), or use ZeRO stage 0-2 for this model.")
+                "gathers it there), or use ZeRO stage 0-2 for this model.", name=repr(name), n=ps.world_size))
 
 
 def _tensors(obj, out: list) -> list:

@@ -70,19 +70,22 @@ def hpz_group_size(h: int, world_size: int, topology=None, *, offload: str = "de
     if h <= 1 or world_size == 1:
         return 1
     if offload == "nvme":
-        raise ValueError(
-            f"{key}={h} with offload_param on nvme: DeepSpeed 0.19.8 allocates hpZ's secondary shard on the "
+        raise ValueError(T(
+            "{key}={h} with offload_param on nvme: DeepSpeed 0.19.8 allocates hpZ's secondary shard on the "
             "offload device (partition_parameters.py, _partition_param_sec: torch.empty(..., device='nvme')) "
-            "and fails. Fix: offload_param device 'cpu' or 'none', or zero_hpz_partition_size 1")
+            "and fails. Fix: offload_param device 'cpu' or 'none', or zero_hpz_partition_size 1", key=key, h=h))
     size = min(h, world_size)
     if world_size % size:
         divisors = [d for d in range(1, world_size + 1) if world_size % d == 0]
-        per_node = f" (the ranks per node here: {topology.ranks_per_node})" if topology is not None else ""
-        raise ValueError(
-            f"{key}={h} does not divide the {world_size} ranks: hpZ's groups are h consecutive ranks and DeepSpeed "
-            f"0.19.8 asserts that they tile the world (utils/groups.py, _ensure_divisibility: '{world_size} is not "
-            f"divisible by {size}'). Fix: a divisor of {world_size} ({', '.join(map(str, divisors))}), usually the "
-            f"ranks per node{per_node}")
+        per_node = (T(" (the ranks per node here: {n})", n=topology.ranks_per_node) if topology is not None
+                    else "")
+        # (DeepSpeed's assertion is quoted in its own words, in English)
+        raise ValueError(T(
+            "{key}={h} does not divide the {world_size} ranks: hpZ's groups are h consecutive ranks and DeepSpeed "
+            "0.19.8 asserts that they tile the world (utils/groups.py, _ensure_divisibility: '{world_size} is not "
+            "divisible by {size}'). Fix: a divisor of {world_size} ({divisors}), usually the "
+            "ranks per node{per_node}", key=key, h=h, world_size=world_size, size=size,
+            divisors=", ".join(map(str, divisors)), per_node=per_node))
     if size < h:
         warnings.warn(T("{key}={h} is more than the {world_size} ranks: DeepSpeed 0.19.8 takes min({h}, {world_size}) "
                         "= {size}, one group of every rank: the backward's gathers stay as wide as the forward's and "

@@ -46,6 +46,10 @@ from typing import Any
 
 import torch
 
+from .i18n import catalogue
+
+T = catalogue("engine")        # the messages in the edition's language (zerolab/messages_zh.py)
+
 __all__ = ["LossScaler", "DynamicLossScaler", "LossScaleAtMinimum", "make_loss_scaler", "has_inf_or_nan",
            "FP16_DEFAULTS"]
 
@@ -65,12 +69,13 @@ class LossScaleAtMinimum(RuntimeError):
 
     def __init__(self, scale: float, iteration: int):
         self.scale, self.iteration = scale, iteration
-        super().__init__(
-            f"iteration {iteration}: the gradients overflowed (inf/NaN) and the loss scale is already at its "
-            f"minimum, {_fmt(scale)}, so it cannot be lowered any further; stopping the run, as DeepSpeed does. "
-            f"Inf/NaN even at this scale usually means the model itself diverged (learning rate too high, a bad "
-            f"batch, an operation that overflows fp16), not that the scale is too big. Lower fp16.min_loss_scale "
-            f"only if you know the scale is the problem; bf16 avoids loss scaling altogether.")
+        super().__init__(T(
+            "iteration {iteration}: the gradients overflowed (inf/NaN) and the loss scale is already at its "
+            "minimum, {scale}, so it cannot be lowered any further; stopping the run, as DeepSpeed does. "
+            "Inf/NaN even at this scale usually means the model itself diverged (learning rate too high, a bad "
+            "batch, an operation that overflows fp16), not that the scale is too big. Lower fp16.min_loss_scale "
+            "only if you know the scale is the problem; bf16 avoids loss scaling altogether.",
+            iteration=iteration, scale=_fmt(scale)))
 
 
 def _fmt(x: float) -> str:
@@ -91,7 +96,7 @@ class LossScaler:
     def __init__(self, scale: float = 1.0):
         scale = float(scale)
         if not (math.isfinite(scale) and scale > 0):
-            raise ValueError(f"a loss scale must be a finite number > 0, got {scale!r}")
+            raise ValueError(T("a loss scale must be a finite number > 0, got {scale}", scale=repr(scale)))
         self.cur_scale = scale
         self.history: list[tuple[int, float, bool]] = []   # (iteration, scale after update, overflow)
 
@@ -103,7 +108,7 @@ class LossScaler:
         overflow = bool(overflow)
         self.history.append((len(self.history), self.cur_scale, overflow))
         if overflow:
-            return f"overflow: skipping step, loss scale stays {_fmt(self.cur_scale)} (static)"
+            return T("overflow: skipping step, loss scale stays {scale} (static)", scale=_fmt(self.cur_scale))
         return None
 
     def state_dict(self) -> dict[str, Any]:
@@ -133,11 +138,13 @@ class DynamicLossScaler(LossScaler):
         super().__init__(init_scale)
         # DeepSpeed rejects these at config time (window 0 would divide by zero in the rule)
         if isinstance(scale_window, bool) or int(scale_window) != scale_window or scale_window <= 0:
-            raise ValueError(f"scale_window (fp16.loss_scale_window) must be an integer > 0, got {scale_window!r}")
+            raise ValueError(T("scale_window (fp16.loss_scale_window) must be an integer > 0, got {value}",
+                               value=repr(scale_window)))
         if not (math.isfinite(min_scale) and min_scale > 0):
-            raise ValueError(f"min_scale (fp16.min_loss_scale) must be a finite number > 0, got {min_scale!r}")
+            raise ValueError(T("min_scale (fp16.min_loss_scale) must be a finite number > 0, got {value}",
+                               value=repr(min_scale)))
         if not (math.isfinite(scale_factor) and scale_factor > 1):
-            raise ValueError(f"scale_factor must be a finite number > 1, got {scale_factor!r}")
+            raise ValueError(T("scale_factor must be a finite number > 1, got {value}", value=repr(scale_factor)))
         self.scale_factor = float(scale_factor)   # multiply/divide by this (DeepSpeed: always 2)
         self.scale_window = int(scale_window)     # clean steps between two doublings
         self.min_scale = float(min_scale)         # the floor; an overflow here raises
@@ -156,30 +163,32 @@ class DynamicLossScaler(LossScaler):
                 if self.cur_scale == self.min_scale and self.raise_error_at_min_scale:
                     raise LossScaleAtMinimum(self.cur_scale, it)   # nothing is changed
                 self.cur_scale = max(self.cur_scale / self.scale_factor, self.min_scale)
-                msg = f"overflow: skipping step, loss scale {_fmt(old)} -> {_fmt(self.cur_scale)}"
+                msg = T("overflow: skipping step, loss scale {old} -> {new}", old=_fmt(old), new=_fmt(self.cur_scale))
             else:
                 self.cur_hysteresis -= 1
                 h = self.cur_hysteresis
                 if h == 1:
-                    left = "the next overflow lowers it"
+                    left = T("the next overflow lowers it")
                 elif h > 1:
-                    left = f"it takes {h} more overflows to lower it"
+                    left = T("it takes {h} more overflows to lower it", h=h)
                 else:
-                    left = "a hysteresis below 1 never runs out: it will not drop"
-                msg = (f"overflow: skipping step, loss scale stays {_fmt(old)} "
-                       f"(hysteresis {h + 1} -> {h}: {left})")
+                    left = T("a hysteresis below 1 never runs out: it will not drop")
+                msg = T("overflow: skipping step, loss scale stays {scale} (hysteresis {was} -> {h}: {left})",
+                        scale=_fmt(old), was=h + 1, h=h, left=left)
             self.last_overflow_iter = it
         else:
             msgs = []
             if self.consecutive_hysteresis and self.cur_hysteresis != self.delayed_shift:
-                msgs.append(f"clean step: hysteresis refilled {self.cur_hysteresis} -> {self.delayed_shift}")
+                msgs.append(T("clean step: hysteresis refilled {was} -> {now}", was=self.cur_hysteresis,
+                              now=self.delayed_shift))
                 self.cur_hysteresis = self.delayed_shift
             stable = it - self.last_overflow_iter - 1
             if stable > 0 and stable % self.scale_window == 0:
                 if not self.consecutive_hysteresis:
                     self.cur_hysteresis = self.delayed_shift
                 self.cur_scale = self.cur_scale * self.scale_factor
-                msgs = [f"no overflow for {self.scale_window} steps: loss scale {_fmt(old)} -> {_fmt(self.cur_scale)}"]
+                msgs = [T("no overflow for {window} steps: loss scale {old} -> {new}", window=self.scale_window,
+                          old=_fmt(old), new=_fmt(self.cur_scale))]
             msg = "; ".join(msgs) or None
         self.history.append((it, self.cur_scale, overflow))
         self.cur_iter += 1
@@ -218,7 +227,7 @@ def make_loss_scaler(fp16: Any = None) -> LossScaler:
         return LossScaler(1.0)
     loss_scale = float(_get(fp16, "loss_scale"))
     if not math.isfinite(loss_scale) or loss_scale < 0:
-        raise ValueError(f"fp16.loss_scale must be >= 0 (0 = dynamic), got {loss_scale!r}")
+        raise ValueError(T("fp16.loss_scale must be >= 0 (0 = dynamic), got {value}", value=repr(loss_scale)))
     if loss_scale > 0:
         return LossScaler(loss_scale)
     return DynamicLossScaler(init_scale=2.0 ** _get(fp16, "initial_scale_power"),

@@ -14,6 +14,10 @@ from collections.abc import Iterable, Mapping
 
 import torch
 
+from .i18n import catalogue
+
+T = catalogue("engine")        # the messages in the edition's language (zerolab/messages_zh.py)
+
 # --------------------------------------------------------------------------- measuring
 
 
@@ -24,8 +28,8 @@ def _walk(obj) -> Iterable[torch.Tensor]:
     if isinstance(obj, torch.Tensor):
         yield obj
     elif isinstance(obj, torch.nn.Module):
-        raise TypeError("pass model.parameters() (or .buffers(), .state_dict()), not the module: "
-                        "say which tensors you mean")
+        raise TypeError(T("pass model.parameters() (or .buffers(), .state_dict()), not the module: "
+                          "say which tensors you mean"))
     elif isinstance(obj, Mapping):
         for v in obj.values():
             yield from _walk(v)
@@ -142,7 +146,8 @@ def format_bytes(n: float, unit: str = "auto", digits: int = 2) -> str:
                 unit = u
                 break
     if unit not in _UNITS:
-        raise ValueError(f"unknown unit {unit!r}; use 'auto' or one of {', '.join(_UNITS)}")
+        raise ValueError(T("unknown unit {unit}; use 'auto' or one of {units}", unit=repr(unit),
+                           units=", ".join(_UNITS)))
     if unit == "B":
         return f"{int(round(n))} B"
     return f"{n / _UNITS[unit]:.{digits}f} {unit}"
@@ -159,10 +164,11 @@ def precision_bytes(precision: str = "fp16", optimizer: str = "adam") -> tuple[i
     (or only the master, 4); momentum adds 4.
     """
     if precision not in ("fp32", "fp16", "bf16"):
-        raise ValueError(f"precision must be 'fp32', 'fp16' or 'bf16', not {precision!r}")
+        raise ValueError(T("precision must be 'fp32', 'fp16' or 'bf16', not {value}", value=repr(precision)))
     moments = {"adam": 8, "sgd": 0, "sgd_momentum": 4}
     if optimizer not in moments:
-        raise ValueError(f"optimizer must be one of {', '.join(moments)}, not {optimizer!r}")
+        raise ValueError(T("optimizer must be one of {names}, not {value}", names=", ".join(moments),
+                           value=repr(optimizer)))
     if precision == "fp32":
         return 4, 4, moments[optimizer]
     return 2, 2, 4 + moments[optimizer]
@@ -170,9 +176,9 @@ def precision_bytes(precision: str = "fp16", optimizer: str = "adam") -> tuple[i
 
 def _check(stage: int, world_size: int) -> None:
     if stage not in (0, 1, 2, 3):
-        raise ValueError(f"stage must be 0, 1, 2 or 3, not {stage!r}")
+        raise ValueError(T("stage must be 0, 1, 2 or 3, not {value}", value=repr(stage)))
     if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, not {world_size}")
+        raise ValueError(T("world_size must be >= 1, not {value}", value=world_size))
 
 
 def model_state_bytes(psi: int, stage: int, world_size: int, *, param_bytes: int = 2,
@@ -221,7 +227,7 @@ def comm_ops(psi: int, stage: int, world_size: int, bytes_per_elem: int = 2, *,
     """
     _check(stage, world_size)
     if not 0 <= persistent_numel <= psi:
-        raise ValueError(f"persistent_numel must be in [0, psi], not {persistent_numel}")
+        raise ValueError(T("persistent_numel must be in [0, psi], not {value}", value=persistent_numel))
     f = (world_size - 1) / world_size
     full = psi * bytes_per_elem
     if stage == 0:

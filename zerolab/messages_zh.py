@@ -2450,7 +2450,7 @@ ZH["around"] = {
         "（GiB = 2**30 字节；DeepSpeed 打印的是同样的数，只是标作 'GB'）",
 }
 
-# -- the engine's warnings (attach.py, hpz.py, qgz.py) --------------------------------------------------
+# -- the engine's warnings and errors (the training path: engine.py, attach.py, stage.py, budget.py, ...) ------
 ZH["engine"] = {
     "{key} has no effect in zerolab: {why}": "{key} 在 zerolab 里不起作用：{why}",
     "this model already had a zerolab engine: it is closed now (its hooks removed, the model given its full current "
@@ -2475,6 +2475,205 @@ ZH["engine"] = {
         "zero_quantized_gradients：和 DeepSpeed 0.19.8 一样，qgZ 得到的梯度是均值的 {local} 倍（每节点 rank 数）："
         "它的 all-to-all 路径在每个节点内求和，之后只除以节点数（{nodes}），而它退回 reduce-scatter 的路径（1 维"
         "参数）除以全部 {n} 个 rank。Adam 几乎察觉不到一个常数倍的缩放；梯度裁剪和报告的梯度范数会受影响",
+    # -- the engine's errors (issue 26): the device budget (budget.py) --
+    "device_budget must be positive, not {value}": "device_budget 必须是正数，不能是 {value}",
+    "device_budget {value}: give bytes as a number or text like '2GB' or '1.5GiB'":
+        "device_budget {value}：请用数字给出字节数，或写成 '2GB'、'1.5GiB' 这样的文字",
+    "rank {rank}: out of device memory in {where}: {total} needed, the budget is {capacity} (device_budget). "
+    "Biggest consumers:":
+        "rank {rank}：{where}时显存不足：需要 {total}，显存预算只有 {capacity}（device_budget）。占用最多的几项：",
+    "plus the activations and buffers measured so far": "再加上目前测到的激活值和缓冲区",
+    "activations not measured yet: they come on top": "激活值还没有测到：它们要另外加上",
+    "Configs whose device memory would fit (model states by the formula, {measured}):":
+        "显存装得下的配置（模型状态按公式估算，{measured}）：",
+    "No ZeRO stage or offload fits this budget with these activations: lower the micro batch (activations), "
+    "recompute activations (torch.utils.checkpoint), or add ranks.":
+        "在这样的激活值下，没有哪个 ZeRO stage 或卸载方式装得进这个显存预算：请减小微批次（减少激活值）、"
+        "做激活重计算（torch.utils.checkpoint），或者增加 rank。",
+    # where the budget ran out (budget.WHERE) and what it names (budget.CONSUMERS)
+    "forward": "前向",
+    "backward": "反向",
+    "the optimizer step": "优化器更新",
+    "a parameter gather": "参数收集",
+    "set-up (model states)": "初始化（放置模型状态）",
+    "params": "参数（params）",
+    "grads": "梯度（grads）",
+    "optimizer_states": "优化器状态（optimizer_states）",
+    "buffers (buckets, gathered parameters)": "缓冲区（梯度桶、收集来的参数）",
+    "activations": "激活值（activations）",
+    "allocated by torch on the GPU": "torch 在 GPU 上分配的显存",
+    # -- the loss scaler (loss_scaler.py): the floor, bad settings, the lines engine.log prints --
+    "iteration {iteration}: the gradients overflowed (inf/NaN) and the loss scale is already at its minimum, "
+    "{scale}, so it cannot be lowered any further; stopping the run, as DeepSpeed does. Inf/NaN even at this scale "
+    "usually means the model itself diverged (learning rate too high, a bad batch, an operation that overflows "
+    "fp16), not that the scale is too big. Lower fp16.min_loss_scale only if you know the scale is the problem; "
+    "bf16 avoids loss scaling altogether.":
+        "第 {iteration} 次迭代：梯度溢出（inf/NaN），而损失缩放值已经在最小值 {scale}，无法再降低；和 DeepSpeed "
+        "一样，训练到此停止。即使在这个最小的缩放值下仍出现 inf/NaN，通常说明模型本身发散了（学习率太高、某个坏的 "
+        "batch、某个在 fp16 下会溢出的运算），而不是缩放值太大。只有确定问题出在缩放值上时，才去调低 "
+        "fp16.min_loss_scale；改用 bf16 则完全不需要损失缩放。",
+    "a loss scale must be a finite number > 0, got {scale}": "损失缩放值必须是大于 0 的有限数，实际是 {scale}",
+    "scale_window (fp16.loss_scale_window) must be an integer > 0, got {value}":
+        "scale_window（fp16.loss_scale_window）必须是大于 0 的整数，实际是 {value}",
+    "min_scale (fp16.min_loss_scale) must be a finite number > 0, got {value}":
+        "min_scale（fp16.min_loss_scale）必须是大于 0 的有限数，实际是 {value}",
+    "scale_factor must be a finite number > 1, got {value}": "scale_factor 必须是大于 1 的有限数，实际是 {value}",
+    "fp16.loss_scale must be >= 0 (0 = dynamic), got {value}": "fp16.loss_scale 必须 >= 0（0 表示动态），实际是 {value}",
+    "overflow: skipping step, loss scale stays {scale} (static)": "溢出：跳过这一步，损失缩放值保持 {scale}（静态）",
+    "overflow: skipping step, loss scale {old} -> {new}": "溢出：跳过这一步，损失缩放值 {old} -> {new}",
+    "overflow: skipping step, loss scale stays {scale} (hysteresis {was} -> {h}: {left})":
+        "溢出：跳过这一步，损失缩放值保持 {scale}（hysteresis {was} -> {h}：{left}）",
+    "the next overflow lowers it": "下一次溢出就会降低它",
+    "it takes {h} more overflows to lower it": "还要再溢出 {h} 次才会降低它",
+    "a hysteresis below 1 never runs out: it will not drop": "hysteresis 小于 1 永远用不完：缩放值不会下降",
+    "clean step: hysteresis refilled {was} -> {now}": "无溢出的一步：hysteresis 补满 {was} -> {now}",
+    "no overflow for {window} steps: loss scale {old} -> {new}": "连续 {window} 步无溢出：损失缩放值 {old} -> {new}",
+    # -- ranks that took different paths at stage 3 (trace.py) --
+    ", ": "，",
+    "ranks ran different modules in this forward: {ranks}{order}": "各 rank 在这次前向里运行的模块不同：{ranks}{order}",
+    "rank {rank} gathered {n} module groups": "rank {rank} 收集了 {n} 组模块参数",
+    " (or the same number in another order)": "（或者数目相同但顺序不同）",
+    "rank {rank} reached the end of its forward": "rank {rank} 到了自己前向的结尾",
+    "ranks ran different modules: {ranks}": "各 rank 运行的模块不同：{ranks}",
+    "rank {rank} reached {where}": "rank {rank} 到了 {where}",
+    "{what}. With ZeRO stage 3 every rank must run the same modules in the same order (e.g. no rank-dependent "
+    "branches, no forward on one rank only).":
+        "{what}。在 ZeRO stage 3 下，每个 rank 都必须以相同的顺序运行相同的模块（例如：不能有依 rank 而异的分支，"
+        "不能只在某一个 rank 上做前向）。",
+    # -- unused parameters with ignore_unused_parameters false (stage.py) --
+    " and {n} more": " 以及另外 {n} 个",
+    "; on this rank (rank {rank}): {names}{more}": "；本 rank（rank {rank}）上是：{names}{more}",
+    "trainable parameters got no gradient in this backward on rank(s) {ranks}{mine}. "
+    "zero_optimization.ignore_unused_parameters is false, so this is an error (DeepSpeed's rule); set it to true "
+    "(the default) to treat a missing gradient as zero, as DDP with find_unused_parameters=True does, or freeze the "
+    "parameter (requires_grad=False).":
+        "在 rank {ranks} 上，有可训练参数在这次反向里没有得到梯度{mine}。zero_optimization.ignore_unused_parameters "
+        "为 false，所以这是一个错误（DeepSpeed 的规则）；把它设为 true（默认值），缺失的梯度就按零处理，和 DDP 在 "
+        "find_unused_parameters=True 时一样；或者冻结这个参数（requires_grad=False）。",
+    # -- stage 3's module hooks (hooks.py) --
+    "use_module_hooks(cls): cls must be a class with the methods {methods}":
+        "use_module_hooks(cls)：cls 必须是一个类，并且有这些方法：{methods}",
+    "register_external_parameter: that parameter is not trained by this engine":
+        "register_external_parameter：这个参数不由这个引擎训练",
+    "parameter {name} was used outside the model's forward (after forward, before backward: in the loss, say). ZeRO "
+    "stage 3 keeps only a 1/{n} shard of it on each rank, and gathers it only while a module's forward runs. Compute "
+    "with it inside the model's forward (e.g. the top-level forward: zerolab gathers it there), or use ZeRO stage 0-2 "
+    "for this model.":
+        "参数 {name} 在模型的前向之外被用到了（前向之后、反向之前，比如在损失里）。ZeRO stage 3 在每个 rank 上只保留"
+        "它的 1/{n} 分片，只在某个模块的前向运行期间才把它收集完整。请在模型的前向里用它（例如在最外层的 forward "
+        "里：zerolab 会在那里收集它），或者对这个模型改用 ZeRO stage 0-2。",
+    # -- the engine's own (engine.py) --
+    "zerolab.initialize needs a torch.distributed process group: call it inside a function run by zerolab.launch / "
+    "Crew.run, or under torchrun":
+        "zerolab.initialize 需要一个 torch.distributed 进程组：请在由 zerolab.launch / Crew.run 运行的函数里调用它，"
+        "或者在 torchrun 下运行",
+    "pass either an optimizer built over the parameter groups or param_groups, not both":
+        "要么传入一个建立在这些参数组上的优化器，要么传入 param_groups，不要两个都传",
+    "the model has no trainable parameters": "这个模型没有可训练的参数",
+    "this engine is closed (engine.close(), or a newer zerolab.initialize on the same model): use the new engine":
+        "这个引擎已经关闭了（调用过 engine.close()，或者同一个模型上有了更新的 zerolab.initialize）：请用新的引擎",
+    "save_checkpoint in the middle of gradient accumulation: the accumulated gradients would be lost; save after the "
+    "step at the boundary":
+        "在梯度累积的中途调用了 save_checkpoint：已经累积的梯度会丢失；请在累积边界那一步之后再保存",
+    "memory(where): 'device', 'host' or 'nvme', not {where}": "memory(where)：应为 'device'、'host' 或 'nvme'，而不是 {where}",
+    # -- attaching an engine to a model and its optimizer (attach.py) --
+    "param_groups mixes dicts and tensors: give a list of dicts with 'params'":
+        "param_groups 里混着字典和张量：请给出一个由带 'params' 的字典组成的列表",
+    "a parameter appears in more than one parameter group": "有一个参数出现在不止一个参数组里",
+    "the model": "整个模型",
+    "ZeRO stage 3 cannot run a torch.compile'd module ({name}): stage 3 gathers and releases each module's "
+    "parameters in module hooks, which the compiler cannot trace. Pass the model before torch.compile, or use ZeRO "
+    "stage 0-2 (they run compiled models unchanged)":
+        "ZeRO stage 3 无法运行经过 torch.compile 的模块（{name}）：stage 3 在模块钩子里收集和释放每个模块的参数，"
+        "编译器无法追踪这些操作。请传入 torch.compile 之前的模型，或者改用 ZeRO stage 0-2（它们可以原样运行编译过的"
+        "模型）",
+    "the optimizer's parameter groups hold frozen parameters ({name}): leave them out, or set requires_grad=True":
+        "优化器的参数组里有被冻结的参数（{name}）：把它们去掉，或者设置 requires_grad=True",
+    "the optimizer holds {n} tensor(s) that are not parameters of the model given to initialize: build it over "
+    "model.parameters() (or some of them)":
+        "优化器里有 {n} 个张量不是传给 initialize 的模型的参数：请在 model.parameters()（或其中一部分）上构建优化器",
+    "zerolab: {n} parameter(s) with requires_grad are not in the optimizer ({names}): they are not trained, as in "
+    "DeepSpeed":
+        "zerolab：有 {n} 个 requires_grad 的参数不在优化器里（{names}）：和 DeepSpeed 一样，它们不会被训练",
+    # -- the memory formulas and measurements (memory.py), precision.py's report --
+    "pass model.parameters() (or .buffers(), .state_dict()), not the module: say which tensors you mean":
+        "请传入 model.parameters()（或 .buffers()、.state_dict()），而不是模块本身：说清楚你指的是哪些张量",
+    "unknown unit {unit}; use 'auto' or one of {units}": "未知的单位 {unit}；请用 'auto' 或以下之一：{units}",
+    "precision must be 'fp32', 'fp16' or 'bf16', not {value}": "precision 必须是 'fp32'、'fp16' 或 'bf16'，而不是 {value}",
+    "optimizer must be one of {names}, not {value}": "optimizer 必须是 {names} 之一，而不是 {value}",
+    "stage must be 0, 1, 2 or 3, not {value}": "stage 必须是 0、1、2 或 3，而不是 {value}",
+    "world_size must be >= 1, not {value}": "world_size 必须 >= 1，而不是 {value}",
+    "persistent_numel must be in [0, psi], not {value}": "persistent_numel 必须在 [0, psi] 之内，而不是 {value}",
+    "underflow_report expects finite magnitudes; these contain inf or NaN":
+        "underflow_report 需要有限的数值；这些数里有 inf 或 NaN",
+    "scale must be a finite number > 0, got {scale}": "scale 必须是大于 0 的有限数，实际是 {scale}",
+    # -- building the optimizer over the shards (optim.py) --
+    "cannot rebuild {cls} over the shards with the same settings: {settings} is not a constructor argument; pass "
+    "the optimizer class or a factory (params -> optimizer) instead":
+        "无法用相同的设置在分片上重建 {cls}：{settings} 不是构造函数的参数；请改为传入优化器类，或者一个工厂函数"
+        "（params -> optimizer）",
+    "optimizer type {type} is not implemented by zerolab (use Adam, AdamW or SGD, or pass a torch optimizer to "
+    "initialize)":
+        "zerolab 没有实现优化器类型 {type}（请用 Adam、AdamW 或 SGD，或者把一个 torch 优化器传给 initialize）",
+    "an optimizer was passed to initialize() and the config has an 'optimizer' block too: give one of them":
+        "initialize() 收到了一个优化器，而配置里也有 'optimizer' 块：两者只给一个",
+    "no optimizer: add an 'optimizer' block to the config (e.g. {'type': 'AdamW', 'params': {'lr': 1e-3}}) or pass "
+    "optimizer=":
+        "没有优化器：请在配置里加上 'optimizer' 块（例如 {'type': 'AdamW', 'params': {'lr': 1e-3}}），或者传入 "
+        "optimizer=",
+    "optimizer must be a torch optimizer class, instance or factory, not {type}":
+        "optimizer 必须是 torch 优化器的类、实例或工厂函数，而不是 {type}",
+    "{type} is not known to update elements independently, so stepping a shard may not equal stepping the full "
+    "parameters; set 'zero_allow_untested_optimizer': true to use it anyway":
+        "不确定 {type} 是否逐元素独立地更新，所以在一个分片上更新未必等于在完整参数上更新；如果仍要使用，请设置 "
+        "'zero_allow_untested_optimizer': true",
+    # -- gradient reduction (reduce.py) --
+    "a second gradient for {name} arrived in one backward, after its bucket ({bucket}) was sent: its gradient was "
+    "accumulated twice in one backward (e.g. reentrant activation checkpointing), which zerolab does not support; "
+    "use torch.utils.checkpoint with use_reentrant=False":
+        "在同一次反向里，{name} 的第二个梯度在它所在的桶（{bucket}）发出之后才到达：它的梯度在一次反向里被累加了两次"
+        "（例如可重入的激活检查点），zerolab 不支持这种情况；请使用 use_reentrant=False 的 torch.utils.checkpoint",
+    "backward was called twice before engine.step() at an accumulation boundary with overlap_comm: call "
+    "engine.step() after each backward, as DeepSpeed requires":
+        "开启 overlap_comm 时，在累积边界上 engine.step() 之前调用了两次 backward：请按 DeepSpeed 的要求，每次 "
+        "backward 之后都调用 engine.step()",
+    # -- hpZ's groups (hpz.py); DeepSpeed's assertion stays in its own words --
+    "{key}={h} with offload_param on nvme: DeepSpeed 0.19.8 allocates hpZ's secondary shard on the offload device "
+    "(partition_parameters.py, _partition_param_sec: torch.empty(..., device='nvme')) and fails. Fix: offload_param "
+    "device 'cpu' or 'none', or zero_hpz_partition_size 1":
+        "{key}={h} 与卸载到 nvme 的 offload_param 不能同时使用：DeepSpeed 0.19.8 会把 hpZ 的二级分片分配在卸载设备上"
+        "（partition_parameters.py，_partition_param_sec：torch.empty(..., device='nvme')），然后失败。修复：把 "
+        "offload_param 的 device 设为 'cpu' 或 'none'，或者把 zero_hpz_partition_size 设为 1",
+    " (the ranks per node here: {n})": "（这里每节点的 rank 数：{n}）",
+    "{key}={h} does not divide the {world_size} ranks: hpZ's groups are h consecutive ranks and DeepSpeed 0.19.8 "
+    "asserts that they tile the world (utils/groups.py, _ensure_divisibility: '{world_size} is not divisible by "
+    "{size}'). Fix: a divisor of {world_size} ({divisors}), usually the ranks per node{per_node}":
+        "{key}={h} 不能整除 rank 总数 {world_size}：hpZ 的每组是 h 个相邻的 rank，DeepSpeed 0.19.8 断言这些组正好"
+        "铺满全部 rank（utils/groups.py，_ensure_divisibility：'{world_size} is not divisible by {size}'）。修复：取 "
+        "{world_size} 的约数（{divisors}），通常就是每节点的 rank 数{per_node}",
+    # -- qwZ's quantizer (quant.py); DeepSpeed's assertion stays in its own words --
+    "nothing to quantize: {numel} elements": "没有可量化的内容：{numel} 个元素",
+    "DeepSpeed's qwZ quantizer cannot cut {numel} elements into blocks of a multiple of 8 (its CUDAQuantizer asserts "
+    "'Quantized weight requires the number of weights be a multiple of 8')":
+        "DeepSpeed 的 qwZ 量化器无法把 {numel} 个元素切成大小为 8 的倍数的块（它的 CUDAQuantizer 断言 "
+        "'Quantized weight requires the number of weights be a multiple of 8'）",
+    "{numel} elements do not cut into {groups} equal blocks": "{numel} 个元素无法切成 {groups} 个等大的块",
+    "use_qwz_codec(quantize_fn, dequantize_fn): both must be functions":
+        "use_qwz_codec(quantize_fn, dequantize_fn)：两个参数都必须是函数",
+    # -- offload to NVMe and host memory (nvme.py, offload.py) --
+    "{path}: file ended after {got} of {n} bytes": "{path}：文件读到 {got} 字节就结束了，应有 {n} 字节",
+    "offload to nvme needs 'nvme_path' (a folder on a fast disk) for the {what}":
+        "卸载到 nvme 需要为{what}指定 'nvme_path'（一块高速磁盘上的文件夹）",
+    "nvme_path {path} does not exist or is not a folder (create it first)":
+        "nvme_path {path} 不存在或不是文件夹（请先创建它）",
+    "nvme_path {path} is not writable: {error}": "nvme_path {path} 不可写：{error}",
+    "nvme_path {path} has {free:.2f} GiB free, but the {what} need {need:.2f} GiB there":
+        "nvme_path {path} 只剩 {free:.2f} GiB 空间，而{what}在那里需要 {need:.2f} GiB",
+    "optimizer states": "优化器状态",
+    "optimizer states (fp32 masters and moments of every rank)": "优化器状态（所有 rank 的 fp32 主权重和动量、方差）",
+    "parameter shards of every rank": "所有 rank 的参数分片",
+    "offload_optimizer.ratio < 1 (partial offload) is not implemented in zerolab":
+        "zerolab 没有实现 offload_optimizer.ratio < 1（部分卸载）",
 }
 
 # -- the commands' own lines: explain, estimate, consolidate, simulate, bench, train (cli.py, train.py) -----

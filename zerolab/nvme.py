@@ -16,9 +16,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
+from .i18n import catalogue
 from .procs import pid_alive
 
 __all__ = ["NvmeStore", "NvmePathError", "check_nvme_path", "remove_stale_swap_dirs"]
+
+T = catalogue("engine")        # the messages in the edition's language (zerolab/messages_zh.py)
+# what the callers swap to NVMe (check_nvme_path's ``what``: its Chinese is in the catalogue)
+WHAT = ("optimizer states", "optimizer states (fp32 masters and moments of every rank)",
+        "parameter shards of every rank")
 
 SWAP_PREFIX = "zerolab-swap-"
 
@@ -88,7 +94,7 @@ class NvmeStore:
             while got < len(view):            # 1 MiB at a time (DeepSpeed's aio block): measured
                 n = f.readinto(view[got:got + self.block])   # closer to the disk's rate here
                 if not n:
-                    raise OSError(f"{path}: file ended after {got} of {len(view)} bytes")
+                    raise OSError(T("{path}: file ended after {got} of {n} bytes", path=path, got=got, n=len(view)))
                 got += n
         self.bytes_read += len(view)
         end = time.perf_counter()
@@ -114,19 +120,21 @@ def _remove(pool: ThreadPoolExecutor, top: str) -> None:
 def check_nvme_path(nvme_path, needed_bytes: int, what: str) -> str:
     """The folder, checked: it exists, is writable, and has room for ``needed_bytes``."""
     if not nvme_path:
-        raise NvmePathError(f"offload to nvme needs 'nvme_path' (a folder on a fast disk) for the {what}")
+        raise NvmePathError(T("offload to nvme needs 'nvme_path' (a folder on a fast disk) for the {what}",
+                              what=T.text(what)))
     path = os.path.abspath(os.path.expanduser(str(nvme_path)))
     if not os.path.isdir(path):
-        raise NvmePathError(f"nvme_path {path!r} does not exist or is not a folder (create it first)")
+        raise NvmePathError(T("nvme_path {path} does not exist or is not a folder (create it first)",
+                              path=repr(path)))
     try:
         with tempfile.NamedTemporaryFile(dir=path, prefix=".zerolab-probe-"):
             pass
     except OSError as e:
-        raise NvmePathError(f"nvme_path {path!r} is not writable: {e}") from None
+        raise NvmePathError(T("nvme_path {path} is not writable: {error}", path=repr(path), error=e)) from None
     free = shutil.disk_usage(path).free
     if needed_bytes > free:
-        raise NvmePathError(f"nvme_path {path!r} has {free / 2**30:.2f} GiB free, but the {what} need "
-                            f"{needed_bytes / 2**30:.2f} GiB there")
+        raise NvmePathError(T("nvme_path {path} has {free:.2f} GiB free, but the {what} need {need:.2f} GiB there",
+                              path=repr(path), free=free / 2**30, what=T.text(what), need=needed_bytes / 2**30))
     return path
 
 

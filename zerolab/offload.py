@@ -34,11 +34,14 @@ import time
 import torch
 
 from .flat import pack_sizes
+from .i18n import catalogue
 from .memory import tensor_bytes
 from .nvme import NvmeStore
 from .store import InMemory, ShardStore, SwapSubGroups, shard_store
 
 __all__ = ["StateHome", "ParamWriter", "make_state_home", "tile_ranges"]
+
+T = catalogue("engine")        # the messages in the edition's language (zerolab/messages_zh.py)
 
 
 def tile_ranges(numel: int, size: int) -> list[tuple[int, int]]:
@@ -311,7 +314,7 @@ def make_state_home(owned: list[torch.Tensor], groups, zero, writer: ParamWriter
     """The home ``zero.offload_optimizer`` asks for."""
     cfg = zero.offload_optimizer
     if cfg.device in ("cpu", "nvme") and cfg.ratio < 1:   # the parser refuses it; a Config built by hand might not
-        raise NotImplementedError("offload_optimizer.ratio < 1 (partial offload) is not implemented in zerolab")
+        raise NotImplementedError(T("offload_optimizer.ratio < 1 (partial offload) is not implemented in zerolab"))
     need = lambda: sum(o.numel() for o in owned) * 4 * (1 + needed_state_factor) * world_size  # noqa: E731
     store = shard_store(cfg, device, rank, need, "optimizer states (fp32 masters and moments of every rank)",
                         timeline=timeline)

@@ -17,7 +17,11 @@ from typing import Any
 
 import torch
 
+from .i18n import catalogue
+
 __all__ = ["build_optimizer", "ELEMENTWISE"]
+
+T = catalogue("engine")        # the messages in the edition's language (zerolab/messages_zh.py)
 
 # Optimizers whose update of an element depends only on that element's history.
 ELEMENTWISE = {torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD, torch.optim.Adagrad,
@@ -43,9 +47,10 @@ def _rebuild(spec: torch.optim.Optimizer, params) -> torch.optim.Optimizer:
     opt = cls(params, **hp)
     differ = [k for k in group if k not in hp and opt.param_groups[0].get(k, group[k]) != group[k]]
     if differ:
-        raise ValueError(f"cannot rebuild {cls.__name__} over the shards with the same settings: "
-                         f"{', '.join(f'{k}={group[k]!r}' for k in differ)} is not a constructor "
-                         "argument; pass the optimizer class or a factory (params -> optimizer) instead")
+        raise ValueError(T("cannot rebuild {cls} over the shards with the same settings: "
+                           "{settings} is not a constructor "
+                           "argument; pass the optimizer class or a factory (params -> optimizer) instead",
+                           cls=cls.__name__, settings=", ".join(f"{k}={group[k]!r}" for k in differ)))
     return opt
 
 
@@ -54,8 +59,9 @@ def _from_config(opt_cfg, params) -> torch.optim.Optimizer:
     ``adam_w_mode`` is false; the parser has resolved that into ``torch_name``)."""
     cls = getattr(torch.optim, opt_cfg.torch_name, None)
     if cls is None:
-        raise ValueError(f"optimizer type {opt_cfg.type!r} is not implemented by zerolab "
-                         f"(use Adam, AdamW or SGD, or pass a torch optimizer to initialize)")
+        raise ValueError(T("optimizer type {type} is not implemented by zerolab "
+                           "(use Adam, AdamW or SGD, or pass a torch optimizer to initialize)",
+                           type=repr(opt_cfg.type)))
     hp: dict[str, Any] = {k: (tuple(v) if isinstance(v, (list, tuple)) else v)
                           for k, v in opt_cfg.params.items()}
     return cls(params, **hp)
@@ -67,12 +73,12 @@ def build_optimizer(spec, opt_cfg, params: list[torch.Tensor], allow_untested: b
         hp = {k: (tuple(v) if k == "betas" else v) for k, v in opt_cfg.params.items()}
         spec, opt_cfg = (lambda ps: spec(ps, **hp)), None     # the class, with the config's hyper-parameters
     if spec is not None and opt_cfg is not None:
-        raise ValueError("an optimizer was passed to initialize() and the config has an "
-                         "'optimizer' block too: give one of them")
+        raise ValueError(T("an optimizer was passed to initialize() and the config has an "
+                           "'optimizer' block too: give one of them"))
     if spec is None:
         if opt_cfg is None:
-            raise ValueError("no optimizer: add an 'optimizer' block to the config "
-                             "(e.g. {'type': 'AdamW', 'params': {'lr': 1e-3}}) or pass optimizer=")
+            raise ValueError(T("no optimizer: add an 'optimizer' block to the config "
+                               "(e.g. {'type': 'AdamW', 'params': {'lr': 1e-3}}) or pass optimizer="))
         opt = _from_config(opt_cfg, params)
     elif isinstance(spec, torch.optim.Optimizer):
         opt = _rebuild(spec, params)
@@ -81,10 +87,10 @@ def build_optimizer(spec, opt_cfg, params: list[torch.Tensor], allow_untested: b
     elif callable(spec):
         opt = spec(params)
     else:
-        raise TypeError(f"optimizer must be a torch optimizer class, instance or factory, "
-                        f"not {type(spec).__name__}")
+        raise TypeError(T("optimizer must be a torch optimizer class, instance or factory, "
+                          "not {type}", type=type(spec).__name__))
     if type(opt) not in ELEMENTWISE and not allow_untested:
-        raise ValueError(f"{type(opt).__name__} is not known to update elements independently, "
-                         f"so stepping a shard may not equal stepping the full parameters; set "
-                         f"'zero_allow_untested_optimizer': true to use it anyway")
+        raise ValueError(T("{type} is not known to update elements independently, "
+                           "so stepping a shard may not equal stepping the full parameters; set "
+                           "'zero_allow_untested_optimizer': true to use it anyway", type=type(opt).__name__))
     return opt

@@ -94,7 +94,8 @@ class ParamShards:
     def flush(self) -> None:
         """After the step: the shards assembled for files go back to their files."""
         for i, buf in self._staged.items():
-            if self._covered.get(i, buf.numel()) < buf.numel():    # (not the case in a step)
+            if self._covered.get(i, buf.numel()) < buf.numel():    # (not the case in a step: an internal
+                # invariant no learner can break, so its message stays English)
                 raise RuntimeError(f"stage 3: the step updated only part of group {i}'s shard")
         for w in [self.store.write(i, "param", buf) for i, buf in self._staged.items()]:
             w.result()

@@ -16,9 +16,13 @@ from typing import Any
 
 import torch
 
+from .i18n import catalogue
+
 __all__ = ["FP16_MAX", "FP16_MIN_NORMAL", "FP16_MIN_SUBNORMAL", "BF16_MAX", "BF16_MIN_NORMAL",
            "BF16_MIN_SUBNORMAL", "FP32_MAX", "FP32_MIN_NORMAL", "FP32_MIN_SUBNORMAL", "grad_magnitudes",
            "underflow_report", "scaler_trace", "dtype_range_table"]
+
+T = catalogue("engine")        # the messages in the edition's language (zerolab/messages_zh.py)
 
 _F16, _BF16, _F32 = torch.finfo(torch.float16), torch.finfo(torch.bfloat16), torch.finfo(torch.float32)
 
@@ -57,9 +61,9 @@ def underflow_report(values: torch.Tensor, scale: float = 1.0, dtype: torch.dtyp
     """
     v = values.detach().reshape(-1).float().abs().cpu()
     if not torch.isfinite(v).all():
-        raise ValueError("underflow_report expects finite magnitudes; these contain inf or NaN")
+        raise ValueError(T("underflow_report expects finite magnitudes; these contain inf or NaN"))
     if not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
+        raise ValueError(T("scale must be a finite number > 0, got {scale}", scale=repr(scale)))
     cast = (v * scale).to(dtype)
     tiny = torch.finfo(dtype).tiny
     nonzero = v != 0

@@ -50,8 +50,12 @@ from collections.abc import Callable, Iterator
 
 import torch
 
+from .i18n import catalogue
+
 __all__ = ["quantize", "dequantize", "qwz_groups", "fp16_round_trip", "pack_int4", "unpack_int4",
            "QWZ_TARGET_GROUP_SIZE", "qwz_codec", "use_qwz_codec"]
+
+T = catalogue("engine")        # the messages in the edition's language (zerolab/messages_zh.py)
 
 QWZ_TARGET_GROUP_SIZE = 8000     # CUDAQuantizer.target_group_size ("the optimal size is 4k")
 
@@ -65,7 +69,7 @@ def qwz_groups(numel: int, target: int = QWZ_TARGET_GROUP_SIZE) -> int:
        still larger than ``target`` (a hard limit of 16k elements per block).
     """
     if numel <= 0:
-        raise ValueError(f"nothing to quantize: {numel} elements")
+        raise ValueError(T("nothing to quantize: {numel} elements", numel=numel))
     groups = math.ceil(numel / target)
     while groups < numel:
         if numel % (8 * groups) == 0:
@@ -74,9 +78,10 @@ def qwz_groups(numel: int, target: int = QWZ_TARGET_GROUP_SIZE) -> int:
     while numel % (8 * groups * 2) == 0 and numel / groups > target:
         groups *= 2
     if numel % (8 * groups) != 0 or not numel / groups < 16000 or not numel > groups:
-        raise ValueError(f"DeepSpeed's qwZ quantizer cannot cut {numel} elements into blocks of a multiple "
-                         "of 8 (its CUDAQuantizer asserts 'Quantized weight requires the number of weights "
-                         "be a multiple of 8')")
+        # (DeepSpeed's assertion is quoted in its own words, in English)
+        raise ValueError(T("DeepSpeed's qwZ quantizer cannot cut {numel} elements into blocks of a multiple "
+                           "of 8 (its CUDAQuantizer asserts 'Quantized weight requires the number of weights "
+                           "be a multiple of 8')", numel=numel))
     return groups
 
 
@@ -88,7 +93,8 @@ def quantize(x: torch.Tensor, groups: int, bits: int = 8) -> tuple[torch.Tensor,
     (``m / 2**(bits-1)`` for a block of largest magnitude ``m``: DeepSpeed stores ``1 / q_scale``)."""
     flat = x.reshape(-1).float()
     if flat.numel() % groups:
-        raise ValueError(f"{flat.numel()} elements do not cut into {groups} equal blocks")
+        raise ValueError(T("{numel} elements do not cut into {groups} equal blocks", numel=flat.numel(),
+                           groups=groups))
     blocks = flat.view(groups, -1)
     m = blocks.abs().amax(dim=1, keepdim=True)
     one = torch.ones((), dtype=torch.float32)
@@ -140,7 +146,7 @@ def use_qwz_codec(quantize_fn: Callable, dequantize_fn: Callable) -> Iterator[No
     signatures of :func:`quantize` and :func:`dequantize`). The group count stays DeepSpeed's
     (:func:`qwz_groups`); ``q`` and ``scales`` are read flat."""
     if not (callable(quantize_fn) and callable(dequantize_fn)):
-        raise TypeError("use_qwz_codec(quantize_fn, dequantize_fn): both must be functions")
+        raise TypeError(T("use_qwz_codec(quantize_fn, dequantize_fn): both must be functions"))
     _QWZ_CODEC.append((quantize_fn, dequantize_fn))
     try:
         yield

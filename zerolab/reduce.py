@@ -55,12 +55,15 @@ import torch
 from . import params as _params
 from .bucket_comm import BucketCollectives
 from .flat import Bucket, FlatGroup, Part, pack_after, pack_buckets
+from .i18n import catalogue
 from .memory import tensor_bytes
 from .qgz import QuantizedReduce
 from .switches import LiveBuffers, ReduceSpec
 
 __all__ = ["GradReducer", "AllReduceAtBoundary", "ReduceScatterAtBoundary", "ReduceScatterInBackward",
            "QuantizedReduce"]
+
+T = catalogue("engine")        # the messages in the edition's language (zerolab/messages_zh.py)
 
 class GradReducer(BucketCollectives):
     """Bucket order and the collectives, shared by the three switches. A switch defines
@@ -156,11 +159,11 @@ class GradReducer(BucketCollectives):
     def _check_not_sent(self, g: FlatGroup, i: int) -> None:
         b, _ = self._where[(g.index, i)]
         if b.index < self._next:
-            raise RuntimeError(
-                f"a second gradient for {g.names[i]!r} arrived in one backward, after its bucket "
-                f"({b.label}) was sent: its gradient was accumulated twice in one backward "
+            raise RuntimeError(T(
+                "a second gradient for {name} arrived in one backward, after its bucket "
+                "({bucket}) was sent: its gradient was accumulated twice in one backward "
                 "(e.g. reentrant activation checkpointing), which zerolab does not support; use "
-                "torch.utils.checkpoint with use_reentrant=False")
+                "torch.utils.checkpoint with use_reentrant=False", name=repr(g.names[i]), bucket=b.label))
 
     def _arrive(self, g: FlatGroup, i: int) -> None:
         b, _ = self._where[(g.index, i)]
@@ -202,9 +205,9 @@ class AllReduceAtBoundary(GradReducer):
 
     def pre_backward(self, boundary: bool) -> None:
         if self._sent_in_backward:
-            raise RuntimeError("backward was called twice before engine.step() at an accumulation "
-                               "boundary with overlap_comm: call engine.step() after each backward, "
-                               "as DeepSpeed requires")
+            raise RuntimeError(T("backward was called twice before engine.step() at an accumulation "
+                                 "boundary with overlap_comm: call engine.step() after each backward, "
+                                 "as DeepSpeed requires"))
         self._overlapping = self.overlap and boundary
         if self._overlapping:
             self._start_order()

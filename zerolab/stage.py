@@ -56,6 +56,7 @@ from .comm import Comm
 from .config import ZerolabConfig
 from .flat import FlatGroup
 from .gather import GatheredParams
+from .i18n import catalogue
 from .memory import largest_layer_params, tensor_bytes
 from .offload import ParamWriter, make_state_home
 from .params import ReplicatedParams
@@ -63,6 +64,8 @@ from .reduce import AllReduceAtBoundary, ReduceScatterAtBoundary, ReduceScatterI
 from .switches import GradSwitch, LiveBuffers, ParamSwitch, ReduceSpec, StateSwitch, add_memory
 
 __all__ = ["Stage", "SWITCHES", "UnusedParameterError", "reduce_spec", "reduce_mode", "STAGE0_BUCKET"]
+
+T = catalogue("engine")        # the messages in the edition's language (zerolab/messages_zh.py)
 
 STAGE0_BUCKET = 500_000_000       # DeepSpeed's MEMORY_OPT_ALLREDUCE_SIZE: stage 0's all-reduce buckets
 
@@ -267,13 +270,15 @@ class Stage:
         if int(flags.sum()) == 0:
             return
         ranks = [r for r in range(self.world_size) if int(flags[r])]
-        mine = (f"; on this rank (rank {self.rank}): " + ", ".join(missing[:8])
-                + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")) if missing else ""
-        raise UnusedParameterError(
-            f"trainable parameters got no gradient in this backward on rank(s) {ranks}{mine}. "
+        more = T(" and {n} more", n=len(missing) - 8) if len(missing) > 8 else ""
+        mine = T("; on this rank (rank {rank}): {names}{more}", rank=self.rank, names=", ".join(missing[:8]),
+                 more=more) if missing else ""
+        raise UnusedParameterError(T(
+            "trainable parameters got no gradient in this backward on rank(s) {ranks}{mine}. "
             "zero_optimization.ignore_unused_parameters is false, so this is an error (DeepSpeed's "
             "rule); set it to true (the default) to treat a missing gradient as zero, as DDP with "
-            "find_unused_parameters=True does, or freeze the parameter (requires_grad=False).")
+            "find_unused_parameters=True does, or freeze the parameter (requires_grad=False).",
+            ranks=ranks, mine=mine))
 
     # -- transient buffers (buckets, gathered parameters) -----------------------------------
     def track(self, key: str, t: torch.Tensor | None) -> None:

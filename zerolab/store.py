@@ -75,7 +75,7 @@ class DeviceShards:
         return torch.zeros(numel, dtype=dtype, device=self.device)
 
     def write(self, key, name: str, t: torch.Tensor) -> Future:
-        raise TypeError("shards on the device have no files")
+        raise TypeError("shards on the device have no files")      # the engine's own bug: stays English
 
     read = write
 

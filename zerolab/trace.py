@@ -16,6 +16,10 @@ from __future__ import annotations
 
 import torch
 
+from .i18n import catalogue
+
+T = catalogue("engine")        # the messages in the edition's language (zerolab/messages_zh.py)
+
 __all__ = ["FetchTrace", "ModuleOrderError", "agree", "checksum"]
 
 
@@ -124,15 +128,16 @@ def agree(comm, groups: list, first: int, code: int, tag: str, device) -> None:
     rows = headers.view(world, 2).tolist()
     if all(r == rows[rank] for r in rows):
         return
+    sep = T(", ")
     if all(i == -1 for i, _ in rows):         # all at the end of a forward, by other paths
-        what = "ranks ran different modules in this forward: " + ", ".join(
-            f"rank {r} gathered {c >> 40} module groups" for r, (_, c) in enumerate(rows)) + (
-            " (or the same number in another order)" if len({c >> 40 for _, c in rows}) == 1 else "")
+        what = T("ranks ran different modules in this forward: {ranks}{order}", ranks=sep.join(
+            T("rank {rank} gathered {n} module groups", rank=r, n=c >> 40) for r, (_, c) in enumerate(rows)),
+            order=T(" (or the same number in another order)") if len({c >> 40 for _, c in rows}) == 1 else "")
     else:
-        names = {r: ("the end of its forward" if i == -1 else
-                     repr(groups[i].label) if 0 <= i < len(groups) else f"#{i}")
+        names = {r: (None if i == -1 else repr(groups[i].label) if 0 <= i < len(groups) else f"#{i}")
                  for r, (i, _) in enumerate(rows)}
-        what = "ranks ran different modules: " + ", ".join(f"rank {r} reached {n}" for r, n in names.items())
-    raise ModuleOrderError(
-        what + ". With ZeRO stage 3 every rank must run the same modules in the same order "
-               "(e.g. no rank-dependent branches, no forward on one rank only).")
+        what = T("ranks ran different modules: {ranks}", ranks=sep.join(
+            T("rank {rank} reached the end of its forward", rank=r) if n is None else
+            T("rank {rank} reached {where}", rank=r, where=n) for r, n in names.items()))
+    raise ModuleOrderError(T("{what}. With ZeRO stage 3 every rank must run the same modules in the same order "
+                             "(e.g. no rank-dependent branches, no forward on one rank only).", what=what))
