@@ -155,13 +155,17 @@ _NO_LINE_START = set("，。；：、）》！？”’,.;:)!?")
 _NO_LINE_END = set("（《“‘")
 
 
-def fill(text: str, columns: int = 96, initial_indent: str = "", subsequent_indent: str = "") -> str:
+def fill(text: str, columns: int = 96, initial_indent: str = "", subsequent_indent: str = "",
+         **textwrap_options) -> str:
     """``textwrap.fill`` that also breaks Chinese (which has no spaces) by the columns it takes;
-    ASCII words are never split, a line never starts with a closing mark nor ends with an opening one."""
+    ASCII words are never split, a line never starts with a closing mark nor ends with an opening one.
+    Text without wide characters is ``textwrap.fill``'s, ``textwrap_options`` included
+    (``drop_whitespace=False`` ...); Chinese text is broken by the rules above."""
     import re
     import textwrap
     if width(text) == len(text):
-        return textwrap.fill(text, columns, initial_indent=initial_indent, subsequent_indent=subsequent_indent)
+        return textwrap.fill(text, columns, initial_indent=initial_indent, subsequent_indent=subsequent_indent,
+                             **textwrap_options)
     tokens = re.findall(r"[!-~]+| |[^ -~]", text)   # ASCII words, spaces, one CJK character
     lines, line = [], initial_indent
     for tok in tokens:

@@ -67,6 +67,7 @@ import matplotlib.pyplot as plt
 
 import zerolab
 from zerolab.chapters import ch05       # this chapter's runs, tables and figures
+from zerolab.i18n import fill           # textwrap.fill that also wraps Chinese (the zh edition's messages)
 from zerolab.memory import count_params, largest_layer_params
 
 crew = zerolab.Crew(2, threads=1)      # two ranks for the whole chapter (gloo, on this CPU)
@@ -202,7 +203,7 @@ code("""
 ddp = crew.run(ch05.try_budget, ch05.BUDGETED["stage 0 (DDP)"], "1MiB")[0]
 print(f"DeviceOutOfMemoryError, a torch.OutOfMemoryError: {ddp['is_torch_oom']}")
 for line in ddp["error"].splitlines():          # the engine's message, wrapped to fit the page
-    print(textwrap.fill(line, 98, subsequent_indent="      "))
+    print(fill(line, 98, subsequent_indent="      "))
 """),
 md("""
 It stops at set-up, before any step: the fp32 masters alone (Adam's moments appear only at the

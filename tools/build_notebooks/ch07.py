@@ -62,7 +62,6 @@ each of them on real ranks.
 """),
 code("""
 import statistics
-import textwrap
 import time
 
 import matplotlib.pyplot as plt
@@ -72,6 +71,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import zerolab
 from zerolab.budget import DeviceOutOfMemoryError
+from zerolab.i18n import fill          # textwrap.fill that also wraps Chinese (the zh edition's messages)
 from zerolab.memory import count_params
 from zerolab.models import MLP, TinyLM, lm_batches, lm_loss, mse_loss, regression_batches
 from zerolab.reference import train_engine
@@ -500,7 +500,7 @@ res = crew.run(oom)
 print(f"both ranks raised DeviceOutOfMemoryError (a torch.OutOfMemoryError): "
       f"{all(r['message'] and r['is_torch_oom'] for r in res)}")
 for line in res[0]["message"].splitlines():
-    print(textwrap.fill(line, 98, subsequent_indent="      ", drop_whitespace=False))
+    print(fill(line, 98, subsequent_indent="      ", drop_whitespace=False))
 """),
 md("""
 The first step fits (Adam's moments do not exist yet); the second fails in forward, while the
@@ -552,7 +552,7 @@ for stage, ignore in ((3, True), (2, False), (2, True)):
     res = crew.run(divergent, stage, ignore)
     print(f"stage {stage}, ignore_unused_parameters {ignore}: (answered in {time.perf_counter() - t0:.1f} s)")
     for r, text in enumerate(res):
-        print(textwrap.fill(text, 98, initial_indent=f"  rank {r}: ", subsequent_indent="          "))
+        print(fill(text, 98, initial_indent=f"  rank {r}: ", subsequent_indent="          "))
 """),
 md("""
 An error in well under a second, on every rank, naming the modules or the parameters: not a
@@ -593,7 +593,7 @@ fp16 = crew.run(collapse, "fp16")[0]
 bf16 = crew.run(collapse, "bf16")[0]
 print(f"fp16: {fp16['steps']} steps, {fp16['skipped']} skipped; engine.log has {len(fp16['log'])} lines,")
 print(f"  the last: {fp16['log'][-1]!r}")
-print(textwrap.fill(fp16["error"], 98, subsequent_indent="  "))
+print(fill(fp16["error"], 98, subsequent_indent="  "))
 print(f"bf16: {bf16['steps']} steps, {bf16['skipped']} skipped, error {bf16['error']}")
 
 fig, ax = plt.subplots(figsize=(7, 2.8))
