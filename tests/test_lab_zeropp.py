@@ -138,5 +138,5 @@ def test_the_summary_speaks_the_editions_language(pool):
     lk = lab.links(4, 2, hpz=2, pool=pool)
     with i18n.using("zh"):
         text = lk.describe()
-    assert "节点内" in text and "跨节点" in text and "副分片" in text and "16,640" in text
+    assert "节点内" in text and "跨节点" in text and "二级分片" in text and "16,640" in text
     assert "inside a node" not in text

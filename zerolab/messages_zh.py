@@ -1965,7 +1965,7 @@ ZH["lab"] = {
     "ms since the step began (rank 0)": "这一步开始后的毫秒数（rank 0）",
     "ms since the step began": "这一步开始后的毫秒数",
     "bytes held (engine.memory())": "持有的字节（engine.memory()）",
-    "what each rank holds over the step: model states + buffers in flight": "每个 rank 在这一步中持有的：模型状态 + 在路上的缓冲区",
+    "what each rank holds over the step: model states + buffers in flight": "每个 rank 在这一步中持有的：模型状态 + 在途的缓冲区",
     "bytes": "字节",
     "held right after this collective": "这次集合通信刚结束时持有的",
     "bytes (engine.memory(where))": "字节（engine.memory(where)）",
@@ -1981,7 +1981,7 @@ ZH["lab"] = {
     "one micro-step per step": "每步 1 个微步",
     "{g} micro-steps per step": "每步 {g} 个微步",
     "ZeRO++ off": "ZeRO++ 关闭",
-    "stage 3, {layout}, bf16, {keys}, {steps}": "ZeRO 阶段 3，{layout}，bf16，{keys}，{steps}",
+    "stage 3, {layout}, bf16, {keys}, {steps}": "stage 3，{layout}，bf16 精度，{keys}，{steps}",
     "Ψ = {psi:,} (four Linear(64, 64)); bytes rank 0 sent in the second step, from the ledger:":
         "Ψ = {psi:,}（四个 Linear(64, 64)）；rank 0 在第二步中发出的字节，取自账本：",
     "inside a node": "节点内",
@@ -1999,15 +1999,15 @@ ZH["lab"] = {
         "DeepSpeed 把每个分片切成整块，所以实测的缩放因子略多一些",
     "hpZ's secondary shards after the last backward: {b:,} B per rank = 2 B x {psi:,} / {h} "
     "(formula 2Ψ/h: {f:,.0f} B); after the step: {a:,} B":
-        "最后一次反向之后 hpZ 的副分片：每个 rank {b:,} B = 2 B x {psi:,} / {h}"
+        "最后一次反向之后 hpZ 的二级分片：每个 rank {b:,} B = 2 B x {psi:,} / {h}"
         "（公式 2Ψ/h：{f:,.0f} B）；这一步之后：{a:,} B",
     "no secondary shards (hpZ off): the parameters take {b:,} B per rank, the 1/N shard":
-        "没有副分片（hpZ 关闭）：参数每个 rank 占 {b:,} B，即 1/N 的分片",
+        "没有二级分片（hpZ 关闭）：参数每个 rank 占 {b:,} B，即 1/N 的分片",
     "the engine warned: {w}": "引擎警告：{w}",
     "bytes per link": "每条链路上的字节",
     "bytes rank 0 sent in one step (ledger)": "rank 0 一步中发出的字节（账本）",
     "1/N shard": "1/N 分片",
-    "hpZ's secondary shard": "hpZ 的副分片",
+    "hpZ's secondary shard": "hpZ 的二级分片",
     "rank {r}\nnode {m}": "rank {r}\n节点 {m}",
     "parameter bytes after the last backward": "最后一次反向之后的参数字节",
     "what hpZ costs in memory": "hpZ 的显存代价",
@@ -2117,7 +2117,7 @@ ZH["lab"] = {
         "stage 3：rank 0 在这一步中做了 {n} 次参数 all-gather（{numel:,} 个元素），",
     "carrying {ahead} module gathers prefetched ahead": "其中带着 {ahead} 个提前预取的模块收集",
     "each just in time, none prefetched": "每次都是用到时才收集，没有预取",
-    "; at most {peak:,} B gathered or in flight at once": "；同一时刻最多有 {peak:,} B 已收集或在路上",
+    "; at most {peak:,} B gathered or in flight at once": "；同一时刻最多有 {peak:,} B 已收集或在途",
     # the figures' other texts (legends, row labels, titles)
     "activations": "激活值",
     "working buffers": "工作缓冲区",

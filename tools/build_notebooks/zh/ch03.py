@@ -410,7 +410,7 @@ DeepSpeed 自己的 stage 2 只有一块扁平缓冲区，对每个桶改做 **a
 ## 它在 zerolab 里的位置
 
 `zerolab/reduce.py` 里的 `ReduceScatterInBackward.accept` 和 `ReduceScatterInBackward.issue` 做的就是你写的事；
-`GradReducer._reduce` 用 DeepSpeed 对这份配置会用的集合通信把桶发出去（打开 `overlap_comm` 时是异步的，桶在路上的时候反向传播接着算）：
+`GradReducer._reduce` 用 DeepSpeed 对这份配置会用的集合通信把桶发出去（打开 `overlap_comm` 时是异步的，桶在途时反向传播接着算）：
 这里和 stage 3 用 reduce-scatter，DeepSpeed 默认的 stage 2 用 all-reduce。stage 3 用的是同一个类，它的桶按反向传播完成各模块的先后装填；它的参数
 （`zerolab/gather.py`）通过 `grads_done(g)` 得到通知，一个模块的梯度全部到齐后，就把这个模块收集来的参数重新切回分片。
 
