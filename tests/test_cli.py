@@ -112,3 +112,12 @@ def test_readme_shell_example_runs_as_written(line):
     assert expected in r.stdout, r.stdout
     if argv[1] == "explain" and "--params" in argv:
         assert "<- this config" in r.stdout
+
+
+def test_simulate_names_the_flags_when_a_node_size_is_missing(capsys):
+    """--inter-link without --ranks-per-node: the flags the user typed, not the simulator's keywords."""
+    argv = ["simulate", "--params", "7e9", "--layers", "32", "--hidden", "4096", "--inter-link", "ib-hdr"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("zerolab simulate: --inter-link needs --ranks-per-node"), err
+    assert main(argv + ["--ranks-per-node", "8"]) == 0

@@ -204,7 +204,8 @@ def test_checkpoints_of_a_frozen_base(tmp_path, stage):
     msg, untouched = zerolab.launch(_load_other_frozen_shape, 2, str(tmp_path), stage, echo=False, timeout=60)[0]
     assert msg and "base.weight" in msg and "Nothing was loaded" in msg and untouched
     msg = zerolab.launch(_load_unfrozen, 2, str(tmp_path), stage, False, echo=False, timeout=60)[0]
-    assert isinstance(msg, str) and "load_module_only=True" in msg
+    assert isinstance(msg, str) and "frozen when this checkpoint was saved (no optimizer state): base." in msg \
+        and "load_module_only=True" in msg, msg
     got = zerolab.launch(_load_unfrozen, 2, str(tmp_path), stage, True, echo=False, timeout=60)[0]
     assert all(torch.equal(got[n], weights[n].float()) for n in weights)   # base from the frozen part
 

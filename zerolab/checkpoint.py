@@ -328,7 +328,7 @@ def _check_matches(engine, full, with_optimizer: bool, module_only: bool = False
         unfrozen = [n for n in missing if n in frozen_saved]
         if unfrozen:
             raise CheckpointError(T(
-                "{names} were frozen when this checkpoint was saved (no optimizer state): pass "
+                "frozen when this checkpoint was saved (no optimizer state): {names}; pass "
                 "load_module_only=True to load the weights and start the optimizer afresh",
                 names=", ".join(unfrozen[:4])))
     for n, s in frozen_saved.items():

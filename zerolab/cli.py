@@ -214,6 +214,10 @@ def cmd_simulate(a) -> int:
                        ("ranks_per_node", a.ranks_per_node)):
         if value is not None:
             nodes[key] = value
+    if "inter_link" in nodes and not nodes.get("ranks_per_node"):
+        print(T("zerolab simulate: --inter-link needs --ranks-per-node (how many GPUs share a node's link)"),
+              file=sys.stderr)
+        return 2
     nodes.setdefault("gpu", "a100-80gb")
     nodes.setdefault("link", "nvlink-a100")
     if nodes["link"] not in simulate.LINKS:

@@ -2354,7 +2354,7 @@ ZH["around"] = {
     "rank {rank}: {error}": "rank {rank} 报错：{error}",
     "; ": "；",
     "{errors}. Nothing was loaded.": "{errors}。什么都没有加载。",
-    "{names} were frozen when this checkpoint was saved (no optimizer state): pass load_module_only=True to load "
+    "frozen when this checkpoint was saved (no optimizer state): {names}; pass load_module_only=True to load "
     "the weights and start the optimizer afresh":
         "保存这个检查点时 {names} 是冻结的（没有优化器状态）：请传 load_module_only=True，只加载权重，优化器从头开始",
     "{name}: checkpoint {saved}, model {model}": "{name}：检查点里是 {saved}，模型里是 {model}",
@@ -2678,6 +2678,8 @@ ZH["engine"] = {
 
 # -- the commands' own lines: explain, estimate, consolidate, simulate, bench, train (cli.py, train.py) -----
 ZH["cli"] = {
+    "zerolab simulate: --inter-link needs --ranks-per-node (how many GPUs share a node's link)":
+        "zerolab simulate：--inter-link 需要同时给出 --ranks-per-node（每个节点有几张 GPU 共用节点的链路）",
     "model states per GPU, Psi = {psi:,.0f} parameters, {world} GPU(s), {precision} + Adam ({pb} + {gb} + {ob} bytes "
     "per parameter):":
         "每张 GPU 上的模型状态，Psi = {psi:,.0f} 个参数，{world} 张 GPU，{precision} + Adam（每个参数 {pb} + {gb} + "
