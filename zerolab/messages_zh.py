@@ -134,7 +134,7 @@ ZH["report"] = {
     "up to {n} ranks, one GPU each (backend='auto' picks NCCL when every rank gets a GPU)":
         "最多 {n} 个 rank，每个一块 GPU（每个 rank 都分得到 GPU 时，backend='auto' 选 NCCL）",
     "no ({why}): backend='auto' runs every crew on gloo, as the stored chapters were":
-        "不能（{why}）：backend='auto' 让每个 Crew 都跑在 gloo 上，和存储的各章输出一样",
+        "不能（{why}）：backend='auto' 让每个 Crew 都跑在 gloo 上，存储的各章输出也是这样跑出来的",
     "no CUDA GPU": "没有 CUDA GPU",
     "torch has no NCCL": "torch 没有 NCCL",
     "learner's check": "学员自检",
@@ -164,11 +164,11 @@ ZH["crew"] = {
     "claims are formula against measurement at the N it runs, so they hold, but its output will differ from the "
     "stored one (made with the default N)":
         "要的是 {asked} 个 rank 的 Crew，但 {source} 在这里最多只允许 {allowed} 个。请用 N <= {allowed} 运行这个"
-        "单元（第 0 章：在开头设 N = {allowed}；docs/INSTRUCTOR.md 列出了每章能做什么）：它的结论是公式与在所用 N 下"
-        "实测的对照，所以依然成立，只是输出会和存储的（用默认 N 得到的）不同",
+        "单元（第 0 章：在开头设 N = {allowed}；docs/INSTRUCTOR.md 列出了每章能做什么）：这个单元的结论都是公式与"
+        "它所用 N 下实测值的对照，所以依然成立，只是输出会与存储的输出（用默认的 N 得到）不同",
     "zerolab: {cap} ranks instead of {sizes} ({source}); what follows is measured at N = {cap}":
         "zerolab：用 {cap} 个 rank 而不是 {sizes} 个（{source}）；下面是在 N = {cap} 时测得的",
-    "zerolab: crews of {kept} only, not {dropped} ({source})": "zerolab：只用 {kept} 个 rank 的 Crew，不用 {dropped}（{source}）",
+    "zerolab: crews of {kept} only, not {dropped} ({source})": "zerolab：Crew 只取这些 rank 数：{kept}；跳过 {dropped}（{source}）",
     "no size": "无",
     # asked for a crew that cannot be
     "backend must be 'auto', 'gloo', 'nccl' or 'shm' (zerolab's shared-memory collectives for CPU ranks on one "
@@ -286,7 +286,7 @@ ZH["config"] = {
         "或者改用 stage 3）",
     # optimizer and scheduler
     "'optimizer' has no 'type' (like \"AdamW\"); give one, or drop the block and pass an optimizer":
-        "'optimizer' 没有 'type'（比如 \"AdamW\"）；给出一个，或者去掉这个块、直接传入优化器",
+        "'optimizer' 没有 'type'（比如 \"AdamW\"）；请补上 type，或者去掉这个块、直接传入一个优化器",
     "the {name} optimizer; zerolab builds Adam, AdamW and SGD": "{name} 优化器；zerolab 能构建 Adam、AdamW 和 SGD",
     "unknown optimizer type '{kind}' in 'optimizer.type'; {hint}": "'optimizer.type' 里的优化器类型 '{kind}' 未知；{hint}",
     "zerolab builds Adam, AdamW and SGD": "zerolab 能构建 Adam、AdamW 和 SGD",
@@ -294,7 +294,7 @@ ZH["config"] = {
         "'optimizer.params.nesterov' 要求 momentum > 0 且 dampening 为 0（否则 torch.optim.SGD 会拒绝）",
     "'scheduler' has no 'type' (like \"WarmupLR\"): DeepSpeed would quietly run without a scheduler; give one, or "
     "drop the block":
-        "'scheduler' 没有 'type'（比如 \"WarmupLR\"）：DeepSpeed 会悄悄地不用调度器运行；给出一个，或者去掉这个块",
+        "'scheduler' 没有 'type'（比如 \"WarmupLR\"）：DeepSpeed 会不声不响地在没有调度器的情况下运行；请补上 type，或者去掉这个块",
     "unknown scheduler type '{kind}' in 'scheduler.type'; {hint}": "'scheduler.type' 里的调度器类型 '{kind}' 未知；{hint}",
     "DeepSpeed's are {names}, or the name of a torch.optim.lr_scheduler class":
         "DeepSpeed 的调度器有 {names}，也可以是 torch.optim.lr_scheduler 里某个类的名字",
@@ -329,14 +329,14 @@ ZH["config"] = {
     "engine-managed Python garbage collection": "由引擎管理 Python 垃圾回收",
     "sequence parallelism (Ulysses)": "序列并行（Ulysses）",
     "expert/data parallel group order": "专家并行组与数据并行组的顺序",
-    "false hands the accumulation boundary to the caller": "设为 false 时由调用方决定梯度累积的边界",
+    "false hands the accumulation boundary to the caller": "设为 false 时由调用方决定累积边界",
     "NVIDIA Apex AMP; use 'fp16' or 'bf16'": "NVIDIA Apex AMP；请用 'fp16' 或 'bf16'",
     "elastic training; set the batch triple directly": "弹性训练；请直接设置批大小三元组",
     "legacy curriculum learning; DeepSpeed moved it into 'data_efficiency'": "旧版课程学习；DeepSpeed 已把它移进 'data_efficiency'",
     "Nebula checkpointing": "Nebula 检查点",
     "compression library": "压缩库",
     "MoQ quantized training": "MoQ 量化训练",
-    "sparse embedding gradients": "稀疏的 embedding 梯度",
+    "sparse embedding gradients": "嵌入层的稀疏梯度",
     "eigenvalue MoQ": "基于特征值的 MoQ",
     "sparse attention": "稀疏注意力",
     "graph harvesting": "计算图采集（graph harvesting）",
@@ -369,7 +369,7 @@ ZH["config"] = {
     "legacy fused optimizer": "旧版融合优化器",
     "Adam without bias correction": "不做偏差校正的 Adam",
     "AMSGrad": "AMSGrad 变体",
-    "as an optimizer parameter; use the top-level 'gradient_clipping'": "作为优化器参数；请用顶层的 'gradient_clipping'",
+    "as an optimizer parameter; use the top-level 'gradient_clipping'": "不再作为优化器参数；请改用顶层的 'gradient_clipping'",
     "gradient ascent": "梯度上升",
     # what a key with no effect in zerolab does in DeepSpeed (config_keys' NO_EFFECT rows; zerolab explain, the
     # engine's warning)
@@ -425,9 +425,9 @@ ZH["config"] = {
         "在卸载设备为 \"cpu\" 或 \"nvme\" 时调节卸载；设备为 \"none\" 时什么也不做（在 DeepSpeed 里也一样）",
     "picks torch's Adam over FusedAdam; same update": "选用 torch 的 Adam 而不是 FusedAdam；更新结果相同",
     "read only by DeepSpeedCPUAdam; zerolab's host step keeps fp32 states":
-        "只有 DeepSpeedCPUAdam 才读；zerolab 的主机端更新始终保留 fp32 状态",
+        "只有 DeepSpeedCPUAdam 才读；zerolab 的主机端更新始终以 fp32 保存优化器状态",
     "torch implementation choice; same update": "只是选择 torch 的哪种实现；更新结果相同",
-    "autograd through the step; unused by training": "让 autograd 穿过优化器更新；训练用不到",
+    "autograd through the step; unused by training": "让优化器更新本身也能被 autograd 求导；训练用不到",
 }
 
 # -- zerolab.checks: what every exercise check shows ---------------------------------------------------
@@ -536,7 +536,7 @@ ZH["checks.ch01"] = {
     "  also off: {names}": "  另外对不上的：{names}",
     "  (stage 0 is right; the stages split the giants among the ranks: 1 the optimizer states, 2 also the "
     "gradients, 3 also the parameters)":
-        "  （stage 0 是对的；各个 stage 把巨头分给各 rank：1 分优化器状态，2 再加上梯度，3 再加上参数）",
+        "  （stage 0 是对的；各 stage 把巨头分摊给各 rank：1 分摊优化器状态，2 再加上梯度，3 再加上参数）",
     "TinyLM, Ψ = {psi:,} trainable parameters, {n} ranks, Adam; bytes per rank (measured on rank 0 / yours)":
         "TinyLM，Ψ = {psi:,} 个可训练参数，{n} 个 rank，Adam；每个 rank 的字节数（rank 0 实测 / 你的）",
     "your byte count matches the engine's backpacks in {n} configurations on {world} ranks,\n"
@@ -726,7 +726,7 @@ ZH["checks.ch03"] = {
     "that is coupled weight decay (Adam's L2: grad + weight_decay * param). AdamW decouples it: param <- param * "
     "(1 - lr * weight_decay), and the moments see the plain grad":
         "这是耦合的权重衰减（Adam 的 L2：grad + weight_decay * param）。AdamW 把它解耦：\n"
-        "  param <- param * (1 - lr * weight_decay)，动量只看原本的 grad",
+        "  param <- param * (1 - lr * weight_decay)，两个矩只用原始的 grad",
     "eps is inside the square root: AdamW divides by sqrt(exp_avg_sq / (1 - beta2^step)) + eps, eps added after "
     "the root":
         "eps 放进了平方根里：AdamW 除以 sqrt(exp_avg_sq / (1 - beta2^step)) + eps，\n  eps 在开方之后才加",
@@ -789,7 +789,7 @@ ZH["checks.stage2_buckets"] = {
         "  提示：发送前把桶转换成 comm_dtype：bucket.to(comm_dtype)",
     "it was not divided by N (the sum would be N times the average)": "它没有除以 N（求和结果会是平均值的 N 倍）",
     "it was divided by 2, not by the world size N = {n}": "它除以的是 2，而不是总 rank 数 N = {n}",
-    "it was scaled by {ratio:.3g}, not by 1/N = 1/{n}": "它被乘上了 {ratio:.3g}，而不是 1/N = 1/{n}",
+    "it was scaled by {ratio:.3g}, not by 1/N = 1/{n}": "它乘的是 {ratio:.3g}，而不是 1/N = 1/{n}",
     "bucket {bucket} was sent at {ratio:.3g} x its size: {why}.\n  hint: send bucket / world_size, so the sum over "
     "ranks is the average gradient":
         "桶 {bucket} 发出时是原值的 {ratio:.3g} 倍：{why}。\n"
@@ -961,7 +961,7 @@ ZH["checks.ch04"] = {
     "the floor: min_scale 20 (the cut is clamped to it)": "下限：min_scale 20（缩小时截在下限）",
     "scale_factor 3: cuts divide by 3, growths multiply by 3": "scale_factor 3：缩小时除以 3，增大时乘以 3",
     "at the floor with hysteresis left: tolerated twice, then the run stops":
-        "在下限但 hysteresis 有余：容忍两次，然后训练停止",
+        "已到下限、但 hysteresis 还没用完：先容忍两次，然后训练停止",
     "at the floor: an overflow that cannot lower the scale stops the run": "在下限：无法再降低缩放值的溢出会让训练停止",
     "sequence '{label}' (flags {flags})": "序列“{label}”（溢出标志 {flags}）",
     # one call of the learner's rule (also on the engine's ranks)
@@ -1056,7 +1056,7 @@ ZH["checks.ch04"] = {
         "引擎（fp16 TinyLM，ZeRO stage 2，{n} 个 rank；rank {bad} 的 loss 在第 {steps} 步乘以 inf）",
     "{where}: ranks 0 and {r} used different loss scales from step {k} ({a} vs {b}); the rule must depend only on "
     "the state and the overflow flag":
-        "{where}：\n  rank 0 和 rank {r} 从第 {k} 步起用的损失缩放值不同（{a} 对 {b}）；\n"
+        "{where}：\n  rank 0 和 rank {r} 从第 {k} 步起用的损失缩放值不同（{a} 与 {b}）；\n"
         "  规则只能取决于状态和溢出标志",
     "{where}: at step {step} the engine used loss scale {a} with your rule and {b} with zerolab's":
         "{where}：\n  第 {step} 步，引擎用你的规则时损失缩放值是 {a}，用 zerolab 的是 {b}",
@@ -1217,7 +1217,7 @@ ZH["checks.ch05"] = {
         "{where}：{steps} 步之后 {name} 的{label}与 zerolab 的不同（最大 |差| {d:.3g}）",
     "every step above matched: look at what happens between the steps (write every tile up, clear every gradient)":
         "上面每一步都对：看看两次更新之间发生了什么（每个块都写回、每个梯度都清掉）",
-    "{where}: the losses differ from zerolab's: {mine} vs {ref}": "{where}：损失与 zerolab 的不同：{mine} 对 {ref}",
+    "{where}: the losses differ from zerolab's: {mine} vs {ref}": "{where}：损失与 zerolab 的不同：你的是 {mine}，zerolab 的是 {ref}",
     "the parameters the forward pass sees come from write_params: write every tile up":
         "前向看到的参数来自 write_params：每个块都要写回",
     "the engine on {n} ranks (with your host_step)": "{n} 个 rank 上的引擎（用你的 host_step）",
