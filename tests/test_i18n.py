@@ -887,7 +887,7 @@ def test_a_ranks_error_summary_in_the_editions_language():
                                    "（失败的 rank：0, 1, 2；rank [3] 当时还在运行，已被停止）",
                                    "", "--- rank 1 的回溯 ---"], zh
     assert "--- rank 0 的回溯 ---" in zh and "tb0" in zh and "tb1" in zh, zh
-    assert died.splitlines()[0] == "rank 2 意外退出：rank 2 在运行任务时意外退出（退出码 -9）", died
+    assert died.splitlines()[0] == "rank 2 在运行任务时意外退出（退出码 -9）", died
     assert "（没有：进程结束时没有 Python 异常；它打印的内容在上面）" in died, died
     assert timeout.startswith("rank [0, 1] 没能在 30 s 内完成；这个 Crew 已停止"), timeout
     assert too_many.startswith("要的是 4 个 rank 的 Crew，但 ZEROLAB_MAX_RANKS=2 在这里最多只允许 2 个"), too_many

@@ -73,7 +73,7 @@ class RankError(CrewError):
         self.rank = min(causes or failures)
         first = failures[self.rank]
         ranks = ", ".join(str(r) for r in sorted(failures))
-        lines = [T("rank {rank} died: {message}", rank=self.rank, message=first["message"])
+        lines = [first["message"]                  # "rank 2 died during run (exit code -9)": says it all
                  if first["type"] == "RankDied" else
                  T("rank {rank} raised {type}: {message}", rank=self.rank, type=first["type"],
                    message=first["message"]),

@@ -144,7 +144,6 @@ ZH["report"] = {
 ZH["crew"] = {
     "zerolab.launch: torchrun gives world size {got}, not {asked}; using {got}":
         "zerolab.launch：torchrun 给的 world size 是 {got}，不是 {asked}；按 {got} 运行",
-    "rank {rank} died: {message}": "rank {rank} 意外退出：{message}",
     "rank {rank} raised {type}: {message}": "rank {rank} 抛出了 {type}：{message}",
     "(ranks that failed: {ranks}{others})": "（失败的 rank：{ranks}{others}）",
     "--- traceback from rank {rank} ---": "--- rank {rank} 的回溯 ---",

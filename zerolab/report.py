@@ -248,7 +248,7 @@ def check_memory(need_gb: float = COURSE_NEEDS_GB) -> Check:
     avail = m["available"]
     if avail is None:
         return Check("memory", True, T("free memory unknown on this platform"), warn=True)
-    where = f" (cgroup limit {_gb(m['cgroup_limit'])})" if m["cgroup_limit"] else ""
+    where = T(" (cgroup limit {limit})", limit=_gb(m["cgroup_limit"])) if m["cgroup_limit"] else ""
     ok = avail >= need_gb * 1e9
     return Check("memory", ok, T("{avail} available of {total}{where}; the chapters need about {need:g} GB",
                                  avail=_gb(avail), total=_gb(m["total"]), where=where, need=need_gb),
