@@ -2063,7 +2063,7 @@ ZH["lab"] = {
     "after the optimizer step": "优化器更新之后",
     "after {op} '{tag}'": " {op} '{tag}' 之后",
     "nothing fits: more GPUs, more memory (GPU or host), or a smaller micro-batch":
-        "什么都装不下：要么加 GPU，要么加内存（显存或主机内存），要么减小微批次",
+        "什么都装不下：要么加 GPU，要么加大显存或主机内存，要么减小微批次",
     "fastest that fits: {name}, {s:.2f} s per step": "装得下的配置中最快的：{name}，每步 {s:.2f} 秒",
     " ({names} as fast)": "（{names} 一样快）",
     "{model} on {gpus} x {gpu} with {gb:.0f} GB each, {link},": "{model}，{gpus} x {gpu}，每张 {gb:.0f} GB，{link}，",
