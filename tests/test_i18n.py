@@ -548,7 +548,7 @@ def test_exercise_13_fails_in_the_editions_language():
     assert "hint: your values are truncated toward zero" in en, en
     with i18n.using("zh"):
         zh = _fail(lambda fn: check_alone(fn, quant.dequantize), truncates)
-    assert zh.startswith("fp16 的权重分片，4 个块，每块 96 个：384 个 float16，groups=4，bits=8\n"
+    assert zh.startswith("fp16 的权重分片，4 个块，每块 96 个元素：384 个 float16，groups=4，bits=8\n"
                          "  q 在元素 0 处与 DeepSpeed 的不同"), zh
     assert "  提示：你的值被向零截断了" in zh, zh
     assert all(i18n.width(line) <= 100 for line in zh.splitlines()), zh
@@ -1065,7 +1065,7 @@ def test_zerolab_simulate_train_and_consolidate_errors_in_chinese_and_in_english
     assert err["simulate", "en"] == "zerolab simulate: --layers, --hidden required (or --calibrate)\n"
     assert err["simulate", "zh"] == "zerolab simulate：缺少 --layers, --hidden（或者改用 --calibrate）\n"
     assert err["nodes", "en"] == "zerolab simulate: ranks_per_node=3 must divide gpus=8 (whole nodes)\n"
-    assert err["nodes", "zh"] == "zerolab simulate：ranks_per_node=3 必须整除 gpus=8（节点要完整）\n"
+    assert err["nodes", "zh"] == "zerolab simulate：ranks_per_node=3 必须整除 gpus=8（要能分成整数个节点）\n"
     assert err["train", "en"].startswith("zerolab train: 2 problems in the DeepSpeed config:\n"), err
     assert err["train", "zh"].startswith("zerolab train：DeepSpeed 配置里有 2 处问题：\n"), err
     assert err["consolidate", "en"].startswith("zerolab consolidate: no 'latest' file in "), err

@@ -1253,13 +1253,13 @@ ZH["checks.ch06"] = {
         "返回一个桶的列表，每个桶是 named 中下标（int）的列表，例如 [[0, 1], [2]]",
     "an empty bucket: a parameter larger than a bucket must close the bucket only if it holds something "
     "(if current and size + n > bucket_numel)":
-        "出现了空桶：遇到比一个桶还大的参数时，只有当前桶里已经有东西才需要封桶（if current and size + n > bucket_numel）",
+        "出现了空桶：遇到比一个桶还大的参数时，只有当前桶里已经有东西才封桶（if current and size + n > bucket_numel）",
     "parameter(s) {missing} are in no bucket (did the last bucket get appended after the loop?)":
         "参数 {missing} 不在任何桶里（循环结束后，最后一个桶加进去了吗？）",
     "a parameter is in two buckets (or an index out of range): each index exactly once":
         "有参数出现在两个桶里（或下标越界）：每个下标必须恰好出现一次",
     "wrong order: keep the parameters in the order given (the gradient order): do not sort, reverse or regroup them":
-        "顺序错了：保持参数给定的顺序（梯度顺序）：不要排序、反转或重新分组",
+        "顺序错了：参数要保持给定的顺序（即梯度顺序），不要排序、反转或重新分组",
     "bucket {bucket} holds {total} elements > bucket_numel {limit}: close the bucket before adding a parameter "
     "that would overflow it; a parameter larger than a bucket goes alone":
         "桶 {bucket} 装了 {total} 个元素 > bucket_numel {limit}：在加入会让它溢出的参数之前先封桶；比一个桶还大的参数单独一桶",
@@ -1269,16 +1269,16 @@ ZH["checks.ch06"] = {
         "时才封桶（不是 >=）",
     "bucket {bucket} ({total} elements) was closed although parameter {index} ({size}) still fits: close a bucket "
     "only when the next parameter would overflow it":
-        "桶 {bucket}（{total} 个元素）被封上了，但参数 {index}（{size}）其实还装得下：只有下一个参数会让桶溢出时才封桶",
+        "桶 {bucket}（{total} 个元素）封早了：参数 {index}（{size}）其实还装得下；只有下一个参数会让桶溢出时才封桶",
     "compare your buckets with the expected ones above": "把你的桶和上面期望的桶逐一比较",
-    "the engine on {n} ranks (inside your bucket_params)": "{n} 个 rank 上的引擎（在你的 bucket_params 里）",
+    "the engine on {n} ranks (inside your bucket_params)": "{n} 个 rank 上的引擎（出错在你的 bucket_params 里）",
     "bucket_params raised on a rank; zerolab.checks.full_tracebacks(), then run again, shows the line":
         "bucket_params 在某个 rank 上抛出了异常；运行 zerolab.checks.full_tracebacks() 后再运行一次，就能看到是哪一行",
     "the engine, stage {stage}, reduce_bucket_size {limit}, rank {rank}":
         "引擎，stage {stage}，reduce_bucket_size {limit}，rank {rank}",
     "{where}: the collectives differ from zerolab's\n  expected: {want}\n  yours:    {got}\n"
     "  hint: the engine sends one collective per bucket you return":
-        "{where}：集合通信与 zerolab 的不同\n  期望：{want}\n  你的：{got}\n  提示：你返回的每个桶，引擎都发一次集合通信",
+        "{where}：集合通信和 zerolab 的不一样\n  期望：{want}\n  你的：{got}\n  提示：你返回的每个桶，引擎都发一次集合通信",
     "{where}: the trained weights differ from zerolab's although the collectives matched":
         "{where}：集合通信一致，但训练出的权重与 zerolab 的不同",
     "alone: {n} parameter lists, every bucket as zerolab cuts it": "单独检查：{n} 组参数，每个桶都和 zerolab 切得一样",
@@ -1288,7 +1288,7 @@ ZH["checks.ch06"] = {
         "  stage {stage}，reduce_bucket_size {limit}：{calls} 次集合通信（{ops}），{bytes:,} 字节；",
     "    gradient buckets per step (elements): {sizes}": "    每步的梯度桶（元素数）：{sizes}",
     "  calls, elements, bytes and trained weights: the same as with zerolab's rule":
-        "  调用次数、元素数、字节数和训练出的权重：都与 zerolab 的规则相同",
+        "  调用次数、元素数、字节数和训练出的权重：都与按 zerolab 的规则分桶时相同",
     "your bucket_params cuts {n} parameter lists as zerolab does\n"
     "  and packs the real engine's buckets on {world} ranks (stages 1 and 2)":
         "你的 bucket_params 对 {n} 组参数的切法与 zerolab 相同，\n  并在 {world} 个 rank 上为真实引擎装好了桶（stage 1 和 2）",
@@ -1304,10 +1304,10 @@ ZH["checks.ch07"] = {
     "offload_optimizer)":
         "{config} 不是 DeepSpeed 接受的配置（offload_optimizer 需要 stage 1 及以上，offload_param 需要 stage 3 加 offload_optimizer）",
     "the activations (facts.activation_bytes) are on the device at the peak: add them once":
-        "峰值时激活值（facts.activation_bytes）在设备上：把它加一次",
+        "峰值时激活值（facts.activation_bytes）在设备上：要把它加上，只加一次",
     "the buffers of stage {stage} (facts.buffer_bytes[{stage}]) come on top of the model states: add them (they "
     "stay with offload)":
-        "stage {stage} 的缓冲区（facts.buffer_bytes[{stage}]）要加在模型状态之上（卸载时它们也留在设备上）",
+        "stage {stage} 的缓冲区（facts.buffer_bytes[{stage}]）要在模型状态之外另加上（开了卸载它们也还在设备上）",
     "Psi against Psi/N in the parameters or gradients: stages 0-1 keep the full gradient and stages 0-2 the full "
     "parameters; stage 2 shards gradients, stage 3 parameters":
         "参数或梯度里 Psi 和 Psi/N 弄混了：stage 0-1 保留完整梯度，stage 0-2 保留完整参数；stage 2 切分梯度，stage 3 切分参数",
@@ -1318,7 +1318,7 @@ ZH["checks.ch07"] = {
         "多算或少算了一份完整的参数或梯度（p Psi）：开 offload_optimizer 时，stage 1 仍在设备上保留完整梯度，stage 2-3 不保留",
     "one shard (p Psi / N) too many or too few: with offload_optimizer at stages 2-3 the gradient shard goes to "
     "the host too; offload_param takes stage 3's parameter shard off":
-        "多算或少算了一个分片（p Psi / N）：stage 2-3 开 offload_optimizer 时梯度分片也去了主机；offload_param 会把 stage 3 的参数分片移走",
+        "多算或少算了一个分片（p Psi / N）：stage 2-3 开 offload_optimizer 时梯度分片也去了主机；offload_param 会把 stage 3 的参数分片从设备上移走",
     "the optimizer shard (k Psi / N): offload_optimizer takes all of it to the host":
         "优化器分片（k Psi / N）：offload_optimizer 把它全部移到主机",
     "the optimizer states (k Psi): offload_optimizer takes them all to the host":
@@ -1330,7 +1330,8 @@ ZH["checks.ch07"] = {
         "（主权重 + 两个矩）；否则就检查是不是多算或少算了一份参数或梯度",
     "compare term by term: {precision} keeps {p} bytes per parameter and per gradient and {k} of optimizer state "
     "(facts.param_bytes, facts.optimizer_bytes)":
-        "逐项比较：{precision} 每个参数、每个梯度各 {p} 字节，优化器状态 {k} 字节（facts.param_bytes、facts.optimizer_bytes）",
+        "逐项比较：{precision} 下每个参数、每个梯度各占 {p} 字节，每个参数的优化器状态占 {k} 字节"
+        "（facts.param_bytes、facts.optimizer_bytes）",
     "device_bytes returned {got}\n  hint: return a number of bytes": "device_bytes 返回了 {got}\n  提示：返回一个字节数",
     "device_bytes, {config}: Psi = {psi:,}, N = {n}, {precision}\n"
     "  expected {want:,.0f} bytes, yours {got:,.0f} (difference {diff:+,.0f})\n":
@@ -1364,18 +1365,19 @@ ZH["checks.ch07"] = {
     "{config} trains under this budget (peak {peak:,} bytes): return it":
         "{config} 能在这个预算下训练（峰值 {peak:,} 字节）：返回它",
     "{config} also fits (peak {peak:,} bytes) and comes first in the captain's rule: it moves less per step":
-        "{config} 也装得下（峰值 {peak:,} 字节），而且在队长的规则里排在前面：它每步搬得更少",
+        "{config} 也装得下（峰值 {peak:,} 字节），而且在队长的规则里排在前面：它每步搬运的数据更少",
     "{where}:\n  expected: {want}\n  yours:    {got}\n": "{where}：\n  期望：{want}\n  你的：{got}\n",
     "device_bytes: {n} configs at {settings} settings (Psi up to 7e9, N = 2, 3, 4, 8,\n  fp16, bf16, fp32), as the "
     "formula":
         "device_bytes：{settings} 组设置下的 {n} 个配置（Psi 最大到 7e9，N = 2、3、4、8，\n  fp16、bf16、fp32），与公式一致",
     "choose_config: {n} budgets, each config's need exactly (it fits: at most the budget),\n  just under another, "
     "and one below all: the rule's pick":
-        "choose_config：{n} 个预算（恰好等于某个配置的需求：装得下；\n  略低于另一个配置；以及低于所有配置），都与规则的选择一致",
+        "choose_config：{n} 个预算（恰好等于每个配置的需求：相等就算装得下；略低于另一个配置的需求；\n"
+        "  以及一个低于所有需求的），选出的都与规则一致",
     "engine: TinyLM, {steps} steps per run, facts measured on the ranks": "引擎：TinyLM，每次运行 {steps} 步，facts 在各 rank 上实测",
     "; {n} earlier config(s) over the budget": "；前面 {n} 个配置超出预算",
     "  N = {n}, {precision}, budget {budget:>9,}: None: every config over it":
-        "  N = {n}，{precision}，预算 {budget:>9,}：None：每个配置都超出预算",
+        "  N = {n}，{precision}，预算 {budget:>9,}：None：所有配置都超出预算",
     "your device_bytes and choose_config pick, for every budget, the config that trains\n"
     "  under it in the real engine and no config earlier in the captain's rule fits":
         "对每个预算，你的 device_bytes 和 choose_config 选出的配置都能在真实引擎里、在该预算下训练，\n"
@@ -1393,7 +1395,7 @@ ZH["checks.ch08"] = {
     "weights sharded, stage3_prefetch_bucket_size left at DeepSpeed's default (5e7), and no group gathered ahead "
     "of use (0 prefetched)":
         "权重分片，stage3_prefetch_bucket_size 保持 DeepSpeed 的默认值（5e7），并且没有任何组在用到之前"
-        "被收集（预取 0 个）",
+        "就收集（预取 0 个）",
     "hint: {hint}": "提示：{hint}",
     # malformed answers
     "goal {goal}: knobs({name}) returned {type}": "目标 {goal}：knobs({name}) 返回了 {type}",
@@ -1412,10 +1414,10 @@ ZH["checks.ch08"] = {
     "    and {n} persistent parameters ({numel:,} elements)":
         "  实测（最后一步，rank 0）：all-gather 调用 {calls:,} 次，预取 {prefetches:,} 个组，峰值 {peak:,}\n"
         "    以及 {n} 个常驻参数（共 {numel:,} 个元素）",
-    "{n} weight(s) ({numel:,} elements) persistent": "{n} 个权重（各 {numel:,} 个元素）常驻了",
+    "{n} weight(s) ({numel:,} elements) persistent": "有 {n} 个权重（各 {numel:,} 个元素）常驻了",
     "a parameter is persistent when its numel <= stage3_param_persistence_threshold (DeepSpeed's default 1e5 keeps "
     "every parameter of this small model whole); choose a threshold that a weight ({numel:,}) does not meet":
-        "参数的 numel <= stage3_param_persistence_threshold 时就常驻（DeepSpeed 默认的 1e5 会让这个小模型的"
+        "参数的 numel <= stage3_param_persistence_threshold 时就会常驻（DeepSpeed 默认的 1e5 会让这个小模型的"
         "每个参数都保持完整）；选一个权重（{numel:,}）达不到的阈值",
     "stage3_model_persistence_threshold = {cap:,} caps the total persistent elements: the 8 biases need {need}":
         "stage3_model_persistence_threshold = {cap:,} 限制了常驻元素的总数：8 个偏置需要 {need}",
@@ -1430,7 +1432,7 @@ ZH["checks.ch08"] = {
     "model gathered across the turn), and stage3_max_live_parameters does not bound what reuse keeps: lower the "
     "reuse distance":
         "stage3_max_reuse_distance = {reuse:,} 会让权重在前向之后继续保持收集状态，只要它在这么多元素之内"
-        "还会再被用到（前向的最后几层正是反向的头几层；DeepSpeed 的 1e9 让整个模型在前向转反向的拐点处都保持"
+        "还会再用到（前向的最后几层正是反向的头几层；DeepSpeed 的 1e9 让整个模型在前向转反向的拐点处都保持"
         "收集），而 stage3_max_live_parameters 管不到复用所保留的部分：调低复用距离",
     "stage3_max_live_parameters = {live:,} is a budget, not a cap: a top-up takes groups while fewer than max_live - "
     "available elements are taken, and the group that crosses the budget is taken too, so the peak can pass "
@@ -1446,7 +1448,7 @@ ZH["checks.ch08"] = {
     "stage3_prefetch_bucket_size = {bucket:,} caps what one top-up (one all-gather call) may take: a larger prefetch "
     "bucket lets one call carry more weights, while stage3_max_live_parameters keeps the peak":
         "stage3_prefetch_bucket_size = {bucket:,} 限制了一次补取（一次 all-gather 调用）能取多少：预取桶大一些，"
-        "一次调用就能带上更多权重，峰值则由 stage3_max_live_parameters 把控",
+        "一次调用就能带上更多权重，而峰值由 stage3_max_live_parameters 把控",
     "each top-up is one all-gather call of the groups it takes, at most max_live - available elements (the crossing "
     "group included): a larger stage3_max_live_parameters lets a call carry more weights; raise it as far as the "
     "peak allows, and measure with zerolab.checks.ch08.measure":
@@ -1454,10 +1456,10 @@ ZH["checks.ch08"] = {
         "stage3_max_live_parameters 越大，一次调用能带的权重越多；在峰值允许的范围内尽量调大，"
         "并用 zerolab.checks.ch08.measure 测一测",
     "{calls} all-gather calls per step > {limit}": "每步 {calls} 次 all-gather 调用 > {limit}",
-    "stage3_prefetch_bucket_size was changed": "stage3_prefetch_bucket_size 被改了",
+    "stage3_prefetch_bucket_size was changed": "你改了 stage3_prefetch_bucket_size",
     "leave the prefetch bucket at DeepSpeed's default (drop the key or set 5e7): another knob can stop prefetching":
-        "预取桶保持 DeepSpeed 的默认值（去掉这个键或设为 5e7）：另一个旋钮也能让预取停下",
-    "{n} group(s) gathered ahead of use": "{n} 个组在用到之前就被收集了",
+        "预取桶保持 DeepSpeed 的默认值（去掉这个键或设为 5e7）：要停掉预取，得靠另一个旋钮",
+    "{n} group(s) gathered ahead of use": "有 {n} 个组在用到之前就收集了",
     "stage3_max_live_parameters = {live:,} still leaves room: a top-up runs at every module's fetch, the root's "
     "included, where nothing is gathered yet (available 0), and it keeps taking groups while it has taken fewer "
     "than max_live - available elements, the group that crosses that included; prefetch stops only where max_live "
@@ -1468,7 +1470,7 @@ ZH["checks.ch08"] = {
         "（模块自己的收集从不被拦，被拦的只是预取）",
     "goal {goal}: the trained parameters differ from the run with DeepSpeed's defaults (this should never happen: "
     "report it)":
-        "目标 {goal}：训练出的参数与用 DeepSpeed 默认值那次运行不同（这不应该发生：请报告）",
+        "目标 {goal}：训练出的参数与用 DeepSpeed 默认值的那次运行不同（这不应该发生：请报告这个问题）",
     # what passed
     "MLP{sizes}x{layers} at stage 3 on {n} ranks, last of {steps} steps, rank 0:":
         "MLP{sizes}x{layers}，stage 3，{n} 个 rank，{steps} 步中的最后一步，rank 0：",
@@ -1521,7 +1523,7 @@ ZH["checks.hooks3"] = {
         "{where}：\n  收集和 zerolab 的钩子一样，但损失或参数不同",
     "a module ran with a stale or wrong copy of a parameter; release with params.reshard or after_forward only, "
     "never by hand":
-        "某个模块用了参数过时或错误的副本；只能用 params.reshard 或 after_forward 释放，不要手动释放",
+        "某个模块运行时用的是参数过时或错误的副本；只能用 params.reshard 或 after_forward 释放，不要手动释放",
     # the likely mistake
     "you release a module's groups after its forward and never gather them again before its backward: in "
     "post_forward, on_first_output_grad(output, fn) with fn unsharding them":
@@ -1552,7 +1554,7 @@ ZH["checks.hooks3"] = {
     "{name} (read outside its own module) is not released when the forward that read it ends: in on_param_read "
     "add it to the frame of the module running now (self.frames[-1]), whose post_forward releases it and whose "
     "backward gathers it again":
-        "{name}（在它自己的模块之外被读取）在读取它的那次前向结束时没有释放：在 on_param_read 里把它加进"
+        "{name}（在它自己的模块之外读取）在读取它的那次前向结束时没有释放：在 on_param_read 里把它加进"
         "当前正在运行的模块的帧（self.frames[-1]），由那个模块的 post_forward 释放它、反向时再收集回来",
     "you never release: after a module's forward call params.after_forward(group) for each of its groups (it "
     "releases unless the reuse distance keeps the group)":
@@ -1578,13 +1580,13 @@ ZH["checks.hooks3"] = {
     "you gather a group zerolab does not gather here: a group gathered twice (a shared weight released and "
     "gathered again by each module that uses it?) or one the module does not use (parameters(recurse=True) "
     "gathers every child's too: use params.module_groups[module])":
-        "你收集了一个 zerolab 在这里不收集的组：要么是收集了两次的组（共享权重被用到它的每个模块各释放、"
-        "再收集一次？），要么是模块用不到的组（parameters(recurse=True) 会把每个子模块的也收集进来："
+        "你收集了一个 zerolab 在这里不收集的组：要么是收集了两次的组（用到共享权重的每个模块都把它释放、"
+        "又收集了一次？），要么是模块用不到的组（parameters(recurse=True) 会把每个子模块的也收集进来："
         "用 params.module_groups[module]）",
     "you release a group that is still in use (after a child's forward, a group of the parent; or a shared weight "
     "released by one of the two modules while the other needs it)":
-        "你释放了一个还在用的组（在子模块前向之后释放了父模块的组；或者两个模块共享的权重被其中一个释放了，"
-        "而另一个还需要它）",
+        "你释放了一个还在用的组（在子模块前向之后释放了父模块的组；或者两个模块共享的权重，一个模块把它释放了，"
+        "另一个却还需要它）",
     "compare your hooks' gathers and releases with zerolab.hooks.ModuleHooks's":
         "把你的钩子的收集与释放和 zerolab.hooks.ModuleHooks 的逐个对照",
     "your hooks on {n} ranks": "{n} 个 rank 上你的钩子",
@@ -1598,7 +1600,7 @@ ZH["checks.hooks3"] = {
         "{world} 个 rank，{steps} 步，rank 0：{n} 次 all-gather，{bytes:,} 字节，峰值 {peak:,} 个元素；"
         "同 zerolab 的钩子",
     "losses and parameters bit for bit those of zerolab's hooks (tied head, two external weights)":
-        "损失和参数与 zerolab 的钩子逐位相同（绑定的 head，两个外部权重）",
+        "损失和参数与 zerolab 的钩子逐位相同（head 为共享权重，两个外部权重）",
     "your hooks gather, release and gather again as zerolab's on {worlds} ranks":
         "你的钩子在 {worlds} 个 rank 上收集、释放、再收集，都与 zerolab 的一样",
 }
@@ -1626,28 +1628,29 @@ ZH["checks.ch09"] = {
     "{n} sequences per step on any number of ranks": "无论多少个 rank，每步都是 {n} 条序列",
     "the global batch must not change with the number of ranks, or a run resumed on another number of ranks trains "
     "on another problem: divide it, do not multiply it":
-        "全局 batch 不能随 rank 数变化，否则换一个 rank 数恢复训练，练的就是另一个问题了：要去除，不要去乘",
+        "全局 batch 不能随 rank 数变化，否则换一个 rank 数恢复训练，训练的就是另一个问题了：用全局 batch 除出微批次，"
+        "而不是用微批次乘出全局 batch",
     "the brief accumulates 2 micro-batches per step": "任务要求每步累积 2 个微批次",
     "stages 1 and 2 leave every rank a whole copy of the parameters (the furniture); only stage 3 shards them, and "
     "offload_param needs stage 3":
-        "stage 1 和 2 让每个 rank 都留着一整份参数（家具）；只有 stage 3 才把参数分片，而且 offload_param 需要 stage 3",
+        "stage 1 和 2 下每个 rank 都留着一整份参数（家具）；只有 stage 3 才把参数分片，而且 offload_param 需要 stage 3",
     "the heavy notebook (fp32 masters and Adam moments) goes to the warehouse: "
     "\"offload_optimizer\": {\"device\": \"cpu\"}":
-        "小本子（fp32 主权重和 Adam 的动量）要放进仓库：\"offload_optimizer\": {\"device\": \"cpu\"}",
+        "小本子（fp32 主权重和 Adam 的两个矩）要放进仓库：\"offload_optimizer\": {\"device\": \"cpu\"}",
     "the parameter shards go to the warehouse too: \"offload_param\": {\"device\": \"cpu\"} (a separate block from "
     "offload_optimizer)":
         "参数分片也要放进仓库：\"offload_param\": {\"device\": \"cpu\"}（和 offload_optimizer 是两个独立的块）",
     "DeepSpeed's default (1e5 elements) keeps every tensor smaller than that whole on every rank; every tensor of "
     "this small GPT is smaller, so nothing would be sharded":
         "DeepSpeed 的默认值（1e5 个元素）让比它小的张量在每个 rank 上都保持完整；这个小 GPT 的每个张量都更小，"
-        "所以什么都不会被分片",
+        "所以什么都不会分片",
     "{where}: precision": "{where}：精度",
     "{where}: {key}": "{where}：{key}",
     " and ": " 和 ",
     "bf16 enabled (\"bf16\": {\"enabled\": true}), fp16 off": "启用 bf16（\"bf16\": {\"enabled\": true}），关闭 fp16",
     "fp32 (no bf16 block, or enabled false)": "fp32（没有 bf16 块，或 enabled 为 false）",
     "bf16 has fp32's range, so it needs no loss scaler; fp16 would scale the loss":
-        "bf16 的范围和 fp32 一样，不需要损失缩放；fp16 则要缩放损失",
+        "bf16 的数值范围和 fp32 一样，不需要损失缩放；fp16 才要缩放损失",
     "decoupled weight decay: AdamW (Adam with weight_decay would add it to the gradient)":
         "解耦的权重衰减：AdamW（带 weight_decay 的 Adam 会把它加到梯度上）",
     "lr 6e-3, betas [0.9, 0.95], weight_decay 0.01, as in the brief": "按任务要求：lr 6e-3，betas [0.9, 0.95]，weight_decay 0.01",
@@ -1661,7 +1664,7 @@ ZH["checks.ch09"] = {
         "没有 'scheduler' 块：学习率一直是优化器的 lr；加上 WarmupDecayLR",
     "WarmupLR warms up and then stays at its maximum; the brief decays to 0 at step 100: that is WarmupDecayLR "
     "(with total_num_steps)":
-        "WarmupLR 预热之后就停在最大值；任务要求在第 100 步衰减到 0：那是 WarmupDecayLR（配 total_num_steps）",
+        "WarmupLR 预热之后就停在最大值；任务要求在第 100 步衰减到 0：那是 WarmupDecayLR（要配上 total_num_steps）",
     "scheduler type {type}: the brief's schedule is DeepSpeed's WarmupDecayLR":
         "scheduler 的 type 是 {type}：任务要求的调度是 DeepSpeed 的 WarmupDecayLR",
     "DeepSpeed's default warmup_type is 'log' (a fast start, then slow); the brief asks for a straight line: "
@@ -1705,7 +1708,7 @@ ZH["checks.ch09"] = {
 # -- exercise 13: qwZ's block quantizer -------------------------------------------------------------
 ZH["checks.ch13"] = {
     # the cases (zerolab.checks.ch13.CASES)
-    "a weight shard in fp16, 4 blocks of 96": "fp16 的权重分片，4 个块，每块 96 个",
+    "a weight shard in fp16, 4 blocks of 96": "fp16 的权重分片，4 个块，每块 96 个元素",
     "4 blocks whose magnitudes differ by powers of ten": "4 个数量级依次差 10 倍的块",
     "a 2-D tensor (16 x 24): blocks are runs of the flat tensor": "二维张量（16 x 24）：块是展平后张量中连续的一段",
     "each block's largest magnitude is positive (+1.0)": "每个块中绝对值最大的是正数（+1.0）",
@@ -1722,7 +1725,7 @@ ZH["checks.ch13"] = {
     "q: expected int8, {n} values; yours {dtype}, {numel} values": "q：期望 int8、{n} 个值；你的是 {dtype}、{numel} 个值",
     "one int8 per element (that byte instead of bf16's two is what halves qwZ's all-gathers): round, clamp, then "
     ".to(torch.int8)":
-        "每个元素一个 int8（用这一个字节代替 bf16 的两个，qwZ 的 all-gather 才减半）：先舍入、再截断，"
+        "每个元素一个 int8（用这一个字节代替 bf16 的两个字节，qwZ 的 all-gather 才减半）：先 round，再 clamp，"
         "然后 .to(torch.int8)",
     "one scale per block: groups of them": "每个块一个缩放因子：一共 groups 个",
     "cut the flat tensor into groups = {groups} blocks of numel // groups = {per} elements, one scale each":
@@ -1742,18 +1745,18 @@ ZH["checks.ch13"] = {
     # the scale
     "a block of zeros gives nan, inf or 0: DeepSpeed's kernel sets q_scale = 1 when the block's max is 0 (so its "
     "scale is 1.0 and every q is 0)":
-        "全零的块得出了 nan、inf 或 0：块的最大值为 0 时，DeepSpeed 的 kernel 令 q_scale = 1"
+        "全零的块得出的是 nan、inf 或 0：块的最大值为 0 时，DeepSpeed 的 kernel 令 q_scale = 1"
         "（于是它的 scale 是 1.0，每个 q 都是 0）",
     "one scale for the whole tensor: qwZ keeps one scale per block (max |x| of that block / 2^(bits-1)), so a block "
     "of small values keeps its precision":
-        "整个张量只用了一个缩放因子：qwZ 每个块一个（该块的 max |x| / 2^(bits-1)），这样小数值的块也能保住精度",
+        "整个张量只用了一个缩放因子：qwZ 每个块一个（该块的 max |x| / 2^(bits-1)），这样数值小的块也能保住精度",
     "strided blocks (x.view(-1, groups)): a block is a contiguous run of numel // groups elements of the flat "
     "tensor: x.reshape(groups, -1)":
-        "块是跨步取的（x.view(-1, groups)）：一个块是展平张量中连续的 numel // groups 个元素：x.reshape(groups, -1)",
+        "块取成了跨步的（x.view(-1, groups)）：一个块是展平张量中连续的 numel // groups 个元素：x.reshape(groups, -1)",
     "max |x| / 127 (the textbook symmetric scale): DeepSpeed maps max |x| to 2^(bits-1) = 128 steps (q_scale = "
     "2^bits / (2 max)) and clamps the top to 127; its scale is max |x| / 128":
         "max |x| / 127（教科书上的对称缩放）：DeepSpeed 把 max |x| 映射到 2^(bits-1) = 128 步"
-        "（q_scale = 2^bits / (2 max)），再把顶端截到 127；它的 scale 是 max |x| / 128",
+        "（q_scale = 2^bits / (2 max)），再把顶端 clamp 到 127；它的 scale 是 max |x| / 128",
     "that is q_scale, the multiplier: DeepSpeed stores and sends its inverse, the step scale = 1 / q_scale = max |x| "
     "/ 2^(bits-1)":
         "那是 q_scale，也就是乘数：DeepSpeed 存储并发送的是它的倒数，即步长 scale = 1 / q_scale = max |x| / 2^(bits-1)",
@@ -1775,17 +1778,17 @@ ZH["checks.ch13"] = {
     "your values are truncated toward zero (.to(torch.int8) cuts off the fraction): round first, torch.round (half "
     "to even, as the kernel's float-to-int conversion)":
         "你的值被向零截断了（.to(torch.int8) 会砍掉小数部分）：先用 torch.round 舍入"
-        "（四舍六入五取偶，和 kernel 的浮点转整数一样）",
-    "your values are rounded down (floor): round to nearest, torch.round": "你的值是向下取整的（floor）：要四舍五入到最近，torch.round",
+        "（四舍六入五成双，和 kernel 的浮点转整数一样）",
+    "your values are rounded down (floor): round to nearest, torch.round": "你的值是向下取整的（floor）：要用 torch.round 舍入到最近的整数",
     "the block's largest positive value x = max lands on 2^(bits-1) = {top} steps, which does not fit in int{bits} "
     "and wraps to {lo}: clamp to [{lo}, {hi}] before converting":
         "块中最大的正值 x = max 落在 2^(bits-1) = {top} 步上，int{bits} 放不下，回绕成了 {lo}："
-        "转换前先截断到 [{lo}, {hi}]",
+        "转换前先 clamp 到 [{lo}, {hi}]",
     "halfway values round the wrong way: DeepSpeed rounds half to even (2.5 -> 2, 3.5 -> 4), which torch.round "
     "does; floor(x + 0.5) or round-half-away-from-zero do not":
-        "恰在中间的值舍入方向错了：DeepSpeed 是五取偶（2.5 -> 2，3.5 -> 4），torch.round 就是这样；"
-        "floor(x + 0.5) 或远离零舍入都不是",
-    "values outside [{lo}, {hi}]: clamp to the signed {bits}-bit range": "有值超出了 [{lo}, {hi}]：截断到有符号 {bits} 位的范围",
+        "恰在中间的值舍入方向错了：DeepSpeed 是四舍六入五成双（2.5 -> 2，3.5 -> 4），torch.round 就是这样；"
+        "floor(x + 0.5) 或远离零的四舍五入都不是",
+    "values outside [{lo}, {hi}]: clamp to the signed {bits}-bit range": "有值超出了 [{lo}, {hi}]：用 clamp 限制在有符号 {bits} 位整数的范围内",
     "q = clamp(round(x * q_scale), -2^(bits-1), 2^(bits-1) - 1) with q_scale = 2^bits / (2 max|x|) of x's block, "
     "in fp32":
         "q = clamp(round(x * q_scale), -2^(bits-1), 2^(bits-1) - 1)，其中 q_scale = 2^bits / (2 max|x|) 取自 x 所在的块，"
@@ -1798,7 +1801,7 @@ ZH["checks.ch13"] = {
         "你除以了 scale：DeepSpeed 的 scale 是步长，所以值是 q * scale",
     "strided blocks: scale b belongs to elements b * block .. (b + 1) * block - 1 (contiguous): "
     "q.reshape(len(scales), -1) * scales[:, None]":
-        "块是跨步取的：scale b 属于元素 b * block .. (b + 1) * block - 1（连续的一段）："
+        "块取成了跨步的：scale b 属于元素 b * block .. (b + 1) * block - 1（连续的一段）："
         "q.reshape(len(scales), -1) * scales[:, None]",
     "an extra factor of 128: the stored scale already is the step size (max / 2^(bits-1))":
         "多了一个 128 的因子：存下来的 scale 已经是步长了（max / 2^(bits-1)）",
@@ -1819,11 +1822,11 @@ ZH["checks.ch13"] = {
     "{where}: a weight the forward pass saw is {worst:.2f}x the largest error qwZ allows (half a step of its block, "
     "bf16's rounding, one step for a clamped maximum)":
         "{where}：\n  前向看到的某个权重，误差是 qwZ 允许的最大误差的 {worst:.2f} 倍\n"
-        "  （所在块的半步、bf16 的舍入、被截断的最大值允许一步）",
+        "  （所在块的半步，加上 bf16 的舍入；被 clamp 的最大值允许差一整步）",
     "dequantize must give back q * scale of the same block": "dequantize 必须还原出同一个块的 q * scale",
     "{where}: the losses are {gap:.3g} from those with zerolab's quantizer (tolerance {tol})":
         "{where}：损失与用 zerolab 量化器时相差 {gap:.3g}（容差 {tol}）",
-    "compare your round trip with zerolab.quant's": "把你的量化加反量化和 zerolab.quant 的对照一下",
+    "compare your round trip with zerolab.quant's": "把你的量化、反量化往返结果和 zerolab.quant 的对照一下",
     # what passed
     "alone: {n} tensors (fp16, fp32; 1-D, 2-D; 8 and 4 bits): values and scales as DeepSpeed's":
         "单独检查：{n} 个张量（fp16、fp32；一维、二维；8 位和 4 位）：值和缩放因子都与 DeepSpeed 的相同",
@@ -1833,7 +1836,7 @@ ZH["checks.ch13"] = {
     "  rank 0 sent in parameter all-gathers ({links}-node): {q:,.0f} bytes of int8":
         "  rank 0 在参数 all-gather 中发出（{links}-node）：int8 {q:,.0f} 字节",
     "    + {s:,.0f} of fp32 scales, against {plain:,.0f} bytes in bf16: {ratio:.4f}x":
-        "    + fp32 缩放因子 {s:,.0f} 字节，bf16 下是 {plain:,.0f} 字节：{ratio:.4f}x",
+        "    + fp32 缩放因子 {s:,.0f} 字节，相比 bf16 的 {plain:,.0f} 字节：{ratio:.4f}x",
     "  every weight the forward saw within half a step of its block (+ bf16 rounding)":
         "  前向看到的每个权重，误差都在所在块的半步以内（加上 bf16 的舍入）",
     "  the same gathered weights as zerolab's quantizer: {same}; losses within {tol}":
@@ -1866,7 +1869,7 @@ ZH["checks.ch14"] = {
     "set them equal and solve for T (Psi cancels)":
         "每个微步：计算 {flops} Psi T / (mfu x peak) 秒，通信 3 x 2 Psi x (N-1)/N / beta 秒；令两者相等，解出 T（Psi 约掉）",
     "compare term by term; leaving each node (N = {n}, {m} nodes of {k}): {parts}":
-        "逐项比较；离开每个节点的（N = {n}，{m} 个节点，每节点 {k} 个）：{parts}",
+        "逐项比较；离开每个节点的字节（N = {n}，{m} 个节点，每节点 {k} 个）：{parts}",
     "per step: compute 6 Psi T / (mfu x peak); PCIe: the bytes of this GPU's shard (Psi/N elements) that cross "
     "it, over pcie_Bps; set them equal and solve for T":
         "每步：计算 6 Psi T / (mfu x peak)；PCIe：这张 GPU 的分片（Psi/N 个元素）经过它的字节数除以 pcie_Bps；令两者相等，解出 T",
@@ -1885,7 +1888,7 @@ ZH["checks.ch14"] = {
         "offload_hide_tokens 在 {n} 组设置下与 zerolab.simulate 的 hide_tokens 一致（误差 1 % 以内）",
     # the mistakes a learner is likely to make (TOKENS_MISTAKES, BYTES_MISTAKES, OFFLOAD_MISTAKES)
     "each rank sends (N-1)/N of every tensor it gathers or reduce-scatters (the ring): multiply by (N-1)/N":
-        "每个 rank 对它收集或 reduce-scatter 的每个张量只发出 (N-1)/N（环形算法）：乘上 (N-1)/N",
+        "每个 rank 对它收集或 reduce-scatter 的每个张量只发出 (N-1)/N（环形算法）：要乘上 (N-1)/N",
     "stage 3 moves the parameters twice (a gather in forward, again in backward) and reduce-scatters the "
     "gradients: 3 x 2 Psi bytes, not stage 2's 2 x 2 Psi":
         "stage 3 把参数搬两次（前向收集一次，反向再一次），再对梯度做 reduce-scatter：3 x 2 Psi 字节，而不是 stage 2 的 2 x 2 Psi",
@@ -1893,20 +1896,20 @@ ZH["checks.ch14"] = {
         "stage 3 每个微步搬三个 Psi 元素的张量（两次收集、一次 reduce-scatter），而不是一个",
     "bf16/fp16 on the wire: 2 bytes per element, not 4": "线路上是 bf16/fp16：每个元素 2 字节，不是 4",
     "bf16/fp16 on the wire: 2 bytes per element, not 1": "线路上是 bf16/fp16：每个元素 2 字节，不是 1",
-    "the GPU computes at mfu x peak_flops, not at its peak": "GPU 的算力是 mfu x peak_flops，不是峰值",
+    "the GPU computes at mfu x peak_flops, not at its peak": "GPU 实际的算力是 mfu x peak_flops，不是峰值算力",
     "with activation checkpointing the forward runs twice: 8 Psi FLOPs per token, not 6":
         "开激活检查点时前向要跑两遍：每个 token 8 Psi 次浮点运算，不是 6",
     "2 Psi FLOPs per token is the forward alone; training (forward + backward) is 6 Psi (8 with checkpointing)":
         "每个 token 2 Psi 次浮点运算只是前向；训练（前向 + 反向）是 6 Psi（开检查点时是 8）",
     "a ring gather or reduce-scatter over N ranks sends (N-1)/N of the tensor out of each node, not all of it "
     "(the node's own share stays home)":
-        "N 个 rank 上的环形收集或 reduce-scatter 从每个节点发出张量的 (N-1)/N，而不是全部（节点自己那份留在家里）",
+        "N 个 rank 上的环形收集或 reduce-scatter 从每个节点发出张量的 (N-1)/N，而不是全部（节点自己那份留在本节点）",
     "qgZ's step between nodes sends (m-1)/m of the node's 4-bit gradients (m = N/k nodes): the node's own share "
     "stays home":
-        "qgZ 在节点之间的那一步发出节点 4 bit 梯度的 (m-1)/m（m = N/k 个节点）：节点自己那份留在家里",
+        "qgZ 在节点之间的那一步发出本节点 4 bit 梯度的 (m-1)/m（m = N/k 个节点）：节点自己那份留在本节点",
     "with hpZ the backward gather runs inside the node (the secondary partition): no parameter bytes leave the "
     "node in backward":
-        "用 hpZ 时反向收集在节点内进行（二级分区）：反向时没有参数字节离开节点",
+        "用 hpZ 时反向收集在节点内完成（二级分片）：反向时没有参数字节离开节点",
     "qwZ sends int8: 1 byte per element (plus a scale per 8,000), not 2":
         "qwZ 发送 int8：每个元素 1 字节（外加每 8,000 个一个缩放因子），不是 2",
     "qwZ sends int8: 1 byte per element, not 4 bits (4 bits is qgZ's, for gradients)":
@@ -1958,18 +1961,18 @@ ZH["lab"] = {
     "params": "参数",
     # figures (zerolab.viz.figure_text: English where no CJK font is installed)
     "GB per GPU": "每张 GPU 的 GB",
-    "{model} on {gpus} GPUs: what each GPU must hold": "{gpus} 张 GPU 上的 {model}：每张 GPU 必须装下的",
+    "{model} on {gpus} GPUs: what each GPU must hold": "{gpus} 张 GPU 上的 {model}：每张 GPU 要装下什么",
     "seconds per step (simulated)": "每步秒数（模拟）",
     "elements ({n} flat groups)": "元素（{n} 个扁平组）",
     "ms since the step began (rank 0)": "这一步开始后的毫秒数（rank 0）",
     "ms since the step began": "这一步开始后的毫秒数",
     "bytes held (engine.memory())": "持有的字节（engine.memory()）",
-    "what each rank holds over the step: model states + buffers in flight": "每个 rank 在这一步中持有的：模型状态 + 在途的缓冲区",
+    "what each rank holds over the step: model states + buffers in flight": "每个 rank 在这一步中持有多少：模型状态 + 在途的缓冲区",
     "bytes": "字节",
     "held right after this collective": "这次集合通信刚结束时持有的",
     "bytes (engine.memory(where))": "字节（engine.memory(where)）",
-    "what each rank holds where, after the step": "这一步之后，每个 rank 在各处持有的",
-    "ms in the recorded step (measured; machine-dependent)": "记录的这一步中的毫秒数（实测；因机器而异）",
+    "what each rank holds where, after the step": "这一步之后，每个 rank 在各处持有多少",
+    "ms in the recorded step (measured; machine-dependent)": "所记录这一步内的毫秒数（实测；因机器而异）",
     "the step's time: training thread, and I/O threads below": "这一步的时间：训练线程，下方是 I/O 线程",
     # extension mode, ZeRO++ (zerolab/lab/zeropp.py): controls, summary, figure
     "ranks": "rank 布局",
@@ -2046,10 +2049,10 @@ ZH["lab"] = {
     "stage {stage}, N = {n}, {precision}: one step, {calls} collectives on each rank":
         "stage {stage}，N = {n}，{precision}：一步，每个 rank 上 {calls} 次集合通信",
     "  {op:<15}{calls:>4} calls {numel:>9,} elements {nbytes:>9,} bytes {wire:>10,.0f} on the wire":
-        "  {op:<15}{calls:>4} 次调用 {numel:>9,} 个元素 {nbytes:>9,} 字节，线上 {wire:>10,.0f} 字节",
+        "  {op:<15}{calls:>4} 次调用 {numel:>9,} 个元素 {nbytes:>9,} 字节，线路上 {wire:>10,.0f} 字节",
     "  not counted above: {n} order checks (all_gather, {each} bytes from each rank), zerolab's own safety; "
     "DeepSpeed sends none":
-        "  上面没有计入：{n} 次顺序检查（all_gather，每个 rank {each} 字节），这是 zerolab 自己的安全措施；DeepSpeed 不发送",
+        "  上面没有计入：{n} 次顺序检查（all_gather，每个 rank {each} 字节），这是 zerolab 自己的安全措施；DeepSpeed 没有这些",
     "  rank 0 held at most {total:,} bytes, {label}:": "  rank 0 最多持有 {total:,} 字节，在{label}：",
     "    params {params:,}, grads {grads:,}, optimizer states {states:,}, buffers {buffers:,}":
         "    参数 {params:,}，梯度 {grads:,}，优化器状态 {states:,}，缓冲区 {buffers:,}",
@@ -2059,7 +2062,7 @@ ZH["lab"] = {
     "after the optimizer step": "优化器更新之后",
     "after {op} '{tag}'": " {op} '{tag}' 之后",
     "nothing fits: more GPUs, more memory (GPU or host), or a smaller micro-batch":
-        "什么都装不下：需要更多 GPU、更多内存（GPU 或主机），或更小的微批次",
+        "什么都装不下：要么加 GPU，要么加大显存或主机内存，要么减小微批次",
     "fastest that fits: {name}, {s:.2f} s per step": "装得下的配置中最快的：{name}，每步 {s:.2f} 秒",
     " ({names} as fast)": "（{names} 一样快）",
     "{model} on {gpus} x {gpu} with {gb:.0f} GB each, {link},": "{model}，{gpus} x {gpu}，每张 {gb:.0f} GB，{link}，",
@@ -2068,7 +2071,7 @@ ZH["lab"] = {
     "GB/GPU": "每卡 GB",
     "DS est.": "DS 估算",
     "host GB": "主机 GB",
-    "fits": "装下",
+    "fits": "装得下",
     "step s": "每步秒",
     "tokens/s": "token/秒",
     "bound by": "瓶颈",
@@ -2114,7 +2117,7 @@ ZH["lab"] = {
         "这一步中的 NVMe，{label}（rank 0）：读 {reads} 次（{read:,} B），写 {writes} 次（{written:,} B）",
     "stage 3: {n} parameter all-gathers ({numel:,} elements) in the step on rank 0, ":
         "stage 3：rank 0 在这一步中做了 {n} 次参数 all-gather（{numel:,} 个元素），",
-    "carrying {ahead} module gathers prefetched ahead": "其中带着 {ahead} 个提前预取的模块收集",
+    "carrying {ahead} module gathers prefetched ahead": "其中捎带了 {ahead} 个提前预取的模块收集",
     "each just in time, none prefetched": "每次都是用到时才收集，没有预取",
     "; at most {peak:,} B gathered or in flight at once": "；同一时刻最多有 {peak:,} B 已收集或在途",
     # the figures' other texts (legends, row labels, titles)
@@ -2129,7 +2132,7 @@ ZH["lab"] = {
     "{op} '{tag}'\n{numel:,} elements, {wire:,.0f} B sent per rank":
         "{op} '{tag}'\n{numel:,} 个元素，每个 rank 发出 {wire:,.0f} B",
     "colour: whose values; dark: summed over ranks;\nhatched: arrived from that rank":
-        "颜色：谁的值；深色：各 rank 求和；\n斜线：从那个 rank 传来",
+        "颜色：谁的值；深色：各 rank 之和；\n斜线：从那个 rank 传来的",
     "compute spans": "计算时段",
     "blocking comm": "阻塞通信",
     "async comm": "异步通信",
@@ -2336,7 +2339,7 @@ ZH["around"] = {
     "no checkpoint at {path} (meta.json missing)": "{path} 处没有检查点（缺少 meta.json）",
     "checkpoint file {name} is missing from {dir}": "{dir} 里缺少检查点文件 {name}",
     "checkpoint file {path} is corrupted or truncated (its sha256 differs from the one recorded when it was saved)":
-        "检查点文件 {path} 已损坏或被截断（它的 sha256 与保存时记录的不一致）",
+        "检查点文件 {path} 已损坏或不完整（它的 sha256 与保存时记录的不一致）",
     "cannot read checkpoint file {path}: {error}": "无法读取检查点文件 {path}：{error}",
     "cannot read {path}: {error}": "无法读取 {path}：{error}",
     "{path} is not a zerolab checkpoint of format {format} (found {found})":
@@ -2418,7 +2421,7 @@ ZH["around"] = {
         "  损失：第 1 步 {first:.4f} -> 第 {steps} 步 {last:.4f}",
     " ({n} step(s) skipped: fp16 overflow)": "（跳过了 {n} 步：fp16 溢出）",
     "  lr: {first:.3g} at step 1 -> {last:.3g} at step {steps}": "  学习率：第 1 步 {first:.3g} -> 第 {steps} 步 {last:.3g}",
-    "  memory per rank (engine.memory(), at the end):": "  每个 rank 持有的内存（engine.memory()，训练结束时）：",
+    "  memory per rank (engine.memory(), at the end):": "  每个 rank 占用的内存（engine.memory()，训练结束时）：",
     "  traffic of rank 0 (engine.ledger; wire bytes by the ring convention):":
         "  rank 0 的通信量（engine.ledger；线路字节数按环形算法的约定计）：",
     "    none (one rank)": "    无（只有一个 rank）",
@@ -2436,7 +2439,7 @@ ZH["around"] = {
     "offload_param needs stage 3 (as in DeepSpeed)": "offload_param 需要 stage 3（和 DeepSpeed 一样）",
     "{key} needs stage 3 (as in DeepSpeed: ZeRO++ is stage 3's); set stage=3 or turn it off":
         "{key} 需要 stage 3（和 DeepSpeed 一样：ZeRO++ 是 stage 3 的功能）；请设 stage=3，或者把它关掉",
-    "ranks_per_node={k} must divide gpus={n} (whole nodes)": "ranks_per_node={k} 必须整除 gpus={n}（节点要完整）",
+    "ranks_per_node={k} must divide gpus={n} (whole nodes)": "ranks_per_node={k} 必须整除 gpus={n}（要能分成整数个节点）",
     "inter_link needs ranks_per_node (how many GPUs share a node's link)":
         "inter_link 需要 ranks_per_node（每个节点有几张 GPU 共用节点的链路）",
     "hpz_partition_size={h} must divide gpus={n} (DeepSpeed's rule) and divide ranks_per_node={k} or be a multiple "
@@ -2454,7 +2457,7 @@ ZH["engine"] = {
     "{key} has no effect in zerolab: {why}": "{key} 在 zerolab 里不起作用：{why}",
     "this model already had a zerolab engine: it is closed now (its hooks removed, the model given its full current "
     "weights), and the new engine starts from them":
-        "这个模型已经有一个 zerolab 引擎：它现在被关闭了（钩子已移除，模型拿回了它当前完整的权重），新引擎从这些"
+        "这个模型已经有一个 zerolab 引擎：旧引擎现已关闭（钩子已移除，模型拿回了它当前完整的权重），新引擎从这些"
         "权重开始",
     "{key}={h} is more than the {world_size} ranks: DeepSpeed 0.19.8 takes min({h}, {world_size}) = {size}, one "
     "group of every rank: the backward's gathers stay as wide as the forward's and each rank keeps a second shard "
@@ -2532,7 +2535,7 @@ ZH["engine"] = {
     "ranks ran different modules in this forward: {ranks}{order}": "各 rank 在这次前向里运行的模块不同：{ranks}{order}",
     "rank {rank} gathered {n} module groups": "rank {rank} 收集了 {n} 组模块参数",
     " (or the same number in another order)": "（或者数目相同但顺序不同）",
-    "rank {rank} reached the end of its forward": "rank {rank} 到了自己前向的结尾",
+    "rank {rank} reached the end of its forward": "rank {rank} 已走完自己的前向",
     "ranks ran different modules: {ranks}": "各 rank 运行的模块不同：{ranks}",
     "rank {rank} reached {where}": "rank {rank} 到了 {where}",
     "{what}. With ZeRO stage 3 every rank must run the same modules in the same order (e.g. no rank-dependent "
@@ -2553,12 +2556,12 @@ ZH["engine"] = {
     "use_module_hooks(cls): cls must be a class with the methods {methods}":
         "use_module_hooks(cls)：cls 必须是一个类，并且有这些方法：{methods}",
     "register_external_parameter: that parameter is not trained by this engine":
-        "register_external_parameter：这个参数不由这个引擎训练",
+        "register_external_parameter：这个参数不归这个引擎训练",
     "parameter {name} was used outside the model's forward (after forward, before backward: in the loss, say). ZeRO "
     "stage 3 keeps only a 1/{n} shard of it on each rank, and gathers it only while a module's forward runs. Compute "
     "with it inside the model's forward (e.g. the top-level forward: zerolab gathers it there), or use ZeRO stage 0-2 "
     "for this model.":
-        "参数 {name} 在模型的前向之外被用到了（前向之后、反向之前，比如在损失里）。ZeRO stage 3 在每个 rank 上只保留"
+        "参数 {name} 在模型的前向之外用到了（前向之后、反向之前，比如在损失里）。ZeRO stage 3 在每个 rank 上只保留"
         "它的 1/{n} 分片，只在某个模块的前向运行期间才把它收集完整。请在模型的前向里用它（例如在最外层的 forward "
         "里：zerolab 会在那里收集它），或者对这个模型改用 ZeRO stage 0-2。",
     # -- the engine's own (engine.py) --
@@ -2587,7 +2590,7 @@ ZH["engine"] = {
         "编译器无法追踪这些操作。请传入 torch.compile 之前的模型，或者改用 ZeRO stage 0-2（它们可以原样运行编译过的"
         "模型）",
     "the optimizer's parameter groups hold frozen parameters ({name}): leave them out, or set requires_grad=True":
-        "优化器的参数组里有被冻结的参数（{name}）：把它们去掉，或者设置 requires_grad=True",
+        "优化器的参数组里有冻结的参数（{name}）：把它们去掉，或者设置 requires_grad=True",
     "the optimizer holds {n} tensor(s) that are not parameters of the model given to initialize: build it over "
     "model.parameters() (or some of them)":
         "优化器里有 {n} 个张量不是传给 initialize 的模型的参数：请在 model.parameters()（或其中一部分）上构建优化器",
@@ -2669,7 +2672,7 @@ ZH["engine"] = {
     "nvme_path {path} has {free:.2f} GiB free, but the {what} need {need:.2f} GiB there":
         "nvme_path {path} 只剩 {free:.2f} GiB 空间，而{what}在那里需要 {need:.2f} GiB",
     "optimizer states": "优化器状态",
-    "optimizer states (fp32 masters and moments of every rank)": "优化器状态（所有 rank 的 fp32 主权重和动量、方差）",
+    "optimizer states (fp32 masters and moments of every rank)": "优化器状态（所有 rank 的 fp32 主权重和两个矩）",
     "parameter shards of every rank": "所有 rank 的参数分片",
     "offload_optimizer.ratio < 1 (partial offload) is not implemented in zerolab":
         "zerolab 没有实现 offload_optimizer.ratio < 1（部分卸载）",
