@@ -31,7 +31,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .i18n import catalogue
+from .i18n import catalogue, cli_lang, set_lang, width
 from .memory import format_bytes, model_state_bytes
 
 T = catalogue("cli")      # the commands' own lines in the edition's language (zerolab/messages_zh.py)
@@ -59,7 +59,6 @@ def _stage_table(psi: float, world: int, precision: str, mark: int | None = None
 
 def _right(text: str, columns: int) -> str:
     """``text`` right-aligned in ``columns`` terminal columns (a CJK character takes two)."""
-    from .i18n import width
     return " " * max(columns - width(text), 0) + text
 
 
@@ -103,7 +102,6 @@ def cmd_explain(a) -> int:
     from .config import ConfigError
     from .config_keys import T as config_text
     from .explain import explain_config
-    _speak(a)
     try:
         ex = explain_config(a.config, a.world)
     except ConfigError as e:
@@ -136,7 +134,6 @@ def cmd_explain(a) -> int:
 
 def cmd_estimate(a) -> int:
     from . import estimate
-    _speak(a)
     print(_stage_table(a.params, a.gpus * a.nodes, a.precision))
     print()
     print(T("== ZeRO stage 2, DeepSpeed's own estimator (estimate_zero2_model_states_mem_needs_all_cold, "
@@ -166,15 +163,8 @@ def cmd_env(a) -> int:
     return 0
 
 
-def _speak(a) -> None:
-    """The language of this command's answer: --lang, else $ZEROLAB_LANG, else the locale (zerolab.i18n)."""
-    from . import i18n
-    i18n.set_lang(i18n.cli_lang(a.lang))
-
-
 def cmd_report(a) -> int:
     from . import report
-    _speak(a)
     if a.preflight:
         need = report.COURSE_NEEDS_GB if a.need_gb is None else a.need_gb
         return 0 if report.preflight(ranks=a.ranks, need_gb=need) else 1
@@ -184,7 +174,6 @@ def cmd_report(a) -> int:
 
 def cmd_consolidate(a) -> int:
     from .checkpoint import CheckpointError, consolidate
-    _speak(a)
     try:
         sd = consolidate(a.checkpoint, a.out, tag=a.tag)
     except CheckpointError as e:
@@ -198,7 +187,6 @@ def cmd_consolidate(a) -> int:
 
 def cmd_simulate(a) -> int:
     from . import simulate
-    _speak(a)
     if a.calibrate:
         rows = simulate.calibrate(a.nproc)
         print(T("the simulator against {n} real ranks here (a bf16 MLP of 8 Linear(256, 256), stages 0-3):",
@@ -257,7 +245,6 @@ def simulate_clusters() -> list[str]:
 
 def cmd_bench(a) -> int:
     from . import bench
-    _speak(a)
     fit = bench.run(a.nproc)
     print(fit.describe())
     if a.out:
@@ -268,7 +255,6 @@ def cmd_bench(a) -> int:
 
 def cmd_progress(a) -> int:
     from . import progress
-    _speak(a)
     return progress.main(as_json=a.json, name=a.name)
 
 
@@ -346,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
     g.set_defaults(fn=cmd_progress)
     a = ap.parse_args(argv)
+    set_lang(cli_lang(getattr(a, "lang", None)))     # the answer's language: --lang, $ZEROLAB_LANG, the locale
     return a.fn(a)
 
 
