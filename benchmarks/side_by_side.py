@@ -8,7 +8,7 @@ s3-persist-default; the stored matrix runs each at 2 ranks and s2-default, s2-ow
 s3-noprefetch also at 3). Each config runs 5 steps; the table shows the mean of the steady steps 3-5
 (a "varies" note says when they differ), per family: calls and bytes of the calls over 64 bytes,
 zerolab beside DeepSpeed, and a verdict: "ok" when zerolab's bytes are within 2 % of
-DeepSpeed's and it makes no more calls. Calls of 64 bytes or less (the clipping norm, an
+DeepSpeed's and it makes the same number of calls (fewer calls is a difference too). Calls of 64 bytes or less (the clipping norm, an
 overflow flag) are shown on a "small" row, and zerolab's own 16-byte order-check headers
 (records with kind "check", or a tag starting with "check") on a "check" row; neither counts in
 the verdict.
@@ -67,22 +67,20 @@ def zerolab_config(name: str, steps: int | None = None) -> dict:
     import torch
     import zerolab
     sys.path.insert(0, HERE)
-    from step_models import ResMLP
+    from step_models import side_by_side_batch
 
     ds = _load_ds_module()
     steps = ds.STEPS if steps is None else steps
     rank = zerolab.rank()
-    engine = zerolab.initialize(ResMLP(), ds.config(name))
-    g = torch.Generator().manual_seed(1000 + rank)          # the data of ds_side_by_side.py
-    x = torch.randn(8, ResMLP.WIDTH, generator=g)
-    y = torch.randn(8, ResMLP.WIDTH, generator=g)
+    model, x, loss_fn = side_by_side_batch(ds.MODEL.get(name, "resmlp"), rank)   # ds_side_by_side.py's
+    engine = zerolab.initialize(model, ds.config(name))
     led = engine.ledger
     per_step = []
     try:
         for step in range(1, steps + 1):
             mark = led.mark()
             t0 = time.perf_counter()
-            loss = ((engine(x) - y) ** 2).mean()
+            loss = loss_fn(engine(x))
             n_fwd = len(led.since(mark).records)
             engine.backward(loss)
             n_bwd = len(led.since(mark).records)
@@ -186,7 +184,7 @@ def verdict(zl: tuple[float, float] | None, ds: tuple[float, float] | None) -> b
     zc, zb = zl or (0.0, 0.0)
     dc, db = ds or (0.0, 0.0)
     bytes_ok = abs(zb - db) <= TOLERANCE * db if db else zb == 0
-    return bytes_ok and zc <= dc
+    return bytes_ok and abs(zc - dc) < 0.5          # call for call: fewer calls is a difference too
 
 
 def _num(x: float) -> str:

@@ -93,3 +93,62 @@ def run_deepspeed(python: str, world: int, script: str, args: list[str]) -> dict
             raise RuntimeError(f"the DeepSpeed run failed:\n{run.stderr[-3000:]}\n{run.stdout[-3000:]}")
         with open(out) as f:
             return json.load(f)
+
+
+class TiedNet(nn.Module):
+    """Stage 3's awkward parameters in one small language model (issue 33): an embedding tied to
+    the output layer, ``nn.MultiheadAttention`` (it reads ``out_proj.weight`` without calling
+    ``out_proj``), an MLP, and a weight ``mix`` that the root's own forward reads with
+    ``F.linear`` (an external parameter of the root). 39,168 parameters; every parameter is over 16
+    elements, so every gather is over 64 bytes."""
+    VOCAB, DIM, SEQ = 96, 64, 8
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        v, d = self.VOCAB, self.DIM
+        self.embed = nn.Embedding(v, d)
+        self.attn = nn.MultiheadAttention(d, 4, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+        self.mix = nn.Linear(d, d, bias=False)
+        self.head = nn.Linear(d, v, bias=False)
+        self.head.weight = self.embed.weight                    # tied
+
+    def forward(self, tokens):
+        h = self.embed(tokens)
+        a, _ = self.attn(h, h, h, need_weights=False)
+        h = h + a
+        h = h + self.mlp(h)
+        h = torch.nn.functional.linear(h, self.mix.weight)     # a child's weight, read by the root
+        return self.head(h)
+
+
+class CheckpointedResMLP(ResMLP):
+    """ResMLP whose residual blocks run under ``torch.utils.checkpoint`` (non-reentrant): backward
+    recomputes each block's forward, so stage 3 gathers its parameters a third time."""
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+        x = self.lins[0](x)
+        for lin, norm in zip(self.lins[1:], self.norms):
+            x = x + checkpoint(lambda t, lin=lin, norm=norm: lin(norm(torch.relu(t))), x, use_reentrant=False)
+        return x
+
+
+SIDE_BY_SIDE_MODELS = {"resmlp": ResMLP, "tied": TiedNet, "ckpt": CheckpointedResMLP}
+
+
+def side_by_side_batch(model: str, rank: int):
+    """(model, inputs, loss function) of the side-by-side matrix: a fixed batch per rank."""
+    g = torch.Generator().manual_seed(1000 + rank)
+    net = SIDE_BY_SIDE_MODELS[model]()
+    if model == "tied":
+        tokens = torch.randint(0, TiedNet.VOCAB, (4, TiedNet.SEQ + 1), generator=g)
+        x, y = tokens[:, :-1], tokens[:, 1:]
+
+        def loss_fn(out):
+            return torch.nn.functional.cross_entropy(out.reshape(-1, TiedNet.VOCAB), y.reshape(-1))
+        return net, x, loss_fn
+    x = torch.randn(8, ResMLP.WIDTH, generator=g)
+    y = torch.randn(8, ResMLP.WIDTH, generator=g)
+    return net, x, lambda out: ((out - y) ** 2).mean()

@@ -254,6 +254,7 @@ OFFLOAD_PARAM = {**_OFFLOAD_COMMON, "buffer_size": _SWAP_BUFFERS, "max_in_cpu": 
 ZEROLAB = {
     "ideal_reduce_scatter": _I,   # reduce.py/params.py: stages 1-2 reduce-scatter each bucket (the paper's Psi)
     "order_checks": _I,           # gather.py: stage 3's 16-byte order headers (kind "check" in the ledger)
+    "module_groups": _I,          # units.py: stage 3 partitions each module's parameters as one flat group
 }
 
 AIO = {k: _A("libaio setting, read only by NVMe offload") for k in (

@@ -220,7 +220,7 @@ def _parse_zerolab(p: K.Problems, d: dict) -> ZerolabConfig:
     K.check_keys(p, b, "zerolab", K.ZEROLAB)
     default = ZerolabConfig()
     return ZerolabConfig(**{k: K.read(p, b, "zerolab", k, K.as_bool, getattr(default, k))
-                            for k in ("ideal_reduce_scatter", "order_checks")})
+                            for k in ("ideal_reduce_scatter", "order_checks", "module_groups")})
 
 
 def _parse_offload(p: K.Problems, zero: dict, kind: str, stage: int) -> OffloadConfig:

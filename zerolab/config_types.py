@@ -200,9 +200,12 @@ class ZerolabConfig:
     DeepSpeed's all-reduce of each bucket (2 Psi). ``order_checks``: at stage 3, a 16-byte
     all-gather before each unit of parameter gathers, so that ranks taking different paths
     through the model raise an error naming the modules instead of hanging (DeepSpeed sends
-    none; the ledger files them apart, as ``kind == "check"``)."""
+    none; the ledger files them apart, as ``kind == "check"``). ``module_groups``: at stage 3,
+    partition, pad, persist and gather each module's own parameters as one flat group (fewer,
+    larger calls) instead of DeepSpeed's layout, one partition per parameter."""
     ideal_reduce_scatter: bool = False
     order_checks: bool = True
+    module_groups: bool = False
 
 
 @dataclass(frozen=True)

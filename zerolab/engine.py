@@ -27,6 +27,7 @@ from .config import Config, load_config
 from .i18n import catalogue
 from .loss_scaler import make_loss_scaler
 from .memory import tensor_bytes
+from .norms import step_norms
 from .optim import build_optimizer
 from .scheduler import build_scheduler
 from .stage import Stage
@@ -226,28 +227,13 @@ class Engine:
         stage.reduce_grads()
         grads = stage.grads_for_step()
         clip = self.config.gradient_clipping
-        # One small all-reduce carries both what every step needs to know from all ranks:
-        # did any rank see an inf/NaN (fp16 always, bf16 unless check_grad_overflow is off),
-        # and the sum of squares of every shard's gradient (for the global clipping norm).
+        # What every step needs to know from all ranks, sent as DeepSpeed 0.19.8 sends it
+        # (norms.py): did any rank see an inf/NaN (a 1-byte MAX), then, unless one did, the
+        # global gradient norm (one small SUM per optimizer parameter group; stage 0: only when
+        # clipping, as its clip_grad_norm_ does).
         check = self.config.fp16.enabled or (self.config.bf16.enabled and self.config.bf16.check_grad_overflow)
-        stats = torch.zeros(2, dtype=torch.float64, device=self.device)
-        sumsq = 0.0
-        if check or clip > 0:
-            # one fused pass per shard, accumulated in fp64 (no square can overflow there): an
-            # inf or NaN anywhere makes the sum non-finite, so it is also the overflow check
-            # (about 10x cheaper on CPU than separate isinf/isnan passes)
-            sumsq = sum(torch.linalg.vector_norm(g, dtype=torch.float64).square() for g in grads)
-        if check:
-            stats[0] = 0.0 if bool(torch.isfinite(torch.as_tensor(sumsq))) else 1.0
-        if clip <= 0:
-            sumsq = 0.0
-        if stage.shards_optimizer:               # each rank holds a disjoint shard: add them up
-            stats[1] = sumsq
-        if check or (clip > 0 and stage.shards_optimizer):
-            self.comm.all_reduce(stats, tag="overflow check + grad norm")
-        if not stage.shards_optimizer:           # every rank holds the whole gradient already
-            stats[1] = sumsq
-        overflow = bool(stats[0] > 0) or (clip > 0 and not math.isfinite(float(stats[1])))
+        overflow, sumsq = step_norms(self.comm, stage, grads, self._grad_opt_groups(stage, grads),
+                                     check=check, clip=clip, fp16=self.config.fp16.enabled)
         message = self.scaler.update_scale(overflow)
         if message:
             self._say(message)
@@ -258,7 +244,7 @@ class Engine:
             return
         combined = scale
         if clip > 0:
-            norm = math.sqrt(float(stats[1])) / scale
+            norm = math.sqrt(sumsq) / scale
             self.last_grad_norm = norm
             combined = scale * max(1.0, (norm + 1e-6) / clip)
         # sub-group by sub-group, wherever the states live (offload.py), then make it everyone's
@@ -267,6 +253,14 @@ class Engine:
         stage.zero_grads()
         if self.lr_scheduler is not None:        # after the step, and only when it was not skipped
             self.lr_scheduler.step()
+
+    @staticmethod
+    def _grad_opt_groups(stage, grads) -> list[int]:
+        """The optimizer parameter group of each gradient tensor of the step (0 if unknown)."""
+        groups = getattr(stage.params, "groups", None) or []
+        if len(groups) >= len(grads):
+            return [max(getattr(g, "opt_group", 0), 0) for g in groups[:len(grads)]]
+        return [0] * len(grads)
 
     def _say(self, message: str) -> None:
         self.log.append(message)

@@ -55,7 +55,9 @@ class GatheredParams:
         self.rank, self.world_size = comm.rank, comm.world_size
         self._track = buffers.track
         self._offload = zero.offload_param
-        u = make_units(model, named, zero, dtype, self.rank, self.world_size, opt_group_of)
+        u = make_units(model, named, zero, dtype, self.rank, self.world_size, opt_group_of,
+                       per_parameter=not zerolab.module_groups)
+        self.per_parameter = not zerolab.module_groups
         self.groups, self.persistent, self.n_trained = u.groups, u.persistent, u.n_trained
         self.module_groups, self.unit_of = u.module_groups, u.unit_of
         self.full: dict[int, torch.Tensor] = {}    # group index -> gathered flat buffer, while alive
@@ -81,6 +83,18 @@ class GatheredParams:
                 self._release(g)
         self.state = TrainingState.IDLE
         self._first_gathered: list[int] = []       # groups gathered in forward, in order
+        # the order backward produces gradients in, for the reduce buckets (DeepSpeed fills its
+        # buckets in gradient-hook order): modules in the reverse of their forward order, each
+        # module's own parameters in their order; persistent ones included
+        self._own_trained: dict[nn.Module, list[int]] = {}
+        for m in model.modules():
+            own = [self.unit_of[id(p)].index for p in m.parameters(recurse=False) if id(p) in self.unit_of]
+            own = [i for i in dict.fromkeys(own) if i < self.n_trained]
+            if own:
+                self._own_trained[m] = own
+        self._forward_modules: list[list[int]] = []    # per module run in forward (with grad), its groups
+        self._in_order: set[int] = set()
+        self._order_handles = []
         self.fetches = 0                           # groups gathered (fetched or prefetched)
         self.peak_gathered_numel = 0               # most parameter elements gathered (or in flight) at once
         self.trace = FetchTrace([g.numel for g in self.groups], zero.stage3_max_reuse_distance)
@@ -117,6 +131,21 @@ class GatheredParams:
             self.shards.swap_out(self.groups, self.persistent, po.max_in_cpu, po.nvme_path, self.rank,
                                  self.world_size, timeline=getattr(self.comm, "timeline", None))
         self.hooks = module_hooks_class()(self)   # ModuleHooks, unless hooks.use_module_hooks swapped it
+        ids_of = getattr(self.hooks, "fetch_ids", None)
+        self.trace.ids_of = ids_of if callable(ids_of) else None
+        if self.per_parameter:
+            self._order_handles = [m.register_forward_pre_hook(self._note_forward_module)
+                                   for m in self._own_trained]
+
+    def _note_forward_module(self, module, inputs) -> None:
+        """A module with trained parameters runs its forward: note its groups for the gradient
+        order (first use only; not in backward's recomputation, not without grad)."""
+        if self.in_backward or not torch.is_grad_enabled():
+            return
+        new = [i for i in self._own_trained[module] if i not in self._in_order]
+        if new:
+            self._in_order.update(new)
+            self._forward_modules.append(new)
 
     @property
     def trained_groups(self) -> list[FlatGroup]:
@@ -127,6 +156,8 @@ class GatheredParams:
     def reduce_order(self) -> list[int]:
         """The reverse of the order groups were first gathered in forward: roughly the order
         backward finishes them, and identical on every rank (gathers are checked)."""
+        if self.per_parameter:                    # modules reversed, each one's parameters in order
+            return [i for unit in reversed(self._forward_modules) for i in unit]
         first = [i for i in dict.fromkeys(self._first_gathered) if i < self.n_trained]
         return first[::-1]
 
@@ -138,8 +169,7 @@ class GatheredParams:
         """``engine.backward`` is about to run autograd (the hooks may already have begun
         backward, when the first gradient reached a module's output)."""
         self.hooks.pre_backward()
-        self.state = TrainingState.BACKWARD
-        self._start_pass("backward")
+        self.state = TrainingState.BACKWARD      # (backward goes on with the forward's step)
 
     def begin_backward(self) -> None:
         """The first gradient reached a module's output: autograd is in backward (the pass of the
@@ -165,9 +195,10 @@ class GatheredParams:
         self._finish_inflight()
         for g in self.groups:
             self.reshard(g)
-        self.trace.end_backward()
         self.state = TrainingState.IDLE
         self._first_gathered.clear()
+        self._forward_modules.clear()
+        self._in_order.clear()
 
     def forward_failed(self) -> None:
         """The model's forward raised: forget its open frames, so the next forward starts a pass."""
@@ -182,8 +213,12 @@ class GatheredParams:
         self._refresh_persistent()
 
     def _refresh_persistent(self) -> None:
-        """The persistent groups (kept whole) after a step: one all-gather (``fetch.py``)."""
-        self.fetch.refresh([i for i in range(len(self.groups)) if self.persistent[i]], self.shards, self.full)
+        """The persistent groups (kept whole) after a step (``fetch.py``): DeepSpeed's ``_post_step``
+        gathers each persistent parameter in an all-gather of its own; zerolab's module groups
+        gather them in one."""
+        ids = [i for i in range(len(self.groups)) if self.persistent[i]]
+        for part in ([[i] for i in ids] if self.per_parameter else [ids]):
+            self.fetch.refresh(part, self.shards, self.full)
 
     def drop_secondary(self) -> None:
         """hpZ: the shards change (a step, a checkpoint): forget the trained groups' secondary
@@ -226,6 +261,9 @@ class GatheredParams:
 
     def remove_hooks(self) -> None:
         self._finish_inflight()
+        for h in self._order_handles:
+            h.remove()
+        self._order_handles = []
         if self.hooks is not None:
             self.hooks.remove()
 
@@ -279,18 +317,20 @@ class GatheredParams:
         one order check (``UnitFetch.check_pass``)."""
         if self._following_pass:
             self._following_pass = False
-            self.fetch.check_pass(self.trace.record.get(self.trace.phase, []))
+            self.fetch.check_pass(self.trace.uses_so_far())
 
     def _start_pass(self, phase: str) -> None:
-        # every rank on the same path makes the same choice here
-        self._following_pass = self.trace.start(phase) and self.fetch.prefetch_numel > 0
+        # DeepSpeed's reset_step at the root's forward; every rank on the same path makes the same
+        # choice here
+        kind = "train" if phase == "forward" else "eval"
+        self._following_pass = self.trace.start(kind) and self.fetch.prefetch_numel > 0
 
     def after_forward(self, g: FlatGroup) -> None:
         """A module that uses group ``g`` finished its forward: release ``g`` unless the trace
         says it is used again within ``stage3_max_reuse_distance`` elements (DeepSpeed's rule:
         the last modules of forward, the first of backward, then stay gathered across the turn).
         The end of backward releases everything: the step is about to change the shards."""
-        if g.index in self.full and self.trace.used_again_soon(g.index):
+        if g.index in self.full and self.trace.keep(g.index):
             self.reused += 1
             return
         self.reshard(g)
@@ -302,7 +342,7 @@ class GatheredParams:
         reduced; what is left is a weight another module's backward uses too (a tied one: gathered
         again there, as in DeepSpeed, unless the reuse distance keeps it)."""
         for i in ids:
-            if i in self.full and not self.persistent[i] and not self.trace.used_again_soon(i):
+            if i in self.full and not self.persistent[i] and not self.trace.keep(i):
                 self.reshard(self.groups[i])
 
     def end_forward_pass(self) -> None:
@@ -316,9 +356,15 @@ class GatheredParams:
 
     def unshard(self, g: FlatGroup) -> None:
         """Group ``g`` is about to be used: :meth:`unshard_unit` of that group alone."""
-        self.unshard_unit([g.index])
+        # (DeepSpeed gathers a parameter read this way on the spot, outside its coordinator:
+        # no event of the trace)
+        if g.index in self.full:
+            return
+        if g.index not in self.fetch.inflight:
+            self._issue([g.index], [])
+        self._wait(g.index)
 
-    def unshard_unit(self, ids: list[int]) -> None:
+    def unshard_unit(self, ids: list[int], module: nn.Module | None = None) -> None:
         """A module is about to run (its forward, or its backward): groups ``ids`` (its own
         parameters and those tied to it) are about to be used. Note each use in the pass's record,
         gather in one call those that are neither gathered nor in flight (DeepSpeed's
@@ -328,24 +374,39 @@ class GatheredParams:
         ``stage3_prefetch_bucket_size`` more elements of the groups the trace says come next,
         within ``stage3_max_live_parameters`` gathered or in flight)."""
         ids = sorted(set(ids))                     # DeepSpeed sorts a fetch by parameter id
-        phase = self._phase()
-        for i in ids:
-            if not self.trace.note(phase, i):     # the path changed: follow the model, record anew
-                self._finish_inflight()
+        event = tuple(ids)
+        if not self.trace.event(event, module):   # the path changed: follow the model, record anew
+            self._drop_inflight(keep=ids)
         wanted = [i for i in ids if i not in self.full and i not in self.fetch.inflight]
-        ahead = self.fetch.plan(self.trace.upcoming(phase), self.full, self._live_gathered, first=wanted)
-        if wanted or ahead:
-            self._issue(wanted, ahead)
+        if wanted:
+            self._issue(wanted, [])
+            self.trace.available += sum(self.groups[i].numel for i in wanted)
         for i in ids:
             if i not in self.full:
                 self._wait(i)
-
-    def top_up(self) -> None:
-        """A module with no parameters of its own is about to run (the root, a container):
-        DeepSpeed's ``fetch_sub_module`` runs for it too, and tops up the prefetch."""
-        ahead = self.fetch.plan(self.trace.upcoming(self._phase()), self.full, self._live_gathered)
+        if not self.trace.pop_own(event):
+            self._drop_inflight(keep=ids)
+        ahead = self.trace.prefetch(self.fetch.prefetch_numel, self.fetch.max_live,
+                                    lambda i: i not in self.full and i not in self.fetch.inflight)
         if ahead:
             self._issue([], ahead)
+            self.trace.available += sum(self.groups[i].numel for i in ahead)
+        self.trace.done()
+
+    def top_up(self, module: nn.Module | None = None) -> None:
+        """A module with no parameters of its own is about to run (the root, a container), or its
+        backward begins: DeepSpeed's ``fetch_sub_module`` runs for it too (an event of the trace),
+        and tops up the prefetch."""
+        self.unshard_unit([], module)
+
+    def _drop_inflight(self, keep) -> None:
+        """The trace was dropped: complete the prefetches in flight and release them (DeepSpeed's
+        ``_clean_inflight_param_registry``), but for the groups ``keep`` about to be used."""
+        ids = list(self._inflight)
+        self._finish_inflight()
+        for i in ids:
+            if i not in keep:
+                self.reshard(self.groups[i])
 
     def _live_numel(self) -> int:
         """Elements of gathered (not persistent) groups alive now, kept as they change."""
@@ -382,6 +443,7 @@ class GatheredParams:
             p.data = torch.empty(0, dtype=self.dtype, device=self.device)
         if self.full.pop(g.index, None) is not None and not self.persistent[g.index]:
             self._live_gathered -= g.padded_numel
+            self.trace.available -= g.numel
         self._track(f"params {g.index}", None)
 
     def reshard(self, g: FlatGroup) -> None:

@@ -138,6 +138,10 @@ class ModuleHooks:
         if not self.params.persistent[g.index]:
             self._registered.setdefault(module, set()).add(g.index)
 
+    def fetch_ids(self, module: nn.Module) -> list[int]:
+        """The groups a fetch of ``module`` gathers now: its own and those tied to it."""
+        return [*self.params.module_groups.get(module, []), *sorted(self._registered.get(module, ()))]
+
     # -- the step's events ----------------------------------------------------------------------
     def pre_backward(self) -> None:
         self.frames.clear()                        # (a forward that raised left frames behind)
@@ -161,12 +165,12 @@ class ModuleHooks:
         self.frames.append(frame)
         ids = [*ps.module_groups.get(module, []), *extra]
         if ids:
-            ps.unshard_unit(ids)                   # its own and its tied groups: one all-gather
+            ps.unshard_unit(ids, module)           # its own and its tied groups: one all-gather
             if torch.is_grad_enabled():
                 # after the module's backward (the gradients of its inputs are in): release
                 on_inputs_grad(inputs, lambda: ps.after_backward([*ps.module_groups.get(module, []), *frame[1]]))
         else:
-            ps.top_up()                            # DeepSpeed prefetches at every module's fetch
+            ps.top_up(module)                      # DeepSpeed prefetches at every module's fetch
 
     def _post_forward(self, module, inputs, output):
         ps = self.params
@@ -187,12 +191,10 @@ class ModuleHooks:
                 ps.after_forward(ps.groups[i])
         if outermost:
             ps.end_forward_pass()
-        if not ids:
-            return output
         if torch.is_grad_enabled():
             def before_backward():
                 ps.begin_backward()
-                ps.unshard_unit(ids)
+                ps.unshard_unit(ids, module)       # (no parameters: still an event of the trace)
             on_first_output_grad(output, before_backward)
         return output
 

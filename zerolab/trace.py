@@ -14,100 +14,187 @@ when the ranks differ.
 """
 from __future__ import annotations
 
+import enum
+from collections import deque
+
 import torch
 
 from .i18n import catalogue
 
 T = catalogue("engine")        # the messages in the edition's language (zerolab/messages_zh.py)
 
-__all__ = ["FetchTrace", "ModuleOrderError", "agree", "checksum"]
+__all__ = ["FetchTrace", "TraceMode", "ModuleOrderError", "agree", "checksum"]
 
 
 class ModuleOrderError(RuntimeError):
     """Ranks gathered different modules: their forward/backward took different paths."""
 
 
+class TraceMode(enum.Enum):
+    """DeepSpeed's ``ZeRoTraceMode``: no trace yet, recording this step, or following one."""
+    INVALID = "invalid"
+    RECORD = "record"
+    COMPLETE = "complete"
+
+
 class FetchTrace:
-    """The recorded and the followed order of group uses, per kind of pass."""
+    """DeepSpeed 0.19.8's ``PartitionedParameterCoordinator`` trace, per kind of step.
+
+    A *step* runs from the outermost forward to the next (DeepSpeed's ``reset_step`` at the root's
+    forward pre-hook): the forward and, with grad, its backward. Every module fetch (a module's
+    forward, its backward, a recomputation; modules without parameters too) is one *event*
+    (``step_id``). The first step of a kind only turns recording on, the next records its events,
+    the step after that follows them (``COMPLETE``):
+
+    * its fetch queue holds every use of every group, in event order, with the event it is used at;
+    * each fetch pops the module's own entries, then prefetches from the queue while fewer than
+      min(max_live - available, prefetch_bucket_size) elements are taken, and every entry it pops,
+      gathered or not, marks its group as *fetched for* that entry's event;
+    * when a module ends, a group is released unless it is fetched for an event after the next one,
+      or the events within ``stage3_max_reuse_distance`` elements from the next use it;
+    * an event that is not the one recorded (another branch, eval) drops the trace: the step goes on
+      without it and the next one records anew.
+
+    zerolab keeps one trace per kind of step (``"train"``, forward with grad plus its backward, and
+    ``"eval"``) where DeepSpeed keeps one, so that an evaluation between training steps does not
+    drop the training trace (zerolab's own; both follow DeepSpeed's rules inside a step)."""
 
     def __init__(self, numel: list[int], reuse_distance: int):
         self.numel = numel                          # real elements of each group
         self.reuse_distance = reuse_distance
-        self.traces: dict[str, list[int] | None] = {}   # last pass's order, per kind of pass
-        self.record: dict[str, list[int]] = {}      # this pass's order so far
-        self.pos: dict[str, int] = {}               # position reached in the followed trace
-        self.phase = "forward"                      # the kind of pass running
-        self.used_at: dict[int, int] = {}           # group -> its last use's position in the trace
-        self.gaps: list | None = None               # see _reuse_gaps
-        self.last_backward: list[int] = []          # the last backward's uses
+        self.kind = "train"
+        self.mode: dict[str, TraceMode] = {}
+        self.recording: dict[str, list[tuple[int, ...]]] = {}
+        self.order: dict[str, tuple[tuple[int, ...], ...]] = {}
+        self.events: list[tuple[int, ...]] = []     # this step's events so far
+        self.step_id = 0
+        self.queue: deque = deque()                 # (group, event it is used at)
+        self.fetched_for: dict[int, int] = {}       # group -> the latest event it was fetched for
+        self.available = 0                          # DeepSpeed's n_available_params (reset each step)
+        self.keys: list = []                        # this step's events, by module (or by ids)
+        self.recorded_keys: dict[str, list] = {}
+        self.order_keys: dict[str, tuple] = {}
+        # ids_of(module) -> the groups a module's fetch gathers now (its own and its external
+        # parameters): DeepSpeed builds its parameter trace from the recorded *modules* when the
+        # trace completes, so an external parameter tied to a module during the recorded step is
+        # in that module's entries
+        self.ids_of = None
 
-    def start(self, phase: str) -> bool:
-        """A pass of this kind begins: last pass's record becomes the trace to follow. Returns
-        whether there is one (the same answer on every rank on the same path)."""
-        rec = self.record.get(phase)
-        if rec:
-            self.traces[phase] = rec
-        self.record[phase] = []
-        self.pos[phase] = 0
-        self.phase = phase
-        self.used_at.clear()
-        self.gaps = self._reuse_gaps(phase)
-        return self.traces.get(phase) is not None
+    # -- the step ----------------------------------------------------------------------------------
+    def start(self, kind: str) -> bool:
+        """A step of this kind begins (``reset_step``). Returns whether it follows a trace."""
+        self.kind = kind
+        mode = self.mode.get(kind, TraceMode.INVALID)
+        if mode is TraceMode.RECORD:
+            keys = tuple(self.recorded_keys.get(kind, ()))
+            self.order_keys[kind] = keys
+            self.order[kind] = tuple(self._resolve(k, ids) for k, ids in zip(keys, self.recording.get(kind, ())))
+            mode = TraceMode.COMPLETE
+        elif mode is TraceMode.INVALID:
+            mode = TraceMode.RECORD
+        self.mode[kind] = mode
+        self.recording[kind] = []
+        self.recorded_keys[kind] = []
+        self.events = []
+        self.keys = []
+        self.step_id = 0
+        self.fetched_for = {}
+        self.available = 0
+        self.queue = deque((i, k) for k, ev in enumerate(self.order.get(kind, ())) for i in ev) \
+            if mode is TraceMode.COMPLETE else deque()
+        return mode is TraceMode.COMPLETE
 
-    def note(self, phase: str, i: int) -> bool:
-        """Group ``i`` is used now. Returns False when this use leaves the trace being followed
-        (the trace is dropped: the caller completes what it prefetched)."""
-        self.record.setdefault(phase, []).append(i)
-        trace, pos = self.traces.get(phase), self.pos.get(phase, 0)
-        if trace is not None and pos < len(trace) and trace[pos] == i:
-            self.pos[phase] = pos + 1
-            self.used_at[i] = pos
+    @property
+    def complete(self) -> bool:
+        return self.mode.get(self.kind) is TraceMode.COMPLETE
+
+    def invalidate(self) -> None:
+        self.mode[self.kind] = TraceMode.INVALID
+        self.order.pop(self.kind, None)
+        self.order_keys.pop(self.kind, None)
+        self.queue.clear()
+        self.fetched_for = {}
+
+    def _resolve(self, key, ids: tuple[int, ...]) -> tuple[int, ...]:
+        if self.ids_of is None or isinstance(key, tuple):
+            return ids
+        return tuple(sorted(set(self.ids_of(key))))
+
+    def event(self, ids: tuple[int, ...], module=None) -> bool:
+        """A module is fetched (before its gathers; ``trace_prologue`` and ``record_module``).
+        Events are compared by module (as DeepSpeed does) when one is given, else by groups.
+        Returns False when it leaves the trace being followed (which is then dropped)."""
+        key = ids if module is None else module
+        self.events.append(ids)
+        self.keys.append(key)
+        left = False
+        if self.complete:
+            order = self.order_keys[self.kind]
+            if self.step_id >= len(order) or order[self.step_id] is not key and order[self.step_id] != key:
+                self.invalidate()
+                left = True
+        if self.mode.get(self.kind) is TraceMode.RECORD:
+            self.recording[self.kind].append(ids)
+            self.recorded_keys[self.kind].append(key)
+        return not left
+
+    def pop_own(self, ids: tuple[int, ...]) -> bool:
+        """After the module's gathers: pop its own uses off the queue (those no prefetch popped
+        already). False when the queue does not hold them next (the trace is dropped)."""
+        if not self.complete:
             return True
-        self.used_at.pop(i, None)
-        if trace is None:
+        want = {i for i in ids if self.fetched_for.get(i, -10 ** 10) < self.step_id}
+        got = set()
+        while self.queue and len(got) < len(want):
+            i, k = self.queue.popleft()
+            self.fetched_for[i] = k
+            got.add(i)
+        if got != want:
+            self.invalidate()
+            return False
+        return True
+
+    def prefetch(self, budget_numel: int, max_live: int, unavailable) -> list[int]:
+        """The groups to prefetch now: entries popped while fewer than min(max_live - available,
+        budget) elements are taken; each popped entry marks its group fetched for its event;
+        ``unavailable(i)``: neither gathered nor in flight."""
+        if not self.complete or budget_numel <= 0:
+            return []
+        budget = min(max_live - self.available, budget_numel)
+        out: list[int] = []
+        taken = 0
+        while self.queue and taken < budget:
+            i, k = self.queue.popleft()
+            self.fetched_for[i] = max(self.fetched_for.get(i, -10 ** 10), k)
+            if unavailable(i) and i not in out:
+                out.append(i)
+                taken += self.numel[i]
+        return out
+
+    def done(self) -> None:
+        """The module fetch is complete: the next event begins."""
+        self.step_id += 1
+
+    def keep(self, i: int) -> bool:
+        """Does group ``i`` stay gathered when a module that uses it ends (``__params_to_release``)?
+        Without a complete trace, nothing stays."""
+        if not self.complete:
+            return False
+        if self.fetched_for.get(i, -10 ** 10) > self.step_id:
             return True
-        self.traces[phase] = None
-        self.gaps = None
+        traversed = 0
+        for ev in self.order[self.kind][self.step_id:]:
+            if traversed >= self.reuse_distance:
+                break
+            for j in ev:
+                if j == i:
+                    return True
+                traversed += self.numel[j]
         return False
 
-    def upcoming(self, phase: str) -> list[int]:
-        """The groups the followed trace says come next (empty when not following)."""
-        trace = self.traces.get(phase)
-        return [] if trace is None else trace[self.pos.get(phase, 0):]
-
-    def used_again_soon(self, i: int) -> bool:
-        """Is group ``i``, used at its last position, used again within the reuse distance?"""
-        k = self.used_at.get(i)
-        return (self.gaps is not None and k is not None and self.gaps[k] is not None
-                and self.gaps[k] < self.reuse_distance)
-
-    def end_backward(self) -> None:
-        self.last_backward = list(self.record.get("backward", []))
-
-    # When a module's forward (or backward) ends, each of its groups is released unless the trace
-    # says it is used again soon: within stage3_max_reuse_distance elements of other groups' uses,
-    # counted along the rest of this pass and (forward with grad) the backward that follows (the
-    # last backward's record). DeepSpeed's rule (its __params_to_release). The obvious winners are
-    # the last modules of forward, which are the first of backward, and, in backward, a tied weight
-    # whose other module comes soon.
-    def _reuse_gaps(self, phase: str) -> list | None:
-        """For each position of this pass's trace: the elements used between it and the next use
-        of the same group (None: not used again within the pass and the backward after it)."""
-        trace = self.traces.get(phase)
-        if trace is None or self.reuse_distance <= 0:
-            return None
-        seq = list(trace) + (list(self.last_backward) if phase == "forward" else [])
-        prefix = [0]
-        for j in seq:
-            prefix.append(prefix[-1] + self.numel[j])
-        gaps: list = [None] * len(trace)
-        later: dict[int, int] = {}                # group -> its next position in seq
-        for k in range(len(seq) - 1, -1, -1):
-            j = seq[k]
-            if k < len(trace) and j in later:
-                gaps[k] = prefix[later[j]] - prefix[k + 1]
-            later[j] = k
-        return gaps
+    def uses_so_far(self) -> list[int]:
+        """The groups this step used so far, in order (for zerolab's order check)."""
+        return [i for ev in self.events for i in ev]
 
 
 def checksum(ids) -> int:

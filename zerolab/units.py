@@ -33,7 +33,13 @@ class Units:
 
 
 def make_units(model: nn.Module, named, zero, dtype, rank: int, world_size: int,
-               opt_group_of: dict[int, int]) -> Units:
+               opt_group_of: dict[int, int], per_parameter: bool = True) -> Units:
+    """The groups of stage 3. ``per_parameter`` (DeepSpeed's layout, the default): every parameter
+    is a group of its own, with its own shard of ceil(n/N) elements and its own padding, as
+    DeepSpeed's ``zero.Init`` partitions each parameter (``ds_tensor``); a module's fetch then
+    gathers its parameters in one coalesced all-gather, and a persistent parameter is gathered on
+    its own after each step. ``per_parameter=False`` is zerolab's own module layout
+    (``"zerolab": {"module_groups": true}``): one flat group per module, padded once."""
     trainable = {id(p): n for n, p in named}
     names: dict[int, str] = {}
     for n, p in model.named_parameters(remove_duplicate=False):
@@ -67,6 +73,9 @@ def make_units(model: nn.Module, named, zero, dtype, rank: int, world_size: int,
         keep.append(whole)
         owner.update({id(p): g.index for p in params})
 
+    if per_parameter:
+        return _per_parameter(model, modules, trainable, set(map(id, persistent)), names, opt_group_of,
+                              rank, world_size)
     ks = sorted({opt_group_of.get(id(p), 0) for _, p in named})
     for k in ks:                               # (one per optimizer parameter group)
         kept = [p for p in persistent if id(p) in trainable and opt_group_of.get(id(p), 0) == k]
@@ -88,6 +97,35 @@ def make_units(model: nn.Module, named, zero, dtype, rank: int, world_size: int,
     module_groups: dict[nn.Module, list[int]] = {}
     for _, m, own, _ in modules:
         ids = sorted({owner[id(p)] for p in own if not keep[owner[id(p)]]})
+        if ids:
+            module_groups[m] = ids
+    return Units(groups, keep, n_trained, module_groups, {id(p): g for g in groups for p in g.params})
+
+
+def _per_parameter(model, modules, trainable, persistent_ids, names, opt_group_of, rank, world_size) -> Units:
+    """DeepSpeed's layout: one group per parameter, in the model's parameter order (DeepSpeed's
+    ``ds_id`` order), the trained ones first; persistent ones kept whole."""
+    groups: list[FlatGroup] = []
+    keep: list[bool] = []
+    owner: dict[int, int] = {}
+    n_trained = 0
+    for trained in (True, False):
+        for _, _, own, _ in modules:
+            for p in own:
+                if id(p) in owner or (id(p) in trainable) != trained:
+                    continue
+                whole = id(p) in persistent_ids
+                g = FlatGroup(len(groups), [p], [names[id(p)]], rank, world_size,
+                              label=names[id(p)] + (" (persistent)" if whole else ""),
+                              opt_group=opt_group_of.get(id(p), 0) if trained else -1)
+                groups.append(g)
+                keep.append(whole)
+                owner[id(p)] = g.index
+        if trained:
+            n_trained = len(groups)
+    module_groups: dict[nn.Module, list[int]] = {}
+    for _, m, own, _ in modules:
+        ids = sorted({owner[id(p)] for p in own if id(p) in owner and not keep[owner[id(p)]]})
         if ids:
             module_groups[m] = ids
     return Units(groups, keep, n_trained, module_groups, {id(p): g for g in groups for p in g.params})

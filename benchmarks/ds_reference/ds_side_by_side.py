@@ -177,10 +177,25 @@ ZERO = {
     "s3-prefetch": dict(_S3),
     "s3-allreduce": {**_S3, "reduce_scatter": False},
     "s3-persist-default": {"stage": 3, "reduce_bucket_size": BUCKET},
+    # issue 33: where stage 3's schedule is DeepSpeed's per parameter
+    "s3-prefetch-reuse0": {**_S3, "stage3_max_reuse_distance": 0},
+    "s3-prefetch4096-reuse0": {**_S3, "stage3_prefetch_bucket_size": 4096, "stage3_max_reuse_distance": 0},
+    "s3-hpz2": {**_S3, "zero_hpz_partition_size": 2},
+    "s3-tied-noprefetch": {**_S3, "stage3_prefetch_bucket_size": 0},
+    "s3-tied-default": {"stage": 3, "reduce_bucket_size": BUCKET, "stage3_param_persistence_threshold": 0},
+    "s3-ckpt-noprefetch": {**_S3, "stage3_prefetch_bucket_size": 0},
+    "s3-ckpt-prefetch": dict(_S3),
 }
+# the model of each config (benchmarks/step_models.py SIDE_BY_SIDE_MODELS; default "resmlp")
+MODEL = {"s3-tied-noprefetch": "tied", "s3-tied-default": "tied", "s3-ckpt-noprefetch": "ckpt",
+         "s3-ckpt-prefetch": "ckpt"}
 # the runs of the stored reference: (config name, world size); at 3 ranks the partitions and the
 # stage-3 padding are uneven
-MATRIX = [(name, 2) for name in ZERO] + [(name, 3) for name in ("s2-default", "s2-owner-reduce", "s3-noprefetch")]
+MATRIX = ([(name, 2) for name in ZERO if name != "s3-hpz2"]
+          + [(name, 3) for name in ("s2-default", "s2-owner-reduce", "s3-noprefetch", "s3-prefetch",
+                                    "s3-persist-default", "s3-prefetch-reuse0", "s3-prefetch4096-reuse0",
+                                    "s3-tied-noprefetch", "s3-tied-default", "s3-ckpt-prefetch")]
+          + [("s3-hpz2", 4)])
 STEPS = 5            # steps run per config
 STEADY = (3, 4, 5)   # the steps recorded call by call (1-based)
 SMALL_BYTES = 64     # calls of at most this many bytes go to the "small" bucket
@@ -341,17 +356,14 @@ def run_config(name: str, world: int, steps: int = STEPS) -> dict:
     import deepspeed
     import torch.distributed as dist
     sys.path.insert(0, os.path.dirname(_HERE))
-    from step_models import ResMLP
+    from step_models import side_by_side_batch
 
     cfg = config(name)
     ds_cfg = json.loads(json.dumps(cfg))
     ds_cfg["optimizer"]["params"]["torch_adam"] = True     # torch's Adam: no op to build on CPU
-    model = ResMLP()
-    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_cfg)
     rank = dist.get_rank()
-    g = torch.Generator().manual_seed(1000 + rank)
-    x = torch.randn(8, ResMLP.WIDTH, generator=g)
-    y = torch.randn(8, ResMLP.WIDTH, generator=g)
+    model, x, loss_fn = side_by_side_batch(MODEL.get(name, "resmlp"), rank)
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_cfg)
     per_step = []
     for step in range(1, steps + 1):
         STATE["calls"], STATE["pg"] = [], []
@@ -359,7 +371,7 @@ def run_config(name: str, world: int, steps: int = STEPS) -> dict:
         STATE["on"] = True
         t0 = time.perf_counter()
         STATE["phase"] = "forward"
-        loss = ((engine(x) - y) ** 2).mean()
+        loss = loss_fn(engine(x))
         STATE["phase"] = "backward"
         engine.backward(loss)
         STATE["phase"] = "step"
