@@ -337,7 +337,7 @@ def main() -> None:
               f"recorded {ds_meta.get('date', '?')}; {src})",
               "ResMLP 325,464 fp32 parameters, Adam lr 1e-3, 8 samples per rank, clipping 1.0; per steady step "
               f"(mean of steps {DS.STEADY[0]}-{DS.STEADY[-1]}); bytes = numel x element size of the full tensor",
-              f"verdict: zerolab bytes within {TOLERANCE:.0%} of DeepSpeed's and zerolab calls <= DeepSpeed calls, "
+              f"verdict: zerolab bytes within {TOLERANCE:.0%} of DeepSpeed's and zerolab calls == DeepSpeed calls, "
               "per family of calls over 64 bytes", ""]
     blocks, verdicts = [], {}
     for name, w in runs:

@@ -253,6 +253,11 @@ def cmd_bench(a) -> int:
     return 0
 
 
+def cmd_compare(a) -> int:
+    from .compare import main as compare
+    return compare(a.config, world=a.world, steps=a.steps, model=a.model, ds_python=a.ds_python)
+
+
 def cmd_progress(a) -> int:
     from . import progress
     return progress.main(as_json=a.json, name=a.name)
@@ -326,6 +331,18 @@ def main(argv: list[str] | None = None) -> int:
                    help="free memory the chapters need, in GB (preflight; default: the measured need)")
     r.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
     r.set_defaults(fn=cmd_report)
+    cp = sub.add_parser("compare", help="run a DeepSpeed config on real DeepSpeed and on zerolab (CPU ranks), "
+                                         "calls and bytes side by side")
+    cp.add_argument("config", help="a DeepSpeed JSON config")
+    cp.add_argument("--world", type=int, default=2, help="ranks (default 2)")
+    cp.add_argument("--steps", type=int, default=5, help="steps to run; 3 onwards are compared (default 5)")
+    cp.add_argument("--model", default="mlp", choices=("mlp", "tied"),
+                    help="mlp: a 325k-parameter residual MLP; tied: a small LM with a tied embedding, "
+                         "nn.MultiheadAttention and an external weight")
+    cp.add_argument("--ds-python", default=None, help="the python of a venv with deepspeed==0.19.8 "
+                                                      "(default: this one, if it has deepspeed)")
+    cp.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
+    cp.set_defaults(fn=cmd_compare)
     g = sub.add_parser("progress", help="which exercises are done (the checks record passes on this machine)")
     g.add_argument("--json", action="store_true", help="print JSON (to send to the instructor, if you choose)")
     g.add_argument("--name", default=None, help="your name, put in the JSON")

@@ -2734,4 +2734,17 @@ ZH["cli"] = {
     "{name}: {gb:,.1f} GB leave each node per step; hidden behind compute from {tokens:,.0f} tokens per GPU":
         "{name}：每步有 {gb:,.1f} GB 流出每个节点；每张 GPU 每步有 {tokens:,.0f} 个 token 起，计算就能把它藏住",
     "saved {path}": "已保存 {path}",
+    # -- zerolab compare (compare.py) --
+    "DeepSpeed is not installed in this Python. Install the reference (CPU build, no ops compiled):\n"
+    "    DS_BUILD_OPS=0 pip install 'zerolab[deepspeed]'\n"
+    "or point at a venv that has deepspeed==0.19.8: zerolab compare CONFIG --ds-python /path/to/bin/python":
+        "当前 Python 里没有安装 DeepSpeed。请安装参照实现（CPU 版，不编译任何算子）：\n"
+        "    DS_BUILD_OPS=0 pip install 'zerolab[deepspeed]'\n"
+        "或者指向一个装有 deepspeed==0.19.8 的虚拟环境：zerolab compare CONFIG --ds-python /path/to/bin/python",
+    "DeepSpeed's run failed (exit {rc}):\n{tail}": "DeepSpeed 运行失败（退出码 {rc}）：\n{tail}",
+    "{config} on {world} CPU ranks (gloo), model {model}, steps 3-{steps} (calls over 64 bytes; DeepSpeed {version}):":
+        "{config} 在 {world} 个 CPU rank 上（gloo），模型 {model}，第 3-{steps} 步（只计超过 64 字节的调用；"
+        "DeepSpeed {version}）：",
+    "=> the same calls and bytes": "=> 调用次数和字节数都相同",
+    "=> DIFFERENT: see the rows marked above": "=> 不同：见上面标出的行",
 }

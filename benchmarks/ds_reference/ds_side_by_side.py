@@ -211,143 +211,24 @@ def key(name: str, world: int) -> str:
 
 
 # --------------------------------------------------------------------------- recording
-STATE = {"on": False, "depth": 0, "phase": "", "calls": [], "pg": []}
-
-FAMILY = {   # torch.distributed function -> (family, argument holding the *full* tensor)
-    "all_reduce": ("all_reduce", "tensor"), "all_reduce_coalesced": ("all_reduce", "tensors"),
-    "reduce": ("reduce", "tensor"), "broadcast": ("broadcast", "tensor"),
-    "all_gather": ("all_gather", "tensor_list"), "all_gather_into_tensor": ("all_gather", "output_tensor"),
-    "_all_gather_base": ("all_gather", "output_tensor"), "all_gather_single": ("all_gather", "output_tensor"),
-    "all_gather_coalesced": ("all_gather", "output_tensor_lists"),
-    "reduce_scatter": ("reduce_scatter", "input_list"), "reduce_scatter_tensor": ("reduce_scatter", "input"),
-    "_reduce_scatter_base": ("reduce_scatter", "input"), "reduce_scatter_single": ("reduce_scatter", "input"),
-    "all_to_all": ("all_to_all", "input_tensor_list"), "all_to_all_single": ("all_to_all", "input"),
-    "send": ("send/recv", "tensor"), "recv": ("send/recv", "tensor"), "isend": ("send/recv", "tensor"),
-    "irecv": ("send/recv", "tensor"), "batch_isend_irecv": ("send/recv", "p2p_op_list"),
-    "barrier": ("barrier", None), "monitored_barrier": ("barrier", None),
-    "gather": ("gather/scatter", "tensor"), "scatter": ("gather/scatter", "tensor"),
-    "broadcast_object_list": ("object", None), "all_gather_object": ("object", None),
-    "gather_object": ("object", None), "scatter_object_list": ("object", None),
-}
-PG_FAMILY = {  # ProcessGroup method -> (family, index of the positional argument with the full tensor)
-    "allreduce": ("all_reduce", 0), "allreduce_coalesced": ("all_reduce", 0), "reduce": ("reduce", 0),
-    "broadcast": ("broadcast", 0), "allgather": ("all_gather", 0), "_allgather_base": ("all_gather", 0),
-    "all_gather_single": ("all_gather", 0), "all_gather_single_coalesced": ("all_gather", 0),
-    "allgather_coalesced": ("all_gather", 0), "allgather_into_tensor_coalesced": ("all_gather", 0),
-    "reduce_scatter": ("reduce_scatter", 1), "_reduce_scatter_base": ("reduce_scatter", 1),
-    "reduce_scatter_single": ("reduce_scatter", 1), "reduce_scatter_single_coalesced": ("reduce_scatter", 1),
-    "reduce_scatter_tensor_coalesced": ("reduce_scatter", 1), "alltoall": ("all_to_all", 1),
-    "alltoall_base": ("all_to_all", 1), "all_to_all_single": ("all_to_all", 1), "send": ("send/recv", 0),
-    "recv": ("send/recv", 0), "recv_anysource": ("send/recv", 0), "barrier": ("barrier", None),
-    "monitored_barrier": ("barrier", None), "gather": ("gather/scatter", 1), "scatter": ("gather/scatter", 0),
-}
+# The counting wrappers live in the package (zerolab/compare_ds.py, which `zerolab compare` runs in a
+# DeepSpeed venv too); loaded by path, it imports nothing of zerolab.
+def _load_recorder():
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "zerolab", "compare_ds.py")
+    spec = importlib.util.spec_from_file_location("zerolab_compare_ds", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
-def _tensors(x):
-    """The tensors in x (a tensor, a list of them, nested lists, P2POps)."""
-    import torch
-    if isinstance(x, torch.Tensor):
-        return [x]
-    if isinstance(x, (list, tuple)):
-        return [t for item in x for t in _tensors(item)]
-    if hasattr(x, "tensor"):                     # P2POp
-        return _tensors(x.tensor)
-    return []
-
-
-def _describe(x) -> tuple[int, str, int]:
-    ts = _tensors(x)
-    numel = sum(t.numel() for t in ts)
-    dtype = str(ts[0].dtype).replace("torch.", "") if ts else ""
-    return numel, dtype, sum(t.numel() * t.element_size() for t in ts)
-
-
-def _install() -> None:
-    """Wrap torch.distributed's collectives (in torch.distributed and in distributed_c10d, one
-    wrapper for both names, so that a reference DeepSpeed captured at import or a call through
-    the module path is counted the same) and, one level down, ProcessGroup's methods (every
-    Python-level collective ends there). A call made inside another wrapped call (all_gather_object
-    using all_gather, _all_gather_base using all_gather_into_tensor) is counted once, the outer."""
-    import inspect
-    import torch.distributed as dist
-    from torch.distributed import distributed_c10d as c10d
-
-    def wrap(name, family, arg):
-        orig = getattr(c10d, name, None) or getattr(dist, name, None)
-        if orig is None or getattr(orig, "_sbs", False):
-            return
-        try:
-            sig = inspect.signature(orig)
-        except (TypeError, ValueError):
-            sig = None
-
-        @functools.wraps(orig)
-        def counted(*args, **kwargs):
-            outer = STATE["depth"] == 0
-            if STATE["on"] and outer:
-                bound = {}
-                if sig is not None:
-                    try:
-                        b = sig.bind_partial(*args, **kwargs)
-                        bound = dict(b.arguments)
-                    except TypeError:
-                        bound = {}
-                target = bound.get(arg) if arg else None
-                numel, dtype, nbytes = _describe(target) if target is not None else (0, "", 0)
-                op = bound.get("op")
-                STATE["calls"].append({"family": family, "api": name, "numel": numel, "dtype": dtype,
-                                       "bytes": nbytes, "phase": STATE["phase"],
-                                       "op": str(op).split(".")[-1] if op is not None else None,
-                                       "async": bool(bound.get("async_op", False))})
-            STATE["depth"] += 1
-            try:
-                return orig(*args, **kwargs)
-            finally:
-                STATE["depth"] -= 1
-        counted._sbs = True
-        for mod in (c10d, dist):
-            if getattr(mod, name, None) is orig:
-                setattr(mod, name, counted)
-
-    for name, (family, arg) in FAMILY.items():
-        wrap(name, family, arg)
-
-    pg_cls = dist.ProcessGroup
-    for meth, (family, idx) in PG_FAMILY.items():
-        orig = getattr(pg_cls, meth, None)
-        if orig is None:
-            continue
-
-        def pg_counted(self, *args, _orig=orig, _meth=meth, _family=family, _idx=idx, **kwargs):
-            if STATE["on"]:
-                target = args[_idx] if _idx is not None and len(args) > _idx else None
-                numel, dtype, nbytes = _describe(target) if target is not None else (0, "", 0)
-                STATE["pg"].append({"family": _family, "api": _meth, "numel": numel, "dtype": dtype,
-                                    "bytes": nbytes, "phase": STATE["phase"]})
-            return _orig(self, *args, **kwargs)
-        setattr(pg_cls, meth, pg_counted)
-
-
-def dump_json(obj, path: str) -> None:
-    """JSON with every innermost object (a call, a family's totals) on one line."""
-    import re
-    text = json.dumps(obj, indent=1)
-    text = re.sub(r"\{\n\s+([^{}\[\]]*?)\n\s+\}", lambda m: "{" + re.sub(r"\n\s+", " ", m.group(1)) + "}", text)
-    with open(path, "w") as f:
-        f.write(text + "\n")
+_REC = _load_recorder()
+STATE, FAMILY, PG_FAMILY = _REC.STATE, _REC.FAMILY, _REC.PG_FAMILY
+_install, dump_json = _REC.install, _REC.dump_json
 
 
 def summarize(calls: list[dict], small: int = SMALL_BYTES) -> dict:
-    """family -> {calls, numel, bytes} for the calls over ``small`` bytes, and the same for the
-    small ones under "small"."""
-    out: dict = {"families": {}, "small": {}}
-    for c in calls:
-        where = out["small"] if c["bytes"] <= small else out["families"]
-        s = where.setdefault(c["family"], {"calls": 0, "numel": 0, "bytes": 0})
-        s["calls"] += 1
-        s["numel"] += c["numel"]
-        s["bytes"] += c["bytes"]
-    return out
+    return _REC.summarize(calls, small)
 
 
 # --------------------------------------------------------------------------- one run
