@@ -47,6 +47,11 @@ class Pending:
         self.kind = kind
         self.t0 = time.perf_counter()
         self.done = False
+        # written down now, in the order calls are issued (as DeepSpeed issues them); its seconds
+        # are filled in at wait()
+        self.record = CommRecord(op, numel, numel * t.element_size(), str(t.dtype).replace("torch.", ""),
+                                 comm.world_size, 0.0, tag, 0.0, kind, comm.link)
+        comm.ledger.add(self.record)
 
     def wait(self) -> None:
         if self.done:
@@ -57,9 +62,8 @@ class Pending:
         end = time.perf_counter()
         self.done = True
         c = self.comm
-        c.ledger.add(CommRecord(self.op, self.numel, self.numel * self.t.element_size(),
-                                str(self.t.dtype).replace("torch.", ""), c.world_size, end - self.t0, self.tag,
-                                getattr(self.work, "waited", 0.0), self.kind, c.link))
+        object.__setattr__(self.record, "seconds", end - self.t0)      # (a frozen record, finished here)
+        object.__setattr__(self.record, "waited", getattr(self.work, "waited", 0.0))
         if c.timeline is not None:
             c.timeline.add("async", f"{self.op} {self.tag}".strip(), self.t0, end)
             c.timeline.add("wait", f"wait {self.tag}".strip(), w0, end)

@@ -51,6 +51,11 @@ class ReplicatedParams:
         self.sharded, self.per_bucket = sharded, per_bucket
         self.opt_group_of = opt_group_of or {}
         self.groups = self.make_groups(named, bucket_numel)
+        # the order gradient buckets are filled in (indices into ``named``): the model's order
+        # where DeepSpeed reduces after backward (stage 0, stage 1 without overlap_comm), else the
+        # order the last backward's gradient hooks fired in (DeepSpeed fills its buckets in hook
+        # order), the reverse of the model's until one backward has run (observe_grad_order)
+        self.grad_order: list[int] | None = None
         self.param_flats = [g.flatten([p.data for p in g.params], dtype, device) for g in self.groups]
         for g, flat in zip(self.groups, self.param_flats):
             broadcast_(comm, flat)           # everyone starts from rank 0's weights
@@ -63,7 +68,10 @@ class ReplicatedParams:
         """One flat buffer per parameter group of the optimizer (DeepSpeed's bit16 groups), or,
         with ideal_reduce_scatter, one per bucket within each parameter group."""
         opt = self.opt_group_of
-        order = list(reversed(named))        # gradients appear roughly in reverse order
+        # DeepSpeed's flat buffer holds the parameters in the model's order (its partitions are
+        # contiguous ranges of it); ideal_reduce_scatter's buckets, each its own partition, follow
+        # the order gradients appear in, roughly the reverse
+        order = list(reversed(named)) if self.per_bucket else list(named)
         ks = sorted({opt.get(id(p), 0) for _, p in order})
         groups: list[FlatGroup] = []
         for k in ks:
@@ -85,10 +93,34 @@ class ReplicatedParams:
             return [Part(g, 0, g.padded_numel, list(range(len(g.params))), g.numel) for g in self.groups]
         where = {id(p): (g, i) for g in self.groups for i, p in enumerate(g.params)}
         units = []
-        for _, p in reversed(self.named):
-            g, i = where[id(p)]
+        order = self.grad_order if self.grad_order is not None else range(len(self.named) - 1, -1, -1)
+        for k in order:
+            g, i = where[id(self.named[k][1])]
             units.append(Part(g, g.offsets[i], g.offsets[i] + g.numels[i], [i], g.numels[i]))
         return units
+
+    def observe_grad_order(self, arrived: list[tuple[int, int]]) -> None:
+        """The last backward's gradients arrived in this order ((group, index) pairs): fill the
+        next backward's buckets in it, as DeepSpeed's hooks do. The ranks agree on it first (a
+        16-byte all-gather filed as zerolab's own check, only when the order changes); where they
+        differ, every rank keeps the order it had."""
+        index = {id(p): k for k, (_, p) in enumerate(self.named)}
+        seen = [index[id(self.groups[g].params[i])] for g, i in arrived]
+        order = list(dict.fromkeys(seen))
+        order += [k for k in range(len(self.named) - 1, -1, -1) if k not in set(order)]
+        if order == self.grad_order:
+            return
+        from .trace import checksum
+        code = torch.tensor([len(order), checksum(order)], dtype=torch.int64)
+        codes = torch.empty(2 * self.world_size, dtype=torch.int64)
+        self.comm.all_gather(codes, code, tag="check gradient order", kind="check")
+        rows = codes.view(self.world_size, 2).tolist()
+        if all(r == rows[0] for r in rows):
+            self.grad_order = order
+
+    def forward_grad_order(self) -> None:
+        """Fill buckets in the model's order (where DeepSpeed reduces after backward)."""
+        self.grad_order = list(range(len(self.named)))
 
     def owned(self) -> list[torch.Tensor]:
         """The part of each buffer this rank's optimizer updates (all of it at stage 0)."""

@@ -100,6 +100,8 @@ class GradReducer(BucketCollectives):
         self._ready: set[int] = set()             # complete buckets waiting for their turn
         self._next = 0                            # index of the next bucket to send
         self._in_flight: deque = deque()          # (Pending, finish) of async collectives
+        self.arrived: list[tuple[int, int]] = []  # this backward's gradients, in arrival order
+        self.observe: Callable[[list], None] | None = None   # told the last backward's order
         if not per_pass:
             self._plan(units())
 
@@ -149,7 +151,11 @@ class GradReducer(BucketCollectives):
 
     def _start_order(self) -> None:
         """A backward begins: every bucket waits for all its gradients again."""
-        if self.per_pass:                         # stage 3: the order of this pass's forward
+        replan = self.observe is not None and bool(self.arrived)
+        if replan:
+            self.observe(self.arrived)            # stages 1-2: the last backward's hook order
+        self.arrived = []
+        if self.per_pass or replan:               # stage 3: the order of this pass's forward
             self._plan(self.units())
         self._left = {b.index: len(b.members) for b in self.buckets}
         self._group_left = {g.index: len(g.params) for g in self.groups}
@@ -167,6 +173,7 @@ class GradReducer(BucketCollectives):
 
     def _arrive(self, g: FlatGroup, i: int) -> None:
         b, _ = self._where[(g.index, i)]
+        self.arrived.append((g.index, i))
         self._group_left[g.index] -= 1
         if self._group_left[g.index] == 0 and self.on_group_done is not None:
             self.on_group_done(g)                 # stage 3: its parameters can be released now

@@ -145,11 +145,20 @@ class Stage:
             world_size=self.world_size, sharded=self.shards_optimizer, copies_needed=self.mixed or not params_on_device,
             opt_group_hps=self.opt_group_hps, timeline=getattr(comm, "timeline", None))
         per_pass = params_cls is GatheredParams   # stage 3: buckets follow each forward's order
+        # stages 0-2 fill buckets as DeepSpeed does: stage 2 in the last backward's hook order
+        # (planned again before each backward), stages 0 and 1 in the model's order
+        # (stage 1 with overlap_comm too: its hooks reduce during backward)
+        hook_order = (self.stage == 2 or (self.stage == 1 and zero.overlap_comm)) \
+            and not self.zerolab.ideal_reduce_scatter
+        if params_cls is not GatheredParams and not self.zerolab.ideal_reduce_scatter and not hook_order:
+            self.params.forward_grad_order()
         self.grads: GradSwitch = grads_cls(
             self.groups, comm, reduce_spec(zero.stage, zero, self.zerolab), dtype=dtype, comm_dtype=comm_dtype,
             device=device, units=self.params.reduce_units, per_pass=per_pass,
             on_group_done=self.params.grads_done if per_pass else None, buffers=self.buffers,
             sharded=self.shards_optimizer, home=self.home)
+        if hook_order:
+            self.grads.observe = self.params.observe_grad_order
         self.params.start()                      # stage 3: shards to NVMe, module hooks
         self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for _, p in named]
 
