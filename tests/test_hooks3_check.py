@@ -56,23 +56,23 @@ WRONG = {
         ("        ids = ps.module_groups.get(module, []) + extra\n",
          "        ids = ps.module_groups.get(module, []) + extra\n        self.last_ids = ids\n"),
         (REGATHER, REGATHER.replace("unshard_unit(ids)", "unshard_unit(self.last_ids)"))),
-        ["re-gather the wrong module", "zerolab's hooks gather 'embed' in backward"]),
+        ["re-gather the wrong module", "zerolab's hooks gather 'embed.weight' in backward"]),
     "forgets the external weight": (lambda: _mutate((READ, "            pass")),
-                                    ["the forward raised", "forget the external weight", "'attn.out_proj'"]),
+                                    ["the forward raised", "forget the external weight", "'attn.out_proj.weight'"]),
     "gathers the external weight but never releases it": (lambda: _mutate((TIE, "            pass")),
-                                                          ["'attn.out_proj' (read outside its own module) is not "
-                                                           "released", "yours 36 calls"]),
+                                                          ["'attn.out_proj.weight' (read outside its own module) is not "
+                                                           "released", "yours 37 calls"]),
     "ties the external weight to the outermost module": (lambda: _mutate(("module, extra = self.frames[-1]",
                                                                           "module, extra = self.frames[0]")),
                                                          ["is not released when the forward", "self.frames[-1]"]),
     "never ties the external weight for good": (lambda: _mutate((REGISTER, "            pass")),
-                                                ["do not tie it", "self.registered", "yours 39 calls"]),
+                                                ["do not tie it", "self.registered", "yours 42 calls"]),
     "re-gathers only the module's own groups": (lambda: _mutate(
         (REGATHER, REGATHER.replace("unshard_unit(ids)", "unshard_unit(ps.module_groups.get(module, []))"))),
-        ["the backward raised", "but not 'mix'"]),
+        ["the backward raised", "but not 'mix.weight'"]),
     "gathers a unit group by group": (lambda: _mutate(
         (UNIT, "            for i in ids:\n                ps.unshard(ps.groups[i])")),
-        ["one all-gather", "unshard_unit", "yours 39 calls", "in the same order"]),
+        ["one all-gather", "unshard_unit", "yours 51 calls", "in the same order"]),
     "never releases after a module's backward": (lambda: _mutate((AFTER_BACKWARD, "                pass")),
                                                  ["after a module's backward", "after_backward", "peak 1,600 vs 1,344"]),
     "gathers the children's parameters too": (lambda: _mutate(

@@ -310,6 +310,32 @@ class Engine:
         self._boundary = is_boundary
 
     # -- looking inside ----------------------------------------------------------------
+    def stage3_stats(self):
+        """Stage 3's counts (a :class:`~zerolab.lifecycle.Stage3Stats`): partitions gathered and
+        prefetched so far, releases the reuse distance skipped, the most elements gathered at once
+        since :meth:`reset_peaks`, the partitions (label, padded elements, persistent) and the
+        trace's mode. At stages 0-2 nothing is gathered: zeros, and the layout "replicated"."""
+        stats = getattr(self.stage.params, "stats", None)
+        if callable(stats):
+            return stats()
+        from .lifecycle import Stage3Stats
+        return Stage3Stats(0, 0, 0, 0, 0, [(g.label, g.padded_numel, False) for g in self.stage.groups], [],
+                           "replicated", "invalid")
+
+    def reset_peaks(self) -> None:
+        """Count the most elements gathered at once (stage 3) and the peak of live buffers anew."""
+        reset = getattr(self.stage.params, "reset_peaks", None)
+        if callable(reset):
+            reset()
+
+    def observe_stage3(self, observer) -> None:
+        """Tell ``observer`` (``on_gather(label, phase)``, ``on_release(label, phase)``) every stage-3
+        gather and release, until :meth:`forget_stage3`."""
+        self.stage.params.observe(observer)
+
+    def forget_stage3(self, observer) -> None:
+        self.stage.params.forget(observer)
+
     def full_params(self) -> dict[str, torch.Tensor]:
         """Every named parameter's full fp32 value (trained ones from the fp32 masters), the
         same on every rank: what DeepSpeed's zero_to_fp32 gives. A tied parameter appears

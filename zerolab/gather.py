@@ -33,11 +33,12 @@ from .hooks import ModuleHooks, module_hooks_class
 from .hpz import secondary_shards
 from .fetch import UnitFetch
 from .inflight import TrainingState
+from .lifecycle import Lifecycle, ModuleEvent, PartitionState, Stage3Stats
 from .memory import tensor_bytes
 from .param_shards import ParamShards
 from .params import broadcast_
 from .qwz_gather import check_qwz
-from .trace import FetchTrace, ModuleOrderError
+from .trace import FetchTrace, ModuleOrderError, TraceMode
 from .units import make_units
 
 __all__ = ["GatheredParams", "ModuleOrderError"]
@@ -82,6 +83,9 @@ class GatheredParams:
                 self.hpz.keep(g, flat)            # DeepSpeed makes the secondary at initialization too
                 self._release(g)
         self.state = TrainingState.IDLE
+        # every partition's state and every module's events, with their transitions asserted
+        self.life = Lifecycle([g.label for g in self.groups], self.persistent)
+        self._module_names = {m: n or "(root)" for n, m in model.named_modules()}
         self._first_gathered: list[int] = []       # groups gathered in forward, in order
         # the order backward produces gradients in, for the reduce buckets (DeepSpeed fills its
         # buckets in gradient-hook order): modules in the reverse of their forward order, each
@@ -110,6 +114,33 @@ class GatheredParams:
                                self._track, quantized=self.quantized_weights, order_checks=zerolab.order_checks,
                                prefetch_numel=zero.stage3_prefetch_bucket_size,
                                max_live=zero.stage3_max_live_parameters)
+
+    def stats(self) -> Stage3Stats:
+        """What the chapters and checks read (``engine.stage3_stats()``)."""
+        return Stage3Stats(
+            fetches=self.fetches, prefetches=self.prefetches, reused=self.reused,
+            peak_gathered_numel=self.peak_gathered_numel,
+            gathered_now=sum(1 for i in self.full if not self.persistent[i]),
+            partitions=[(g.label, g.padded_numel, self.persistent[g.index]) for g in self.trained_groups],
+            persistent_numel=[p.numel() for g in self.groups if self.persistent[g.index] for p in g.params],
+            layout="parameter" if self.per_parameter else "module",
+            trace=self.trace.mode.get("train", TraceMode.INVALID).value)
+
+    def reset_peaks(self) -> None:
+        """Start counting the most elements gathered at once anew (``engine.reset_peaks()``)."""
+        self.peak_gathered_numel = self._live_gathered + self.fetch.numel
+
+    def observe(self, observer) -> None:
+        """Tell ``observer`` every gather and release (``on_gather(label, phase)``,
+        ``on_release(label, phase)``): how the checks and the lab watch stage 3."""
+        self.life.observe(observer)
+
+    def forget(self, observer) -> None:
+        self.life.forget(observer)
+
+    def module_event(self, module: nn.Module, event: ModuleEvent) -> None:
+        """A module's forward or backward begins or ends: asserted against its earlier events."""
+        self.life.module_event(module, event, self._module_names.get(module, ""))
 
     @property
     def prefetches(self) -> int:
@@ -196,6 +227,7 @@ class GatheredParams:
         for g in self.groups:
             self.reshard(g)
         self.state = TrainingState.IDLE
+        self.life.end_step()
         self._first_gathered.clear()
         self._forward_modules.clear()
         self._in_order.clear()
@@ -203,6 +235,7 @@ class GatheredParams:
     def forward_failed(self) -> None:
         """The model's forward raised: forget its open frames, so the next forward starts a pass."""
         self.hooks.forward_failed()
+        self.life.end_step()
 
     def register_external_parameter(self, module: nn.Module, param: nn.Parameter) -> None:
         self.hooks.register_external_parameter(module, param)
@@ -219,6 +252,8 @@ class GatheredParams:
         ids = [i for i in range(len(self.groups)) if self.persistent[i]]
         for part in ([[i] for i in ids] if self.per_parameter else [ids]):
             self.fetch.refresh(part, self.shards, self.full)
+            for i in part:
+                self.life.refreshed(i)
 
     def drop_secondary(self) -> None:
         """hpZ: the shards change (a step, a checkpoint): forget the trained groups' secondary
@@ -294,6 +329,8 @@ class GatheredParams:
 
     def close(self) -> None:
         self.full.clear()
+        for g in self.groups:
+            self.life.reset(g.index, self.persistent[g.index])
         self.hpz.drop_all()
         self._live_gathered = 0
         self.shards.close()
@@ -310,6 +347,7 @@ class GatheredParams:
         """The outermost module's forward begins (not in backward's recomputation): a new pass
         of the trace, "forward" with grad, "eval" without."""
         self.state = TrainingState.FORWARD
+        self.life.end_step()                      # (every module's events start afresh)
         self._start_pass(self._phase())
 
     def check_forward_pass(self) -> None:
@@ -417,6 +455,8 @@ class GatheredParams:
 
     def _issue(self, wanted: list[int], ahead: list[int]) -> None:
         """Start a unit's all-gathers (``fetch.py``): ``wanted`` now, ``ahead`` prefetched."""
+        for i in (*wanted, *ahead):
+            self.life.to(i, PartitionState.IN_FLIGHT)
         self.fetch.issue(wanted, ahead)
         self.peak_gathered_numel = max(self.peak_gathered_numel, self._live_gathered + self.fetch.numel)
 
@@ -429,6 +469,7 @@ class GatheredParams:
             self._live_gathered += g.padded_numel
         g.bind(flat)
         self.fetches += 1
+        self.life.to(i, PartitionState.GATHERED, self._phase())
         if not self.in_backward and torch.is_grad_enabled():
             self._first_gathered.append(i)
 
@@ -444,6 +485,7 @@ class GatheredParams:
         if self.full.pop(g.index, None) is not None and not self.persistent[g.index]:
             self._live_gathered -= g.padded_numel
             self.trace.available -= g.numel
+            self.life.to(g.index, PartitionState.SHARDED, self._phase())
         self._track(f"params {g.index}", None)
 
     def reshard(self, g: FlatGroup) -> None:

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from .i18n import catalogue
+from .lifecycle import ModuleEvent
 
 T = catalogue("engine")        # the messages in the edition's language (zerolab/messages_zh.py)
 
@@ -160,6 +161,7 @@ class ModuleHooks:
         ps = self.params
         if not self.frames and not ps.in_backward:
             ps.start_forward_pass()                # a new forward pass begins at the outermost module
+        ps.module_event(module, ModuleEvent.PRE_FORWARD)
         extra = sorted(self._registered.get(module, ()))
         frame = [module, list(extra)]
         self.frames.append(frame)
@@ -168,7 +170,10 @@ class ModuleHooks:
             ps.unshard_unit(ids, module)           # its own and its tied groups: one all-gather
             if torch.is_grad_enabled():
                 # after the module's backward (the gradients of its inputs are in): release
-                on_inputs_grad(inputs, lambda: ps.after_backward([*ps.module_groups.get(module, []), *frame[1]]))
+                def after_backward():
+                    ps.module_event(module, ModuleEvent.POST_BACKWARD)
+                    ps.after_backward([*ps.module_groups.get(module, []), *frame[1]])
+                on_inputs_grad(inputs, after_backward)
         else:
             ps.top_up(module)                      # DeepSpeed prefetches at every module's fetch
 
@@ -180,6 +185,7 @@ class ModuleHooks:
                 break
         else:
             return output
+        ps.module_event(module, ModuleEvent.POST_FORWARD)
         ids = [*ps.module_groups.get(module, []), *frame[1]]
         outermost = not self.frames and not ps.in_backward
         if outermost:
@@ -194,6 +200,7 @@ class ModuleHooks:
         if torch.is_grad_enabled():
             def before_backward():
                 ps.begin_backward()
+                ps.module_event(module, ModuleEvent.PRE_BACKWARD)
                 ps.unshard_unit(ids, module)       # (no parameters: still an event of the trace)
             on_first_output_grad(output, before_backward)
         return output

@@ -63,8 +63,8 @@ def measure(zero: dict | None = None, config: dict | None = None, steps: int = 4
     seconds = []
     for x, y in regression_batches(steps, engine.train_batch_size(), d_in=WIDTH, d_out=WIDTH):
         mark, pre, tmark = engine.ledger.mark(), engine.stage.prefetches, engine.timeline.mark()
-        fetched = engine.stage.params.fetches
-        engine.stage.params.peak_gathered_numel = 0
+        fetched = engine.stage3_stats().fetches
+        engine.reset_peaks()
         for i in range(gas):
             part = slice(i * len(x) // gas + zerolab.rank(), (i + 1) * len(x) // gas, world)
             xb = x[part].half() if engine.config.fp16.enabled else x[part]
@@ -72,19 +72,20 @@ def measure(zero: dict | None = None, config: dict | None = None, steps: int = 4
             engine.step()
         seconds.append(engine.timeline.since(tmark).summary()["wall"])
         led = engine.ledger.since(mark)
-    stage = engine.stage
+    stage, stats = engine.stage, engine.stage3_stats()
     gathers = [r for r in led.records if r.op == "all_gather" and r.tag.startswith("params")]
     out = {
         "checks": len(led.checks),               # zerolab's own order checks, filed apart
-        # parameter groups gathered: each module's (stage.params.fetches), and the persistent group's refresh
-        "gathers": stage.params.fetches - fetched + sum(r.tag.startswith("params persistent") for r in led.records),
+        # partitions gathered: each module's (engine.stage3_stats().fetches), and the persistent refresh
+        "gathers": stats.fetches - fetched + sum(r.tag.startswith("params") and "persistent" in r.tag
+                                                 for r in led.records),
         "calls": len(gathers),
         "gathered_bytes": sum(r.bytes for r in gathers),
         "order": [r.tag for r in gathers],
         "ops": sorted({(r.op, r.tag.split()[0]) for r in led.records}),
         "grad_calls": sum(r.tag.startswith("grads") for r in led.records),
-        "prefetched": stage.prefetches - pre, "peak": stage.params.peak_gathered_numel,
-        "persistent": [p.numel() for g in stage.groups if stage.params.persistent[g.index] for p in g.params],
+        "prefetched": stage.prefetches - pre, "peak": stats.peak_gathered_numel,
+        "persistent": stats.persistent_numel,
         "param_bytes": engine.memory()["params"],
         "host_steps": sum(e.kind == "host" for e in engine.timeline.since(tmark).events),
         "seconds": seconds[1:], "params": engine.full_params(),

@@ -65,11 +65,12 @@ def train_and_measure(stage: int, precision: str = "bf16", ideal: bool = False, 
     batches = lm_batches(2, GLOBAL_BATCH, SEQ, VOCAB)
     train_engine(engine, batches[:1], lm_loss)            # step 1: Adam's states appear
     mark = engine.ledger.mark()
-    before = {k: getattr(engine.stage.params, k, 0) for k in ("prefetches", "fetches")}
+    before = engine.stage3_stats()
     train_engine(engine, batches[1:], lm_loss)            # step 2: the one we measure
     step = engine.ledger.since(mark)
     groups = engine.stage.groups
-    persistent = getattr(engine.stage.params, "persistent", [False] * len(groups))
+    stats = engine.stage3_stats()
+    persistent = [keep for _, _, keep in stats.partitions]
     return {
         "memory": engine.memory(),                        # bytes this rank holds
         "groups": len(groups),     # flat buffers: 1 at stages 0-2, 1 per bucket (ideal), per module (3)
@@ -78,11 +79,11 @@ def train_and_measure(stage: int, precision: str = "bf16", ideal: bool = False, 
         "records": [(r.op, r.tag, r.wire_bytes) for r in step.records],
         "grad_calls": sum(1 for r in step.records if r.tag.startswith("grads")),
         "param_gathers": sum(1 for r in step.records if r.tag.startswith("params")),
-        "groups_gathered": getattr(engine.stage.params, "fetches", 0) - before["fetches"],
-        "prefetched": getattr(engine.stage.params, "prefetches", 0) - before["prefetches"],
+        "groups_gathered": stats.fetches - before.fetches,
+        "prefetched": stats.prefetches - before.prefetches,
         "headers": len(step.checks),                      # stage 3: zerolab's own 16-byte order checks
         "header_bytes": sum(r.wire_bytes for r in step.checks),
-        "peak_gathered": getattr(engine.stage.params, "peak_gathered_numel", 0),
+        "peak_gathered": stats.peak_gathered_numel,
         "persistent_numel": sum(g.numel for g, keep in zip(groups, persistent) if keep),
         "layout": [{"label": g.label, "names": g.names, "numels": g.numels, "padded": g.padded_numel,
                     "shards": [g.shard_range(r) for r in range(world)]} for g in groups],

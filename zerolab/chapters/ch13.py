@@ -68,7 +68,7 @@ def one_step(zeropp: dict) -> dict:
     qgz = eng.stage.grads.qgz
     out = dict(records=[(c.op, c.dtype, c.numel, c.wire_bytes, c.link, c.tag) for c in led.records],
                table=led.table(), links=led.by_link(), grads=grads, norm=first_norm, blocks=blocks,
-               groups=[(g.label, g.padded_numel, eng.stage.params.persistent[g.index]) for g in eng.stage.groups],
+               groups=eng.stage3_stats().partitions,
                qgz_blocks=[qgz.per_partition_groups(g) for g in eng.stage.groups] if qgz else None,
                warnings=sorted({str(w.message) for w in caught}), secondary=secondary,
                secondary_after_step=eng.memory().get("params_secondary", 0))

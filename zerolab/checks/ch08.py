@@ -88,17 +88,17 @@ def _run(zero: dict) -> dict:
     try:
         for x, y in regression_batches(STEPS, 4 * world, d_in=SIZES[0], d_out=SIZES[-1]):
             mark, pre = engine.ledger.mark(), engine.stage.prefetches
-            engine.stage.params.peak_gathered_numel = 0
+            engine.reset_peaks()
             engine.backward(mse_loss(engine(x), y))
             engine.step()
         led = engine.ledger.since(mark)
-        stage = engine.stage
-        persistent = [p.numel() for g in stage.groups if stage.params.persistent[g.index] for p in g.params]
+        stage, stats = engine.stage, engine.stage3_stats()
+        persistent = stats.persistent_numel
         return {
             # ZeRO's parameter all-gathers (zerolab's own order checks are in led.checks)
             "calls": sum(1 for r in led.records if r.op == "all_gather" and r.tag.startswith("params")),
             "prefetches": stage.prefetches - pre,
-            "peak": stage.params.peak_gathered_numel,
+            "peak": stats.peak_gathered_numel,
             "persistent": sorted(persistent),
             "param_bytes": engine.memory()["params"],
             "params": engine.full_params(),

@@ -301,7 +301,8 @@ def _one_run(pair, qwz: bool, steps: int) -> dict:
             h.remove()
         recs = [(r.op, r.dtype, r.numel, r.wire_bytes, r.link) for r in eng.ledger.since(mark).records
                 if r.op == "all_gather" and "persistent" not in r.tag]
-        shard = {gr.label: gr.shard_numel for gr in eng.stage.groups if not eng.stage.params.persistent[gr.index]}
+        kept = {label for label, _, keep in eng.stage3_stats().partitions if keep}
+        shard = {gr.label: gr.shard_numel for gr in eng.stage.groups if gr.label not in kept}
         eng.close()
     worst = 0.0
     for n, w in seen.items():                 # gathered weights: within half a step (+ bf16), one at the top

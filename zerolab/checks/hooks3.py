@@ -34,7 +34,7 @@ __all__ = ["check_gather_hooks", "HooksNet", "CONFIG", "WORLDS", "STEPS", "run_r
            "make_batches", "loss_fn", "trial", "summary", "close_crews"]
 
 WORLDS, STEPS, VOCAB, BATCH, SEQ = (2, 3), 3, 32, 2, 6
-EXTERNAL = ("attn.out_proj", "mix")       # groups read outside their own module's forward
+EXTERNAL = ("attn.out_proj.weight", "attn.out_proj.bias", "mix.weight")   # read outside their own module
 CONFIG = {"train_micro_batch_size_per_gpu": BATCH, "optimizer": {"type": "SGD", "params": {"lr": 0.1,
           "momentum": 0.9}}, "zero_optimization": {"stage": 3, "stage3_max_reuse_distance": 0,
           "stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 0}}
@@ -85,22 +85,15 @@ def run_rank(cls, steps: int = STEPS) -> dict:
     config = {**CONFIG, "train_batch_size": BATCH * world}
     with use_module_hooks(cls) if cls is not None else contextlib.nullcontext():
         eng = zerolab.initialize(HooksNet(), config)
-    ps = eng.stage.params
     events: list[tuple[str, str, str]] = []
-    wait, release = ps._wait, ps._release
 
-    def phase() -> str:
-        return "backward" if ps.in_backward else "forward"
+    class Log:                                # told every gather and release (the engine's observers)
+        def on_gather(self, label, phase):
+            events.append((phase, "gather", label))
 
-    def logged_wait(i):
-        events.append((phase(), "gather", ps.groups[i].label))
-        return wait(i)
-
-    def logged_release(g):
-        if g.index in ps.full:
-            events.append((phase(), "release", g.label))
-        return release(g)
-    ps._wait, ps._release = logged_wait, logged_release
+        def on_release(self, label, phase):
+            events.append((phase, "release", label))
+    eng.observe_stage3(Log())
     mark = eng.ledger.mark()
     losses, failed, where, per_step = [], None, "forward", []
     try:
@@ -119,7 +112,7 @@ def run_rank(cls, steps: int = STEPS) -> dict:
     except Exception as exc:                  # noqa: BLE001 (reported to the learner)
         failed = (where, f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
     out = {"losses": losses, "failed": failed, "events": events, "gathers": _param_gathers(eng.ledger.since(mark)),
-           "per_step": per_step, "peak": ps.peak_gathered_numel, "params": None}
+           "per_step": per_step, "peak": eng.stage3_stats().peak_gathered_numel, "params": None}
     if failed is None:
         out["params"] = {k: v.clone() for k, v in eng.full_params().items()}
     try:
