@@ -118,7 +118,7 @@ class Lifecycle:
         self.observers = [o for o in self.observers if o is not observer]
 
     # -- modules -----------------------------------------------------------------------------
-    def module_event(self, module, event: ModuleEvent, name: str = "", recompute: bool = False) -> None:
+    def module_event(self, module, event: ModuleEvent, name: str = "") -> None:
         """Assert that ``event`` may follow the module's earlier ones: a POST_FORWARD needs an open
         PRE_FORWARD, a PRE_BACKWARD a finished forward, a POST_BACKWARD a PRE_BACKWARD."""
         key = id(module)
@@ -137,8 +137,6 @@ class Lifecycle:
             raise IllegalTransition(f"stage 3: module {who!r} got {event.value} after "
                                     f"{[e.value for e in seen] or 'nothing'}")
         seen.append(event)
-        if event is E.POST_BACKWARD and not recompute:
-            self._open.pop(key, None)
 
     def end_step(self) -> None:
         """Backward is over: every module starts afresh (a module whose backward never ran, with
