@@ -262,4 +262,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # run by path, this file's folder (zerolab/, which has a deepspeed.py of its own) is first on
+    # sys.path: take it off, so that `import deepspeed` finds DeepSpeed
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
     main()
