@@ -12,7 +12,11 @@ Layout of ``save_dir/<tag>/`` (the tag defaults to ``global_step<n>``, as DeepSp
 
 and ``save_dir/latest`` names the newest tag. Every file is written into a temporary folder
 that is renamed into place only when all ranks have finished, so a run killed while saving
-leaves the previous checkpoint, and ``latest``, as they were.
+leaves the previous checkpoint, and ``latest``, as they were. A save that fails on one rank (a
+read-only folder, a full disk, a permission, any exception in its part) fails on every rank: the
+ranks agree after each part (:meth:`zerolab.comm.Comm.agree`, zerolab's own 4-byte check, never
+counted as ZeRO's calls), and every rank raises :class:`CheckpointError` naming the rank, the file
+and the cause (:mod:`zerolab.disk`) within seconds, the temporary folder removed.
 
 Loading never unpickles arbitrary objects (``torch.load(weights_only=True)``), checks every
 file's hash and the model's parameter names and shapes before touching anything, and decides
@@ -174,18 +178,21 @@ def _publish(engine, save_dir: Path, tmp: Path, final: Path, tag: str, client_st
     # into place: the old checkpoint of the same tag goes only once the new one is complete.
     # Killed between these two renames, the old one waits under .<tag>.old-<host>-<pid>: the
     # loader reads it there, and the next save puts it back or removes it (_sweep)
-    old = None
+    old, placed = None, False
     try:
         if final.exists():
             old = save_dir / f".{tag}.old-{_me()}"
             os.replace(final, old)
         os.replace(tmp, final)
+        placed = True
+        os.replace(latest_tmp, save_dir / "latest")
     except BaseException:
+        if placed:
+            os.replace(final, tmp)                        # back out (the caller removes tmp)
         if old is not None and old.exists() and not final.exists():
             os.replace(old, final)                        # the previous checkpoint, back in place
         latest_tmp.unlink(missing_ok=True)
         raise
-    os.replace(latest_tmp, save_dir / "latest")
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 

@@ -75,7 +75,12 @@ class NvmeStore:
     so they proceed while the optimizer computes), reading 1 MiB at a time; each returns a Future. Every run writes into
     a folder of its own and reads only what it wrote itself, so a killed run's files are never
     trusted by a later one; they are removed at :meth:`close` (or, if the process was killed,
-    by the next run on the same host, which deletes folders whose process is gone)."""
+    by the next run on the same host, which deletes folders whose process is gone).
+
+    Each file's checksum (one per block, :func:`block_sums`, ``CHECKSUM``) is taken as it is
+    written and checked when it is read back whole: a file damaged in between raises
+    :class:`NvmeFileError` naming it, instead of being trained on. A write the disk refuses raises
+    :class:`NvmeFileError` too, with the cause (:mod:`zerolab.disk`)."""
 
     def __init__(self, nvme_path: str, rank: int, needed_bytes: int, *, what: str = "optimizer states",
                  threads: int = 4, block_size: int = 1 << 20, timeline=None):
