@@ -179,6 +179,7 @@ CAUSES = [("rank_1.pt", 1, errno.EROFS, "read-only file system"),
           ("rank_0.pt", 0, errno.EACCES, "permission denied"),
           ("meta.json", 0, errno.ENOSPC, "is full"),
           ("model_states.pt", 0, errno.EROFS, "read-only file system"),
+          (".latest.tmp-", 0, errno.ENOSPC, "is full"),
           ("rank_1.pt", 1, None, "ValueError: something else went wrong")]
 
 
@@ -195,7 +196,7 @@ def injected(ckpt, stage):
     out = []
     for name, who, code, _ in CAUSES:
         def refuse(path, name=name, who=who, code=code):
-            if Path(path).name == name and rank == who:
+            if Path(path).name.startswith(name) and rank == who:
                 if code is None:
                     raise ValueError("something else went wrong")
                 raise OSError(code, os.strerror(code), str(path))

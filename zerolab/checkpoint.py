@@ -174,7 +174,11 @@ def _publish(engine, save_dir: Path, tmp: Path, final: Path, tag: str, client_st
     }
     _write_text(tmp / "meta.json", json.dumps(meta, indent=1, default=_json_default))
     latest_tmp = save_dir / f".latest.tmp-{os.getpid()}"
-    _write_text(latest_tmp, tag)
+    try:
+        _write_text(latest_tmp, tag)
+    except BaseException:
+        latest_tmp.unlink(missing_ok=True)                # (outside tmp: nothing else removes it)
+        raise
     # into place: the old checkpoint of the same tag goes only once the new one is complete.
     # Killed between these two renames, the old one waits under .<tag>.old-<host>-<pid>: the
     # loader reads it there, and the next save puts it back or removes it (_sweep)
