@@ -51,7 +51,7 @@ TRANSLATED = {"progress.py": "progress", "report.py": "report", "checks/__init__
               "config_types.py": "config", "config_parse.py": "config", "config_keys.py": "config", "config_values.py": "config",
               "crew.py": "crew", "crew_limits.py": "crew",
               "explain.py": "explain", "cli.py": "cli", "attach.py": "engine", "hpz.py": "engine", "qgz.py": "engine",
-              "checkpoint.py": "around", "checkpoint_read.py": "around", "deepspeed.py": "around",
+              "checkpoint.py": "around", "checkpoint_read.py": "around", "disk.py": "around", "deepspeed.py": "around",
               "comm.py": "around", "topology.py": "around", "models.py": "around", "train.py": "around",
               "simulate.py": "around", "calibrate.py": "around", "estimate.py": "around",
               "engine.py": "engine", "stage.py": "engine", "hooks.py": "engine", "trace.py": "engine",
@@ -161,7 +161,7 @@ def _dynamic() -> dict[str, list[str]]:
                        for verdict in ("yes", "NO")],
             "crew": ["during start", "during run"],
             "explain": list(_STAGE_SHARDS.values()),
-            "engine": list(budget.WHERE) + list(budget.CONSUMERS) + list(nvme.WHAT),
+            "engine": list(budget.WHERE) + list(budget.CONSUMERS) + list(nvme.WHAT) + [nvme._TODO],
             "lab": list(KINDS) + list(PHASE_LABELS) + list(BOUND_BY) + [  # what the lab passes through T from tables
                 "parameters", "gradients", "optimizer states", " and ", "all", "params", "grads", "model states",
                 "buffers", "GB/GPU", "DS est.", "host GB", "fits", "step s", "tokens/s", "device", "host", "nvme",

@@ -12,7 +12,11 @@ Layout of ``save_dir/<tag>/`` (the tag defaults to ``global_step<n>``, as DeepSp
 
 and ``save_dir/latest`` names the newest tag. Every file is written into a temporary folder
 that is renamed into place only when all ranks have finished, so a run killed while saving
-leaves the previous checkpoint, and ``latest``, as they were.
+leaves the previous checkpoint, and ``latest``, as they were. A save that fails on one rank (a
+read-only folder, a full disk, a permission, any exception in its part) fails on every rank: the
+ranks agree after each part (:meth:`zerolab.comm.Comm.agree`, zerolab's own 4-byte check, never
+counted as ZeRO's calls), and every rank raises :class:`CheckpointError` naming the rank, the file
+and the cause (:mod:`zerolab.disk`) within seconds, the temporary folder removed.
 
 Loading never unpickles arbitrary objects (``torch.load(weights_only=True)``), checks every
 file's hash and the model's parameter names and shapes before touching anything, and decides
@@ -42,7 +46,9 @@ import torch
 import torch.distributed as dist
 
 from .checkpoint_read import FORMAT, CheckpointError, consolidate, read_full_state, resolve, sha256_of
+from . import disk
 from .i18n import catalogue
+from .memory import tensor_bytes
 
 T = catalogue("around")   # the messages in the edition's language (zerolab/messages_zh.py)
 
@@ -67,7 +73,14 @@ def _drop_secondary(stage) -> None:
 # -- saving -----------------------------------------------------------------------------------
 def save_checkpoint(engine, save_dir, tag=None, client_state=None) -> str:
     """Write this engine's state under ``save_dir/tag`` (every rank must call it). Returns the
-    checkpoint's folder."""
+    checkpoint's folder.
+
+    The ranks agree after each part that can fail on one of them (:meth:`Comm.agree`): rank 0
+    making the temporary folder, every rank writing its file, rank 0 writing the rest and
+    renaming it into place. If any rank's part fails (a read-only folder, a full disk, a
+    permission, any exception), every rank raises :class:`CheckpointError` naming that rank,
+    the file and the cause, within seconds; the temporary folder is removed and the previous
+    checkpoint, and ``latest``, stay as they were."""
     comm, stage = engine.comm, engine.stage
     tag = str(tag) if tag is not None else f"global_step{engine.global_steps}"
     if not tag or "/" in tag or tag in (".", "..") or tag == "latest":
@@ -75,79 +88,162 @@ def save_checkpoint(engine, save_dir, tag=None, client_state=None) -> str:
     _check_client_state(client_state)
     save_dir = Path(save_dir)
     final = save_dir / tag
-    # rank 0 makes the temporary folder; everyone writes into it (a shared file system)
-    tmp_name = [None]
+
+    # 1. rank 0 makes the temporary folder; everyone writes into it (a shared file system)
+    tmp_name, error = [None], None
     if comm.rank == 0:
-        save_dir.mkdir(parents=True, exist_ok=True)
-        _sweep(save_dir)
-        tmp_name[0] = tempfile.mkdtemp(prefix=f".{tag}.tmp-{_me()}-", dir=save_dir)
+        try:
+            save_dir.mkdir(parents=True, exist_ok=True)
+            _sweep(save_dir)
+            tmp_name[0] = tempfile.mkdtemp(prefix=f".{tag}.tmp-{_me()}-", dir=save_dir)
+        except Exception as e:                                   # noqa: BLE001 (told to every rank)
+            error = _write_failed(e, save_dir, save_dir)
+    _settle(engine, error, save_dir, None, tag)
     if comm.world_size > 1:
         dist.broadcast_object_list(tmp_name, src=0)
     tmp = Path(tmp_name[0])
 
+    # 2. every rank writes the part of the state it owns
     _drop_secondary(stage)        # hpZ: as DeepSpeed's checkpoint_event_epilogue (never saved)
-    masters, states = {}, {}
-    for g in stage.groups:
-        rng = _owned_range(g, stage)
-        if rng is None:
-            continue
-        masters[g.index] = stage.home.group_master(g.index).detach().float().cpu().clone()
-        st = stage.home.group_state(g.index)          # joined across sub-group tiles, read from NVMe
-        states[g.index] = {k: (v.detach().cpu().clone() if torch.is_tensor(v) else v) for k, v in st.items()
-                           if v is not None}
-    mine = tmp / f"rank_{comm.rank}.pt"
-    torch.save({"rank": comm.rank, "masters": masters, "optimizer_states": states}, mine)
-    digest = sha256_of(mine)
+    mine, digest, error, need = tmp / f"rank_{comm.rank}.pt", None, None, None
+    try:
+        masters, states = {}, {}
+        for g in stage.groups:
+            rng = _owned_range(g, stage)
+            if rng is None:
+                continue
+            masters[g.index] = stage.home.group_master(g.index).detach().float().cpu().clone()
+            st = stage.home.group_state(g.index)      # joined across sub-group tiles, read from NVMe
+            states[g.index] = {k: (v.detach().cpu().clone() if torch.is_tensor(v) else v) for k, v in st.items()
+                               if v is not None}
+        need = tensor_bytes([masters, states])
+        _save_torch({"rank": comm.rank, "masters": masters, "optimizer_states": states}, mine)
+        digest = sha256_of(mine)
+    except Exception as e:                                       # noqa: BLE001 (told to every rank)
+        error = _write_failed(e, mine, save_dir, need)
+    _settle(engine, error, save_dir, tmp, tag)
     digests = [None] * comm.world_size
     if comm.world_size > 1:
         dist.all_gather_object(digests, digest)
     else:
         digests = [digest]
 
+    # 3. rank 0 writes the rest and renames the folder into place; the others wait for its word
     untrained = stage.untrained_values()         # (stage 3 gathers them: every rank)
+    error = None
     if comm.rank == 0:
-        model_states = {
-            "buffers": {n: b.detach().cpu().clone() for n, b in engine.module.named_buffers()},
-            "frozen": untrained,
-            "client_state": client_state if client_state is not None else {},
-            "lr_scheduler": (_plain(engine.lr_scheduler.state_dict())
-                             if getattr(engine, "lr_scheduler", None) is not None else None),
-        }
-        torch.save(model_states, tmp / "model_states.pt")
-        opt = engine.optimizer
-        meta = {
-            "format": FORMAT, "stage": stage.stage, "world_size": comm.world_size,
-            "dtype": str(engine.dtype).replace("torch.", ""),
-            "groups": [{"names": g.names, "shapes": [list(s) for s in g.shapes], "numel": g.numel,
-                        "padded_numel": g.padded_numel, "sharded": stage.shards_optimizer}
-                       for g in stage.groups],
-            "global_steps": engine.global_steps, "micro_steps": engine.micro_steps,
-            "skipped_steps": engine.skipped_steps,
-            "loss_scaler": {k: v for k, v in vars(engine.scaler).items() if isinstance(v, (int, float, bool))},
-            "optimizer": {"type": type(opt).__name__,
-                          "param_groups": [{k: v for k, v in pg.items() if k != "params"}
-                                           for pg in opt.param_groups]},
-            "tied": _tied_names(engine.module),
-            "files": {f"rank_{r}.pt": d for r, d in enumerate(digests)}
-                     | {"model_states.pt": sha256_of(tmp / "model_states.pt")},
-        }
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=_json_default))
-        # into place: the old checkpoint of the same tag goes only once the new one is complete.
-        # Killed between these two renames, the old one waits under .<tag>.old-<host>-<pid>: the
-        # loader reads it there, and the next save puts it back or removes it (_sweep)
-        old = None
+        try:
+            _publish(engine, save_dir, tmp, final, tag, client_state, untrained, digests)
+        except Exception as e:                                   # noqa: BLE001 (told to every rank)
+            error = _write_failed(e, getattr(e, "zerolab_path", None)
+                                  or getattr(disk.os_error_in(e), "filename", None) or tmp, save_dir)
+    _settle(engine, error, save_dir, tmp, tag)
+    return str(final)
+
+
+def _publish(engine, save_dir: Path, tmp: Path, final: Path, tag: str, client_state, untrained,
+             digests) -> None:
+    """Rank 0: model_states.pt, meta.json and the new ``latest`` (every write that can fail for
+    want of room), then the renames into place. Whatever fails, the previous checkpoint of this
+    tag and ``latest`` are left (or put back) as they were."""
+    comm, stage = engine.comm, engine.stage
+    model_states = {
+        "buffers": {n: b.detach().cpu().clone() for n, b in engine.module.named_buffers()},
+        "frozen": untrained,
+        "client_state": client_state if client_state is not None else {},
+        "lr_scheduler": (_plain(engine.lr_scheduler.state_dict())
+                         if getattr(engine, "lr_scheduler", None) is not None else None),
+    }
+    _save_torch(model_states, tmp / "model_states.pt")
+    opt = engine.optimizer
+    meta = {
+        "format": FORMAT, "stage": stage.stage, "world_size": comm.world_size,
+        "dtype": str(engine.dtype).replace("torch.", ""),
+        "groups": [{"names": g.names, "shapes": [list(s) for s in g.shapes], "numel": g.numel,
+                    "padded_numel": g.padded_numel, "sharded": stage.shards_optimizer}
+                   for g in stage.groups],
+        "global_steps": engine.global_steps, "micro_steps": engine.micro_steps,
+        "skipped_steps": engine.skipped_steps,
+        "loss_scaler": {k: v for k, v in vars(engine.scaler).items() if isinstance(v, (int, float, bool))},
+        "optimizer": {"type": type(opt).__name__,
+                      "param_groups": [{k: v for k, v in pg.items() if k != "params"}
+                                       for pg in opt.param_groups]},
+        "tied": _tied_names(engine.module),
+        "files": {f"rank_{r}.pt": d for r, d in enumerate(digests)}
+                 | {"model_states.pt": sha256_of(tmp / "model_states.pt")},
+    }
+    _write_text(tmp / "meta.json", json.dumps(meta, indent=1, default=_json_default))
+    latest_tmp = save_dir / f".latest.tmp-{os.getpid()}"
+    try:
+        _write_text(latest_tmp, tag)
+    except BaseException:
+        latest_tmp.unlink(missing_ok=True)                # (outside tmp: nothing else removes it)
+        raise
+    # into place: the old checkpoint of the same tag goes only once the new one is complete.
+    # Killed between these two renames, the old one waits under .<tag>.old-<host>-<pid>: the
+    # loader reads it there, and the next save puts it back or removes it (_sweep)
+    old, placed = None, False
+    try:
         if final.exists():
             old = save_dir / f".{tag}.old-{_me()}"
             os.replace(final, old)
         os.replace(tmp, final)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        latest_tmp = save_dir / f".latest.tmp-{os.getpid()}"
-        latest_tmp.write_text(tag)
+        placed = True
         os.replace(latest_tmp, save_dir / "latest")
-    if comm.world_size > 1:
-        dist.barrier()
-    return str(final)
+    except BaseException:
+        if placed:
+            os.replace(final, tmp)                        # back out (the caller removes tmp)
+        if old is not None and old.exists() and not final.exists():
+            os.replace(old, final)                        # the previous checkpoint, back in place
+        latest_tmp.unlink(missing_ok=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _save_torch(obj, path: Path) -> None:
+    """``torch.save`` through a Python file: a refused write keeps its OSError (errno) in the
+    context of torch's RuntimeError, where :func:`zerolab.disk.cause` finds it."""
+    try:
+        with open(path, "wb") as f:
+            torch.save(obj, f)
+    except BaseException as e:
+        e.zerolab_path = path
+        raise
+
+
+def _write_text(path: Path, text: str) -> None:
+    try:
+        path.write_text(text)
+    except BaseException as e:
+        e.zerolab_path = path
+        raise
+
+
+def _write_failed(exc: BaseException, path, save_dir, need: int | None = None) -> str:
+    """One rank's error text: the file and what went wrong (told to every rank)."""
+    return T("cannot write {path}: {cause}", path=path, cause=disk.cause(exc, save_dir, need))
+
+
+def _settle(engine, error: str | None, save_dir: Path, tmp: Path | None, tag: str) -> None:
+    """Every rank learns whether every rank's part went well; if one failed, the temporary
+    folder goes and every rank raises the same :class:`CheckpointError`."""
+    comm = engine.comm
+    bad = comm.agree(error, tag=f"checkpoint save {tag}", device=engine.device)
+    if not bad:
+        return
+    if comm.rank == 0 and tmp is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
+    latest = save_dir / "latest"
+    try:
+        before = T("the previous checkpoint ({tag}) is as it was", tag=latest.read_text().strip()) \
+            if latest.is_file() else T("no previous checkpoint there")
+    except OSError:
+        before = T("no previous checkpoint there")
+    raise CheckpointError(T("checkpoint {tag} was not saved: {errors}. Nothing of it is left in {dir}; {before}.",
+                            tag=repr(tag), errors=T.text("; ").join(
+                                T("rank {rank}: {error}", rank=r, error=e) for r, e in bad[:4]),
+                            dir=save_dir, before=before))
 
 
 def _me() -> str:
@@ -248,7 +344,7 @@ def load_checkpoint(engine, load_dir, tag=None, load_optimizer_states=True, load
     client_state)``. Any world size and stage the checkpoint was written at. The scheduler's
     state is loaded when both the engine and the checkpoint have one (DeepSpeed's
     ``load_lr_scheduler_states``); the lr itself comes back with the optimizer's param groups."""
-    comm, stage = engine.comm, engine.stage
+    comm = engine.comm
     error, full, path = None, None, None
     try:
         path = resolve(load_dir, tag)
@@ -256,15 +352,33 @@ def load_checkpoint(engine, load_dir, tag=None, load_optimizer_states=True, load
         _check_matches(engine, full, load_optimizer_states and not load_module_only, load_module_only)
     except CheckpointError as e:
         error = str(e)
+    except Exception as e:                                       # noqa: BLE001 (told to every rank)
+        error = T("cannot read the checkpoint in {dir}: {cause}", dir=path or load_dir,
+                  cause=disk.cause(e, path or load_dir, reading=True))
     # decide together: one rank's problem stops every rank, before anything is changed
-    errors = [error] * comm.world_size
-    if comm.world_size > 1:
-        dist.all_gather_object(errors, error)
-    bad = [(r, e) for r, e in enumerate(errors) if e]
+    bad = comm.agree(error, tag="checkpoint load", device=engine.device)
     if bad:
         raise CheckpointError(T("{errors}. Nothing was loaded.", errors=T.text("; ").join(
             T("rank {rank}: {error}", rank=r, error=e) for r, e in bad[:2])))
+    # then every rank puts it in place (no collective in between) and they agree once more, so
+    # that one rank's failure here (an NVMe file that cannot be written) reaches all of them
+    error = None
+    try:
+        client = _apply(engine, full, load_optimizer_states, load_module_only, load_lr_scheduler_states)
+    except Exception as e:                                       # noqa: BLE001 (told to every rank)
+        error = T("{type}: {error}", type=type(e).__name__, error=e)
+    bad = comm.agree(error, tag="checkpoint load", device=engine.device)
+    if bad:
+        raise CheckpointError(T("{errors}. The checkpoint was read but could not be put in place on every rank: "
+                                "this engine's state is partly loaded; close it and start again from the "
+                                "checkpoint.", errors=T.text("; ").join(
+                                    T("rank {rank}: {error}", rank=r, error=e) for r, e in bad[:2])))
+    return str(path), client
 
+
+def _apply(engine, full, load_optimizer_states, load_module_only, load_lr_scheduler_states) -> dict:
+    """Put a checked checkpoint's state into ``engine`` (this rank's part); returns its client state."""
+    stage = engine.stage
     meta, params = full["meta"], full["params"]
     ms = full["model_states"]
     trained = {n for g in stage.groups for n in g.names}
@@ -281,7 +395,7 @@ def load_checkpoint(engine, load_dir, tag=None, load_optimizer_states=True, load
         named_buffers[n].data.copy_(b)
     stage.load_untrained(fixed)
     if load_module_only:
-        return str(path), ms.get("client_state", {})
+        return ms.get("client_state", {})
     if load_optimizer_states:
         opt = engine.optimizer
         for g in stage.groups:
@@ -307,7 +421,7 @@ def load_checkpoint(engine, load_dir, tag=None, load_optimizer_states=True, load
     for k, v in meta["loss_scaler"].items():
         if hasattr(engine.scaler, k):
             setattr(engine.scaler, k, v)
-    return str(path), ms.get("client_state", {})
+    return ms.get("client_state", {})
 
 
 def _check_matches(engine, full, with_optimizer: bool, module_only: bool = False) -> None:

@@ -19,7 +19,8 @@ FORMAT = "zerolab-checkpoint-1"
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be loaded into this engine: missing, corrupted or different."""
+    """A checkpoint that cannot be loaded into this engine (missing, corrupted or different), or
+    that could not be saved (a rank's file refused by the disk); raised on every rank."""
 
 
 def sha256_of(path: Path) -> str:

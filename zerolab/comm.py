@@ -264,6 +264,31 @@ class Comm:
                   lambda a: dist.broadcast(t, src=gsrc, group=self.group))
         return t
 
+    def agree(self, error: str | None, *, tag: str = "agree", device=None) -> list[tuple[int, str]]:
+        """Did every rank do its part of an operation (a checkpoint's files)? Each rank passes
+        its error text, or None when its part went well; every rank gets back the same list of
+        ``(rank, error)`` of the ranks that failed (empty: all went well), so that all of them
+        raise together instead of one raising while the others wait in the next collective.
+
+        One all-reduce of a 4-byte flag when all went well; when one failed, an all-gather of the
+        error texts too. Both are zerolab's own safety calls (``kind="check"``, :attr:`Ledger.checks`):
+        DeepSpeed sends neither, and they are never counted as ZeRO's."""
+        if self.world_size == 1:
+            return [(0, error)] if error else []
+        if device is None:
+            device = torch.device("cuda", torch.cuda.current_device()) if self.transport() == "nccl" \
+                else torch.device("cpu")
+        flag = torch.tensor([1 if error else 0], dtype=torch.int32, device=device)
+        self.all_reduce(flag, tag=tag, kind="check")
+        if not int(flag.item()):
+            return []
+        texts: list = [None] * self.world_size
+        t0 = time.perf_counter()
+        dist.all_gather_object(texts, error, group=self.group)
+        sent = torch.empty(len((error or "").encode()) * self.world_size, dtype=torch.uint8)
+        self._record("all_gather", sent, t0, tag, kind="check")
+        return [(r, t) for r, t in enumerate(texts) if t]
+
 
 # torch >= 2.13 names them all_gather_single / reduce_scatter_single (the old names warn)
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor

@@ -21,7 +21,9 @@ With N = 1 nothing crosses a wire and every factor is 0.
 **Two kinds of calls.** What ZeRO moves (``kind="zero"``) is what DeepSpeed moves for the same
 config, and it is all that :meth:`Ledger.totals`, :meth:`Ledger.table` and
 :attr:`Ledger.wire_bytes` count. zerolab's own safety calls (``kind="check"``: stage 3's 16-byte
-headers that make ranks on different paths fail instead of hang; DeepSpeed sends none) are kept
+headers that make ranks on different paths fail instead of hang, and the 4-byte flags with which the
+ranks agree that a checkpoint's files were all written or read, :meth:`Comm.agree`; DeepSpeed sends
+none) are kept
 apart, in :attr:`Ledger.checks`, with totals of their own (:meth:`Ledger.check_totals`).
 """
 from __future__ import annotations
@@ -83,7 +85,7 @@ class CommRecord:
     tag: str = ""       # why: "bucket 3", "layer fc1 fwd", "step" ...
     waited: float = 0.0  # of ``seconds``, the wait for the last rank to arrive, where the
                          # transport tells it (0 on gloo and NCCL)
-    kind: str = "zero"   # "zero": what ZeRO moves; "check": zerolab's own safety headers
+    kind: str = "zero"   # "zero": what ZeRO moves; "check": zerolab's own safety calls (headers, agreements)
     link: str = "intra"  # "intra": every rank of the call's group is on one node; else "inter"
 
     @property

@@ -2356,6 +2356,31 @@ ZH["around"] = {
     "rank {rank}: {error}": "rank {rank} 报错：{error}",
     "; ": "；",
     "{errors}. Nothing was loaded.": "{errors}。什么都没有加载。",
+    # a save or load that fails on one rank fails on every rank (checkpoint.py, disk.py)
+    "cannot write {path}: {cause}": "无法写入 {path}：{cause}",
+    "the previous checkpoint ({tag}) is as it was": "之前的检查点（{tag}）原样保留",
+    "no previous checkpoint there": "那里之前没有检查点",
+    "checkpoint {tag} was not saved: {errors}. Nothing of it is left in {dir}; {before}.":
+        "检查点 {tag} 没有保存成功：{errors}。{dir} 里没有留下它的任何文件；{before}。",
+    "cannot read the checkpoint in {dir}: {cause}": "无法读取 {dir} 里的检查点：{cause}",
+    "{errors}. The checkpoint was read but could not be put in place on every rank: this engine's state is partly "
+    "loaded; close it and start again from the checkpoint.":
+        "{errors}。检查点已读出，但没能在每个 rank 上都装载完毕：这个引擎的状态只装载了一部分；请关闭它，"
+        "再从检查点重新开始。",
+    "the folder {folder} is on a read-only file system: remount it read-write, or use a writable folder":
+        "文件夹 {folder} 位于只读文件系统上：请把它重新挂载为可读写，或者换一个可写的文件夹",
+    "the disk of {folder} is full ({free} free, about {need} needed)":
+        "{folder} 所在的磁盘已满（剩余 {free}，大约需要 {need}）",
+    "the disk of {folder} is full ({free} free)": "{folder} 所在的磁盘已满（剩余 {free}）",
+    "your disk quota in {folder} is used up": "你在 {folder} 的磁盘配额已用完",
+    "{what} (torch said: {error})": "{what}（torch 的报错：{error}）",
+    "{what}: free some space there, or use a folder on another disk": "{what}：请在那里腾出空间，或者换用另一块磁盘上的文件夹",
+    "permission denied in {folder}: let the user running the ranks ({user}) write there, or use another folder":
+        "没有 {folder} 的写权限：请让运行各 rank 的用户（{user}）可以写那里，或者换一个文件夹",
+    "{error} (in {folder})": "{error}（在 {folder}）",
+    "permission denied reading {path}: let the user running the ranks ({user}) read it":
+        "没有读取 {path} 的权限：请让运行各 rank 的用户（{user}）可以读它",
+    "{type}: {error}": "{type}：{error}",
     "frozen when this checkpoint was saved (no optimizer state): {names}; pass load_module_only=True to load "
     "the weights and start the optimizer afresh":
         "保存这个检查点时 {names} 是冻结的（没有优化器状态）：请传 load_module_only=True，只加载权重，优化器从头开始",
@@ -2663,14 +2688,26 @@ ZH["engine"] = {
     "use_qwz_codec(quantize_fn, dequantize_fn): both must be functions":
         "use_qwz_codec(quantize_fn, dequantize_fn)：两个参数都必须是函数",
     # -- offload to NVMe and host memory (nvme.py, offload.py) --
-    "{path}: file ended after {got} of {n} bytes": "{path}：文件读到 {got} 字节就结束了，应有 {n} 字节",
+    "cannot write NVMe swap file {path}: {cause}": "无法写入 NVMe 交换文件 {path}：{cause}",
+    "cannot read NVMe swap file {path}: {cause}. {todo}": "无法读取 NVMe 交换文件 {path}：{cause}。{todo}",
+    "NVMe swap file {path} is damaged: it ended after {got} of its {n} bytes. {todo}":
+        "NVMe 交换文件 {path} 已损坏：读到 {got} 字节就结束了，应有 {n} 字节。{todo}",
+    "NVMe swap file {path} is damaged: block {block} (bytes {start} to {end}) differs from what was written there; "
+    "it was not used. {todo}":
+        "NVMe 交换文件 {path} 已损坏：第 {block} 块（第 {start} 到 {end} 字节）与写入时不一致；它没有被拿来训练。{todo}",
+    "Something other than this run changed its files (another process, the disk itself): check the disk, then "
+    "resume from your last checkpoint (engine.load_checkpoint)":
+        "本次运行之外的东西改动了它的文件（别的进程，或者磁盘本身）：请检查磁盘，然后从最近的检查点恢复"
+        "（engine.load_checkpoint）",
     "offload to nvme needs 'nvme_path' (a folder on a fast disk) for the {what}":
         "卸载到 nvme 需要为{what}指定 'nvme_path'（一块高速磁盘上的文件夹）",
     "nvme_path {path} does not exist or is not a folder (create it first)":
         "nvme_path {path} 不存在或不是文件夹（请先创建它）",
-    "nvme_path {path} is not writable: {error}": "nvme_path {path} 不可写：{error}",
-    "nvme_path {path} has {free:.2f} GiB free, but the {what} need {need:.2f} GiB there":
-        "nvme_path {path} 只剩 {free:.2f} GiB 空间，而{what}在那里需要 {need:.2f} GiB",
+    "nvme_path {path} is not writable: {cause}": "nvme_path {path} 不可写：{cause}",
+    "nvme_path {path} has {free} free, but the {what} need {need} there: free {short} on that disk, or point "
+    "nvme_path at a folder on a disk with more room":
+        "nvme_path {path} 只剩 {free} 空间，而{what}在那里需要 {need}：请在那块磁盘上腾出 {short}，或者把 nvme_path "
+        "指向一块空间更大的磁盘上的文件夹",
     "optimizer states": "优化器状态",
     "optimizer states (fp32 masters and moments of every rank)": "优化器状态（所有 rank 的 fp32 主权重和两个矩）",
     "parameter shards of every rank": "所有 rank 的参数分片",
