@@ -164,6 +164,19 @@ class GatheredParams:
         self.hooks = module_hooks_class()(self)   # ModuleHooks, unless hooks.use_module_hooks swapped it
         ids_of = getattr(self.hooks, "fetch_ids", None)
         self.trace.ids_of = ids_of if callable(ids_of) else None
+        index = {m: k for k, m in enumerate(self.model.modules())}
+        self.trace.key_code = lambda m: index.get(m, -1)
+        self.trace.agree = self._agree_on_trace
+
+    def _agree_on_trace(self, seq: list[int]) -> bool:
+        """Do all ranks hold the same recorded trace? One 16-byte all-gather (zerolab's own check),
+        once per recorded trace."""
+        from .trace import checksum
+        code = torch.tensor([len(seq), checksum(seq)], dtype=torch.int64, device=self.device)
+        codes = torch.empty(2 * self.world_size, dtype=torch.int64, device=self.device)
+        self.comm.all_gather(codes, code, tag="check trace", kind="check")
+        rows = codes.view(self.world_size, 2).tolist()
+        return all(r == rows[0] for r in rows)
         if self.per_parameter:
             self._order_handles = [m.register_forward_pre_hook(self._note_forward_module)
                                    for m in self._own_trained]

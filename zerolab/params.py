@@ -56,6 +56,7 @@ class ReplicatedParams:
         # order the last backward's gradient hooks fired in (DeepSpeed fills its buckets in hook
         # order), the reverse of the model's until one backward has run (observe_grad_order)
         self.grad_order: list[int] | None = None
+        self._order_settled = False
         self.param_flats = [g.flatten([p.data for p in g.params], dtype, device) for g in self.groups]
         for g, flat in zip(self.groups, self.param_flats):
             broadcast_(comm, flat)           # everyone starts from rank 0's weights
@@ -99,24 +100,29 @@ class ReplicatedParams:
             units.append(Part(g, g.offsets[i], g.offsets[i] + g.numels[i], [i], g.numels[i]))
         return units
 
-    def observe_grad_order(self, arrived: list[tuple[int, int]]) -> None:
-        """The last backward's gradients arrived in this order ((group, index) pairs): fill the
-        next backward's buckets in it, as DeepSpeed's hooks do. The ranks agree on it first (a
-        16-byte all-gather filed as zerolab's own check, only when the order changes); where they
-        differ, every rank keeps the order it had."""
+    def observe_grad_order(self, arrived: list[tuple[int, int]]) -> bool:
+        """The first backward's gradients arrived in this order ((group, index) pairs): fill every
+        later backward's buckets in it, as DeepSpeed's hooks do. Called once, at the second
+        backward, on every rank; the ranks agree on it first (a 16-byte all-gather filed as
+        zerolab's own check). Where they differ (ranks on different paths), every rank keeps the
+        reverse of the model's order: the same buckets everywhere, never a mismatched call.
+        Returns whether the buckets change."""
+        if self._order_settled:
+            return False
+        self._order_settled = True
         index = {id(p): k for k, (_, p) in enumerate(self.named)}
         seen = [index[id(self.groups[g].params[i])] for g, i in arrived]
         order = list(dict.fromkeys(seen))
         order += [k for k in range(len(self.named) - 1, -1, -1) if k not in set(order)]
-        if order == self.grad_order:
-            return
         from .trace import checksum
         code = torch.tensor([len(order), checksum(order)], dtype=torch.int64)
         codes = torch.empty(2 * self.world_size, dtype=torch.int64)
         self.comm.all_gather(codes, code, tag="check gradient order", kind="check")
         rows = codes.view(self.world_size, 2).tolist()
-        if all(r == rows[0] for r in rows):
+        if all(r == rows[0] for r in rows) and order != self.grad_order:
             self.grad_order = order
+            return True
+        return False
 
     def forward_grad_order(self) -> None:
         """Fill buckets in the model's order (where DeepSpeed reduces after backward)."""

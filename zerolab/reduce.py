@@ -101,7 +101,8 @@ class GradReducer(BucketCollectives):
         self._next = 0                            # index of the next bucket to send
         self._in_flight: deque = deque()          # (Pending, finish) of async collectives
         self.arrived: list[tuple[int, int]] = []  # this backward's gradients, in arrival order
-        self.observe: Callable[[list], None] | None = None   # told the last backward's order
+        self.observe: Callable[[list], bool] | None = None   # told the last backward's order
+        self._backward_seen = False
         if not per_pass:
             self._plan(units())
 
@@ -151,9 +152,11 @@ class GradReducer(BucketCollectives):
 
     def _start_order(self) -> None:
         """A backward begins: every bucket waits for all its gradients again."""
-        replan = self.observe is not None and bool(self.arrived)
-        if replan:
-            self.observe(self.arrived)            # stages 1-2: the last backward's hook order
+        replan = False
+        if self.observe is not None:              # stages 1-2: the last backward's hook order
+            if self._backward_seen:               # (every rank calls it at the same backward)
+                replan = self.observe(self.arrived)
+            self._backward_seen = True
         self.arrived = []
         if self.per_pass or replan:               # stage 3: the order of this pass's forward
             self._plan(self.units())

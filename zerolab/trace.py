@@ -79,12 +79,21 @@ class FetchTrace:
         # trace completes, so an external parameter tied to a module during the recorded step is
         # in that module's entries
         self.ids_of = None
+        # agree(sequence) -> bool: do all ranks hold this recorded sequence? (DeepSpeed asserts it,
+        # assert_ints_same_as_other_ranks; zerolab, where they differ, follows no trace on any rank:
+        # no prefetch, every parameter released after use, the same calls everywhere)
+        self.agree = None
+        self.key_code = None                       # key -> an int that is the same on every rank
+        self.disagreed = 0                         # recorded traces the ranks did not share
 
     # -- the step ----------------------------------------------------------------------------------
     def start(self, kind: str) -> bool:
         """A step of this kind begins (``reset_step``). Returns whether it follows a trace."""
         self.kind = kind
         mode = self.mode.get(kind, TraceMode.INVALID)
+        if mode is TraceMode.RECORD and not self._shared(kind):
+            self.disagreed += 1
+            mode = TraceMode.INVALID               # (the next step records again)
         if mode is TraceMode.RECORD:
             keys = tuple(self.recorded_keys.get(kind, ()))
             self.order_keys[kind] = keys
@@ -114,6 +123,14 @@ class FetchTrace:
         self.order_keys.pop(self.kind, None)
         self.queue.clear()
         self.fetched_for = {}
+
+    def _shared(self, kind: str) -> bool:
+        if self.agree is None:
+            return True
+        code = self.key_code or (lambda k: -1)
+        seq = [x for k, ids in zip(self.recorded_keys.get(kind, ()), self.recording.get(kind, ()))
+               for x in (code(k) if not isinstance(k, tuple) else -2, len(ids), *ids)]
+        return self.agree(seq)
 
     def _resolve(self, key, ids: tuple[int, ...]) -> tuple[int, ...]:
         if self.ids_of is None or isinstance(key, tuple):
