@@ -166,7 +166,8 @@ class GatheredParams:
         self.trace.ids_of = ids_of if callable(ids_of) else None
         index = {m: k for k, m in enumerate(self.model.modules())}
         self.trace.key_code = lambda m: index.get(m, -1)
-        self.trace.agree = self._agree_on_trace
+        # (part of zerolab's order checks: switched off with them)
+        self.trace.agree = self._agree_on_trace if self.fetch.order_checks else None
 
     def _agree_on_trace(self, seq: list[int]) -> bool:
         """Do all ranks hold the same recorded trace? One 16-byte all-gather (zerolab's own check),
