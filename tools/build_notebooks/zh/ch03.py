@@ -69,10 +69,11 @@ stage 1 一下子就卸掉了大部分重量，因为 16 个字节里有 12 个�
 4 字节 **step 计数器**。
 下一个单元把这些加起来，再画出这张表。
 """),
-"ch03-07": ("cbce0d2176ef", r"""
+"ch03-07": ("f407de5fc27e", r"""
 不管 N 是多少，DDP 都停在 16Ψ：第 2 章的那堵墙。stage 1 永远不会低于 4Ψ，stage 2 永远不会低于 2Ψ；只有 stage 3 按 1/N 一路下降。
-这些是 DeepSpeed 在默认 bf16 设置下的数字。（如果设了 `"data_types": {"grad_accum_dtype": "fp32"}`，它的 stage 0 和 1 会改用
-`BF16_Optimizer`，多出一块完整的 fp32 梯度缓冲区：**8Ψ + 12Ψ/N**；zerolab 拒绝这个配置块。）
+这些是 DeepSpeed 在默认 bf16 设置下的数字。（如果设了 `"data_types": {"grad_accum_dtype": "fp32"}`，它的 stage 1 会改用
+`BF16_Optimizer`，多出一块完整的 fp32 梯度缓冲区，共 **8Ψ + 12Ψ/N**；在 stage 0，DeepSpeed 0.19.8 不接受 bf16 参数配 fp32 累积这种组合，
+直接抛出 `NotImplementedError`（`runtime/engine.py` 的 `_do_optimizer_sanity_check`，第 2305-2323 行）。zerolab 在每个 stage 都拒绝这个配置块。）
 
 一个 rank 持有的不只是模型状态：stage 2 在反向传播期间要保留一个在途的**梯度桶**；stage 3 要保留**收集（gather）来的参数**，
 既有正在使用的模块的，也有提前收集的模块的；`engine.memory()` 把它们记为 `peak_buffers`。（*在 GPU 集群上*，DeepSpeed 只分配一次桶缓冲区并反复使用；

@@ -131,7 +131,7 @@ FLOPs 是精确的（由张量形状算出，每台机器都一样）；表示�
 
 **先预测，再运行。** stage 2，1.5 MB 预算，微批次 8 条（第 1 节测得它的峰值约 2.1 MB）。它会在哪里失败：初始化时、前向中、还是反向中？报错信息建议怎么做？
 """),
-"ch07-16": ("0c214530b324", r"""
+"ch07-16": ("7fe85bf4bfd9", r"""
 第一步装得下（Adam 的两个矩还不存在）；第二步在前向中失败，因为激活值堆在了完整的模型状态之上，报错信息按从大到小的顺序点出了各个“巨头”。
 它列出的“能装下的配置”是用公式加上到目前为止的实测值（到失败为止的激活值）算出来的，改动最小的排在最前；把它当作起点，再用一次运行来确认：
 第 1 节做的正是这样的运行。在 GPU 上，同样的 `torch.OutOfMemoryError` 来自 CUDA 的内存分配器；峰值用 `torch.cuda.max_memory_allocated()`（或 `nvidia-smi`）查看。
@@ -139,17 +139,21 @@ FLOPs 是精确的（由张量形状算出，每台机器都一样）；表示�
 ### 5b. 各 rank 走了不同的路径
 
 每个 rank 必须按同样的顺序执行同样的集合通信。前向随 rank 而变的模型（某个 rank 上跳过一层，或按各 rank 各不相同的数据走分支）会破坏这一点。
-在 stage 3，跳过一个块的 rank 去收集下一个块的参数，而其他 rank 收集的是被跳过那块的参数：集合通信对不上，在 NCCL 上会一直**卡住**直到超时
-（DeepSpeed 也是如此）。zerolab 自己多做了一步：先检查每一组收集（一个 16 字节的头，带着各参数组的 id，单独记在 `ledger.checks` 里；
+在 stage 3，跳过一个块的 rank 去收集下一个块的参数，而其他 rank 收集的是被跳过那块的参数，集合通信就对不上了。在 NCCL 上，大小不同的收集会一直**卡住**直到超时；
+大小相同的收集则会错配成对，把错误的参数交给各个 rank，而且**悄无声息**。DeepSpeed 0.19.8 只在一步走完它所记录的轨迹时（即第一步）
+比较一次各 rank 的模块顺序（`runtime/zero/partitioned_param_coordinator.py` 第 260 行，`reset_step` 里的一个断言）；
+第一步如果卡住，就走不到这里，之后的步也不再比较（它逐次收集的检查 `safe_mode` 默认关闭）。
+zerolab 自己多做了一步：先检查每一组收集（一个 16 字节的头，带着各参数组的 id，单独记在 `ledger.checks` 里；
 `"zerolab": {"order_checks": false}` 可以关掉它），然后在每个 rank 上抛出错误，而不是卡住。
-在 stage 0-2，梯度按与路径无关的桶来归约，所以被跳过的块在那个 rank 上只是没有梯度：DeepSpeed 的默认设置（`ignore_unused_parameters: true`）
-把它当作零，和 DDP 的 `find_unused_parameters=True` 一样；把它设为 false 就会报错。
+在 stage 0-2，梯度按与路径无关的桶来归约，所以被跳过的块在那个 rank 上只是没有梯度，归约时按零处理，和 DDP 的 `find_unused_parameters=True` 一样。
+在 stage 0，不管 `ignore_unused_parameters` 怎么设，DeepSpeed 都用零填上缺失的梯度（`runtime/engine.py` 第 3857-3863 行）；
+在 stage 1-2，这个键的默认值 true 允许这种情况，设为 false 就会报错。键为 false 时，zerolab 在 stage 0-2 都会报错，在 stage 0 比 DeepSpeed 更严。
 
 **先预测，再运行。** rank 1 跳过第 2 个块。stage 3 会怎样？stage 2 且 `ignore_unused_parameters` 为 false 呢？stage 2 用默认设置呢？
 """),
-"ch07-18": ("9938ba430a28", r"""
+"ch07-18": ("d1641aaafdf2", r"""
 不到一秒就报错，每个 rank 都报，并点出相关的模块或参数：不会卡住。修复要在模型里做：让每个 rank 走同样的模块（想在某个 rank 上跳过计算，
-就乘以零而不是走分支）；对于有些 rank 确实用不到的参数，在 stage 0-2 保留默认的 `ignore_unused_parameters: true`。
+就乘以零而不是走分支）；对于有些 rank 确实用不到的参数，在 stage 1-2 保留默认的 `ignore_unused_parameters: true`（在 stage 0，DeepSpeed 从不报这个错）。
 
 ### 5c. fp16 的损失缩放崩塌
 
@@ -158,7 +162,7 @@ fp16 的上限是 65,504。动态损失缩放（第 4 章）在溢出后减半�
 
 **先预测，再运行。** `initial_scale_power` 为 8（缩放 256），`hysteresis` 为 1：多少步之后训练会停止？换成 bf16 呢？
 """),
-"ch07-20": ("dd318253affc", r"""
+"ch07-20": ("fb6fe4b60484", r"""
 从 256 到 1 减半八次，跳过八步（所以模型根本没有训练过），然后报错。上面那些 `[rank 0] overflow: ...` 行（中文版内核里是 `[rank 0] 溢出：...`）是 `engine.log`，由 rank 0 实时打印；
 在 DeepSpeed 的运行中，同样的行会出现在它的日志里，**日志里满是被跳过的步，就是要找的症状**，远在缩放降到最小值之前就能看到。
 报错信息给出的修复：把输入归一化（或找到溢出的那个运算），如果模型发散就降低学习率，或者改用 bf16：它有 fp32 的数值范围，不需要损失缩放。
@@ -169,22 +173,24 @@ stage 3 在前向时收集每一层的参数，反向时再收集一次。层多
 
 **先预测，再运行。** 一个 24 层、宽 32 的 MLP（Ψ = 25,344），每个 rank 4 条样本，DeepSpeed 默认的 `reduce_bucket_size`
 （5·10⁸：整个模型装一个桶）。stage 1 和 stage 3 每步各做多少次集合通信？多少字节？stage 3 会慢多少？
+（这里关掉了 5b 节讲的 zerolab 顺序检查，即 `"zerolab": {"order_checks": false}`。这样引擎只发 DeepSpeed 也会发的集合通信，时间才能放在一起比。）
 """),
-"ch07-22": ("621b93392ec2", r"""
+"ch07-22": ("d54a81f2065d", r"""
 stage 3 搬的字节数和 DeepSpeed 的 stage 1 差不多（各 3Ψ：stage 1 对梯度做 all-reduce、对参数做一次 all-gather；stage 3 在前向收集每一层、
 反向再收集一次，并对梯度做 reduce-scatter），但伤人的是调用次数：每层每步 2 次 all-gather，而 stage 1 是整个模型一次；
 梯度则每个 `reduce_bucket_size` 桶一次 reduce-scatter（这里只有一个：DeepSpeed 把模块装满一个桶，一次调用做完 reduce-scatter）。
-每次调用都要付延迟 α，而 24 个小层没有任何东西能把 α 藏起来。（两者都还多一次 2 个元素的 all-reduce：溢出检查和梯度范数。
-zerolab 在 stage 3 会另加自己的 16 字节顺序检查，这里每次收集一个；DeepSpeed 不发这些，它们单独计数。）
+每次调用都要付延迟 α，而 24 个小层没有任何东西能把 α 藏起来。（两者都还多一次 2 个元素的 all-reduce：zerolab 把溢出检查和梯度范数合进一次调用；
+DeepSpeed 只发梯度范数，见第 10 章。这里的时间是在关掉 zerolab 顺序检查后测的，和 DeepSpeed 的运行方式相同。
+如果打开，stage 3 每次收集还要多发一个 16 字节的头，这一步会更慢。）
 `benchmarks/results/side_by_side.txt` 里有在 DeepSpeed 0.19.8 本身上测得的同样计数。这就是套路里那句警告：
 *如果更高的 stage 让吞吐下降，先怀疑通信*。对策：停在能装下的最低 stage（这里 stage 1 轻松装下），调大
 `stage3_param_persistence_threshold` 让小层保持完整（第 3 章），在真实硬件上用预取（prefetch）和更大的桶，或者让每次调用多干点活（更大的微批次）。
 
 ## 本章测得的
 """),
-"ch07-24": ("b6d04c5efc04", r"""
+"ch07-24": ("096652485dec", r"""
 - **先找瓶颈。** 显存：引擎的峰值对比预算。通信：账本里的调用次数和字节数，时间线上花在集合通信里的时间。等待：每个 rank 的同一条时间线。仓库：host 条。
-- **显存不够？** 先升 stage（模型状态从 16Ψ 降到 16Ψ/N），再重计算激活值（这里缩到约六分之一，FLOPs 多约 15 %；transformer 上多三分之一），
+- **显存不够？** 先升 stage（模型状态从 16Ψ 降到 16Ψ/N），再重计算激活值（这里缩到约七分之一，FLOPs 多约 15 %；transformer 上多三分之一），
   或者卸载优化器（每一步都用拷贝和一次主机端更新来付账）。
 - **峰值 = 模型状态 + 缓冲区 + 激活值**，缓冲区（桶、收集来的层）随 stage 的机制而增长：只看公式会少算。
 - **吞吐不够？** 更少、更大的调用（分桶）；每个字节服务更多样本（更大的微批次）；梯度累积在 stage 1 是免费的，在 stage 2 每个微批次要付 2Ψ（DeepSpeed 的 all-reduce）。
