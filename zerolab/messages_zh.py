@@ -1932,14 +1932,19 @@ ZH["checks.ch14"] = {
         "只有一个节点时（N = ranks_per_node），所有集合通信都留在节点内：没有东西离开节点",
     "each GPU moves only its own shard over its own PCIe link: Psi/N elements, not Psi":
         "每张 GPU 只通过自己的 PCIe 链路搬自己的分片：Psi/N 个元素，不是 Psi",
-    "offload_optimizer moves each step the fp16 gradients down AND the updated fp16 parameters up: 2 + 2 bytes "
-    "per element of the shard":
-        "offload_optimizer 每步把 fp16 梯度送下去，并且把更新后的 fp16 参数送上来：分片的每个元素 2 + 2 字节",
+    "per element of the shard, offload_optimizer moves the gradients down as fp32 (DeepSpeed converts them on "
+    "the GPU before the copy: 4 bytes, not the ZeRO-Offload paper's 2) AND the updated 16-bit parameters up (2 "
+    "bytes): 4 + 2 bytes":
+        "对分片的每个元素，offload_optimizer 把梯度以 fp32 送到主机（DeepSpeed 在拷贝前先在 GPU 上转换：4 字节，"
+        "不是 ZeRO-Offload 论文里的 2 字节），并且把更新后的 16 位参数送回 GPU（2 字节），共 4 + 2 字节",
+    "offload_optimizer moves each step the gradients down (fp32: 4 bytes) AND the updated 16-bit parameters up "
+    "(2 bytes): 4 + 2 bytes per element of the shard":
+        "offload_optimizer 每步把梯度送到主机（fp32，4 字节），并且把更新后的 16 位参数送回 GPU（2 字节）：分片的每个元素 4 + 2 字节",
     "with offload_param the shard comes up from the host twice per micro-step: for the forward gather and again "
     "for the backward one":
         "开 offload_param 时，分片每个微步要从主机搬上来两次：前向收集一次，反向收集再一次",
-    "what crosses PCIe is 2-byte (fp16/bf16) gradients and parameters, not fp32":
-        "经过 PCIe 的是 2 字节（fp16/bf16）的梯度和参数，不是 fp32",
+    "only the gradients go down as fp32; the parameters cross PCIe as 2-byte fp16/bf16, not fp32":
+        "只有梯度以 fp32 送到主机；参数经过 PCIe 时是 2 字节的 fp16/bf16，不是 fp32",
 }
 
 # -- the visual lab (chapter 12): its controls, and its figures where a CJK font is there --------------

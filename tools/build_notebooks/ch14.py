@@ -611,14 +611,16 @@ md(r"""
 Stage 3 with `offload_optimizer` (and, if `offload_param`, the parameters too), one micro-step
 per step, no checkpointing: the tokens per GPU at which the compute (6ΨT FLOPs) takes as long as
 this GPU's PCIe transfers in one direction's bandwidth `pcie_Bps`. Per step each GPU sends its
-gradient shard down and gets its updated parameter shard back (2 + 2 bytes per element of its
-shard of Ψ/N); with `offload_param` it also brings its parameter shard up for the forward gather
-and again for the backward one (2 + 2 more).
+gradient shard down and gets its updated parameter shard back: DeepSpeed converts the gradients
+to fp32 on the GPU before the copy (`runtime/zero/stage3.py` line 1457), so **4 + 2 bytes** per
+element of its shard of Ψ/N (the ZeRO-Offload paper's design sends fp16 down: 2 + 2); with
+`offload_param` it also brings its 16-bit parameter shard up for the forward gather and again for
+the backward one (2 + 2 more).
 """),
 code(r"""
 def offload_hide_tokens(peak_flops, mfu, pcie_Bps, gpus, offload_param=False):
     # BEGIN SOLUTION: PCIe bytes of this GPU's shard over pcie_Bps = 6 psi T / (mfu peak); solve for T
-    bytes_per_element = 2 + 2 + (2 + 2 if offload_param else 0)   # of this GPU's shard
+    bytes_per_element = 4 + 2 + (2 + 2 if offload_param else 0)   # of this GPU's shard: fp32 grads down
     pcie_s = bytes_per_element / gpus / pcie_Bps                   # x psi
     return pcie_s * mfu * peak_flops / 6
     # END SOLUTION
