@@ -162,8 +162,8 @@ ZH["crew"] = {
     "{allowed} (chapter 0: N = {allowed} at the top; docs/INSTRUCTOR.md lists what each chapter can do): its "
     "claims are formula against measurement at the N it runs, so they hold, but its output will differ from the "
     "stored one (made with the default N)":
-        "要的是 {asked} 个 rank 的 Crew，但 {source} 在这里最多只允许 {allowed} 个。请用 N <= {allowed} 运行这个"
-        "单元（第 0 章：在开头设 N = {allowed}；docs/INSTRUCTOR.md 列出了每章能做什么）：这个单元的结论都是公式与"
+        "要的是 {asked} 个 rank 的 Crew，但 {source} 在这里最多只允许 {allowed} 个。请用 N <= {allowed} 运行这个单元格"
+        "（第 0 章：在开头设 N = {allowed}；docs/INSTRUCTOR.md 列出了每章能做什么）：这个单元格的结论都是公式与"
         "它所用 N 下实测值的对照，所以依然成立，只是输出会与存储的输出（用默认的 N 得到）不同",
     "zerolab: {cap} ranks instead of {sizes} ({source}); what follows is measured at N = {cap}":
         "zerolab：用 {cap} 个 rank 而不是 {sizes} 个（{source}）；下面是在 N = {cap} 时测得的",
@@ -435,9 +435,9 @@ ZH["checks"] = {
     "{what} failed on the ranks: {first}\n  hint: {hint}": "{what}，在各 rank 上失败：{first}\n  提示：{hint}",
     "  ... ({n} more lines)": "  ……（还有 {n} 行）",
     "(the full traceback: run zerolab.checks.full_tracebacks(), then this cell again)":
-        "（完整的回溯：运行 zerolab.checks.full_tracebacks()，再运行一次这个单元）",
+        "（完整的回溯：运行 zerolab.checks.full_tracebacks()，再运行一次这个单元格）",
     "(the full traceback and the rank's traceback: run zerolab.checks.full_tracebacks(), then this cell again)":
-        "（完整的回溯以及该 rank 的回溯：运行 zerolab.checks.full_tracebacks()，再运行一次这个单元）",
+        "（完整的回溯以及该 rank 的回溯：运行 zerolab.checks.full_tracebacks()，再运行一次这个单元格）",
 }
 
 # -- exercise 0: the ring all-gather ------------------------------------------------------------------
@@ -506,7 +506,7 @@ ZH["checks.ch01"] = {
         "Adam 为每个参数保留两个 fp32 数，即动量和方差：4 + 4 = 8 字节（fp32 训练时，参数本身就是主权重）",
     "model_state_bytes_per_rank is not written yet (it raised NotImplementedError: {error}). Fill in the cell "
     "above, run it, then this check again.":
-        "model_state_bytes_per_rank 还没有写（它抛出了 NotImplementedError：{error}）。先把上面的单元补完并运行，"
+        "model_state_bytes_per_rank 还没有写（它抛出了 NotImplementedError：{error}）。先把上面的单元格补完并运行，"
         "再运行一次这个检查。",
     "{where} raised {name}: {error}\n  hint: call it by hand with these arguments to see the line":
         "{where} 抛出了 {name}：{error}\n  提示：用这些参数手动调用一次，就能看到是哪一行",
@@ -915,13 +915,13 @@ ZH["checks.zero1"] = {
     "N={n}: step() put {wire:,.0f} bytes per rank on the wire ({calls});\n  an all-reduce of the gradients and an "
     "all-gather of the parameters need {need:,.0f}.\n  hint: something is sent twice, or a whole buffer where a "
     "shard would do":
-        "N={n}：step() 每个 rank 发出 {wire:,.0f} 个线路字节（{calls}）；\n"
+        "N={n}：step() 每个 rank 发出 {wire:,.0f} 字节（{calls}）；\n"
         "  梯度的 all-reduce 加参数的 all-gather 只需要 {need:,.0f}。\n"
         "  提示：有东西发了两次，或者该发一个分片的地方发了整个缓冲区",
     "step() per rank, N={n}: {calls} = {wire:,.0f} bytes on the wire\n    (S = the {s:,}-byte padded buffer: "
     "reduce-scatter + all-gather 2(N-1)/N S = {rs_ag:,.0f};\n    DeepSpeed's default, all-reduce + all-gather, "
     "3(N-1)/N S = {ar_ag:,.0f})":
-        "每个 rank 的 step()，N={n}：{calls} = {wire:,.0f} 个线路字节\n"
+        "每个 rank 的 step()，N={n}：{calls} = 发出 {wire:,.0f} 字节\n"
         "    （S = 补齐后 {s:,} 字节的缓冲区：reduce-scatter + all-gather 2(N-1)/N S = {rs_ag:,.0f}；\n"
         "    DeepSpeed 的默认做法 all-reduce + all-gather，3(N-1)/N S = {ar_ag:,.0f}）",
     "N={n}: the check found no torch optimizer in your object.\n  hint: keep the optimizer you build with "
@@ -967,7 +967,7 @@ ZH["checks.ch04"] = {
     "update_scale is not written yet (it raised NotImplementedError: {error}). Fill in the cell above, run it, then "
     "this check again.":
         "update_scale 还没有写（它抛出了 NotImplementedError：{error}）。\n"
-        "  先把上面的单元补完并运行，再运行一次这个检查。",
+        "  先把上面的单元格补完并运行，再运行一次这个检查。",
     "update_scale raised {name}: {error}\n  on the call with overflow={overflow} and state {state}\n  hint: only an "
     "overflow at cur_scale == min_scale may raise (LossScaleAtMinimum); call update_scale(new_state(), {overflow}) by "
     "hand to see the line":
@@ -1857,7 +1857,7 @@ ZH["checks.ch14"] = {
     ", checkpointing": "，激活检查点",
     "{name} is not written yet (it raised NotImplementedError: {error}). Fill in the cell above, run it, then "
     "this check again.":
-        "{name} 还没写（它抛出了 NotImplementedError：{error}）。填好上面的单元并运行，然后再运行一次这个检查。",
+        "{name} 还没写（它抛出了 NotImplementedError：{error}）。填好上面的单元格并运行，然后再运行一次这个检查。",
     "{call} raised {error}\n  hint: call it by hand with these arguments to see the line":
         "{call} 抛出了 {error}\n  提示：用这些参数手动调用它，看看是哪一行",
     "{call} returned {got}\n  hint: return one number (a float >= 0)": "{call} 返回了 {got}\n  提示：返回一个数（>= 0 的 float）",
@@ -1881,11 +1881,11 @@ ZH["checks.ch14"] = {
     "tokens per GPU":
         "  {peak:>4.0f} TFLOP/s x {mfu:.2f}，PCIe {pcie:.0f} GB/s，N = {n:>2}，卸载 {what:<18}：每张 GPU {tokens:>6,.0f} 个 token",
     "tokens_to_hide equals zerolab.simulate's hide_tokens at {n} settings (within 1 %)":
-        "tokens_to_hide 在 {n} 组设置下与 zerolab.simulate 的 hide_tokens 一致（误差 1 % 以内）",
+        "tokens_to_hide 在 {n} 组设置下与 zerolab.simulate 的 hide_tokens 一致（误差 1% 以内）",
     "inter_node_bytes equals zerolab.simulate's inter-node bytes at {n} settings (within 1 %)":
-        "inter_node_bytes 在 {n} 组设置下与 zerolab.simulate 的跨节点字节一致（误差 1 % 以内）",
+        "inter_node_bytes 在 {n} 组设置下与 zerolab.simulate 的跨节点字节一致（误差 1% 以内）",
     "offload_hide_tokens equals zerolab.simulate's hide_tokens at {n} settings (within 1 %)":
-        "offload_hide_tokens 在 {n} 组设置下与 zerolab.simulate 的 hide_tokens 一致（误差 1 % 以内）",
+        "offload_hide_tokens 在 {n} 组设置下与 zerolab.simulate 的 hide_tokens 一致（误差 1% 以内）",
     # the mistakes a learner is likely to make (TOKENS_MISTAKES, BYTES_MISTAKES, OFFLOAD_MISTAKES)
     "each rank sends (N-1)/N of every tensor it gathers or reduce-scatters (the ring): multiply by (N-1)/N":
         "每个 rank 对它收集或 reduce-scatter 的每个张量只发出 (N-1)/N（环形算法）：要乘上 (N-1)/N",
@@ -1894,8 +1894,8 @@ ZH["checks.ch14"] = {
         "stage 3 把参数搬两次（前向收集一次，反向再一次），再对梯度做 reduce-scatter：3 x 2 Psi 字节，而不是 stage 2 的 2 x 2 Psi",
     "stage 3 moves three tensors of Psi elements per micro-step (two gathers, one reduce-scatter), not one":
         "stage 3 每个微步搬三个 Psi 元素的张量（两次收集、一次 reduce-scatter），而不是一个",
-    "bf16/fp16 on the wire: 2 bytes per element, not 4": "线路上是 bf16/fp16：每个元素 2 字节，不是 4",
-    "bf16/fp16 on the wire: 2 bytes per element, not 1": "线路上是 bf16/fp16：每个元素 2 字节，不是 1",
+    "bf16/fp16 on the wire: 2 bytes per element, not 4": "传输的是 bf16/fp16：每个元素 2 字节，不是 4",
+    "bf16/fp16 on the wire: 2 bytes per element, not 1": "传输的是 bf16/fp16：每个元素 2 字节，不是 1",
     "the GPU computes at mfu x peak_flops, not at its peak": "GPU 实际的算力是 mfu x peak_flops，不是峰值算力",
     "with activation checkpointing the forward runs twice: 8 Psi FLOPs per token, not 6":
         "开激活检查点时前向要跑两遍：每个 token 8 Psi 次浮点运算，不是 6",
@@ -2054,7 +2054,7 @@ ZH["lab"] = {
     "stage {stage}, N = {n}, {precision}: one step, {calls} collectives on each rank":
         "stage {stage}，N = {n}，{precision}：一步，每个 rank 上 {calls} 次集合通信",
     "  {op:<15}{calls:>4} calls {numel:>9,} elements {nbytes:>9,} bytes {wire:>10,.0f} on the wire":
-        "  {op:<15}{calls:>4} 次调用 {numel:>9,} 个元素 {nbytes:>9,} 字节，线路上 {wire:>10,.0f} 字节",
+        "  {op:<15}{calls:>4} 次调用 {numel:>9,} 个元素 {nbytes:>9,} 字节，发送 {wire:>10,.0f} 字节",
     "  not counted above: {n} order checks (all_gather, {each} bytes from each rank), zerolab's own safety; "
     "DeepSpeed sends none":
         "  上面没有计入：{n} 次顺序检查（all_gather，每个 rank {each} 字节），这是 zerolab 自己的安全措施；DeepSpeed 没有这些",
@@ -2428,9 +2428,9 @@ ZH["around"] = {
     "  lr: {first:.3g} at step 1 -> {last:.3g} at step {steps}": "  学习率：第 1 步 {first:.3g} -> 第 {steps} 步 {last:.3g}",
     "  memory per rank (engine.memory(), at the end):": "  每个 rank 占用的内存（engine.memory()，训练结束时）：",
     "  traffic of rank 0 (engine.ledger; wire bytes by the ring convention):":
-        "  rank 0 的通信量（engine.ledger；线路字节数按环形算法的约定计）：",
+        "  rank 0 的通信量（engine.ledger；发送字节数按环形算法的约定计）：",
     "    none (one rank)": "    无（只有一个 rank）",
-    "    {op:<15}{calls:>7} calls {bytes:>12} {wire:>12} on the wire": "    {op:<15}{calls:>7} 次调用 {bytes:>12}，线路上 {wire:>12}",
+    "    {op:<15}{calls:>7} calls {bytes:>12} {wire:>12} on the wire": "    {op:<15}{calls:>7} 次调用 {bytes:>12}，发送 {wire:>12}",
     "  time: {seconds:.2f} s for {steps} steps ({ms:.1f} ms per step)":
         "  时间：{steps} 步共 {seconds:.2f} s（每步 {ms:.1f} ms）",
     "  where it went (engine.timeline, rank 0, per step): compute {compute:.1f} ms, exposed communication "

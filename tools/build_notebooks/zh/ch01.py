@@ -1,6 +1,6 @@
-"""第 1 章「显存四巨头」与练习 1 的中文（tools/build_notebooks/ch01.py 的 markdown 单元）。
+"""第 1 章「显存四巨头」与练习 1 的中文（tools/build_notebooks/ch01.py 的 markdown 单元格）。
 
-每项：单元 id -> (所译英文原文的 sha1 前 12 位, 中文)。见 tools/build_notebooks/zhsource.py。
+每项：单元格 id -> (所译英文原文的 sha1 前 12 位, 中文)。见 tools/build_notebooks/zhsource.py。
 """
 
 ZH = {
@@ -39,7 +39,7 @@ ZH = {
 ## 2. 在真实的 rank 上打开背包
 
 一支 2 个 rank 的搬家队（一个 `torch.distributed` 进程组里的两个进程）。每个 rank 各自构建模型，连同一份 **ZeRO stage 0** 的
-DeepSpeed 配置交给 `zerolab.initialize`：stage 0 就是普通的数据并行（data parallelism），也就是人人全量、每个工人什么都背的老式搬家队。
+DeepSpeed 配置交给 `zerolab.initialize`：stage 0 就是普通的数据并行，也就是人人全量、每个工人什么都背的老式搬家队。
 每个 rank 用 batch 里属于自己的那一份训练一步，`engine.memory()` 报告这个 rank 持有的字节数，是从它的张量上实际量出来的。
 
 背包我们称两次：第一步之前一次，第一步之后一次。
@@ -65,11 +65,11 @@ DeepSpeed 配置交给 `zerolab.initialize`：stage 0 就是普通的数据并�
 这杆秤还显示出一件事：小本子是“用到才写”的。Adam 在第一步时才创建动量和方差，之前没有。
 
 **先预测，再运行。** fp32 下，第一步*之前*小本子每个参数占多少字节？混合精度下呢？那里的 fp32 主权重在引擎启动时就已经建好了。
-把两个数都写下来；下一个单元会在第一步前后各称一次小本子。
+把两个数都写下来；下一个单元格会在第一步前后各称一次小本子。
 """),
 "ch01-13": ("02664b0bc842", r"""
 bf16 下，第一步之前那每个参数 4 字节就是 fp32 主权重：它们在引擎启动时创建。Adam 动量和方差的 8 字节，要到第一次 `engine.step()` 才出现。
-要是在第一步之前检查显存（device memory），就会漏掉小本子的三分之二。
+要是在第一步之前检查显存（GPU memory），就会漏掉小本子的三分之二。
 
 ## 3. 折叠椅：激活值
 
@@ -134,7 +134,7 @@ TinyLM 只有 610,048 个可训练参数，而 512 个 token 的微批次保存�
 "ch01-27": ("71e17f007dc2", r"""
 ## 思考题
 
-1. 把折叠椅那个单元里的微批次从 4 改成 1，重新运行它和那张图。折叠椅还是最大的一件吗？batch 到多少时小本子会反超？
+1. 把折叠椅那个单元格里的微批次从 4 改成 1，重新运行它和那张图。折叠椅还是最大的一件吗？batch 到多少时小本子会反超？
 2. GPU 用来计算的权重只有原来一半大，为什么混合精度却没有让模型状态变小？是哪个巨头变大，把省下的抵掉了？
 3. 混合精度下，第一步之前的显存检查报告每个参数 4 字节的优化器状态。第一步之后它会报告多少？为什么？
 4. 搬家队至少要有多少张 80 GB 的 GPU，70B 模型的模型状态才能在 stage 0 下装得下？（提示：stage 0 下每张 GPU 都持有全部模型状态。）
@@ -159,14 +159,14 @@ TinyLM 只有 610,048 个可训练参数，而 512 个 token 的微批次保存�
 ```
 
 - `psi`：可训练参数的个数（元素个数）。
-- `precision`：`"fp32"`，或者表示混合精度（mixed precision）的 `"fp16"` / `"bf16"`（权重和梯度是 fp16/bf16；
-  那么 fp32 主权重（master weights）放在哪里？）。
+- `precision`：`"fp32"`，或者表示混合精度的 `"fp16"` / `"bf16"`（权重和梯度是 fp16/bf16；
+  那么 fp32 主权重放在哪里？）。
 - `stage`、`world_size`：提前看一眼第 3 章。有 N = `world_size` 个工人时，队长的方案从最重的巨头开始拆分：
-  **stage 1** 把优化器状态分给 N 个 rank（每个保留 1/N），**stage 2** 连梯度也分，**stage 3** 连参数也分。stage 0 什么都不分。
+  **Stage 1** 把优化器状态分给 N 个 rank（每个保留 1/N），**stage 2** 连梯度也分，**stage 3** 连参数也分。Stage 0 什么都不分。
 
 **检查不通过时**，它会用几行话说明哪里错了、期望的是什么，再给一条点出可能错误的提示（hint）。想同时看到完整的 Python 回溯（traceback），
 包括 zerolab 自身代码里的部分和任何一个 rank 上的回溯，就运行 `import zerolab.checks; zerolab.checks.full_tracebacks()`，
-再运行一次检查单元（`zerolab.checks.full_tracebacks(False)` 让失败信息恢复简短）；也可以在启动 Jupyter 时设置环境变量
+再运行一次检查单元格（`zerolab.checks.full_tracebacks(False)` 让失败信息恢复简短）；也可以在启动 Jupyter 时设置环境变量
 `ZEROLAB_FULL_TRACEBACK=1`。
 """),
 "ex01-03": ("9de43f69f01c", r"""
@@ -174,7 +174,7 @@ TinyLM 只有 610,048 个可训练参数，而 512 个 token 的微批次保存�
 """),
 "ex01-05": ("d777c328a61c", r"""
 **检查。** 它在一支 2 个 rank 的搬家队上用 `zerolab.initialize` 把一个真实的 `TinyLM` 训练一步，分别在 fp32、bf16 和 fp16 下、
-stage 0 到 3，读出每个 rank 上的 `engine.memory()`，再把每个巨头和你的数字对比（误差在 1% 以内，外加几个字节的补齐）。
+Stage 0 到 3，读出每个 rank 上的 `engine.memory()`，再把每个巨头和你的数字对比（误差在 1% 以内，外加几个字节的补齐）。
 它还会用你的函数算 ZeRO 论文图 1 的例子（Ψ = 7.5 B，N = 64）。如果某个巨头对不上，它会说出是哪一个、差了多少，并给出提示。
 """),
 }

@@ -1,13 +1,13 @@
-"""第 4 章「混合精度」与练习 4 的中文（tools/build_notebooks/ch04.py 的 markdown 单元）。
+"""第 4 章「混合精度」与练习 4 的中文（tools/build_notebooks/ch04.py 的 markdown 单元格）。
 
-每项：单元 id -> (所译英文原文的 sha1 前 12 位, 中文)。英文改动后哈希对不上，
-tests/test_zh_edition.py 会点名该单元；改好中文后运行
-``python tools/build_notebooks/zh_edition.py --accept <单元 id>``。
+每项：单元格 id -> (所译英文原文的 sha1 前 12 位, 中文)。英文改动后哈希对不上，
+tests/test_zh_edition.py 会点名该单元格；改好中文后运行
+``python tools/build_notebooks/zh_edition.py --accept <单元格 id>``。
 """
 
 ZH = {
 "ch04-00": ("d4f3c3c32da0", r"""
-# 第 4 章 · 混合精度（mixed precision）：折叠家具和登记簿
+# 第 4 章 · 混合精度：折叠家具和登记簿
 
 *搬起来更轻，一笔也不落下。*
 
@@ -22,7 +22,7 @@ ZH = {
 
 | 故事里 | 训练中 | 在 zerolab 里 |
 |---|---|---|
-| 折叠家具 | 16 位的权重、激活值（activations）和梯度（gradients）：**fp16** 或 **bf16**，每个 2 字节 | `zerolab.initialize` 之后模型的参数 |
+| 折叠家具 | 16 位的权重、激活值和梯度（gradients）：**fp16** 或 **bf16**，每个 2 字节 | `zerolab.initialize` 之后模型的参数 |
 | 登记簿 | 优化器实际更新的 **fp32 主权重**（master weights；4 字节，另有 Adam 的 4 + 4） | `engine.stage.masters` |
 | 淡到一折就没了的修正 | 在 fp16 里**下溢**（underflow）成 0 的梯度 | `zerolab.precision.underflow_report` |
 | 放大了写笔记 | **损失缩放**（loss scaling）：对 loss × S 做反向传播，优化器再除以 S | `engine.loss_scale` |
@@ -51,7 +51,7 @@ fp16 和 bf16 都用 16 位，只是分法不同：fp16 留 10 位尾数、5 位
 
 梯度往往很小。下面是一个不做手脚、又确实有很多梯度*非常*小的场景：一个深层 MLP（`zerolab.models.MLP`：25 个宽 64 的 `Linear` 层，
 tanh 激活，PyTorch 默认初始化），在 256 个样本上算均方误差，停在初始化状态。（大语言模型遇到小梯度另有原因：损失要在大量 token 上取平均，
-又分摊到数十亿个权重上；但 fp16 对待它们的方式一模一样。）先**用全精度**做一次反向传播（backward），而且用 fp64，
+又分摊到数十亿个权重上；但 fp16 对待它们的方式一模一样。）先**用全精度**做一次反向传播，而且用 fp64，
 这样打印出来的每一位数字都与 CPU 上 fp32 kernel 的实现无关：
 """),
 "ch04-06": ("7a08bc527c1b", r"""
@@ -86,7 +86,7 @@ S 太小，梯度会消失；太大，又会溢出成 inf。合适的 S 随训�
 """),
 "ch04-12": ("dbc5096dea34", r"""
 **先预测，再运行。** 只有 rank 1 看到了 inf，在第 30 和 31 步。60 步里 rank 0 一共会跳过几步？第 30 步时损失缩放值会怎样，第 31 步呢？
-先写下来（规则就在上面），再运行这个单元：引擎的日志行是从 rank 0 传回来的。
+先写下来（规则就在上面），再运行这个单元格：引擎的日志行是从 rank 0 传回来的。
 """),
 "ch04-14": ("28477f74414c", r"""
 多数人答 2。答案是 4：第 0 和第 1 步自己就溢出了，因为刚初始化的模型的梯度乘以 2¹⁶ 会超过 65504。第一次被容忍（hysteresis 从 2 降到 1），
@@ -102,11 +102,11 @@ S 太小，梯度会消失；太大，又会溢出成 inf。合适的 S 随训�
 fp32 副本；每次更新之后，再由它们重新折出 16 位参数。`ch04.weigh` 实打实地走一步，返回 `engine.memory()`（从张量实测的字节数），
 分别在 ZeRO stage 0 和 N = 2 的 stage 3 下测，旁边还有 fp32 训练作对照。
 
-**先预测，再运行。** 混合精度的 Adam，每个参数的模型状态（model states）要 2 + 2 + 12 = 16 字节。普通的 fp32 训练加 Adam 要多少：32、16 还是 8？
+**先预测，再运行。** 混合精度的 Adam，每个参数的模型状态要 2 + 2 + 12 = 16 字节。普通的 fp32 训练加 Adam 要多少：32、16 还是 8？
 """),
 "ch04-18": ("b544d98ad5db", r"""
 多数人猜 32，即 16 位情形的两倍。答案同样是 **16**：用 Adam 时，混合精度并不会让模型状态变小；它只是把权重和梯度省下的 4 字节挪进了登记簿
-（fp32 主权重，4 字节，另有 Adam 的 4 + 4）。它真正减半的是以 16 位计算和传输的东西：为反向传播保留的激活值，以及线路上的梯度。
+（fp32 主权重，4 字节，另有 Adam 的 4 + 4）。它真正减半的是以 16 位计算和传输的东西：为反向传播保留的激活值，以及要传输的梯度。
 """),
 "ch04-20": ("124c3cb7d102", r"""
 ## 5. fp16、bf16 和 fp32 并排比较
@@ -144,7 +144,7 @@ DeepSpeed 的 hysteresis、窗口和下限。检查程序会在 2 个 rank 上�
 
 *放大的笔记在纸上写不下时，搬家队就少放大一点；连着好几天都顺顺当当，才敢放大得多一点。*
 
-第 4 章里，损失缩放值（loss scale）S 让 fp16 梯度待在表示范围之内：溢出后减半，一个窗口的干净步之后翻倍。这一次**由你来写这条规则**，
+第 4 章里，损失缩放值S 让 fp16 梯度待在表示范围之内：溢出后减半，一个窗口的干净步之后翻倍。这一次**由你来写这条规则**，
 与 DeepSpeed 0.19.8 分毫不差；检查程序会在 2 个 rank 上把它接进 zerolab 的引擎，替换掉引擎自己的缩放器。
 
 规则是一个函数，每个优化器步调用一次，传入的是有没有任何一个 rank 的梯度溢出（overflow，即出现 inf 或 NaN）。它就地修改缩放器的 `state`，不返回任何东西：
@@ -178,7 +178,7 @@ DeepSpeed 的 hysteresis、窗口和下限。检查程序会在 2 个 rank 上�
 （0.19.8 在连续第 (window + 1) 个干净步时才翻倍）。
 
 **检查不通过时**，它会用几行话说明哪里错了、期望的是什么，再给一条点出可能错误的提示（hint）。想同时看到完整的 Python 回溯（traceback，包括 zerolab 自己代码里的各层，
-以及任何一个 rank 上的回溯），运行 `import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元
+以及任何一个 rank 上的回溯），运行 `import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元格
 （`zerolab.checks.full_tracebacks(False)` 让失败信息恢复简短）；或者启动 Jupyter 时设置环境变量 `ZEROLAB_FULL_TRACEBACK=1`。
 """),
 "ex04-03": ("d273b2d17b0d", r"""
@@ -190,7 +190,7 @@ DeepSpeed 的 hysteresis、窗口和下限。检查程序会在 2 个 rank 上�
 
 然后上真实引擎：在 2 个 rank 上，ZeRO stage 2 的 fp16 `TinyLM`，装上一个 `DynamicLossScaler` 子类作为 `engine.scaler`（它调用的是你的 `update_scale`），
 并在选定的几步把 rank 1 的损失乘以 inf。每次更新都与收到同样溢出标志的参考实现对比；然后用引擎自己的缩放器再跑一遍，两次运行必须每一步都用同样的 S、
-在每个 rank 上跳过同样的步，最后的 fp32 主权重（master weights）逐位相同。
+在每个 rank 上跳过同样的步，最后的 fp32 主权重逐位相同。
 
 一旦出现差异，它会指出是哪次迭代、你的状态和期望的状态，以及该回头看规则的哪一部分。
 """),

@@ -1,6 +1,6 @@
-"""第 7 章「队长的三项检查」与练习 7 的中文（tools/build_notebooks/ch07.py 的 markdown 单元）。
+"""第 7 章「队长的三项检查」与练习 7 的中文（tools/build_notebooks/ch07.py 的 markdown 单元格）。
 
-每项：单元 id -> (所译英文原文的 sha1 前 12 位, 中文)。见 tools/build_notebooks/zhsource.py。
+每项：单元格 id -> (所译英文原文的 sha1 前 12 位, 中文)。见 tools/build_notebooks/zhsource.py。
 """
 
 ZH = {
@@ -11,19 +11,19 @@ ZH = {
 
 一切准备就绪：搬家队知道了怎么分摊家当（ZeRO 的各个 stage）、仓库在哪儿（卸载，offload）、箱子怎么装（分桶）。
 出发之前，队长沿着队伍走一遍，检查**三件事**：有没有哪个工人的背包超重，喊话频道堵不堵，去仓库取东西会不会拖慢整队。
-训练调优也是一样：**先判断瓶颈在显存（device memory）、通信还是计算，再对症下药。** 搬家队的目标不是让每趟搬得最重，
+训练调优也是一样：**先判断瓶颈在显存、通信还是计算，再对症下药。** 搬家队的目标不是让每趟搬得最重，
 而是让整场搬家用时最短：算、传、等三者平衡。
 
 | 队长检查 | 训练中 | 看什么 | 调什么 |
 |---|---|---|---|
 | 背包的上限 | 每个 rank 的显存 | `engine.memory()`、显存预算的峰值 | `stage` 从 1 升到 3，然后 `offload_optimizer`，或重计算激活值 |
-| 折叠椅 | 为反向传播保留的激活值（activations） | 预算的 `peak_activation_bytes` | `torch.utils.checkpoint` |
+| 折叠椅 | 为反向传播保留的激活值 | 预算的 `peak_activation_bytes` | `torch.utils.checkpoint` |
 | 喊话频道 | 通信 | `engine.ledger`（调用次数、字节数）、`engine.timeline` | `reduce_bucket_size`、batch size、梯度累积步数 |
 | 等最慢的人 | 步调不一致的 rank | 每个 rank 的时间线 | 拖后腿的那个 rank（straggler） |
 | 仓库 | 主机端的优化器更新和数据拷贝 | 时间线上的 host 条 | 只在显存不够时才卸载 |
 
 业内常给的调优套路，本章把它当实验跑一遍：*显存不够时，把 `zero_optimization.stage` 从 1 逐级升到 3；仍然不够，就打开
-`offload_optimizer` 或激活重计算（activation recomputation）。吞吐（throughput）下降时，先查通信桶大小和带宽，再调整 batch size 和梯度累积（gradient accumulation）步数。* 一步的时间大致由三部分组成，
+`offload_optimizer` 或激活重计算（activation recomputation）。吞吐（throughput）下降时，先查通信桶大小和带宽，再调整 batch size 和梯度累积步数。* 一步的时间大致由三部分组成，
 
 $$T_{\text{step}} \approx T_{\text{compute}} + T_{\text{communication}} + T_{\text{waiting}},$$
 
@@ -51,7 +51,7 @@ $$T_{\text{step}} \approx T_{\text{compute}} + T_{\text{communication}} + T_{\te
 | stage 3 + 两种卸载 | （主机） | （主机） | （主机） | 0 |
 
 **先预测，再运行。** Ψ ≈ 150,000，N = 2：stage 0 的模型状态约需 2.4 MB。模型状态能装进 1.5 MB 的第一个 stage 是哪个？
-再加上一个 8 条样本的微批次（micro-batch）产生的激活值，还装得下吗？
+再加上一个 8 条样本的微批次产生的激活值，还装得下吗？
 """),
 "ch07-05": ("1b2ad22e698c", r"""
 实测的模型状态落在公式上，只多出几个字节：TinyLM 冻结的 `temperature`（每个 rank 2 字节：stage 0-2 是完整的参数；stage 3 是一个分片，
@@ -101,7 +101,7 @@ FLOPs 是精确的（由张量形状算出，每台机器都一样）；表示�
 更大的微批次，字节数不变，却覆盖更多样本；k 个微批次的梯度累积在 stage 1 每个优化器步只归约一次，在 stage 2 却每个微批次都要归约
 （第 6 章：DeepSpeed 对每个桶做 all-reduce，2Ψ，所以加上更新后的 all-gather 共 (2k + 1)Ψ；论文的 reduce-scatter 会是 (k + 1)Ψ）。
 
-**先预测，再运行。** 每个 rank 每个优化器步 16 条序列，做成一个 16 条的微批次，或 4 个 4 条的微批次。stage 1 和 stage 2 每个 rank
+**先预测，再运行。** 每个 rank 每个优化器步 16 条序列，做成一个 16 条的微批次，或 4 个 4 条的微批次。Stage 1 和 stage 2 每个 rank
 每个优化器步各搬多少字节？折合到每条序列呢？
 """),
 "ch07-12": ("1f10b032296e", r"""
@@ -110,7 +110,7 @@ FLOPs 是精确的（由张量形状算出，每台机器都一样）；表示�
 - **桶大小**（20,000 对 200,000 个元素）：调用更少，字节相同；在真实网络上，每省一次调用就省一个 α（第 6 章）。
 - **batch size**：每个微批次 4 条或 16 条序列，每步字节数相同（不管 batch 多大，梯度都和模型一样大）：batch 越大，摊到每条序列上的越少。
 - **梯度累积**：在 stage 1，4 个 4 条的微批次和一个 16 条的微批次搬的一样多；在 stage 2 却是 9Ψ 对 3Ψ。如果靠梯度累积来凑 batch size，
-  stage 1（或者 stage 2 配更少、更大的微批次）能让频道更安静。
+  Stage 1（或者 stage 2 配更少、更大的微批次）能让频道更安静。
 
 ## 4. 第三项检查：仓库有没有拖后腿？
 
@@ -149,7 +149,7 @@ zerolab 自己多做了一步：先检查每一组收集（一个 16 字节的�
 在 stage 0，不管 `ignore_unused_parameters` 怎么设，DeepSpeed 都用零填上缺失的梯度（`runtime/engine.py` 第 3857-3863 行）；
 在 stage 1-2，这个键的默认值 true 允许这种情况，设为 false 就会报错。键为 false 时，zerolab 在 stage 0-2 都会报错，在 stage 0 比 DeepSpeed 更严。
 
-**先预测，再运行。** rank 1 跳过第 2 个块。stage 3 会怎样？stage 2 且 `ignore_unused_parameters` 为 false 呢？stage 2 用默认设置呢？
+**先预测，再运行。** rank 1 跳过第 2 个块。Stage 3 会怎样？Stage 2 且 `ignore_unused_parameters` 为 false 呢？Stage 2 用默认设置呢？
 """),
 "ch07-18": ("d1641aaafdf2", r"""
 不到一秒就报错，每个 rank 都报，并点出相关的模块或参数：不会卡住。修复要在模型里做：让每个 rank 走同样的模块（想在某个 rank 上跳过计算，
@@ -169,14 +169,14 @@ fp16 的上限是 65,504。动态损失缩放（第 4 章）在溢出后减半�
 
 ### 5d. 更高的 stage 反而更慢：通信受限
 
-stage 3 在前向时收集每一层的参数，反向时再收集一次。层多而小、每层计算量少时，调用次数占了主导。
+Stage 3 在前向时收集每一层的参数，反向时再收集一次。层多而小、每层计算量少时，调用次数占了主导。
 
 **先预测，再运行。** 一个 24 层、宽 32 的 MLP（Ψ = 25,344），每个 rank 4 条样本，DeepSpeed 默认的 `reduce_bucket_size`
-（5·10⁸：整个模型装一个桶）。stage 1 和 stage 3 每步各做多少次集合通信？多少字节？stage 3 会慢多少？
+（5·10⁸：整个模型装一个桶）。Stage 1 和 stage 3 每步各做多少次集合通信？多少字节？Stage 3 会慢多少？
 （这里关掉了 5b 节讲的 zerolab 顺序检查，即 `"zerolab": {"order_checks": false}`。这样引擎只发 DeepSpeed 也会发的集合通信，时间才能放在一起比。）
 """),
 "ch07-22": ("d54a81f2065d", r"""
-stage 3 搬的字节数和 DeepSpeed 的 stage 1 差不多（各 3Ψ：stage 1 对梯度做 all-reduce、对参数做一次 all-gather；stage 3 在前向收集每一层、
+Stage 3 搬的字节数和 DeepSpeed 的 stage 1 差不多（各 3Ψ：stage 1 对梯度做 all-reduce、对参数做一次 all-gather；stage 3 在前向收集每一层、
 反向再收集一次，并对梯度做 reduce-scatter），但伤人的是调用次数：每层每步 2 次 all-gather，而 stage 1 是整个模型一次；
 梯度则每个 `reduce_bucket_size` 桶一次 reduce-scatter（这里只有一个：DeepSpeed 把模块装满一个桶，一次调用做完 reduce-scatter）。
 每次调用都要付延迟 α，而 24 个小层没有任何东西能把 α 藏起来。（两者都还多一次 2 个元素的 all-reduce：zerolab 把溢出检查和梯度范数合进一次调用；
@@ -190,7 +190,7 @@ DeepSpeed 只发梯度范数，见第 10 章。这里的时间是在关掉 zerol
 """),
 "ch07-24": ("096652485dec", r"""
 - **先找瓶颈。** 显存：引擎的峰值对比预算。通信：账本里的调用次数和字节数，时间线上花在集合通信里的时间。等待：每个 rank 的同一条时间线。仓库：host 条。
-- **显存不够？** 先升 stage（模型状态从 16Ψ 降到 16Ψ/N），再重计算激活值（这里缩到约七分之一，FLOPs 多约 15 %；transformer 上多三分之一），
+- **显存不够？** 先升 stage（模型状态从 16Ψ 降到 16Ψ/N），再重计算激活值（这里缩到约七分之一，FLOPs 多约 15%；transformer 上多三分之一），
   或者卸载优化器（每一步都用拷贝和一次主机端更新来付账）。
 - **峰值 = 模型状态 + 缓冲区 + 激活值**，缓冲区（桶、收集来的层）随 stage 的机制而增长：只看公式会少算。
 - **吞吐不够？** 更少、更大的调用（分桶）；每个字节服务更多样本（更大的微批次）；梯度累积在 stage 1 是免费的，在 stage 2 每个微批次要付 2Ψ（DeepSpeed 的 all-reduce）。
@@ -204,7 +204,7 @@ DeepSpeed 只发梯度范数，见第 10 章。这里的时间是在关掉 zerol
 2. 在第 3 节只让 rank 1 的*反向*变慢（用 `register_full_backward_hook`）。rank 0 还会等吗？在哪一次集合通信里等？
 3. 第 3 节的表显示 4 个微批次时 stage 2 搬 9Ψ。从多少个微批次开始，stage 2 搬的至少是 stage 1 的两倍？修改 `KNOBS` 验证一下。
 4. 在 5d 里把 `stage3_param_persistence_threshold` 设为 2,000（每层 1,056 个参数，都保持完整）。先预测 stage 3 每步的集合通信，再运行。
-5. 同事的 fp16 训练每几百步在日志里出现一次 “overflow: skipping step”，损失在下降。这算崩塌吗？担心之前，你会在 `engine.log` 里找什么？
+5. 同事的 fp16 训练每几百步在日志里出现一次“overflow: skipping step”，损失在下降。这算崩塌吗？担心之前，你会在 `engine.log` 里找什么？
 
 **轮到你了：** 在 [`exercises/zh/07_captains_pick.ipynb`](../../exercises/zh/07_captains_pick.ipynb) 里，你来写队长的选择：
 由 Ψ、N、精度以及实测的激活值和缓冲区，算出每种配置的设备字节数，并选出规则中第一个装得进预算的配置。
@@ -215,15 +215,15 @@ DeepSpeed 只发梯度范数，见第 10 章。这里的时间是在关掉 zerol
 
 *目标不是最轻的背包，而是最短的搬家时间。*
 
-给定一个模型、它的 rank 数和显存预算（memory budget），队长要挑一个 ZeRO 配置。挑最省显存的配置（stage 3 加上全部卸载）总能装下，但通常也最慢。
+给定一个模型、它的 rank 数和显存预算，队长要挑一个 ZeRO 配置。挑最省显存的配置（stage 3 加上全部卸载）总能装下，但通常也最慢。
 所以：**选队长规则中第一个装得下的配置。** 规则从最便宜的开始：
 
 1. 不卸载的 `stage` 0、1、2、3；
 2. 然后是 stage 1、2、3 加 `offload_optimizer`（cpu）；
 3. 然后是 stage 3 加 `offload_optimizer` 和 `offload_param`。
 
-为什么是这个顺序？根据第 3、6、7 章测得的结果（字节数和调用次数，而不是计时）：每步一个微批次时，stage 0 用一次 all-reduce 往线路上放 2Ψ；
-stage 1 和 2 放 3Ψ（DeepSpeed 对它们的梯度桶做 all-reduce，再对更新后的参数做 all-gather），调用更多；stage 3 也搬 3Ψ，但每层要调用好几次
+为什么是这个顺序？根据第 3、6、7 章测得的结果（字节数和调用次数，而不是计时）：每步一个微批次时，stage 0 用一次 all-reduce 发出 2Ψ；
+Stage 1 和 2 放 3Ψ（DeepSpeed 对它们的梯度桶做 all-reduce，再对更新后的参数做 all-gather），调用更多；stage 3 也搬 3Ψ，但每层要调用好几次
 （第 7 章 5d）。不管哪个 stage，每种卸载都要在每一步把梯度经 PCIe 链路送下去、把参数送上来，并在 CPU 上跑 Adam；连参数也卸载的话，
 每个收集来的层都要从主机搬上来，每步两次。所以任何不卸载的配置都排在任何卸载的配置前面；卸载方式相同时，stage 低的排在前面。
 
@@ -247,11 +247,11 @@ k = `facts.optimizer_bytes`（混合精度为 12：fp32 主权重 + 两个矩；
 都装不下就返回 `None`。
 
 **检查不通过时**，它会用几行话说明哪里错了、期望的是什么，再给一条点出可能错误的提示（hint）。想看完整的回溯，
-运行 `import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元。
+运行 `import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元格。
 """),
 "ex07-03": ("8d1959d5bf5a", r"""
 在本章的模型上试一试。`measure_facts` 在 2 个 rank 上用每种配置训练练习用的 TinyLM（fp16，微批次 2），返回 facts 以及每种配置实测的每 rank 峰值。
-运行单元之前，先**预测**你在每个预算下的选择，然后把你的 `device_bytes` 和引擎测得的峰值对比一下。
+运行单元格之前，先**预测**你在每个预算下的选择，然后把你的 `device_bytes` 和引擎测得的峰值对比一下。
 """),
 "ex07-05": ("7948a0c9a4c6", r"""
 **检查。** 先在四组设置（Ψ 最大到 7·10⁹，N = 2、3、4、8，fp16、bf16 和 fp32）下，把每种配置的 `device_bytes` 和公式对比；
@@ -268,7 +268,7 @@ k = `facts.optimizer_bytes`（混合精度为 12：fp32 主权重 + 两个矩；
 思考题：
 
 1. N = 2 时，stage 1 加 `offload_optimizer`（4Ψ）比不卸载的 stage 3（8Ψ）需要的更少。N 多大时 stage 3 需要的更少？那时规则还会把 stage 3 排在前面吗？为什么？
-2. 规则先试 stage 0，再试 stage 1，尽管 stage 1 更省显存。stage 1 每步多发了什么 stage 0 不发的东西（看账本里的调用）？什么时候你还是会选 stage 1？
+2. 规则先试 stage 0，再试 stage 1，尽管 stage 1 更省显存。Stage 1 每步多发了什么 stage 0 不发的东西（看账本里的调用）？什么时候你还是会选 stage 1？
 3. 激活重计算在规则里应该排在哪儿？`device_bytes` 需要知道什么才能给它定位？
 """),
 }

@@ -1,8 +1,8 @@
-"""练习 8c「借来、归还、再借」的中文（tools/build_notebooks/ch08c.py 的 markdown 单元）。
+"""练习 8c「借来、归还、再借」的中文（tools/build_notebooks/ch08c.py 的 markdown 单元格）。
 
-每项：单元 id -> (所译英文原文的 sha1 前 12 位, 中文)。英文改动后哈希对不上，
-tests/test_zh_edition.py 会点名该单元；改好中文后运行
-``python tools/build_notebooks/zh_edition.py --accept ch08c:<单元 id>``。
+每项：单元格 id -> (所译英文原文的 sha1 前 12 位, 中文)。英文改动后哈希对不上，
+tests/test_zh_edition.py 会点名该单元格；改好中文后运行
+``python tools/build_notebooks/zh_edition.py --accept ch08c:<单元格 id>``。
 """
 
 ZH = {
@@ -21,8 +21,8 @@ ZH = {
 zerolab 的对应实现是 `zerolab/hooks.py`（`ModuleHooks`）；检查程序会把**你的**类换进去，在真实的引擎里运行，
 并把每一次收集和释放与 zerolab 自己的逐一对照。
 
-**检查不通过时**，它会用几行话说明哪里错了，并点出可能的错误；想看完整的回溯（traceback），运行
-`import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元。
+**检查不通过时**，它会用几行话说明哪里错了，并点出可能的错误；想看完整的回溯，运行
+`import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元格。
 """),
 "ex08c-01": ("8a916e5d9722", r"""
 ## 引擎给你什么，你来决定什么
@@ -92,7 +92,7 @@ head 再收集 embedding，因为根模块的输出*就是* head 的输出，外
 都是在它之上的上限。
 """),
 "ex08c-10": ("f47361319c56", r"""
-## 线路上的代价
+## 通信上的代价
 
 **先预测，再运行。** Ψ = 2,928 个 fp32 参数（在 2 个 rank 上没有补齐），你的 all-gather 在第二步里一共拼出多少字节的参数
 （算上绑定权重多出来的几次收集）？按第 2 章的环形约定（每次 all-gather 输出的 (N−1)/N），每个 rank 发出多少字节？
@@ -135,7 +135,7 @@ zerolab 的 `ModuleHooks` 还会在没有参数的模块上补一次预取（top
    （而不是直接释放）能让你的类在这个设置下也是对的？
 2. 你的 `on_param_read` 把外部权重绑到最内层正在运行的模块上（`self.frames[-1]`）。如果绑到最外层的模块上，
    在一个 48 层、注意力会读 `out_proj.weight` 的 transformer 上，要多花多少显存？
-3. 开了激活检查点（activation checkpointing）之后，一个模块的前向会在反向里再跑一遍。这时你的哪些钩子必须让参数保持收集状态？
+3. 开了激活检查点之后，一个模块的前向会在反向里再跑一遍。这时你的哪些钩子必须让参数保持收集状态？
    `params.in_backward` 怎么告诉你？
 4. 为什么每个 rank 都必须按同样的顺序收集同样的组？如果有一个 rank 跳过了绑定权重的第二次收集，会发生什么？
 

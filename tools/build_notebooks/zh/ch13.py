@@ -1,6 +1,6 @@
-"""第 13 章「三个 stage 之外」与练习 13 的中文（tools/build_notebooks/ch13.py 的 markdown 单元）。
+"""第 13 章「三个 stage 之外」与练习 13 的中文（tools/build_notebooks/ch13.py 的 markdown 单元格）。
 
-每项：单元 id -> (所译英文原文的 sha1 前 12 位, 中文)。见 tools/build_notebooks/zhsource.py。
+每项：单元格 id -> (所译英文原文的 sha1 前 12 位, 中文)。见 tools/build_notebooks/zhsource.py。
 """
 
 ZH = {
@@ -10,7 +10,7 @@ ZH = {
 *楼梯快，街道慢：少往街上送，送也用速记。*
 
 搬家队大到一栋楼住不下了。一半工人搬到了街对面：同一栋楼里，家具在楼梯上传递，很快；两栋楼之间，什么都得装卡车运，很慢。
-stage 3 的做法还和以前一样（每个工人保管每个房间家具的一份，进房间干活前把其余的借来，干完还回去，每趟结束时把搬迁贴纸汇总），
+Stage 3 的做法还和以前一样（每个工人保管每个房间家具的一份，进房间干活前把其余的借来，干完还回去，每趟结束时把搬迁贴纸汇总），
 可现在大部分借还和汇总都要穿过街道。**ZeRO++**（Wang 等，2023，*ZeRO++: Extremely Efficient Collective Communication for Giant Model Training*；DeepSpeed 从 0.10 起支持）
 就是少装几车的三个办法：
 
@@ -24,9 +24,9 @@ stage 3 的做法还和以前一样（每个工人保管每个房间家具的一
 各是谁的行为：配置键、分块量化器（block quantizer）、每次 all-gather 何时量化、那两次 all-to-all，都是 **DeepSpeed 0.19.8 的**
 （`runtime/zero/partition_parameters.py` 里的 `CUDAQuantizer` 和 `all_gather_coalesced(..., quantize=True)`，
 `runtime/comm/coalesced_collectives.py` 里的 `all_to_all_quant_reduce`，kernel 在 `csrc/quantization/`；hpZ 的二级分片在
-`partition_parameters.py` 的 `_partition_param_sec`）；字节比例是**论文的**；一台机器上的虚拟节点和账本（ledger）里的链路一栏是 **zerolab 自己的**。
+`partition_parameters.py` 的 `_partition_param_sec`）；字节比例是**论文的**；一台机器上的虚拟节点和账本里的链路一栏是 **zerolab 自己的**。
 DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab 用 torch 复现它们的算术（`zerolab/quant.py`），
-每次集合通信（collective）都走 `torch.distributed`（gloo）。
+每次集合通信都走 `torch.distributed`（gloo）。
 
 论文的核心结论：三者全开时，节点之间传输的量从 ZeRO-3 的 **3M 降到 0.75M**（M 是模型 16 位权重的字节数），
 **跨节点通信量约减少到四分之一**（qwZ 把前向收集减半，hpZ 把反向收集留在节点内，qgZ 用 int4 梯度把 reduce-scatter 每个元素的 2 字节降到约半个字节）。
@@ -59,7 +59,7 @@ DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab �
 **没有一次通信留在楼内。** 每次集合通信的通信组都是全部四个 rank，所以账本把它们全记在 *inter* 名下：参数收集、梯度的 reduce-scatter，
 连溢出标志和梯度范数那次 16 字节的 all-reduce 也不例外。token 嵌入层（2,560 个元素）**多收集了两次**：GPT 的输出头与它共享同一个权重矩阵，
 所以前向为嵌入层收集它一次，为输出头再收集一次；反向为输出头的反向收集它一次，为嵌入层自己的反向再收集一次。DeepSpeed 在每个模块的反向之后
-释放它的参数（`runtime/zero/parameter_offload.py` 里的 `post_sub_module_backward_function`），复用距离（reuse distance）为 0 时什么也不保留；
+释放它的参数（`runtime/zero/parameter_offload.py` 里的 `post_sub_module_backward_function`），复用距离为 0 时什么也不保留；
 随后 DeepSpeed 的反向前钩子（pre-backward hook）为下一个模块收集它的全部参数，连嵌入层也不例外，尽管嵌入层的反向根本不读权重。
 （DeepSpeed 默认的复用距离会让它从一次使用一直保留到下一次：见问题 1。）
 
@@ -73,7 +73,7 @@ DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab �
 （`all_gather_coalesced(..., quantize=True)`）：每个 rank 把自己的分片转成 fp16，切成若干**块**（块数由 DeepSpeed 的
 `CUDAQuantizer` 决定：每块是 8 个元素的整数倍，目标是接近 8,000 个元素；见 `quant.qwz_groups`），然后每块发送**一个 fp32 缩放因子**
 和**每个元素一个 int8 值**：共两次 all-gather，先发值，再发缩放因子。每个 rank 把收到的数据反量化（dequantize）为 fp16，再转成模型的数据类型。
-分片本身和 fp32 主权重（master weights）从不量化：量化的只是前向和反向所用的那份副本。每步之后常驻参数的刷新也不量化（DeepSpeed 的 `_post_step`
+分片本身和 fp32 主权重从不量化：量化的只是前向和反向所用的那份副本。每步之后常驻参数的刷新也不量化（DeepSpeed 的 `_post_step`
 用一次普通的 all-gather 收集它们）。
 
 **先预测，再运行。** 模型的数据类型是 bf16，每个元素 2 字节。开 qwZ 后，参数 all-gather 要多少字节：正好一半、比一半略多，还是更少？
@@ -81,13 +81,13 @@ DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab �
 """),
 "ch13-08": ("2ccbe5612393", r"""
 **一半，再加上缩放因子。** 每个元素 1 字节，而不是 bf16（或 fp16）的 2 字节：0.5×。缩放因子每块 4 字节；DeepSpeed 的块最多 8,000 个元素
-（它的量化器断言块小于 16,000），所以在真实模型上它们只多出约 4/8,000 = 0.05 %。这里每个 rank 在一次收集中的分片就是一块，缩放因子每次收集只占 16 字节，
+（它的量化器断言块小于 16,000），所以在真实模型上它们只多出约 4/8,000 = 0.05%。这里每个 rank 在一次收集中的分片就是一块，缩放因子每次收集只占 16 字节，
 所以比例是 0.5007。（如果模型保持 fp32，不开 qwZ 时每个元素收集 4 字节；qwZ 先转 fp16 再转 int8，所以只发约四分之一。）
 梯度（reduce-scatter）不受影响：这一步的字节数减少三分之一，而不是一半。
 
 **速记的精确规则**（DeepSpeed 的对称量化器，`csrc/includes/quantization_utils.h`）：对一个最大绝对值为 *m* 的块，`q_scale = 2⁸ / (2m)`；
 每个值变成 `q = clamp(round(x · q_scale), −128, 127)`（四舍六入五成双，round half to even），传输的是 `scale = 1 / q_scale = m / 128`。接收方算出
-`x' = q · scale`。所以每个值还原后的误差都在半个量化步长之内，即 **scale/2 = m/256**：块内最大权重的 0.4 %。
+`x' = q · scale`。所以每个值还原后的误差都在半个量化步长之内，即 **scale/2 = m/256**：块内最大权重的 0.4%。
 
 **先预测，再运行。** 是不是每个权重都在半个步长之内？一块里哪个元素还原得最差，差多少？
 """),
@@ -159,7 +159,7 @@ qgZ 的梯度只有 4 bit，翻倍的梯度还要经过梯度裁剪，所以偏�
 """),
 "ch13-18": ("b348de293433", r"""
 在 DGX 网络上，stage 3 本来就藏得住：通信只占计算的四分之一，T* 只有四分之一条序列，所以 ZeRO++ 在那里几乎换不来什么，只会带来误差。
-在细网络上，普通运行需要的 token 约为现有的两倍；单开 qwZ 或 qgZ 都不够，两个一起开才能把通信压到计算之下。街道是瓶颈的地方，
+在单网口集群上，普通运行需要的 token 约为现有的两倍；单开 qwZ 或 qgZ 都不够，两个一起开才能把通信压到计算之下。街道是瓶颈的地方，
 ZeRO++ 是最便宜的解法；不是瓶颈的地方，它只会增加误差。（最后几行加上了模拟器对 hpZ 的公式；下一节实测它。）
 第 14 章从 8 张到 1,024 张 GPU、连同卸载，手算了这些数字。
 
@@ -168,7 +168,7 @@ ZeRO++ 是最便宜的解法；不是瓶颈的地方，它只会增加误差。�
 设 `zero_hpz_partition_size` = k（每个节点的 rank 数）后，每个工人除了保管每个房间家具的 1/N 之外，还在**自己这栋楼里再保管一份**：
 每个被收集模块的 1/k，用参数的数据类型存放。DeepSpeed 0.19.8 每当一个模块在收集后被释放时（以及初始化时一次），就从完整的模块里切出这份二级分片，
 并在每次没有被跳过的优化器更新时丢掉它。模块有二级分片时，它的 all-gather 就**在节点内**、在 k 个 rank 上进行：反向的再收集总是如此；
-第一步的前向也是；梯度累积（gradient accumulation）下之后各个微步（micro-step）的前向同样如此（`partition_parameters.py`、`_partition_param_sec`；这些规则连同它们在 DeepSpeed 里的文件出处写在
+第一步的前向也是；梯度累积下之后各个微步的前向同样如此（`partition_parameters.py`、`_partition_param_sec`；这些规则连同它们在 DeepSpeed 里的文件出处写在
 `zerolab/hpz.py` 里，DeepSpeed 的通信组由 `benchmarks/ds_reference/ds_hpz.py` 在它的 CPU 版上实测）。梯度仍在全部 N 个 rank 上做
 reduce-scatter：主权重和优化器状态仍按 ZeRO-3 的方式存放。
 
@@ -191,7 +191,7 @@ FSDP2 的混合分片（hybrid sharding，HSDP）用另一种办法应对这条�
 """),
 "ch13-22": ("234a718e920a", r"""
 - 住在多个节点里的搬家队：stage 3 里每次覆盖全部 rank 的集合通信都要穿过街道；账本把它记在 *inter* 名下，一个 rank 在环上发出的字节就是它所在节点的网络要承载的。
-- **qwZ** 发送 int8 值，外加每块（至多约 8,000 个元素）一个 fp32 缩放因子：bf16（或 fp16）收集量的 0.5×，再加 0.05 %；
+- **qwZ** 发送 int8 值，外加每块（至多约 8,000 个元素）一个 fp32 缩放因子：bf16（或 fp16）收集量的 0.5×，再加 0.05%；
   前向和反向所用的每个权重最多偏差 scale/2 = m/256（被截断的块内最大值为 m/128）；主权重保持精确。
 - **qgZ** 把梯度量化为 int4，通过两次 all-to-all 归约，先节点内、再跨节点：离开一个节点的量从 Ψ 的 2·(N−1)/N 降到 0.5·(m−1)/m，再加缩放因子。
   在 DeepSpeed 0.19.8 中，它的梯度是平均值的（每节点 rank 数）倍：梯度裁剪和报告的范数都会看到这一点。
@@ -220,14 +220,14 @@ FSDP2 的混合分片（hybrid sharding，HSDP）用另一种办法应对这条�
 
 *每箱记一个数，每件记一个小整数：而且每个工人都得用同一种读法。*
 
-在第 13 章，搬家队用速记传家具清单：qwZ 的 all-gather 传的是 int8 值，外加每块（block）一个 fp32 缩放因子（scale）。这里由**你来写这个量化器**（quantizer），
+在第 13 章，搬家队用速记传家具清单：qwZ 的 all-gather 传的是 int8 值，外加每块一个 fp32 缩放因子。这里由**你来写这个量化器**（quantizer），
 也就是 DeepSpeed 0.19.8 的 CUDA kernel 计算的那两个函数（`csrc/quantization/quantize.cu`、`dequantize.cu`，
 `csrc/includes/quantization_utils.h` 里的对称类型）。检查先在专门挑来暴露常见错误的张量上，把你的实现与 zerolab 的版本（`zerolab.quant`）比较，
 然后把你的实现接进引擎（`zerolab.quant.use_qwz_codec`），作为 qwZ all-gather 的量化器，在 4 个 rank（2 个节点，每节点 2 个）上运行，
 比较字节数、前向看到的权重和损失。
 
-**检查失败时**，它会说明期望什么、你给出了什么，并给一条指出可能错误的提示。想同时看到完整的回溯（traceback），先运行
-`import zerolab.checks; zerolab.checks.full_tracebacks()`，再重新运行检查单元。
+**检查失败时**，它会说明期望什么、你给出了什么，并给一条指出可能错误的提示。想同时看到完整的回溯，先运行
+`import zerolab.checks; zerolab.checks.full_tracebacks()`，再重新运行检查单元格。
 """),
 "ex13-02": ("1f2803634c18", r"""
 ## 1. 量化
