@@ -160,7 +160,7 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 
 ## 6. 归在“通信优化”下的两个键：`sub_group_size` 和 `round_robin_gradients`
 
-清单把这两个键归在“通信优化”名下。**先预测，再运行。** stage 3，`offload_optimizer` 放在 CPU 上，`sub_group_size` 取 10⁸（清单的值）对比 4,096，
+清单把这两个键归在“通信优化”名下。**先预测，再运行。** Stage 3，`offload_optimizer` 放在 CPU 上，`sub_group_size` 取 10⁸（清单的值）对比 4,096，
 再打开 `round_robin_gradients`：账本会变吗？训练出来的数呢？
 """),
 "ch08-20": ("e99d51cf4016", r"""

@@ -52,10 +52,10 @@ ZeRO 论文与之不同的地方（stage 1-2 在 DeepSpeed 里搬 3Ψ，在论�
 
 """ + ANSWER + r"""
 
-每个参数五个数：前向用的 fp16/bf16 **权重**（2 字节），它的 fp16/bf16 **梯度**（2），以及优化器状态（optimizer states）：
+每个参数五个数：前向用的 fp16/bf16 **权重**（2 字节），它的 fp16/bf16 **梯度**（2），以及优化器状态：
 一份 fp32 的**主权重**（4）、Adam 的**动量**（4）和**方差**（4）。2 + 2 + 12 = 16。12 字节的优化器状态
-（论文里的 K = 12）占了四分之三，这正是 ZeRO 先切分它们的原因。激活值（activations）和临时缓冲区另算。一个刁钻的追问：用 Adam 做 fp32 训练
-同样是 16 字节（4 + 4 + 8）：混合精度并没有缩小模型状态（model states），它只是把 4 字节挪进了优化器状态，并让计算和通信的量减半。
+（论文里的 K = 12）占了四分之三，这正是 ZeRO 先切分它们的原因。激活值和临时缓冲区另算。一个刁钻的追问：用 Adam 做 fp32 训练
+同样是 16 字节（4 + 4 + 8）：混合精度并没有缩小模型状态，它只是把 4 字节挪进了优化器状态，并让计算和通信的量减半。
 
 </details>
 
@@ -87,8 +87,8 @@ ZeRO 论文与之不同的地方（stage 1-2 在 DeepSpeed 里搬 3Ψ，在论�
 
 DDP 对梯度做 all-reduce：2Ψ（一次 all-reduce 就是一次 reduce-scatter 加一次 all-gather）。**论文**里的 stage 1 和 2
 把这次 all-reduce 拆成两半，把优化器更新夹在中间：对梯度做 reduce-scatter（Ψ；每个 rank 拿到自己那一片的和），更新这一片，
-再 all-gather 更新后的参数（Ψ）。同样是 2Ψ：通信量不增加，显存却最多降到四分之一（stage 1）或八分之一（stage 2）。
-**DeepSpeed 0.19.8 默认并不这样做**：它对每个梯度桶（bucket）做 all-reduce（2Ψ），每个 rank 留下自己负责的那几段，然后 all-gather 参数（Ψ）：
+再 all-gather 更新后的参数（Ψ）。同样是 2Ψ：通信量不增加，显存却最多降到四分之一或八分之一。
+**DeepSpeed 0.19.8 默认并不这样做**：它对每个梯度桶做 all-reduce（2Ψ），每个 rank 留下自己负责的那几段，然后 all-gather 参数（Ψ）：
 stage 1 和 2 都是 **3Ψ，DDP 的 1.5 倍**（原因见 Q4）。
 Stage 3 不持有完整参数，所以每一层在前向之前都要 all-gather（Ψ），在反向之前还要**再来一次**，因为收集来的副本在前向之后已经释放（Ψ），
 然后对梯度做 reduce-scatter（Ψ）：**3Ψ**，论文和 DeepSpeed 都是如此。更新之后没有 all-gather：每个 rank 更新自己的分片，
@@ -117,7 +117,7 @@ Stage 1 和 2 默认搬的是 DeepSpeed 的 3Ψ（all-reduce 2Ψ + all-gather Ψ
 all-reduce *就是*一次 reduce-scatter 接一次 all-gather，所以代价是它的两倍：2(N−1)/N·S 对 (N−1)/N·S。ZeRO 的 stage 1-3
 只需要自己那一片梯度，所以论文用 reduce-scatter。面试时的一个坑：DeepSpeed 0.19.8 的 stage 1 和 2 默认**不**发 reduce-scatter：
 每个桶都做 all-reduce（`use_multi_rank_bucket_allreduce`，默认为 true），各个所有者留下自己那一段，所以它们搬的约为 **3Ψ**，
-和 stage 3 一样多。原因是：参数组成一块扁平缓冲区（flat buffer），切成 N 个连续的分区，而一个桶是这块缓冲区里的一段，它对这些分区的切割并不均匀，
+和 stage 3 一样多。原因是：参数组成一块扁平缓冲区，切成 N 个连续的分区，而一个桶是这块缓冲区里的一段，它对这些分区的切割并不均匀，
 不是 reduce-scatter 分发的那 N 等份。只有 DeepSpeed 的 stage 3 会调用真正的 reduce-scatter。zerolab 发出的是 DeepSpeed 的集合通信；
 论文的 reduce-scatter 是 zerolab 自己的开关 `"zerolab": {"ideal_reduce_scatter": true}`（这时每个桶各自切成 N 个分片）。
 
@@ -131,7 +131,7 @@ all-reduce *就是*一次 reduce-scatter 接一次 all-gather，所以代价是�
 """ + ANSWER + r"""
 
 Stage 1 保留完整梯度，所以不管累积多少个微批次，它都能在本地把 4 个微批次的梯度加起来，到累积边界再归约一次：
-DeepSpeed 对它们做 all-reduce（2Ψ），再 all-gather 参数（Ψ），每步 3Ψ；论文的 reduce-scatter 则是 2Ψ。stage 2 只保留自己那一片梯度，
+DeepSpeed 对它们做 all-reduce（2Ψ），再 all-gather 参数（Ψ），每步 3Ψ；论文的 reduce-scatter 则是 2Ψ。Stage 2 只保留自己那一片梯度，
 所以没法把一个微批次的完整梯度留到最后：在每个微步里，反向每填满一个桶，它就把这个桶归约掉。k 个微步时，DeepSpeed 的 all-reduce
 搬 2kΨ + Ψ，k = 4 时是 **9Ψ**；论文的 reduce-scatter 是 kΨ + Ψ，即 5Ψ。DeepSpeed 的 stage 2 跳不过这一步
 （它的 `no_sync()` 不接受 stage 2 和 3）；stage 3 要付 k × 3Ψ。对策：更少、更大的微批次，或者在梯度装得下时改用 stage 1。
@@ -168,7 +168,7 @@ True ≈ stage 3，False ≈ stage 2。这些名字掩盖的区别，就是 Q3 �
 
 不会。ZeRO 只改变模型状态**放在哪里**；每个 rank 算的前向和反向与 DDP 下完全相同，每个梯度都在所有 rank 上取平均，
 优化器做的也是同样的逐元素更新，只不过每个 rank 只更新自己那一片。结果与数据并行训练相等，差别只来自浮点数求和的顺序（最后几位）。
-例外是要看整个张量的优化器，比如 LAMB 的信任比（trust ratio），作用在一个分片上就不对了：所以 DeepSpeed 的 ZeRO
+例外是要看整个张量的优化器，比如 LAMB 的信任比，作用在一个分片上就不对了：所以 DeepSpeed 的 ZeRO
 只接受它测试过的优化器（torch 的 Adam、AdamW 和 Adagrad；它自己的 fused Adam、CPU Adam、Adagrad 和 Lion），
 除非设置了 `zero_allow_untested_optimizer`。
 
@@ -183,7 +183,7 @@ True ≈ stage 3，False ≈ stage 2。这些名字掩盖的区别，就是 Q3 �
 
 全局 L2 范数是 √(所有元素的 g² 之和)，而求和可以按分片拆开：每个 rank 算出自己分片的平方和，对这一个数做一次 all-reduce（SUM），
 得到 Σ_r ‖g_r‖²，每个 rank 再各自开平方。每个分片按自己的范数裁剪是错的：那样每个 rank 缩放的系数都不一样。DeepSpeed 把这一步
-和 fp16 的去缩放（unscale）合在一起：梯度只乘一次 1 / (scale · max(1, norm / clip))，其中 norm 是去缩放之后的范数。
+和 fp16 的去缩放合在一起：梯度只乘一次 1 / (scale · max(1, norm / clip))，其中 norm 是去缩放之后的范数。
 它的 `gradient_clipping` 默认是 1.0（设为 0 即关闭）。在 zerolab 里，同一次小 all-reduce 还顺带传递溢出标志：2 个 float64，共 16 字节。
 
 </details>
@@ -257,7 +257,7 @@ ZeRO 在各个 rank 之间切分**模型状态**（参数、梯度、优化器�
 
 """ + ANSWER + r"""
 
-**ZeRO-Offload**（`offload_optimizer.device: "cpu"`，stage 1-3）把 fp32 主权重和 Adam 的两个矩放在主机内存（host memory）里，
+**ZeRO-Offload**（`offload_optimizer.device: "cpu"`，stage 1-3）把 fp32 主权重和 Adam 的两个矩放在主机内存里，
 并**在 CPU 上**运行优化器更新（DeepSpeed 的向量化 CPUAdam）。每一步，fp16 梯度下行到主机，更新后的 fp16 参数再上行回来：
 经 PCIe 共 2Ψ + 2Ψ 字节，分摊到各个 rank。配合 stage 2，GPU 上只留下 2 字节的参数，即 2Ψ。**ZeRO-3 offload** 增加了
 `offload_param`（仅 stage 3）：参数分片也放在主机上，GPU 上大约只需放下收集来的一层。**ZeRO-Infinity** 把两者都扩展到
