@@ -30,8 +30,8 @@ ORDER = ["ch00", "ch01", "ch02", "ch03", "ch03c", "ch04", "ch05", "ch06", "ch07"
          "ch10", "ch11", "ch12", "ch13", "ch14"]
 CODE = re.compile(r"```.*?```|`(?:[^`\n]|\n(?!\s*\n))*`|\$\$.*?\$\$|(?m:^(?:    |\t).*$)", re.S)
 HAN = r"[\u4e00-\u9fff]"
-# sentences with two or more "：" left after the fourth pass (issue 36); lower it as they are rewritten
-COLON_CHAINS_LEFT = 200
+# sentences with two or more "："; none are left after the fourth pass (issue 36)
+COLON_CHAINS_LEFT = 0
 
 
 def _load(name: str) -> dict:

@@ -69,7 +69,7 @@ ZeRO 在网络上做的每一件事，都是下面四种集合通信之一：
 | **all-gather** | rank r 有第 r 片 | 每个 rank 都有全部各片 | stage 1 到 3：用各个分片重建完整的参数（第 3 章） |
 | **broadcast** | 只有源 rank 有数据 | 每个 rank 都有一份副本 | 领班把同一套初始权重发给所有人 |
 
-它们都经过 `zerolab.comm.Comm`：它调用 `torch.distributed`，并把每次调用记进一本**账本**（ledger）：操作、元素数、字节数、dtype、
+它们都经过 `zerolab.comm.Comm`：它调用 `torch.distributed`，并把每次调用记进一本**账本**（ledger），记下操作、元素数、字节数、dtype、
 耗时，外加一个说明这次调用缘由的标签（tag）。
 
 图中每一行是一个 rank，每一格是它持有的一个数。**颜色表示这份数据是谁的**：每个 rank 一种颜色，深灰色表示对所有 rank 求出的和，

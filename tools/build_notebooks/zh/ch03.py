@@ -39,7 +39,7 @@ ZH = {
 | 3 | + 参数 | **16Ψ/N** | **3Ψ**：前向 all-gather（Ψ），反向再 all-gather 一次（Ψ），reduce-scatter（Ψ） |
 
 **DeepSpeed 0.19.8 在 stage 1 和 2 搬的并不是论文的字节数**：默认设置下，它对每个梯度桶（bucket）做 **all-reduce**（2Ψ），
-每个 rank 留下自己负责的那几段，更新之后再对参数做 all-gather（Ψ）：**3Ψ**。zerolab 默认照 DeepSpeed 的集合通信来做
+每个 rank 留下自己负责的那几段，更新之后再对参数做 all-gather（Ψ），合计 **3Ψ**。zerolab 默认照 DeepSpeed 的集合通信来做
 （`benchmarks/results/side_by_side.txt` 把两边并排列出）；论文的 reduce-scatter 是 zerolab 自己的开关，
 `"zerolab": {"ideal_reduce_scatter": true}`。
 
@@ -52,7 +52,7 @@ ZH = {
 ## 每个 rank 的显存：实测值与公式并排
 
 `ch03.measure_all` 在每个搬家队的每个 rank 上、对每个 stage 运行 `train_and_measure`：它像 DeepSpeed 用户那样用
-`zerolab.initialize(model, config)` 构建引擎，训练两步（AdamW 在第一步时创建它的状态），测量第二步：这个 rank 持有多少
+`zerolab.initialize(model, config)` 构建引擎，训练两步（AdamW 在第一步时创建它的状态），测量第二步这个 rank 持有多少
 （`engine.memory()`，从张量读出）以及它发出了多少（`engine.ledger`）。
 
 **先预测，再运行。** N = 4 时，DDP 每个 rank 持有 16Ψ = 3,022,400 字节的模型状态。Stage 1 会留下其中的几分之几？
@@ -60,11 +60,11 @@ Stage 2 呢？Stage 3 呢？写下三个分数。
 """),
 "ch03-05": ("4121e4b14b5b", r"""
 多数人对每个 stage 都猜 1/4：加了 4 个工人，每人就该背四分之一。只有 stage 3 是这样：stage 1 留下 DDP 字节数的 **0.438**
-（16Ψ 里的 7Ψ：它只拆了小本子，bf16 的参数和梯度在每个 rank 上仍是完整的），stage 2 留下 **0.344**（5.5Ψ）。
+（16Ψ 里的 7Ψ，因为它只拆了小本子，bf16 的参数和梯度在每个 rank 上仍是完整的），stage 2 留下 **0.344**（5.5Ψ）。
 Stage 1 一下子就卸掉了大部分重量，因为 16 个字节里有 12 个是小本子。
 
 “left”那一列不是噪声，它有三个来源：每块扁平缓冲区都**补齐**（padding）到 N 的整数倍（每个补齐元素 16 字节，每种状态一旦切分就除以 N）；
-那个**冻结**的参数（`temperature`，2 字节：在 stage 0-2 里每个 rank 上都是完整的；在 stage 3 里和其他参数一样被切分，
+那个**冻结**的参数（`temperature`，2 字节。在 stage 0-2 里每个 rank 上都是完整的；在 stage 3 里和其他参数一样被切分，
 就像 DeepSpeed 的 `zero.Init` 那样，补齐到 N 个元素、每个 rank 一个，所以同样是 2 字节）；还有 AdamW 为它更新的每个扁平组保留的
 4 字节 **step 计数器**。
 下一个单元格把这些加起来，再画出这张表。
@@ -156,7 +156,7 @@ min(`stage3_max_live_parameters` − 已收集的元素数, `stage3_prefetch_buc
 **先预测，再运行。** 用 DeepSpeed 的默认阈值，stage 3 在这个模型上前向和反向会收集几个模块，搬多少字节：3Ψ 个单位、2Ψ，还是更少？
 """),
 "ch03-21": ("eed6e801451d", r"""
-一个模块也不收集，整步只有一次 all-gather：这里每个参数都不到 100,000 个元素，于是 stage 3 悄悄变成了论文里的 stage 2（每个 rank 377,808 字节的参数：
+一个模块也不收集，整步只有一次 all-gather：这里每个参数都不到 100,000 个元素，于是 stage 3 悄悄变成了论文里的 stage 2（每个 rank 377,808 字节的参数，即
 2Ψ，加上补齐到 4 个元素的冻结参数 `temperature`，8 字节；通信量 2Ψ，比 DeepSpeed 自己的 stage 2 还少）。更新之后的那一次 all-gather
 横跨优化器的全部参数组，一次刷新所有常驻参数，冻结的那个也在内（DeepSpeed 的 `_post_step`）。在数十亿参数的模型上，100,000 个元素
 不过是一个 LayerNorm 或一个偏置；在小模型上，阈值要自己设。阈值为 30,000 时，embedding 是常驻的，它多出的那几次收集也就没了，
@@ -199,7 +199,7 @@ DeepSpeed 的 stage 1 和 2 把所有参数按梯度顺序（最后一层在前�
 - **显存**，N = 4 时：stage 1 留下 DDP 字节数的 0.438，stage 2 留下 0.344，stage 3 留下 0.25；把补齐、冻结的参数和 AdamW 的
   step 计数器算进去之后，每一项都和公式分毫不差。
 - **通信量**，以 (N−1)/N·2Ψ 为单位：DDP 为 2；DeepSpeed 的 stage 1-2 为 3（每个桶都 all-reduce），论文的做法为 2（zerolab 的开关）；
-  Stage 3 在复用距离为 0 时为 3.272（共享权重的 embedding 多收集了两次：前向时为输出头，反向时为它自己的反向，因为 DeepSpeed
+  stage 3 在复用距离为 0 时为 3.272（共享权重的 embedding 多收集了两次，前向时为输出头，反向时为它自己的反向，因为 DeepSpeed
   在每个模块的反向之后就释放参数），用 DeepSpeed 的默认值为 2。预取改变的是调用次数（6 次对 20 次），
   不是字节数。梯度累积为 4 时，stage 2 每个微步都要付：按 DeepSpeed 的做法为 9，按论文为 5。
 - **正确性**（fp32）：每个 stage 与单进程的接近程度都和 DDP 一样，用 AdamW 时在 3·10⁻⁴ 以下（附录 3a 解释了为什么不能更近）。
@@ -235,7 +235,7 @@ zerolab 的开关；DeepSpeed 对它做 all-reduce），检查程序会用它训
 （分片、reduce-scatter、参数收集），或者数据并行本身，它把 batch 拆开、再把各部分加起来。
 
 实验：让**一个进程**做和 N 个 rank 相同的算术，也就是把每个 batch 拆成 N 个微批次、把它们的梯度加起来
-（即梯度累积，gradient accumulation：在单个 rank 上设 `gradient_accumulation_steps = N`），然后再把 AdamW 换成普通的 SGD。
+（即梯度累积，gradient accumulation，在单个 rank 上设 `gradient_accumulation_steps = N`），然后再把 AdamW 换成普通的 SGD。
 这些运行用的都是第 3 章的设置（`zerolab/chapters/ch03.py`）：188,900 个参数的 TinyLM，三个 12 条序列的全局 batch，fp32 训练 3 步。
 """),
 "ch03a-02": ("545897b16226", r"""

@@ -69,8 +69,8 @@ ds_config = {
 """),
 "ch08-04": ("a88f240b801b", r"""
 **一次也没有。** 这个模型的每个参数最多只有 10⁵ 个元素，所以在清单（也是 DeepSpeed 默认）的常驻阈值之下，它们全都是常驻参数：
-以 fp16 完整地保留在每个 rank 上，前向和反向中从不收集，每步更新之后再整体收集一次。在小模型上，默认设置下的“ZeRO-3”对参数的处理和 stage 2 一样：
-这个阈值是按 7B 模型定的：在 7B 模型里，只有 LayerNorm/RMSNorm 的权重（4,096 个元素）低于它。优化器状态
+以 fp16 完整地保留在每个 rank 上，前向和反向中从不收集，每步更新之后再整体收集一次。在小模型上，默认设置下的“ZeRO-3”对参数的处理和 stage 2 一样。
+这个阈值是按 7B 模型定的，在 7B 模型里，只有 LayerNorm/RMSNorm 的权重（4,096 个元素）低于它。优化器状态
 和梯度仍然是分片（sharded）的；这里开了 `offload_optimizer`，优化器状态放在主机内存里。`gradient_accumulation_steps` 为 4 时，4 个微批次中每一个结束后都要对梯度做一次 reduce-scatter，这是 stage 2/3 的做法（第 6 章）：
 每个 `reduce_bucket_size` 大小的模块桶调用一次，而清单的 5·10⁸ 能把整个模型装进一个桶。
 
@@ -84,11 +84,11 @@ ds_config = {
 在 `parameter_offload.py` 里，逐个参数判断：`numel <= threshold` 时常驻；总数上限按模型里参数的顺序往里填。）
 """),
 "ch08-06": ("3bdda5a0f5d8", r"""
-- **0**：没有常驻参数；8 个模块每个都在前向收集一次、反向再收集一次，共 16 次收集，266,240 字节（按 fp32 计的 Ψ，两遍：
-  Stage 3 的“3Ψ”就是这 2Ψ 加上 reduce-scatter）；每个 rank 持有半个模型，66,560 字节。
+- **0**：没有常驻参数；8 个模块每个都在前向收集一次、反向再收集一次，共 16 次收集，266,240 字节（按 fp32 计的 Ψ，两遍，
+  stage 3 的“3Ψ”就是这 2Ψ 加上 reduce-scatter）；每个 rank 持有半个模型，66,560 字节。
 - **64**：8 个偏置常驻。模块收集仍然是 16 次（现在只收集权重），外加更新之后刷新常驻组的**一次** all-gather：17 次。
   每个 rank 持有自己那一半权重外加全部偏置，多出 1,024 字节。
-- **4,096 和 10⁵**：全部常驻：每步一次 all-gather，收集整个模型，每个 rank 持有整个模型。
+- **4,096 和 10⁵**：全部常驻，每步一次 all-gather，收集整个模型，每个 rank 持有整个模型。
 - **总数上限**（8,192 个元素）：按模型里的顺序往里填，第一个权重和全部 8 个偏置放得下（4,096 + 512），第二个权重放不下。
 
 这是拿显存换调用次数：常驻省掉了许多次小收集（每次都要付一个 α，第 6 章），代价是每个 rank 上都多占显存。在 7B 模型里，
@@ -98,7 +98,7 @@ ds_config = {
 
 第一步时，DeepSpeed（zerolab 也一样）会记录各模块收集参数的顺序。从第二步开始，DeepSpeed 的规则（`partitioned_param_coordinator.py`
 里的 `fetch_sub_module`）是：在**每个模块取参数**（fetch）时，包括自身不带参数的模块（这里是根模块 `MLP`），按记录下的顺序，
-对接下来那些既未收集、也不在途的组发出一次异步 all-gather，这就是一次**补取**（top-up）：只要已取的元素数还少于
+对接下来那些既未收集、也不在途的组发出一次异步 all-gather，这就是一次**补取**（top-up），只要已取的元素数还少于
 
     min(stage3_max_live_parameters - available, stage3_prefetch_bucket_size)
 
@@ -115,7 +115,7 @@ ds_config = {
 - **峰值：预取桶限制的是一次补取，而不是在途的总量。** 8,192（两个权重）时，根模块取参数时取走第 0、1 层；第 0 层取参数时，这两个都还在途，
   于是再取第 2、3 层；第 1 层取 4、5；第 2 层取 6、7：同一时刻有六个权重（24,576 个元素）已收集或在途。能限制这个量的只有
   `stage3_max_live_parameters`（这里是 10⁹；见第 4 节）。预取整个模型时，stage 3 会在某一刻持有 stage 2 一直持有的东西。
-- 打开预取后，16 次模块收集中有 15 次是预取来的：反向的第一次收集（最后一层：距离为 0 时，它在前向之后就被释放了）还没等哪次补取来取它，就已经要用了。
+- 打开预取后，16 次模块收集中有 15 次是预取来的：反向的第一次收集（最后一层，距离为 0 时它在前向之后就被释放了）还没等哪次补取来取它，就已经要用了。
 
 在 GPU 上，预取图的是**时间**：下一个模块的 all-gather 在自己的流上运行，与此同时这个模块在计算。在这颗 CPU 上，收集很便宜，核又是共享的，
 所以能看出来的主要是省下的调用次数。每步的时间（在这里仅供参考）：
@@ -147,8 +147,8 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 """),
 "ch08-16": ("16e5edf28bba", r"""
 距离为 0 时，每个模块每次用完都释放：16 次收集，一次一个权重，也就是 stage 3 的“3Ψ”。4,096 让最后一层跨过前向转反向的拐点一直留着（15 次收集）。
-清单的 10⁹ 比整个模型还大，让**所有**参数从第一次使用到最后一次使用都保持收集状态：8 次收集，字节数减半
-（这时 stage 3 搬的是 2Ψ：收集 Ψ，reduce-scatter Ψ），整个模型同时处于收集状态。这就是 DeepSpeed 在小模型上的默认行为。换成大模型呢？
+清单的 10⁹ 比整个模型还大，让**所有**参数从第一次使用到最后一次使用都保持收集状态。8 次收集，字节数减半
+（这时 stage 3 搬的是 2Ψ，即收集 Ψ，reduce-scatter Ψ），整个模型同时处于收集状态。这就是 DeepSpeed 在小模型上的默认行为。换成大模型呢？
 
 **先预测，再运行。** Llama-2-7B（hidden 4,096，MLP 11,008，32 层，词表 32,000；每个 `Linear` 和嵌入层各算一个模块，norm 权重常驻）：
 226 个模块，距离为 0 时每步 452 次收集。清单的 10⁹ 能省掉多少次？
@@ -204,14 +204,14 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 
 在第一部分（[`08_zero3_in_production.ipynb`](08_zero3_in_production.ipynb)）里，队长拿一栋小房子把清单上的旋钮一个一个试过了。
 真正搬家之前还剩两件事：把清单的**每一行**都读一遍（有的是把 DeepSpeed 的默认值照抄出来，有的抄自一份旧手册，还有两行归错了类），
-核对它那张“推荐值”**调参表**；然后照另一支搬家队的做法**启动**搬家：用启动器在每个设备上启动一个工人。
+核对它那张“推荐值”**调参表**；然后照另一支搬家队的做法**启动**搬家，用启动器在每个设备上启动一个工人。
 
 清单就是 `configs/seed002_zero3_offload.json`（第一部分展示了它发布时的原样）。它的启动命令：
 `deepspeed --num_gpus=8 train.py --deepspeed ds_config_zero3.json --model_name meta-llama/Llama-2-7b-hf --per_device_train_batch_size 4 --gradient_accumulation_steps 4`。
 它的调参表：`reduce_bucket_size` 5e8-1e9，`stage3_prefetch_bucket_size` 5e8-1e9，`stage3_max_live_parameters` 1e9-2e9，
 `stage3_param_persistence_threshold` 1e5。
 
-**这里要做的：** 把每个键与 DeepSpeed 0.19.8 真正的默认值（取自它的源码：`deepspeed/runtime/zero/config.py`、`offload_config.py`）
+**这里要做的：** 把每个键与 DeepSpeed 0.19.8 真正的默认值（取自它的源码`deepspeed/runtime/zero/config.py`、`offload_config.py`）
 以及 zerolab 读到的值并排对照；问问 `zerolab explain` 这份配置在 8 个 rank 上会做什么；在小房子上测一测调参表给的值；用 `zerolab train` 运行这份配置；
 最后在 `torchrun` 下用 zerolab 跑一个 DeepSpeed 训练脚本，只改一行。
 """),
@@ -237,7 +237,7 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
   前向和反向中从不收集；但它的梯度和优化器状态仍然是分片的，而且每步之后都要 all-gather 一次，好让每个 rank 上的副本拿到更新（第一部分第 2 节）。
 - `stage3_max_live_parameters: 1e9`，注释“同时在 GPU 上的最大参数量”：**不是上限。** 它只限制*预取*能额外加进来多少：模块自己的收集总会发生，
   越过预算的那个模块也会被取走（第一部分第 4 节）。
-- `stage3_max_reuse_distance: 1e9`：如果一个参数在记录的顺序里往后这么多个**元素**之内还会再用到，就让它保持收集状态（第一部分第 5 节：在小模型上就是全部）。
+- `stage3_max_reuse_distance: 1e9`：如果一个参数在记录的顺序里往后这么多个**元素**之内还会再用到，就让它保持收集状态（第一部分第 5 节，在小模型上就是全部）。
 - `offload_optimizer` / `offload_param` 加 `pin_memory: true`：优化器状态和参数分片放在 CPU 内存里（第 5 章）。DeepSpeed 0.19.8 里 `pin_memory` 默认就是 true。
 - **归错了类、放在“通信优化”下面的：** `sub_group_size` 给**优化器更新**分块（一次更新 rank 分片里的多少个元素，在卸载时限制 CPU/NVMe 上的工作内存）；
   它什么也不发送。`round_robin_gradients` 重新安排哪个 rank 拥有哪个梯度，**只在 stage 1 和 2** 起作用，用来分散卸载时从设备到主机的拷贝；
@@ -257,10 +257,10 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 "ch08b-08": ("460d44cb51e0", r"""
 在小房子上，5e8 和 5e7 没有区别：两者都在一次补取里取走整个前向。差别只在大模型上才显现：
 
-- `stage3_prefetch_bucket_size` 5e8-1e9：在 7B 模型上，5·10⁸ 个元素相当于一次补取拿走两层半，fp16 下约 1 GB，而且每个模块取参数时都要补取一次：
+- `stage3_prefetch_bucket_size` 5e8-1e9：在 7B 模型上，5·10⁸ 个元素相当于一次补取拿走两层半，fp16 下约 1 GB，而且每个模块取参数时都要补取一次，
   在途的总量只受 `stage3_max_live_parameters`（1e9，五层）限制。这换来了什么（收集次数更少、更早，重叠更多），又付出了什么
   （收集来的参数峰值随预取桶增长，直到变成整个模型），正是小房子上显示的。
-- `stage3_max_live_parameters` 1e9-2e9：是给预取的预算，不是显存的上限：预算为 1,000 时，仍然会收集一个 4,096 元素的模块。
+- `stage3_max_live_parameters` 1e9-2e9：是给预取的预算，不是显存的上限。预算为 1,000 时，仍然会收集一个 4,096 元素的模块。
 - `reduce_bucket_size` 5e8-1e9：默认值已经是 5e8。更大的桶用更少的调用发送同样的字节（第 6 章），但每个桶都要占一块缓冲区：在 stage 3，
   DeepSpeed 每种 dtype 用一块桶缓冲区来装（它唯一的那块 IPG 缓冲区；stage 1-2 开 `overlap_comm` 时保留两块），5e8 时 fp16 下是 1 GB。
 - `stage3_param_persistence_threshold` 1e5：这是默认值，对 7B 来说也合理（只有 norm 权重落在它下面）；在小房子上它让每个参数都常驻。
@@ -306,7 +306,7 @@ Hugging Face Trainer 的风格；配置里的 `train_batch_size` 128 = 4 × 4 ×
 给出多少个微批次？结束时引擎会数到多少个优化器步？
 """),
 "ch08b-16": ("eefbb4860877", r"""
-脚本并不知道自己不是跑在 DeepSpeed 上：四元组、按 rank 切分的数据加载器（64 个样本，2 个 rank，微批次 4：每个 rank 每个 epoch 8 个微批次）、
+脚本并不知道自己不是跑在 DeepSpeed 上：四元组、按 rank 切分的数据加载器（64 个样本，2 个 rank，微批次 4，即每个 rank 每个 epoch 8 个微批次）、
 2 个微批次的梯度累积（24 个微批次，12 个优化器步）、调度器以及 stage 3 的参数收集，全都来自配置。唯一专属于 zerolab 的是
 `getattr(model_engine, "ledger", None)` 那一段，在 DeepSpeed 上运行时会跳过：它列出每种集合通信的调用次数和字节数，数字精确，在每台机器上都一样。
 
@@ -322,8 +322,8 @@ CUDA 上下文，所以读数比 DeepSpeed 的 `MemAllocated` 高。）
 还是整个搬家队的？在 fp32 运行里，`skipped` 会显示什么？
 """),
 "ch08b-18": ("89678a485bea", r"""
-DeepSpeed 的 `ThroughputTimer` 构造时用的是 `batch_size = train_batch_size`（微批次 × 累积步数 × rank 数：这里是 32 × 1 × 2 = 64），
-按 rank 0 的时钟计时，所以每秒样本数是**整个搬家队**的，而不是一个工人的：要得到每张 GPU 的数字，得除以 rank 数。`RunningAvgSamplesPerSec`
+DeepSpeed 的 `ThroughputTimer` 构造时用的是 `batch_size = train_batch_size`（微批次 × 累积步数 × rank 数，这里是 32 × 1 × 2 = 64），
+按 rank 0 的时钟计时，所以每秒样本数是**整个搬家队**的，而不是一个工人的。要得到每张 GPU 的数字，得除以 rank 数。`RunningAvgSamplesPerSec`
 是到目前为止所有步的平均；`CurrSamplesPerSec` 只算最后一步（在这台繁忙的 2 核机器上，它能波动好几倍）。`skipped` 统计的是 fp16 损失缩放器在溢出后
 丢掉的步数（第 4 章）；在 fp32 和 bf16 里它一直是 0。
 
@@ -333,7 +333,7 @@ DeepSpeed 的 `ThroughputTimer` 构造时用的是 `batch_size = train_batch_siz
 "ch08b-20": ("a22886a19720", r"""
 反向传播里一半以上的时间是梯度归约：在走 gloo 的 CPU rank 上，归约没有被藏起来（第 6 章测过原因），而在开了 `overlap_comm` 的 GPU 上，
 它大部分在 NCCL 自己的流上、躲在 autograd 后面运行，`bwd_allreduce` 只剩下暴露在外的那部分。zerolab 里与之对应的是引擎的时间线
-（`engine.timeline.summary()`：计算、暴露的通信和被藏起来的通信），而它的账本还能数出 DeepSpeed 的计时器数不了的东西：调用次数和字节数。
+（`engine.timeline.summary()`：计算、暴露的通信和被藏起来的通信），而它的账本还能数出 DeepSpeed 的计时器数不了的调用次数和字节数。
 
 `ds_report` 在每台机器上的读法都一样。每个 op 的“installed”都是 NO，因为这个包是用 `DS_BUILD_OPS=0` 构建的：每个 op 在第一次用到时即时编译（JIT），
 前提是它“compatible”。`async_io` 不兼容：它需要 `libaio`（`apt install libaio-dev`），没有它，**NVMe 卸载就跑不起来**（第 5 章那个设在磁盘上的仓库）。
@@ -370,7 +370,7 @@ DeepSpeed 的 `ThroughputTimer` 构造时用的是 `batch_size = train_batch_siz
 检查程序会**在 2 个 rank 上用引擎运行你的取值**并测量。
 
 模型：一个由 8 个 `Linear(64, 64)` 层组成的 MLP（8 个 4,096 元素的权重，8 个 64 元素的偏置），stage 3，2 个 rank，3 步；
-以**最后**一步为准（顺序已记录，预取已打开）：
+以**最后**一步为准（顺序已记录，预取已打开）。
 
 | 目标 | 最后一步必须满足 |
 |---|---|
@@ -380,11 +380,11 @@ DeepSpeed 的 `ThroughputTimer` 构造时用的是 `batch_size = train_batch_siz
 
 B 和 C 背后的规则是 DeepSpeed 的（第 8 章第 3、4 节）：每个模块取参数时（根模块也算），按记录下的顺序对接下来的组做一次 all-gather，
 只要已取的元素数还少于 min(`stage3_max_live_parameters` − available, `stage3_prefetch_bucket_size`) 就继续取，**越过上限的那一组也算在内**
-（available：已收集或在途的量）。
+（available 是已收集或在途的量）。
 
-写出 `knobs(goal)`：返回由这五个键组成的字典（没写的键保持 DeepSpeed 的默认值：常驻阈值 1e5，无总量上限，预取 5e7，活跃参数预算 1e9，复用距离 1e9）。
+写出 `knobs(goal)`：返回由这五个键组成的字典（没写的键保持 DeepSpeed 的默认值，即常驻阈值 1e5，无总量上限，预取 5e7，活跃参数预算 1e9，复用距离 1e9）。
 
-`measure(knobs)` 用你的取值运行引擎，返回检查程序读取的量：`calls`（参数 all-gather 调用次数，取自 `engine.ledger.records`：只算 ZeRO 自己的；
+`measure(knobs)` 用你的取值运行引擎，返回检查程序读取的量：`calls`（参数 all-gather 调用次数，取自 `engine.ledger.records`，只算 ZeRO 自己的；
 zerolab 的 16 字节顺序检查单独记录，不计在内）、`prefetches`（在用到之前收集的组数）、`peak`（同一时刻已收集或在途元素的最大值）、
 `persistent`（各个常驻参数的大小）和 `param_bytes`（每个 rank 的参数字节数）。用它来试各种取值。
 

@@ -104,7 +104,7 @@ head 再收集 embedding，因为根模块的输出*就是* head 的输出，外
 ## 检查
 
 它在 2 个和 3 个 rank 上把你的类运行 3 步，旁边是同一个引擎上 zerolab 自己的 `ModuleHooks`，依次比较：某个 rank 上的失败
-（哪个阶段抛了异常）、同时收集着的元素峰值（从不释放的类会失败：“never released: peak X vs Y”）、按顺序的每一次收集和释放、
+（哪个阶段抛了异常）、同时收集着的元素峰值（从不释放的类会失败，报“never released: peak X vs Y”）、按顺序的每一次收集和释放、
 账本里的参数 all-gather（调用次数和字节数），最后是损失和参数是否逐位相同。哪里不一样，它就点出可能的错误：只收集不释放、
 反向之前就释放了却再也不收集回来、再收集时用了别的模块的组、忘了在模块外被读到的权重或忘了把它永久绑定、把一个单元的组逐个收集、
 模块反向之后不释放。
@@ -112,7 +112,7 @@ head 再收集 embedding，因为根模块的输出*就是* head 的输出，外
 "ex08c-14": ("42e8c369d5a5", r"""
 ## 本章测得的
 
-- 在 2 个 rank 上跑两步：13 次参数 all-gather；外部权重绑到读它们的模块上之后是 12 次（前向 6 次、反向 6 次：
+- 在 2 个 rank 上跑两步：13 次参数 all-gather；外部权重绑到读它们的模块上之后是 12 次（前向 6 次、反向 6 次，
   与 DeepSpeed 的调用一一对应、大小相同）；每个组在用到它的每个模块的前向和反向之后都释放。
 - 同时收集着的元素峰值：有你的释放是 1,344，不释放是 2,928（整个模型）。
 - 每步拼出 27,520 字节：2Ψ 的参数，再加两次绑定的权重。
@@ -120,9 +120,9 @@ head 再收集 embedding，因为根模块的输出*就是* head 的输出，外
 ## 它在源码里的位置
 
 在 DeepSpeed 0.19.8 里，`DeepSpeedZeRoOffload._register_deepspeed_module`（`runtime/zero/parameter_offload.py`）给每个模块注册：
-一个前向前置钩子（`pre_sub_module_forward_function`：协调器的 `fetch_sub_module`，它也负责预取）、一个前向钩子
-（`post_sub_module_forward_function`：`release_sub_module`，在复用距离之内还会用到的参数它会留着）、一个把输出包起来的前向钩子，
-让流到输出的第一个梯度为该模块的反向运行 `fetch_sub_module`（`_pre_backward_module_hook`），以及一个把输入包起来的前置钩子：
+一个前向前置钩子（`pre_sub_module_forward_function`，即协调器的 `fetch_sub_module`，它也负责预取）、一个前向钩子
+（`post_sub_module_forward_function`，即 `release_sub_module`，在复用距离之内还会用到的参数它会留着）、一个把输出包起来的前向钩子，
+让流到输出的第一个梯度为该模块的反向运行 `fetch_sub_module`（`_pre_backward_module_hook`），以及一个把输入包起来的前置钩子，
 输入的梯度全部到齐后，`post_sub_module_backward_function` 在模块反向之后释放参数。
 `ZeROOrderedDict.__getitem__` 替换每个模块的 `_parameters`，用来抓住在自己模块之外被读到的参数，并把它永久绑到正在运行的模块上
 （`register_external_parameter`，`runtime/zero/partition_parameters.py`；模型也可以手动调用它）。

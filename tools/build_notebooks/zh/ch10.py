@@ -13,7 +13,7 @@ ZH = {
 *搬家队一直以为的，和账本上记着的。*
 
 到这里，搬家队对这份活儿已经很熟了：**家具**（参数，parameters）、**搬迁贴纸**（梯度，gradients）、
-写满经验、**厚厚的小本子**（优化器状态，optimizer states：fp32 主权重、Adam 的动量和方差）、**折叠椅**（激活值，activations），
+写满经验、**厚厚的小本子**（优化器状态，optimizer states，即 fp32 主权重、Adam 的动量和方差）、**折叠椅**（激活值，activations），
 还有分摊负重的三种办法。剩下的，是那些人人都*以为*自己懂了的事：有的是匆忙间记下的，有的曾经是对的，
 有的在一台机器上成立、换一台就不成立。
 
@@ -44,7 +44,7 @@ ZH = {
 `estimate_memory()` 又会报出多少？（`p.nbytes` 是数组的字节数。）把两个数都写下来。
 
 下面对每个工人列出：演示代码的估算值、注释的本意（第 1 章的 2 + 2 + 12），以及演示代码自己的数组实际占用的字节
-（全是 fp32，没有主权重副本：每个参数 4 + 4，每个自有参数再加 4 + 4），单位都是字节。
+（全是 fp32，没有主权重副本，即每个参数 4 + 4，每个自有参数再加 4 + 4），单位都是字节。
 """),
 "ch10-06": ("839e920c340b", r"""
 `p.nbytes` 是 *float32* 数组的大小：每个元素 4 字节。所以 `nbytes * 2` 是每个参数 8 字节，`nbytes * 4` 是 16 字节。
@@ -128,11 +128,11 @@ Adam 的矩从零开始，所以早期它们偏向零：一步之后 m 是 0.1·
 在 stage 3，优化器更新只发出一次很小的 all-reduce，**不发任何参数**：没有 broadcast，也没有 all-gather。
 这次 16 字节的 all-reduce 是 zerolab 的，不是 DeepSpeed 的：zerolab 在每个 stage 都把溢出标志和梯度裁剪要用的梯度平方范数
 打包成一对 fp64 一起发。DeepSpeed 0.19.8 只发梯度范数这一个标量：stage 1-2 是 fp32，4 字节（`runtime/zero/stage_1_and_2.py` 第 2693 行），
-Stage 3 是 fp64，8 字节（`stage3.py` 第 2469 行，数据类型取自 `get_norm_dtype()`），stage 0 也是 4 字节；
+stage 3 是 fp64，8 字节（`stage3.py` 第 2469 行，数据类型取自 `get_norm_dtype()`），stage 0 也是 4 字节；
 它的溢出检查只在 fp16 下做，是另一次 1 字节的 all-reduce（`stage_1_and_2.py` 第 3242 行）。参数在前向中传一次（Ψ），在反向中再传一次（Ψ，同一阶段里还有梯度的
 reduce-scatter，每个模块桶一次）。Stage 1 和 2 在更新这一步发送参数，对扁平缓冲区做一次 all-gather。它们的梯度按 DeepSpeed
 的方式发送：stage 1 在整个反向传播期间保留完整梯度，到更新开始时再逐桶做 all-reduce（这一步的 all-reduce 里包括 zerolab 那次 16 字节的）；
-Stage 2 在反向传播期间就逐桶 all-reduce。（这是第一步：stage 3 还没有记录下顺序，所以每个模块单独收集，没有预取。）
+stage 2 在反向传播期间就逐桶 all-reduce。（这是第一步：stage 3 还没有记录下顺序，所以每个模块单独收集，没有预取。）
 
 N = 4 时，把全部 Ψ 个 bf16 参数传一遍，每个 rank 要发出 (3/4)·2Ψ = 283,350 字节。Stage 3 的前向和反向各比这多收集了
 38,556 字节。其中 38,550 字节是嵌入矩阵（25,700 个元素，(3/4)·2·25,700 = 38,550 字节），输出头与它共享权重：前向时嵌入层和输出头
@@ -193,7 +193,7 @@ zerolab 的 stage 1 在 3 个和 4 个 rank 上：分片等大；账本上是 De
 3. 在 (g) 里运行 `crew.run(phases_of_a_step, 3, stage3_param_persistence_threshold=100_000)`（先启动一支 2 个 rank 的搬家队：
    本章已经关掉了自己的那支）。哪些参数不再在前向和反向里传输？优化器更新现在发送什么？
 
-**接下来：** 下篇 `10b_the_beliefs.ipynb`：关于 ZeRO 的六种说法，逐一在真实 rank 上运行。
+**接下来**是下篇 `10b_the_beliefs.ipynb`：关于 ZeRO 的六种说法，逐一在真实 rank 上运行。
 """),
 "ch10b-00": ("b17351e37390", r"""
 # 第 10b 章 · 常见误区（二）：六种说法，逐一实测
@@ -229,7 +229,7 @@ Stage 3 又多切分了一个巨头，也就是家具本身，所以每个背包
 就继续往里加模块（available 是已收集或在途的元素数；两个键默认分别为 10⁹ 和 5·10⁷）。除此之外，没有别的东西限制在途（in flight）的量：在这个 189k 参数的模型上，
 第一次取参数就拿走了所有模块，峰值时整个模型都被收集了；而提前收集的模块在一次 all-gather 里一起传输，
 其缓冲区再逐个模块拷贝出来，这又加到了峰值上。把 `stage3_prefetch_bucket_size` 设为 0（不预取），就只收集正在干活的模块，
-Stage 3 比 stage 2 少持有约十分之一（共享权重的嵌入层在输出头的反向之后就被释放，和 DeepSpeed 一样，直到嵌入层自己的反向
+stage 3 比 stage 2 少持有约十分之一（共享权重的嵌入层在输出头的反向之后就被释放，和 DeepSpeed 一样，直到嵌入层自己的反向
 再收集它）。在十亿参数的模型上，同样的预算只够装几层：它本来就是按那个规模定的。
 
 Stage 3 付出多少，取决于拿哪种 stage 2 来比。DeepSpeed 的 stage 2 本来就搬 3Ψ（每个梯度桶 all-reduce，再 all-gather 参数），
@@ -321,8 +321,8 @@ fp16 把小的冲成 0，把大的变成 inf；bf16 每一个都保住了，保�
 """),
 "ch10b-19": ("af98ff10a318", r"""
 四个 stage 的每一列激活值都相同，并随微批次同步增长。真正能让折叠椅变小的是：每个 rank 更小的微批次（全局 batch 固定时增加 rank，
-或者用梯度累积）、激活检查点（activation checkpointing，用重计算代替保存：DeepSpeed 的 `activation_checkpointing` 配置块，
-zerolab 没有实现），以及跨 GPU 的序列并行（sequence parallelism）或张量并行（tensor parallelism）：这些都是 ZeRO 以外的工具。（DeepSpeed 的 `partition_activations`
+或者用梯度累积）、激活检查点（activation checkpointing，用重计算代替保存，即 DeepSpeed 的 `activation_checkpointing` 配置块，
+zerolab 没有实现），以及跨 GPU 的序列并行（sequence parallelism）或张量并行（tensor parallelism）。这些都是 ZeRO 以外的工具。（DeepSpeed 的 `partition_activations`
 切分的是张量并行模型中*做了检查点的*激活值；它属于激活检查点，不属于 ZeRO 的各个 stage。）
 
 ## 说法 6 · “卸载是免费的”

@@ -52,10 +52,10 @@ ZeRO 论文与之不同的地方（stage 1-2 在 DeepSpeed 里搬 3Ψ，在论�
 
 """ + ANSWER + r"""
 
-每个参数五个数：前向用的 fp16/bf16 **权重**（2 字节），它的 fp16/bf16 **梯度**（2），以及优化器状态：
-一份 fp32 的**主权重**（4）、Adam 的**动量**（4）和**方差**（4）。2 + 2 + 12 = 16。12 字节的优化器状态
+每个参数五个数：前向用的 fp16/bf16 **权重**（2 字节），它的 fp16/bf16 **梯度**（2），以及优化器状态，
+即一份 fp32 的**主权重**（4）、Adam 的**动量**（4）和**方差**（4）。2 + 2 + 12 = 16。12 字节的优化器状态
 （论文里的 K = 12）占了四分之三，这正是 ZeRO 先切分它们的原因。激活值和临时缓冲区另算。一个刁钻的追问：用 Adam 做 fp32 训练
-同样是 16 字节（4 + 4 + 8）：混合精度并没有缩小模型状态，它只是把 4 字节挪进了优化器状态，并让计算和通信的量减半。
+同样是 16 字节（4 + 4 + 8）。混合精度并没有缩小模型状态，它只是把 4 字节挪进了优化器状态，并让计算和通信的量减半。
 
 </details>
 
@@ -88,7 +88,7 @@ ZeRO 论文与之不同的地方（stage 1-2 在 DeepSpeed 里搬 3Ψ，在论�
 DDP 对梯度做 all-reduce：2Ψ（一次 all-reduce 就是一次 reduce-scatter 加一次 all-gather）。**论文**里的 stage 1 和 2
 把这次 all-reduce 拆成两半，把优化器更新夹在中间：对梯度做 reduce-scatter（Ψ；每个 rank 拿到自己那一片的和），更新这一片，
 再 all-gather 更新后的参数（Ψ）。同样是 2Ψ：通信量不增加，显存却最多降到四分之一或八分之一。
-**DeepSpeed 0.19.8 默认并不这样做**：它对每个梯度桶做 all-reduce（2Ψ），每个 rank 留下自己负责的那几段，然后 all-gather 参数（Ψ）：
+**DeepSpeed 0.19.8 默认并不这样做**：它对每个梯度桶做 all-reduce（2Ψ），每个 rank 留下自己负责的那几段，然后 all-gather 参数（Ψ），所以
 stage 1 和 2 都是 **3Ψ，DDP 的 1.5 倍**（原因见 Q4）。
 Stage 3 不持有完整参数，所以每一层在前向之前都要 all-gather（Ψ），在反向之前还要**再来一次**，因为收集来的副本在前向之后已经释放（Ψ），
 然后对梯度做 reduce-scatter（Ψ）：**3Ψ**，论文和 DeepSpeed 都是如此。更新之后没有 all-gather：每个 rank 更新自己的分片，
@@ -99,7 +99,7 @@ Stage 1 和 2 默认搬的是 DeepSpeed 的 3Ψ（all-reduce 2Ψ + all-gather Ψ
 所以引擎沿用第一步记下的层顺序，并按 DeepSpeed 的规则**预取**（prefetch）：一个模块取参数时，同时对接下来的几层发起一次异步 all-gather，
 只要已取的元素少于 `stage3_prefetch_bucket_size`（默认 5·10⁷，远大于这个模型）就继续加层。于是前向用一次调用收集第 0 到 3 层（`g0+3`）；
 反向再收集一遍（每层在前向之后都已释放）：第 3 层在需要时收集，同时把第 2、1、0 层放在一次调用里一起收集（`g2+2`）。
-梯度被装进每个 `reduce_bucket_size` 个元素的桶里（默认 5·10⁸：这里整个模型就是一个桶），每个桶一次 reduce-scatter：
+梯度被装进每个 `reduce_bucket_size` 个元素的桶里（默认 5·10⁸，这里整个模型就是一个桶），每个桶一次 reduce-scatter：
 `rs(0)`，而不是每层一次。账本在一次调用被等待时才把它记下。（一层若很快会被再次用到，DeepSpeed 可以跳过它的第二次收集，
 即 `stage3_max_reuse_distance`；公式按收集两次计算。zerolab 自己的顺序检查，即 DeepSpeed 不发的 16 字节 all-gather，
 单独记在 `ledger.checks` 里，这里不显示。）预取改变的是字节何时传输、分几次调用，而不是字节有多少。
@@ -115,7 +115,7 @@ Stage 1 和 2 默认搬的是 DeepSpeed 的 3Ψ（all-reduce 2Ψ + all-gather Ψ
 
 **all-reduce** 之后，每个 rank 都持有完整的和；**reduce-scatter** 之后，rank r 只持有其中的第 r 个 1/N。在环上，
 all-reduce *就是*一次 reduce-scatter 接一次 all-gather，所以代价是它的两倍：2(N−1)/N·S 对 (N−1)/N·S。ZeRO 的 stage 1-3
-只需要自己那一片梯度，所以论文用 reduce-scatter。面试时的一个坑：DeepSpeed 0.19.8 的 stage 1 和 2 默认**不**发 reduce-scatter：
+只需要自己那一片梯度，所以论文用 reduce-scatter。面试时的一个坑：DeepSpeed 0.19.8 的 stage 1 和 2 默认**不**发 reduce-scatter，而是
 每个桶都做 all-reduce（`use_multi_rank_bucket_allreduce`，默认为 true），各个所有者留下自己那一段，所以它们搬的约为 **3Ψ**，
 和 stage 3 一样多。原因是：参数组成一块扁平缓冲区，切成 N 个连续的分区，而一个桶是这块缓冲区里的一段，它对这些分区的切割并不均匀，
 不是 reduce-scatter 分发的那 N 等份。只有 DeepSpeed 的 stage 3 会调用真正的 reduce-scatter。zerolab 发出的是 DeepSpeed 的集合通信；
@@ -279,7 +279,7 @@ zerolab 也能跑卸载（第 5 章测量它，第 9 章用它训练）：下面
 """ + ANSWER + r"""
 
 先看模型状态。7B：16Ψ = 112 GB，所以 DDP 在一张 80 GB 的 GPU 上装不下；stage 1 每张 GPU 需要 4Ψ + 12Ψ/8 = 38.5 GB，
-stage 2 需要 26.25 GB，stage 3 需要 14 GB：都装得下，还给激活值留了空间。70B：总共 16Ψ = 1,120 GB；即便是 stage 3，也要
+stage 2 需要 26.25 GB，stage 3 需要 14 GB，都装得下，还给激活值留了空间。70B：总共 16Ψ = 1,120 GB；即便是 stage 3，也要
 16Ψ/N ≤ 80 GB，所以还没算任何激活值就需要 N ≥ 14；DeepSpeed 的估算器（18Ψ/N + 4L，它还算上一个 fp32 的梯度分区）给出的是
 16 张 GPU 且毫无余量，所以稳妥的回答是 32 张 GPU，或者卸载优化器（Q13）。然后再加上**激活值**（用检查点时，每层约 2·seq·batch·hidden 字节，
 再加一整层的完整激活值）、梯度桶、stage 3 收集来的层，以及内存碎片。如果用了卸载，还要再核对主机内存。
@@ -294,7 +294,7 @@ stage 2 需要 26.25 GB，stage 3 需要 14 GB：都装得下，还给激活值�
 
 """ + ANSWER + r"""
 
-一次搬运 S 字节（每个 rank 发出的）的集合通信耗时 T(S) ≈ α + S/β：α 是一次调用的固定开销（延迟：启动、同步、跳数），
+一次搬运 S 字节（每个 rank 发出的）的集合通信耗时 T(S) ≈ α + S/β：α 是一次调用的固定开销（延迟，包括启动、同步、跳数），
 β 是带宽。n 次调用共搬 S 字节，代价是 n·α + S/β。低于 α·β 字节时，一次调用几乎全是延迟，所以大量小张量会白白浪费时间：
 把它们**分桶**（DeepSpeed 的 `reduce_bucket_size`，DDP 的 `bucket_cap_mb`），并让这些调用与反向**重叠**（`overlap_comm`）。
 再往环形 all-reduce 内部看：一个 B 字节的张量在 N 个 rank 上，α 和 β 改按环上的每一步计，耗时为 2(N−1)·α + 2(N−1)/N·B/β。

@@ -17,7 +17,7 @@ Stage 3 的做法还和以前一样（每个工人保管每个房间家具的一
 | 故事里 | 训练中 | DeepSpeed 0.19.8 的配置键 | 在 zerolab 里 |
 |---|---|---|---|
 | 两栋楼、楼梯、街道 | **节点**（node）：节点内走 NVLink，节点间走 InfiniBand | （启动器给出的节点） | `Crew(4, nodes=2)`、`ledger.by_link()` |
-| 用**速记**写家具清单：每箱记一个数，再记一串小整数 | **qwZ**：参数 all-gather 传 int8 的块（block），每块外加一个 fp32 缩放因子（scale） | `zero_quantized_weights` | `gather.py`、`quant.py` |
+| 用**速记**写家具清单，每箱记一个数，再记一串小整数 | **qwZ**：参数 all-gather 传 int8 的块（block），每块外加一个 fp32 缩放因子（scale） | `zero_quantized_weights` | `gather.py`、`quant.py` |
 | 搬迁贴纸用更简的速记，先在楼里汇总 | **qgZ**：梯度以 int4 经过两次 all-to-all（先节点内，再跨节点） | `zero_quantized_gradients` | `reduce.py`（`QuantizedReduce`） |
 | 每栋楼再存一份家具副本 | **hpZ**：每个节点存一份参数的二级分片（secondary partition），所以反向收集从不跨节点 | `zero_hpz_partition_size` | `hpz.py`、`gather.py` |
 
@@ -71,8 +71,8 @@ DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab �
 
 打开 `zero_quantized_weights` 后，DeepSpeed 的 stage 3 会量化每一次参数 all-gather，无论前向还是反向、是否预取
 （`all_gather_coalesced(..., quantize=True)`）：每个 rank 把自己的分片转成 fp16，切成若干**块**（块数由 DeepSpeed 的
-`CUDAQuantizer` 决定：每块是 8 个元素的整数倍，目标是接近 8,000 个元素；见 `quant.qwz_groups`），然后每块发送**一个 fp32 缩放因子**
-和**每个元素一个 int8 值**：共两次 all-gather，先发值，再发缩放因子。每个 rank 把收到的数据反量化（dequantize）为 fp16，再转成模型的数据类型。
+`CUDAQuantizer` 决定，每块是 8 个元素的整数倍，目标是接近 8,000 个元素；见 `quant.qwz_groups`），然后每块发送**一个 fp32 缩放因子**
+和**每个元素一个 int8 值**，共两次 all-gather，先发值，再发缩放因子。每个 rank 把收到的数据反量化（dequantize）为 fp16，再转成模型的数据类型。
 分片本身和 fp32 主权重从不量化：量化的只是前向和反向所用的那份副本。每步之后常驻参数的刷新也不量化（DeepSpeed 的 `_post_step`
 用一次普通的 all-gather 收集它们）。
 
@@ -98,7 +98,7 @@ DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab �
 
 ## 3. qgZ：4 bit 的搬迁贴纸，先在楼里汇总
 
-打开 `zero_quantized_gradients`（并且不止一个节点：DeepSpeed 只在这时才用它）后，stage 3 把每个梯度的 reduce-scatter 换成
+打开 `zero_quantized_gradients`（并且不止一个节点，DeepSpeed 只在这时才用它）后，stage 3 把每个梯度的 reduce-scatter 换成
 DeepSpeed 的 `all_to_all_quant_reduce`：
 
 1. 每个 rank 把它的梯度量化为 **int4**（每字节两个值），每块一个 fp32 缩放因子；
@@ -116,7 +116,7 @@ DeepSpeed 的 `all_to_all_quant_reduce`：
 跨街发出多少？（先忽略缩放因子：int4 是半个字节。）
 """),
 "ch13-12": ("38e181240471", r"""
-对 M 个元素的梯度：楼内 (L−1)/L · M/2 字节（int4），跨街 (K−1)/K · M/(2L)，其中每个节点 L = 2 个 rank，共 K = 2 个节点：
+对 M 个元素的梯度：楼内 (L−1)/L · M/2 字节（int4），跨街 (K−1)/K · M/(2L)，其中每个节点 L = 2 个 rank，共 K = 2 个节点，
 即 M/4 和 M/8，而 reduce-scatter 是 3M/2，全部跨街。一个**节点**发出的是一个 rank 跨街量的 L 倍，(K−1)/K · M/2：
 在这里只有环形 reduce-scatter 经过节点网卡的字节的六分之一；在大集群上则是 Ψ 的 0.5·(m−1)/m 对 2·(N−1)/N（第 14 章的表）。
 缩放因子每块一个 fp32，而 DeepSpeed 给梯度分的块很小（形状为 (a, b) 的二维参数被切成 max(a, b, N) 块），所以在这里它们占 qgZ 字节数的五分之一；
@@ -212,7 +212,7 @@ FSDP2 的混合分片（hybrid sharding，HSDP）用另一种办法应对这条�
 5. 你的集群只有一个 8 张 GPU 的节点。你会打开哪个 ZeRO++ 选项？为什么？
 
 **轮到你了：** 在 [`exercises/zh/13_block_quantizer.ipynb`](../../exercises/zh/13_block_quantizer.ipynb) 里，你按 DeepSpeed kernel 的算法，
-写出 qwZ 的分块量化器：量化和反量化两个函数。检查先单独在能暴露常见错误的张量上运行你的实现，然后把它放**进引擎里**，作为 qwZ all-gather 的量化器，
+写出 qwZ 的分块量化器，即量化和反量化两个函数。检查先单独在能暴露常见错误的张量上运行你的实现，然后把它放**进引擎里**，作为 qwZ all-gather 的量化器，
 在分住 2 栋楼的 4 个 rank 上与 zerolab 的实现并排运行。
 """),
 "ex13-00": ("e57fac9ac1c8", r"""
