@@ -1438,21 +1438,21 @@ ZH["checks.ch08"] = {
     "available elements are taken, and the group that crosses the budget is taken too, so the peak can pass "
     "max_live by up to one weight ({weight:,}): leave room for it (max_live + one weight within {limit:,}, or a "
     "whole number of weights)":
-        "stage3_max_live_parameters = {live:,} 是预算，不是上限：一次补取在已取元素少于 max_live - available "
+        "stage3_max_live_parameters = {live:,} 是预算，不是上限：一批预取在已取元素少于 max_live - available "
         "时继续取组，越过预算的那个组也会被取，所以峰值最多可以超出 max_live 一个权重（{weight:,}）：给它留出"
         "余地（max_live 加一个权重不超过 {limit:,}，或者取整数个权重）",
     "stage3_max_live_parameters bounds what is gathered plus in flight when prefetch tops up; "
     "stage3_prefetch_bucket_size bounds only one top-up, and top-ups repeat at every module's fetch: set the budget":
-        "stage3_max_live_parameters 限制的是预取补取时已收集加在途的量；stage3_prefetch_bucket_size 只限制一次"
-        "补取，而每个模块取参数时都会补取一次：要设的是预算",
+        "stage3_max_live_parameters 限制的是每批预取时已收集加在途的量；stage3_prefetch_bucket_size 只限制一次"
+        "预取一批，而每个模块取参数时都会预取一批：要设的是预算",
     "stage3_prefetch_bucket_size = {bucket:,} caps what one top-up (one all-gather call) may take: a larger prefetch "
     "bucket lets one call carry more weights, while stage3_max_live_parameters keeps the peak":
-        "stage3_prefetch_bucket_size = {bucket:,} 限制了一次补取（一次 all-gather 调用）能取多少：预取桶大一些，"
+        "stage3_prefetch_bucket_size = {bucket:,} 限制了一批预取（一次 all-gather 调用）能取多少：预取桶大一些，"
         "一次调用就能带上更多权重，而峰值由 stage3_max_live_parameters 把控",
     "each top-up is one all-gather call of the groups it takes, at most max_live - available elements (the crossing "
     "group included): a larger stage3_max_live_parameters lets a call carry more weights; raise it as far as the "
     "peak allows, and measure with zerolab.checks.ch08.measure":
-        "每次补取是对它取到的组做一次 all-gather 调用，最多 max_live - available 个元素（包括越过的那个组）："
+        "每批预取是对它取到的组做一次 all-gather 调用，最多 max_live - available 个元素（包括越过的那个组）："
         "stage3_max_live_parameters 越大，一次调用能带的权重越多；在峰值允许的范围内尽量调大，"
         "并用 zerolab.checks.ch08.measure 测一测",
     "{calls} all-gather calls per step > {limit}": "每步 {calls} 次 all-gather 调用 > {limit}",
@@ -1464,8 +1464,8 @@ ZH["checks.ch08"] = {
     "included, where nothing is gathered yet (available 0), and it keeps taking groups while it has taken fewer "
     "than max_live - available elements, the group that crosses that included; prefetch stops only where max_live "
     "- available <= 0 at every fetch (a module's own gather is never blocked, only prefetch)":
-        "stage3_max_live_parameters = {live:,} 仍然留有余地：每个模块取参数时都会补取，根模块也不例外，"
-        "而那时还什么都没收集（available 为 0）；补取在已取元素少于 max_live - available 时一直取组，"
+        "stage3_max_live_parameters = {live:,} 仍然留有余地：每个模块取参数时都会预取一批，根模块也不例外，"
+        "而那时还什么都没收集（available 为 0）；每批预取在已取元素少于 max_live - available 时一直取组，"
         "越过它的那个组也算在内；只有每次取参数时都有 max_live - available <= 0，预取才会停止"
         "（模块自己的收集从不被拦，被拦的只是预取）",
     "goal {goal}: the trained parameters differ from the run with DeepSpeed's defaults (this should never happen: "
