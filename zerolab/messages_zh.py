@@ -1876,7 +1876,7 @@ ZH["checks.ch14"] = {
     "  {peak:>4.0f} TFLOP/s x {mfu:.2f}, {beta:>4.0f} GB/s, N = {n:>4}{ck:<15}: {tokens:>8,.0f} tokens per GPU":
         "  {peak:>4.0f} TFLOP/s x {mfu:.2f}，{beta:>4.0f} GB/s，N = {n:>4}{ck:<10}：每张 GPU {tokens:>8,.0f} 个 token",
     "  {psi:>3.0f}B parameters, N = {n:>4} in nodes of {k}, {on:<11}: {g:>5.3f} Psi leave each node":
-        "  {psi:>3.0f}B 参数，N = {n:>4}，每节点 {k} 个，{on:<11}：每个节点离开 {g:>5.3f} Psi",
+        "  {psi:>3.0f}B 参数，N = {n:>4}，每节点 {k} 个，{on:<11}：离开每个节点的字节为 {g:>5.3f} Psi",
     "  {peak:>4.0f} TFLOP/s x {mfu:.2f}, PCIe {pcie:.0f} GB/s, N = {n:>2}, offload {what:<18}: {tokens:>6,.0f} "
     "tokens per GPU":
         "  {peak:>4.0f} TFLOP/s x {mfu:.2f}，PCIe {pcie:.0f} GB/s，N = {n:>2}，卸载 {what:<18}：每张 GPU {tokens:>6,.0f} 个 token",
@@ -2077,7 +2077,7 @@ ZH["lab"] = {
     "DS est.": "DS 估算",
     "host GB": "主机 GB",
     "fits": "装得下",
-    "step s": "每步秒",
+    "step s": "每步耗时 s",
     "tokens/s": "token/秒",
     "bound by": "瓶颈",
     "yes": "是",
@@ -2089,7 +2089,7 @@ ZH["lab"] = {
     "GB = 1e9 bytes. DS est.: DeepSpeed's model-state estimator (no activations); host GB: all nodes":
         "GB = 1e9 字节。DS 估算：DeepSpeed 的模型状态估算器（不含激活值）；主机 GB：所有节点合计",
     "step s: zerolab.simulate with DeepSpeed's traffic per step: 2Ψ at stage 0, 3Ψ at stages 1-3":
-        "每步秒：zerolab.simulate，按 DeepSpeed 每步的通信量：stage 0 为 2Ψ，stage 1-3 为 3Ψ",
+        "每步耗时（秒）：zerolab.simulate，按 DeepSpeed 每步的通信量：stage 0 为 2Ψ，stage 1-3 为 3Ψ",
     "{stage} + offload {what}": "{stage} + 卸载 {what}",
     "optimizer states on the device": "优化器状态在设备上",
     "optimizer states in host memory": "优化器状态在主机内存里",

@@ -30,6 +30,20 @@ ZH = {
 下面就是它，逐行照录；它的注释原本是中文，这里译成了英文，并放在各自解释的那一行上。（有一行是我们加的：
 `np.random.seed(0)`，让这个 notebook 每次运行都从同样的数开始。）它在一个进程里模拟四张 GPU：每个 `ZeROStage1`
 工人只为“自己的”参数保存 Adam 的矩，主程序块给每个工人一个梯度，“all-reduce”一下，再做一次优化器更新。
+
+下面代码单元格里的注释与英文版相同（是译文）。演示代码原本的中文注释是这样写的，按它们解释的那一行排列：
+
+| 那一行 | 原注释 |
+|---|---|
+| `self.local_names = list(params.keys())[rank_gpu::world_size_gpu]` | 按 GPU 编号切片，决定本卡负责哪些参数的优化器状态。 |
+| `total += p.nbytes * 2` | 每个参数仍保留 FP16 参数和 FP16 梯度的全量副本。 |
+| `total += self.params[name].nbytes * 4` | 只对本卡负责的参数额外加上主权重与 Adam 状态。 |
+| `self.grads[name] /= self.world_size_gpu` | 模拟 all-reduce 后的平均梯度。 |
+| `self.moments[name] = beta1 * self.moments[name] + (1 - beta1) * g` | Adam 第一动量更新，与 DeepSpeed 内部计算一致。 |
+| `self.velocities[name] = beta2 * self.velocities[name] + (1 - beta2) * g * g` | 第二动量更新，用于缩放参数修正量。 |
+| `self.params[name] -= lr * self.moments[name] / (np.sqrt(self.velocities[name]) + 1e-8)` | 使用分片优化器状态更新参数。 |
+
+（“第一动量”“第二动量”是原文的说法；本课程称之为 Adam 的两个矩，即动量和方差。）
 """),
 "ch10-04": ("3296281448c9", r"""
 它能跑，也打印出了它想展示的东西，但除此之外它什么都没检查。那就由我们来检查：先查它自己的数，再和真实的 rank 对照

@@ -1,11 +1,11 @@
-"""第 13 章「三个 stage 之外」与练习 13 的中文（tools/build_notebooks/ch13.py 的 markdown 单元格）。
+"""第 13 章「ZeRO 三阶段之外」与练习 13 的中文（tools/build_notebooks/ch13.py 的 markdown 单元格）。
 
 每项：单元格 id -> (所译英文原文的 sha1 前 12 位, 中文)。见 tools/build_notebooks/zhsource.py。
 """
 
 ZH = {
 "ch13-00": ("466b06c07b85", r"""
-# 第 13 章 · 三个 stage 之外：两栋楼里的搬家队与 ZeRO++
+# 第 13 章 · ZeRO 三阶段之外：两栋楼里的搬家队与 ZeRO++
 
 *楼梯快，街道慢：少往街上送，送也用速记。*
 
