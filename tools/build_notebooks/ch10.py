@@ -1004,7 +1004,8 @@ slow_cpu = {mb: simulate(micro_batch=mb, offload_optimizer=True, cpu_adam_elems_
             for mb in MICRO}
 print("13B, 8 x A100-80GB, stage 2 (simulated)")
 print(f"PCIe per GPU per step with offload: 4 + 2 bytes × {13e9 / 8:,.0f} owned parameters"
-      f" = {6 * 13e9 / 8 / 1e9:.2f} GB (fp32 gradients down, 16-bit parameters up)")
+      f" = {6 * 13e9 / 8 / 1e9:.2f} GB")
+print("    (DeepSpeed: fp32 gradients down, 16-bit parameters up)")
 print(f"{'micro-batch':>11}{'GB per GPU':>12}{'+ offload':>11}{'compute s':>11}{'PCIe s':>8}"
       f"{'host Adam s':>13}{'offload / stage 2':>19}")
 for mb in (1, 8):
