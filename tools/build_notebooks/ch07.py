@@ -703,7 +703,8 @@ print(f"channel    stage 2, 4 micro-batches of 4: {table[2, 4, 4, 20_000][1] / u
       f"stage 1: {table[1, 4, 4, 20_000][1] / unit:.2f} psi")
 print(f"troubles   out of memory, divergent paths, an fp16 collapse after {fp16['skipped']} skipped steps,")
 print(f"           stage 3 with {sum(c for c, _ in cb[3][0].values())} collectives per step against "
-      f"{sum(c for c, _ in cb[1][0].values())} (zerolab's order checks off, as DeepSpeed runs)")
+      f"{sum(c for c, _ in cb[1][0].values())}")
+print("           (zerolab's order checks off, as DeepSpeed runs)")
 """),
 md("""
 - **Find the bottleneck first.** Memory: the engine's peak against the budget. Communication:

@@ -509,8 +509,8 @@ print(f"ZeRO++      inter-node bytes {pp_rows['stage 3'].link_bytes['inter'] / P
       f"{t_of['h100-thin, stage 3 + ZeRO++'][3]:,.0f}")
 print(f"scale       4.2M tokens per step hide stage 3 up to ~{limit['h100-thin, stage 3']:,.0f} GPUs (thin), "
       f"~{limit['h100-thin, stage 3 + ZeRO++']:,.0f} with ZeRO++")
-print(f"memory      there, ~{flash / 1e9:,.0f} GB of activations per GPU without recomputation; with "
-      f"checkpointing {ck.gpu_bytes['total'] / 1e9:.0f} GB at 512")
+print(f"memory      there, ~{flash / 1e9:,.0f} GB of activations per GPU without recomputation;")
+print(f"            with checkpointing {ck.gpu_bytes['total'] / 1e9:.0f} GB in all at 512 GPUs")
 print(f"here        bytes and calls of stages 0, 1, 3 equal to the simulator's on 2 ranks: {exact}")
 """),
 md(r"""
