@@ -406,8 +406,8 @@ many bytes? Which phases carry the parameters?
 """),
 code(r"""
 OPS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast")
-print(f"TinyLM, Ψ = {PSI_LM:,}, bf16, {crew.world_size} ranks, one step, DeepSpeed's collectives: "
-      f"calls × wire bytes")
+print(f"TinyLM, Ψ = {PSI_LM:,}, bf16, {crew.world_size} ranks, one step: calls × wire bytes")
+print("(DeepSpeed's collectives, and in the step zerolab's own 16-byte overflow + norm all-reduce)")
 print(f"{'':17}" + "".join(f"{op:>18}" for op in OPS))
 for stage in (1, 2, 3):
     result = crew.run(phases_of_a_step, stage)[0]
@@ -417,7 +417,7 @@ for stage in (1, 2, 3):
 """),
 md(r"""
 At stage 3 the optimizer step sends one small all-reduce and **no parameters**: no broadcast, no
-all-gather. That small all-reduce (16 bytes) is zerolab's, not DeepSpeed's: zerolab packs the
+all-gather. That small all-reduce (a 16-byte tensor: 24 wire bytes at N = 4) is zerolab's, not DeepSpeed's: zerolab packs the
 overflow flag and the squared gradient norm for clipping into one fp64 pair, at every stage.
 DeepSpeed 0.19.8 sends the norm alone, one scalar: fp32 at stages 1-2, 4 bytes
 (`runtime/zero/stage_1_and_2.py` line 2693), fp64 at stage 3, 8 bytes (`stage3.py` line 2469,

@@ -138,9 +138,9 @@ Adam 的矩从零开始，所以早期它们偏向零：一步之后 m 是 0.1·
 
 **先预测，再运行。** 在 stage 3，优化器更新会发出哪些集合通信，多少字节？哪些阶段在搬运参数？
 """),
-"ch10-21": ("be97da85d3c5", r"""
+"ch10-21": ("67cf4ee271d3", r"""
 在 stage 3，优化器更新只发出一次很小的 all-reduce，**不发任何参数**：没有 broadcast，也没有 all-gather。
-这次 16 字节的 all-reduce 是 zerolab 的，不是 DeepSpeed 的：zerolab 在每个 stage 都把溢出标志和梯度裁剪要用的梯度平方范数
+这次 all-reduce（16 字节的张量，N = 4 时发出 24 字节）是 zerolab 的，不是 DeepSpeed 的：zerolab 在每个 stage 都把溢出标志和梯度裁剪要用的梯度平方范数
 打包成一对 fp64 一起发。DeepSpeed 0.19.8 只发梯度范数这一个标量：stage 1-2 是 fp32，4 字节（`runtime/zero/stage_1_and_2.py` 第 2693 行），
 stage 3 是 fp64，8 字节（`stage3.py` 第 2469 行，数据类型取自 `get_norm_dtype()`），stage 0 也是 4 字节；
 它的溢出检查只在 fp16 下做，是另一次 1 字节的 all-reduce（`stage_1_and_2.py` 第 3242 行）。参数在前向中传一次（Ψ），在反向中再传一次（Ψ，同一阶段里还有梯度的
