@@ -529,9 +529,10 @@ every rank instead.
 At stages 0-2 the gradients are reduced in buckets that do not depend on the path, so a skipped
 block just has no gradient on that rank, which is reduced as zero, as DDP's
 `find_unused_parameters=True` does. At stage 0 DeepSpeed fills the missing gradient with zeros
-whatever `ignore_unused_parameters` says (`runtime/engine.py` lines 3857-3863); at stages 1-2 the
-key's default, true, allows it, and false makes it an error. zerolab raises at stages 0-2 when the
-key is false: at stage 0 stricter than DeepSpeed.
+whatever `ignore_unused_parameters` says (`runtime/engine.py` lines 3857-3863); at stages 1-2
+DeepSpeed 0.19.8 reads the key in its CPU-offload gradient-norm path, where false is an assertion
+error (`runtime/zero/stage_1_and_2.py` line 1934). zerolab raises at stages 0-2 whenever the key is
+false, right after backward: at stage 0 stricter than DeepSpeed.
 
 **Predict, then run.** Rank 1 skips block 2. What happens at stage 3? At stage 2 with
 `ignore_unused_parameters` false? At stage 2 with the default?

@@ -131,7 +131,7 @@ FLOPs 是精确的（由张量形状算出，每台机器都一样）；表示�
 
 **先预测，再运行。** Stage 2，1.5 MB 预算，微批次 8 条（第 1 节测得它的峰值约 2.1 MB）。它会在哪里失败：初始化时、前向中、还是反向中？报错信息建议怎么做？
 """),
-"ch07-16": ("7fe85bf4bfd9", r"""
+"ch07-16": ("f1ce9ee87cc9", r"""
 第一步装得下（Adam 的两个矩还不存在）；第二步在前向中失败，因为激活值堆在了完整的模型状态之上，报错信息按从大到小的顺序点出了各个“巨头”。
 它列出的“能装下的配置”是用公式加上到目前为止的实测值（到失败为止的激活值）算出来的，改动最小的排在最前；把它当作起点，再用一次运行来确认：
 第 1 节做的正是这样的运行。在 GPU 上，同样的 `torch.OutOfMemoryError` 来自 CUDA 的内存分配器；峰值用 `torch.cuda.max_memory_allocated()`（或 `nvidia-smi`）查看。
@@ -147,7 +147,8 @@ zerolab 自己多做了一步：先检查每一组收集（一个 16 字节的�
 `"zerolab": {"order_checks": false}` 可以关掉它），然后在每个 rank 上抛出错误，而不是卡住。
 在 stage 0-2，梯度按与路径无关的桶来归约，所以被跳过的块在那个 rank 上只是没有梯度，归约时按零处理，和 DDP 的 `find_unused_parameters=True` 一样。
 在 stage 0，不管 `ignore_unused_parameters` 怎么设，DeepSpeed 都用零填上缺失的梯度（`runtime/engine.py` 第 3857-3863 行）；
-在 stage 1-2，这个键的默认值 true 允许这种情况，设为 false 就会报错。键为 false 时，zerolab 在 stage 0-2 都会报错，在 stage 0 比 DeepSpeed 更严。
+在 stage 1-2，DeepSpeed 0.19.8 在它 CPU 卸载时计算梯度范数的那段代码里读这个键，设为 false 时那里会断言失败（`runtime/zero/stage_1_and_2.py` 第 1934 行）。
+只要这个键为 false，zerolab 在 stage 0-2 都会在反向之后立即报错，在 stage 0 比 DeepSpeed 更严。
 
 **先预测，再运行。** rank 1 跳过第 2 个块。Stage 3 会怎样？Stage 2 且 `ignore_unused_parameters` 为 false 呢？Stage 2 用默认设置呢？
 """),
