@@ -37,8 +37,9 @@ def inter_node_bytes(psi, gpus, ranks_per_node, qwz=False, hpz=False, qgz=False,
 
 
 def offload_hide_tokens(peak_flops, mfu, pcie_Bps, gpus, offload_param=False, *, shard=True, down_only=False,
-                        param_once=False, nbytes=2):
-    per_param = (nbytes if down_only else 2 * nbytes) + ((1 if param_once else 2) * nbytes if offload_param else 0)
+                        param_once=False, nbytes=2, paper=False):
+    down = nbytes if paper else 4                        # DeepSpeed: fp32 gradients down; the paper: 16-bit
+    per_param = (down if down_only else down + nbytes) + ((1 if param_once else 2) * nbytes if offload_param else 0)
     moved = per_param / (gpus if shard else 1)
     return moved / pcie_Bps * mfu * peak_flops / 6
 
@@ -87,9 +88,10 @@ def test_wrong_inter_node_bytes_fail_with_a_hint(mistake, words):
 
 @pytest.mark.parametrize("mistake,words", [
     (dict(shard=False), "own shard"),
-    (dict(down_only=True), "2 + 2 bytes"),
+    (dict(down_only=True), "4 + 2 bytes"),
+    (dict(paper=True), "not the ZeRO-Offload paper's 2"),
     (dict(param_once=True), "twice per micro-step"),
-    (dict(nbytes=4), "not fp32"),
+    (dict(nbytes=4), "only the gradients go down as fp32"),
 ])
 def test_wrong_offload_hide_tokens_fail_with_a_hint(mistake, words):
     with pytest.raises(ExerciseCheckFailed, match="hint") as err:

@@ -162,8 +162,8 @@ ZH["crew"] = {
     "{allowed} (chapter 0: N = {allowed} at the top; docs/INSTRUCTOR.md lists what each chapter can do): its "
     "claims are formula against measurement at the N it runs, so they hold, but its output will differ from the "
     "stored one (made with the default N)":
-        "要的是 {asked} 个 rank 的 Crew，但 {source} 在这里最多只允许 {allowed} 个。请用 N <= {allowed} 运行这个"
-        "单元（第 0 章：在开头设 N = {allowed}；docs/INSTRUCTOR.md 列出了每章能做什么）：这个单元的结论都是公式与"
+        "要的是 {asked} 个 rank 的 Crew，但 {source} 在这里最多只允许 {allowed} 个。请用 N <= {allowed} 运行这个单元格"
+        "（第 0 章：在开头设 N = {allowed}；docs/INSTRUCTOR.md 列出了每章能做什么）：这个单元格的结论都是公式与"
         "它所用 N 下实测值的对照，所以依然成立，只是输出会与存储的输出（用默认的 N 得到）不同",
     "zerolab: {cap} ranks instead of {sizes} ({source}); what follows is measured at N = {cap}":
         "zerolab：用 {cap} 个 rank 而不是 {sizes} 个（{source}）；下面是在 N = {cap} 时测得的",
@@ -435,9 +435,9 @@ ZH["checks"] = {
     "{what} failed on the ranks: {first}\n  hint: {hint}": "{what}，在各 rank 上失败：{first}\n  提示：{hint}",
     "  ... ({n} more lines)": "  ……（还有 {n} 行）",
     "(the full traceback: run zerolab.checks.full_tracebacks(), then this cell again)":
-        "（完整的回溯：运行 zerolab.checks.full_tracebacks()，再运行一次这个单元）",
+        "（完整的回溯：运行 zerolab.checks.full_tracebacks()，再运行一次这个单元格）",
     "(the full traceback and the rank's traceback: run zerolab.checks.full_tracebacks(), then this cell again)":
-        "（完整的回溯以及该 rank 的回溯：运行 zerolab.checks.full_tracebacks()，再运行一次这个单元）",
+        "（完整的回溯以及该 rank 的回溯：运行 zerolab.checks.full_tracebacks()，再运行一次这个单元格）",
 }
 
 # -- exercise 0: the ring all-gather ------------------------------------------------------------------
@@ -506,7 +506,7 @@ ZH["checks.ch01"] = {
         "Adam 为每个参数保留两个 fp32 数，即动量和方差：4 + 4 = 8 字节（fp32 训练时，参数本身就是主权重）",
     "model_state_bytes_per_rank is not written yet (it raised NotImplementedError: {error}). Fill in the cell "
     "above, run it, then this check again.":
-        "model_state_bytes_per_rank 还没有写（它抛出了 NotImplementedError：{error}）。先把上面的单元补完并运行，"
+        "model_state_bytes_per_rank 还没有写（它抛出了 NotImplementedError：{error}）。先把上面的单元格补完并运行，"
         "再运行一次这个检查。",
     "{where} raised {name}: {error}\n  hint: call it by hand with these arguments to see the line":
         "{where} 抛出了 {name}：{error}\n  提示：用这些参数手动调用一次，就能看到是哪一行",
@@ -915,13 +915,13 @@ ZH["checks.zero1"] = {
     "N={n}: step() put {wire:,.0f} bytes per rank on the wire ({calls});\n  an all-reduce of the gradients and an "
     "all-gather of the parameters need {need:,.0f}.\n  hint: something is sent twice, or a whole buffer where a "
     "shard would do":
-        "N={n}：step() 每个 rank 发出 {wire:,.0f} 个线路字节（{calls}）；\n"
+        "N={n}：step() 每个 rank 发出 {wire:,.0f} 字节（{calls}）；\n"
         "  梯度的 all-reduce 加参数的 all-gather 只需要 {need:,.0f}。\n"
         "  提示：有东西发了两次，或者该发一个分片的地方发了整个缓冲区",
     "step() per rank, N={n}: {calls} = {wire:,.0f} bytes on the wire\n    (S = the {s:,}-byte padded buffer: "
     "reduce-scatter + all-gather 2(N-1)/N S = {rs_ag:,.0f};\n    DeepSpeed's default, all-reduce + all-gather, "
     "3(N-1)/N S = {ar_ag:,.0f})":
-        "每个 rank 的 step()，N={n}：{calls} = {wire:,.0f} 个线路字节\n"
+        "每个 rank 的 step()，N={n}：{calls} = 发出 {wire:,.0f} 字节\n"
         "    （S = 补齐后 {s:,} 字节的缓冲区：reduce-scatter + all-gather 2(N-1)/N S = {rs_ag:,.0f}；\n"
         "    DeepSpeed 的默认做法 all-reduce + all-gather，3(N-1)/N S = {ar_ag:,.0f}）",
     "N={n}: the check found no torch optimizer in your object.\n  hint: keep the optimizer you build with "
@@ -967,7 +967,7 @@ ZH["checks.ch04"] = {
     "update_scale is not written yet (it raised NotImplementedError: {error}). Fill in the cell above, run it, then "
     "this check again.":
         "update_scale 还没有写（它抛出了 NotImplementedError：{error}）。\n"
-        "  先把上面的单元补完并运行，再运行一次这个检查。",
+        "  先把上面的单元格补完并运行，再运行一次这个检查。",
     "update_scale raised {name}: {error}\n  on the call with overflow={overflow} and state {state}\n  hint: only an "
     "overflow at cur_scale == min_scale may raise (LossScaleAtMinimum); call update_scale(new_state(), {overflow}) by "
     "hand to see the line":
@@ -1438,21 +1438,21 @@ ZH["checks.ch08"] = {
     "available elements are taken, and the group that crosses the budget is taken too, so the peak can pass "
     "max_live by up to one weight ({weight:,}): leave room for it (max_live + one weight within {limit:,}, or a "
     "whole number of weights)":
-        "stage3_max_live_parameters = {live:,} 是预算，不是上限：一次补取在已取元素少于 max_live - available "
+        "stage3_max_live_parameters = {live:,} 是预算，不是上限：一批预取在已取元素少于 max_live - available "
         "时继续取组，越过预算的那个组也会被取，所以峰值最多可以超出 max_live 一个权重（{weight:,}）：给它留出"
         "余地（max_live 加一个权重不超过 {limit:,}，或者取整数个权重）",
     "stage3_max_live_parameters bounds what is gathered plus in flight when prefetch tops up; "
     "stage3_prefetch_bucket_size bounds only one top-up, and top-ups repeat at every module's fetch: set the budget":
-        "stage3_max_live_parameters 限制的是预取补取时已收集加在途的量；stage3_prefetch_bucket_size 只限制一次"
-        "补取，而每个模块取参数时都会补取一次：要设的是预算",
+        "stage3_max_live_parameters 限制的是每批预取时已收集加在途的量；stage3_prefetch_bucket_size 只限制一次"
+        "预取一批，而每个模块取参数时都会预取一批：要设的是预算",
     "stage3_prefetch_bucket_size = {bucket:,} caps what one top-up (one all-gather call) may take: a larger prefetch "
     "bucket lets one call carry more weights, while stage3_max_live_parameters keeps the peak":
-        "stage3_prefetch_bucket_size = {bucket:,} 限制了一次补取（一次 all-gather 调用）能取多少：预取桶大一些，"
+        "stage3_prefetch_bucket_size = {bucket:,} 限制了一批预取（一次 all-gather 调用）能取多少：预取桶大一些，"
         "一次调用就能带上更多权重，而峰值由 stage3_max_live_parameters 把控",
     "each top-up is one all-gather call of the groups it takes, at most max_live - available elements (the crossing "
     "group included): a larger stage3_max_live_parameters lets a call carry more weights; raise it as far as the "
     "peak allows, and measure with zerolab.checks.ch08.measure":
-        "每次补取是对它取到的组做一次 all-gather 调用，最多 max_live - available 个元素（包括越过的那个组）："
+        "每批预取是对它取到的组做一次 all-gather 调用，最多 max_live - available 个元素（包括越过的那个组）："
         "stage3_max_live_parameters 越大，一次调用能带的权重越多；在峰值允许的范围内尽量调大，"
         "并用 zerolab.checks.ch08.measure 测一测",
     "{calls} all-gather calls per step > {limit}": "每步 {calls} 次 all-gather 调用 > {limit}",
@@ -1464,8 +1464,8 @@ ZH["checks.ch08"] = {
     "included, where nothing is gathered yet (available 0), and it keeps taking groups while it has taken fewer "
     "than max_live - available elements, the group that crosses that included; prefetch stops only where max_live "
     "- available <= 0 at every fetch (a module's own gather is never blocked, only prefetch)":
-        "stage3_max_live_parameters = {live:,} 仍然留有余地：每个模块取参数时都会补取，根模块也不例外，"
-        "而那时还什么都没收集（available 为 0）；补取在已取元素少于 max_live - available 时一直取组，"
+        "stage3_max_live_parameters = {live:,} 仍然留有余地：每个模块取参数时都会预取一批，根模块也不例外，"
+        "而那时还什么都没收集（available 为 0）；每批预取在已取元素少于 max_live - available 时一直取组，"
         "越过它的那个组也算在内；只有每次取参数时都有 max_live - available <= 0，预取才会停止"
         "（模块自己的收集从不被拦，被拦的只是预取）",
     "goal {goal}: the trained parameters differ from the run with DeepSpeed's defaults (this should never happen: "
@@ -1857,7 +1857,7 @@ ZH["checks.ch14"] = {
     ", checkpointing": "，激活检查点",
     "{name} is not written yet (it raised NotImplementedError: {error}). Fill in the cell above, run it, then "
     "this check again.":
-        "{name} 还没写（它抛出了 NotImplementedError：{error}）。填好上面的单元并运行，然后再运行一次这个检查。",
+        "{name} 还没写（它抛出了 NotImplementedError：{error}）。填好上面的单元格并运行，然后再运行一次这个检查。",
     "{call} raised {error}\n  hint: call it by hand with these arguments to see the line":
         "{call} 抛出了 {error}\n  提示：用这些参数手动调用它，看看是哪一行",
     "{call} returned {got}\n  hint: return one number (a float >= 0)": "{call} 返回了 {got}\n  提示：返回一个数（>= 0 的 float）",
@@ -1876,16 +1876,16 @@ ZH["checks.ch14"] = {
     "  {peak:>4.0f} TFLOP/s x {mfu:.2f}, {beta:>4.0f} GB/s, N = {n:>4}{ck:<15}: {tokens:>8,.0f} tokens per GPU":
         "  {peak:>4.0f} TFLOP/s x {mfu:.2f}，{beta:>4.0f} GB/s，N = {n:>4}{ck:<10}：每张 GPU {tokens:>8,.0f} 个 token",
     "  {psi:>3.0f}B parameters, N = {n:>4} in nodes of {k}, {on:<11}: {g:>5.3f} Psi leave each node":
-        "  {psi:>3.0f}B 参数，N = {n:>4}，每节点 {k} 个，{on:<11}：每个节点离开 {g:>5.3f} Psi",
+        "  {psi:>3.0f}B 参数，N = {n:>4}，每节点 {k} 个，{on:<11}：离开每个节点的字节为 {g:>5.3f} Psi",
     "  {peak:>4.0f} TFLOP/s x {mfu:.2f}, PCIe {pcie:.0f} GB/s, N = {n:>2}, offload {what:<18}: {tokens:>6,.0f} "
     "tokens per GPU":
         "  {peak:>4.0f} TFLOP/s x {mfu:.2f}，PCIe {pcie:.0f} GB/s，N = {n:>2}，卸载 {what:<18}：每张 GPU {tokens:>6,.0f} 个 token",
     "tokens_to_hide equals zerolab.simulate's hide_tokens at {n} settings (within 1 %)":
-        "tokens_to_hide 在 {n} 组设置下与 zerolab.simulate 的 hide_tokens 一致（误差 1 % 以内）",
+        "tokens_to_hide 在 {n} 组设置下与 zerolab.simulate 的 hide_tokens 一致（误差 1% 以内）",
     "inter_node_bytes equals zerolab.simulate's inter-node bytes at {n} settings (within 1 %)":
-        "inter_node_bytes 在 {n} 组设置下与 zerolab.simulate 的跨节点字节一致（误差 1 % 以内）",
+        "inter_node_bytes 在 {n} 组设置下与 zerolab.simulate 的跨节点字节一致（误差 1% 以内）",
     "offload_hide_tokens equals zerolab.simulate's hide_tokens at {n} settings (within 1 %)":
-        "offload_hide_tokens 在 {n} 组设置下与 zerolab.simulate 的 hide_tokens 一致（误差 1 % 以内）",
+        "offload_hide_tokens 在 {n} 组设置下与 zerolab.simulate 的 hide_tokens 一致（误差 1% 以内）",
     # the mistakes a learner is likely to make (TOKENS_MISTAKES, BYTES_MISTAKES, OFFLOAD_MISTAKES)
     "each rank sends (N-1)/N of every tensor it gathers or reduce-scatters (the ring): multiply by (N-1)/N":
         "每个 rank 对它收集或 reduce-scatter 的每个张量只发出 (N-1)/N（环形算法）：要乘上 (N-1)/N",
@@ -1894,8 +1894,8 @@ ZH["checks.ch14"] = {
         "stage 3 把参数搬两次（前向收集一次，反向再一次），再对梯度做 reduce-scatter：3 x 2 Psi 字节，而不是 stage 2 的 2 x 2 Psi",
     "stage 3 moves three tensors of Psi elements per micro-step (two gathers, one reduce-scatter), not one":
         "stage 3 每个微步搬三个 Psi 元素的张量（两次收集、一次 reduce-scatter），而不是一个",
-    "bf16/fp16 on the wire: 2 bytes per element, not 4": "线路上是 bf16/fp16：每个元素 2 字节，不是 4",
-    "bf16/fp16 on the wire: 2 bytes per element, not 1": "线路上是 bf16/fp16：每个元素 2 字节，不是 1",
+    "bf16/fp16 on the wire: 2 bytes per element, not 4": "传输的是 bf16/fp16：每个元素 2 字节，不是 4",
+    "bf16/fp16 on the wire: 2 bytes per element, not 1": "传输的是 bf16/fp16：每个元素 2 字节，不是 1",
     "the GPU computes at mfu x peak_flops, not at its peak": "GPU 实际的算力是 mfu x peak_flops，不是峰值算力",
     "with activation checkpointing the forward runs twice: 8 Psi FLOPs per token, not 6":
         "开激活检查点时前向要跑两遍：每个 token 8 Psi 次浮点运算，不是 6",
@@ -1932,14 +1932,19 @@ ZH["checks.ch14"] = {
         "只有一个节点时（N = ranks_per_node），所有集合通信都留在节点内：没有东西离开节点",
     "each GPU moves only its own shard over its own PCIe link: Psi/N elements, not Psi":
         "每张 GPU 只通过自己的 PCIe 链路搬自己的分片：Psi/N 个元素，不是 Psi",
-    "offload_optimizer moves each step the fp16 gradients down AND the updated fp16 parameters up: 2 + 2 bytes "
-    "per element of the shard":
-        "offload_optimizer 每步把 fp16 梯度送下去，并且把更新后的 fp16 参数送上来：分片的每个元素 2 + 2 字节",
+    "per element of the shard, offload_optimizer moves the gradients down as fp32 (DeepSpeed converts them on "
+    "the GPU before the copy: 4 bytes, not the ZeRO-Offload paper's 2) AND the updated 16-bit parameters up (2 "
+    "bytes): 4 + 2 bytes":
+        "对分片的每个元素，offload_optimizer 把梯度以 fp32 送到主机（DeepSpeed 在拷贝前先在 GPU 上转换：4 字节，"
+        "不是 ZeRO-Offload 论文里的 2 字节），并且把更新后的 16 位参数送回 GPU（2 字节），共 4 + 2 字节",
+    "offload_optimizer moves each step the gradients down (fp32: 4 bytes) AND the updated 16-bit parameters up "
+    "(2 bytes): 4 + 2 bytes per element of the shard":
+        "offload_optimizer 每步把梯度送到主机（fp32，4 字节），并且把更新后的 16 位参数送回 GPU（2 字节）：分片的每个元素 4 + 2 字节",
     "with offload_param the shard comes up from the host twice per micro-step: for the forward gather and again "
     "for the backward one":
         "开 offload_param 时，分片每个微步要从主机搬上来两次：前向收集一次，反向收集再一次",
-    "what crosses PCIe is 2-byte (fp16/bf16) gradients and parameters, not fp32":
-        "经过 PCIe 的是 2 字节（fp16/bf16）的梯度和参数，不是 fp32",
+    "only the gradients go down as fp32; the parameters cross PCIe as 2-byte fp16/bf16, not fp32":
+        "只有梯度以 fp32 送到主机；参数经过 PCIe 时是 2 字节的 fp16/bf16，不是 fp32",
 }
 
 # -- the visual lab (chapter 12): its controls, and its figures where a CJK font is there --------------
@@ -2049,7 +2054,7 @@ ZH["lab"] = {
     "stage {stage}, N = {n}, {precision}: one step, {calls} collectives on each rank":
         "stage {stage}，N = {n}，{precision}：一步，每个 rank 上 {calls} 次集合通信",
     "  {op:<15}{calls:>4} calls {numel:>9,} elements {nbytes:>9,} bytes {wire:>10,.0f} on the wire":
-        "  {op:<15}{calls:>4} 次调用 {numel:>9,} 个元素 {nbytes:>9,} 字节，线路上 {wire:>10,.0f} 字节",
+        "  {op:<15}{calls:>4} 次调用 {numel:>9,} 个元素 {nbytes:>9,} 字节，发送 {wire:>10,.0f} 字节",
     "  not counted above: {n} order checks (all_gather, {each} bytes from each rank), zerolab's own safety; "
     "DeepSpeed sends none":
         "  上面没有计入：{n} 次顺序检查（all_gather，每个 rank {each} 字节），这是 zerolab 自己的安全措施；DeepSpeed 没有这些",
@@ -2072,7 +2077,7 @@ ZH["lab"] = {
     "DS est.": "DS 估算",
     "host GB": "主机 GB",
     "fits": "装得下",
-    "step s": "每步秒",
+    "step s": "每步耗时 s",
     "tokens/s": "token/秒",
     "bound by": "瓶颈",
     "yes": "是",
@@ -2084,7 +2089,7 @@ ZH["lab"] = {
     "GB = 1e9 bytes. DS est.: DeepSpeed's model-state estimator (no activations); host GB: all nodes":
         "GB = 1e9 字节。DS 估算：DeepSpeed 的模型状态估算器（不含激活值）；主机 GB：所有节点合计",
     "step s: zerolab.simulate with DeepSpeed's traffic per step: 2Ψ at stage 0, 3Ψ at stages 1-3":
-        "每步秒：zerolab.simulate，按 DeepSpeed 每步的通信量：stage 0 为 2Ψ，stage 1-3 为 3Ψ",
+        "每步耗时（秒）：zerolab.simulate，按 DeepSpeed 每步的通信量：stage 0 为 2Ψ，stage 1-3 为 3Ψ",
     "{stage} + offload {what}": "{stage} + 卸载 {what}",
     "optimizer states on the device": "优化器状态在设备上",
     "optimizer states in host memory": "优化器状态在主机内存里",
@@ -2448,9 +2453,9 @@ ZH["around"] = {
     "  lr: {first:.3g} at step 1 -> {last:.3g} at step {steps}": "  学习率：第 1 步 {first:.3g} -> 第 {steps} 步 {last:.3g}",
     "  memory per rank (engine.memory(), at the end):": "  每个 rank 占用的内存（engine.memory()，训练结束时）：",
     "  traffic of rank 0 (engine.ledger; wire bytes by the ring convention):":
-        "  rank 0 的通信量（engine.ledger；线路字节数按环形算法的约定计）：",
+        "  rank 0 的通信量（engine.ledger；发送字节数按环形算法的约定计）：",
     "    none (one rank)": "    无（只有一个 rank）",
-    "    {op:<15}{calls:>7} calls {bytes:>12} {wire:>12} on the wire": "    {op:<15}{calls:>7} 次调用 {bytes:>12}，线路上 {wire:>12}",
+    "    {op:<15}{calls:>7} calls {bytes:>12} {wire:>12} on the wire": "    {op:<15}{calls:>7} 次调用 {bytes:>12}，发送 {wire:>12}",
     "  time: {seconds:.2f} s for {steps} steps ({ms:.1f} ms per step)":
         "  时间：{steps} 步共 {seconds:.2f} s（每步 {ms:.1f} ms）",
     "  where it went (engine.timeline, rank 0, per step): compute {compute:.1f} ms, exposed communication "

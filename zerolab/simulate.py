@@ -278,8 +278,10 @@ def simulate(params: float, layers: int, hidden: int, seq: int, micro_batch: int
         rank_link_bytes = {"intra": 0.0 if spans else wire, "inter": wire if spans else 0.0}
     transfer, cpu_step = 0.0, 0.0
     if offload_optimizer:
-        # fp16 gradients down and updated fp16 parameters up: 2 + 2 bytes per owned element
-        transfer += 4 * psi / (n if stage >= 1 else 1) / pcie_Bps
+        # DeepSpeed 0.19.8 moves the reduced gradients down as fp32 (converted on the GPU before the
+        # copy: stage3.py line 1457, stage_1_and_2.py line 1909 with non_blocking=True) and the updated
+        # 16-bit parameters up: 4 + 2 bytes per owned element (the ZeRO-Offload paper's 2 + 2 sends fp16 down)
+        transfer += (4 + 2) * psi / (n if stage >= 1 else 1) / pcie_Bps
         cpu_step = psi / (n if stage >= 1 else 1) / cpu_adam_elems_per_s
     if offload_param:                                       # gathered from the host in forward and backward
         transfer += 2 * 2 * psi / n * grad_accum / pcie_Bps

@@ -98,17 +98,36 @@ def collective_timeline(ax, records, title: str | None = None, label_every: int 
     lanes += sorted({r[1] for r in rows} - set(lanes))
     colors = {LANES["all_gather"]: "tab:blue", LANES["reduce_scatter"]: "tab:orange",
               LANES["all_reduce"]: "tab:gray", LANES["broadcast"]: "tab:purple"}
+    labels = []
     for pos, lane, tag, wire in rows:
         y = lanes.index(lane)
         ax.barh(y, 0.8, left=pos - 0.4, height=0.6, color=colors.get(lane, "tab:green"))
         if pos % label_every == 0:
-            ax.text(pos, y + 0.35, tag, rotation=90, fontsize=6.5, ha="center", va="bottom")
+            labels.append(ax.text(pos, y + 0.35, tag, rotation=90, fontsize=6.5, ha="center", va="bottom"))
     ax.set_yticks(range(len(lanes)), lanes)
-    ax.set_ylim(-0.5, len(lanes) + 1.2)
     ax.set_xlabel("collective number within the step (ledger order)")
     if title:
         ax.set_title(title)
+    _room_for_labels(ax, labels, -0.5, len(lanes) + 1.2)
     return rows
+
+
+def _room_for_labels(ax, labels, bottom: float, top: float) -> None:
+    """Raise the y-axis top so that every vertical label ends inside the axes (a long tag on the
+    top lane otherwise runs into the title): a label's height is fixed in points, so the top is
+    solved for in display units."""
+    ax.set_ylim(bottom, top)
+    if not labels:
+        return
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    height = ax.get_window_extent(renderer).height
+    for text in labels:
+        h = text.get_window_extent(renderer).height + 4           # points above the bar, plus a margin
+        y = text.get_position()[1]
+        if h < 0.9 * height:                                      # (a label taller than the axes: leave it)
+            top = max(top, bottom + (y - bottom) * height / (height - h))
+    ax.set_ylim(bottom, top)
 
 
 # -- chapter 0's pictures: the four collectives and the ring ----------------------------------

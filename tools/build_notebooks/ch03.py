@@ -136,9 +136,11 @@ plt.show()
 md(r"""
 DDP stays at 16Ψ whatever N is: the wall of chapter 2. Stage 1 never goes below 4Ψ, stage 2
 never below 2Ψ; only stage 3 keeps falling as 1/N. These are DeepSpeed's numbers with its default
-bf16 settings. (With `"data_types": {"grad_accum_dtype": "fp32"}` its stages 0 and 1 run
-`BF16_Optimizer`, which adds a full fp32 gradient buffer: **8Ψ + 12Ψ/N**; zerolab refuses that
-block.)
+bf16 settings. (With `"data_types": {"grad_accum_dtype": "fp32"}` its stage 1 runs
+`BF16_Optimizer`, which adds a full fp32 gradient buffer: **8Ψ + 12Ψ/N**; at stage 0 DeepSpeed
+0.19.8 refuses that mix of bf16 parameters and fp32 accumulation with a `NotImplementedError`
+(`runtime/engine.py`, `_do_optimizer_sanity_check`, lines 2305-2323). zerolab refuses the block at
+every stage.)
 
 Model states are not all a rank holds: stage 2 keeps a **gradient bucket** in flight during
 backward, stage 3 the **gathered parameters** of the modules in use and of those gathered ahead;

@@ -155,8 +155,13 @@ code("""
 worst = ch05.print_estimator(places, psi, L)
 """),
 md("""
-(`P` is Ψ.) 4 × 16,640 + 2 × 150,465 / 2 = 217,025, and the ranks hold 1 byte more. Every
-difference is a few bytes, and each is accounted for. On the host: the estimator counts the
+(`P` is Ψ.) DeepSpeed's estimator and the ranks agree: **offload moves 14 to 16 of the 16 bytes
+per parameter off the device** (14 with the optimizer offloaded: the 12 bytes of the heavy
+notebook and the 2 of the gradient shard; 16 with the parameters too), and the host takes them,
+16Ψ or 18Ψ in all. The differences are a few bytes each, and each is accounted for below (read on
+only if you want the last byte; the next section does not need it).
+
+*The last bytes.* 4 × 16,640 + 2 × 150,465 / 2 = 217,025, and the ranks hold 1 byte more. On the host: the estimator counts the
 frozen `temperature` as trained (16 or 18 bytes), while the ranks keep only its 16-bit shards
 there, and only when the parameters are offloaded (2 bytes a rank: its one element padded to
 two); and it does not count Adam's step counters (4 bytes per tile per rank: 1 tile at stage 2,
@@ -166,8 +171,7 @@ the device every rank holds a 2-byte shard of the frozen parameter (padding make
 its 1), of which the estimator's 2Ψ/N counts 1; offloaded, it leaves the device with the
 others and the row matches exactly. At stage 3 the estimator's GPU row includes 4L; zerolab's
 model states at rest hold no gathered layer, so we add 4L to them (the gathered layers themselves
-count as buffers, in the next section). So the estimator and the ranks agree: **offload moves
-14 to 16 of the 16 bytes per parameter off the device.**
+count as buffers, in the next section).
 
 ## 3. The backpack's limit: a device-memory budget
 
@@ -249,6 +253,11 @@ NVMe), and `offload_param` *where* stage 3's parameter shards live. That is why 
 needs stage 3 (there are no parameter shards to move before it), and why `offload_optimizer`
 needs stage 1 or more in DeepSpeed (zerolab refuses the same combinations, with the reason).
 
+The names in brackets are zerolab's classes, and two are named for the paper's design:
+`ReduceScatterAtBoundary` (stage 1) and `ReduceScatterInBackward` (stages 2-3) issue what the line
+before them says, an **all-reduce** per bucket at stages 1-2 with DeepSpeed's defaults, and a
+reduce-scatter only at stage 3 or with zerolab's `"ideal_reduce_scatter": true` (chapter 6).
+
 ## 5. A published offload table, checked
 
 A widely shared ZeRO-3 guide gives this configuration for "training a 70B model on 4 A100-40GB"
@@ -285,8 +294,9 @@ ch05.print_70b_estimator(PSI, largest=32_000 * 8_192)
 md("""
 With both offloads each GPU needs only 4L ≈ 1 GB, but the node's host memory needs 18Ψ = 1,260 GB
 (1,890 GB with DeepSpeed's default headroom) against the table's 512 GB; with the optimizer
-alone offloaded, 36 GB a GPU on 4 GPUs (it would fit a 40 GB A100) and 16Ψ = 1,120 GB of host
-memory. So, as written, the table cannot describe training a 70B model with Adam. What would
+alone offloaded, 36 GB a GPU of model states on 4 GPUs (inside a 40 GB A100, but the 4 GB left
+must hold the activations, the gathered layers, the buckets and the CUDA context: too tight for
+a 70B model's activations without recomputation) and 16Ψ = 1,120 GB of host memory. So, as written, the table cannot describe training a 70B model with Adam. What would
 make it work:
 
 - **NVMe** (ZeRO-Infinity, section 1's last row): the 16-18 bytes per parameter go to a local
@@ -297,9 +307,9 @@ make it work:
 - **Another optimizer or training method** with fewer bytes per parameter (8-bit optimizer
   states, or LoRA, which trains a tiny fraction of the parameters).
 
-The speed column (35% and 20% of the first row's) is the "about 3-5 times slower" that
-practitioners report for offload; chapter 5b shows when it holds. No run can have measured it
-for rows that cannot start.
+The speed column (35% and 20% of the first row's) gives no setup it was measured on, and no run
+can have measured it for rows that cannot start; chapter 5b simulates what offload costs and
+shows it depends on the compute per step, not a fixed factor.
 
 ## What we measured
 """),
@@ -449,7 +459,14 @@ T_transfer). The copies overlap backward, and the NVMe reads and writes overlap 
 (`pipeline_read`: the next sub-group is read while this one steps; `pipeline_write`: the last
 one is written meanwhile). The host step itself must wait for the last gradient, so it adds:
 T ≈ max(T_compute, T_comm, T_transfer) + T_host, unless the parameter update is delayed by one
-step (the ZeRO-Offload paper's "delayed parameter update", which zerolab does not implement).
+step (the ZeRO-Offload paper's "delayed parameter update", which neither DeepSpeed 0.19.8 nor
+zerolab implements). What DeepSpeed 0.19.8 offers instead, both at stage 3 only (its config
+validators, `runtime/zero/config.py` `offload_ratio_check` and `offload_config.py`):
+`offload_optimizer.ratio` (ZeRO-Offload++'s partial offload: only that fraction of the optimizer
+states steps on the CPU, the rest stays and steps on the GPU, shrinking T_host and T_transfer
+for device memory) and `offload_optimizer.super_offload` (SuperOffload, CUDA only, for
+CPU-GPU "superchips": the CPU's Adam steps each sub-group as soon as its gradients arrive, so the
+host step overlaps backward instead of following it). zerolab implements neither.
 
 `engine.timeline` records, besides forward, backward, step and every collective, each sub-group
 of the host step (`host`) and each NVMe read or write (`io`, on the I/O threads).
@@ -522,9 +539,10 @@ plt.show()
 """),
 md("""
 With one micro-batch per step the host's Adam over its quarter of 13 billion parameters (about 3
-seconds) is the slowest link and the step takes 2.9 times as long as ZeRO-3's on the device: the
-lower end of the "about 3 to 5 times slower" that practitioners report for CPU offload (a slower
-CPU Adam or PCIe link, or fewer GPUs sharing the host, gives the upper end). The host step does
+seconds) is the slowest link and the step takes 2.9 times as long as ZeRO-3's on the device. There
+is no fixed factor for "how much slower offload is" (a "3-5x" circulates without a measurement
+behind it): a slower CPU Adam or PCIe link, or more GPUs sharing one host, makes it more; more
+compute per step makes it less. The host step does
 not grow with the micro-batches, while compute does; that is the advice that comes with offload,
 **use gradient accumulation of 8 or more**: at 8 micro-batches the same offload costs 1.24 times
 the step. The PCIe transfers grow too (parameter offload gathers every layer from the host in
@@ -550,11 +568,12 @@ for name, t in cost.items():
     print(f"{name:<24} {t * 1e3:.1f} ms per step (median of 5)")
 """),
 md("""
-Here offload to the host costs little (run the cell again: the bars move, by how much depends on
-the machine and its load): there is no PCIe link to cross, and Adam runs on the same CPU either
-way. What offload does add here is bookkeeping, the fp32 gradient copy, and with NVMe the file
-reads and writes of every tile, every step (which the operating system mostly serves from its
-page cache): on this machine, the most visible cost. On a GPU the two differences the simulator
+Even here, where there is no PCIe link to cross and Adam runs on the same CPU either way, offload
+is not free: each offloaded bar is longer than stage 3's, by a share you can read off the figure
+(run the cell again: the bars move, by how much depends on the machine and its load). What offload
+adds here is bookkeeping, the fp32 gradient copies, and with NVMe the file reads and writes of
+every tile, every step (which the operating system mostly serves from its page cache): on this
+machine, the most visible cost. On a GPU the two differences the simulator
 adds are exactly what this machine lacks: a **CPU Adam much slower than the GPU's** and a **PCIe
 link** (~25 GB/s a direction) **far slower than GPU memory** (about 1,555 GB/s of HBM bandwidth
 on an A100-40GB). On a GPU server, DeepSpeed also pins the host buffers (`pin_memory`) so that
@@ -584,8 +603,10 @@ md("""
   gradient; the timeline shows the host step's bars after backward, NVMe beside them.
 - **Offload hurts when a step has little compute to hide it behind**: 2.9x simulated at 1
   micro-batch, 1.24x at 8; use gradient accumulation with offload.
-- **On this machine, where host and device are the same, offload to the host costs little**; the
-  costs a GPU server pays (PCIe, a slow CPU Adam) are the simulator's.
+- **On this machine, where host and device are the same, offload still adds to the step**
+  (bookkeeping, fp32 copies, file I/O with NVMe); the costs a GPU server pays on top (PCIe, a slow
+  CPU Adam) are the simulator's. DeepSpeed 0.19.8's `offload_optimizer.ratio` and `super_offload`
+  (stage 3) trade some of that cost back.
 
 ## Questions
 

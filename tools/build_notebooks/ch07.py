@@ -471,8 +471,9 @@ for opt, tls in wh.items():
 """),
 md("""
 The host step starts only after backward and adds to the step: here it is cheap (the host and the
-"device" are the same CPU), on a GPU it is a CPU Adam against a GPU one plus the PCIe copies, and
-published guides put the whole offload cost at about 3-5 times slower. Hence the order of the
+"device" are the same CPU), on a GPU it is a CPU Adam against a GPU one plus the PCIe copies:
+chapter 5b simulates a step of a 13B model at about three times stage 3's with one micro-batch,
+far less with more compute per step. Hence the order of the
 recipe: raise the stage first, and go to the warehouse only when memory demands it.
 
 ## 5. Troubleshooting: four cases you will meet
@@ -516,13 +517,22 @@ starting point, and confirm with a run: section 1 is exactly that run. On a GPU,
 Every rank must run the same collectives in the same order. A model whose forward depends on the
 rank (a skipped layer on one rank, a branch on data that differs between ranks) breaks that.
 With stage 3, a rank that skips a block gathers the next block's parameters while the others
-gather the skipped one's: mismatched collectives, which on NCCL **hang** until a timeout (so
-does DeepSpeed). zerolab, on its own, checks each unit of gathers first (a 16-byte header with
-the groups' ids, filed apart in `ledger.checks`; `"zerolab": {"order_checks": false}` turns it
-off) and raises on every rank instead.
+gather the skipped one's: mismatched collectives. On NCCL, gathers of different sizes **hang**
+until a timeout; gathers of the same size pair up and hand each rank the wrong parameters,
+**silently**. DeepSpeed 0.19.8 compares the module order across ranks once, when a step completes
+the trace it records (the first step: an assertion in `reset_step`,
+`runtime/zero/partitioned_param_coordinator.py` line 260); a first step that hangs never gets
+there, and later steps are not compared (its per-gather check, `safe_mode`, is off by default).
+zerolab, on its own, checks each unit of gathers first (a 16-byte header with the groups' ids,
+filed apart in `ledger.checks`; `"zerolab": {"order_checks": false}` turns it off) and raises on
+every rank instead.
 At stages 0-2 the gradients are reduced in buckets that do not depend on the path, so a skipped
-block just has no gradient on that rank: DeepSpeed's default (`ignore_unused_parameters: true`)
-treats it as zero, as DDP's `find_unused_parameters=True` does; set it to false and it is an error.
+block just has no gradient on that rank, which is reduced as zero, as DDP's
+`find_unused_parameters=True` does. At stage 0 DeepSpeed fills the missing gradient with zeros
+whatever `ignore_unused_parameters` says (`runtime/engine.py` lines 3857-3863); at stages 1-2
+DeepSpeed 0.19.8 reads the key in its CPU-offload gradient-norm path, where false is an assertion
+error (`runtime/zero/stage_1_and_2.py` line 1934). zerolab raises at stages 0-2 whenever the key is
+false, right after backward: at stage 0 stricter than DeepSpeed.
 
 **Predict, then run.** Rank 1 skips block 2. What happens at stage 3? At stage 2 with
 `ignore_unused_parameters` false? At stage 2 with the default?
@@ -558,7 +568,7 @@ md("""
 An error in well under a second, on every rank, naming the modules or the parameters: not a
 hang. The fix is in the model: the same modules on every rank (to skip work on one rank, multiply
 by zero instead of branching), or, for parameters some ranks legitimately do not use, the default
-`ignore_unused_parameters: true` at stages 0-2.
+`ignore_unused_parameters: true` at stages 1-2 (stage 0 never complains in DeepSpeed).
 
 ### 5c. An fp16 loss-scale collapse
 
@@ -622,12 +632,15 @@ and little compute per layer, the calls dominate.
 **Predict, then run.** An MLP of 24 layers of width 32 (Ψ = 25,344), 4 samples per rank,
 DeepSpeed's default `reduce_bucket_size` (5·10⁸: the whole model in one bucket). How many
 collectives per step at stage 1, and at stage 3? How many bytes? How much slower will stage 3 be?
+(zerolab's order checks of section 5b are turned off here, `"zerolab": {"order_checks": false}`:
+the engine issues only the collectives DeepSpeed issues, and the times compare like for like.)
 """),
 code("""
 def comm_bound(stage, steps=5, width=32, layers=24):
     cfg = {"train_batch_size": 4 * N, "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
            "zero_optimization": {"stage": stage, "overlap_comm": False, "stage3_param_persistence_threshold": 0,
-                                 "stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0}}
+                                 "stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0},
+           "zerolab": {"order_checks": False}}         # off: only DeepSpeed's collectives, as it runs
     engine = zerolab.initialize(MLP(sizes=(width,) * (layers + 1)), cfg)
     batches = regression_batches(steps + 1, 4 * N, width, width)
     train_engine(engine, batches[:1], mse_loss)
@@ -638,7 +651,7 @@ def comm_bound(stage, steps=5, width=32, layers=24):
         times.append(time.perf_counter() - t0)
     led = engine.ledger.since(mark)
     out = {op: (int(t["calls"]) // steps, t["wire_bytes"] / steps) for op, t in led.totals().items()}
-    checks = len(led.checks) // steps          # zerolab's own order checks, never in totals()
+    checks = len(led.checks) // steps          # zerolab's own order checks: off here, so 0
     engine.close()
     return out, statistics.median(times), checks
 
@@ -650,7 +663,7 @@ for s, (ops, seconds, checks) in cb.items():
     what = ", ".join(f"{op} {c}" for op, (c, _) in sorted(ops.items()))
     print(f"stage {s}: {calls:>3} collectives per step, {wire:>8,.0f} wire bytes")
     print(f"    ({what}); step {seconds * 1e3:.1f} ms (median of 5);")
-    print(f"    apart, zerolab's own order checks: {checks}")
+    print(f"    zerolab's own order checks (off, as DeepSpeed runs): {checks}")
 
 fig, ax = plt.subplots(figsize=(6, 2.6))
 ax.barh(["stage 1", "stage 3"], [cb[1][1] * 1e3, cb[3][1] * 1e3], color=["#4c72b0", "#c44e52"])
@@ -666,9 +679,10 @@ in backward and reduce-scatters the gradients), but the calls are what hurt: 2 a
 layer per step, against one of the whole model, while the gradients travel in one
 reduce-scatter per `reduce_bucket_size` bucket (here one: DeepSpeed fills a bucket of modules and
 reduce-scatters it in one call). Each call pays the latency α, and 24 tiny layers give α
-nothing to hide behind. (In both, one more all-reduce of 2 elements: the overflow check and the
-gradient norm. zerolab adds its own 16-byte order checks at stage 3, one per gather here;
-DeepSpeed sends none, and they are counted apart.) `benchmarks/results/side_by_side.txt`
+nothing to hide behind. (In both, one more all-reduce of 2 elements: zerolab packs the overflow
+check and the gradient norm into one call; DeepSpeed sends the norm alone, chapter 10. The
+times were measured with zerolab's order checks off, as DeepSpeed runs: with them on, stage 3
+would also send one 16-byte header per gather, and its step would be slower still.) `benchmarks/results/side_by_side.txt`
 holds the same counts measured in DeepSpeed 0.19.8 itself. This is the recipe's
 warning: *if a higher stage makes throughput drop, suspect communication*. The treatments: stay
 at the lowest stage that fits (here stage 1 fits easily), raise
@@ -690,14 +704,15 @@ print(f"channel    stage 2, 4 micro-batches of 4: {table[2, 4, 4, 20_000][1] / u
       f"stage 1: {table[1, 4, 4, 20_000][1] / unit:.2f} psi")
 print(f"troubles   out of memory, divergent paths, an fp16 collapse after {fp16['skipped']} skipped steps,")
 print(f"           stage 3 with {sum(c for c, _ in cb[3][0].values())} collectives per step against "
-      f"{sum(c for c, _ in cb[1][0].values())} (zerolab's order checks apart)")
+      f"{sum(c for c, _ in cb[1][0].values())}")
+print("           (zerolab's order checks off, as DeepSpeed runs)")
 """),
 md("""
 - **Find the bottleneck first.** Memory: the engine's peak against the budget. Communication:
   calls and bytes in the ledger, time in collectives on the timeline. Waiting: the same timeline on
   every rank. The warehouse: the host bars.
 - **Memory short?** Raise the stage (16Ψ → 16Ψ/N of model states), then recompute activations
-  (they shrank to about a sixth here, for about 15 % more FLOPs; a third more on a transformer) or
+  (they shrank to about a seventh here, for about 15 % more FLOPs; a third more on a transformer) or
   offload the optimizer (paid in copies and a host step every step).
 - **Peak = model states + buffers + activations**, and the buffers (buckets, gathered layers) grow
   with the stage's machinery: the formula alone under-counts.

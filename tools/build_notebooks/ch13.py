@@ -58,6 +58,12 @@ the virtual nodes on one machine and the ledger's link column are **zerolab's**.
 quantizer kernels are CUDA only, so on this CPU zerolab runs their arithmetic in torch
 (`zerolab/quant.py`) and every collective through `torch.distributed` (gloo).
 
+The paper's headline: with all three, what crosses between nodes falls from ZeRO-3's **3M to
+0.75M** (M the model's bytes in 16 bits), about **4× less cross-node traffic** (qwZ halves the
+forward gather, hpZ keeps the backward gather in the node, qgZ's int4 gradients cut the
+reduce-scatter's 2 bytes to about half a byte). Chapter 14 computes the same ratio for a large
+cluster; on this crew of two small nodes we measure each part of it.
+
 **What we measure:** the bytes each rank sends inside its building and across the street, with
 and without each option, beside the formula; the error each one costs, against its bound; a loss
 curve; and, for a real cluster, what `zerolab simulate` says each option is worth.
@@ -238,7 +244,11 @@ replaces each gradient's reduce-scatter by DeepSpeed's `all_to_all_quant_reduce`
 5. it dequantizes, adds the nodes' sums, and divides by the number of nodes.
 
 1-D parameters (biases, LayerNorms: here the persistent group) fall back to the plain
-reduce-scatter, as in DeepSpeed.
+reduce-scatter, as in DeepSpeed; so does a gradient whose size is not a multiple of **2N** (two
+int4 values per byte, split N ways): DeepSpeed logs a warning and reduce-scatters it in bf16
+(`runtime/comm/coalesced_collectives.py`, `all_to_all_quant_reduce`, lines 43-52), and zerolab
+does the same (`zerolab/qgz.py`). A model whose sizes are not multiples of 2N quietly loses qgZ's
+saving on those gradients: the ledger's reduce-scatters under qgZ show it.
 
 **Predict, then run.** For a gradient of M elements, the reduce-scatter sends 3/4 · 2M bytes per
 rank, all across the street. With qgZ, how many bytes does a rank send inside its building, and how
@@ -462,6 +472,9 @@ md(r"""
 - **hpZ** keeps a secondary shard of each gathered module inside the node: the backward's
   gathers (and, under accumulation, the later micro-steps' forwards) stay off the street, for
   2Ψ/k bytes per rank until the step.
+- Together the three cut what crosses between nodes about 4× on a large cluster (the paper's
+  3M → 0.75M; chapter 14's table); gradients whose size is not a multiple of 2N, and 1-D ones,
+  fall back to the bf16 reduce-scatter.
 - ZeRO++ pays where the network between nodes is the bottleneck (chapter 14 computes when).
 
 ## Questions

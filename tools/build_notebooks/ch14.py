@@ -167,8 +167,11 @@ the street. The model (`simulate`'s docstring says it in full): a collective who
 nodes runs at **the slower link**. Its ring enters and leaves each node once per channel, so a
 node's network cards together carry what one rank sends (NCCL spreads its channels over the
 node's ports): the inter-node β is the node's whole network bandwidth. A DGX H100 has eight
-400 Gb/s ports, 8 × 50 GB/s, 360 GB/s at 90 %: as fast as its NVLink figure here. The thin
-fabric has one port: 45 GB/s, eight times less.
+400 Gb/s ports, 8 × 50 GB/s, 360 GB/s at 90 %: as fast as its NVLink figure here. That equality
+is an **assumption** of this model, not a measurement: the NVLink figure is zerolab's assumed
+all-reduce bus bandwidth (nccl-tests often report more inside a DGX H100), the network's is 90 %
+of line rate, and on a real cluster the two differ; whichever is slower decides (measure both with
+`nccl-tests`, section 8). The thin fabric has one port: 45 GB/s, eight times less.
 
 **Predict, then run.** T* on 16 GPUs (two nodes) for DGX A100, DGX H100 and the thin H100
 fabric. Which needs the most tokens, and why does the H100 need more than the A100?
@@ -276,9 +279,12 @@ size; `simulate` also requires it to divide the node or be a multiple of it, and
 ## 5. The warehouse: offload over PCIe
 
 With `offload_optimizer` the optimizer step runs on the CPU: each step every GPU sends its
-gradient shard down (2 bytes per element) and gets its updated parameters back (2 bytes): 4Ψ/N
-bytes over its own PCIe link. With `offload_param` too, stage 3 brings each parameter shard up
-from the host for the forward gather and again for the backward one: 4Ψ/N more per micro-step.
+gradient shard down and gets its updated 16-bit parameters back (2 bytes per element). DeepSpeed
+converts the gradients to fp32 on the GPU before the copy (`runtime/zero/stage3.py` line 1457;
+stages 1-2 copy with `non_blocking=True`, which converts on the GPU too, `stage_1_and_2.py` line
+1909), so they cross as 4 bytes, not the ZeRO-Offload paper's 2: 6Ψ/N bytes over each GPU's own
+PCIe link. With `offload_param` too, stage 3 brings each 16-bit parameter shard up from the host
+for the forward gather and again for the backward one: 4Ψ/N more per micro-step.
 These transfers overlap with compute like the network's; **the CPU's Adam step does not**: the
 GPUs wait for it (DeepSpeed's CPU Adam; `simulate` takes 10⁹ elements per second per GPU's
 share of the host, a round figure of zerolab's own).
@@ -295,12 +301,12 @@ for n in (8, 64):
     for par in (False, True):
         e = simulate.simulate(PSI70, 80, 8192, 4096, 1, n, 3, checkpointing=False, offload_optimizer=True,
                               offload_param=par, **CLUSTERS["dgx-h100"])
-        pcie = (4 + (4 if par else 0)) * PSI70 / n / PCIE
+        pcie = (4 + 2 + (2 + 2 if par else 0)) * PSI70 / n / PCIE       # fp32 grads down, 16-bit params up
         print(f"{n:>4}{'optimizer + params' if par else 'optimizer':>20}{pcie:>13.3f}{e.transfer_s:>10.3f}"
               f"{e.comm_s:>9.3f}{e.cpu_step_s:>10.3f}{e.compute_s:>9.3f}")
 """),
 md(r"""
-PCIe is never the problem here: 4Ψ/N (8Ψ/N with the parameters) shrinks with N while stage 3's
+PCIe is never the problem here: 6Ψ/N (10Ψ/N with the parameters) shrinks with N while stage 3's
 network bytes do not, and each GPU has its own PCIe link. What does not shrink enough is the
 **CPU step**: Ψ/N elements of Adam on the host, which the GPUs wait for (8.75 s per step at 8
 GPUs, twice the compute of a 4,096-token sequence). Offload pays when memory is the
@@ -313,8 +319,9 @@ Training runs fix the **global batch** (how many tokens per optimizer step the o
 tolerates), say 1,024 sequences of 4,096 tokens, 4.2M tokens. On N GPUs each gets B/N tokens
 per step, and stage 3 does best with no gradient accumulation (it re-gathers the parameters every
 micro-step: accumulation multiplies its traffic), so B/N is the most a micro-step can hold. T*
-hardly moves with N; B/N falls as 1/N. Stage 3 hides only while **B/N ≥ T***, that is up to
-**N = B / T*** GPUs.
+jumps once, when the crew first crosses the street (8 → 16 GPUs: more than eightfold on the thin fabric),
+and after that hardly moves with N; B/N falls as 1/N. Stage 3 hides only while **B/N ≥ T***,
+that is up to **N = B / T*** GPUs.
 
 **Predict, then run.** Up to how many GPUs does stage 3 hide its traffic on the DGX H100, on
 the thin fabric, and on the thin fabric with ZeRO++?
@@ -341,13 +348,41 @@ plt.show()
 for name, ts in t_of.items():
     print(f"{name:<28} T* {ts[0]:>6,.0f} at 8 GPUs, {ts[-1]:>6,.0f} at 1,024: hides up to N = B / T* = "
           f"{B / ts[-1]:>5,.0f}")
+
+# Does it fit? Activations per GPU at the thin fabric's limit, kept for backward (no recomputation)
+n_lim = limit["h100-thin, stage 3"]
+tok = B / n_lim                                           # tokens per GPU per micro-step
+flash = 34 * tok * 8192 * 80                              # Korthikanti et al.: 34 s b h bytes per layer
+scores = simulate.simulate(PSI70, 80, 8192, 4096, 1, 1024, 3, checkpointing=False).gpu_bytes["activations"]
+print(f"at N = {n_lim:,.0f}: {tok:,.0f} tokens per GPU; activations without recomputation, 80 layers:")
+print(f"  34 bytes x tokens x 8,192 x 80 (attention scores not stored): {flash / 1e9:>6,.0f} GB")
+print(f"  with the scores stored (simulate's formula, 64 heads):          {scores * tok / 4096 / 1e9:>6,.0f} GB")
+print(f"  one sequence of 4,096 per GPU (N = 1,024), scores not stored:   {34 * 4096 * 8192 * 80 / 1e9:>6,.0f} GB")
+ck = simulate.simulate(PSI70, 80, 8192, 4096, 2, 512, 3, checkpointing=True, **CLUSTERS["h100-thin"])
+ck_t = simulate.simulate(PSI70, 80, 8192, 1, 1, 1024, 3, checkpointing=True, **CLUSTERS["h100-thin"]).hide_tokens
+print(f"with checkpointing, 512 GPUs x 2 sequences: {ck.gpu_bytes['activations'] / 1e9:.1f} GB of activations, "
+      f"{ck.gpu_bytes['total'] / 1e9:.1f} GB in all")
+print(f"  (fits 80 GB: {ck.fits}); T* {ck_t:,.0f}: hides up to N = {B / ck_t:,.0f}, for a third more FLOPs")
 """),
 md(r"""
 On the DGX H100 stage 3 alone hides up to about 3,800 GPUs: at 1,024 it has nearly four times
 the tokens it needs. On the thin fabric it stops at about 480 GPUs: past it, every doubling of N halves the
 compute per GPU and leaves the traffic where it is, so the step stops getting shorter. ZeRO++
-moves the limit about 3.6 times further, to about 1,700. (T* rises a little from 8 to 16
-GPUs: the first step onto the street; after that (N−1)/N barely moves.)
+moves the limit about 3.6 times further, to about 1,700. (From 8 to 16 GPUs T* jumps: the first
+step onto the street, more than eightfold on the thin fabric, a little on the DGX, whose network is
+taken as fast as its NVLink; after that (N−1)/N barely moves.)
+
+**But does it fit?** The break-even counts FLOPs and bytes, not memory. At the thin fabric's
+limit each GPU holds about 8,800 tokens in one micro-step, and without recomputation it keeps
+every layer's activations for backward: even with FlashAttention-style kernels, which do not
+store the attention scores, Korthikanti et al.'s 34 bytes per token per unit of width per layer
+come to about 196 GB, and storing the scores (the simulator's formula) to about 1,100 GB. Neither
+fits on an 80 GB H100: "about 480 GPUs" is the bandwidth's answer only. More GPUs do not rescue
+it: one sequence per GPU still needs about 91 GB. What fits is **activation checkpointing**
+(each layer keeps only its input, one layer is recomputed at a time: about 30 GB per GPU in all at
+512 GPUs), and it even helps the traffic: the forward runs twice, so T* falls to 3/4 and stage 3
+hides up to about 640 GPUs, at the price of a third more FLOPs per step. (Splitting the
+activations over GPUs is the other way: tensor and sequence parallelism, next section.)
 
 ## 7. Where tensor and pipeline parallelism take over
 
@@ -442,7 +477,8 @@ ax.bar([x + 0.2 for x in xs], [r["sim_seconds"] * 1e3 for r in rows], 0.4, label
 ax.set(xticks=list(xs), xticklabels=[f"stage {r['stage']}" for r in rows], ylabel="ms per step")
 ax.set_title(f"Here, the collectives took {simulate.comm_factor(rows):.1f}x the alpha-beta time "
              "(comm_factor)", fontsize=10)
-ax.legend(fontsize=8)
+ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)  # below the bars
+fig.tight_layout()
 plt.show()
 """),
 md(r"""
@@ -473,6 +509,8 @@ print(f"ZeRO++      inter-node bytes {pp_rows['stage 3'].link_bytes['inter'] / P
       f"{t_of['h100-thin, stage 3 + ZeRO++'][3]:,.0f}")
 print(f"scale       4.2M tokens per step hide stage 3 up to ~{limit['h100-thin, stage 3']:,.0f} GPUs (thin), "
       f"~{limit['h100-thin, stage 3 + ZeRO++']:,.0f} with ZeRO++")
+print(f"memory      there, ~{flash / 1e9:,.0f} GB of activations per GPU without recomputation;")
+print(f"            with checkpointing {ck.gpu_bytes['total'] / 1e9:.0f} GB in all at 512 GPUs")
 print(f"here        bytes and calls of stages 0, 1, 3 equal to the simulator's on 2 ranks: {exact}")
 """),
 md(r"""
@@ -485,9 +523,10 @@ md(r"""
 - **ZeRO++** cuts what leaves each node from 6Ψ to about 1.5Ψ (qwZ halves the gathers, hpZ keeps
   the backward gather in the node for 2Ψ/k of memory, qgZ sends 4-bit gradients), and T* nearly
   as much; the price is memory (hpZ) and quantization error (chapter 13).
-- **Offload's PCIe** traffic (4Ψ/N, 8Ψ/N with the parameters) shrinks with N; the **CPU step**
-  does not overlap and decides whether offload pays.
-- At a **fixed global batch**, stage 3 hides up to **N = B/T*** GPUs. Beyond, stage 1 with TP
+- **Offload's PCIe** traffic (6Ψ/N in DeepSpeed, whose gradients go down as fp32; 10Ψ/N with the
+  parameters) shrinks with N; the **CPU step** does not overlap and decides whether offload pays.
+- At a **fixed global batch**, stage 3 hides up to **N = B/T*** GPUs, if the activations fit:
+  70B at that limit needs activation checkpointing on 80 GB GPUs. Beyond, stage 1 with TP
   inside the node and PP across nodes sends less per step (once per step, 1/p of the model per
   node); TP's own traffic needs NVLink, PP's fits the slow street.
 - The simulator's **bytes and calls equal the engine's** on real ranks; its times need this
@@ -611,14 +650,16 @@ md(r"""
 Stage 3 with `offload_optimizer` (and, if `offload_param`, the parameters too), one micro-step
 per step, no checkpointing: the tokens per GPU at which the compute (6ΨT FLOPs) takes as long as
 this GPU's PCIe transfers in one direction's bandwidth `pcie_Bps`. Per step each GPU sends its
-gradient shard down and gets its updated parameter shard back (2 + 2 bytes per element of its
-shard of Ψ/N); with `offload_param` it also brings its parameter shard up for the forward gather
-and again for the backward one (2 + 2 more).
+gradient shard down and gets its updated parameter shard back: DeepSpeed converts the gradients
+to fp32 on the GPU before the copy (`runtime/zero/stage3.py` line 1457), so **4 + 2 bytes** per
+element of its shard of Ψ/N (the ZeRO-Offload paper's design sends fp16 down: 2 + 2); with
+`offload_param` it also brings its 16-bit parameter shard up for the forward gather and again for
+the backward one (2 + 2 more).
 """),
 code(r"""
 def offload_hide_tokens(peak_flops, mfu, pcie_Bps, gpus, offload_param=False):
     # BEGIN SOLUTION: PCIe bytes of this GPU's shard over pcie_Bps = 6 psi T / (mfu peak); solve for T
-    bytes_per_element = 2 + 2 + (2 + 2 if offload_param else 0)   # of this GPU's shard
+    bytes_per_element = 4 + 2 + (2 + 2 if offload_param else 0)   # of this GPU's shard: fp32 grads down
     pcie_s = bytes_per_element / gpus / pcie_Bps                   # x psi
     return pcie_s * mfu * peak_flops / 6
     # END SOLUTION

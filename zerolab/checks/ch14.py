@@ -154,19 +154,26 @@ BYTES_MISTAKES = [
 ]
 
 
-def _offload(peak, mfu, pcie, n, par, *, per_rank=True, opt_bytes=4, par_times=2, nbytes=2, use_mfu=True):
-    moved = opt_bytes * nbytes / 2 + (par_times * nbytes if par else 0)          # bytes per parameter / N
+def _offload(peak, mfu, pcie, n, par, *, per_rank=True, down=4, up=2, par_times=2, nbytes=2, use_mfu=True):
+    # DeepSpeed: fp32 gradients down (4), 16-bit parameters up (nbytes), and with offload_param the
+    # 16-bit shard up twice per micro-step
+    moved = down + up * nbytes / 2 + (par_times * nbytes if par else 0)         # bytes per parameter / N
     return moved * peak * (mfu if use_mfu else 1) / (6 * (n if per_rank else 1) * pcie)
 
 
 OFFLOAD_MISTAKES = [
     (dict(per_rank=False), "each GPU moves only its own shard over its own PCIe link: Psi/N elements, "
                            "not Psi"),
-    (dict(opt_bytes=2), "offload_optimizer moves each step the fp16 gradients down AND the updated fp16 "
-                        "parameters up: 2 + 2 bytes per element of the shard"),
+    # (the gradients down alone, 4 bytes, gives the same numbers as the paper's 2 + 2: one hint for both)
+    (dict(down=2), "per element of the shard, offload_optimizer moves the gradients down as fp32 (DeepSpeed "
+                   "converts them on the GPU before the copy: 4 bytes, not the ZeRO-Offload paper's 2) AND the "
+                   "updated 16-bit parameters up (2 bytes): 4 + 2 bytes"),
+    (dict(down=2, up=0), "offload_optimizer moves each step the gradients down (fp32: 4 bytes) AND the "
+                         "updated 16-bit parameters up (2 bytes): 4 + 2 bytes per element of the shard"),
     (dict(par_times=1), "with offload_param the shard comes up from the host twice per micro-step: for the "
                         "forward gather and again for the backward one"),
-    (dict(nbytes=4), "what crosses PCIe is 2-byte (fp16/bf16) gradients and parameters, not fp32"),
+    (dict(nbytes=4), "only the gradients go down as fp32; the parameters cross PCIe as 2-byte fp16/bf16, "
+                     "not fp32"),
     (dict(use_mfu=False), "the GPU computes at mfu x peak_flops, not at its peak"),
 ]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .common import F, T, _plt, _png, _html, _wrap, lab_box, pad
+from .common import F, T, _plt, _png, image_layout, _html, _wrap, lab_box, pad
 
 
 MODELS = {
@@ -178,7 +178,7 @@ def application_widget(model: str = "Llama-2 7B", gpus: int = 8, gpu: str = "a10
     host = W.Dropdown(options=[256, 512, 1024, 2048], value=1024, description=T("host GB/node"))
     for w in (md, ng, kind, mem, ln, mb, host):     # labels at their own width: "host GB/node" was cut off
         w.style.description_width = "initial"
-    image = W.Image(format="png")
+    image = W.Image(format="png", layout=image_layout())
     summary = W.HTML()
     first = {}
 

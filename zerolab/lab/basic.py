@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .common import (F, T, GIANTS, GIANT_NAMES, RANK_COLORS, CrewPool, _run, lab_model,
+from .common import (F, T, image_layout, GIANTS, GIANT_NAMES, RANK_COLORS, CrewPool, _run, lab_model,
                      lab_config, _batches, _plt, _png, _html, _wrap, _run_controls, lab_box, pad)
 
 
@@ -178,7 +178,7 @@ def basic_widget(pool: CrewPool | None = None, world_size: int = 2, stage: int =
     """Controls N, stage and precision over :func:`holdings` (a real engine per choice)."""
     import ipywidgets as W
     n, st, pr = _run_controls(world_size, stage, precision, max_ranks)
-    image = W.Image(format="png")
+    image = W.Image(format="png", layout=image_layout())
     summary = W.HTML()
     status = W.HTML()
     first = {}

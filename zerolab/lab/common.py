@@ -133,9 +133,20 @@ def _plt():
     import matplotlib.pyplot as plt
     return plt
 
+# 100, not 72: at 72 dpi a 7-point legend is 7 pixels high. The widget's image is drawn no wider
+# than its cell (image_layout), so the larger picture is scaled down, never cut.
+PNG_DPI = 100
+
+
+def image_layout():
+    """The layout of a widget's picture: as wide as the output area at most, its height to scale."""
+    import ipywidgets as W
+    return W.Layout(max_width="100%", height="auto")
+
+
 def _png(fig) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=72)
+    fig.savefig(buf, format="png", dpi=PNG_DPI)
     _plt().close(fig)
     return buf.getvalue()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from .common import (F, T, RANK_COLORS, CrewPool, _run, lab_model, lab_config, _batches, _plt,
+from .common import (F, T, image_layout, RANK_COLORS, CrewPool, _run, lab_model, lab_config, _batches, _plt,
                      _png, _html, _wrap, _run_controls, pattern, lab_box)
 
 
@@ -328,7 +328,7 @@ def core_widget(pool: CrewPool | None = None, world_size: int = 2, stage: int = 
     which = W.IntSlider(value=0, min=0, max=0, description=T("collective"), continuous_update=False)
     play = W.Play(value=0, min=0, max=0, interval=900, description=T("play"))
     W.jslink((play, "value"), (which, "value"))
-    image = W.Image(format="png")
+    image = W.Image(format="png", layout=image_layout())
     line = W.HTML()
     summary = W.HTML()
     state: dict = {}

@@ -7,7 +7,7 @@ import tempfile
 import time
 
 from ..config import ZeroConfig
-from .common import (F, T, RANK_COLORS, CrewPool, _run, lab_model, lab_config, _batches, _plt, _png, _html, _wrap,
+from .common import (F, T, image_layout, RANK_COLORS, CrewPool, _run, lab_model, lab_config, _batches, _plt, _png, _html, _wrap,
                      _run_controls, lab_box, pad)
 from .core import _probed_step
 
@@ -281,10 +281,11 @@ def draw_placement(p: Placement):
     longest = max(max(sum(p.split(r)[k] for k, _, _ in parts), p.split(r)["io"]) for r in range(n)) * 1e3
     ax_s.set_xlim(0, max(longest, 1e-3) * 1.05)          # every bar inside its axis, whatever its length
     ax_s.set_yticks([2 * r + 0.4 for r in range(n)], [f"rank {r}" for r in range(n)], fontsize=8)
-    ax_s.invert_yaxis()
+    ax_s.set_ylim(2 * n + 1.1, -0.6)                     # (inverted) a band below the bars for the legend
     ax_s.set_xlabel(F("ms in the recorded step (measured; machine-dependent)"), fontsize=8)
     ax_s.set_title(F("the step's time: training thread, and I/O threads below"), fontsize=9)
-    ax_s.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=4, frameon=False)
+    # inside the axes: a legend below them made every row of the grid leave room for it (a blank gap)
+    ax_s.legend(fontsize=7, loc="lower center", ncol=4, frameon=False)
     # rank 0's timeline: what ran when, and where the bytes moved
     rows = (("compute spans", "#4c72b0", lambda k, name: k == "compute"),
             ("parameter gathers", "#c44e52", lambda k, name: k in ("comm", "async") and name.startswith("all_gather params")),
@@ -309,7 +310,7 @@ def draw_placement(p: Placement):
     ax_t.set_ylim(len(rows) - 0.4, -0.9)
     ax_t.set_title(F("rank 0's step: when each thing ran, and when the bytes moved (measured; NVMe: light = read, "
                      "dark = write)"), fontsize=9)
-    ax_t.tick_params(labelbottom=False)
+    ax_t.set_xlabel(F("ms since the step began"), fontsize=8)          # (the panel below shares it)
     # the device's gathered bytes over the step
     for r in range(n):
         ts = [t * 1e3 for t, _, _ in p.memory[r]]
@@ -339,7 +340,7 @@ def extension_widget(pool: CrewPool | None = None, world_size: int = 2, stage: i
                      description="sub_group")
     pr = W.Checkbox(value=False, description="pipeline_read", indent=False)
     pw = W.Checkbox(value=False, description="pipeline_write", indent=False)
-    image = W.Image(format="png")
+    image = W.Image(format="png", layout=image_layout())
     summary = W.HTML()
     status = W.HTML()
     busy = {"on": False}

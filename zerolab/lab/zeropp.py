@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from .common import F, T, RANK_COLORS, CrewPool, _run, _plt, _png, _html, _wrap, lab_box, pad as _pad
+from .common import F, T, image_layout, RANK_COLORS, CrewPool, _run, _plt, _png, _html, _wrap, lab_box, pad as _pad
+from .. import i18n
 
 WIDTH, LAYERS = 64, 4                  # four Linear(WIDTH, WIDTH): the simulator's square layers
 ZPP_MICRO_BATCH = 2                    # rows per rank per micro-step
@@ -282,7 +283,11 @@ def zeropp_widget(pool: CrewPool | None = None, world_size: int = 4, nodes: int 
     acc = W.Dropdown(options=[1, 2], value=accumulation, description=T("micro-steps"))
     for w in (lay, h, acc):
         w.style.description_width = "initial"
-    image = W.Image(format="png")
+    # wide enough for the longest layout's name ("4 ranks as 2 nodes of 2"): the default 300 px
+    # (label included) cut it; about 0.6 em per column, a column per Latin character, two per CJK one
+    cols = max(i18n.width(name) for name, _ in layouts) + i18n.width(T("ranks"))
+    lay.layout.width = f"{0.6 * cols + 5:.1f}em"
+    image = W.Image(format="png", layout=image_layout())
     summary = W.HTML()
     status = W.HTML()
     busy = {"on": False}

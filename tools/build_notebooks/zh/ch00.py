@@ -1,6 +1,6 @@
-"""第 0 章「认识搬家队」与练习 0 的中文（tools/build_notebooks/ch00.py 的 markdown 单元）。
+"""第 0 章「认识搬家队」与练习 0 的中文（tools/build_notebooks/ch00.py 的 markdown 单元格）。
 
-每项：单元 id -> (所译英文原文的 sha1 前 12 位, 中文)。见 tools/build_notebooks/zhsource.py。
+每项：单元格 id -> (所译英文原文的 sha1 前 12 位, 中文)。见 tools/build_notebooks/zhsource.py。
 """
 
 ZH = {
@@ -21,7 +21,7 @@ ZH = {
 
 喊话怎么传过去，由**后端**（backend）决定：
 
-* **gloo** 是在走廊里喊：任何机器都能用，在 CPU 进程之间走普通的 socket（这里走本机回环地址 127.0.0.1）。
+* **gloo** 是在院子里扯着嗓子喊：任何机器都能用，在 CPU 进程之间走普通的 socket（这里走本机回环地址 127.0.0.1）。
   本课程里 CPU 上的 rank 用的就是它。（zerolab 还给同一台机器上的 CPU rank 准备了一块共享白板，也就是共享内存，
   但只在你明确要求时才启用：`zerolab.Crew(N, backend="shm")`，见第 6 章。）
 * **NCCL** 是 GPU 之间拉好线的对讲机（NVLink、PCIe、InfiniBand）：快得多，但要求每个 rank 各有一张 GPU。
@@ -35,9 +35,9 @@ ZH = {
 | 领班 | rank 0 | broadcast 的源 rank |
 | 队长 | 启动器（launcher） | 你，通过 `crew.run(fn)` 下令 |
 | 全队一起喊的一嗓子 | 一次集合通信 | `Comm.all_reduce` 等 |
-| 走廊还是对讲机 | 后端：gloo 或 NCCL | `backend="auto"` |
+| 院子里喊话还是对讲机 | 后端：gloo 或 NCCL | `backend="auto"` |
 
-本章我们先雇一支四人搬家队，听每个工人做自我介绍；再看构成 ZeRO 全部通信的四种喊话，数一数每种喊话往线路上放了多少字节；
+本章我们先雇一支四人搬家队，听每个工人做自我介绍；再看构成 ZeRO 全部通信的四种喊话，数一数每种喊话发出了多少字节；
 最后只用最基本的点对点收发（send / recv），亲手搭出其中最重要的那一种：环形 all-reduce（ring all-reduce）。
 """),
 "ch00-01": ("c4a476f4c73f", r"""
@@ -69,7 +69,7 @@ ZeRO 在网络上做的每一件事，都是下面四种集合通信之一：
 | **all-gather** | rank r 有第 r 片 | 每个 rank 都有全部各片 | stage 1 到 3：用各个分片重建完整的参数（第 3 章） |
 | **broadcast** | 只有源 rank 有数据 | 每个 rank 都有一份副本 | 领班把同一套初始权重发给所有人 |
 
-它们都经过 `zerolab.comm.Comm`：它调用 `torch.distributed`，并把每次调用记进一本**账本**（ledger）：操作、元素数、字节数、dtype、
+它们都经过 `zerolab.comm.Comm`：它调用 `torch.distributed`，并把每次调用记进一本**账本**（ledger），记下操作、元素数、字节数、dtype、
 耗时，外加一个说明这次调用缘由的标签（tag）。
 
 图中每一行是一个 rank，每一格是它持有的一个数。**颜色表示这份数据是谁的**：每个 rank 一种颜色，深灰色表示对所有 rank 求出的和，
@@ -110,13 +110,13 @@ all-gather 是反过来的操作。rank r 起初只有第 r 片（位置 2r 和 
 所有 rank 就是这样从同一套权重出发的。
 """),
 "ch00-15": ("3d4f90b4a710", r"""
-## 4. 账本：线路上的字节
+## 4. 账本：每个 rank 发出的字节
 
 上面的每次调用都经过 `default_comm()`，也就是这个 rank 自己的 `Comm`，每个 rank 都把它记进了自己的账本。
-整章里这些 rank 都是同一批进程，所以账本一直都在：把某个集合通信的单元再运行一次，它就会被记两次。
+整章里这些 rank 都是同一批进程，所以账本一直都在：把某个集合通信的单元格再运行一次，它就会被记两次。
 
 账本直接从张量本身量出每次调用搬了多少：完整张量的元素数和字节数 **S**（reduce-scatter 取它的输入，all-gather 取它的输出）。
-再由 S 算出**每个 rank 放到线路上的字节数**，沿用 nccl-tests 计算总线带宽（bus bandwidth）时的约定，也就是带宽最优的环形算法实际发送的量：
+再由 S 算出**每个 rank 发出的字节数**，沿用 nccl-tests 计算总线带宽（bus bandwidth）时的约定，也就是带宽最优的环形算法实际发送的量：
 
 * all-reduce：**2(N−1)/N · S**（它就是一次 reduce-scatter 紧接着一次 all-gather）
 * reduce-scatter 和 all-gather：**(N−1)/N · S**（每个 rank 发出 N 片中的 N−1 片）
@@ -124,7 +124,7 @@ all-gather 是反过来的操作。rank r 起初只有第 r 片（位置 2r 和 
 
 N = 4 时，这几个系数分别是 1.5、0.75、0.75 和 1。
 
-**先预测，再运行。** 上面四次调用搬的都是由 8 个 float32 组成的张量，S = 32 字节。对每次调用，账本会记下每个 rank 往线路上放多少字节？
+**先预测，再运行。** 上面四次调用搬的都是由 8 个 float32 组成的张量，S = 32 字节。对每次调用，账本会记下每个 rank 发出多少字节？
 四者之中哪个最贵？
 """),
 "ch00-17": ("0cbe30780a7e", r"""
@@ -165,8 +165,8 @@ all-reduce 最贵，48 字节，是张量的一倍半：它就是一次 reduce-s
 最后是真正要紧的检查：我们刚才看着它跑的这个环，结果必须与库里的 `dist.all_reduce` **完全**相同，而且恰好发出 2(N−1)/N · S。
 每个 rank 取 1000 个随机整数，存成 float64（这样不论按什么顺序相加，和都是精确的），再用一个新的 `Ledger` 数自己发出的每一次 send。
 
-**先预测，再运行。** 张量是 1000 个 float64，S = 8000 字节，4 个 rank。每个 rank 会调用多少次 `send`，一共往线路上放多少字节？
-如果 rank 0 持有整个张量，其他 rank 手里都是没用的东西，答案会变吗？先写下你的猜测，再运行这个单元。
+**先预测，再运行。** 张量是 1000 个 float64，S = 8000 字节，4 个 rank。每个 rank 会调用多少次 `send`，一共发出多少字节？
+如果 rank 0 持有整个张量，其他 rank 手里都是没用的东西，答案会变吗？先写下你的猜测，再运行这个单元格。
 """),
 "ch00-25": ("b8fa9579b957", r"""
 每个 rank 都发了六次，每次 2,000 字节，共 12,000 字节：1.5 S，正是账本的公式，这回是一次一次 send 数出来的。答案也不会变：
@@ -174,12 +174,12 @@ all-reduce 最贵，48 字节，是张量的一倍半：它就是一次 reduce-s
 
 ## 本章测得的
 
-* **搬家队**：四个 rank，是同一个 `torch.distributed` 进程组里的真实进程，只启动一次，之后每个单元都复用。
+* **搬家队**：四个 rank，是同一个 `torch.distributed` 进程组里的真实进程，只启动一次，之后每个单元格都复用。
   每个 rank 都知道自己的 rank、总 rank 数和自己的设备；rank 0，也就是领班，是 broadcast 的源。
 * **四种喊话**，数字都能手算核对：**all-reduce** 之后每个 rank 持有 60 + 4·i；**reduce-scatter** 之后 rank r 只持有这个和的第 r 片；
   **all-gather** 之后每个 rank 持有全部各片；**broadcast** 之后每个 rank 持有 rank 0 的那一份。
-* **账本**：对 S 字节的张量，all-reduce 时每个 rank 往线路上放 2(N−1)/N · S（N = 4 时为 1.5 S），reduce-scatter 或 all-gather 时放
-  (N−1)/N · S（各 0.75 S），broadcast 时放 S。一次 all-reduce 的代价恰好等于一次 reduce-scatter 加一次 all-gather，
+* **账本**：对 S 字节的张量，all-reduce 时每个 rank 发出 2(N−1)/N · S（N = 4 时为 1.5 S），reduce-scatter 或 all-gather 时发出
+  (N−1)/N · S（各 0.75 S），broadcast 时发出 S。一次 all-reduce 的代价恰好等于一次 reduce-scatter 加一次 all-gather，
   ZeRO 关于通信量的结论正是建立在这一点上（第 3 章）。
 * **从零实现的环**：2(N−1) = 6 步，每步每个 rank 发一块。一次一次 send 数下来，每个 rank 发了 6 块，8000 字节的张量共发 12000 字节，
   恰好是 2(N−1)/N · S，结果与 `dist.all_reduce` 逐位相同。

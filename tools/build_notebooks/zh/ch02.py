@@ -1,8 +1,8 @@
-"""第 2 章「数据并行之痛」与练习 2 的中文（tools/build_notebooks/ch02.py 的 markdown 单元）。
+"""第 2 章「数据并行之痛」与练习 2 的中文（tools/build_notebooks/ch02.py 的 markdown 单元格）。
 
-每项：单元 id -> (所译英文原文的 sha1 前 12 位, 中文)。英文改动后哈希对不上，
-tests/test_zh_edition.py 会点名该单元；改好中文后运行
-``python tools/build_notebooks/zh_edition.py --accept <单元 id>``。
+每项：单元格 id -> (所译英文原文的 sha1 前 12 位, 中文)。英文改动后哈希对不上，
+tests/test_zh_edition.py 会点名该单元格；改好中文后运行
+``python tools/build_notebooks/zh_edition.py --accept <单元格 id>``。
 """
 
 ZH = {
@@ -18,8 +18,8 @@ ZH = {
 把所有人的贴纸加起来，每个人都抄下这个总数，好让每一份搬家方案始终一字不差。
 
 这条老规矩就是**数据并行**（data parallelism，PyTorch 的 DDP）。每个 rank（每张 GPU）都持有*完整的*模型，拿自己那一份 batch，
-算出自己的梯度（gradient）；然后一次 **all-reduce** 把所有 rank 的梯度加起来（再除以 N），于是每个 rank 做同一次优化器更新（optimizer step），
-各份副本永远不会分叉。模型小的时候，它简单又好用；模型一大就撞墙：混合精度（mixed precision）加 Adam 时，不管 N 是多少，
+算出自己的梯度（gradient）；然后一次 **all-reduce** 把所有 rank 的梯度加起来（再除以 N），于是每个 rank 做同一次优化器更新，
+各份副本永远不会分叉。模型小的时候，它简单又好用；模型一大就撞墙：混合精度加 Adam 时，不管 N 是多少，
 每个 rank 都要持有 **16Ψ 字节**的模型状态（model states，第 1 章）。加 GPU 只加速度，不加空间。这就是**显存墙**（memory wall）；
 第 3 章会打破它，本章先量一量为什么非打破不可。
 
@@ -39,7 +39,7 @@ rank 0 复制过来；反向传播把每个梯度累加进一块扁平的梯度�
 
 与 PyTorch 的 DDP 有一处不同。DDP 最关键的优化是：反向传播一填满一个桶（bucket，`bucket_cap_mb`，25 MB）就立刻对它做 all-reduce，
 让通信和剩下的反向传播*重叠*（overlap）；而 DeepSpeed 的 stage 0 是在反向传播结束后，按 5·10⁸ 个元素一桶做 all-reduce。
-两种做法线路上的字节数一样，差的只是时间。
+两种做法的通信量一样，差的只是时间。
 
 对每个 N，我们都在同一个 12 条序列的全局 batch 上用 fp32 训练 3 步（每个 rank 分到 12、6、4 或 3 条），每个 rank 还会
 单独拿全部 12 条，按单进程训练一遍作为对照（`ch02.train_ddp_and_single`）。
@@ -75,7 +75,7 @@ N = 3 时各 rank 之间差 2 个字节：7,204 个元素切成 2,402 + 2,401 + 
 ## 3 · 引擎自己的账本：DDP 的一步
 
 引擎不用教学用的那个环：它通过自己的 `Comm` 经 `torch.distributed` 调用库里的集合通信（collective；这里是 gloo，GPU 上是 NCCL，
-各自在内部选择算法），`Comm` 会把**每一次调用记进账本**。账本里的“线路字节数”（wire bytes）按环形算法每个 rank 会发出的量来计，
+各自在内部选择算法），`Comm` 会把**每一次调用记进账本**。账本里的“发送字节数”（wire bytes）按环形算法每个 rank 会发出的量来计，
 这样引擎的通信量就能和公式并排对照。`ch02.one_step` 在每个搬家队上用**混合精度**（bf16 的参数和梯度，fp32 的主权重和 Adam 状态）
 训练一步，并保留这一步的账本以及每个 rank 之后持有的显存。
 
@@ -90,7 +90,7 @@ N = 3 时各 rank 之间差 2 个字节：7,204 个元素切成 2,402 + 2,401 + 
 """),
 "ch02-12": ("11736b90a78c", r"""
 每个 N 都是每步一次调用，恰好 Ψ = 7,204 个元素：就是梯度本身，不含扁平缓冲区的**补齐**（padding；补到 N 的整数倍，N = 3 时为
-7,206，因为所有 ZeRO stage 都共用这种布局，第 3 章要把它切成 N 个等大的分区（partition））。线路字节数是梯度字节数的 2(N−1)/N 倍：
+7,206，因为所有 ZeRO stage 都共用这种布局，第 3 章要把它切成 N 个等大的分区（partition））。发送字节数是梯度字节数的 2(N−1)/N 倍：
 又是那个环形公式，这次用在引擎自己的通信上。
 
 ## 4 · 每个 rank 的显存：谁的背包都没变轻
@@ -99,7 +99,7 @@ N = 3 时各 rank 之间差 2 个字节：7,204 个元素切成 2,402 + 2,401 + 
 = **16 B**。
 
 **先预测，再运行。** Ψ = 7,204 时，只有 1 个人的搬家队里，一个 rank 持有多少字节的模型状态？4 个人的搬家队呢：是它的四分之一、
-一样多，还是更多？下一个单元把上面那一步之后 `engine.memory()` 在每个 rank 上测得的值和公式并排打印：
+一样多，还是更多？下一个单元格把上面那一步之后 `engine.memory()` 在每个 rank 上测得的值和公式并排打印：
 """),
 "ch02-14": ("07ac403c2c45", r"""
 一样多，上下差几十个字节：rank 加进来，**每个 rank 的显存并不减少**，整个搬家队背着 N 份。多出来的每个字节都有着落：
@@ -109,7 +109,7 @@ N = 3 时各 rank 之间差 2 个字节：7,204 个元素切成 2,402 + 2,401 + 
 ## 5 · 显存墙
 
 TinyLM 的 115 kB 放在哪儿都装得下。把 Ψ 放大，同样的每个参数 16 字节就会撞上 GPU 的容量。真实的 ZeRO 训练用的是
-**标称"40GB"和"80GB"的 A100 GPU**。有两点要注意：存储芯片按二进制容量生产，所以一张"40GB"的卡更接近 40 **GiB**
+**标称“40GB”和“80GB”的 A100 GPU**。有两点要注意：存储芯片按二进制容量生产，所以一张“40GB”的卡更接近 40 **GiB**
 （在 A100-SXM4-40GB 上，CUDA 的 deviceQuery 报告约 42.3 GB；具体数字取决于卡、驱动和 ECC）；而且 GPU 上装的不只是模型状态，
 激活值（activations）、临时缓冲区、CUDA 上下文和显存碎片都要占一份，所以真正的上限还要更低。
 
@@ -132,7 +132,7 @@ TinyLM 的 115 kB 放在哪儿都装得下。把 Ψ 放大，同样的每个参�
 - 按每个参数 16 B 算的显存墙：40 GB 装得下 25 亿个参数，80 GB 装得下 50 亿。
 
 用故事的话说：老规矩让每个工人都背着整栋房子，每拆完一个房间还要停下来，沿着环把贴纸的总数传一圈。这个环已经是传纸条最省的办法
-（不管多少工人，每人约 2Ψ），所以压垮 DDP 的不是通信量（traffic）。**是显存**：每个 rank 16Ψ，不随 N 变化。第 3 章就不再让大家背重复的东西了。
+（不管多少工人，每人约 2Ψ），所以压垮 DDP 的不是通信量。**是显存**：每个 rank 16Ψ，不随 N 变化。第 3 章就不再让大家背重复的东西了。
 
 ### 思考题
 
@@ -155,7 +155,7 @@ TinyLM 的 115 kB 放在哪儿都装得下。把 Ψ 放大，同样的每个参�
 
 *搬家队围成一圈。每个工人每次可以把一捆笔记传给右边、同时从左边接过一捆。怎样才能让每个人最后都握着房子某一部分的完整总数？*
 
-在第 2 章里你测过环形 all-reduce：一次 **reduce-scatter** 接一次 **all-gather**，每个 rank 往线路上放 2(N−1)/N·Ψ 个元素。
+在第 2 章里你测过环形 all-reduce：一次 **reduce-scatter** 接一次 **all-gather**，每个 rank 发出 2(N−1)/N·Ψ 个元素。
 这里由你来写前一半。
 
 **你的函数**在一个真实搬家队的每个 rank 上运行：
@@ -178,13 +178,13 @@ def ring_reduce_scatter(chunks, rank, world_size, send_recv):
 
 别直接收进某一块：`send_recv` 会覆盖掉你自己的贡献。收进一块新的缓冲区（`torch.empty_like`），再加上去。
 
-**检查不通过时**，它会用几行话说明哪里错了、期望的是什么，再给一条点出可能错误的提示（hint）。想同时看完整的 Python 回溯
+**检查不通过时**，它会用几行话说明哪里错了、期望的是什么，再给一条点出可能错误的提示。想同时看完整的 Python 回溯
 （traceback；包括 zerolab 自己的代码，以及任何一个 rank 上的回溯），运行 `import zerolab.checks; zerolab.checks.full_tracebacks()`，
-再运行一次检查单元（`zerolab.checks.full_tracebacks(False)` 让报错恢复简短），或者在启动 Jupyter 时设置环境变量
+再运行一次检查单元格（`zerolab.checks.full_tracebacks(False)` 让报错恢复简短），或者在启动 Jupyter 时设置环境变量
 `ZEROLAB_FULL_TRACEBACK=1`。
 """),
 "ex02-03": ("456f98bb9313", r"""
-**看看你的环。** 这个单元在 4 个 rank 上运行一次你的函数，逐步打印每个 rank 把哪一块传给了右边、然后改动了哪一块（也就是把左边
+**看看你的环。** 这个单元格在 4 个 rank 上运行一次你的函数，逐步打印每个 rank 把哪一块传给了右边、然后改动了哪一块（也就是把左边
 传来的内容加到了哪一块上）。环写对了的话，每一列都是递减的，而 rank r 在第 s 步加进去的那一块，正是 rank r − 1 在第 s 步发出的那一块。
 """),
 "ex02-05": ("c478bf3ef5a1", r"""
@@ -198,7 +198,7 @@ all-gather），在 3 个 rank 上训练 TinyLM：参数必须与单进程训练
 * 另一半，all-gather，是练习 0（`exercises/zh/00_ring_all_gather.ipynb`）：rank r 一开始手里是算好的 `chunks[r]`；走 N − 1 步后，
   每个人都有了每一块。你的 reduce-scatter 再接上它，就是一个完整的环形 all-reduce。
 * 数一数字节：reduce-scatter 是 (N−1)/N·Ψ，all-gather 也一样。
-  Patarasuk 和 Yuan（2009，"Bandwidth optimal all-reduce algorithms for clusters of workstations"）证明了
+  Patarasuk 和 Yuan（2009，“Bandwidth optimal all-reduce algorithms for clusters of workstations”）证明了
   任何 all-reduce 每个 rank 发出的都不少于 2(N−1)/N·Ψ，这就是 NCCL 的环和你写的长得一样的原因。
 """),
 }

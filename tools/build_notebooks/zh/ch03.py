@@ -1,8 +1,8 @@
-"""第 3 章「ZeRO 三阶段」、附录 3a 与练习 3、3b 的中文（tools/build_notebooks/ch03.py 的 markdown 单元）。
+"""第 3 章「ZeRO 三阶段」、附录 3a 与练习 3、3b 的中文（tools/build_notebooks/ch03.py 的 markdown 单元格）。
 
-每项：单元 id -> (所译英文原文的 sha1 前 12 位, 中文)。英文改动后哈希对不上，
-tests/test_zh_edition.py 会点名该单元；改好中文后运行
-``python tools/build_notebooks/zh_edition.py --accept <单元 id>``。
+每项：单元格 id -> (所译英文原文的 sha1 前 12 位, 中文)。英文改动后哈希对不上，
+tests/test_zh_edition.py 会点名该单元格；改好中文后运行
+``python tools/build_notebooks/zh_edition.py --accept <单元格 id>``。
 """
 
 ZH = {
@@ -28,10 +28,10 @@ ZH = {
 "ch03-01": ("3267c6293638", r"""
 ## 论文怎么说，DeepSpeed 怎么做
 
-Ψ 是可训练参数的个数（元素数），N 是 rank 数。混合精度（mixed precision）加 Adam 时，一个参数要花 2 字节（bf16）+ 2（bf16 梯度）
+Ψ 是可训练参数的个数（元素数），N 是 rank 数。混合精度加 Adam 时，一个参数要花 2 字节（bf16）+ 2（bf16 梯度）
 + 12（fp32 主权重、动量、方差）= **16 字节**。按每个 rank 计：
 
-| stage | 在 N 个 rank 之间切分的 | 每个 rank 的模型状态字节数 | 每个 rank 每步的通信量（traffic）：论文 |
+| stage | 在 N 个 rank 之间切分的 | 每个 rank 的模型状态字节数 | 每个 rank 每步的通信量：论文 |
 |---|---|---|---|
 | 0（DDP） | 不切分 | **16Ψ** | **2Ψ**：对梯度做 all-reduce |
 | 1 | 优化器状态 | 2Ψ + 2Ψ + 12Ψ/N = **4Ψ + 12Ψ/N** | **2Ψ**：对梯度做 reduce-scatter（Ψ），对参数做 all-gather（Ψ） |
@@ -39,11 +39,11 @@ ZH = {
 | 3 | + 参数 | **16Ψ/N** | **3Ψ**：前向 all-gather（Ψ），反向再 all-gather 一次（Ψ），reduce-scatter（Ψ） |
 
 **DeepSpeed 0.19.8 在 stage 1 和 2 搬的并不是论文的字节数**：默认设置下，它对每个梯度桶（bucket）做 **all-reduce**（2Ψ），
-每个 rank 留下自己负责的那几段，更新之后再对参数做 all-gather（Ψ）：**3Ψ**。zerolab 默认照 DeepSpeed 的集合通信来做
+每个 rank 留下自己负责的那几段，更新之后再对参数做 all-gather（Ψ），合计 **3Ψ**。zerolab 默认照 DeepSpeed 的集合通信来做
 （`benchmarks/results/side_by_side.txt` 把两边并排列出）；论文的 reduce-scatter 是 zerolab 自己的开关，
 `"zerolab": {"ideal_reduce_scatter": true}`。
 
-**怎么数字节。** 我们数的是在环形算法里每个 rank 往线路上放的字节，口径和 nccl-tests 计算*总线带宽*（bus bandwidth）时以及
+**怎么数字节。** 我们数的是在环形算法里每个 rank 发出的字节，口径和 nccl-tests 计算*总线带宽*（bus bandwidth）时以及
 `zerolab.comm` 一样：S 字节的 all-reduce 每个 rank 要付 2(N−1)/N·S，reduce-scatter 或 all-gather 要付 (N−1)/N·S；
 论文数的是元素个数，并且略去了 (N−1)/N。折叠椅（**激活值**，activations）不属于模型状态：哪个 stage 都不切分它，这里不计入。
 在 zerolab 里，一个 stage 就是三个开关（`zerolab/stage.py` 开头的那张表）。
@@ -52,27 +52,28 @@ ZH = {
 ## 每个 rank 的显存：实测值与公式并排
 
 `ch03.measure_all` 在每个搬家队的每个 rank 上、对每个 stage 运行 `train_and_measure`：它像 DeepSpeed 用户那样用
-`zerolab.initialize(model, config)` 构建引擎，训练两步（AdamW 在第一步时创建它的状态），测量第二步：这个 rank 持有多少
+`zerolab.initialize(model, config)` 构建引擎，训练两步（AdamW 在第一步时创建它的状态），测量第二步这个 rank 持有多少
 （`engine.memory()`，从张量读出）以及它发出了多少（`engine.ledger`）。
 
-**先预测，再运行。** N = 4 时，DDP 每个 rank 持有 16Ψ = 3,022,400 字节的模型状态（model states）。stage 1 会留下其中的几分之几？
-stage 2 呢？stage 3 呢？写下三个分数。
+**先预测，再运行。** N = 4 时，DDP 每个 rank 持有 16Ψ = 3,022,400 字节的模型状态。Stage 1 会留下其中的几分之几？
+Stage 2 呢？Stage 3 呢？写下三个分数。
 """),
 "ch03-05": ("4121e4b14b5b", r"""
 多数人对每个 stage 都猜 1/4：加了 4 个工人，每人就该背四分之一。只有 stage 3 是这样：stage 1 留下 DDP 字节数的 **0.438**
-（16Ψ 里的 7Ψ：它只拆了小本子，bf16 的参数和梯度在每个 rank 上仍是完整的），stage 2 留下 **0.344**（5.5Ψ）。
-stage 1 一下子就卸掉了大部分重量，因为 16 个字节里有 12 个是小本子。
+（16Ψ 里的 7Ψ，因为它只拆了小本子，bf16 的参数和梯度在每个 rank 上仍是完整的），stage 2 留下 **0.344**（5.5Ψ）。
+Stage 1 一下子就卸掉了大部分重量，因为 16 个字节里有 12 个是小本子。
 
-"left"那一列不是噪声，它有三个来源：每块扁平缓冲区（flat buffer）都**补齐**（padding）到 N 的整数倍（每个补齐元素 16 字节，每种状态一旦切分就除以 N）；
-那个**冻结**的参数（`temperature`，2 字节：在 stage 0-2 里每个 rank 上都是完整的；在 stage 3 里和其他参数一样被切分，
+“left”那一列不是噪声，它有三个来源：每块扁平缓冲区都**补齐**（padding）到 N 的整数倍（每个补齐元素 16 字节，每种状态一旦切分就除以 N）；
+那个**冻结**的参数（`temperature`，2 字节。在 stage 0-2 里每个 rank 上都是完整的；在 stage 3 里和其他参数一样被切分，
 就像 DeepSpeed 的 `zero.Init` 那样，补齐到 N 个元素、每个 rank 一个，所以同样是 2 字节）；还有 AdamW 为它更新的每个扁平组保留的
 4 字节 **step 计数器**。
-下一个单元把这些加起来，再画出这张表。
+下一个单元格把这些加起来，再画出这张表。
 """),
-"ch03-07": ("cbce0d2176ef", r"""
-不管 N 是多少，DDP 都停在 16Ψ：第 2 章的那堵墙。stage 1 永远不会低于 4Ψ，stage 2 永远不会低于 2Ψ；只有 stage 3 按 1/N 一路下降。
-这些是 DeepSpeed 在默认 bf16 设置下的数字。（如果设了 `"data_types": {"grad_accum_dtype": "fp32"}`，它的 stage 0 和 1 会改用
-`BF16_Optimizer`，多出一块完整的 fp32 梯度缓冲区：**8Ψ + 12Ψ/N**；zerolab 拒绝这个配置块。）
+"ch03-07": ("f407de5fc27e", r"""
+不管 N 是多少，DDP 都停在 16Ψ：第 2 章的那堵墙。Stage 1 永远不会低于 4Ψ，stage 2 永远不会低于 2Ψ；只有 stage 3 按 1/N 一路下降。
+这些是 DeepSpeed 在默认 bf16 设置下的数字。（如果设了 `"data_types": {"grad_accum_dtype": "fp32"}`，它的 stage 1 会改用
+`BF16_Optimizer`，多出一块完整的 fp32 梯度缓冲区，共 **8Ψ + 12Ψ/N**；在 stage 0，DeepSpeed 0.19.8 不接受 bf16 参数配 fp32 累积这种组合，
+直接抛出 `NotImplementedError`（`runtime/engine.py` 的 `_do_optimizer_sanity_check`，第 2305-2323 行）。zerolab 在每个 stage 都拒绝这个配置块。）
 
 一个 rank 持有的不只是模型状态：stage 2 在反向传播期间要保留一个在途的**梯度桶**；stage 3 要保留**收集（gather）来的参数**，
 既有正在使用的模块的，也有提前收集的模块的；`engine.memory()` 把它们记为 `peak_buffers`。（*在 GPU 集群上*，DeepSpeed 只分配一次桶缓冲区并反复使用；
@@ -81,15 +82,15 @@ stage 1 一下子就卸掉了大部分重量，因为 16 个字节里有 12 个�
 "ch03-09": ("9192b1709477", r"""
 在这里，stage 3 的峰值装着**整个模型**，还比 Ψ 多一点：冻结的 `temperature` 也要收集（1 个元素，补齐到 N = 4 个）。
 DeepSpeed 的默认值是按数十亿参数定的（`stage3_prefetch_bucket_size` = 提前收集
-5·10⁷ 个元素，`stage3_max_live_parameters` = 同时最多 10⁹ 个）；在小模型上想省显存（device memory），就得把它们调小。
+5·10⁷ 个元素，`stage3_max_live_parameters` = 同时最多 10⁹ 个）；在小模型上想省显存，就得把它们调小。
 
 ## 每步的通信量：DeepSpeed 的 3Ψ 与论文的 2Ψ
 
-账本（ledger）里一个 rank 线路上的字节，分成**梯度**和**参数**两部分；最后一列除以 (N−1)/N·2Ψ 字节，所以读出来就是论文的 2Ψ 和 3Ψ。
-stage 3 分别在复用距离（reuse distance）为 0（每个模块在反向时重新收集一遍，即论文的计法）和 DeepSpeed 的默认值下运行。
+账本里一个 rank 发出的字节，分成**梯度**和**参数**两部分；最后一列除以 (N−1)/N·2Ψ 字节，所以读出来就是论文的 2Ψ 和 3Ψ。
+Stage 3 分别在复用距离（reuse distance）为 0（每个模块在反向时重新收集一遍，即论文的计法）和 DeepSpeed 的默认值下运行。
 
 **先预测，再运行。** N = 4 时，stage 2 只留下 DDP 四分之一的梯度。按论文的做法，它搬的字节比 DDP 少、一样多，还是更多？
-按 DeepSpeed 的做法呢？stage 3 呢？每一行写下一个 Ψ 的倍数。
+按 DeepSpeed 的做法呢？Stage 3 呢？每一行写下一个 Ψ 的倍数。
 """),
 "ch03-11": ("0464125a077b", r"""
 多数人以为留得少就发得少。并非如此。**按论文的做法**，stage 1 和 2 搬的恰好是 DDP 的 2Ψ：一次 all-reduce *本来就是* 一次
@@ -108,18 +109,18 @@ reduce-scatter 接一次 all-gather，ZeRO 只是把优化器更新挪到了两�
 "ch03-13": ("513e2305d332", r"""
 ### 梯度累积：stage 2 每个微步都要付一次
 
-设 `gradient_accumulation_steps = 4` 时，每个优化器步里一个 rank 要跑 4 次前向和反向。stage 1 保留完整的梯度，可以在本地把各个微步
-（micro-step）的梯度加起来；stage 2 只保留自己的分片（shard）。
+设 `gradient_accumulation_steps = 4` 时，每个优化器步里一个 rank 要跑 4 次前向和反向。Stage 1 保留完整的梯度，可以在本地把各个微步
+（micro-step）的梯度加起来；stage 2 只保留自己的分片。
 
 **先预测，再运行。** N = 3、梯度累积（gradient accumulation）为 4 时，每一行每个优化器步各搬多少个 Ψ 单位？
 （不做累积时是 2、3、2、3、2 和 3.272，和上面一样。）
 """),
 "ch03-15": ("4f135ab3f8f2", r"""
-stage 0 和 1 每个优化器步只把加好的梯度发一次，与累积多少步无关。stage 2 在每个微步都必须归约每个桶，反向传播填满一个就归约一个：
+Stage 0 和 1 每个优化器步只把加好的梯度发一次，与累积多少步无关。Stage 2 在每个微步都必须归约每个桶，反向传播填满一个就归约一个：
 按 DeepSpeed 的做法是 4 × 2 + 1 = 9 个单位而不是 3，按论文是 4 × 1 + 1 = 5 而不是 2。这就是从不持有完整梯度的代价。
-stage 3 则样样都付 4 倍（4 × 3.272）。
+Stage 3 则样样都付 4 倍（4 × 3.272）。
 
-### stage 3 的一步：收集、使用、释放
+### Stage 3 的一步：收集、使用、释放
 
 在 2 个 rank 上跑 stage 3，账本读起来就像搬家队的一天：每个模块的参数在它的前向之前用 all-gather 收集起来，用完释放（释放不发送任何东西）；
 反向传播按相反的顺序再收集一遍；梯度装桶发出，每个桶一次 reduce-scatter；最后是一次小小的 all-reduce（溢出检查和梯度范数）。
@@ -145,7 +146,7 @@ min(`stage3_max_live_parameters` − 已收集的元素数, `stage3_prefetch_buc
 每个模块单元一次 all-gather，共 20 次，每次一个报头（根模块的两个组共用一个）：预取改变的是由几次调用来搬这些字节、以及它们何时出发，从不改变字节数。
 第 6 章会测一次调用要花多少代价。
 
-### stage 3 的小参数：`stage3_param_persistence_threshold`
+### Stage 3 的小参数：`stage3_param_persistence_threshold`
 
 收集一个 100 个元素的 LayerNorm 权重，要花一整次调用，才省下 200 个字节。DeepSpeed 把元素数不超过
 `stage3_param_persistence_threshold` 的参数都设为**常驻**（persistent；总量受 `stage3_model_persistence_threshold` 限制，默认不限）：
@@ -155,7 +156,7 @@ min(`stage3_max_live_parameters` − 已收集的元素数, `stage3_prefetch_buc
 **先预测，再运行。** 用 DeepSpeed 的默认阈值，stage 3 在这个模型上前向和反向会收集几个模块，搬多少字节：3Ψ 个单位、2Ψ，还是更少？
 """),
 "ch03-21": ("eed6e801451d", r"""
-一个模块也不收集，整步只有一次 all-gather：这里每个参数都不到 100,000 个元素，于是 stage 3 悄悄变成了论文里的 stage 2（每个 rank 377,808 字节的参数：
+一个模块也不收集，整步只有一次 all-gather：这里每个参数都不到 100,000 个元素，于是 stage 3 悄悄变成了论文里的 stage 2（每个 rank 377,808 字节的参数，即
 2Ψ，加上补齐到 4 个元素的冻结参数 `temperature`，8 字节；通信量 2Ψ，比 DeepSpeed 自己的 stage 2 还少）。更新之后的那一次 all-gather
 横跨优化器的全部参数组，一次刷新所有常驻参数，冻结的那个也在内（DeepSpeed 的 `_post_step`）。在数十亿参数的模型上，100,000 个元素
 不过是一个 LayerNorm 或一个偏置；在小模型上，阈值要自己设。阈值为 30,000 时，embedding 是常驻的，它多出的那几次收集也就没了，
@@ -198,7 +199,7 @@ DeepSpeed 的 stage 1 和 2 把所有参数按梯度顺序（最后一层在前�
 - **显存**，N = 4 时：stage 1 留下 DDP 字节数的 0.438，stage 2 留下 0.344，stage 3 留下 0.25；把补齐、冻结的参数和 AdamW 的
   step 计数器算进去之后，每一项都和公式分毫不差。
 - **通信量**，以 (N−1)/N·2Ψ 为单位：DDP 为 2；DeepSpeed 的 stage 1-2 为 3（每个桶都 all-reduce），论文的做法为 2（zerolab 的开关）；
-  stage 3 在复用距离为 0 时为 3.272（共享权重的 embedding 多收集了两次：前向时为输出头，反向时为它自己的反向，因为 DeepSpeed
+  stage 3 在复用距离为 0 时为 3.272（共享权重的 embedding 多收集了两次，前向时为输出头，反向时为它自己的反向，因为 DeepSpeed
   在每个模块的反向之后就释放参数），用 DeepSpeed 的默认值为 2。预取改变的是调用次数（6 次对 20 次），
   不是字节数。梯度累积为 4 时，stage 2 每个微步都要付：按 DeepSpeed 的做法为 9，按论文为 5。
 - **正确性**（fp32）：每个 stage 与单进程的接近程度都和 DDP 一样，用 AdamW 时在 3·10⁻⁴ 以下（附录 3a 解释了为什么不能更近）。
@@ -207,8 +208,8 @@ DeepSpeed 的 stage 1 和 2 把所有参数按梯度顺序（最后一层在前�
 
 1. 用论文的 reduce-scatter 时，N = 4 的 stage 2 只留下四分之一的梯度，搬的字节却和 DDP 一样多。一步里每个梯度字节都去了哪里？
    为什么既没省下、也没多出？DeepSpeed 的 all-reduce 多出了什么？
-2. 一个 7B 模型，bf16，64 张 GPU，stage 2 时每个 rank 每步往线路上放多少 GB？按 DeepSpeed 的做法和按论文的做法各是多少？
-3. 显存表里的"left"在 N = 3 时达到 91 字节，N = 4 时最多 38 字节。当 N 不能整除缓冲区大小时，三个原因里哪一个会变大？
+2. 一个 7B 模型，bf16，64 张 GPU，stage 2 时每个 rank 每步发出多少 GB？按 DeepSpeed 的做法和按论文的做法各是多少？
+3. 显存表里的“left”在 N = 3 时达到 91 字节，N = 4 时最多 38 字节。当 N 不能整除缓冲区大小时，三个原因里哪一个会变大？
 4. 为什么 stage 3 的通信量是 3Ψ，而不是 2Ψ + Ψ/N？数一数前向的收集、反向的收集和 reduce-scatter。然后，在关掉搬家队之前，运行
    `crews[4].run(train_and_measure, 3, stage3_max_reuse_distance=10**9)`（DeepSpeed 的默认值）：这里哪些收集没有了？
 
@@ -231,10 +232,10 @@ zerolab 的开关；DeepSpeed 对它做 all-reduce），检查程序会用它训
 
 第 3 章在 1 到 4 个 rank 上用 fp32 训练了每个 stage，并和一次吃下整个 batch 的单进程做了对比。差别不是零：N ≥ 2 时超过了 10⁻⁶
 （几个 fp32 舍入步），但低于 3·10⁻⁴，即 AdamW 一步挪动参数幅度的十分之一。这篇附录要查清这是谁造成的。嫌疑人有两个：ZeRO
-（分片、reduce-scatter、参数收集），或者数据并行（data parallelism）本身，它把 batch 拆开、再把各部分加起来。
+（分片、reduce-scatter、参数收集），或者数据并行本身，它把 batch 拆开、再把各部分加起来。
 
-实验：让**一个进程**做和 N 个 rank 相同的算术，也就是把每个 batch 拆成 N 个微批次（micro-batch）、把它们的梯度加起来
-（即梯度累积，gradient accumulation：在单个 rank 上设 `gradient_accumulation_steps = N`），然后再把 AdamW 换成普通的 SGD。
+实验：让**一个进程**做和 N 个 rank 相同的算术，也就是把每个 batch 拆成 N 个微批次、把它们的梯度加起来
+（即梯度累积，gradient accumulation，在单个 rank 上设 `gradient_accumulation_steps = N`），然后再把 AdamW 换成普通的 SGD。
 这些运行用的都是第 3 章的设置（`zerolab/chapters/ch03.py`）：188,900 个参数的 TinyLM，三个 12 条序列的全局 batch，fp32 训练 3 步。
 """),
 "ch03a-02": ("545897b16226", r"""
@@ -292,21 +293,21 @@ g = 10⁻⁸ = eps 时是 lr / 2，g = 0 时不动。所以一个只是零附近
 
 在 stage 1，每个工人只保管小本子的一部分。这要靠两条小规则，两条都由你在这里写：
 
-- **(a) 归属规则**：rank r 负责扁平缓冲区（flat buffer）里的哪些元素；
-- **(b) 只更新分片的 AdamW 步**：每个 rank 对自己的分片（shard）做的更新，只用到自己那部分优化器状态（optimizer states）。
+- **(a) 归属规则**：rank r 负责扁平缓冲区里的哪些元素；
+- **(b) 只更新分片的 AdamW 步**：每个 rank 对自己的分片做的更新，只用到自己那部分优化器状态。
 
 检查程序不只在玩具输入上测你的代码：它们把代码接进 zerolab 的 stage 1 引擎，在 2 个和 3 个真实的 rank 上训练一个小 TinyLM，
 并把参数和普通的单进程训练对比。哪里不对，它们会告诉你是什么、在哪里、为什么要紧。
 
-**检查不通过时**，它会用几行话说明哪里错了、期望的是什么，再给一条点出可能错误的提示（hint）。想同时看完整的 Python 回溯
+**检查不通过时**，它会用几行话说明哪里错了、期望的是什么，再给一条点出可能错误的提示。想同时看完整的 Python 回溯
 （traceback；包括 zerolab 自己的代码，以及任何一个 rank 上的回溯），运行 `import zerolab.checks; zerolab.checks.full_tracebacks()`，
-再运行一次检查单元（`zerolab.checks.full_tracebacks(False)` 让报错恢复简短），或者在启动 Jupyter 时设置环境变量
+再运行一次检查单元格（`zerolab.checks.full_tracebacks(False)` 让报错恢复简短），或者在启动 Jupyter 时设置环境变量
 `ZEROLAB_FULL_TRACEBACK=1`。
 """),
 "ex03-01": ("2baac2c6dafa", r"""
 ## (a) 分片归属规则
 
-在 stage 1 和 2，DeepSpeed 把可训练参数排进一块 `padded_numel` 个元素的一维扁平缓冲区：参数首尾相接，用零补齐（padding）到
+在 stage 1 和 2，DeepSpeed 把可训练参数排进一块 `padded_numel` 个元素的一维扁平缓冲区：参数首尾相接，用零补齐到
 `world_size` 的整数倍。（论文的布局，即 zerolab 的 `ideal_reduce_scatter` 开关，为每个梯度桶各建一块这样的缓冲区。）
 rank `rank` 负责其中连续的一段，即它的**分区**（partition），以元素偏移表示为 `[start, end)`：它的优化器要更新的那些元素。
 
@@ -327,7 +328,7 @@ rank `rank` 负责其中连续的一段，即它的**分区**（partition），�
 ## (b) 只更新分片的 AdamW 步
 
 梯度归约之后（DeepSpeed 对每个桶做 all-reduce，rank r 留下落在自己分区里的那几段），rank r 只持有自己分片的平均梯度，
-以及这个分片的 fp32 主权重（master weights）和 Adam 的动量、方差。优化器更新用不到别的东西：AdamW 是逐元素更新的。
+以及这个分片的 fp32 主权重和 Adam 的动量、方差。优化器更新用不到别的东西：AdamW 是逐元素更新的。
 
 写出 `adamw_step(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay)`。四个张量都是同样长度的一维 fp32 分片；
 **原地**更新 `param`、`exp_avg` 和 `exp_avg_sq`（它们是引擎自己的缓冲区；什么也不返回）。`step` 是这次更新的序号，从 1 开始。
@@ -361,14 +362,14 @@ zerolab 用来更新的优化器就是 torch 自己的，作用在分片张量�
 （**桶**，bucket），一箱装满立刻发出，每个工人留下属于自己的那份，箱子随即扔掉。
 
 你要写 zerolab 的 `ReduceScatterInBackward`（在 `zerolab/reduce.py` 里，stage 2 和 3 共用）中完成这件事的两部分，按**论文的模式**：
-每个桶是自己的一块扁平缓冲区（flat buffer），切成 N 个分片（shard），并做 **reduce-scatter**，于是每个 rank 只收到自己那个分片的和。
+每个桶是自己的一块扁平缓冲区，切成 N 个分片，并做 **reduce-scatter**，于是每个 rank 只收到自己那个分片的和。
 DeepSpeed 的 stage 3 也是这样做的；在 stage 2，这是 zerolab 的开关 `"zerolab": {"ideal_reduce_scatter": true}`，检查程序会把它打开。
 DeepSpeed 自己的 stage 2 只有一块扁平缓冲区，对每个桶改做 **all-reduce**，留下自己分区里的那几段（第 3 章测过两者的差别：
 3Ψ 对论文的 2Ψ）。检查程序在每个 rank 上把你的函数接进真实引擎，在 2 个和 3 个 rank 上、用 fp32 和 bf16、梯度累积
 （gradient accumulation）为 1 和 2，以 stage 2 和 3 训练 TinyLM，并把每个参数和 zerolab 自己的引擎对比，（fp32 时）也和单进程训练对比。
 
-**检查不通过时**，它会用几行话说明哪里错了，并点出可能的错误。想看完整的回溯（traceback），运行
-`import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元。
+**检查不通过时**，它会用几行话说明哪里错了，并点出可能的错误。想看完整的回溯，运行
+`import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元格。
 """),
 "ex05-01": ("28f35d464be6", r"""
 ## (a) 桶什么时候算装好了？
@@ -411,7 +412,7 @@ DeepSpeed 自己的 stage 2 只有一块扁平缓冲区，对每个桶改做 **a
 
 `zerolab/reduce.py` 里的 `ReduceScatterInBackward.accept` 和 `ReduceScatterInBackward.issue` 做的就是你写的事；
 `GradReducer._reduce` 用 DeepSpeed 对这份配置会用的集合通信把桶发出去（打开 `overlap_comm` 时是异步的，桶在途时反向传播接着算）：
-这里和 stage 3 用 reduce-scatter，DeepSpeed 默认的 stage 2 用 all-reduce。stage 3 用的是同一个类，它的桶按反向传播完成各模块的先后装填；它的参数
+这里和 stage 3 用 reduce-scatter，DeepSpeed 默认的 stage 2 用 all-reduce。Stage 3 用的是同一个类，它的桶按反向传播完成各模块的先后装填；它的参数
 （`zerolab/gather.py`）通过 `grads_done(g)` 得到通知，一个模块的梯度全部到齐后，就把这个模块收集来的参数重新切回分片。
 
 思考题：

@@ -1,8 +1,8 @@
-"""第 6 章「箱子」与练习 6 的中文（tools/build_notebooks/ch06.py 的 markdown 单元）。
+"""第 6 章「箱子」与练习 6 的中文（tools/build_notebooks/ch06.py 的 markdown 单元格）。
 
-每项：单元 id -> (所译英文原文的 sha1 前 12 位, 中文)。英文改动后哈希对不上，
-tests/test_zh_edition.py 会点名该单元；改好中文后运行
-``python tools/build_notebooks/zh_edition.py --accept <单元 id>``。
+每项：单元格 id -> (所译英文原文的 sha1 前 12 位, 中文)。英文改动后哈希对不上，
+tests/test_zh_edition.py 会点名该单元格；改好中文后运行
+``python tools/build_notebooks/zh_edition.py --accept <单元格 id>``。
 """
 
 ZH = {
@@ -20,14 +20,14 @@ ZH = {
 
 | 故事里 | 训练中 | 在 zerolab / DeepSpeed 里 |
 |---|---|---|
-| 喊一嗓子 | 一次集合通信（collective）调用：all-reduce、reduce-scatter、all-gather | `engine.ledger` 里的一条记录 |
+| 喊一嗓子 | 一次集合通信调用：all-reduce、reduce-scatter、all-gather | `engine.ledger` 里的一条记录 |
 | 每次喊话都要花的那几秒 | 一次调用的延迟 **α**（latency） | `zerolab.bench`：T = α + S/β |
 | 东西递得有多快 | 带宽 **β**（bandwidth），每秒字节数 | 同一个拟合 |
-| 一个箱子 | 一个**桶**（bucket）：首尾相接的梯度，是一块扁平缓冲区（flat buffer）里的一段 | `reduce_bucket_size`（元素个数） |
+| 一个箱子 | 一个**桶**（bucket）：首尾相接的梯度，是一块扁平缓冲区里的一段 | `reduce_bucket_size`（元素个数） |
 | 一箱在路上时接着装下一箱 | **重叠**（overlap）：反向传播期间异步发出集合通信 | `overlap_comm` |
 | 每个工人只留下箱子里属于自己的那份 | 用 **reduce-scatter** 代替 all-reduce（论文的做法） | DeepSpeed 的 stage 1-2 对每个桶做 all-reduce，各自留下自己那份（`reduce_scatter`、`use_multi_rank_bucket_allreduce` 默认都为 true）；论文的做法用 zerolab 的 `ideal_reduce_scatter` |
 
-反向传播（backward）为每个参数张量产生一个梯度；真实模型有成百上千个参数张量，其中很多都很小（偏置、LayerNorm 的权重）。
+反向传播为每个参数张量产生一个梯度；真实模型有成百上千个参数张量，其中很多都很小（偏置、LayerNorm 的权重）。
 如果逐个归约，每次调用的固定开销会淹没真正的工作量。设 n 次调用一共搬运 S 字节，
 
 $$T_{\text{comm}} \approx n\,\alpha + \frac{S}{\beta},$$
@@ -35,15 +35,15 @@ $$T_{\text{comm}} \approx n\,\alpha + \frac{S}{\beta},$$
 分桶能让 n 变小，而 S 不变。
 
 **本章要测的：** 本机上一次 all-reduce 的 α 和 β；随桶大小变化，每步的调用次数、字节数和通信时间（预测值与实测值）；
-DeepSpeed 的 all-reduce 与论文的 reduce-scatter 各搬多少字节（3Ψ 对 2Ψ），以及梯度累积（gradient accumulation）对它们的影响；
-还有一步的时间线上的重叠：哪些通信暴露在外，哪些被藏了起来。
+DeepSpeed 的 all-reduce 与论文的 reduce-scatter 各搬多少字节（3Ψ 对 2Ψ），以及梯度累积对它们的影响；
+还有一步的时间线上的重叠，即哪些通信暴露在外，哪些被藏了起来。
 """),
 "ch06-02": ("1db7cb7353ef", r"""
 ## 1. 喊一嗓子要多少代价：T = α + S/β
 
 `zerolab.bench.measure` 在各个 rank 上对一个 float32 张量做 all-reduce 并计时，大小从 1 KiB 到 16 MiB
 （每个大小先热身一次，再取 5 次调用的中位数；一共三轮，取最快的一轮，因为和别的任务共用的机器只会让时间变长），
-然后 `bench.fit` 拟合一条直线 T(S) = α + S/β，其中 S 是一个 rank 放到线路上的字节数
+然后 `bench.fit` 拟合一条直线 T(S) = α + S/β，其中 S 是一个 rank 发出的字节数
 （N 个 rank 上的 all-reduce 是张量字节数的 2(N-1)/N 倍；2 个 rank 时恰好等于张量的字节数）。
 
 **先预测，再运行。** 1 MiB 的 all-reduce 搬的字节是 1 KiB 的 1,024 倍。你觉得在这台机器上它要多花多少倍时间：
@@ -62,7 +62,7 @@ DeepSpeed 的 all-reduce 与论文的 reduce-scatter 各搬多少字节（3Ψ �
 
 我们的模型有很多小梯度：一个 40 层 `Linear`、宽 64 的 MLP，共 80 个参数张量，即 40 个 4,096 元素的权重和 40 个 64 元素的偏置
 （Ψ = 166,400 个参数）。在 stage 1 和 stage 2，DeepSpeed 把所有参数首尾相接排进**一块扁平缓冲区**（按模型的逆序），
-再切成 N 个连续的分区（partition），每个 rank 一个。zerolab 也这样做，并且像 DeepSpeed 一样把梯度装桶：按**梯度顺序**
+再切成 N 个连续的分区，每个 rank 一个。zerolab 也这样做，并且像 DeepSpeed 一样把梯度装桶：按**梯度顺序**
 （反向传播先产生最后一层的梯度）往桶里放参数，直到下一个参数放进去会让桶超过 `reduce_bucket_size` 个元素为止；
 比一个桶还大的参数单独占一个桶；每个桶都是扁平缓冲区里的一段。在 stage 2、DeepSpeed 的默认设置下，每个桶是
 **一次 all-reduce**，之后每个 rank 只留下落在自己分区里的那几段；优化器更新之后，再对扁平缓冲区做一次 all-gather，
@@ -70,14 +70,14 @@ DeepSpeed 的 all-reduce 与论文的 reduce-scatter 各搬多少字节（3Ψ �
 在这里就是一次调用；第 4 节会看到。）
 
 **先预测，再运行。** `reduce_bucket_size` 取 100、5,000、20,000、50,000 和 200,000 时，stage 2 每步各做几次 all-reduce？
-（一个权重加它的偏置是 4,160 个元素。）线路上的字节数会变吗？
+（一个权重加它的偏置是 4,160 个元素。）发送字节数会变吗？
 """),
 "ch06-07": ("502e3b2c2473", r"""
 字节数没有变：每种桶大小都把整个梯度（Ψ 个元素）发送一次。变的只是调用次数：桶为 100 个元素时是 80 次
-（每个张量单独一桶：连 64 个元素的偏置也没法和 4,096 个元素的权重拼在一起），5,000 时是 40 次（一个权重加它的偏置），
+（每个张量单独一桶，连 64 个元素的偏置也没法和 4,096 个元素的权重拼在一起），5,000 时是 40 次（一个权重加它的偏置），
 之后依次是 10、4 和 1 次。
 
-再看时间。对每种桶大小，把账本（ledger）里一步的记录（那些 all-reduce 和那次 all-gather）代入 α-β 模型
+再看时间。对每种桶大小，把账本里一步的记录（那些 all-reduce 和那次 all-gather）代入 α-β 模型
 （`fit.predict(ledger)`），旁边放上各 rank 在这些调用里实际花掉的时间（各条记录 `seconds` 之和，取 7 步的中位数）。
 """),
 "ch06-09": ("25682944e993", r"""
@@ -93,7 +93,7 @@ DeepSpeed 的 all-reduce 与论文的 reduce-scatter 各搬多少字节（3Ψ �
 **两种带宽，按 nccl-tests 的说法。** NVIDIA 的集合通信基准每次调用报两个数。*算法带宽*（algorithm bandwidth，algbw）
 是调用方看到的：张量字节数除以时间。*总线带宽*（bus bandwidth，busbw）再乘上环形算法为张量的每个字节在每条链路上要传的量：
 all-reduce 是 2(N−1)/N，all-gather 或 reduce-scatter 是 (N−1)/N。只有总线带宽能拿去和链路的标称速度比，
-或者在不同操作、不同 rank 数之间比较；它就是第 1 节拟合出的 β（账本的线路字节数除以时间）。
+或者在不同操作、不同 rank 数之间比较；它就是第 1 节拟合出的 β（账本的发送字节数除以时间）。
 
 **先预测，再运行。** 每桶 200,000 个元素时的一步（梯度一次 all-reduce，参数一次 all-gather，N = 2），每次调用的 busbw / algbw 各是多少？
 """),
@@ -105,7 +105,7 @@ N 变大时，all-reduce 的系数趋向 2，因为环形 all-reduce 把每个�
 
 ## 3. 只留自己那份：论文的 reduce-scatter 对比 DeepSpeed 的 all-reduce
 
-在 stage 1 和 2，一个 rank 只需要平均梯度里**属于自己分区**的那部分。reduce-scatter 正好只给出这部分：线路上 Ψ
+在 stage 1 和 2，一个 rank 只需要平均梯度里**属于自己分区**的那部分。reduce-scatter 正好只给出这部分：发送 Ψ
 （按论文的单位，即环上每个 rank 的元素数）；再加上更新后参数的 all-gather，Ψ，ZeRO 论文的一步共搬 **2Ψ**。
 DeepSpeed 0.19.8 并不这样做：一个桶是扁平缓冲区里的一段，可能横跨两个分区，所以在它的默认设置下
 （`reduce_scatter: true` 且 `use_multi_rank_bucket_allreduce: true`，或 `reduce_scatter: false`），每个桶都做
@@ -113,20 +113,20 @@ DeepSpeed 0.19.8 并不这样做：一个桶是扁平缓冲区里的一段，可
 论文的布局（每个桶是自己的一块缓冲区，切成 N 份，做 reduce-scatter）是 zerolab 需手动开启的选项
 `"zerolab": {"ideal_reduce_scatter": true}`。
 
-**先预测，再运行。** stage 2 的一步：按 DeepSpeed 的做法每个 rank 搬多少字节，按论文的呢？再加上 4 个微批次（micro-batch）的梯度累积：
+**先预测，再运行。** Stage 2 的一步：按 DeepSpeed 的做法每个 rank 搬多少字节，按论文的呢？再加上 4 个微批次的梯度累积：
 stage 1 只在最后归约一次梯度；stage 2 在每次反向传播时都要归约（它不能在微批次之间保留完整梯度，省下的正是这块显存）。
 两者各是多少个 Ψ？
 """),
 "ch06-13": ("0f7d341264c7", r"""
-（`P` 即 Ψ。“DeepSpeed”：用 DeepSpeed 默认键的 zerolab；“paper”：同一次运行加上 `"zerolab": {"ideal_reduce_scatter": true}`。
+（`P` 即 Ψ。“DeepSpeed”是用 DeepSpeed 默认键的 zerolab，“paper”是同一次运行加上 `"zerolab": {"ideal_reduce_scatter": true}`。
 扁平缓冲区（论文布局下是每个桶的缓冲区）会补齐到 N 的整数倍；这里每个大小本来就是偶数，所以实测与公式分毫不差。）
 
 - **DeepSpeed 的做法**：all-reduce 梯度 2Ψ，加上参数 Ψ，共 **3Ψ**，stage 1 和 2 一样。**论文的做法**：Ψ + Ψ = **2Ψ**，少三分之一，结果相同。
 - **4 个微批次**时，stage 1 仍然每个优化器步只归约一次（它一直保留完整梯度到累积边界，总共 3Ψ），而 stage 2 每个微批次的梯度都要归约：
-  按 DeepSpeed 的做法是 4 × 2Ψ + Ψ = **9Ψ**，按论文是 4Ψ + Ψ = 5Ψ。stage 2 省下了完整梯度的显存，做梯度累积时就用通信量（traffic）来偿还。
+  按 DeepSpeed 的做法是 4 × 2Ψ + Ψ = **9Ψ**，按论文是 4Ψ + Ψ = 5Ψ。Stage 2 省下了完整梯度的显存，做梯度累积时就用通信量来偿还。
 
 `benchmarks/side_by_side.py` 在 zerolab 和 DeepSpeed 0.19.8 里跑同一个模型、同一份配置，按集合通信种类打印两边的账本；
-`benchmarks/results/side_by_side.txt` 是提交进仓库的结果（字节数相差在 2 % 以内，zerolab 的调用次数从不多于 DeepSpeed）。
+`benchmarks/results/side_by_side.txt` 是提交进仓库的结果（字节数相差在 2% 以内，zerolab 的调用次数从不多于 DeepSpeed）。
 
 ## 4. 一箱在路上，接着装下一箱：重叠
 
@@ -141,13 +141,13 @@ stage 1 只在最后归约一次梯度；stage 2 在每次反向传播时都要�
 "ch06-15": ("9fe96a8a8b65", r"""
 老实说，这台机器上看到的是：
 
-- **stage 0** 每步只发一次 all-reduce：DeepSpeed 的 stage 0 不管 `reduce_bucket_size` 是多少，都按 5·10⁸ 个元素一桶装梯度，
+- **Stage 0** 每步只发一次 all-reduce：DeepSpeed 的 stage 0 不管 `reduce_bucket_size` 是多少，都按 5·10⁸ 个元素一桶装梯度，
   而这唯一的桶要到反向传播结束才装满。开了重叠，它由最后一个梯度的钩子（hook）异步发出，仍在反向传播之内，但后面已经没有计算可以把它藏起来了。
-- **stage 2 开重叠**：每个桶一装满，它的 all-reduce 就异步发出（gloo 在自己的线程上执行），反向传播继续计算下一批桶的梯度
+- **Stage 2 开重叠**：每个桶一装满，它的 all-reduce 就异步发出（gloo 在自己的线程上执行），反向传播继续计算下一批桶的梯度
   （蓝色 *backward* 时间段旁边那一行绿色的 *async*；红色的 *wait* 标记是最后还得等的部分）。和 DeepSpeed 的 stage 1-2 一样，
   最多两个桶同时在途（它的两块 IPG 桶缓冲区）：发第三个之前，rank 要先等最早的那个。不开重叠时，每次调用都是阻塞的（橙色），全部暴露。
 - **在这里，藏起来并不等于免费。** 在两颗共享的 CPU 核上，gloo 的线程和反向传播的计算抢的是同一批核，所以一次“被藏起来”的 all-reduce
-  仍会拖慢旁边的计算，这一步可能根本不会变快；比较一下图标题里的总时间，再运行一次这个单元，看看它们变化多大。
+  仍会拖慢旁边的计算，这一步可能根本不会变快；比较一下图标题里的总时间，再运行一次这个单元格，看看它们变化多大。
 
 换成 GPU 和 NCCL，情形就不同了：集合通信在自己的 CUDA 流（stream）和网络硬件上执行，反向传播的 kernel 让计算单元一直忙着，
 只要反向传播还有活可干，一个被重叠的桶几乎不花任何代价。只有最后一个桶（在反向传播最末尾才装满）仍然暴露在外，
@@ -159,9 +159,9 @@ stage 1 只在最后归约一次梯度；stage 2 在每次反向传播时都要�
 - 一次集合通信的代价是 **α + S/β**：每次调用一个固定价格，加上字节数除以带宽。α·β 字节以下，固定价格占主导。
 - **分桶**（`reduce_bucket_size`）减少调用次数而不改变字节数，所以省下的是 n·α。桶越大，占的显存越多，能重叠的部分也越少。
 - **DeepSpeed 的 stage 1-2 对每个桶做 all-reduce**（桶是那一块扁平缓冲区里的一段）：每步 3Ψ；论文的 **reduce-scatter**
-  （zerolab 的 `ideal_reduce_scatter`）搬 2Ψ。stage 2 做梯度累积时每个微批次都要归约，搬得比 stage 1 多。
+  （zerolab 的 `ideal_reduce_scatter`）搬 2Ψ。Stage 2 做梯度累积时每个微批次都要归约，搬得比 stage 1 多。
 - **重叠**（`overlap_comm`）在反向传播期间发出每个桶的集合通信，stage 1-2 最多两个同时在途；只有当集合通信有自己的资源时，它才真能藏住通信：
-  GPU 上的 NCCL 有自己的流和硬件；这里只有 gloo 的线程，和计算挤在同样两颗核上。stage 0 那唯一一个 5·10⁸ 的桶没有什么可重叠的。
+  GPU 上的 NCCL 有自己的流和硬件；这里只有 gloo 的线程，和计算挤在同样两颗核上。Stage 0 那唯一一个 5·10⁸ 的桶没有什么可重叠的。
 
 ## 思考题
 
@@ -197,14 +197,14 @@ stage 1 只在最后归约一次梯度；stage 2 在每次反向传播时都要�
 4. 最后，如果最后一个桶里有东西，就把它封上。
 
 **检查不通过时**，它会用几行话说明哪里错了、期望的是什么，再给一条点出可能错误的提示（hint）。想看完整的回溯（traceback），
-运行 `import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元。
+运行 `import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元格。
 """),
 "ex06-03": ("f84984873f40", r"""
-先手算一遍。七个参数，上限 100 个元素；运行单元之前**先预测各个桶**（其中一个参数比一个桶还大，还有一个桶正好装满）。
+先手算一遍。七个参数，上限 100 个元素；运行单元格之前**先预测各个桶**（其中一个参数比一个桶还大，还有一个桶正好装满）。
 """),
 "ex06-05": ("5424e51e8057", r"""
 **检查。** 先让你的函数处理六组参数大小（小参数、正好装到上限的桶、比一个桶还大的参数、全部装进一个桶、每个参数单独一桶、
-一个 MLP 按梯度顺序排列的参数），每组都与 zerolab 的规则对比。然后在 2 个 rank 上：运行期间把 `zerolab.params.bucket_params`
+一个 MLP 按梯度顺序排列的参数），每组都与 zerolab 的规则对比。然后在 2 个 rank 上，运行期间把 `zerolab.params.bucket_params`
 换成你的函数，让一个小 MLP 在 stage 1 和 2、三种桶大小下训练，再把账本里的集合通信（每个桶一次 all-reduce，加上优化器更新后的 all-gather：
 调用次数、元素数、字节数）和训练出的权重，与 zerolab 自己的规则下同样的运行逐一比较。
 """),
@@ -213,7 +213,7 @@ stage 1 只在最后归约一次梯度；stage 2 在每次反向传播时都要�
 
 `zerolab.flat.bucket_params` 就是你写的那个函数；`GradReducer._plan`（`zerolab/reduce.py`）按梯度顺序对各个梯度调用它
 （在 stage 1-2 是每个参数在扁平缓冲区里的那一段），并按它返回的范围装好每个桶，就像 DeepSpeed 填它的 IPG 桶一样（`stage_1_and_2.py`）。
-stage 3 按同样的规则装它的模块桶；stage 0 改用 DeepSpeed 的 stage 0 规则（5·10⁸ 个元素一桶）。开启 zerolab 的可选项
+Stage 3 按同样的规则装它的模块桶；stage 0 改用 DeepSpeed 的 stage 0 规则（5·10⁸ 个元素一桶）。开启 zerolab 的可选项
 `ideal_reduce_scatter` 时，`ReplicatedParams.make_groups`（`zerolab/params.py`）也会调用它，让每个桶成为自己的一块扁平缓冲区。
 
 思考题：

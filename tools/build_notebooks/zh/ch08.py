@@ -1,8 +1,8 @@
-"""第 8 章「生产环境里的 ZeRO-3」两部分（08、08b）与练习 8 的中文（tools/build_notebooks/ch08.py 的 markdown 单元）。
+"""第 8 章「生产环境里的 ZeRO-3」两部分（08、08b）与练习 8 的中文（tools/build_notebooks/ch08.py 的 markdown 单元格）。
 
-每项：单元 id -> (所译英文原文的 sha1 前 12 位, 中文)。英文改动后哈希对不上，
-tests/test_zh_edition.py 会点名该单元；改好中文后运行
-``python tools/build_notebooks/zh_edition.py --accept <单元 id>``。
+每项：单元格 id -> (所译英文原文的 sha1 前 12 位, 中文)。英文改动后哈希对不上，
+tests/test_zh_edition.py 会点名该单元格；改好中文后运行
+``python tools/build_notebooks/zh_edition.py --accept <单元格 id>``。
 
 清单代码块里的注释用的是原始配置（中文）的注释；英文版把它们译成了英文。
 """
@@ -21,7 +21,7 @@ ZH = {
 |---|---|---|
 | 没人费心收起来的小物件 | **常驻**参数（persistent parameters）：每个 rank 上都保留完整的一份 | `stage3_param_persistence_threshold` |
 | 还没用到，就先把下一间屋的家具取过来 | **预取**（prefetch）：按记录下的顺序，在用到之前就发出 all-gather | `stage3_prefetch_bucket_size` |
-| 走廊里同时能摆多少家具 | 预取的**活跃参数**（live parameters）预算 | `stage3_max_live_parameters` |
+| 门厅里同时能摆多少家具 | 预取的**活跃参数**（live parameters）预算 | `stage3_max_live_parameters` |
 | “马上还要用的，就别搬回去” | **复用距离**（reuse distance） | `stage3_max_reuse_distance` |
 | 文书一次只处理一个文件夹 | 优化器更新按**子组**（sub-group）分块进行 | `sub_group_size` |
 
@@ -51,7 +51,7 @@ ds_config = {
 ```
 
 **本章要测的**，在 2 个 rank 上：常驻、预取、活跃参数预算、复用距离和 `sub_group_size` 各自改变了什么（all-gather 调用次数、字节数、
-提前收集（gather）的组数、同一时刻收集的元素数峰值），又有什么保持不变（模型算出的每一个数）。每条规则都是 DeepSpeed 0.19.8 的，并注明它在哪个文件里。
+提前收集的组数、同一时刻收集的元素数峰值），又有什么保持不变（模型算出的每一个数）。每条规则都是 DeepSpeed 0.19.8 的，并注明它在哪个文件里。
 **第二部分**（[`08b_the_launch.ipynb`](08b_the_launch.ipynb)）把清单的每个键与 DeepSpeed 真正的默认值逐一对照，核对它的调参表，然后启动它。
 """),
 "ch08-02": ("b31ed955f8f2", r"""
@@ -69,10 +69,10 @@ ds_config = {
 """),
 "ch08-04": ("a88f240b801b", r"""
 **一次也没有。** 这个模型的每个参数最多只有 10⁵ 个元素，所以在清单（也是 DeepSpeed 默认）的常驻阈值之下，它们全都是常驻参数：
-以 fp16 完整地保留在每个 rank 上，前向和反向中从不收集，每步更新之后再整体收集一次。在小模型上，默认设置下的"ZeRO-3"对参数的处理和 stage 2 一样：
-这个阈值是按 7B 模型定的：在 7B 模型里，只有 LayerNorm/RMSNorm 的权重（4,096 个元素）低于它。优化器状态（optimizer states）
-和梯度（gradients）仍然是分片（sharded）的；这里开了 `offload_optimizer`，优化器状态放在主机内存（host memory）里。`gradient_accumulation_steps` 为 4 时，4 个微批次（micro-batch）中每一个结束后都要对梯度做一次 reduce-scatter，这是 stage 2/3 的做法（第 6 章）：
-每个 `reduce_bucket_size` 大小的模块桶（bucket）调用一次，而清单的 5·10⁸ 能把整个模型装进一个桶。
+以 fp16 完整地保留在每个 rank 上，前向和反向中从不收集，每步更新之后再整体收集一次。在小模型上，默认设置下的“ZeRO-3”对参数的处理和 stage 2 一样。
+这个阈值是按 7B 模型定的，在 7B 模型里，只有 LayerNorm/RMSNorm 的权重（4,096 个元素）低于它。优化器状态
+和梯度仍然是分片（sharded）的；这里开了 `offload_optimizer`，优化器状态放在主机内存里。`gradient_accumulation_steps` 为 4 时，4 个微批次中每一个结束后都要对梯度做一次 reduce-scatter，这是 stage 2/3 的做法（第 6 章）：
+每个 `reduce_bucket_size` 大小的模块桶调用一次，而清单的 5·10⁸ 能把整个模型装进一个桶。
 
 ## 2. 常驻：哪些参数从不出门
 
@@ -84,21 +84,21 @@ ds_config = {
 在 `parameter_offload.py` 里，逐个参数判断：`numel <= threshold` 时常驻；总数上限按模型里参数的顺序往里填。）
 """),
 "ch08-06": ("3bdda5a0f5d8", r"""
-- **0**：没有常驻参数；8 个模块每个都在前向收集一次、反向再收集一次，共 16 次收集，266,240 字节（按 fp32 计的 Ψ，两遍：
-  stage 3 的"3Ψ"就是这 2Ψ 加上 reduce-scatter）；每个 rank 持有半个模型，66,560 字节。
+- **0**：没有常驻参数；8 个模块每个都在前向收集一次、反向再收集一次，共 16 次收集，266,240 字节（按 fp32 计的 Ψ，两遍，
+  stage 3 的“3Ψ”就是这 2Ψ 加上 reduce-scatter）；每个 rank 持有半个模型，66,560 字节。
 - **64**：8 个偏置常驻。模块收集仍然是 16 次（现在只收集权重），外加更新之后刷新常驻组的**一次** all-gather：17 次。
   每个 rank 持有自己那一半权重外加全部偏置，多出 1,024 字节。
-- **4,096 和 10⁵**：全部常驻：每步一次 all-gather，收集整个模型，每个 rank 持有整个模型。
+- **4,096 和 10⁵**：全部常驻，每步一次 all-gather，收集整个模型，每个 rank 持有整个模型。
 - **总数上限**（8,192 个元素）：按模型里的顺序往里填，第一个权重和全部 8 个偏置放得下（4,096 + 512），第二个权重放不下。
 
-这是拿显存（device memory）换调用次数：常驻省掉了许多次小收集（每次都要付一个 α，第 6 章），代价是每个 rank 上都多占显存。在 7B 模型里，
+这是拿显存换调用次数：常驻省掉了许多次小收集（每次都要付一个 α，第 6 章），代价是每个 rank 上都多占显存。在 7B 模型里，
 不到 10⁵ 个元素的参数就是那些 norm 权重，约占模型的 0.004%：每步把它们收集 2 × 65 次，在延迟上的花费远大于常驻所占的显存。
 
 ## 3. 预取：按记录下的顺序，提前收集
 
 第一步时，DeepSpeed（zerolab 也一样）会记录各模块收集参数的顺序。从第二步开始，DeepSpeed 的规则（`partitioned_param_coordinator.py`
 里的 `fetch_sub_module`）是：在**每个模块取参数**（fetch）时，包括自身不带参数的模块（这里是根模块 `MLP`），按记录下的顺序，
-对接下来那些既未收集、也不在途的组发出一次异步 all-gather，这就是一次**补取**（top-up）：只要已取的元素数还少于
+对接下来那些既未收集、也不在途的组发出一次异步 all-gather，这就是一批**预取**（top-up），只要已取的元素数还少于
 
     min(stage3_max_live_parameters - available, stage3_prefetch_bucket_size)
 
@@ -109,15 +109,15 @@ ds_config = {
 同一时刻已收集或在途的元素最多有多少？（8,192 要小心。）
 """),
 "ch08-08": ("56ab814a1cf5", r"""
-- **字节数从来不变**：预取改变的是模块*何时*被收集，而不是收集什么。它改变的是 all-gather 的**调用**次数：一次补取取走的那些组在一次调用里传输
-  （DeepSpeed 对一批预取也是这样合并的），等到各自的模块需要时再从中拷出来。4,096 时每次补取只取一个权重：和不预取一样是 17 次调用，
+- **字节数从来不变**：预取改变的是模块*何时*被收集，而不是收集什么。它改变的是 all-gather 的**调用**次数：一批预取取走的那些组在一次调用里传输
+  （DeepSpeed 对一批预取也是这样合并的），等到各自的模块需要时再从中拷出来。4,096 时每批预取只取一个权重：和不预取一样是 17 次调用，
   只是每次都提前一个模块发出。5·10⁷ 时，根模块取参数时就在一次调用里取走了整个前向；反向时，最后一层取参数时取走其余七个：加上常驻组的刷新共 4 次调用。
-- **峰值：预取桶限制的是一次补取，而不是在途的总量。** 8,192（两个权重）时，根模块取参数时取走第 0、1 层；第 0 层取参数时，这两个都还在途，
+- **峰值：预取桶限制的是一批预取，而不是在途的总量。** 8,192（两个权重）时，根模块取参数时取走第 0、1 层；第 0 层取参数时，这两个都还在途，
   于是再取第 2、3 层；第 1 层取 4、5；第 2 层取 6、7：同一时刻有六个权重（24,576 个元素）已收集或在途。能限制这个量的只有
   `stage3_max_live_parameters`（这里是 10⁹；见第 4 节）。预取整个模型时，stage 3 会在某一刻持有 stage 2 一直持有的东西。
-- 打开预取后，16 次模块收集中有 15 次是预取来的：反向的第一次收集（最后一层：距离为 0 时，它在前向之后就被释放了）还没等哪次补取来取它，就已经要用了。
+- 打开预取后，16 次模块收集中有 15 次是预取来的：反向的第一次收集（最后一层，距离为 0 时它在前向之后就被释放了）还没等哪批预取来取它，就已经要用了。
 
-在 GPU 上，预取图的是**时间**：下一个模块的 all-gather 在自己的流（stream）上运行，与此同时这个模块在计算。在这颗 CPU 上，收集很便宜，核又是共享的，
+在 GPU 上，预取图的是**时间**：下一个模块的 all-gather 在自己的流上运行，与此同时这个模块在计算。在这颗 CPU 上，收集很便宜，核又是共享的，
 所以能看出来的主要是省下的调用次数。每步的时间（在这里仅供参考）：
 """),
 "ch08-10": ("ce2db45e616d", r"""
@@ -128,8 +128,8 @@ ds_config = {
 """),
 "ch08-12": ("deeffdd35c9f", r"""
 有两件事让这个预算算不上上限，两者都是 DeepSpeed 的规则。其一，一个模块自己的参数总会被收集，不管预算是多少：取当前模块的参数从不受阻，
-受限的只有预取。其二，一次补取会在额度 `max_live − available` 还没用完时一直取组，**越过额度的那一组也算在内**：根模块取参数时还什么都没收集
-（available 为 0），所以任何大于 0 的预算，哪怕是 1,000，都会把第 0 层的整个权重预取过来；6,144 时，每次补取取走两个权重，而额度只允许一个半。
+受限的只有预取。其二，一批预取会在额度 `max_live − available` 还没用完时一直取组，**越过额度的那一组也算在内**：根模块取参数时还什么都没收集
+（available 为 0），所以任何大于 0 的预算，哪怕是 1,000，都会把第 0 层的整个权重预取过来；6,144 时，每批预取取走两个权重，而额度只允许一个半。
 只有预算为 0 才会彻底关掉预取。所以一个 rank 同时持有的已收集或在途的参数，低于预算加上最大的那一组（如果当前需要的那个模块更大，则是它），
 再加上复用保留下来的部分（下一节）：按清单的 10⁹，在 fp16 的 7B 模型上，每张 GPU 约有 2 GB 收集来的参数，这还不算 1.75 GB 的分片。
 
@@ -146,9 +146,9 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 同一条规则，在距离为 0 时记录下的顺序（一步里的参数 all-gather，预取关闭）上**重放**（`zerolab.knobs.replay`）：这是放在测量旁边的一次计算，两者必须一致。
 """),
 "ch08-16": ("16e5edf28bba", r"""
-距离为 0 时，每个模块每次用完都释放：16 次收集，一次一个权重，也就是 stage 3 的"3Ψ"。4,096 让最后一层跨过前向转反向的拐点一直留着（15 次收集）。
-清单的 10⁹ 比整个模型还大，让**所有**参数从第一次使用到最后一次使用都保持收集状态：8 次收集，字节数减半
-（这时 stage 3 搬的是 2Ψ：收集 Ψ，reduce-scatter Ψ），整个模型同时处于收集状态。这就是 DeepSpeed 在小模型上的默认行为。换成大模型呢？
+距离为 0 时，每个模块每次用完都释放：16 次收集，一次一个权重，也就是 stage 3 的“3Ψ”。4,096 让最后一层跨过前向转反向的拐点一直留着（15 次收集）。
+清单的 10⁹ 比整个模型还大，让**所有**参数从第一次使用到最后一次使用都保持收集状态。8 次收集，字节数减半
+（这时 stage 3 搬的是 2Ψ，即收集 Ψ，reduce-scatter Ψ），整个模型同时处于收集状态。这就是 DeepSpeed 在小模型上的默认行为。换成大模型呢？
 
 **先预测，再运行。** Llama-2-7B（hidden 4,096，MLP 11,008，32 层，词表 32,000；每个 `Linear` 和嵌入层各算一个模块，norm 权重常驻）：
 226 个模块，距离为 0 时每步 452 次收集。清单的 10⁹ 能省掉多少次？
@@ -160,7 +160,7 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 
 ## 6. 归在“通信优化”下的两个键：`sub_group_size` 和 `round_robin_gradients`
 
-清单把这两个键归在“通信优化”名下。**先预测，再运行。** stage 3，`offload_optimizer` 放在 CPU 上，`sub_group_size` 取 10⁸（清单的值）对比 4,096，
+清单把这两个键归在“通信优化”名下。**先预测，再运行。** Stage 3，`offload_optimizer` 放在 CPU 上，`sub_group_size` 取 10⁸（清单的值）对比 4,096，
 再打开 `round_robin_gradients`：账本会变吗？训练出来的数呢？
 """),
 "ch08-20": ("e99d51cf4016", r"""
@@ -172,9 +172,9 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 ## 本章测得的
 """),
 "ch08-22": ("96001c6265b1", r"""
-- **常驻**用每个 rank 上的显存换掉许多次小收集；默认的 10⁵ 让小模型全部常驻，于是"ZeRO-3"对参数的处理和 stage 2 一样。
+- **常驻**用每个 rank 上的显存换掉许多次小收集；默认的 10⁵ 让小模型全部常驻，于是“ZeRO-3”对参数的处理和 stage 2 一样。
 - **预取**改变的是参数何时被收集，从不改变字节数：all-gather 调用更少、收集更早、收集来的参数峰值更高。`stage3_prefetch_bucket_size`
-  限制的是一次补取；每个模块取参数时都会再补取一次。
+  限制的是一批预取；每个模块取参数时都会再预取一批。
 - **`stage3_max_live_parameters`** 限制的是预取，而不是显存：模块自己的收集总会发生，越过预算的那一组也会被取走。
 - **复用距离**让参数跨过前向转反向的拐点保持收集状态；DeepSpeed 的 10⁹ 在小模型上会保留全部（2Ψ 而不是 3Ψ，整个模型同时在手）；
   在 Llama-2-7B 上只省下百分之几的收集。
@@ -184,7 +184,7 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 ## 思考题
 
 1. 第 3 节里，`stage3_prefetch_bucket_size` 为 8,192（两个权重）时是 10 次 all-gather 调用，峰值六个权重。按取参数的顺序走一遍前向
-   （根模块，然后第 0 到第 7 层）：每次取参数时 available 是多少，这次补取取走了什么？然后把 `stage3_max_live_parameters` 也设为 8,192，预测调用次数和峰值。
+   （根模块，然后第 0 到第 7 层）：每次取参数时 available 是多少，这批预取取走了什么？然后把 `stage3_max_live_parameters` 也设为 8,192，预测调用次数和峰值。
 2. 把 `stage3_model_persistence_threshold` 设为 4,608，重跑第 2 节。先预测哪些参数常驻。
 3. 对 Llama-2-7B，`stage3_max_reuse_distance` 取多少，恰好只让最后一层 MLP 的 `down` 投影跨过拐点留下来，别的都不留？用 `replay` 验证。
 4. 在 8 张 GPU 上用这份清单，一张 GPU 在前向转反向的拐点处最多会持有多少字节收集来的参数（算上预取、当前模块和复用）？
@@ -204,14 +204,14 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 
 在第一部分（[`08_zero3_in_production.ipynb`](08_zero3_in_production.ipynb)）里，队长拿一栋小房子把清单上的旋钮一个一个试过了。
 真正搬家之前还剩两件事：把清单的**每一行**都读一遍（有的是把 DeepSpeed 的默认值照抄出来，有的抄自一份旧手册，还有两行归错了类），
-核对它那张“推荐值”**调参表**；然后照另一支搬家队的做法**启动**搬家：用启动器（launcher）在每个设备上启动一个工人。
+核对它那张“推荐值”**调参表**；然后照另一支搬家队的做法**启动**搬家，用启动器在每个设备上启动一个工人。
 
 清单就是 `configs/seed002_zero3_offload.json`（第一部分展示了它发布时的原样）。它的启动命令：
 `deepspeed --num_gpus=8 train.py --deepspeed ds_config_zero3.json --model_name meta-llama/Llama-2-7b-hf --per_device_train_batch_size 4 --gradient_accumulation_steps 4`。
 它的调参表：`reduce_bucket_size` 5e8-1e9，`stage3_prefetch_bucket_size` 5e8-1e9，`stage3_max_live_parameters` 1e9-2e9，
 `stage3_param_persistence_threshold` 1e5。
 
-**这里要做的：** 把每个键与 DeepSpeed 0.19.8 真正的默认值（取自它的源码：`deepspeed/runtime/zero/config.py`、`offload_config.py`）
+**这里要做的：** 把每个键与 DeepSpeed 0.19.8 真正的默认值（取自它的源码`deepspeed/runtime/zero/config.py`、`offload_config.py`）
 以及 zerolab 读到的值并排对照；问问 `zerolab explain` 这份配置在 8 个 rank 上会做什么；在小房子上测一测调参表给的值；用 `zerolab train` 运行这份配置；
 最后在 `torchrun` 下用 zerolab 跑一个 DeepSpeed 训练脚本，只改一行。
 """),
@@ -229,17 +229,17 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 - `overlap_comm: true`、`contiguous_gradients: true`、`reduce_bucket_size: 5e8`、`loss_scale: 0`、`initial_scale_power: 16`：
   **全是 DeepSpeed 在 stage 3 下的默认值。** 写出来什么也不改变（无害，也算写明了意图）。`reduce_bucket_size` 的单位是**元素**：
   5·10⁸ 个 fp16 梯度就是一个 1 GB 的桶（第 6 章）。
-- `stage3_prefetch_bucket_size: 5e8`，注释“参数预取桶大小”：一次**补取**（top-up）最多能提前 all-gather 多少个参数元素。DeepSpeed 的默认值是 **5e7**，
-  不是 5e8：文档页面写的是 5e8，清单照抄了它；代码里多年来一直是 5e7。每个模块取参数时，DeepSpeed 补取一次：按记录下的顺序取接下来的模块，
+- `stage3_prefetch_bucket_size: 5e8`，注释“参数预取桶大小”：一批**预取**（top-up）最多能提前 all-gather 多少个参数元素。DeepSpeed 的默认值是 **5e7**，
+  不是 5e8：文档页面写的是 5e8，清单照抄了它；代码里多年来一直是 5e7。每个模块取参数时，DeepSpeed 预取一批：按记录下的顺序取接下来的模块，
   只要已取的元素数还少于 min(这个值, `stage3_max_live_parameters` − 已收集或在途的量) 就继续取（越过上限的那个模块也会被取走）。
-  它限制的是一次补取，而不是在途的总量（第一部分第 3 节）。
+  它限制的是一批预取，而不是在途的总量（第一部分第 3 节）。
 - `stage3_param_persistence_threshold: 1e5`，注释“小参数不分片”：**只对了一半**。不超过 10⁵ 个元素的参数，它的 16 位副本在每个 rank 上都完整保留，
-  前向和反向中从不收集；但它的梯度（gradients）和优化器状态（optimizer states）仍然是分片（sharded）的，而且每步之后都要 all-gather 一次，好让每个 rank 上的副本拿到更新（第一部分第 2 节）。
+  前向和反向中从不收集；但它的梯度和优化器状态仍然是分片的，而且每步之后都要 all-gather 一次，好让每个 rank 上的副本拿到更新（第一部分第 2 节）。
 - `stage3_max_live_parameters: 1e9`，注释“同时在 GPU 上的最大参数量”：**不是上限。** 它只限制*预取*能额外加进来多少：模块自己的收集总会发生，
   越过预算的那个模块也会被取走（第一部分第 4 节）。
-- `stage3_max_reuse_distance: 1e9`：如果一个参数在记录的顺序里往后这么多个**元素**之内还会再用到，就让它保持收集状态（第一部分第 5 节：在小模型上就是全部）。
+- `stage3_max_reuse_distance: 1e9`：如果一个参数在记录的顺序里往后这么多个**元素**之内还会再用到，就让它保持收集状态（第一部分第 5 节，在小模型上就是全部）。
 - `offload_optimizer` / `offload_param` 加 `pin_memory: true`：优化器状态和参数分片放在 CPU 内存里（第 5 章）。DeepSpeed 0.19.8 里 `pin_memory` 默认就是 true。
-- **归错了类、放在“通信优化”下面的：** `sub_group_size` 给**优化器更新**分块（一次更新 rank 分片里的多少个元素，在卸载（offload）时限制 CPU/NVMe 上的工作内存）；
+- **归错了类、放在“通信优化”下面的：** `sub_group_size` 给**优化器更新**分块（一次更新 rank 分片里的多少个元素，在卸载时限制 CPU/NVMe 上的工作内存）；
   它什么也不发送。`round_robin_gradients` 重新安排哪个 rank 拥有哪个梯度，**只在 stage 1 和 2** 起作用，用来分散卸载时从设备到主机的拷贝；
   DeepSpeed 的 stage 3 从不读它（zerolab 在这里把它读成 false）。第一部分第 6 节把两者都测了。
 
@@ -255,12 +255,12 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 5e8 相比 5e7 会改变什么吗？活跃参数预算取 1,000，远低于调参表的 1e9 时，峰值又是多少？
 """),
 "ch08b-08": ("460d44cb51e0", r"""
-在小房子上，5e8 和 5e7 没有区别：两者都在一次补取里取走整个前向。差别只在大模型上才显现：
+在小房子上，5e8 和 5e7 没有区别：两者都在一批预取里取走整个前向。差别只在大模型上才显现：
 
-- `stage3_prefetch_bucket_size` 5e8-1e9：在 7B 模型上，5·10⁸ 个元素相当于一次补取拿走两层半，fp16 下约 1 GB，而且每个模块取参数时都要补取一次：
+- `stage3_prefetch_bucket_size` 5e8-1e9：在 7B 模型上，5·10⁸ 个元素相当于一批预取拿走两层半，fp16 下约 1 GB，而且每个模块取参数时都要再预取一批，
   在途的总量只受 `stage3_max_live_parameters`（1e9，五层）限制。这换来了什么（收集次数更少、更早，重叠更多），又付出了什么
   （收集来的参数峰值随预取桶增长，直到变成整个模型），正是小房子上显示的。
-- `stage3_max_live_parameters` 1e9-2e9：是给预取的预算，不是显存（device memory）的上限：预算为 1,000 时，仍然会收集一个 4,096 元素的模块。
+- `stage3_max_live_parameters` 1e9-2e9：是给预取的预算，不是显存的上限。预算为 1,000 时，仍然会收集一个 4,096 元素的模块。
 - `reduce_bucket_size` 5e8-1e9：默认值已经是 5e8。更大的桶用更少的调用发送同样的字节（第 6 章），但每个桶都要占一块缓冲区：在 stage 3，
   DeepSpeed 每种 dtype 用一块桶缓冲区来装（它唯一的那块 IPG 缓冲区；stage 1-2 开 `overlap_comm` 时保留两块），5e8 时 fp16 下是 1 GB。
 - `stage3_param_persistence_threshold` 1e5：这是默认值，对 7B 来说也合理（只有 norm 权重落在它下面）；在小房子上它让每个参数都常驻。
@@ -282,23 +282,23 @@ Hugging Face Trainer 的风格；配置里的 `train_batch_size` 128 = 4 × 4 ×
 `zerolab train` 运行一份与清单思路一致的配置（stage 3、fp16、优化器卸载、预取取 DeepSpeed 的默认值、关闭常驻好让这个小模型的参数真的要传输），
 2 个 rank，6 步，每步 2 个微批次。
 
-**先预测，再运行。** 这 6 步里，rank 0 的账本（ledger）会显示多少次 all-reduce、多少次 reduce-scatter？（stage 3 在每个微批次都对梯度做 reduce-scatter，
+**先预测，再运行。** 这 6 步里，rank 0 的账本会显示多少次 all-reduce、多少次 reduce-scatter？（stage 3 在每个微批次都对梯度做 reduce-scatter，
 每个 `reduce_bucket_size` 桶一次调用，默认 5·10⁸ 个元素；每步发送一次小的 all-reduce，即溢出标志连同梯度范数。）
 """),
 "ch08b-10": ("a391fc3ddeb3", r"""
 6 次 all-reduce（每步一次，每次 16 字节）和 12 次 reduce-scatter（每个微批次一次：这个模型装得进一个桶）。all-gather 是 stage 3 的参数收集。
 第一个微批次运行时还没有记录任何顺序：逐个模块收集，每个模块一做完就释放它的参数，前向一次、反向再一次，共 20 次调用；
 单是共享权重的嵌入层就收集了四次，前向和反向里各为它自己和输出头收集一次（DeepSpeed 在每个模块的反向之后释放它的参数）。
-从第二个微批次起，预取按记录下的顺序进行（先是根模块，其余的在一次补取里），而复用距离取 DeepSpeed 的默认值 10⁹，
+从第二个微批次起，预取按记录下的顺序进行（先是根模块，其余的在一批预取里），而复用距离取 DeepSpeed 的默认值 10⁹，
 让所有参数从前向到反向一直保持收集状态：每个微批次 2 次调用，所以是 20 + 11 × 2 = 42 次。（损失、学习率和时间这几行的数字用 `#` 遮住了：它们取决于 CPU。
-显存和通信量那几行是精确的。）它保存下来的图（每步的损失和学习率、按集合通信（collective）分类的每步字节数、每个 rank 的显存）：
+显存和通信量那几行是精确的。）它保存下来的图（每步的损失和学习率、按集合通信分类的每步字节数、每个 rank 的显存）：
 """),
 "ch08b-12": ("7f5b7730e213", r"""
 ## 4. 一个 DeepSpeed 脚本，只改一行
 
 下面是一个照 DeepSpeed 自家示例的写法写成的训练脚本：`argparse` 配 `deepspeed.add_config_arguments`（`--deepspeed`、`--deepspeed_config`），
 用 `args`、`model`、`model_parameters` 和 `training_data` 调用 `deepspeed.initialize`，返回四元组（引擎、优化器、数据加载器、调度器），
-再用 `engine.backward` / `engine.step`。先读一遍；下一个单元只改一行，把 `import deepspeed` 换成 `import zerolab.deepspeed as deepspeed`，
+再用 `engine.backward` / `engine.step`。先读一遍；下一个单元格只改一行，把 `import deepspeed` 换成 `import zerolab.deepspeed as deepspeed`，
 然后在 `torchrun` 下用 2 个 rank 运行它，配置是第 3 节那份（fp32），外加一个预热（warmup）学习率调度器。
 """),
 "ch08b-14": ("9302e67f0c8c", r"""
@@ -306,7 +306,7 @@ Hugging Face Trainer 的风格；配置里的 `train_batch_size` 128 = 4 × 4 ×
 给出多少个微批次？结束时引擎会数到多少个优化器步？
 """),
 "ch08b-16": ("eefbb4860877", r"""
-脚本并不知道自己不是跑在 DeepSpeed 上：四元组、按 rank 切分的数据加载器（64 个样本，2 个 rank，微批次 4：每个 rank 每个 epoch 8 个微批次）、
+脚本并不知道自己不是跑在 DeepSpeed 上：四元组、按 rank 切分的数据加载器（64 个样本，2 个 rank，微批次 4，即每个 rank 每个 epoch 8 个微批次）、
 2 个微批次的梯度累积（24 个微批次，12 个优化器步）、调度器以及 stage 3 的参数收集，全都来自配置。唯一专属于 zerolab 的是
 `getattr(model_engine, "ledger", None)` 那一段，在 DeepSpeed 上运行时会跳过：它列出每种集合通信的调用次数和字节数，数字精确，在每台机器上都一样。
 
@@ -315,15 +315,15 @@ Hugging Face Trainer 的风格；配置里的 `train_batch_size` 128 = 4 × 4 ×
 真正搬家时，搬家队用 DeepSpeed 自己的话汇报，队长得看得懂。有三样输出要紧：`ds_report`（编译了什么、能编译什么）、每 `steps_per_print` 步打印一次的
 进度和吞吐行，以及开启 `wall_clock_breakdown: true` 时 rank 0 的计时器。它们是从 DeepSpeed 0.19.8 本身录下来的（CPU 构建，2 个 rank 走 gloo，stage 2，
 325k 参数的基准 MLP，30 步，每个 rank 微批次 32），连同机器和日期保存在 `benchmarks/results/recorded/` 里；`zerolab.dslog` 负责读取它们。
-其中没有 `nvidia-smi`：录制时没有 GPU 可用，课程也不会编造一份。（在 GPU 上，它的 "Memory-Usage" 一栏是 CUDA 分配器保留的显存加上每个进程的
+其中没有 `nvidia-smi`：录制时没有 GPU 可用，课程也不会编造一份。（在 GPU 上，它的“Memory-Usage”一栏是 CUDA 分配器保留的显存加上每个进程的
 CUDA 上下文，所以读数比 DeepSpeed 的 `MemAllocated` 高。）
 
 **先预测，再运行。** 吞吐行报告的是 `CurrSamplesPerSec`。录下的那次运行有 2 个 rank，每步每个 rank 32 个样本。这个数字是一个 rank 每秒处理的样本数，
 还是整个搬家队的？在 fp32 运行里，`skipped` 会显示什么？
 """),
 "ch08b-18": ("89678a485bea", r"""
-DeepSpeed 的 `ThroughputTimer` 构造时用的是 `batch_size = train_batch_size`（微批次 × 累积步数 × rank 数：这里是 32 × 1 × 2 = 64），
-按 rank 0 的时钟计时，所以每秒样本数是**整个搬家队**的，而不是一个工人的：要得到每张 GPU 的数字，得除以 rank 数。`RunningAvgSamplesPerSec`
+DeepSpeed 的 `ThroughputTimer` 构造时用的是 `batch_size = train_batch_size`（微批次 × 累积步数 × rank 数，这里是 32 × 1 × 2 = 64），
+按 rank 0 的时钟计时，所以每秒样本数是**整个搬家队**的，而不是一个工人的。要得到每张 GPU 的数字，得除以 rank 数。`RunningAvgSamplesPerSec`
 是到目前为止所有步的平均；`CurrSamplesPerSec` 只算最后一步（在这台繁忙的 2 核机器上，它能波动好几倍）。`skipped` 统计的是 fp16 损失缩放器在溢出后
 丢掉的步数（第 4 章）；在 fp32 和 bf16 里它一直是 0。
 
@@ -333,10 +333,10 @@ DeepSpeed 的 `ThroughputTimer` 构造时用的是 `batch_size = train_batch_siz
 "ch08b-20": ("a22886a19720", r"""
 反向传播里一半以上的时间是梯度归约：在走 gloo 的 CPU rank 上，归约没有被藏起来（第 6 章测过原因），而在开了 `overlap_comm` 的 GPU 上，
 它大部分在 NCCL 自己的流上、躲在 autograd 后面运行，`bwd_allreduce` 只剩下暴露在外的那部分。zerolab 里与之对应的是引擎的时间线
-（`engine.timeline.summary()`：计算、暴露的通信和被藏起来的通信），而它的账本还能数出 DeepSpeed 的计时器数不了的东西：调用次数和字节数。
+（`engine.timeline.summary()`：计算、暴露的通信和被藏起来的通信），而它的账本还能数出 DeepSpeed 的计时器数不了的调用次数和字节数。
 
-`ds_report` 在每台机器上的读法都一样。每个 op 的 "installed" 都是 NO，因为这个包是用 `DS_BUILD_OPS=0` 构建的：每个 op 在第一次用到时即时编译（JIT），
-前提是它 "compatible"。`async_io` 不兼容：它需要 `libaio`（`apt install libaio-dev`），没有它，**NVMe 卸载就跑不起来**（第 5 章那个设在磁盘上的仓库）。
+`ds_report` 在每台机器上的读法都一样。每个 op 的“installed”都是 NO，因为这个包是用 `DS_BUILD_OPS=0` 构建的：每个 op 在第一次用到时即时编译（JIT），
+前提是它“compatible”。`async_io` 不兼容：它需要 `libaio`（`apt install libaio-dev`），没有它，**NVMe 卸载就跑不起来**（第 5 章那个设在磁盘上的仓库）。
 `cpu_adam` 是 `offload_optimizer` 背后的主机端 Adam，它是兼容的，会在第一次用到时编译。zerolab 自己的 `zerolab report` 会为这台机器给出同类的一页：
 在终端里运行它。
 
@@ -345,7 +345,7 @@ DeepSpeed 的 `ThroughputTimer` 构造时用的是 `batch_size = train_batch_siz
 "ch08b-22": ("a78b0c6a3dae", r"""
 - 清单大多是把 DeepSpeed 的默认值写了出来。它真正改动的是预取桶（5e8，代码里默认 5e7）、`sub_group_size`（1e8，默认 1e9）、卸载，
   以及 `round_robin_gradients`，而 stage 3 从不读最后这个。
-- 调参表的预取值是 DeepSpeed 默认值的 10 到 20 倍：在 7B 模型上，每次补取要拿好几层，只受活跃参数预算限制，而这个预算本身限制的是预取，不是显存。
+- 调参表的预取值是 DeepSpeed 默认值的 10 到 20 倍：在 7B 模型上，每批预取要拿好几层，只受活跃参数预算限制，而这个预算本身限制的是预取，不是显存。
 - `deepspeed --num_gpus=8 train.py` 为每张 GPU 启动一个进程；`torchrun` 做的是同样的事，DeepSpeed 脚本只改一行就能在 zerolab 上运行。
   `zerolab train` 端到端地运行一份配置。
 - DeepSpeed 自己的话，从录制中读出：它的每秒样本数是整个搬家队的（每步 `train_batch_size` 个），`skipped` 统计 fp16 溢出跳过的步，
@@ -370,7 +370,7 @@ DeepSpeed 的 `ThroughputTimer` 构造时用的是 `batch_size = train_batch_siz
 检查程序会**在 2 个 rank 上用引擎运行你的取值**并测量。
 
 模型：一个由 8 个 `Linear(64, 64)` 层组成的 MLP（8 个 4,096 元素的权重，8 个 64 元素的偏置），stage 3，2 个 rank，3 步；
-以**最后**一步为准（顺序已记录，预取已打开）：
+以**最后**一步为准（顺序已记录，预取已打开）。
 
 | 目标 | 最后一步必须满足 |
 |---|---|
@@ -380,16 +380,16 @@ DeepSpeed 的 `ThroughputTimer` 构造时用的是 `batch_size = train_batch_siz
 
 B 和 C 背后的规则是 DeepSpeed 的（第 8 章第 3、4 节）：每个模块取参数时（根模块也算），按记录下的顺序对接下来的组做一次 all-gather，
 只要已取的元素数还少于 min(`stage3_max_live_parameters` − available, `stage3_prefetch_bucket_size`) 就继续取，**越过上限的那一组也算在内**
-（available：已收集或在途的量）。
+（available 是已收集或在途的量）。
 
-写出 `knobs(goal)`：返回由这五个键组成的字典（没写的键保持 DeepSpeed 的默认值：常驻阈值 1e5，无总量上限，预取 5e7，活跃参数预算 1e9，复用距离 1e9）。
+写出 `knobs(goal)`：返回由这五个键组成的字典（没写的键保持 DeepSpeed 的默认值，即常驻阈值 1e5，无总量上限，预取 5e7，活跃参数预算 1e9，复用距离 1e9）。
 
-`measure(knobs)` 用你的取值运行引擎，返回检查程序读取的量：`calls`（参数 all-gather 调用次数，取自 `engine.ledger.records`：只算 ZeRO 自己的；
+`measure(knobs)` 用你的取值运行引擎，返回检查程序读取的量：`calls`（参数 all-gather 调用次数，取自 `engine.ledger.records`，只算 ZeRO 自己的；
 zerolab 的 16 字节顺序检查单独记录，不计在内）、`prefetches`（在用到之前收集的组数）、`peak`（同一时刻已收集或在途元素的最大值）、
 `persistent`（各个常驻参数的大小）和 `param_bytes`（每个 rank 的参数字节数）。用它来试各种取值。
 
-**检查不通过时**，它会说明测得了什么、目标是什么，再给一条提示（hint）。想同时看到完整的回溯（traceback），
-运行 `import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元。
+**检查不通过时**，它会说明测得了什么、目标是什么，再给一条提示。想同时看到完整的回溯，
+运行 `import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元格。
 """),
 "ex08-02": ("872d67dc330d", r"""
 **先预测，再运行。** 在这个模型上用 DeepSpeed 的默认值（一个空字典）：每步多少次参数 all-gather，有多少个常驻参数？

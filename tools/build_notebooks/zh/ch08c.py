@@ -1,8 +1,8 @@
-"""练习 8c「借来、归还、再借」的中文（tools/build_notebooks/ch08c.py 的 markdown 单元）。
+"""练习 8c「借来、归还、再借」的中文（tools/build_notebooks/ch08c.py 的 markdown 单元格）。
 
-每项：单元 id -> (所译英文原文的 sha1 前 12 位, 中文)。英文改动后哈希对不上，
-tests/test_zh_edition.py 会点名该单元；改好中文后运行
-``python tools/build_notebooks/zh_edition.py --accept ch08c:<单元 id>``。
+每项：单元格 id -> (所译英文原文的 sha1 前 12 位, 中文)。英文改动后哈希对不上，
+tests/test_zh_edition.py 会点名该单元格；改好中文后运行
+``python tools/build_notebooks/zh_edition.py --accept ch08c:<单元格 id>``。
 """
 
 ZH = {
@@ -21,8 +21,8 @@ ZH = {
 zerolab 的对应实现是 `zerolab/hooks.py`（`ModuleHooks`）；检查程序会把**你的**类换进去，在真实的引擎里运行，
 并把每一次收集和释放与 zerolab 自己的逐一对照。
 
-**检查不通过时**，它会用几行话说明哪里错了，并点出可能的错误；想看完整的回溯（traceback），运行
-`import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元。
+**检查不通过时**，它会用几行话说明哪里错了，并点出可能的错误；想看完整的回溯，运行
+`import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元格。
 """),
 "ex08c-01": ("8a916e5d9722", r"""
 ## 引擎给你什么，你来决定什么
@@ -92,7 +92,7 @@ head 再收集 embedding，因为根模块的输出*就是* head 的输出，外
 都是在它之上的上限。
 """),
 "ex08c-10": ("f47361319c56", r"""
-## 线路上的代价
+## 通信上的代价
 
 **先预测，再运行。** Ψ = 2,928 个 fp32 参数（在 2 个 rank 上没有补齐），你的 all-gather 在第二步里一共拼出多少字节的参数
 （算上绑定权重多出来的几次收集）？按第 2 章的环形约定（每次 all-gather 输出的 (N−1)/N），每个 rank 发出多少字节？
@@ -104,7 +104,7 @@ head 再收集 embedding，因为根模块的输出*就是* head 的输出，外
 ## 检查
 
 它在 2 个和 3 个 rank 上把你的类运行 3 步，旁边是同一个引擎上 zerolab 自己的 `ModuleHooks`，依次比较：某个 rank 上的失败
-（哪个阶段抛了异常）、同时收集着的元素峰值（从不释放的类会失败：“never released: peak X vs Y”）、按顺序的每一次收集和释放、
+（哪个阶段抛了异常）、同时收集着的元素峰值（从不释放的类会失败，报“never released: peak X vs Y”）、按顺序的每一次收集和释放、
 账本里的参数 all-gather（调用次数和字节数），最后是损失和参数是否逐位相同。哪里不一样，它就点出可能的错误：只收集不释放、
 反向之前就释放了却再也不收集回来、再收集时用了别的模块的组、忘了在模块外被读到的权重或忘了把它永久绑定、把一个单元的组逐个收集、
 模块反向之后不释放。
@@ -112,7 +112,7 @@ head 再收集 embedding，因为根模块的输出*就是* head 的输出，外
 "ex08c-14": ("42e8c369d5a5", r"""
 ## 本章测得的
 
-- 在 2 个 rank 上跑两步：13 次参数 all-gather；外部权重绑到读它们的模块上之后是 12 次（前向 6 次、反向 6 次：
+- 在 2 个 rank 上跑两步：13 次参数 all-gather；外部权重绑到读它们的模块上之后是 12 次（前向 6 次、反向 6 次，
   与 DeepSpeed 的调用一一对应、大小相同）；每个组在用到它的每个模块的前向和反向之后都释放。
 - 同时收集着的元素峰值：有你的释放是 1,344，不释放是 2,928（整个模型）。
 - 每步拼出 27,520 字节：2Ψ 的参数，再加两次绑定的权重。
@@ -120,9 +120,9 @@ head 再收集 embedding，因为根模块的输出*就是* head 的输出，外
 ## 它在源码里的位置
 
 在 DeepSpeed 0.19.8 里，`DeepSpeedZeRoOffload._register_deepspeed_module`（`runtime/zero/parameter_offload.py`）给每个模块注册：
-一个前向前置钩子（`pre_sub_module_forward_function`：协调器的 `fetch_sub_module`，它也负责预取）、一个前向钩子
-（`post_sub_module_forward_function`：`release_sub_module`，在复用距离之内还会用到的参数它会留着）、一个把输出包起来的前向钩子，
-让流到输出的第一个梯度为该模块的反向运行 `fetch_sub_module`（`_pre_backward_module_hook`），以及一个把输入包起来的前置钩子：
+一个前向前置钩子（`pre_sub_module_forward_function`，即协调器的 `fetch_sub_module`，它也负责预取）、一个前向钩子
+（`post_sub_module_forward_function`，即 `release_sub_module`，在复用距离之内还会用到的参数它会留着）、一个把输出包起来的前向钩子，
+让流到输出的第一个梯度为该模块的反向运行 `fetch_sub_module`（`_pre_backward_module_hook`），以及一个把输入包起来的前置钩子，
 输入的梯度全部到齐后，`post_sub_module_backward_function` 在模块反向之后释放参数。
 `ZeROOrderedDict.__getitem__` 替换每个模块的 `_parameters`，用来抓住在自己模块之外被读到的参数，并把它永久绑到正在运行的模块上
 （`register_external_parameter`，`runtime/zero/partition_parameters.py`；模型也可以手动调用它）。
@@ -135,7 +135,7 @@ zerolab 的 `ModuleHooks` 还会在没有参数的模块上补一次预取（top
    （而不是直接释放）能让你的类在这个设置下也是对的？
 2. 你的 `on_param_read` 把外部权重绑到最内层正在运行的模块上（`self.frames[-1]`）。如果绑到最外层的模块上，
    在一个 48 层、注意力会读 `out_proj.weight` 的 transformer 上，要多花多少显存？
-3. 开了激活检查点（activation checkpointing）之后，一个模块的前向会在反向里再跑一遍。这时你的哪些钩子必须让参数保持收集状态？
+3. 开了激活检查点之后，一个模块的前向会在反向里再跑一遍。这时你的哪些钩子必须让参数保持收集状态？
    `params.in_backward` 怎么告诉你？
 4. 为什么每个 rank 都必须按同样的顺序收集同样的组？如果有一个 rank 跳过了绑定权重的第二次收集，会发生什么？
 

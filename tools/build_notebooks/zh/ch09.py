@@ -1,6 +1,6 @@
-"""第 9 章「一场完整的搬家」（综合实战）与练习 9 的中文（tools/build_notebooks/ch09.py 的 markdown 单元）。
+"""第 9 章「一场完整的搬家」（综合实战）与练习 9 的中文（tools/build_notebooks/ch09.py 的 markdown 单元格）。
 
-每项：单元 id -> (所译英文原文的 sha1 前 12 位, 中文)。见 tools/build_notebooks/zhsource.py。
+每项：单元格 id -> (所译英文原文的 sha1 前 12 位, 中文)。见 tools/build_notebooks/zhsource.py。
 论文和书的标题保留英文原名，放在括号里。
 """
 
@@ -10,12 +10,12 @@ ZH = {
 
 *搬家队学过的一切，用在一户真实的人家身上。*
 
-> **运行时间：** 在 2 个 CPU 核上约一分钟（三次 100 步的训练：一次在 1 个 rank 上，一次先在 2 个 rank 上、再换 3 个 rank 续训，
+> **运行时间：** 在 2 个 CPU 核上约一分钟（三次 100 步的训练，一次在 1 个 rank 上，一次先在 2 个 rank 上、再换 3 个 rank 续训，
 > 还有一次普通的单进程 fp32 训练；每个 rank 一个线程）。不下载任何东西。
 
 到目前为止，搬家队一直拿箱子和试验用的家具练手。今天是一场真正的搬家。这户人家是一个小 GPT：它的**家具**（参数，parameters）分给各个工人，
-每人只扛自己那一份，轮到要用的时候再把其余的借过来（ZeRO stage 3）；**写满经验、厚厚的小本子**（fp32 主权重（master weights）和 Adam 的动量、方差），
-连同工人们分到的那份家具，都不放在背包里，而是存进**公司仓库**（CPU 卸载，offload）；家具本身是轻便的折叠款（bf16），
+每人只扛自己那一份，轮到要用的时候再把其余的借过来（ZeRO stage 3）；**写满经验、厚厚的小本子**（fp32 主权重和 Adam 的动量、方差），
+连同工人们分到的那份家具，都不放在背包里，而是存进**公司仓库**（CPU 卸载，offload）；家具本身是轻便的折叠款，
 小本子里则记着精确的账（fp32 主权重）；搬家队先慢慢起步、逐渐加速（学习率**预热**，warmup），临近结束再慢下来。
 搬到一半，搬家队收工过夜，把每样东西放在哪儿一一记下（**检查点**，checkpoint）；第二天早上来的是**三个**工人而不是两个，
 他们读了笔记，接着往下搬，就像什么都没发生过。最后，整套家当重新归到一处（**合并**，consolidation），我们再请它开口说话（**采样**，sampling）。
@@ -26,7 +26,7 @@ ZH = {
 | 它从哪里学 | 《爱丽丝梦游仙境》（*Alice's Adventures in Wonderland*，公版书） | `zerolab.models.public_domain_text()` |
 | 搬家队 | 先 1 个，再 2 个，再 3 个 rank（gloo，就在这颗 CPU 上） | `zerolab.Crew` |
 | 家具分给各个工人 | ZeRO-3：参数、梯度、优化器状态全部分片（sharding） | `"stage": 3` |
-| 仓库 | 优化器状态和参数分片放在主机内存（host memory）里 | `offload_optimizer`、`offload_param` |
+| 仓库 | 优化器状态和参数分片放在主机内存里 | `offload_optimizer`、`offload_param` |
 | 折叠家具，精确的登记簿 | bf16 模型，fp32 主权重 | `"bf16": {"enabled": true}` |
 | 慢慢起步 | 学习率在 15 步内从 0 升到 6e-3，然后到第 100 步降到 0 | `WarmupDecayLR` |
 | 当晚的笔记 | 一个检查点，换一个 rank 数续训 | `save_checkpoint` / `load_checkpoint`（zerolab 会重新分片；DeepSpeed 需要 Universal Checkpointing） |
@@ -39,7 +39,7 @@ ZH = {
 `zerolab.load_config(...).describe()` 按给定的 rank 数，像引擎那样把它读一遍。
 
 **先预测，再运行。** 这份配置把 `train_batch_size` 定为每步 24 条序列，`gradient_accumulation_steps` 定为 1，没有给出微批次。
-在 1、2、3 个 rank 上，每个 rank 会分到多大的微批次（micro-batch）？5 个 rank 呢？
+在 1、2、3 个 rank 上，每个 rank 会分到多大的微批次？5 个 rank 呢？
 """),
 "ch09-05": ("2c2fe13d6e64", r"""
 有三处选择值得说一说：
@@ -49,7 +49,7 @@ ZH = {
   这也意味着 rank 数必须能整除 24：在 5 个 rank 上这份配置会被拒绝（DeepSpeed 在 `deepspeed/runtime/config.py` 里的 `_batch_assertion`
   也会拒绝它），因为 4 × 5 = 20 条序列不是配置要求的那个 batch。
 - **`stage3_param_persistence_threshold: 0`。** DeepSpeed 的默认值是 10⁵ 个元素：比它小的张量在每个 rank 上都完整保留
-  （收集小张量在调用次数上的花费，比它省下的显存（device memory）还多）。这个小 GPT 的每个张量都比它小，所以按默认值什么都不会分片；换成真实的模型，它几乎会把一切都分片。
+  （收集小张量在调用次数上的花费，比它省下的显存还多）。这个小 GPT 的每个张量都比它小，所以按默认值什么都不会分片；换成真实的模型，它几乎会把一切都分片。
 - **预热从 0 开始。** DeepSpeed 的 `WarmupDecayLR` 让前两步的学习率恰好为 0（它的公式在第 -1 次和第 0 次迭代时的值），然后沿直线上升
   （`warmup_type: linear`；默认是 `log`），在第 16 步到达 6·10⁻³，再线性下降，到第 100 步降为 0。
 
@@ -80,13 +80,13 @@ ZH = {
 三条曲线，连 fp32 参照在内，都在预热快结束、学习率接近峰值时跳了一下：这正是预热要缓和的那种学习率尖峰（这个峰值 6·10⁻³ 对这个模型来说偏高；
 在配置的副本里把它调低，跳变就会变小）。这是优化本身的事，与 ZeRO 无关：不用 zerolab 的普通 fp32 循环也一样会跳。fp32 曲线与 bf16 曲线分开的地方，
 原因在精度：整个前向（LayerNorm、注意力、残差相加）都在 bf16 下运行，和 DeepSpeed 的 bf16 模式一样；带 fp32 主权重的普通 PyTorch bf16 循环，
-表现会和 zerolab 的 bf16 运行一样（试试看：思考题 2）。
+表现会和 zerolab 的 bf16 运行一样（试试看，见思考题 2）。
 
 ## 3. 谁扛了什么：仓库
 
 每个 rank 的 `engine.memory()` 统计它的计算设备上有什么（这里由 CPU 扮演 GPU），`engine.memory("host")` 统计卸载放进仓库的东西。
 
-**先预测，再运行。** Ψ = 349,056，两种卸载都放到 CPU。步与步之间，一个 rank 会在设备上保留多少字节的模型状态（model states）？
+**先预测，再运行。** Ψ = 349,056，两种卸载都放到 CPU。步与步之间，一个 rank 会在设备上保留多少字节的模型状态？
 在 1、2、3 个 rank 上，所有 rank 加起来会在主机内存里持有多少字节（像第 5 章那样按每个参数的字节数来算）？总量会随 rank 数增长吗？
 """),
 "ch09-13": ("6ed7f1e24847", r"""
@@ -109,7 +109,7 @@ ZH = {
 
 采样：每一步都根据最后 64 个字符，从模型给出的分布里抽出下一个字符，分布稍微锐化一点（温度 0.8），用的是设了种子的生成器。
 （贪心解码，即总是取最可能的那个字符，在这么稚嫩的模型上会陷入自我重复：试试 `temperature=0`。）它写出的文字取决于训练出的权重，
-而权重带着这颗 CPU 的浮点噪声，所以下面的字符在你的机器上可能不一样（测试不比较这个单元的输出）；它下面的判定在哪里都成立。
+而权重带着这颗 CPU 的浮点噪声，所以下面的字符在你的机器上可能不一样（测试不比较这个单元格的输出）；它下面的判定在哪里都成立。
 
 **先预测，再运行。** 训练了 100 步，大约把书过了一遍，损失低于每字符 2.9 奈特（均匀乱猜是 4.3）：在“Alice was beginning”之后，模型会写出什么？
 随机字符、像模像样的英文胡话，还是句子？
@@ -133,8 +133,8 @@ ZH = {
 
 怎么读这张表：
 
-- **stage 1 是最大规模 3D 并行训练的主力。** 张量并行和流水线并行已经把参数和梯度切开了，这时再在数据并行的各个副本之间切分那本厚厚的小本子（stage 1），
-  能用最少的通信量（traffic）省下最多的显存；要是在流水线之上再用 stage 3，每个微批次都得把参数收集一遍。
+- **Stage 1 是最大规模 3D 并行训练的主力。** 张量并行和流水线并行已经把参数和梯度切开了，这时再在数据并行的各个副本之间切分那本厚厚的小本子，
+  能用最少的通信量省下最多的显存；要是在流水线之上再用 stage 3，每个微批次都得把参数收集一遍。
 - **FSDP 就是 ZeRO-3 的思路在 PyTorch 里的实现**（Zhao 等人的论文 *PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel*，VLDB 2023）：
   `FULL_SHARD` 像 stage 3 那样切分参数、梯度和优化器状态，`SHARD_GRAD_OP` 像 stage 2 那样切分梯度和优化器状态，`NO_SHARD` 就是 DDP。
 - **卸载是为小集群准备的，不是为大集群。** ZeRO-Offload（Ren 等人，USENIX ATC 2021）把优化器放在主机内存里，在单张 V100 上训练了一个 130 亿参数的模型；
@@ -169,17 +169,17 @@ DeepSpeed 配置，检查程序会用它在 2 个和 3 个 rank 上训练这个 
 
 在第 9 章里，一份 DeepSpeed 配置描述了整场运行。这里由**你来写**它，写成 rank 数的函数，依据是下面这份要求：
 
-- **batch：** 不管多少个 rank，每次优化器更新都是 24 条序列，每个 rank 在 **2** 个微批次（micro-batch）上累积；三个键
+- **batch：** 不管多少个 rank，每次优化器更新都是 24 条序列，每个 rank 在 **2** 个微批次上累积；三个键
   （`train_batch_size`、`train_micro_batch_size_per_gpu`、`gradient_accumulation_steps`）都要给出，并且彼此一致；
-- **ZeRO：** stage 3；优化器状态**和**参数分片都卸载（offload）到 CPU；每个参数都要分片，不管多小（`stage3_param_persistence_threshold`）；
+- **ZeRO：** stage 3；优化器状态**和**参数分片都卸载到 CPU；每个参数都要分片，不管多小（`stage3_param_persistence_threshold`）；
 - **精度：** bf16（附带 fp32 主权重，这由 zerolab 和 DeepSpeed 自己保留）；
 - **优化器：** AdamW，学习率 6e-3，betas (0.9, 0.95)，权重衰减 0.01；梯度按全局范数 1.0 裁剪；
-- **调度：** DeepSpeed 的 `WarmupDecayLR`：从 0 开始，沿直线在 15 步内升到 6e-3，然后到第 100 步降到 0。
+- **调度：** DeepSpeed 的 `WarmupDecayLR`，从 0 开始，沿直线在 15 步内升到 6e-3，然后到第 100 步降到 0。
 
 DeepSpeed 的键以它的文档（配置 JSON 那一页）为准；`configs/` 里有例子。
 
-**检查不通过时**，它会用几行话说明哪个键错了、期望的是什么，再给一条提示（hint）。想同时看到完整的回溯（traceback），运行
-`import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元。
+**检查不通过时**，它会用几行话说明哪个键错了、期望的是什么，再给一条提示。想同时看到完整的回溯，运行
+`import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元格。
 """),
 "ex09-03": ("97fa89f7b645", r"""
 像引擎那样，在 3 个 rank 上看一看它。先**预测**微批次的大小。

@@ -1,32 +1,36 @@
-"""第 13 章「三个 stage 之外」与练习 13 的中文（tools/build_notebooks/ch13.py 的 markdown 单元）。
+"""第 13 章「ZeRO 三阶段之外」与练习 13 的中文（tools/build_notebooks/ch13.py 的 markdown 单元格）。
 
-每项：单元 id -> (所译英文原文的 sha1 前 12 位, 中文)。见 tools/build_notebooks/zhsource.py。
+每项：单元格 id -> (所译英文原文的 sha1 前 12 位, 中文)。见 tools/build_notebooks/zhsource.py。
 """
 
 ZH = {
-"ch13-00": ("2a5ae21f1b6b", r"""
-# 第 13 章 · 三个 stage 之外：两栋楼里的搬家队与 ZeRO++
+"ch13-00": ("466b06c07b85", r"""
+# 第 13 章 · ZeRO 三阶段之外：两栋楼里的搬家队与 ZeRO++
 
 *楼梯快，街道慢：少往街上送，送也用速记。*
 
 搬家队大到一栋楼住不下了。一半工人搬到了街对面：同一栋楼里，家具在楼梯上传递，很快；两栋楼之间，什么都得装卡车运，很慢。
-stage 3 的做法还和以前一样（每个工人保管每个房间家具的一份，进房间干活前把其余的借来，干完还回去，每趟结束时把搬迁贴纸汇总），
+Stage 3 的做法还和以前一样（每个工人保管每个房间家具的一份，进房间干活前把其余的借来，干完还回去，每趟结束时把搬迁贴纸汇总），
 可现在大部分借还和汇总都要穿过街道。**ZeRO++**（Wang 等，2023，*ZeRO++: Extremely Efficient Collective Communication for Giant Model Training*；DeepSpeed 从 0.10 起支持）
 就是少装几车的三个办法：
 
 | 故事里 | 训练中 | DeepSpeed 0.19.8 的配置键 | 在 zerolab 里 |
 |---|---|---|---|
 | 两栋楼、楼梯、街道 | **节点**（node）：节点内走 NVLink，节点间走 InfiniBand | （启动器给出的节点） | `Crew(4, nodes=2)`、`ledger.by_link()` |
-| 用**速记**写家具清单：每箱记一个数，再记一串小整数 | **qwZ**：参数 all-gather 传 int8 的块（block），每块外加一个 fp32 缩放因子（scale） | `zero_quantized_weights` | `gather.py`、`quant.py` |
+| 用**速记**写家具清单，每箱记一个数，再记一串小整数 | **qwZ**：参数 all-gather 传 int8 的块（block），每块外加一个 fp32 缩放因子（scale） | `zero_quantized_weights` | `gather.py`、`quant.py` |
 | 搬迁贴纸用更简的速记，先在楼里汇总 | **qgZ**：梯度以 int4 经过两次 all-to-all（先节点内，再跨节点） | `zero_quantized_gradients` | `reduce.py`（`QuantizedReduce`） |
 | 每栋楼再存一份家具副本 | **hpZ**：每个节点存一份参数的二级分片（secondary partition），所以反向收集从不跨节点 | `zero_hpz_partition_size` | `hpz.py`、`gather.py` |
 
 各是谁的行为：配置键、分块量化器（block quantizer）、每次 all-gather 何时量化、那两次 all-to-all，都是 **DeepSpeed 0.19.8 的**
 （`runtime/zero/partition_parameters.py` 里的 `CUDAQuantizer` 和 `all_gather_coalesced(..., quantize=True)`，
 `runtime/comm/coalesced_collectives.py` 里的 `all_to_all_quant_reduce`，kernel 在 `csrc/quantization/`；hpZ 的二级分片在
-`partition_parameters.py` 的 `_partition_param_sec`）；字节比例是**论文的**；一台机器上的虚拟节点和账本（ledger）里的链路一栏是 **zerolab 自己的**。
+`partition_parameters.py` 的 `_partition_param_sec`）；字节比例是**论文的**；一台机器上的虚拟节点和账本里的链路一栏是 **zerolab 自己的**。
 DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab 用 torch 复现它们的算术（`zerolab/quant.py`），
-每次集合通信（collective）都走 `torch.distributed`（gloo）。
+每次集合通信都走 `torch.distributed`（gloo）。
+
+论文的核心结论：三者全开时，节点之间传输的量从 ZeRO-3 的 **3M 降到 0.75M**（M 是模型 16 位权重的字节数），
+**跨节点通信量约减少到四分之一**（qwZ 把前向收集减半，hpZ 把反向收集留在节点内，qgZ 用 int4 梯度把 reduce-scatter 每个元素的 2 字节降到约半个字节）。
+第 14 章在一个大集群上算出同样的比例；在这个由两个小节点组成的搬家队上，我们逐项测量。
 
 **本章要测的：** 开与不开每个选项时，每个 rank 在楼内和跨街各发出多少字节，并与公式并列；每个选项带来的误差，并与其上界对照；
 一条损失曲线；以及在真实集群上，`zerolab simulate` 认为每个选项值多少。
@@ -55,7 +59,7 @@ DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab �
 **没有一次通信留在楼内。** 每次集合通信的通信组都是全部四个 rank，所以账本把它们全记在 *inter* 名下：参数收集、梯度的 reduce-scatter，
 连溢出标志和梯度范数那次 16 字节的 all-reduce 也不例外。token 嵌入层（2,560 个元素）**多收集了两次**：GPT 的输出头与它共享同一个权重矩阵，
 所以前向为嵌入层收集它一次，为输出头再收集一次；反向为输出头的反向收集它一次，为嵌入层自己的反向再收集一次。DeepSpeed 在每个模块的反向之后
-释放它的参数（`runtime/zero/parameter_offload.py` 里的 `post_sub_module_backward_function`），复用距离（reuse distance）为 0 时什么也不保留；
+释放它的参数（`runtime/zero/parameter_offload.py` 里的 `post_sub_module_backward_function`），复用距离为 0 时什么也不保留；
 随后 DeepSpeed 的反向前钩子（pre-backward hook）为下一个模块收集它的全部参数，连嵌入层也不例外，尽管嵌入层的反向根本不读权重。
 （DeepSpeed 默认的复用距离会让它从一次使用一直保留到下一次：见问题 1。）
 
@@ -67,9 +71,9 @@ DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab �
 
 打开 `zero_quantized_weights` 后，DeepSpeed 的 stage 3 会量化每一次参数 all-gather，无论前向还是反向、是否预取
 （`all_gather_coalesced(..., quantize=True)`）：每个 rank 把自己的分片转成 fp16，切成若干**块**（块数由 DeepSpeed 的
-`CUDAQuantizer` 决定：每块是 8 个元素的整数倍，目标是接近 8,000 个元素；见 `quant.qwz_groups`），然后每块发送**一个 fp32 缩放因子**
-和**每个元素一个 int8 值**：共两次 all-gather，先发值，再发缩放因子。每个 rank 把收到的数据反量化（dequantize）为 fp16，再转成模型的数据类型。
-分片本身和 fp32 主权重（master weights）从不量化：量化的只是前向和反向所用的那份副本。每步之后常驻参数的刷新也不量化（DeepSpeed 的 `_post_step`
+`CUDAQuantizer` 决定，每块是 8 个元素的整数倍，目标是接近 8,000 个元素；见 `quant.qwz_groups`），然后每块发送**一个 fp32 缩放因子**
+和**每个元素一个 int8 值**，共两次 all-gather，先发值，再发缩放因子。每个 rank 把收到的数据反量化（dequantize）为 fp16，再转成模型的数据类型。
+分片本身和 fp32 主权重从不量化：量化的只是前向和反向所用的那份副本。每步之后常驻参数的刷新也不量化（DeepSpeed 的 `_post_step`
 用一次普通的 all-gather 收集它们）。
 
 **先预测，再运行。** 模型的数据类型是 bf16，每个元素 2 字节。开 qwZ 后，参数 all-gather 要多少字节：正好一半、比一半略多，还是更少？
@@ -77,24 +81,24 @@ DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab �
 """),
 "ch13-08": ("2ccbe5612393", r"""
 **一半，再加上缩放因子。** 每个元素 1 字节，而不是 bf16（或 fp16）的 2 字节：0.5×。缩放因子每块 4 字节；DeepSpeed 的块最多 8,000 个元素
-（它的量化器断言块小于 16,000），所以在真实模型上它们只多出约 4/8,000 = 0.05 %。这里每个 rank 在一次收集中的分片就是一块，缩放因子每次收集只占 16 字节，
+（它的量化器断言块小于 16,000），所以在真实模型上它们只多出约 4/8,000 = 0.05%。这里每个 rank 在一次收集中的分片就是一块，缩放因子每次收集只占 16 字节，
 所以比例是 0.5007。（如果模型保持 fp32，不开 qwZ 时每个元素收集 4 字节；qwZ 先转 fp16 再转 int8，所以只发约四分之一。）
 梯度（reduce-scatter）不受影响：这一步的字节数减少三分之一，而不是一半。
 
 **速记的精确规则**（DeepSpeed 的对称量化器，`csrc/includes/quantization_utils.h`）：对一个最大绝对值为 *m* 的块，`q_scale = 2⁸ / (2m)`；
 每个值变成 `q = clamp(round(x · q_scale), −128, 127)`（四舍六入五成双，round half to even），传输的是 `scale = 1 / q_scale = m / 128`。接收方算出
-`x' = q · scale`。所以每个值还原后的误差都在半个量化步长之内，即 **scale/2 = m/256**：块内最大权重的 0.4 %。
+`x' = q · scale`。所以每个值还原后的误差都在半个量化步长之内，即 **scale/2 = m/256**：块内最大权重的 0.4%。
 
 **先预测，再运行。** 是不是每个权重都在半个步长之内？一块里哪个元素还原得最差，差多少？
 """),
-"ch13-10": ("eca2896a6c3b", r"""
+"ch13-10": ("a76b267cef19", r"""
 误差呈锯齿状，在 ±½ 个步长之间来回；唯一的例外在左图的最右端：块里**最大的正**权重落在 128 个步长上，int8 装不下，被截断到 127，
 少了整整一个步长（最大的*负*权重恰好落在 −128 上）。所以上界是：**每块除一个权重外都在 scale/2 之内，那一个在一个 scale 之内**，
 即 m/256 和 m/128。前向所用的权重带着这个误差；优化器的 fp32 主权重从来不带，所以误差不会一步步累积下去。
 
 ## 3. qgZ：4 bit 的搬迁贴纸，先在楼里汇总
 
-打开 `zero_quantized_gradients`（并且不止一个节点：DeepSpeed 只在这时才用它）后，stage 3 把每个梯度的 reduce-scatter 换成
+打开 `zero_quantized_gradients`（并且不止一个节点，DeepSpeed 只在这时才用它）后，stage 3 把每个梯度的 reduce-scatter 换成
 DeepSpeed 的 `all_to_all_quant_reduce`：
 
 1. 每个 rank 把它的梯度量化为 **int4**（每字节两个值），每块一个 fp32 缩放因子；
@@ -103,13 +107,16 @@ DeepSpeed 的 `all_to_all_quant_reduce`：
 4. 在本地 rank 相同的那些 rank 之间做一次**跨节点的 all-to-all**：每个 rank 收到属于自己的分区，其中的值已在每个节点内求过和；
 5. 反量化，把各节点的和相加，再除以节点数。
 
-一维参数（偏置、LayerNorm：这里就是常驻参数那一组）和 DeepSpeed 一样，退回普通的 reduce-scatter。
+一维参数（偏置、LayerNorm：这里就是常驻参数那一组）和 DeepSpeed 一样，退回普通的 reduce-scatter。大小不是 **2N** 的整数倍的梯度也一样
+（每字节两个 int4 值，再分成 N 份）：DeepSpeed 打一条警告，用 bf16 对它做 reduce-scatter（`runtime/comm/coalesced_collectives.py`
+的 `all_to_all_quant_reduce`，第 43-52 行），zerolab 也这样做（`zerolab/qgz.py`）。如果模型的张量大小不是 2N 的整数倍，
+这些梯度就悄悄失去了 qgZ 的节省：开 qgZ 时账本里的 reduce-scatter 会显示出来。
 
 **先预测，再运行。** 对一个 M 个元素的梯度，reduce-scatter 每个 rank 发出 3/4 · 2M 字节，全部跨街。开 qgZ 后，一个 rank 在楼内发出多少字节，
 跨街发出多少？（先忽略缩放因子：int4 是半个字节。）
 """),
 "ch13-12": ("38e181240471", r"""
-对 M 个元素的梯度：楼内 (L−1)/L · M/2 字节（int4），跨街 (K−1)/K · M/(2L)，其中每个节点 L = 2 个 rank，共 K = 2 个节点：
+对 M 个元素的梯度：楼内 (L−1)/L · M/2 字节（int4），跨街 (K−1)/K · M/(2L)，其中每个节点 L = 2 个 rank，共 K = 2 个节点，
 即 M/4 和 M/8，而 reduce-scatter 是 3M/2，全部跨街。一个**节点**发出的是一个 rank 跨街量的 L 倍，(K−1)/K · M/2：
 在这里只有环形 reduce-scatter 经过节点网卡的字节的六分之一；在大集群上则是 Ψ 的 0.5·(m−1)/m 对 2·(N−1)/N（第 14 章的表）。
 缩放因子每块一个 fp32，而 DeepSpeed 给梯度分的块很小（形状为 (a, b) 的二维参数被切成 max(a, b, N) 块），所以在这里它们占 qgZ 字节数的五分之一；
@@ -142,7 +149,7 @@ qgZ 的梯度只有 4 bit，翻倍的梯度还要经过梯度裁剪，所以偏�
 |---|---|---|---|
 | qwZ（`zero_quantized_weights`） | 前向和反向的参数 all-gather：每个元素 2 → 1 字节（每约 8,000 个元素 +4 B） | 前向/反向所用权重每块最多偏差 m/256；每次收集多一次量化和一次反量化 | 跨节点的 stage 3，且参数收集占通信量的大头时 |
 | qgZ（`zero_quantized_gradients`） | 离开每个节点的梯度：Ψ 的 2·(N−1)/N → 0.5·(m−1)/m | int4 误差；每个梯度 4 次调用；在 0.19.8 中梯度是平均值的（每节点 rank 数）倍（影响裁剪、范数、SGD） | 不止一个节点、网络较慢时；要重新调梯度裁剪 |
-| hpZ（`zero_hpz_partition_size` = 每节点 rank 数） | 反向的参数收集：留在节点内 | 一份二级分片，每个 rank 多占 2Ψ/k 显存（GPU memory） | 显存有富余、网络较慢时 |
+| hpZ（`zero_hpz_partition_size` = 每节点 rank 数） | 反向的参数收集：留在节点内 | 一份二级分片，每个 rank 多占 2Ψ/k 显存 | 显存有富余、网络较慢时 |
 | 都不用 | | | 只有一个节点（NVLink 很快；qgZ 在那里什么都不做），或每张 GPU 的 token 足够多，能把通信藏住（第 14 章） |
 
 在一个节点内，这些都帮不了多少：楼梯本来就快。要问的是每个选项在**你的**那条街上能省多少。`zerolab simulate`（第 14 章）用公开的数据回答这个问题。
@@ -152,7 +159,7 @@ qgZ 的梯度只有 4 bit，翻倍的梯度还要经过梯度裁剪，所以偏�
 """),
 "ch13-18": ("b348de293433", r"""
 在 DGX 网络上，stage 3 本来就藏得住：通信只占计算的四分之一，T* 只有四分之一条序列，所以 ZeRO++ 在那里几乎换不来什么，只会带来误差。
-在细网络上，普通运行需要的 token 约为现有的两倍；单开 qwZ 或 qgZ 都不够，两个一起开才能把通信压到计算之下。街道是瓶颈的地方，
+在单网口集群上，普通运行需要的 token 约为现有的两倍；单开 qwZ 或 qgZ 都不够，两个一起开才能把通信压到计算之下。街道是瓶颈的地方，
 ZeRO++ 是最便宜的解法；不是瓶颈的地方，它只会增加误差。（最后几行加上了模拟器对 hpZ 的公式；下一节实测它。）
 第 14 章从 8 张到 1,024 张 GPU、连同卸载，手算了这些数字。
 
@@ -161,7 +168,7 @@ ZeRO++ 是最便宜的解法；不是瓶颈的地方，它只会增加误差。�
 设 `zero_hpz_partition_size` = k（每个节点的 rank 数）后，每个工人除了保管每个房间家具的 1/N 之外，还在**自己这栋楼里再保管一份**：
 每个被收集模块的 1/k，用参数的数据类型存放。DeepSpeed 0.19.8 每当一个模块在收集后被释放时（以及初始化时一次），就从完整的模块里切出这份二级分片，
 并在每次没有被跳过的优化器更新时丢掉它。模块有二级分片时，它的 all-gather 就**在节点内**、在 k 个 rank 上进行：反向的再收集总是如此；
-第一步的前向也是；梯度累积（gradient accumulation）下之后各个微步（micro-step）的前向同样如此（`partition_parameters.py`、`_partition_param_sec`；这些规则连同它们在 DeepSpeed 里的文件出处写在
+第一步的前向也是；梯度累积下之后各个微步的前向同样如此（`partition_parameters.py`、`_partition_param_sec`；这些规则连同它们在 DeepSpeed 里的文件出处写在
 `zerolab/hpz.py` 里，DeepSpeed 的通信组由 `benchmarks/ds_reference/ds_hpz.py` 在它的 CPU 版上实测）。梯度仍在全部 N 个 rank 上做
 reduce-scatter：主权重和优化器状态仍按 ZeRO-3 的方式存放。
 
@@ -182,14 +189,16 @@ FSDP2 的混合分片（hybrid sharding，HSDP）用另一种办法应对这条�
 
 ## 本章测得的
 """),
-"ch13-22": ("8a8a8b0522b1", r"""
+"ch13-22": ("234a718e920a", r"""
 - 住在多个节点里的搬家队：stage 3 里每次覆盖全部 rank 的集合通信都要穿过街道；账本把它记在 *inter* 名下，一个 rank 在环上发出的字节就是它所在节点的网络要承载的。
-- **qwZ** 发送 int8 值，外加每块（至多约 8,000 个元素）一个 fp32 缩放因子：bf16（或 fp16）收集量的 0.5×，再加 0.05 %；
+- **qwZ** 发送 int8 值，外加每块（至多约 8,000 个元素）一个 fp32 缩放因子：bf16（或 fp16）收集量的 0.5×，再加 0.05%；
   前向和反向所用的每个权重最多偏差 scale/2 = m/256（被截断的块内最大值为 m/128）；主权重保持精确。
 - **qgZ** 把梯度量化为 int4，通过两次 all-to-all 归约，先节点内、再跨节点：离开一个节点的量从 Ψ 的 2·(N−1)/N 降到 0.5·(m−1)/m，再加缩放因子。
   在 DeepSpeed 0.19.8 中，它的梯度是平均值的（每节点 rank 数）倍：梯度裁剪和报告的范数都会看到这一点。
 - ZeRO++ 的配置键全关时，运行与普通 stage 3 逐位相同；在一次短运行中，qwZ 和 qgZ 都在各自的容差之内。
 - **hpZ** 在节点内为每个被收集的模块保留一份二级分片：反向的收集（以及梯度累积下之后各微步的前向）不再上街，代价是直到优化器更新前每个 rank 多占 2Ψ/k 字节。
+- 三者合起来，在大集群上把节点之间的通信量降到约四分之一（论文的 3M → 0.75M，见第 14 章的表）；一维梯度和大小不是 2N 整数倍的梯度
+  退回 bf16 的 reduce-scatter。
 - ZeRO++ 在节点间网络是瓶颈的地方才划算（第 14 章算出何时如此）。
 
 ## 思考题
@@ -203,7 +212,7 @@ FSDP2 的混合分片（hybrid sharding，HSDP）用另一种办法应对这条�
 5. 你的集群只有一个 8 张 GPU 的节点。你会打开哪个 ZeRO++ 选项？为什么？
 
 **轮到你了：** 在 [`exercises/zh/13_block_quantizer.ipynb`](../../exercises/zh/13_block_quantizer.ipynb) 里，你按 DeepSpeed kernel 的算法，
-写出 qwZ 的分块量化器：量化和反量化两个函数。检查先单独在能暴露常见错误的张量上运行你的实现，然后把它放**进引擎里**，作为 qwZ all-gather 的量化器，
+写出 qwZ 的分块量化器，即量化和反量化两个函数。检查先单独在能暴露常见错误的张量上运行你的实现，然后把它放**进引擎里**，作为 qwZ all-gather 的量化器，
 在分住 2 栋楼的 4 个 rank 上与 zerolab 的实现并排运行。
 """),
 "ex13-00": ("e57fac9ac1c8", r"""
@@ -211,14 +220,14 @@ FSDP2 的混合分片（hybrid sharding，HSDP）用另一种办法应对这条�
 
 *每箱记一个数，每件记一个小整数：而且每个工人都得用同一种读法。*
 
-在第 13 章，搬家队用速记传家具清单：qwZ 的 all-gather 传的是 int8 值，外加每块（block）一个 fp32 缩放因子（scale）。这里由**你来写这个量化器**（quantizer），
+在第 13 章，搬家队用速记传家具清单：qwZ 的 all-gather 传的是 int8 值，外加每块一个 fp32 缩放因子。这里由**你来写这个量化器**（quantizer），
 也就是 DeepSpeed 0.19.8 的 CUDA kernel 计算的那两个函数（`csrc/quantization/quantize.cu`、`dequantize.cu`，
 `csrc/includes/quantization_utils.h` 里的对称类型）。检查先在专门挑来暴露常见错误的张量上，把你的实现与 zerolab 的版本（`zerolab.quant`）比较，
 然后把你的实现接进引擎（`zerolab.quant.use_qwz_codec`），作为 qwZ all-gather 的量化器，在 4 个 rank（2 个节点，每节点 2 个）上运行，
 比较字节数、前向看到的权重和损失。
 
-**检查失败时**，它会说明期望什么、你给出了什么，并给一条指出可能错误的提示。想同时看到完整的回溯（traceback），先运行
-`import zerolab.checks; zerolab.checks.full_tracebacks()`，再重新运行检查单元。
+**检查失败时**，它会说明期望什么、你给出了什么，并给一条指出可能错误的提示。想同时看到完整的回溯，先运行
+`import zerolab.checks; zerolab.checks.full_tracebacks()`，再重新运行检查单元格。
 """),
 "ex13-02": ("1f2803634c18", r"""
 ## 1. 量化
