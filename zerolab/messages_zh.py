@@ -937,6 +937,21 @@ ZH["checks.zero1"] = {
         "N={n}：一个 rank 上的优化器状态有 {mine:,} 字节；DDP 的是 {ddp:,}，\n"
         "  一个分片的应当约为它的 1/{n}（{share:,}）。\n"
         "  提示：存了所有参数的状态：每个 rank 都在更新整个模型。self.optimizer\n  只应建在本 rank 的分片上",
+    "the tensor self.optimizer steps": "self.optimizer 更新的张量",
+    "the gradient it steps with (.grad)": "它更新时用的梯度（.grad）",
+    "N={n}, rank {rank}: {name} has {numel:,} elements, but the memory behind it\n  is {bytes:,} bytes (a shard's "
+    "is {share:,}): it is a view of a whole buffer, which it keeps\n  alive on every rank.\n  hint: .clone() the "
+    "slice (DeepSpeed clones its fp32 partition), or make a tensor of its own":
+        "N={n}，rank {rank}：{name}只有 {numel:,} 个元素，背后的内存却有\n"
+        "  {bytes:,} 字节（一个分片应为 {share:,}）：它是整个缓冲区的视图（view），\n"
+        "  让每个 rank 都留着整个缓冲区。\n"
+        "  提示：对切片调用 .clone()（DeepSpeed 也会复制它的 fp32 分区），或者另建一个独立的张量",
+    "N={n}, rank {rank}: the optimizer steps a shard of {numel:,} elements, but its states keep\n  {bytes:,} bytes "
+    "alive (DDP's {ddp:,} / {n} = {expect:,}): a state is a view of a whole buffer.\n  hint: let self.optimizer "
+    "make its own states for the shard":
+        "N={n}，rank {rank}：优化器更新的分片只有 {numel:,} 个元素，它的状态却占着\n"
+        "  {bytes:,} 字节（DDP 的 {ddp:,} / {n} = {expect:,}）：某个状态是整个缓冲区的视图（view）。\n"
+        "  提示：让 self.optimizer 自己为分片建立状态",
     "AdamW states per rank, N={n}: {each} bytes; DDP's {ddp:,} / {n} = {share:,}":
         "每个 rank 的 AdamW 状态，N={n}：{each} 字节；DDP 的 {ddp:,} / {n} = {share:,}",
     "N={n}: ranks {ranks} were still waiting after 60 s.\n  hint: every rank must make the same collective calls, "
