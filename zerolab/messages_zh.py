@@ -1722,6 +1722,18 @@ ZH["checks.ch09"] = {
 
 # -- exercise 13: qwZ's block quantizer -------------------------------------------------------------
 ZH["checks.ch13"] = {
+    "its shape became {shape}": "它的形状变成了 {shape}",
+    "element {i} was {was:.6g}, is now {now:.6g}": "第 {i} 个元素原为 {was:.6g}，现为 {now:.6g}",
+    "{name} is the caller's tensor (in the engine: the rank's parameter shard, which the next gather sends again). "
+    "Compute on a copy: x.float() is x itself when x is already float32, so mul_, div_, round_ or clamp_ on it write "
+    "into the caller's tensor; use x * s, or x.float().clone()":
+        "{name} 是调用方的张量（在引擎里就是本 rank 的参数分片，下一次 gather 还要再发它）。请在副本上计算："
+        "x 本来就是 float32 时，x.float() 返回的就是 x 本身，对它做 mul_、div_、round_ 或 clamp_ 会写进调用方的张量；"
+        "请写成 x * s，或者 x.float().clone()",
+    "q and scales are the tensors the all-gather received; return a new tensor (q.float() * scale), never write "
+    "into them":
+        "q 和 scales 是 all-gather 收到的张量；请返回一个新张量（q.float() * scale），不要写进它们",
+    "{what} changed its input {name} in place: {change}": "{what} 原地修改了它的输入 {name}：{change}",
     # the cases (zerolab.checks.ch13.CASES)
     "a weight shard in fp16, 4 blocks of 96": "fp16 的权重分片，4 个块，每块 96 个元素",
     "4 blocks whose magnitudes differ by powers of ten": "4 个数量级依次差 10 倍的块",
