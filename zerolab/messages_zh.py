@@ -22,6 +22,8 @@ ZH["progress"] = {
     "{done} of {total} exercises done": "{total} 个练习已完成 {done} 个",
     "exercise checks recorded in {path}:": "已记录的练习检查（{path}）：",
     "exercise checks:": "练习检查：",
+    "({n} records from other clones on this machine not counted; zerolab progress --all counts them)":
+        "（本机其他克隆的 {n} 条记录没有计入；zerolab progress --all 会把它们算进来）",
     "zerolab progress: recording is off (${env}={value})": "zerolab progress：记录已关闭（${env}={value}）",
     # the exercises' titles (zerolab.progress.EXERCISES)
     "Exercise 0  · the ring all-gather (ring_all_gather)": "练习 0  · 环形 all-gather（ring_all_gather）",
@@ -80,6 +82,13 @@ ZH["report"] = {
     "matplotlib could not render: {error}": "matplotlib 无法绘图：{error}",
     "matplotlib {version} rendered a {size:,}-byte PNG": "matplotlib {version} 画出了一张 {size:,} 字节的 PNG",
     "{n} famil{ies} ({names}): figures can label in Chinese": "{n} 个字体族（{names}）：图中可以使用中文标注",
+    "none here: in a browser on this machine the Chinese edition's text (搬家队) shows as boxes; its figures keep "
+    "English labels; Debian/Ubuntu: apt-get install fonts-noto-cjk, then reload the page":
+        "本机没有：在本机的浏览器里，中文版的正文（搬家队）会显示成方框；图保留英文标注；"
+        "Debian/Ubuntu：apt-get install fonts-noto-cjk，然后刷新页面",
+    "but the Chinese edition needs a CJK font where your browser runs: without one its text is boxes (see CJK fonts "
+    "above)":
+        "但中文版需要浏览器所在的机器有中文字体：没有的话，正文全是方框（见上面的 CJK fonts 一行）",
     "none here: figures of the Chinese edition keep English labels (never boxes); Chinese text (搬家队) in a "
     "browser on this machine may show as boxes (a browser elsewhere uses its own fonts); Debian/Ubuntu: "
     "apt-get install fonts-noto-cjk":
@@ -2460,6 +2469,14 @@ ZH["around"] = {
         "  时间花在哪里（engine.timeline，rank 0，每步）：计算 {compute:.1f} ms，暴露的通信 {exposed:.1f} ms，"
         "被藏起来的通信 {hidden:.1f} ms",
     "  picture: {path}": "  图：{path}",
+    "  picture: {path}\n  (the current folder; --picture PATH puts it elsewhere, --picture '' draws none)":
+        "  图：{path}\n  （在当前文件夹；--picture 路径 可以换个地方，--picture '' 则不画）",
+    "  (a uniform guess among {v} tokens scores ln {v} = {ln:.2f}; TinyLM starts far above it: its output\n  head is "
+    "tied to the embedding, N(0, 1) at init as nn.Embedding makes it, so at each position\n  its own token gets a "
+    "logit near |e|^2 = d = {d}, while the target is the next token)":
+        "  （在 {v} 个 token 里均匀瞎猜，损失是 ln {v} = {ln:.2f}；TinyLM 起点远高于此：它的输出层与 embedding\n"
+        "  共享权重，初始化时和 nn.Embedding 一样服从 N(0, 1)，于是每个位置上它自己那个 token 的 logit\n"
+        "  接近 |e|^2 = d = {d}，而要预测的却是下一个 token）",
     "a config dict": "一个配置字典",
     "{command}: {error}": "{command}：{error}",
     # the simulator (simulate.py, calibrate.py) and DeepSpeed's estimators (estimate.py: its table stays DeepSpeed's)
@@ -2752,7 +2769,20 @@ ZH["cli"] = {
         "和 model.load_state_dict 加载",
     "the simulator against {n} real ranks here (a bf16 MLP of 8 Linear(256, 256), stages 0-3):":
         "模拟器对照本机 {n} 个真实 rank 的实测（由 8 个 Linear(256, 256) 组成的 bf16 MLP，stage 0-3）：",
-    "zerolab simulate: {flags} required (or --calibrate)": "zerolab simulate：缺少 {flags}（或者改用 --calibrate）",
+    "zerolab simulate: --params required (or --calibrate)": "zerolab simulate：缺少 --params（或者改用 --calibrate）",
+    "--layers/--hidden not given: {layers} layers, hidden {hidden} ({like}); they set the activations and stage "
+    "3's\n  gathered layers and calls, never the model states (those follow --params)":
+        "没有给出 --layers/--hidden：取 {layers} 层、hidden {hidden}（{like} 的形状）；它们决定激活值，以及 stage 3\n"
+        "  gather 的层和调用次数，不影响模型状态（模型状态只看 --params）",
+    "not a parameter count: {text!r} (e.g. 7e9, 7B, 1.3b, 350M)": "不是参数量：{text!r}（例如 7e9、7B、1.3b、350M）",
+    "zerolab estimate: --gpus {gpus} (in total) is not --gpus-per-node {per} x --nodes {nodes}":
+        "zerolab estimate：--gpus {gpus}（总数）不等于 --gpus-per-node {per} x --nodes {nodes}",
+    "zerolab estimate: --gpus {gpus} with --nodes {nodes} is read as GPUs per node ({total} in total), as before;\n"
+    "  that meaning is deprecated: say --gpus-per-node {gpus} (DeepSpeed's num_gpus_per_node),\n  or --gpus {total} "
+    "--nodes {nodes}: --gpus is the total, as in zerolab simulate":
+        "zerolab estimate：--gpus {gpus} 与 --nodes {nodes} 同用时，仍照旧理解为每节点的 GPU 数（共 {total} 张）；\n"
+        "  这种含义已弃用：请写 --gpus-per-node {gpus}（即 DeepSpeed 的 num_gpus_per_node），\n"
+        "  或者 --gpus {total} --nodes {nodes}：--gpus 是总数，与 zerolab simulate 一致",
     "{link} inside nodes of {k}, {inter} between them": "节点内（每节点 {k} 张）用 {link}，节点间用 {inter}",
     "{params:.3g} parameters, {layers} layers, hidden {hidden}, sequence {seq}, micro-batch {micro} x {accum} "
     "accumulation, on {gpus} x {gpu} over {where}":
@@ -2761,4 +2791,25 @@ ZH["cli"] = {
     "{name}: {gb:,.1f} GB leave each node per step; hidden behind compute from {tokens:,.0f} tokens per GPU":
         "{name}：每步有 {gb:,.1f} GB 流出每个节点；每张 GPU 每步有 {tokens:,.0f} 个 token 起，计算就能把它藏住",
     "saved {path}": "已保存 {path}",
+}
+
+
+ZH["course"] = {
+    "zerolab course: the course's notebooks are not beside this zerolab ({path}); install zerolab from a clone of "
+    "the repository (pip install -e .) and run it there":
+        "zerolab course：这个 zerolab（{path}）旁边没有课程的 notebook；请从仓库的克隆安装 zerolab"
+        "（pip install -e .），再在那里运行",
+    "zerolab course: {path} is the stored course itself; choose a folder of its own":
+        "zerolab course：{path} 就是仓库里存放的课程本身；请另选一个文件夹",
+    "your working copy of the course: {path}": "你的课程工作副本：{path}",
+    "  {copied} new files copied from the clone; {kept} already there kept as you left them":
+        "  从克隆复制了 {copied} 个新文件；已有的 {kept} 个保持你离开时的样子",
+    "  {copied} files copied from the clone; run and save freely: git sees none of it":
+        "  从克隆复制了 {copied} 个文件；尽管运行、保存，git 一概看不到",
+    "  {kept} files, all kept as you left them (to get a stored chapter back, delete your copy and start again)":
+        "  {kept} 个文件，都保持你离开时的样子（想要回仓库里的原版某章，删掉你的副本再启动一次）",
+    "  JupyterLab's news pop-up: off ({path})": "  JupyterLab 的新闻弹窗：已关闭（{path}）",
+    "  JupyterLab's news pop-up stays on: cannot write the environment's settings ({error})":
+        "  JupyterLab 的新闻弹窗仍会出现：无法写入环境的设置（{error}）",
+    "  opening {chapter}; the URL JupyterLab prints opens it too": "  打开 {chapter}；JupyterLab 打印的 URL 也直接打开它",
 }
