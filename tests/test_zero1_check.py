@@ -102,7 +102,7 @@ VIEWS = {
                          "the tensor self.optimizer steps has 2,787 elements"),
     "the gradient shard": (lambda: _mutate(("        self.shard.grad = torch.empty(self.shard_numel)\n" + REDUCE,
                                             "        dist.all_reduce(flat_grad)\n        self.shard.grad = " + MINE)),
-                           "the gradient it steps with (.grad) has 2,787 elements"),
+                           "the gradient it steps with (.grad) has 2,787 elements"),   # hint: reduce-scatter
     "the states": (lambda: _mutate(("        self.optimizer = optimizer_cls([self.shard], **kwargs)",
                                     "        self.optimizer = optimizer_cls([self.shard], **kwargs)\n"
                                     "        if optimizer_cls is torch.optim.AdamW:    # states made ahead, as slices\n"

@@ -949,12 +949,15 @@ ZH["checks.zero1"] = {
     "the tensor self.optimizer steps": "self.optimizer 更新的张量",
     "the gradient it steps with (.grad)": "它更新时用的梯度（.grad）",
     "N={n}, rank {rank}: {name} has {numel:,} elements, but the memory behind it\n  is {bytes:,} bytes (a shard's "
-    "is {share:,}): it is a view of a whole buffer, which it keeps\n  alive on every rank.\n  hint: .clone() the "
-    "slice (DeepSpeed clones its fp32 partition), or make a tensor of its own":
+    "is {share:,}): it is a view of a whole buffer, which it keeps\n  alive on every rank.\n  hint: {hint}":
         "N={n}，rank {rank}：{name}只有 {numel:,} 个元素，背后的内存却有\n"
         "  {bytes:,} 字节（一个分片应为 {share:,}）：它是整个缓冲区的视图（view），\n"
         "  让每个 rank 都留着整个缓冲区。\n"
-        "  提示：对切片调用 .clone()（DeepSpeed 也会复制它的 fp32 分区），或者另建一个独立的张量",
+        "  提示：{hint}",
+    ".clone() the slice (DeepSpeed clones its fp32 partition), or make a tensor of its own":
+        "对切片调用 .clone()（DeepSpeed 也会复制它的 fp32 分区），或者另建一个独立的张量",
+    "give the shard a gradient of its own: reduce-scatter into a shard-sized tensor, or .clone() the slice":
+        "给分片一个独立的梯度：reduce-scatter 到一个分片大小的张量里，或者对切片调用 .clone()",
     "N={n}, rank {rank}: the optimizer steps a shard of {numel:,} elements, but its states keep\n  {bytes:,} bytes "
     "alive (DDP's {ddp:,} / {n} = {expect:,}): a state is a view of a whole buffer.\n  hint: let self.optimizer "
     "make its own states for the shard":

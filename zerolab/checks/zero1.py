@@ -480,16 +480,19 @@ def _views(n: int, results: list, ddp: int) -> None:
     share = 4 * padded(n) // n                  # one fp32 shard, in bytes
     for res in results:
         held = res.get("held") or {}
-        for what, numel_key, name in (("master", "master_numel", T("the tensor self.optimizer steps")),
-                                      ("grads", "grads_numel", T("the gradient it steps with (.grad)"))):
+        for what, numel_key, name, hint in (
+                ("master", "master_numel", T("the tensor self.optimizer steps"),
+                 T(".clone() the slice (DeepSpeed clones its fp32 partition), or make a tensor of its own")),
+                ("grads", "grads_numel", T("the gradient it steps with (.grad)"),
+                 T("give the shard a gradient of its own: reduce-scatter into a shard-sized tensor, or "
+                   ".clone() the slice"))):
             numel = held.get(numel_key, 0)
             if held.get(what, 0) > 1.2 * share + 64 and held[what] > 1.2 * 4 * numel + 64:
                 raise ExerciseCheckFailed(T(
                     "N={n}, rank {rank}: {name} has {numel:,} elements, but the memory behind it\n  is "
                     "{bytes:,} bytes (a shard's is {share:,}): it is a view of a whole buffer, which it keeps\n"
-                    "  alive on every rank.\n  hint: .clone() the slice (DeepSpeed clones its fp32 partition), "
-                    "or make a tensor of its own", n=n, name=name, numel=numel, bytes=held[what],
-                    rank=res["rank"], share=share))
+                    "  alive on every rank.\n  hint: {hint}", n=n, name=name, numel=numel, bytes=held[what],
+                    rank=res["rank"], share=share, hint=hint))
         states, numel = held.get("states", 0), held.get("master_numel", 0)
         if states > 1.2 * ddp / n + 64 and 0 < numel <= padded(n) // n + 16:   # a shard's states, a buffer's bytes
             raise ExerciseCheckFailed(T(
