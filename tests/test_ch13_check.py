@@ -200,3 +200,44 @@ def test_the_engine_part_fails_a_per_tensor_scale():
 def test_the_engine_part_fails_a_wrong_dequantize():
     with pytest.raises(ExerciseCheckFailed, match="forward pass saw"):
         check_engine(quant.quantize, divides)
+
+
+# -- quantizers that write into what they are given (each passed while the check quantized copies only) --
+
+def scales_in_place(x, groups, bits=8):
+    """Saves memory by scaling its input: x.float() is x itself when x is float32."""
+    b = x.float().view(groups, -1)
+    m = b.abs().amax(1, keepdim=True)
+    q_scale = torch.where(m == 0, torch.ones(()), (2 ** bits) / (2 * m))
+    b.mul_(q_scale).round_().clamp_(-2 ** (bits - 1), 2 ** (bits - 1) - 1)
+    return b.to(torch.int8).view(-1), (1 / q_scale).view(-1)
+
+
+def snaps_input(x, groups, bits=8):
+    """Right values, then 'keeps x consistent' by writing the round trip back into it (any dtype)."""
+    q, s = quant.quantize(x, groups, bits)
+    x.copy_(quant.dequantize(q, s).view_as(x).to(x.dtype))
+    return q, s
+
+
+def zeroes_scales(q, scales):
+    out = q.float().view(scales.numel(), -1) * scales.view(-1, 1)
+    scales.zero_()                                  # "frees" the scales after use
+    return out.view(-1)
+
+
+@pytest.mark.parametrize("pair,what", [((scales_in_place, quant.dequantize), "quantize changed its input x"),
+                                       ((snaps_input, quant.dequantize), "quantize changed its input x"),
+                                       ((quant.quantize, zeroes_scales), "dequantize changed its input scales")],
+                         ids=["scales x in place", "writes the round trip into x", "zeroes its scales"])
+def test_a_quantizer_that_writes_into_its_input_fails(pair, what):
+    with pytest.raises(ExerciseCheckFailed) as e:
+        check_alone(*pair)
+    assert what in str(e.value) and "in place" in str(e.value) and "hint" in str(e.value), str(e.value)
+
+
+@pytest.mark.timeout(240)
+def test_the_engine_part_fails_a_quantizer_that_writes_into_the_shard():
+    """Part 2 on its own: inside qwZ the input is the rank's bf16 parameter shard."""
+    with pytest.raises(ExerciseCheckFailed, match="quantize changed its input x in place"):
+        check_engine(snaps_input, quant.dequantize)

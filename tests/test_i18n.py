@@ -1048,11 +1048,11 @@ def test_collectives_topology_and_models_errors_in_the_editions_language():
 
 
 def test_zerolab_simulate_train_and_consolidate_errors_in_chinese_and_in_english(tmp_path, capsys):
-    """zerolab simulate given too little, or a node size that does not divide the GPUs; zerolab train
+    """zerolab simulate given no --params (--layers and --hidden it derives), or a node size that does not divide the GPUs; zerolab train
     given a bad config; zerolab consolidate given no checkpoint: --lang zh, English as before."""
     bad = tmp_path / "bad.json"
     bad.write_text('{"train_batch_size": 3, "zero_optimization": {"stage": 7}}')
-    runs = {"simulate": ["simulate", "--params", "7e9"],
+    runs = {"simulate": ["simulate", "--layers", "32"],
             "nodes": ["simulate", "--params", "7e9", "--layers", "32", "--hidden", "4096", "--ranks-per-node", "3"],
             "train": ["train", "--config", str(bad), "--nproc", "2"],
             "consolidate": ["consolidate", str(tmp_path / "nowhere"), str(tmp_path / "m.safetensors")]}
@@ -1062,8 +1062,8 @@ def test_zerolab_simulate_train_and_consolidate_errors_in_chinese_and_in_english
             assert cli([*argv, "--lang", lang]) == 2, (name, lang)
             out, err[name, lang] = capsys.readouterr()
             assert not out, out
-    assert err["simulate", "en"] == "zerolab simulate: --layers, --hidden required (or --calibrate)\n"
-    assert err["simulate", "zh"] == "zerolab simulate：缺少 --layers, --hidden（或者改用 --calibrate）\n"
+    assert err["simulate", "en"] == "zerolab simulate: --params required (or --calibrate)\n"
+    assert err["simulate", "zh"] == "zerolab simulate：缺少 --params（或者改用 --calibrate）\n"
     assert err["nodes", "en"] == "zerolab simulate: ranks_per_node=3 must divide gpus=8 (whole nodes)\n"
     assert err["nodes", "zh"] == "zerolab simulate：ranks_per_node=3 必须整除 gpus=8（要能分成整数个节点）\n"
     assert err["train", "en"].startswith("zerolab train: 2 problems in the DeepSpeed config:\n"), err

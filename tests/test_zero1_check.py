@@ -94,6 +94,26 @@ WRONG = {
 }
 
 
+# A shard that is a view of a whole buffer keeps the buffer alive: its size says 1/N, the memory
+# behind it says N/N. The check weighs storages, so every view fails, whichever tensor it is.
+VIEWS = {
+    "the master shard": (lambda: _mutate(("flat[start:start + self.shard_numel].clone())",
+                                          "flat[start:start + self.shard_numel])")),
+                         "the tensor self.optimizer steps has 2,787 elements"),
+    "the gradient shard": (lambda: _mutate(("        self.shard.grad = torch.empty(self.shard_numel)\n" + REDUCE,
+                                            "        dist.all_reduce(flat_grad)\n        self.shard.grad = " + MINE)),
+                           "the gradient it steps with (.grad) has 2,787 elements"),   # hint: reduce-scatter
+    "the states": (lambda: _mutate(("        self.optimizer = optimizer_cls([self.shard], **kwargs)",
+                                    "        self.optimizer = optimizer_cls([self.shard], **kwargs)\n"
+                                    "        if optimizer_cls is torch.optim.AdamW:    # states made ahead, as slices\n"
+                                    "            m, v = torch.zeros(self.padded_numel), torch.zeros(self.padded_numel)\n"
+                                    "            self.optimizer.state[self.shard] = {'step': torch.tensor(0.0),\n"
+                                    "                'exp_avg': m[start:start + self.shard_numel],\n"
+                                    "                'exp_avg_sq': v[start:start + self.shard_numel]}")),
+                   "a state is a view of a whole buffer"),
+}
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _crews():
     yield
@@ -156,3 +176,14 @@ def test_torchs_older_names_are_counted_once(capsys):
                         ("dist.all_gather_single(", "dist.all_gather_into_tensor("))))
     out = capsys.readouterr().out
     assert "N=2: 1 reduce_scatter + 1 all_gather = 22,296 bytes" in out
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", list(VIEWS))
+def test_a_shard_that_is_a_view_of_the_whole_buffer_fails(name):
+    # these trained bit for bit and passed while the check weighed state_dict() tensors by their size
+    make, expected = VIEWS[name]
+    with pytest.raises(ExerciseCheckFailed) as err:
+        check(_load(make()))
+    assert expected in err.value.message and "view of a whole buffer" in err.value.message, err.value.message
+    assert "hint:" in err.value.message

@@ -171,9 +171,9 @@ def test_the_chinese_readme_has_the_same_two_commands_and_the_readmes_link_each_
     en_blocks = [b.strip() for b in _bash_blocks(en)]
     zh_blocks = [b.strip() for b in _bash_blocks(zh)]
     setup = next(b for b in en_blocks if b.startswith("python3 -m venv .venv && ("))
-    assert setup.endswith(" notebooks/00_meet_the_crew.ipynb"), setup
-    zh_setup = setup.replace(" notebooks/00_", " notebooks/zh/00_")     # it opens the Chinese chapter 0
-    assert zh_setup in zh_blocks, "README.zh-CN.md's set-up command is not README.md's (opening notebooks/zh/)"
+    assert setup.endswith(" .venv/bin/zerolab course"), setup
+    zh_setup = setup + " --lang zh"                                  # it opens the Chinese chapter 0
+    assert zh_setup in zh_blocks, "README.zh-CN.md's set-up command is not README.md's (with --lang zh)"
     assert "./run_tests.sh" in zh_blocks, "README.zh-CN.md lacks the test command ./run_tests.sh"
     assert "](README.zh-CN.md)" in en.read_text(encoding="utf-8").split("\n## ")[0], "README.md's top lacks the link"
     assert "](README.md)" in zh.read_text(encoding="utf-8").split("\n## ")[0], "README.zh-CN.md's top lacks the link"

@@ -8,9 +8,14 @@
                                                   --params the per-GPU model-state memory per stage.
                                                   Exit status 2 on a real error (typo, bad value,
                                                   batch arithmetic), after what could be explained
-    zerolab estimate --params 7e9 --gpus 8        model-state memory per GPU for each ZeRO stage
+    zerolab course [--no-browser]                 open the course in JupyterLab: a working copy in
+                                                  course/ (the stored notebooks stay as git has them),
+                                                  chapter 0 first, JupyterLab's news pop-up off
+    zerolab estimate --params 7B --gpus 8         model-state memory per GPU for each ZeRO stage
                                                   (ZeRO paper formulas), plus DeepSpeed's own
                                                   estimator tables for ZeRO-2 and ZeRO-3
+    zerolab simulate --params 7B --gpus 8         memory per GPU and step time per stage, with
+                                                  offload (--gpus: GPUs in total, in every command)
     zerolab env                                   torch, backends and devices on this machine
     zerolab train --config ds.json --nproc 2      train a small model (TinyLM, generated data) on N
         [--steps 20]                              ranks from a DeepSpeed config: progress bar, then
@@ -25,6 +30,8 @@
     zerolab <command> ... --lang zh               answer in Chinese (every command but env; also
                                                   $ZEROLAB_LANG=zh, or a zh_* locale:
                                                   LANG=zh_CN.UTF-8); zerolab/i18n.py
+
+A parameter count is a number (7e9, 7000000000) or one with a suffix: 350M, 1.3b, 7B, 1T.
 """
 from __future__ import annotations
 
@@ -36,6 +43,26 @@ from .memory import format_bytes, model_state_bytes
 
 T = catalogue("cli")      # the commands' own lines in the edition's language (zerolab/messages_zh.py)
 LANG_HELP = "answer in English or Chinese (default: $ZEROLAB_LANG, else the locale, e.g. LANG=zh_CN.UTF-8)"
+
+
+_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+
+def count(text: str) -> float:
+    """A parameter count: ``7e9``, ``7000000000``, ``7_000_000_000``, ``7,000,000,000``, or with a
+    suffix ``K``/``M``/``B`` (or ``G``)/``T``, either case: ``350M``, ``1.3b``, ``7B``."""
+    raw = str(text).strip().replace(",", "").replace("_", "")
+    scale = _SUFFIX.get(raw[-1:].lower(), 1.0) if raw else 1.0
+    number = raw[:-1] if scale != 1.0 else raw
+    try:
+        value = float(number) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(T("not a parameter count: {text!r} (e.g. 7e9, 7B, 1.3b, 350M)",
+                                           text=text)) from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(T("not a parameter count: {text!r} (e.g. 7e9, 7B, 1.3b, 350M)",
+                                           text=text))
+    return value
 
 
 def _bytes_per_param(precision: str) -> tuple[int, int, int]:
@@ -132,8 +159,32 @@ def cmd_explain(a) -> int:
     return 0
 
 
+def _per_node(a) -> int | None:
+    """GPUs per node for ``zerolab estimate``: --gpus-per-node, else --gpus (the total, as in
+    simulate; with --nodes > 1 still GPUs per node, its old meaning, with a note); None: an error."""
+    if a.gpus_per_node is not None:
+        if a.gpus is not None and a.gpus != a.gpus_per_node * a.nodes:
+            print(T("zerolab estimate: --gpus {gpus} (in total) is not --gpus-per-node {per} x --nodes {nodes}",
+                    gpus=a.gpus, per=a.gpus_per_node, nodes=a.nodes), file=sys.stderr)
+            return None
+        return a.gpus_per_node
+    if a.gpus is None:
+        return 1
+    if a.nodes > 1:
+        print(T("zerolab estimate: --gpus {gpus} with --nodes {nodes} is read as GPUs per node ({total} in total), "
+                "as before;\n  that meaning is deprecated: say --gpus-per-node {gpus} (DeepSpeed's "
+                "num_gpus_per_node),\n  or --gpus {total} --nodes {nodes}: --gpus is the total, as in zerolab simulate",
+                gpus=a.gpus, nodes=a.nodes, total=a.gpus * a.nodes), file=sys.stderr)
+        return a.gpus
+    return a.gpus
+
+
 def cmd_estimate(a) -> int:
     from . import estimate
+    per_node = _per_node(a)
+    if per_node is None:
+        return 2
+    a.gpus = per_node
     print(_stage_table(a.params, a.gpus * a.nodes, a.precision))
     print()
     print(T("== ZeRO stage 2, DeepSpeed's own estimator (estimate_zero2_model_states_mem_needs_all_cold, "
@@ -193,10 +244,15 @@ def cmd_simulate(a) -> int:
                 n=a.nproc))
         print(simulate.format_calibration(rows))
         return 0
-    missing = [f"--{k}" for k in ("params", "layers", "hidden") if getattr(a, k) is None]
-    if missing:
-        print(T("zerolab simulate: {flags} required (or --calibrate)", flags=", ".join(missing)), file=sys.stderr)
+    if a.params is None:
+        print(T("zerolab simulate: --params required (or --calibrate)"), file=sys.stderr)
         return 2
+    if a.layers is None or a.hidden is None:
+        layers, hidden, like = simulate.default_shape(a.params, a.layers, a.hidden)
+        print(T("--layers/--hidden not given: {layers} layers, hidden {hidden} ({like}); they set the activations "
+                "and stage 3's\n  gathered layers and calls, never the model states (those follow --params)",
+                layers=layers, hidden=hidden, like=T.text(like)))
+        a.layers, a.hidden = layers, hidden
     nodes = dict(simulate.CLUSTERS[a.cluster]) if a.cluster else {}
     for key, value in (("gpu", a.gpu), ("link", a.link), ("inter_link", a.inter_link),
                        ("ranks_per_node", a.ranks_per_node)):
@@ -258,26 +314,51 @@ def cmd_compare(a) -> int:
     return compare(a.config, world=a.world, steps=a.steps, model=a.model, ds_python=a.ds_python)
 
 
+def cmd_course(a) -> int:
+    from . import course
+    extra = list(a.extra) + ["--no-browser"] * a.no_browser + ["--allow-root"] * a.allow_root + (
+        [f"--port={a.port}"] if a.port else [])
+    return course.main(a.dir, a.lang or cli_lang(None), extra, dry_run=a.dry_run)
+
+
 def cmd_progress(a) -> int:
     from . import progress
-    return progress.main(as_json=a.json, name=a.name)
+    return progress.main(as_json=a.json, name=a.name, every_clone=a.all)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="zerolab", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="zerolab", description=__doc__.replace("``", ""),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
+    o = sub.add_parser("course", help="open the course in JupyterLab, in a working copy (chapter 0 first)",
+                       description="Copies the course (notebooks, exercises, solutions) into a working folder "
+                                   "once, never over your edits, and opens JupyterLab there on chapter 0; any other "
+                                   "option is passed to jupyter lab (e.g. --port 8890, --ServerApp.ip=0.0.0.0).")
+    o.add_argument("--dir", default=None, help="the working folder (default: course/ at the clone's root)")
+    o.add_argument("--no-browser", action="store_true", help="open no browser; open the printed URL yourself "
+                   "(a remote machine: through an SSH tunnel)")
+    o.add_argument("--allow-root", action="store_true", help="run as root (in a container, say)")
+    o.add_argument("--port", type=int, default=None, help="the server's port (default: JupyterLab's, 8888)")
+    o.add_argument("--dry-run", action="store_true", help="copy and set up, print the jupyter lab command, "
+                   "start nothing")
+    o.add_argument("--lang", choices=("en", "zh"), default=None,
+                   help="the edition to open first (default: $ZEROLAB_LANG, else the locale)")
+    o.set_defaults(fn=cmd_course)
     e = sub.add_parser("explain", help="what a DeepSpeed config means (any DeepSpeed 0.19.8 config)")
     e.add_argument("config", help="path to a DeepSpeed JSON config")
     e.add_argument("--world", type=int, default=1, help="data-parallel ranks (GPUs) it will run on")
-    e.add_argument("--params", type=float, default=0, help="model size, to print memory per stage")
+    e.add_argument("--params", type=count, default=0, help="model size (7e9, 7B, 350M), to print memory per stage")
     e.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
     e.set_defaults(fn=cmd_explain)
     s = sub.add_parser("estimate", help="model-state memory per GPU for each ZeRO stage")
-    s.add_argument("--params", type=float, required=True, help="parameter count, e.g. 7e9")
-    s.add_argument("--gpus", type=int, default=1, help="GPUs per node")
-    s.add_argument("--nodes", type=int, default=1)
-    s.add_argument("--precision", choices=("mixed", "fp32"), default="mixed")
-    s.add_argument("--largest-layer", type=float, default=0,
+    s.add_argument("--params", type=count, required=True, help="parameter count: 7e9, 7B, 1.3b, 350M")
+    s.add_argument("--gpus", type=int, default=None, help="GPUs in total, as in zerolab simulate (default 1; "
+                   "with --nodes > 1 it still means GPUs per node, its old meaning, deprecated, with a note)")
+    s.add_argument("--gpus-per-node", type=int, default=None, help="GPUs per node (DeepSpeed's num_gpus_per_node)")
+    s.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
+    s.add_argument("--precision", choices=("mixed", "fp32"), default="mixed",
+                   help="mixed: 2 + 2 + 12 bytes per parameter (default); fp32: 4 + 4 + 8")
+    s.add_argument("--largest-layer", type=count, default=0,
                    help="largest layer's parameters (adds DeepSpeed's ZeRO-3 table)")
     s.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
     s.set_defaults(fn=cmd_estimate)
@@ -288,20 +369,24 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
     c.set_defaults(fn=cmd_consolidate)
     m = sub.add_parser("simulate", help="memory per GPU and step time of a model on N GPUs, per stage")
-    m.add_argument("--params", type=float, default=None, help="parameters, e.g. 7e9")
-    m.add_argument("--layers", type=int, default=None)
-    m.add_argument("--hidden", type=int, default=None)
-    m.add_argument("--seq", type=int, default=2048)
-    m.add_argument("--micro-batch", type=int, default=1)
-    m.add_argument("--grad-accum", type=int, default=1)
-    m.add_argument("--gpus", type=int, default=8)
+    m.add_argument("--params", type=count, default=None, help="parameters: 7e9, 7B, 1.3b, 350M (required)")
+    m.add_argument("--layers", type=int, default=None, help="transformer layers (default: those of the GPT-3/Llama "
+                   "model nearest --params, e.g. 32 at 7B)")
+    m.add_argument("--hidden", type=int, default=None, help="hidden size (default: from --params and --layers, "
+                   "Psi = 12 x layers x hidden^2, e.g. 4096 at 7B)")
+    m.add_argument("--seq", type=int, default=2048, help="sequence length in tokens (default 2048)")
+    m.add_argument("--micro-batch", type=int, default=1, help="sequences per GPU per forward (default 1)")
+    m.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps (default 1)")
+    m.add_argument("--gpus", type=int, default=8, help="GPUs in total, the data-parallel ranks (default 8); "
+                   "per node: --ranks-per-node")
     m.add_argument("--gpu", default=None, help="one of: a100-40gb, a100-80gb (default), h100-80gb, h200-141gb")
     m.add_argument("--link", default=None,
                    help="nvlink-a100 (default), nvlink-h100, pcie4, ib-hdr, ethernet-100g, ib-hdr-8x, ib-ndr-8x, "
                         "ib-ndr-1x, or a zerolab bench JSON fit; with --inter-link: the link inside a node")
     m.add_argument("--inter-link", default=None, help="the link between nodes (needs --ranks-per-node): "
                    "a collective spanning nodes runs at the slower link")
-    m.add_argument("--ranks-per-node", type=int, default=None, help="GPUs per node")
+    m.add_argument("--ranks-per-node", "--gpus-per-node", dest="ranks_per_node", type=int, default=None,
+                   help="GPUs per node (as zerolab estimate's --gpus-per-node)")
     m.add_argument("--cluster", default=None, choices=sorted(simulate_clusters()),
                    help="a named cluster (GPU, links, GPUs per node); --gpu/--link/... override it")
     m.add_argument("--zeropp", action="store_true",
@@ -345,10 +430,16 @@ def main(argv: list[str] | None = None) -> int:
     cp.set_defaults(fn=cmd_compare)
     g = sub.add_parser("progress", help="which exercises are done (the checks record passes on this machine)")
     g.add_argument("--json", action="store_true", help="print JSON (to send to the instructor, if you choose)")
+    g.add_argument("--all", action="store_true", help="count the checks run from every clone on this machine, not "
+                   "only this one's")
     g.add_argument("--name", default=None, help="your name, put in the JSON")
     g.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
     g.set_defaults(fn=cmd_progress)
-    a = ap.parse_args(argv)
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["course"]:              # jupyter lab's own options pass through
+        a, a.extra = ap.parse_known_args(args)
+    else:
+        a = ap.parse_args(args)
     set_lang(cli_lang(getattr(a, "lang", None)))     # the answer's language: --lang, $ZEROLAB_LANG, the locale
     return a.fn(a)
 

@@ -22,6 +22,8 @@ ZH["progress"] = {
     "{done} of {total} exercises done": "{total} 个练习已完成 {done} 个",
     "exercise checks recorded in {path}:": "已记录的练习检查（{path}）：",
     "exercise checks:": "练习检查：",
+    "({n} records from other clones on this machine not counted; zerolab progress --all counts them)":
+        "（本机其他克隆的 {n} 条记录没有计入；zerolab progress --all 会把它们算进来）",
     "zerolab progress: recording is off (${env}={value})": "zerolab progress：记录已关闭（${env}={value}）",
     # the exercises' titles (zerolab.progress.EXERCISES)
     "Exercise 0  · the ring all-gather (ring_all_gather)": "练习 0  · 环形 all-gather（ring_all_gather）",
@@ -80,6 +82,13 @@ ZH["report"] = {
     "matplotlib could not render: {error}": "matplotlib 无法绘图：{error}",
     "matplotlib {version} rendered a {size:,}-byte PNG": "matplotlib {version} 画出了一张 {size:,} 字节的 PNG",
     "{n} famil{ies} ({names}): figures can label in Chinese": "{n} 个字体族（{names}）：图中可以使用中文标注",
+    "none here: in a browser on this machine the Chinese edition's text (搬家队) shows as boxes; its figures keep "
+    "English labels; Debian/Ubuntu: apt-get install fonts-noto-cjk, then reload the page":
+        "本机没有：在本机的浏览器里，中文版的正文（搬家队）会显示成方框；图保留英文标注；"
+        "Debian/Ubuntu：apt-get install fonts-noto-cjk，然后刷新页面",
+    "but the Chinese edition needs a CJK font where your browser runs: without one its text is boxes (see CJK fonts "
+    "above)":
+        "但中文版需要浏览器所在的机器有中文字体：没有的话，正文全是方框（见上面的 CJK fonts 一行）",
     "none here: figures of the Chinese edition keep English labels (never boxes); Chinese text (搬家队) in a "
     "browser on this machine may show as boxes (a browser elsewhere uses its own fonts); Debian/Ubuntu: "
     "apt-get install fonts-noto-cjk":
@@ -937,6 +946,24 @@ ZH["checks.zero1"] = {
         "N={n}：一个 rank 上的优化器状态有 {mine:,} 字节；DDP 的是 {ddp:,}，\n"
         "  一个分片的应当约为它的 1/{n}（{share:,}）。\n"
         "  提示：存了所有参数的状态：每个 rank 都在更新整个模型。self.optimizer\n  只应建在本 rank 的分片上",
+    "the tensor self.optimizer steps": "self.optimizer 更新的张量",
+    "the gradient it steps with (.grad)": "它更新时用的梯度（.grad）",
+    "N={n}, rank {rank}: {name} has {numel:,} elements, but the memory behind it\n  is {bytes:,} bytes (a shard's "
+    "is {share:,}): it is a view of a whole buffer, which it keeps\n  alive on every rank.\n  hint: {hint}":
+        "N={n}，rank {rank}：{name}只有 {numel:,} 个元素，背后的内存却有\n"
+        "  {bytes:,} 字节（一个分片应为 {share:,}）：它是整个缓冲区的视图（view），\n"
+        "  让每个 rank 都留着整个缓冲区。\n"
+        "  提示：{hint}",
+    ".clone() the slice (DeepSpeed clones its fp32 partition), or make a tensor of its own":
+        "对切片调用 .clone()（DeepSpeed 也会复制它的 fp32 分区），或者另建一个独立的张量",
+    "give the shard a gradient of its own: reduce-scatter into a shard-sized tensor, or .clone() the slice":
+        "给分片一个独立的梯度：reduce-scatter 到一个分片大小的张量里，或者对切片调用 .clone()",
+    "N={n}, rank {rank}: the optimizer steps a shard of {numel:,} elements, but its states keep\n  {bytes:,} bytes "
+    "alive (DDP's {ddp:,} / {n} = {expect:,}): a state is a view of a whole buffer.\n  hint: let self.optimizer "
+    "make its own states for the shard":
+        "N={n}，rank {rank}：优化器更新的分片只有 {numel:,} 个元素，它的状态却占着\n"
+        "  {bytes:,} 字节（DDP 的 {ddp:,} / {n} = {expect:,}）：某个状态是整个缓冲区的视图（view）。\n"
+        "  提示：让 self.optimizer 自己为分片建立状态",
     "AdamW states per rank, N={n}: {each} bytes; DDP's {ddp:,} / {n} = {share:,}":
         "每个 rank 的 AdamW 状态，N={n}：{each} 字节；DDP 的 {ddp:,} / {n} = {share:,}",
     "N={n}: ranks {ranks} were still waiting after 60 s.\n  hint: every rank must make the same collective calls, "
@@ -1707,6 +1734,18 @@ ZH["checks.ch09"] = {
 
 # -- exercise 13: qwZ's block quantizer -------------------------------------------------------------
 ZH["checks.ch13"] = {
+    "its shape became {shape}": "它的形状变成了 {shape}",
+    "element {i} was {was:.6g}, is now {now:.6g}": "第 {i} 个元素原为 {was:.6g}，现为 {now:.6g}",
+    "{name} is the caller's tensor (in the engine: the rank's parameter shard, which the next gather sends again). "
+    "Compute on a copy: x.float() is x itself when x is already float32, so mul_, div_, round_ or clamp_ on it write "
+    "into the caller's tensor; use x * s, or x.float().clone()":
+        "{name} 是调用方的张量（在引擎里就是本 rank 的参数分片，下一次 gather 还要再发它）。请在副本上计算："
+        "x 本来就是 float32 时，x.float() 返回的就是 x 本身，对它做 mul_、div_、round_ 或 clamp_ 会写进调用方的张量；"
+        "请写成 x * s，或者 x.float().clone()",
+    "q and scales are the tensors the all-gather received; return a new tensor (q.float() * scale), never write "
+    "into them":
+        "q 和 scales 是 all-gather 收到的张量；请返回一个新张量（q.float() * scale），不要写进它们",
+    "{what} changed its input {name} in place: {change}": "{what} 原地修改了它的输入 {name}：{change}",
     # the cases (zerolab.checks.ch13.CASES)
     "a weight shard in fp16, 4 blocks of 96": "fp16 的权重分片，4 个块，每块 96 个元素",
     "4 blocks whose magnitudes differ by powers of ten": "4 个数量级依次差 10 倍的块",
@@ -2463,6 +2502,14 @@ ZH["around"] = {
         "  时间花在哪里（engine.timeline，rank 0，每步）：计算 {compute:.1f} ms，暴露的通信 {exposed:.1f} ms，"
         "被藏起来的通信 {hidden:.1f} ms",
     "  picture: {path}": "  图：{path}",
+    "  picture: {path}\n  (the current folder; --picture PATH puts it elsewhere, --picture '' draws none)":
+        "  图：{path}\n  （在当前文件夹；--picture 路径 可以换个地方，--picture '' 则不画）",
+    "  (a uniform guess among {v} tokens scores ln {v} = {ln:.2f}; TinyLM starts far above it: its output\n  head is "
+    "tied to the embedding, N(0, 1) at init as nn.Embedding makes it, so at each position\n  its own token gets a "
+    "logit near |e|^2 = d = {d}, while the target is the next token)":
+        "  （在 {v} 个 token 里均匀瞎猜，损失是 ln {v} = {ln:.2f}；TinyLM 起点远高于此：它的输出层与 embedding\n"
+        "  共享权重，初始化时和 nn.Embedding 一样服从 N(0, 1)，于是每个位置上它自己那个 token 的 logit\n"
+        "  接近 |e|^2 = d = {d}，而要预测的却是下一个 token）",
     "a config dict": "一个配置字典",
     "{command}: {error}": "{command}：{error}",
     # the simulator (simulate.py, calibrate.py) and DeepSpeed's estimators (estimate.py: its table stays DeepSpeed's)
@@ -2767,7 +2814,20 @@ ZH["cli"] = {
         "和 model.load_state_dict 加载",
     "the simulator against {n} real ranks here (a bf16 MLP of 8 Linear(256, 256), stages 0-3):":
         "模拟器对照本机 {n} 个真实 rank 的实测（由 8 个 Linear(256, 256) 组成的 bf16 MLP，stage 0-3）：",
-    "zerolab simulate: {flags} required (or --calibrate)": "zerolab simulate：缺少 {flags}（或者改用 --calibrate）",
+    "zerolab simulate: --params required (or --calibrate)": "zerolab simulate：缺少 --params（或者改用 --calibrate）",
+    "--layers/--hidden not given: {layers} layers, hidden {hidden} ({like}); they set the activations and stage "
+    "3's\n  gathered layers and calls, never the model states (those follow --params)":
+        "没有给出 --layers/--hidden：取 {layers} 层、hidden {hidden}（{like} 的形状）；它们决定激活值，以及 stage 3\n"
+        "  gather 的层和调用次数，不影响模型状态（模型状态只看 --params）",
+    "not a parameter count: {text!r} (e.g. 7e9, 7B, 1.3b, 350M)": "不是参数量：{text!r}（例如 7e9、7B、1.3b、350M）",
+    "zerolab estimate: --gpus {gpus} (in total) is not --gpus-per-node {per} x --nodes {nodes}":
+        "zerolab estimate：--gpus {gpus}（总数）不等于 --gpus-per-node {per} x --nodes {nodes}",
+    "zerolab estimate: --gpus {gpus} with --nodes {nodes} is read as GPUs per node ({total} in total), as before;\n"
+    "  that meaning is deprecated: say --gpus-per-node {gpus} (DeepSpeed's num_gpus_per_node),\n  or --gpus {total} "
+    "--nodes {nodes}: --gpus is the total, as in zerolab simulate":
+        "zerolab estimate：--gpus {gpus} 与 --nodes {nodes} 同用时，仍照旧理解为每节点的 GPU 数（共 {total} 张）；\n"
+        "  这种含义已弃用：请写 --gpus-per-node {gpus}（即 DeepSpeed 的 num_gpus_per_node），\n"
+        "  或者 --gpus {total} --nodes {nodes}：--gpus 是总数，与 zerolab simulate 一致",
     "{link} inside nodes of {k}, {inter} between them": "节点内（每节点 {k} 张）用 {link}，节点间用 {inter}",
     "{params:.3g} parameters, {layers} layers, hidden {hidden}, sequence {seq}, micro-batch {micro} x {accum} "
     "accumulation, on {gpus} x {gpu} over {where}":
@@ -2789,4 +2849,25 @@ ZH["cli"] = {
         "DeepSpeed {version}）：",
     "=> the same calls and bytes": "=> 调用次数和字节数都相同",
     "=> DIFFERENT: see the rows marked above": "=> 不同：见上面标出的行",
+}
+
+
+ZH["course"] = {
+    "zerolab course: the course's notebooks are not beside this zerolab ({path}); install zerolab from a clone of "
+    "the repository (pip install -e .) and run it there":
+        "zerolab course：这个 zerolab（{path}）旁边没有课程的 notebook；请从仓库的克隆安装 zerolab"
+        "（pip install -e .），再在那里运行",
+    "zerolab course: {path} is the stored course itself; choose a folder of its own":
+        "zerolab course：{path} 就是仓库里存放的课程本身；请另选一个文件夹",
+    "your working copy of the course: {path}": "你的课程工作副本：{path}",
+    "  {copied} new files copied from the clone; {kept} already there kept as you left them":
+        "  从克隆复制了 {copied} 个新文件；已有的 {kept} 个保持你离开时的样子",
+    "  {copied} files copied from the clone; run and save freely: git sees none of it":
+        "  从克隆复制了 {copied} 个文件；尽管运行、保存，git 一概看不到",
+    "  {kept} files, all kept as you left them (to get a stored chapter back, delete your copy and start again)":
+        "  {kept} 个文件，都保持你离开时的样子（想要回仓库里的原版某章，删掉你的副本再启动一次）",
+    "  JupyterLab's news pop-up: off ({path})": "  JupyterLab 的新闻弹窗：已关闭（{path}）",
+    "  JupyterLab's news pop-up stays on: cannot write the environment's settings ({error})":
+        "  JupyterLab 的新闻弹窗仍会出现：无法写入环境的设置（{error}）",
+    "  opening {chapter}; the URL JupyterLab prints opens it too": "  打开 {chapter}；JupyterLab 打印的 URL 也直接打开它",
 }

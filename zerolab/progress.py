@@ -11,6 +11,12 @@ nothing), else ``~/.zerolab/progress.json``. Inside a pytest run without ``$ZERO
 nothing is recorded (nor in the kernels nbval starts, which inherit ``PYTEST_CURRENT_TEST``), so
 a test suite that runs the checks on the solutions never marks a learner's exercises done.
 
+Each record names the clone whose ``zerolab`` ran the check (``clone``: the folder that holds the
+package, one per clone, since each clone has its own environment); ``zerolab progress`` counts
+only the records of the clone it runs from (``--all``: every clone's), so a fresh clone starts at
+0 done even when another clone under the same home has passed checks. Records written before
+``clone`` was kept count where their notebook's path lies inside this clone.
+
 Checks run from a solution notebook (in ``solutions/``: an instructor's dry run, the course's
 rebuild) are not recorded: the learner did not write those answers.
 
@@ -74,6 +80,21 @@ def progress_path() -> Path | None:
     if value.lower() in ("", "0", "off", "no", "false", "none"):
         return None
     return Path(value).expanduser()
+
+
+def this_clone() -> str:
+    """The folder that holds this ``zerolab`` package: the clone (or the site-packages of a wheel)."""
+    return str(Path(__file__).resolve().parent.parent)
+
+
+def from_this_clone(rec: dict, clone: str | None = None) -> bool:
+    """True if ``rec`` was written by this clone's zerolab (or, for a record older than the
+    ``clone`` field, run from a notebook inside this clone)."""
+    clone = clone or this_clone()
+    if "clone" in rec:
+        return rec["clone"] == clone
+    notebook = rec.get("notebook", "")
+    return bool(notebook) and os.path.isabs(notebook) and (notebook + os.sep).startswith(clone + os.sep)
 
 
 def _warn(what: str) -> None:
@@ -160,7 +181,7 @@ def record(exercise: str, passed: bool, message: str = "", *, path: Path | None 
         line = (str(message).strip().splitlines() or [""])[0]
         rec = {"exercise": exercise,
                "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               "passed": bool(passed),
+               "passed": bool(passed), "clone": this_clone(),
                "message": line[:MESSAGE_CHARS - 3] + "..." if len(line) > MESSAGE_CHARS else line}
         notebook = os.environ.get("JPY_SESSION_NAME")
         if notebook:
@@ -246,8 +267,8 @@ def format_summary(entries: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(as_json: bool = False, name: str | None = None) -> int:
-    """``zerolab progress [--json] [--name NAME]``."""
+def main(as_json: bool = False, name: str | None = None, every_clone: bool = False) -> int:
+    """``zerolab progress [--json] [--name NAME] [--all]``."""
     path = progress_path()
     if path is None:
         print(T("zerolab progress: recording is off (${env}={value})", env=PROGRESS_ENV,
@@ -259,6 +280,10 @@ def main(as_json: bool = False, name: str | None = None) -> int:
         except ValueError as e:
             print(f"zerolab progress: {e}", file=sys.stderr)
             return 2
+    others = 0
+    if not every_clone:
+        mine = [r for r in records if from_this_clone(r)]
+        others, records = len(records) - len(mine), mine
     entries = summary(records)
     if as_json:
         print(json.dumps({"zerolab_progress": 1, "name": name,
@@ -266,5 +291,8 @@ def main(as_json: bool = False, name: str | None = None) -> int:
                           "exercises": entries}, indent=1, ensure_ascii=False))
         return 0
     print(T("exercise checks recorded in {path}:", path=path) if path is not None else T("exercise checks:"))
+    if others:
+        print(T("({n} records from other clones on this machine not counted; zerolab progress --all counts "
+                "them)", n=others))
     print(format_summary(entries))
     return 0

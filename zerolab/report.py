@@ -19,7 +19,7 @@ import platform
 import sys
 import time
 
-from .i18n import catalogue, width
+from .i18n import catalogue, lang, width
 # The facts themselves live in zerolab.machine; they are this module's names too, as before the split.
 from .machine import CJK_SAMPLE, cjk_fonts, cpu, memory, shm, torch_facts  # noqa: F401
 
@@ -237,6 +237,10 @@ def check_fonts() -> Check:
         return Check("CJK fonts", True, T("{n} famil{ies} ({names}): figures can label in Chinese", n=len(names),
                                           ies="y" if len(names) == 1 else "ies",
                                           names=", ".join(names[:3]) + (", ..." if len(names) > 3 else "")))
+    if lang() == "zh":      # the reader of the Chinese edition: what they will see, first
+        return Check("CJK fonts", True, T("none here: in a browser on this machine the Chinese edition's text (搬家队) "
+                                          "shows as boxes; its figures keep English labels; Debian/Ubuntu: "
+                                          "apt-get install fonts-noto-cjk, then reload the page"), warn=True)
     return Check("CJK fonts", True, T("none here: figures of the Chinese edition keep English labels (never boxes); "
                                       "Chinese text (搬家队) in a browser on this machine may show as boxes (a browser "
                                       "elsewhere uses its own fonts); Debian/Ubuntu: apt-get install fonts-noto-cjk"),
@@ -279,4 +283,7 @@ def preflight(ranks: int = CHAPTER_RANKS, need_gb: float = COURSE_NEEDS_GB, out=
         print(T("NOT READY: {what}", what="; ".join(f"{c.name}: {c.fix}" for c in failed)), file=out, flush=True)
         return False
     print(T("READY"), file=out, flush=True)      # the Chinese keeps the word READY first too
+    if lang() == "zh" and any(c.name == "CJK fonts" and c.warn for c in checks):
+        print(T("but the Chinese edition needs a CJK font where your browser runs: without one its text is boxes "
+                "(see CJK fonts above)"), file=out, flush=True)
     return True

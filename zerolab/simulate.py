@@ -293,6 +293,36 @@ def simulate(params: float, layers: int, hidden: int, seq: int, micro_batch: int
                     wire, calls, tokens, link_bytes, pp, rank_link_bytes)
 
 
+# Published transformer shapes (GPT-3's Table 2.1; Llama's), for a parameter count given alone.
+SHAPES = (("GPT-3 125M", 125e6, 12, 768), ("GPT-3 350M", 350e6, 24, 1024), ("GPT-3 760M", 760e6, 24, 1536),
+          ("GPT-3 1.3B", 1.3e9, 24, 2048), ("GPT-3 2.7B", 2.7e9, 32, 2560), ("Llama-2 7B", 6.7e9, 32, 4096),
+          ("Llama-2 13B", 13e9, 40, 5120), ("Llama 33B", 33e9, 60, 6656), ("Llama-2 70B", 70e9, 80, 8192),
+          ("GPT-3 175B", 175e9, 96, 12288))
+
+
+def default_shape(params: float, layers: int | None = None, hidden: int | None = None) -> tuple[int, int, str]:
+    """(layers, hidden, the model it follows) for ``params`` when one or both are not given: the
+    published model nearest in parameters (by ratio); within 15 % of it its shape as published,
+    else its layers and the hidden size that makes 12 x layers x hidden^2 = params (a multiple of 128)."""
+    name, size, l0, h0 = min(SHAPES, key=lambda m: abs(math.log(max(params, 1.0) / m[1])))
+    layers = layers or l0
+    if hidden is None:
+        near = abs(params / size - 1) <= 0.15 and layers == l0
+        hidden = h0 if near else max(128, round(math.sqrt(max(params, 1.0) / (12 * layers)) / 128) * 128)
+    return int(layers), int(hidden), name
+
+
+def bound_by_label(r: "Estimate") -> str:
+    """What sets a row's step time, for the CLI's table: the slowest of the overlapped compute,
+    communication and PCIe transfers, and "+ CPU step" when the host's optimizer step (which runs
+    after them, not beside them) adds a tenth or more; "CPU step" when it is the larger part."""
+    parts = {"compute": r.compute_s, "comm.": r.comm_s, "PCIe": r.transfer_s}
+    main = max(parts, key=parts.get)
+    if r.cpu_step_s <= 0.1 * r.step_s:
+        return {"comm.": "communication", "PCIe": "PCIe transfers"}.get(main, main)
+    return f"CPU step+{main}" if r.cpu_step_s > parts[main] else f"{main}+CPU step"
+
+
 def table(params, layers, hidden, seq, micro_batch, gpus, zeropp: dict | None = None, **kw) -> list[Estimate]:
     """Stages 0-3, then stage 3 with optimizer offload and with optimizer + parameter offload;
     ``zeropp`` (e.g. ``dict(quantized_weights=True, hpz_partition_size=8, quantized_gradients=True)``):
@@ -318,7 +348,7 @@ def capacity_check(params: float, gpus: int, gpu_bytes_each: float, cpu_bytes_to
 def format_table(rows: list[Estimate], gpu: str = "a100-80gb") -> str:
     cap = GPUS[gpu][0]
     head = (f"{'config':<36}{'GPU GB':>9}{'(states':>9}{'act':>7}{')':<2}{'CPU GB':>8}{'fits':>6}"
-            f"{'step s':>9}{'bound by':>16}")
+            f"{'step s':>9}{'bound by':>18}")
     lines = [head]
     for r in rows:
         name = f"stage {r.stage}" + (f" + offload {r.offload}" if r.offload else "") + (
@@ -326,8 +356,11 @@ def format_table(rows: list[Estimate], gpu: str = "a100-80gb") -> str:
         states = r.gpu_bytes["params"] + r.gpu_bytes["grads"] + r.gpu_bytes["optimizer_states"]
         lines.append(f"{name:<36}{r.gpu_bytes['total'] / 1e9:>9.1f}{states / 1e9:>9.1f}"
                      f"{r.gpu_bytes['activations'] / 1e9:>7.1f}  {r.cpu_bytes / 1e9:>8.1f}"
-                     f"{'yes' if r.fits else 'NO':>6}{r.step_s:>9.2f}{r.bound_by:>16}")
+                     f"{'yes' if r.fits else 'NO':>6}{r.step_s:>9.2f}{bound_by_label(r):>18}")
     lines.append(f"GB = 1e9 bytes; GPU memory {cap / 1e9:.0f} GB each; CPU GB is each GPU's share of host memory;")
+    if any(r.cpu_step_s > 0.1 * r.step_s for r in rows):
+        lines.append("offload: the CPU optimizer step runs after the overlapped compute, communication and PCIe,")
+        lines.append("  so a row bound by 'compute+CPU step' takes the compute's time plus the CPU step's;")
     lines.append("estimates from published link/GPU figures (zerolab.simulate.LINKS, GPUS)")
     return "\n".join(lines)
 

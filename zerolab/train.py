@@ -114,7 +114,7 @@ def _watch(progress_file: str, steps: int, stop: threading.Event) -> None:
                 break
 
 
-def _summary(results: list[dict], picture: str | None, config_name: str) -> str:
+def _summary(results: list[dict], picture: str | None, config_name: str, picture_chosen: bool = True) -> str:
     from .memory import format_bytes
     r0 = results[0]
     losses = r0["losses"]
@@ -126,6 +126,7 @@ def _summary(results: list[dict], picture: str | None, config_name: str) -> str:
              T("  loss: {first:.4f} at step 1 -> {last:.4f} at step {steps}", first=losses[0], last=losses[-1],
                steps=len(losses))
              + (T(" ({n} step(s) skipped: fp16 overflow)", n=r0["skipped"]) if r0["skipped"] else ""),
+             *_why_the_first_loss(losses[0]),
              T("  lr: {first:.3g} at step 1 -> {last:.3g} at step {steps}", first=r0["lrs"][0], last=r0["lrs"][-1],
                steps=len(losses)),
              T("  memory per rank (engine.memory(), at the end):"),
@@ -150,9 +151,28 @@ def _summary(results: list[dict], picture: str | None, config_name: str) -> str:
         lines.append(T("  where it went (engine.timeline, rank 0, per step): compute {compute:.1f} ms, exposed "
                        "communication {exposed:.1f} ms, hidden {hidden:.1f} ms", compute=sp["compute"] / steps * 1e3,
                        exposed=sp["exposed_comm"] / steps * 1e3, hidden=sp["hidden_comm"] / steps * 1e3))
-    if picture:
+    if picture and picture_chosen:
         lines.append(T("  picture: {path}", path=picture))
+    elif picture:
+        lines.append(T("  picture: {path}\n  (the current folder; --picture PATH puts it elsewhere, --picture '' "
+                       "draws none)", path=os.path.abspath(picture)))
     return "\n".join(lines)
+
+
+def _why_the_first_loss(first: float) -> list[str]:
+    """A line on why TinyLM's first loss is far above a uniform guess's ln V, when it is."""
+    import inspect
+    import math
+
+    from .models import TinyLM
+    defaults = inspect.signature(TinyLM).parameters
+    vocab, d = defaults["vocab"].default, defaults["d"].default
+    if not first > 2 * math.log(vocab):
+        return []
+    return [T("  (a uniform guess among {v} tokens scores ln {v} = {ln:.2f}; TinyLM starts far above it: its output\n"
+              "  head is tied to the embedding, N(0, 1) at init as nn.Embedding makes it, so at each position\n"
+              "  its own token gets a logit near |e|^2 = d = {d}, while the target is the next token)",
+              v=vocab, ln=math.log(vocab), d=d)]
 
 
 def _picture(results: list[dict], path: str) -> None:
@@ -203,8 +223,11 @@ def _picture(results: list[dict], path: str) -> None:
     plt.close(fig)
 
 
-def train(config, nproc: int = 2, steps: int = 20, seed: int = 0, picture: str | None = "zerolab_train.png",
-          progress: bool = True, quiet: bool = False) -> list[dict]:
+DEFAULT_PICTURE = "zerolab_train.png"      # in the current folder, said with its full path
+
+
+def train(config, nproc: int = 2, steps: int = 20, seed: int = 0, picture: str | None = DEFAULT_PICTURE,
+          progress: bool = True, quiet: bool = False, picture_chosen: bool = True) -> list[dict]:
     """Train TinyLM from the DeepSpeed ``config`` (a dict or a JSON path) on ``nproc`` ranks (the
     torchrun world under torchrun) for ``steps`` global batches; print the summary (rank 0) and
     save the picture. Returns each rank's record."""
@@ -235,7 +258,7 @@ def train(config, nproc: int = 2, steps: int = 20, seed: int = 0, picture: str |
         if picture:
             _picture(results, picture)
         if not quiet:
-            print(_summary(results, picture, name))
+            print(_summary(results, picture, name, picture_chosen))
     return results
 
 
@@ -244,7 +267,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nproc", type=int, default=2, help="ranks to start (under torchrun: torchrun's world)")
     p.add_argument("--steps", type=int, default=20, help="optimizer steps (global batches)")
     p.add_argument("--seed", type=int, default=0, help="model and data seed")
-    p.add_argument("--picture", default="zerolab_train.png", help="where to save the picture (PNG); '' for none")
+    p.add_argument("--picture", default=None, help="where to save the picture (PNG; default: zerolab_train.png in "
+                   "the current folder, its full path printed); '' for none")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--lang", choices=("en", "zh"), default=None,
                    help="answer in English or Chinese (default: $ZEROLAB_LANG, else the locale, e.g. LANG=zh_CN.UTF-8)")
@@ -258,7 +282,9 @@ def run_from_args(a) -> int:
     torchrun = under_torchrun()
     rc = 0
     try:
-        train(a.config, a.nproc, a.steps, a.seed, a.picture or None, progress=not a.no_progress)
+        picture = DEFAULT_PICTURE if a.picture is None else a.picture or None
+        train(a.config, a.nproc, a.steps, a.seed, picture, progress=not a.no_progress,
+              picture_chosen=a.picture is not None)
     except ConfigError as e:
         print(T("{command}: {error}", command="zerolab train", error=e), file=sys.stderr)
         rc = 2

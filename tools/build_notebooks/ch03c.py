@@ -177,10 +177,11 @@ crews, runs_kept = {}, {}
 
 
 def runs(n):
-    # Your optimizer and DDP on n ranks (run once, then kept).
+    # Your optimizer and DDP on n ranks (run once, then kept). zero1.on_ranks is crew.run, except
+    # that an error in your class reads as the check's few lines, not as a rank's traceback.
     if n not in runs_kept:
         crew = crews.setdefault(n, zerolab.Crew(n))
-        runs_kept[n] = crew.run(train, "zero1"), crew.run(train, "ddp")
+        runs_kept[n] = zero1.on_ranks(crew, train, "zero1"), crew.run(train, "ddp")
     return runs_kept[n]
 
 
@@ -207,8 +208,11 @@ for rank, result in enumerate(mine):
 print(f"{'DDP, every rank':<26}{ddp[0]['state_bytes']:>10,}   8 x {psi:,} + 6 x 4 = {8 * psi + 24:,}")
 """),
 md(r"""
-Half, to the byte (the state dicts are what `zero1.state_bytes` weighs: every tensor in
-`optimizer.state_dict()["state"]`). In fp32 AdamW's states are 8 bytes per parameter; the
+Half, to the byte. `zero1.state_bytes` weighs the memory behind every state tensor
+(`t.untyped_storage().nbytes()`, each storage once), never the tensor's own size: a slice of a
+bigger buffer is a view, and it keeps the whole buffer alive. The check weighs the shard you
+step and its `.grad` the same way, so a shard sliced out of the flat buffer without `.clone()`
+shows up at the buffer's full size, on every rank. In fp32 AdamW's states are 8 bytes per parameter; the
 paper's 12 bytes per parameter also count the fp32 master weights, which mixed precision needs
 beside its 16-bit parameters. Your class keeps such a copy too, of its shard only: the 4-byte
 `self.shard` it steps (DeepSpeed clones its fp32 partition even in fp32 training). So each rank's

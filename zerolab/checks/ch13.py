@@ -16,13 +16,17 @@ zerolab's copy is :func:`zerolab.quant.quantize` / :func:`zerolab.quant.dequanti
    steps (round half to even), a block of zeros (scale 1), fp16 input (arithmetic in fp32), int4
    (``bits`` is a parameter: qgZ calls the same quantizer with 4). The values and scales are
    compared with zerolab's, element by element; ``dequantize`` is given zerolab's ``(q, scales)``.
-   The first difference is described with a hint that names the likely mistake.
+   The first difference is described with a hint that names the likely mistake. Every call is
+   given a tensor whose clone the check keeps, and fails when the call wrote into it (``x`` for
+   ``quantize``; ``q`` and ``scales`` for ``dequantize``): in the engine ``x`` is the rank's own
+   parameter shard, and ``x.float()`` is ``x`` itself when ``x`` is float32.
 2. *In the engine*: on 4 ranks as 2 nodes of 2, a small GPT at stage 3 in bf16 with
    ``zero_quantized_weights``, the learner's pair plugged into qwZ's all-gathers
    (:func:`zerolab.quant.use_qwz_codec`); the same run with zerolab's quantizer and without qwZ
    beside it. The all-gathers (calls, dtypes, elements, bytes, link), the weights the first
    forward sees (each within half a step of its block, plus bf16's rounding; the clamped
-   maxima within one step) and the losses are compared.
+   maxima within one step) and the losses are compared; every call qwZ makes to the pair is
+   watched the same way (its inputs against clones kept before the call).
 """
 from __future__ import annotations
 
@@ -194,6 +198,59 @@ def _first_diff(got: torch.Tensor, want: torch.Tensor, x: torch.Tensor | None = 
              got=float(got.reshape(-1)[i]))
 
 
+def _changed(kept: torch.Tensor, now: torch.Tensor) -> str:
+    """"" when ``now`` holds what ``kept`` (a clone taken before the call) held, bit for bit; else
+    where it first differs."""
+    if kept.shape == now.shape and kept.dtype == now.dtype and torch.equal(kept, now):
+        return ""
+    a, b = kept.reshape(-1).double(), now.reshape(-1).double()
+    if a.numel() != b.numel():
+        return T("its shape became {shape}", shape=tuple(now.shape))
+    i = int((a != b).nonzero()[0])
+    return T("element {i} was {was:.6g}, is now {now:.6g}", i=i, was=float(a[i]), now=float(b[i]))
+
+
+def _watched(call: Callable, args: tuple, names: tuple[str, ...], kwargs: dict | None = None):
+    """``call(*args, **kwargs)`` and the first tensor among its arguments it changed, as (name,
+    where), or None (compared with clones kept before the call)."""
+    kwargs = kwargs or {}
+    given = list(zip(names, args)) + list(kwargs.items())
+    kept = [a.clone() if isinstance(a, torch.Tensor) else None for _, a in given]
+    out = call(*args, **kwargs)
+    for (name, now), before in zip(given, kept):
+        where = _changed(before, now) if before is not None else ""
+        if where:
+            return out, (name, where)
+    return out, None
+
+
+def _untouched(call: Callable, args: tuple, names: tuple[str, ...], what: str):
+    """``call(*args)``; :class:`InputChanged` if it wrote into a tensor it was given (in the engine
+    they are the rank's parameter shard, the gathered values, their scales)."""
+    out, change = _watched(call, args, names)
+    if change:
+        raise InputChanged(what, *change)
+    return out
+
+
+class InputChanged(Exception):
+    """The learner's quantize or dequantize wrote into a tensor it was given."""
+
+    def __init__(self, what: str, name: str, where: str):
+        super().__init__(f"{what} changed {name}: {where}")
+        self.what, self.name, self.where = what, name, where
+
+    def failure(self, where: str) -> ExerciseCheckFailed:
+        hint = (T("{name} is the caller's tensor (in the engine: the rank's parameter shard, which the next "
+                  "gather sends again). Compute on a copy: x.float() is x itself when x is already float32, so "
+                  "mul_, div_, round_ or clamp_ on it write into the caller's tensor; use x * s, or "
+                  "x.float().clone()", name=self.name) if self.what == "quantize" else
+                T("q and scales are the tensors the all-gather received; return a new tensor (q.float() * "
+                  "scale), never write into them"))
+        return _fail(where, [T("{what} changed its input {name} in place: {change}", what=self.what,
+                               name=self.name, change=self.where)], hint)
+
+
 # ----------------------------------------------------------------------------- part 1: alone
 
 def _check_case(quantize: Callable, dequantize: Callable, what, x, groups, bits, exact) -> None:
@@ -201,7 +258,10 @@ def _check_case(quantize: Callable, dequantize: Callable, what, x, groups, bits,
     where = T("{what}: {numel} x {dtype}, groups={groups}, bits={bits}", what=T.text(what), numel=x.numel(),
               dtype=str(x.dtype)[6:], groups=groups, bits=bits)
     want_q, want_s = _reference(x, groups, bits)
-    got = quantize(x.clone(), groups, bits)
+    try:                        # the check's own copy of x, compared afterwards with the one kept
+        got = _untouched(quantize, (x.clone(), groups, bits), ("x", "groups", "bits"), "quantize")
+    except InputChanged as exc:
+        raise exc.failure(where) from None
     if not (isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got)):
         raise _fail(where, [T("quantize returned {type}", type=type(got).__name__)],
                     T("return a pair of tensors: (q, scales)"))
@@ -237,7 +297,10 @@ def _check_case(quantize: Callable, dequantize: Callable, what, x, groups, bits,
                               x=float(x.reshape(-1)[i]), t=float(t[i])),
                             T("expected q = {want}, yours {got}", want=int(want_q[i]), got=int(q.reshape(-1)[i]))],
                     _q_hint(q, x, groups, bits))
-    back = dequantize(want_q.clone(), want_s.clone())
+    try:
+        back = _untouched(dequantize, (want_q.clone(), want_s.clone()), ("q", "scales"), "dequantize")
+    except InputChanged as exc:
+        raise exc.failure(T("dequantize, {where}", where=where)) from None
     want = ref_dequantize(want_q, want_s)
     if not isinstance(back, torch.Tensor) or back.numel() != want.numel() or not back.is_floating_point():
         shape = (T("{dtype}, {n} values", dtype=back.dtype, n=back.numel()) if isinstance(back, torch.Tensor)
@@ -282,6 +345,10 @@ def _one_run(pair, qwz: bool, steps: int) -> dict:
     g = torch.Generator().manual_seed(7)
     tokens = [torch.randint(0, 48, (2 * world, 25), generator=g) for _ in range(steps)]
     batches = [(t[:, :-1], t[:, 1:]) for t in tokens]
+    changed: list = []
+    if pair:
+        pair = (_guarded(pair[0], ("x", "groups", "bits"), "quantize", changed),
+                _guarded(pair[1], ("q", "scales"), "dequantize", changed))
     with quant.use_qwz_codec(*pair) if pair else contextlib.nullcontext():
         eng = zerolab.initialize(GPT(vocab=48, d=48, heads=2, layers=2, seq_len=24),
                                  _engine_config(world, {"zero_quantized_weights": qwz}))
@@ -313,7 +380,18 @@ def _one_run(pair, qwz: bool, steps: int) -> dict:
         step = ex.abs().max() / 128           # the largest step any of its blocks can have
         bound = step * (1 + 1e-3) + 2 ** -8 * ex.abs() + 2 ** -24
         worst = max(worst, float((err / bound).max()))
-    return {"records": recs, "losses": losses, "weights": seen, "worst": worst, "shards": shard}
+    return {"records": recs, "losses": losses, "weights": seen, "worst": worst, "shards": shard,
+            "changed": changed[:1]}
+
+
+def _guarded(fn: Callable, names: tuple[str, ...], what: str, changed: list) -> Callable:
+    """``fn`` as qwZ calls it, noting in ``changed`` the first call that wrote into its inputs."""
+    def call(*args, **kwargs):
+        out, change = _watched(fn, args, names, kwargs)
+        if change and not changed:
+            changed.append((what, *change))
+        return out
+    return call
 
 
 def _engine_runs(pair, steps: int) -> dict:
@@ -336,6 +414,8 @@ def check_engine(quantize: Callable, dequantize: Callable, world_size: int = ENG
     for r, res in enumerate(results):
         mine, ref = res["yours"], res["zerolab"]
         where = T("the engine, stage 3 + zero_quantized_weights, rank {r}", r=r)
+        if mine.get("changed"):
+            raise InputChanged(*mine["changed"][0]).failure(where)
         if mine["records"] != ref["records"]:
             got = [f"{op} {dt} {n}" for op, dt, n, _, _ in mine["records"]][:4]
             want = [f"{op} {dt} {n}" for op, dt, n, _, _ in ref["records"]][:4]

@@ -24,12 +24,16 @@ parameters: no multiple of 2 or 3), each rank taking its slice of every global b
    the bytes on the wire (ring convention, :func:`zerolab.comm.wire_factor`) are set beside
    reduce-scatter + all-gather (2(N-1)/N of the padded buffer) and all-reduce + all-gather
    (DeepSpeed's default, 3(N-1)/N).
-3. The memory of the optimizer states: the tensors in the ``state_dict()`` of the optimizer(s)
-   the object keeps, against DDP's optimizer: about 1/N.
+3. The memory the optimizer side keeps hold of, measured as the storage behind its tensors (each
+   storage once), never as their sizes: a tensor that is a view of a bigger buffer keeps the whole
+   buffer alive. Its states, against DDP's optimizer: about 1/N; the tensors it steps (the master
+   shard) and their gradients, beyond the model's own parameters and gradients: about 1/N of the
+   padded buffer each, not a slice of a whole buffer.
 
 A failure names the likely mistake: forgot to average, averaged twice (or divided by a
 constant), each rank stepped with its own gradient, forgot to all-gather, an uneven shard lost
-the tail, zero_grad left gradients, the optimizer rebuilt every step, states for all parameters.
+the tail, zero_grad left gradients, the optimizer rebuilt every step, states for all parameters,
+a shard (or its gradient, or a state) that is a view of a whole buffer.
 """
 from __future__ import annotations
 
@@ -49,7 +53,7 @@ from . import ExerciseCheckFailed, close_crews, crew_of, passed, rank_failure  #
 T = i18n.catalogue("checks.zero1")    # the messages in the edition's language (zerolab/messages_zh.py)
 
 __all__ = ["check_sharded_optimizer", "check", "close_crews", "make_model", "batch", "loss_fn",
-           "flat_params", "state_bytes", "counting", "wire_bytes", "run_ddp", "psi", "padded",
+           "flat_params", "state_bytes", "held_bytes", "on_ranks", "counting", "wire_bytes", "run_ddp", "psi", "padded",
            "OPTIMIZERS", "RUNS", "TOLERANCE", "ORDER"]
 
 SIZES = (16, 64, 64, 5)             # an MLP: 16*64+64 + 64*64+64 + 64*5+5 = 5,573 parameters
@@ -108,13 +112,52 @@ def _optimizers(obj) -> list:
     return list({id(o): o for o in found}.values())
 
 
+def _storage_bytes(tensors, skip: set | None = None) -> int:
+    """Bytes of the storages behind ``tensors``, each storage once (a view keeps its whole
+    storage alive: a shard sliced out of a flat buffer weighs the buffer), without those in ``skip``
+    (storage addresses)."""
+    seen = set(skip or ())
+    total = 0
+    for t in tensors:
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if key in seen or storage.nbytes() == 0:
+            continue
+        seen.add(key)
+        total += storage.nbytes()
+    return total
+
+
+def _state_tensors(opts) -> list:
+    return [t for o in opts for s in o.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+
+
 def state_bytes(obj) -> int | None:
-    """Bytes of every tensor in the optimizer states ``obj`` keeps (None: no optimizer found)."""
+    """Bytes of memory the optimizer states ``obj`` keeps hold (None: no optimizer found): the
+    storage behind every state tensor, each storage once, so that a state that is a view of a
+    bigger buffer weighs that buffer."""
     opts = _optimizers(obj)
     if not opts:
         return None
-    return sum(t.numel() * t.element_size() for o in opts for s in o.state_dict()["state"].values()
-               for t in s.values() if isinstance(t, torch.Tensor))
+    return _storage_bytes(_state_tensors(opts))
+
+
+def held_bytes(obj, model) -> dict | None:
+    """What the optimizer(s) ``obj`` keeps hold of beyond ``model``'s own parameters and gradients
+    (which every rank of stage 1 keeps whole): the storage behind its states, behind the tensors it
+    steps (the fp32 master shard) and behind their gradients, each storage counted once, in bytes;
+    ``view_of``: the largest storage behind a stepped tensor or its gradient, in bytes."""
+    opts = _optimizers(obj)
+    if not opts:
+        return None
+    model_side = {t.untyped_storage().data_ptr() for p in model.parameters()
+                  for t in (p, p.grad) if t is not None}
+    stepped = [p for o in opts for g in o.param_groups for p in g["params"]]
+    mine = [p for p in stepped if p.untyped_storage().data_ptr() not in model_side]
+    grads = [p.grad for p in stepped if p.grad is not None and p.grad.untyped_storage().data_ptr() not in model_side]
+    return {"states": _storage_bytes(_state_tensors(opts)), "master": _storage_bytes(mine),
+            "master_numel": sum(p.numel() for p in mine), "grads": _storage_bytes(grads, model_side),
+            "grads_numel": sum(g.numel() for g in grads)}
 
 
 # ------------------------------------------------------------------ counting collectives (every rank)
@@ -275,6 +318,7 @@ def _rank_run_here(blob: bytes, opt_name: str, roundings: tuple, steps: int) -> 
             result["steps"].append({"params": flat_params(model), "grad": grad, "calls": count.take(),
                                     "grads_left": len(left)})
         result["state_bytes"] = state_bytes(opt)
+        result["held"] = held_bytes(opt, model)
     result["ddp"] = {rounding: run_ddp(opt_name, rounding, steps=steps) for rounding in roundings}
     return result
 
@@ -430,6 +474,34 @@ def _traffic(n: int, results: list) -> str:
              "all-gather, 3(N-1)/N S = {ar_ag:,.0f})", n=n, calls=calls, wire=wire, s=s, rs_ag=rs_ag, ar_ag=ar_ag)
 
 
+def _views(n: int, results: list, ddp: int) -> None:
+    """Fail when the tensors the optimizer steps, their gradients or its states keep more memory
+    alive than a shard's worth: a slice of a whole buffer (a view) holds the whole buffer."""
+    share = 4 * padded(n) // n                  # one fp32 shard, in bytes
+    for res in results:
+        held = res.get("held") or {}
+        for what, numel_key, name, hint in (
+                ("master", "master_numel", T("the tensor self.optimizer steps"),
+                 T(".clone() the slice (DeepSpeed clones its fp32 partition), or make a tensor of its own")),
+                ("grads", "grads_numel", T("the gradient it steps with (.grad)"),
+                 T("give the shard a gradient of its own: reduce-scatter into a shard-sized tensor, or "
+                   ".clone() the slice"))):
+            numel = held.get(numel_key, 0)
+            if held.get(what, 0) > 1.2 * share + 64 and held[what] > 1.2 * 4 * numel + 64:
+                raise ExerciseCheckFailed(T(
+                    "N={n}, rank {rank}: {name} has {numel:,} elements, but the memory behind it\n  is "
+                    "{bytes:,} bytes (a shard's is {share:,}): it is a view of a whole buffer, which it keeps\n"
+                    "  alive on every rank.\n  hint: {hint}", n=n, name=name, numel=numel, bytes=held[what],
+                    rank=res["rank"], share=share, hint=hint))
+        states, numel = held.get("states", 0), held.get("master_numel", 0)
+        if states > 1.2 * ddp / n + 64 and 0 < numel <= padded(n) // n + 16:   # a shard's states, a buffer's bytes
+            raise ExerciseCheckFailed(T(
+                "N={n}, rank {rank}: the optimizer steps a shard of {numel:,} elements, but its states keep\n"
+                "  {bytes:,} bytes alive (DDP's {ddp:,} / {n} = {expect:,}): a state is a view of a whole buffer.\n"
+                "  hint: let self.optimizer make its own states for the shard",
+                n=n, numel=numel, bytes=states, rank=res["rank"], ddp=ddp, expect=ddp // n))
+
+
 def _memory(n: int, results: list) -> str:
     mine, ddp = [res["state_bytes"] for res in results], results[0]["ddp"]["builtin"]["state_bytes"]
     if any(m is None for m in mine):
@@ -438,6 +510,7 @@ def _memory(n: int, results: list) -> str:
     if max(mine) == 0:
         raise ExerciseCheckFailed(T("N={n}: self.optimizer holds no states after {steps} AdamW steps.\n"
                                     "  hint: step the shard with self.optimizer.step(), not by hand", n=n, steps=STEPS))
+    _views(n, results, ddp)
     if max(mine) > 1.2 * ddp / n + 64:
         raise ExerciseCheckFailed(T(
             "N={n}: the optimizer states weigh {mine:,} bytes on a rank; DDP's {ddp:,}, and a shard's\n  should "
@@ -464,6 +537,20 @@ def _run(blob: bytes, n: int, opt_name: str) -> list:
         raise rank_failure(exc, f"N={n}", T("the error is your class's; full_tracebacks() shows the "
                                             "line on the rank")) from None
     return results
+
+
+def on_ranks(crew, fn, *args, **kwargs) -> list:
+    """``crew.run(fn, *args, **kwargs)`` for the exercise's own cells: an unfinished
+    ShardedOptimizer (its ``NotImplementedError``) or an error raised in it reads as the check's
+    few lines, not as a rank's traceback (``full_tracebacks()`` shows that)."""
+    try:
+        return crew.run(fn, *args, **kwargs)
+    except RankError as exc:
+        if "NotImplementedError" in str(exc):
+            raise ExerciseCheckFailed(T("ShardedOptimizer is not written yet (NotImplementedError): write "
+                                        "the parts marked 'Exercise'."), details=str(exc)) from None
+        raise rank_failure(exc, f"N={crew.world_size}", T("the error is your class's; full_tracebacks() shows the "
+                                                         "line on the rank")) from None
 
 
 def check_sharded_optimizer(optimizer_class) -> None:

@@ -7,6 +7,10 @@ ZH = {
 "ch00-00": ("55d48006b221", r"""
 # 第 0 章 · 认识搬家队
 
+> **(Boxes instead of Chinese below? The machine that runs your browser has no CJK font: install one, Debian/Ubuntu: `sudo apt-get install fonts-noto-cjk`, then reload this page; `zerolab report --preflight --lang zh` checks the machine it runs on.)**
+>
+> 下面的中文如果显示成方框（□□□），说明运行浏览器的机器缺少中文字体，装好后刷新本页即可。
+
 *一屋子家当要搬，一双手搬不完。*
 
 一家人要搬家。家具太多，一个工人搬不完，于是这家人请了一支**搬家队**（crew）。每个工人胸前都别着一块写了编号的工牌：
