@@ -135,7 +135,8 @@ def test_step_trace_keeps_zerolabs_order_checks_apart(pool):
     assert not any(c.tag.startswith("check") for c in tr.calls)     # never among ZeRO's collectives
     assert "zerolab's own" in tr.describe() and "DeepSpeed sends none" in tr.describe()
     assert "DeepSpeed's stage 3" in tr.describe()
-    assert lab.step_trace(2, 2, "bf16", pool=pool).checks == []
+    # stage 2: at most the one agreement on the gradient order (the second backward), 16 B a rank
+    assert [nbytes for op, _, nbytes in lab.step_trace(2, 2, "bf16", pool=pool).checks] in ([], [16 * 2])
 
 
 def test_moved():

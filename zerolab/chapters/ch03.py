@@ -30,8 +30,11 @@ def ds_config(stage: int, world_size: int, precision: str = "bf16", ideal: bool 
 
     reduce_bucket_size 50,000: this model then makes several buckets, as a real model makes many.
     stage3_param_persistence_threshold 0: DeepSpeed's default (100,000 elements) would keep every
-    parameter of this small model whole. stage3_max_reuse_distance 0: the paper's stage 3, every
-    module gathered again for backward (DeepSpeed's default, 10^9, keeps this small model gathered).
+    parameter of this small model whole. stage3_max_reuse_distance 0 and stage3_prefetch_bucket_size
+    0: the paper's stage 3, every module gathered again for backward (DeepSpeed's default reuse
+    distance, 10^9, keeps this small model gathered; so does its default prefetch, 5e7, at reuse
+    distance 0: the prefetcher marks each backward use it scans as fetched for and DeepSpeed keeps
+    those parameters).
     ``ideal``: zerolab's own switch, the paper's reduce-scatter at stages 1-2 (not DeepSpeed's).
     """
     cfg = {
@@ -41,7 +44,7 @@ def ds_config(stage: int, world_size: int, precision: str = "bf16", ideal: bool 
         "optimizer": optimizer,
         "zero_optimization": {"stage": stage, "reduce_bucket_size": 50_000,
                               "stage3_param_persistence_threshold": 0,
-                              "stage3_max_reuse_distance": 0, **zero},
+                              "stage3_max_reuse_distance": 0, "stage3_prefetch_bucket_size": 0, **zero},
     }
     if precision != "fp32":
         cfg[precision] = {"enabled": True}

@@ -43,7 +43,7 @@ def config(stage: int, opt: str = "none", param: str = "none", *, nvme_path: str
         from .. import world_size
         world = world_size()
     zero = {"stage": stage, "reduce_bucket_size": 20_000, "stage3_param_persistence_threshold": 0,
-            "stage3_max_reuse_distance": 0}
+            "stage3_max_reuse_distance": 0, "stage3_prefetch_bucket_size": 0}
     if opt != "none":
         zero["offload_optimizer"] = {"device": opt}
         if opt == "nvme":

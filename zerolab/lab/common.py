@@ -100,7 +100,7 @@ def lab_config(stage: int, world_size: int, precision: str = "bf16", ideal: bool
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}},
            "zero_optimization": {"stage": stage, "reduce_bucket_size": BUCKET,
                                  "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0,
-                                 **zero}}
+                                 "stage3_prefetch_bucket_size": 0, **zero}}
     if precision == "fp16":       # a small first loss scale: no skipped first step, so Adam's states exist
         cfg["fp16"] = {"enabled": True, "initial_scale_power": 8}
     elif precision == "bf16":
