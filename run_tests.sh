@@ -94,12 +94,12 @@ xdist() { [ "$1" -gt 0 ] && printf -- '-n %s --dist loadfile' "$1"; }
 logs=$(mktemp -d "${TMPDIR:-/tmp}/zerolab-tests.XXXXXX")
 names=() cmds=()
 names+=("pytest tests/")
-cmds+=("\"\$PY\" -m pytest tests/ $(xdist "$TEST_WORKERS")")
+cmds+=("\"\$PY\" -m pytest tests/ --durations=15 $(xdist "$TEST_WORKERS")")
 if [ ${#nb_dirs[@]} -gt 0 ]; then
     for p in "${passes[@]}"; do
         names+=("pytest --nbval ${nb_dirs[*]}: ${p%%|*}")
         cmds+=("env ${p#*|} \"\$PY\" -m pytest --nbval --nbval-current-env \
---nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider $(xdist "$NB_WORKERS") \
+--nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider --durations=5 $(xdist "$NB_WORKERS") \
 --ignore=notebooks/zh --ignore=solutions/zh ${nb_dirs[*]}")
     done
 else
