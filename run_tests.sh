@@ -14,7 +14,8 @@
 #      as the claim it supports, with its tolerance ("max |difference| < 1e-4"), never as raw digits.
 #
 #   The four phases (1, 2a, 2b, 2c) run side by side, each with a log of its own, shown whole when
-#   it ends (with its exit status and time); pytest tests/ runs on 2 pytest-xdist workers.
+#   it ends (with its exit status and time); pytest tests/ runs on 2 pytest-xdist workers. Then the
+#   few tests marked "quiet" (they assert wall-clock promptness) run on their own.
 #
 #   ./run_tests.sh                 uses ./.venv (creates it if missing)
 #   VENV=/path/to/env ./run_tests.sh
@@ -94,7 +95,7 @@ xdist() { [ "$1" -gt 0 ] && printf -- '-n %s --dist loadfile' "$1"; }
 logs=$(mktemp -d "${TMPDIR:-/tmp}/zerolab-tests.XXXXXX")
 names=() cmds=()
 names+=("pytest tests/")
-cmds+=("\"\$PY\" -m pytest tests/ --durations=15 $(xdist "$TEST_WORKERS")")
+cmds+=("\"\$PY\" -m pytest tests/ -m 'not quiet' --durations=15 $(xdist "$TEST_WORKERS")")
 if [ ${#nb_dirs[@]} -gt 0 ]; then
     for p in "${passes[@]}"; do
         names+=("pytest --nbval ${nb_dirs[*]}: ${p%%|*}")
@@ -139,6 +140,12 @@ while [ ${#results[@]} -lt ${#names[@]} ]; do
     sleep 2
     show_done
 done
+# The tests marked "quiet" assert how soon something happens (a killed driver's ranks gone within
+# 5 s, a timeout within its second): they run last, on their own, not beside the other phases.
+names+=("pytest tests/ -m quiet (on its own)")
+cmds+=("\"\$PY\" -m pytest tests/ -m quiet -p no:cacheprovider")
+run_phase $((${#names[@]} - 1))
+show_done
 wait
 rm -rf "$logs"
 
