@@ -13,8 +13,14 @@
 #      On an AVX-512 CPU pass a covers avx512; a number that is rounding noise must be printed
 #      as the claim it supports, with its tolerance ("max |difference| < 1e-4"), never as raw digits.
 #
+#   The four phases (1, 2a, 2b, 2c) run side by side, each with a log of its own, shown whole when
+#   it ends (with its exit status and time); pytest tests/ runs on 2 pytest-xdist workers. Then the
+#   few tests marked "quiet" (they assert wall-clock promptness) run on their own.
+#
 #   ./run_tests.sh                 uses ./.venv (creates it if missing)
 #   VENV=/path/to/env ./run_tests.sh
+#   SERIAL=1 ./run_tests.sh        the phases one after another, one worker each (as before)
+#   TEST_WORKERS=n NB_WORKERS=m    pytest-xdist workers of pytest tests/ (2) and of each nbval pass (1: none)
 #
 # torch: if the environment has no torch yet, torch==2.13.0 is installed first (the CPU
 # build on a machine without a GPU here). A torch that is already installed, e.g. the CUDA
@@ -61,12 +67,6 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
         || echo "(chromium could not be installed: tests/test_lab_browser.py will be skipped)"
 fi
 
-step "pytest tests/"
-start=$SECONDS
-"$PY" -m pytest tests/
-rc_tests=$?                      # 5 means "no tests collected": that is a failure here too
-tests_s=$((SECONDS - start))
-
 nb_dirs=()
 for d in notebooks solutions; do
     if compgen -G "$d/*.ipynb" > /dev/null; then nb_dirs+=("$d"); else echo "(no notebooks in $d/ yet: skipped)"; fi
@@ -79,29 +79,80 @@ case "$(uname -m)" in
     x86_64|amd64) passes+=("ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=1|ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=1") ;;
     *) echo "(not an x86-64 CPU: the ATEN_CPU_CAPABILITY=avx2 pass is skipped)" ;;
 esac
-nb_results=()
-rc_nb=0
+
+# The phases run side by side, not one after another: each spends most of its time waiting (a
+# kernel or a rank starting and importing torch, ranks waiting for each other), so one after
+# another they left a core idle most of the time. pytest tests/ runs on $TEST_WORKERS pytest-xdist
+# workers (--dist loadfile: a file's tests stay together, in order, on one worker); each nbval pass
+# runs on $NB_WORKERS workers (--dist loadfile: a notebook's cells share one kernel, in order).
+# SERIAL=1 runs the phases one after another, each on one worker, as before.
+TEST_WORKERS=${TEST_WORKERS:-2}
+NB_WORKERS=${NB_WORKERS:-1}
+if [ "${SERIAL:-0}" = 1 ]; then TEST_WORKERS=0; NB_WORKERS=0; fi
+[ "$NB_WORKERS" = 1 ] && NB_WORKERS=0       # one worker: plain pytest, no xdist
+xdist() { [ "$1" -gt 0 ] && printf -- '-n %s --dist loadfile' "$1"; }
+
+logs=$(mktemp -d "${TMPDIR:-/tmp}/zerolab-tests.XXXXXX")
+names=() cmds=()
+names+=("pytest tests/")
+cmds+=("\"\$PY\" -m pytest tests/ -m 'not quiet' --durations=15 $(xdist "$TEST_WORKERS")")
 if [ ${#nb_dirs[@]} -gt 0 ]; then
     for p in "${passes[@]}"; do
-        name=${p%%|*}
-        read -r -a vars <<< "${p#*|}"
-        step "pytest --nbval ${nb_dirs[*]}: $name"
-        start=$SECONDS
-        env ${vars[@]+"${vars[@]}"} "$PY" -m pytest --nbval --nbval-current-env \
-            --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider \
-            --ignore=notebooks/zh --ignore=solutions/zh "${nb_dirs[@]}"
-        rc=$?                        # 5 ("no tests collected") is a failure too
-        nb_results+=("nbval ($name): exit $rc after $((SECONDS - start)) s")
-        [ "$rc" -ne 0 ] && rc_nb=1
+        names+=("pytest --nbval ${nb_dirs[*]}: ${p%%|*}")
+        cmds+=("env ${p#*|} \"\$PY\" -m pytest --nbval --nbval-current-env \
+--nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider --durations=5 $(xdist "$NB_WORKERS") \
+--ignore=notebooks/zh --ignore=solutions/zh ${nb_dirs[*]}")
     done
 else
-    nb_results+=("nbval: no notebooks")
+    echo "(no notebooks: the nbval passes are skipped)"
 fi
 
+# Each phase writes to a log of its own; a log is shown whole when its phase ends, in the order
+# they end, with the phase's exit status and time (5, "no tests collected", is a failure too).
+run_phase() {   # index
+    local i=$1 t0=$SECONDS
+    ( eval "${cmds[$i]}" ) > "$logs/$i.log" 2>&1
+    echo "$? $((SECONDS - t0))" > "$logs/$i.done"
+}
+all_start=$SECONDS
+step "running ${#names[@]} phases side by side (SERIAL=1: one after another)"
+for i in "${!names[@]}"; do echo "  ${names[$i]}"; done
+shown=" "
+results=()
+failed=0
+show_done() {   # show the logs of the phases that have ended since the last call
+    local i rc secs
+    for i in "${!names[@]}"; do
+        [[ "$shown" == *" $i "* ]] && continue
+        [ -f "$logs/$i.done" ] || continue
+        read -r rc secs < "$logs/$i.done"
+        step "${names[$i]}: exit $rc after $secs s"
+        cat "$logs/$i.log"
+        results[$i]="${names[$i]}: exit $rc after $secs s"
+        [ "$rc" -ne 0 ] && failed=1
+        shown+="$i "
+    done
+}
+for i in "${!names[@]}"; do
+    if [ "${SERIAL:-0}" = 1 ]; then run_phase "$i"; show_done; else run_phase "$i" & fi
+done
+while [ ${#results[@]} -lt ${#names[@]} ]; do
+    sleep 2
+    show_done
+done
+# The tests marked "quiet" assert how soon something happens (a killed driver's ranks gone within
+# 5 s, a timeout within its second): they run last, on their own, not beside the other phases.
+names+=("pytest tests/ -m quiet (on its own)")
+cmds+=("\"\$PY\" -m pytest tests/ -m quiet -p no:cacheprovider")
+run_phase $((${#names[@]} - 1))
+show_done
+wait
+rm -rf "$logs"
+
 step "summary"
-echo "pytest tests/: exit $rc_tests after $tests_s s"
-printf '%s\n' "${nb_results[@]}"
-if [ "$rc_tests" -ne 0 ] || [ "$rc_nb" -ne 0 ]; then
+for i in "${!names[@]}"; do echo "${results[$i]}"; done
+echo "all phases: $((SECONDS - all_start)) s"
+if [ "$failed" -ne 0 ]; then
     echo "FAILED"
     exit 1
 fi

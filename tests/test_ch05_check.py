@@ -183,11 +183,9 @@ def test_the_alone_part_accepts_the_solution_and_the_reference():
     assert check_alone(another_good_design) == 3
 
 
-@pytest.mark.timeout(300)
-def test_the_solution_passes(capsys):
-    check_host_step(host_step)
-    out = capsys.readouterr().out
-    assert "PASSED" in out and "bit-identical" in out and "stage 3 + offload_param, fp16" in out
+# That the solution passes is not run here: nbval runs solutions/05_host_step.ipynb (its cell
+# `check_host_step(host_step)`) in each of run_tests.sh's three passes and compares its output with the stored
+# one, which has "PASSED", "bit-identical", "stage 3 + offload_param, fp16".
 
 
 @pytest.mark.parametrize("fn, words", [

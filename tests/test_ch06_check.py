@@ -54,11 +54,9 @@ def last_bucket_dropped(named, bucket_numel):
     return bucket_params(named, bucket_numel)[:-1]
 
 
-@pytest.mark.timeout(300)
-def test_the_solution_passes(capsys):
-    check_bucket_params(bucket_params)
-    out = capsys.readouterr().out
-    assert "PASSED" in out and "stage 2, reduce_bucket_size 100" in out
+# That the solution passes is not run here: nbval runs solutions/06_bucket_params.ipynb (its cell
+# `check_bucket_params(bucket_params)`) in each of run_tests.sh's three passes and compares its output with
+# the stored one, which has "PASSED", "stage 2, reduce_bucket_size 100".
 
 
 @pytest.mark.parametrize("fn, words", [

@@ -99,11 +99,9 @@ def test_not_implemented_propagates():
         check_choose_config(empty, empty)
 
 
-@pytest.mark.timeout(400)
-def test_the_solution_passes_in_the_engine(capsys):
-    check_choose_config(_formula(), reference_choose_config)
-    out = capsys.readouterr().out
-    assert "PASSED" in out and "N = 3, fp32" in out and "None: every config over it" in out
+# That the solution passes is not run here: nbval runs solutions/07_captains_pick.ipynb (its cell
+# `check_choose_config(device_bytes, choose_config)`) in each of run_tests.sh's three passes and compares its
+# output with the stored one, which has "PASSED", "N = 3, fp32", "None: every config over it".
 
 
 @pytest.mark.timeout(400)

@@ -24,11 +24,9 @@ def _crews():
     close_crews()
 
 
-@pytest.mark.timeout(300)
-def test_knobs_that_meet_the_goals_pass(capsys):
-    check_knobs(answers())
-    out = capsys.readouterr().out
-    assert "PASSED" in out and "bit-identical in all four runs" in out
+# That the solution passes is not run here: nbval runs solutions/08_stage3_knobs.ipynb (its cell
+# `check_knobs(knobs)`) in each of run_tests.sh's three passes and compares its output with the stored one,
+# which has "PASSED", "bit-identical in all four runs".
 
 
 # Jupyter's short display shows the first lines only: the first names the mistake and its fix on its own.

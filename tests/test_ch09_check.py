@@ -78,11 +78,9 @@ WRONG = [
 ]
 
 
-@pytest.mark.timeout(300)
-def test_the_solution_passes(capsys):
-    check_capstone_config(reference_config)
-    out = capsys.readouterr().out
-    assert "PASSED" in out and "engine: 3 ranks" in out
+# That the solution passes is not run here: nbval runs solutions/09_capstone_config.ipynb (its cell
+# `check_capstone_config(capstone_config)`) in each of run_tests.sh's three passes and compares its output
+# with the stored one, which has "PASSED", "engine: 3 ranks".
 
 
 @pytest.mark.parametrize("fn, words", WRONG, ids=[f"wrong{i}" for i in range(len(WRONG))])

@@ -9,7 +9,7 @@ import torch
 
 from zerolab import quant
 from zerolab.checks import ExerciseCheckFailed
-from zerolab.checks.ch13 import check_alone, check_block_quantizer, check_engine
+from zerolab.checks.ch13 import check_alone, check_engine
 
 
 def _blocks(x, groups):
@@ -181,12 +181,10 @@ def test_use_qwz_codec_is_scoped():
             pass
 
 
-@pytest.mark.timeout(240)
-def test_the_solution_passes_alone_and_in_the_engine(capsys):
-    check_block_quantizer(quant.quantize, quant.dequantize)
-    out = capsys.readouterr().out
-    assert "PASSED" in out and "inter-node" in out and "0.50" in out, out
-    assert "the same gathered weights as zerolab's quantizer: True" in out, out
+# That the solution passes is not run here: nbval runs solutions/13_block_quantizer.ipynb (its cell
+# `check_block_quantizer(quantize, dequantize)`) in each of run_tests.sh's three passes and compares its
+# output with the stored one, which has "PASSED", "inter-node", "0.50", "the same gathered weights as
+# zerolab's quantizer: True".
 
 
 @pytest.mark.timeout(240)

@@ -206,6 +206,7 @@ def test_unpicklable_result_is_a_rank_error(crew2):
     assert crew2.run(zerolab.rank) == [0, 1]
 
 
+@pytest.mark.quiet
 @pytest.mark.parametrize("timeout", [3.0])
 def test_hung_rank_times_out_and_leaves_no_process(timeout, scripts):
     def stuck():
@@ -352,6 +353,7 @@ def _running(p: psutil.Process) -> bool:
         return False
 
 
+@pytest.mark.quiet
 @pytest.mark.parametrize("sig, ranks_are", [(signal.SIGKILL, "asleep"), (signal.SIGTERM, "in_collective"),
                                             (signal.SIGKILL, "idle")],
                          ids=["SIGKILL-asleep", "SIGTERM-in_collective", "SIGKILL-idle"])

@@ -165,6 +165,40 @@ def test_a_rank_failure_puts_the_ranks_error_first_and_its_traceback_in_details(
     assert 'line 39' in str(exc)                                 # nothing lost outside the short view
 
 
+# -- what the solutions' checks print, as stored -----------------------------------------------
+# The tests that ran each solution's check in tests/ (test_ch05_check.py ... test_hooks3_check.py)
+# repeated what nbval does on solutions/ three times, so they were removed: nbval re-runs each cell
+# below and compares its output with the stored one. What those tests asserted about the output is
+# asserted here on the stored output (no kernel, no ranks), so the two together cover the same.
+SOLUTION_CLAIMS = {
+    "03c_zero1_by_hand": {"PASSED": 1, "bit for bit equal to DDP": 2,
+                          "bit for bit (x 1/3 before the sum: DDP's reducer)": 2,
+                          "1 reduce_scatter + 1 all_gather = 22,296 bytes": 1,
+                          "AdamW states per rank, N=3: 14,868 bytes": 1},
+    "05_host_step": {"PASSED": 1, "bit-identical": 1, "stage 3 + offload_param, fp16": 1},
+    "06_bucket_params": {"PASSED": 1, "stage 2, reduce_bucket_size 100": 1},
+    "07_captains_pick": {"PASSED": 1, "N = 3, fp32": 1, "None: every config over it": 1},
+    "08_stage3_knobs": {"PASSED": 1, "bit-identical in all four runs": 1},
+    "08c_gather_hooks": {"PASSED": 1, "2 ranks, 3 steps: 37 all-gathers": 1, "peak 1,344 elements": 1},
+    "09_capstone_config": {"PASSED": 1, "engine: 3 ranks": 1},
+    "13_block_quantizer": {"PASSED": 1, "inter-node": 1, "0.50": 1,
+                           "the same gathered weights as zerolab's quantizer: True": 1},
+}
+
+
+@pytest.mark.parametrize("name", sorted(SOLUTION_CLAIMS))
+def test_the_solutions_stored_check_output_says_it_passed(name):
+    nb = nbformat.read(ROOT / "solutions" / f"{name}.ipynb", as_version=4)
+    cells = [c for c in nb.cells if c.cell_type == "code" and "check" in c.metadata.get("tags", [])]
+    assert cells, f"{name}: no cell tagged check"
+    text = "".join(o.get("text", "") for c in cells for o in c.outputs if o.output_type == "stream")
+    assert not any(o.output_type == "error" for c in cells for o in c.outputs), name
+    for claim, at_least in SOLUTION_CLAIMS[name].items():
+        assert text.count(claim) >= at_least, f"{name}: {claim!r} not in its check's stored output"
+    if name == "03c_zero1_by_hand":
+        assert text.startswith("PASSED")
+
+
 # -- the checks catch plausible wrong answers ------------------------------------------------
 # Each check is run on wrong answers a learner might write; each must fail (ExerciseCheckFailed),
 # and where the check can tell, its hint names the mistake. The solutions passing is shown by

@@ -88,11 +88,9 @@ def _crews():
     close_crews()
 
 
-@pytest.mark.timeout(180)
-def test_the_solution_passes(capsys):
-    check_gather_hooks(_load(_source()))
-    out = capsys.readouterr().out
-    assert "PASSED" in out and "2 ranks, 3 steps: 38 all-gathers" in out and "peak 1,344 elements" in out
+# That the solution passes is not run here: nbval runs solutions/08c_gather_hooks.ipynb (its cell
+# `check_gather_hooks(MyHooks)`) in each of run_tests.sh's three passes and compares its output with the
+# stored one, which has "PASSED", "2 ranks, 3 steps: 38 all-gathers", "peak 1,344 elements".
 
 
 @pytest.mark.timeout(120)

@@ -261,3 +261,29 @@ def test_stale_swap_dirs_of_dead_processes_are_removed(tmp_path):
     removed = remove_stale_swap_dirs(str(tmp_path))
     assert removed == [stale.parent.name]
     assert alive.exists() and other.exists() and not stale.parent.exists()
+
+
+_KEPT = []          # (inside a rank) the engines a rank keeps alive until it exits, never closed
+
+
+def _train_and_keep(path, stage):
+    cfg = cfg_for(stage, zerolab.world_size(), opt={"device": "nvme", "nvme_path": path}, sub_group=150,
+                  param={"device": "nvme", "nvme_path": path, "max_in_cpu": 0} if stage == 3 else None)
+    engine = zerolab.initialize(TinyLM(), cfg)
+    train_engine(engine, lm_batches(1, cfg["train_batch_size"], seed=0), lm_loss)
+    _KEPT.append(engine)                       # still alive (and open) when the crew ends
+    return sorted(os.listdir(path))
+
+
+def test_a_rank_that_exits_normally_removes_its_swap_folder(tmp_path, stage=3):
+    """An engine with NVMe offload that is never closed (a notebook's cell, a script that just ends):
+    when its crew ends normally, each rank removes its own swap folders on the way out; none is left
+    for a later run to clean up. Stage 3 with both offloads on NVMe: the optimizer states' folder and
+    the parameter shards' folder of every rank."""
+    with zerolab.Crew(2, echo=False) as crew:
+        during = crew.run(_train_and_keep, str(tmp_path), stage, timeout=120)
+        assert during[0], during                # the ranks' folders are there while the engines live
+    assert os.listdir(tmp_path) == []
+    # and again: two runs leave nothing either
+    zerolab.launch(_train_and_keep, 2, str(tmp_path), stage, echo=False, timeout=120)
+    assert os.listdir(tmp_path) == []

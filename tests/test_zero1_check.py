@@ -120,15 +120,11 @@ def _crews():
     close_crews()
 
 
-@pytest.mark.timeout(240)
-def test_the_solution_passes_bit_for_bit(capsys):
-    check(_load(_source()))
-    out = capsys.readouterr().out
-    assert out.startswith("PASSED")
-    assert out.count("bit for bit equal to DDP") == 2                       # N=2: SGD, AdamW
-    assert out.count("bit for bit (x 1/3 before the sum: DDP's reducer)") == 2   # N=3: SGD, AdamW
-    assert "1 reduce_scatter + 1 all_gather = 22,296 bytes" in out         # 2(N-1)/N x 4 x 5,574
-    assert "AdamW states per rank, N=3: 14,868 bytes" in out               # 8 x 5,574 / 3 + 4
+# That the solution passes is not run here: nbval runs solutions/03c_zero1_by_hand.ipynb (its cell
+# `check(ShardedOptimizer)`) in each of run_tests.sh's three passes and compares its output with the stored
+# one, which has "PASSED", "bit for bit equal to DDP" (x2), "bit for bit (x 1/3 before the sum: DDP's
+# reducer)" (x2), "1 reduce_scatter + 1 all_gather = 22,296 bytes", "AdamW states per rank, N=3: 14,868
+# bytes".
 
 
 @pytest.mark.timeout(120)

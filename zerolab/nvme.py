@@ -5,6 +5,7 @@ stage 3's parameter shards (``gather.py``, ``offload_param.device: "nvme"``).
 """
 from __future__ import annotations
 
+import multiprocessing.util
 import os
 import shutil
 import socket
@@ -74,8 +75,9 @@ class NvmeStore:
     Reads and writes run on a pool of four I/O threads (Python's file calls release the GIL,
     so they proceed while the optimizer computes), reading 1 MiB at a time; each returns a Future. Every run writes into
     a folder of its own and reads only what it wrote itself, so a killed run's files are never
-    trusted by a later one; they are removed at :meth:`close` (or, if the process was killed,
-    by the next run on the same host, which deletes folders whose process is gone).
+    trusted by a later one; they are removed at :meth:`close`, when the store is dropped, or when
+    the process exits normally with the store still open (a crew's rank included); if the process
+    was killed, by the next run on the same host, which deletes folders whose process is gone.
 
     Each file's checksum (one per block, :func:`block_sums`, ``CHECKSUM``) is taken as it is
     written and checked when it is read back whole: a file damaged in between raises
@@ -101,8 +103,12 @@ class NvmeStore:
         self.seconds_reading = self.seconds_writing = 0.0
         self.timeline = timeline
         self.closed = False
-        # an engine dropped without close() still takes its folder with it
+        # an engine dropped without close() still takes its folder with it; so does one still open
+        # when the process exits normally: weakref.finalize runs at the interpreter's exit, and a
+        # crew's rank (a multiprocessing child, which leaves through os._exit without atexit)
+        # runs multiprocessing's exit finalizers, where this one is registered too
         self._finalizer = weakref.finalize(self, _remove, self.pool, self.top)
+        multiprocessing.util.Finalize(self, self._finalizer, exitpriority=10)
 
     def _path(self, j, key: str) -> str:
         return os.path.join(self.dir, f"{j}.{key}.bin")
