@@ -578,7 +578,7 @@ def test_exercise_8c_fails_in_the_editions_language():
     assert "hint: you never release" in en, en
     assert zh.startswith("2 个 rank 上的 stage 3，rank 0，引擎里用的是你的钩子：\n  从不释放：同一时刻收集的元素峰值 "
                          "2,928，zerolab 的钩子是 1,344"), zh
-    assert "第 1 个事件：zerolab 的钩子在前向中释放 'embed'；你的在前向中收集 'attn'" in zh, zh
+    assert "第 1 个事件：zerolab 的钩子在前向中释放 'embed.weight'；你的在前向中收集 'attn.in_proj_weight'" in zh, zh
     assert "提示：你从不释放" in zh and all(i18n.width(line) <= 100 for line in zh.splitlines()), zh
 
 

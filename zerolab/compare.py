@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,11 +38,14 @@ def deepspeed_python(explicit: str | None) -> str | None:
 def run_deepspeed(python: str, config: dict, model: str, world: int, steps: int, timeout: int = 900) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cfg, out = os.path.join(tmp, "config.json"), os.path.join(tmp, "ds.json")
+        # run a copy: a script's own folder comes first on sys.path, and zerolab/deepspeed.py (the
+        # drop-in) would stand in for the real ``import deepspeed``
+        script = shutil.copy(compare_ds.__file__, os.path.join(tmp, "compare_ds.py"))
         with open(cfg, "w") as f:
             json.dump(config, f)
         env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         cmd = [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(world),
-               compare_ds.__file__, "--config", cfg, "--model", model, "--steps", str(steps), "--out", out]
+               script, "--config", cfg, "--model", model, "--steps", str(steps), "--out", out]
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
         if p.returncode != 0 or not os.path.exists(out):
             raise RuntimeError(T("DeepSpeed's run failed (exit {rc}):\n{tail}", rc=p.returncode,

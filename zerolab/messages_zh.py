@@ -1568,6 +1568,18 @@ ZH["checks.hooks3"] = {
         "你在读取 {name} 的地方收集了它，却没有把它长期挂到那个模块上：在 on_param_read 里也把它加进 "
         "self.registered[module]，这样从下一次前向起，pre_forward 会在同一次 all-gather 里把它和模块自己的组"
         "一起收集（DeepSpeed 的 register_external_parameter）",
+    "you release {name} when its forward ends, where zerolab's hooks keep it for backward: "
+    "stage3_max_reuse_distance says it is used again soon. Release through params.after_forward(group), which "
+    "keeps what the reuse distance keeps (DeepSpeed's __params_to_release), never params.reshard":
+        "你在前向结束时释放了 {name}，而 zerolab 的钩子会把它留到反向：stage3_max_reuse_distance 表明它很快"
+        "还要用。通过 params.after_forward(group) 释放（复用距离要留的，它会留下；即 DeepSpeed 的 "
+        "__params_to_release），不要用 params.reshard",
+    "you release {name} in backward before its module's backward has run: a forward that runs inside backward "
+    "(torch.utils.checkpoint recomputing a block) must not release in post_forward, the backward that follows uses "
+    "what it gathered (skip the release while params.in_backward)":
+        "你在反向中、{name} 所属模块的反向还没运行时就释放了它：在反向里运行的前向（torch.utils.checkpoint "
+        "重算一个块）不能在 post_forward 里释放，紧接着的反向要用它收集来的参数（params.in_backward 为真时"
+        "跳过释放）",
     "you do not release after a module's backward: in pre_forward, on_inputs_grad(inputs, fn) with fn calling "
     "params.after_backward(ids) for the module's groups and those tied to it (a tied weight goes after each "
     "module's backward and is gathered again for the other's)":
@@ -1626,8 +1638,12 @@ ZH["checks.hooks3"] = {
     "zerolab's hooks":
         "{world} 个 rank，{steps} 步，rank 0：{n} 次 all-gather，{bytes:,} 字节，峰值 {peak:,} 个元素；"
         "同 zerolab 的钩子",
-    "losses and parameters bit for bit those of zerolab's hooks (tied head, two external weights)":
-        "损失和参数与 zerolab 的钩子逐位相同（head 为共享权重，两个外部权重）",
+    "losses and parameters bit for bit those of zerolab's hooks (tied head, two external weights, "
+    "a checkpointed block)":
+        "损失和参数与 zerolab 的钩子逐位相同（head 为共享权重，两个外部权重，一个做了激活检查点的块）",
+    # the runs (zerolab.checks.hooks3.SCENARIOS)
+    "reuse distance 0": "复用距离 0",
+    "reuse distance 1,200, MLP checkpointed": "复用距离 1,200，MLP 做了激活检查点",
     "your hooks gather, release and gather again as zerolab's on {worlds} ranks":
         "你的钩子在 {worlds} 个 rank 上收集、释放、再收集，都与 zerolab 的一样",
 }

@@ -106,10 +106,12 @@ md("""
 Our house: an MLP of 8 `Linear(64, 64)` layers, so 8 weights of 4,096 elements and 8 biases of
 64 (Ψ = 33,280 parameters), on 2 ranks. `zerolab.knobs.measure` trains a few steps on each rank
 and reads the **last** step (by then the order of the modules has been recorded and prefetch is
-on): the parameter gathers (each module's, and the persistent group's after the step), the
-all-gather calls that carried them (`params ...` in `engine.ledger.records`) and their bytes; from
-the stage, the groups gathered ahead of use (`engine.stage.prefetches`) and the most parameter
-elements gathered or in flight at once. (zerolab also sends 16-byte order checks of its own at
+on): the parameter gathers (each parameter's partition gathered for a module, and the
+persistent ones refreshed after the step), the all-gather calls that carried them (`params ...`
+in `engine.ledger.records`) and their bytes; from `engine.stage3_stats()`, the partitions gathered
+ahead of use (prefetched) and the most parameter elements gathered or in flight at once. Stage 3
+partitions **each parameter** on its own, as DeepSpeed does (its `ds_tensor`): a weight and a
+bias are two partitions, each padded to a multiple of N, each persistent or not. (zerolab also sends 16-byte order checks of its own at
 stage 3, so that ranks on different paths raise an error instead of hanging; DeepSpeed sends
 none. The ledger files them apart, in `engine.ledger.checks`, and no number here counts them.)
 
@@ -121,7 +123,9 @@ code("""
 c = crew.run(measure_all, {"checklist": {"config": seed, "steps": 2}})[0]["checklist"]
 print(f"the checklist on {N} ranks, one step (4 micro-batches):")
 print(f"  persistent parameters: {len(c['persistent'])} of {2 * LAYERS} ({sum(c['persistent']):,} elements)")
-print(f"  parameter all-gathers in forward and backward: {c['gathers'] - 1}; after the step: 1")
+refresh = sum("(persistent)" in t for t in c["order"])
+print(f"  parameter all-gathers in forward and backward: {c['gathers'] - refresh}; "
+      f"after the step: {refresh}, one per parameter")
 print(f"    ({c['gathered_bytes']:,} bytes: the whole model in fp16, 2 x {PSI:,})")
 print(f"  collectives: {', '.join(f'{op} {t}' for op, t in c['ops'])}")
 print(f"  gradient reduce-scatters: {c['grad_calls']} (one per micro-batch: a single bucket)")
@@ -131,23 +135,31 @@ print(f"  parameter bytes per rank: {c['param_bytes']:,} = the whole fp16 model:
 md("""
 **None.** Every parameter of this model has at most 10⁵ elements, so under the checklist's (and
 DeepSpeed's default) persistence threshold every one of them is persistent: kept whole in fp16
-on every rank, never gathered in forward or backward, re-gathered once after each step. On a
+on every rank, never gathered in forward or backward, and all-gathered after each step so that
+every rank's copy takes the update: **one call per parameter**, 16 calls (DeepSpeed's
+`_post_step` gathers its persistent parameters one by one). On a
 small model "ZeRO-3" with default settings behaves like stage 2 for its parameters: the
 threshold is sized for 7B models, where only the LayerNorm/RMSNorm weights (4,096 elements) fall
 under it. The optimizer states (in host memory here, with `offload_optimizer`) and the gradients
 stay sharded. With `gradient_accumulation_steps` 4, the gradients are reduce-scattered after each
 of the 4 micro-batches, a stage-2/3 habit (chapter 6): one call per `reduce_bucket_size` bucket
-of modules, and the checklist's 5·10⁸ holds this whole model in one.
+of modules, and the checklist's 5·10⁸ holds this whole model in one. The two all-reduces are
+DeepSpeed's small ones at stage 3 (`zerolab/norms.py`): with fp16, a 1-byte overflow flag
+(`overflow`), then the gradient norm as one 8-byte fp64 sum (`grad`).
 
 ## 2. Persistence: which parameters never travel
 
-From here to section 4 every run sets `stage3_max_reuse_distance` to 0: each module is released
-right after each use and gathered again for backward, the paper's schedule, so that each knob
-shows alone. Section 5 measures DeepSpeed's default, which on a model this small changes a lot.
+From here on every run sets `stage3_max_reuse_distance` to 0 (`measure`'s default); section 5
+measures DeepSpeed's default, which on a model this small changes a lot. In this section and in
+section 5 prefetch is off as well (`stage3_prefetch_bucket_size` 0): only then does DeepSpeed
+release each module right after each use and gather it again for backward, the paper's
+schedule, so that each knob shows alone. (With prefetch on, DeepSpeed keeps what its prefetcher
+has looked at, even at reuse distance 0: section 3.)
 
 **Predict, then run.** With `stage3_param_persistence_threshold` at 0, 64, 4,096 and 10⁵ (and
 10⁵ with `stage3_model_persistence_threshold` 8,192, a cap on the *total* persistent elements):
-which parameters are persistent, and how many parameter all-gathers does a step make? (The rule,
+which parameters are persistent, and how many parameter all-gathers does a step make, and how
+many bytes? (The rule,
 DeepSpeed's `mark_persistent_parameters` in `parameter_offload.py`, is per parameter: persistent
 when its `numel <= threshold`; the cap is filled in the model's order.)
 """),
@@ -158,7 +170,8 @@ PERSIST = {"0": {"stage3_param_persistence_threshold": 0},
            "1e5": {"stage3_param_persistence_threshold": 100_000},
            "1e5, cap 8,192": {"stage3_param_persistence_threshold": 100_000,
                               "stage3_model_persistence_threshold": 8192}}
-persist = crew.run(measure_all, {k: {"zero": z} for k, z in PERSIST.items()})[0]
+persist = crew.run(measure_all, {k: {"zero": {**z, "stage3_prefetch_bucket_size": 0}}
+                                 for k, z in PERSIST.items()})[0]
 print(f"{'threshold':<16}{'persistent':>11}{'elements':>9}{'gathers':>8}{'bytes gathered':>15}"
       f"{'param bytes/rank':>17}")
 for name, r in persist.items():
@@ -167,21 +180,23 @@ for name, r in persist.items():
 print("trained parameters bit-identical in all five runs:", same_params(persist))
 """),
 md("""
-- **0**: nothing persistent; each of the 8 modules is gathered in forward and again in backward,
-  16 gathers, 266,240 bytes (Ψ in fp32, twice: the "3Ψ" of stage 3 is these 2Ψ plus the
-  reduce-scatter); each rank holds half the model, 66,560 bytes.
-- **64**: the 8 biases persistent. Still 16 module gathers (now of weights only), plus **one**
-  all-gather after the step that refreshes the persistent group: 17. Each rank holds its half of
-  the weights plus all the biases, 1,024 bytes more.
-- **4,096 and 10⁵**: everything persistent: one all-gather per step, of the whole model, and each
-  rank holds the whole model.
+- **0**: nothing persistent; each of the 16 parameters is gathered in forward and again in
+  backward, 32 gathers (a module's weight and bias travel in one call: 16 calls), 266,240 bytes
+  (Ψ in fp32, twice: the "3Ψ" of stage 3 is these 2Ψ plus the reduce-scatter); each rank holds
+  half the model, 66,560 bytes.
+- **64**: the 8 biases persistent. 16 weight gathers, plus the 8 biases all-gathered after the
+  step, **one call each** (DeepSpeed's `_post_step`): 24. Each rank holds its half of the
+  weights plus all the biases, 1,024 bytes more.
+- **4,096 and 10⁵**: everything persistent: 16 all-gathers per step, one per parameter, all
+  after the step, of the whole model once (133,120 bytes), and each rank holds the whole model.
 - **The cap** (8,192 elements): filled in the model's order, the first weight and all 8 biases
-  fit (4,096 + 512), the second weight does not.
+  fit (4,096 + 512), the second weight does not: 9 persistent, 7 weights gathered twice.
 
 The trade-off is memory against calls: persistence saves the many small gathers (each costs α,
 chapter 6) and costs memory on every rank. In a 7B model the parameters under 10⁵ elements are
 the norm weights, about 0.004% of the model: gathering them 2 × 65 times a step would cost far
-more in latency than keeping them costs in memory.
+more in latency than keeping them costs in memory (and their refresh after the step is still 65
+small calls).
 
 ## 3. Prefetch: gathering ahead, from the recorded order
 
@@ -189,52 +204,63 @@ In the first step DeepSpeed (and zerolab with it) records the order in which the
 their parameters. From the second step on, DeepSpeed's rule (`fetch_sub_module` in
 `partitioned_param_coordinator.py`): at **every module's fetch**, the modules without
 parameters of their own included (here the root `MLP`), it issues one asynchronous all-gather
-of the next groups in the recorded order that are not gathered or in flight yet, taking groups
-while fewer than
+of the next parameters in the recorded order that are not gathered or in flight yet: it pops
+entries off the trace's queue (each entry a parameter and the fetch that uses it, forward and
+backward) while fewer than
 
     min(stage3_max_live_parameters - available, stage3_prefetch_bucket_size)
 
-elements are taken, where *available* counts what is gathered or in flight (the group that
-crosses the limit is taken too). A module that needs a group then waits for it instead of
+elements are taken, where *available* counts what is gathered or in flight (the parameter that
+crosses the limit is taken too). A module that needs a parameter then waits for it instead of
 gathering it.
 
+One more line of that loop matters for the bytes. Every entry the prefetcher pops, taken or
+skipped because it is gathered already, is marked **fetched for** that later use
+(`__most_recent_step_id_param_fetched_for`), and the release rule (`__params_to_release`) does
+not release a parameter marked for a use still to come: "don't release params whose reuse was
+skipped by prefetch". So a prefetcher that looks as far as a weight's backward use keeps that
+weight gathered after its forward, **even at `stage3_max_reuse_distance` 0**.
+
 **Predict, then run.** Biases persistent (threshold 64), weights of 4,096 elements,
-`stage3_max_live_parameters` at its 10⁹. With `stage3_prefetch_bucket_size` at 0 (off), 4,096
-(one weight), 8,192 (two), 16,384 (four) and DeepSpeed's 5·10⁷: how many all-gather calls per
-step, and how many bytes? How many elements gathered or in flight at once, at most? (Careful
-with 8,192.)
+`stage3_max_live_parameters` at its 10⁹, reuse distance 0. With `stage3_prefetch_bucket_size`
+at 0 (off), 4,096 (one weight), 8,192 (two), 16,384 (four) and DeepSpeed's 5·10⁷: how many
+weight gathers and all-gather calls per step, and how many bytes? Does the backward gather the
+weights again? How many elements gathered or in flight at once, at most?
 """),
 code("""
 WINDOWS = [0, 4096, 8192, 16384, 50_000_000]
 prefetch = crew.run(measure_all, {w: {"zero": {"stage3_param_persistence_threshold": 64,
                                                "stage3_prefetch_bucket_size": w}, "steps": 7}
                                   for w in WINDOWS})[0]
-print(f"{'prefetch_bucket_size':>20}{'gathers':>8}{'all-gather calls':>17}{'bytes gathered':>15}"
+print(f"{'prefetch_bucket_size':>20}{'weight gathers':>15}{'all-gather calls':>17}{'bytes gathered':>15}"
       f"{'prefetched':>11}{'peak elements':>14}")
-for w, r in prefetch.items():
-    print(f"{w:>20,}{r['gathers']:>8}{r['calls']:>17}{r['gathered_bytes']:>15,}"
+for w, r in prefetch.items():                 # (gathers, less the 8 biases' refresh after the step)
+    print(f"{w:>20,}{r['gathers'] - LAYERS:>15}{r['calls']:>17}{r['gathered_bytes']:>15,}"
           f"{r['prefetched']:>11}{r['peak']:>14,}")
-print("bytes and gathers the same in every run:",
-      len({(r["gathers"], r["gathered_bytes"]) for r in prefetch.values()}) == 1)
+print(f"bytes: off {prefetch[0]['gathered_bytes']:,} (every weight twice), "
+      f"5e7 {prefetch[50_000_000]['gathered_bytes']:,} (every weight once)")
 print("trained parameters bit-identical in every run:", same_params(prefetch))
 print(f"apart, zerolab's own order checks (ledger.checks; DeepSpeed sends none): "
       f"{prefetch[0]['checks']} per step off, {prefetch[50_000_000]['checks']} at 5e7")
 """),
 md("""
-- **The bytes never change**: prefetch moves *when* a module is gathered, not what. It changes
-  the number of all-gather **calls**: the groups one top-up takes travel in one call (DeepSpeed
-  coalesces a prefetch batch the same way), each copied out of it when its module needs it. At
-  4,096 every top-up takes one weight: 17 calls as without prefetch, each issued one module
-  early. At 5·10⁷ the root's fetch takes the whole forward in one call, and in backward the
-  last layer's fetch takes the other seven: 4 calls with the persistent refresh.
-- **The peak: the prefetch bucket bounds one top-up, not what is in flight.** At 8,192 (two
-  weights) the root's fetch takes layers 0 and 1; layer 0's fetch, with both still in flight,
-  takes 2 and 3; layer 1's takes 4 and 5; layer 2's, 6 and 7: six weights (24,576 elements)
-  gathered or in flight at once. Only `stage3_max_live_parameters` (10⁹ here) bounds that
-  (section 4). With the whole model prefetched, stage 3 holds for a moment what stage 2 always
+- **In DeepSpeed prefetch changes the bytes, not only the calls**, at reuse distance 0. Off, 16
+  weight gathers: each weight in forward and again in backward (264,192 bytes with the biases'
+  refresh). At 5·10⁷ the root's fetch pops the whole trace, forward and backward: it takes the
+  8 weights in **one** call and marks each one fetched for its backward use, so none is released
+  after its forward and the backward gathers nothing: 8 weight gathers, 9 calls with the 8
+  persistent refreshes, 133,120 bytes, half. At 4,096 each top-up pops one entry; only at the
+  turn does it reach a weight's backward use (the last layer's), which therefore stays: 15
+  weight gathers. 8,192 and 16,384 pop further and keep more (11 and 9).
+- The calls: the parameters one top-up takes travel in one call (DeepSpeed's coalesced
+  all-gather), each copied out of it when its module needs it.
+- **The peak: the prefetch bucket bounds one top-up, not what is gathered.** What the marks keep
+  stays gathered until its backward use: from 8,192 on the whole model (32,768 elements) is
+  gathered at the turn. Only `stage3_max_live_parameters` (10⁹ here) bounds what prefetch adds
+  (section 4); with the whole model prefetched, stage 3 holds for a moment what stage 2 always
   holds.
-- With prefetch on, 15 of the 16 module gathers were prefetched: the first of backward (the
-  last layer, released after its forward at distance 0) is needed before any fetch takes it.
+- Without prefetch at reuse distance 0, the backward gathers every weight again: the paper's
+  3Ψ. It is what `zerolab compare` shows beside real DeepSpeed in part 2.
 
 On GPUs the point of prefetch is **time**: the next module's all-gather runs on its own stream
 while this module computes. On this CPU the gathers are cheap and the cores shared, so what shows
@@ -275,14 +301,16 @@ print(f"peak at most max_live + one weight (the group that crosses the budget) i
 md("""
 Two things make the budget less than a cap, both DeepSpeed's rule. A module's own parameters
 are always gathered, whatever the budget: fetching the current module is never blocked, only
-prefetch. And a top-up takes groups while the allowance `max_live − available` is not yet used
-up, **the group that crosses it included**: at the root's fetch nothing is gathered yet
-(available 0), so any budget above 0, even 1,000, prefetches layer 0's whole weight; at 6,144
-the top-ups take two weights where one and a half were allowed. Only a budget of 0 switches
-prefetch off entirely. So the most a rank holds gathered or in flight is below budget + the
-largest group (or the one module it needs, if that is larger), plus whatever reuse keeps (next
-section): with the checklist's 10⁹ on a 7B model in fp16, about 2 GB of gathered parameters
-per GPU, on top of the 1.75 GB shard.
+prefetch. And a top-up takes parameters while the allowance `max_live − available` is not yet
+used up, **the one that crosses it included**: when nothing is gathered (available 0), any
+budget above 0, even 1,000, prefetches a whole weight (twice a step here); at 6,144 the top-ups
+take two weights where one and a half were allowed. Only a budget of 0 switches prefetch off
+entirely. So the most a rank holds gathered or in flight is below budget + the largest
+parameter (or the one module it needs, if that is larger), plus whatever reuse and the
+prefetcher's marks keep (section 3, next section): with the checklist's 10⁹ on a 7B model in
+fp16, about 2 GB of gathered parameters per GPU, on top of the 1.75 GB shard. The calls fall
+with the budget's reach for the same reason as in section 3: a top-up that pops a weight's
+backward use keeps it gathered (24 calls at 0 and 1,000, 9 at 10⁹).
 
 ## 5. Reuse distance: don't carry it back if you need it again soon
 
@@ -295,8 +323,9 @@ the last modules of forward are the first of backward. Only a pass that follows 
 order keeps anything (step 1 records), and the end of backward releases everything: the
 optimizer step is about to change the shards.
 
-**Predict, then run.** Biases persistent, prefetch off, the distance at 0, 4,096, 16,384 and
-DeepSpeed's 10⁹ (more than this whole model): gathers, bytes and peak per step?
+**Predict, then run.** Biases persistent, prefetch off (so that only the reuse distance keeps
+anything), the distance at 0, 4,096, 16,384 and DeepSpeed's 10⁹ (more than this whole model):
+gathers, bytes and peak per step?
 """),
 code("""
 DISTANCES = [0, 4096, 16384, 10 ** 9]
@@ -314,21 +343,22 @@ parameter all-gathers of one step, prefetch off): a computation beside the measu
 must match.
 """),
 code("""
-order = [t.split()[1] for t in prefetch[0]["order"] if not t.startswith("params persistent")]
-print(f"the recorded order ({len(order)} gathers): {' '.join(t.split('.')[-1] for t in order)}  (layer numbers)")
+order = [t.split()[1] for t in prefetch[0]["order"] if "(persistent)" not in t]     # the weights
+print(f"the recorded order ({len(order)} gathers): {' '.join(t.split('.')[1] for t in order)}  (layer numbers)")
 print(f"{'max_reuse_distance':>19}{'gathers':>8}{'peak elements':>14}{'as measured':>12}")
 for d in DISTANCES:
     g, p, _ = replay(order, {t: WIDTH * WIDTH for t in order}, d)
-    measured = (reuse[d]["gathers"] - 1, reuse[d]["peak"])       # (less the persistent refresh)
+    measured = (reuse[d]["gathers"] - LAYERS, reuse[d]["peak"])   # (less the 8 biases' refresh)
     print(f"{d:>19,}{g:>8}{p:>14,}{str((g, p) == measured):>12}")
 """),
 md("""
-Distance 0 releases every module after each use: 16 gathers, one weight at a time, and the
-"3Ψ" of stage 3. 4,096 keeps the last layer across the turn from forward to backward (15
-gathers). The checklist's 10⁹, larger than this whole model, keeps **everything** gathered from
-its first use to its last: 8 gathers, half the bytes (stage 3 then moves 2Ψ: Ψ gathered, Ψ
-reduce-scattered), and the whole model gathered at once. This is what DeepSpeed does by default
-on a small model. On a large one?
+Distance 0 releases every module after each use: 16 weight gathers (24 with the biases'
+refresh), one weight at a time, and the "3Ψ" of stage 3. 4,096 keeps the last layer across the
+turn from forward to backward (15 weight gathers). The checklist's 10⁹, larger than this whole
+model, keeps **everything** gathered from its first use to its last: 8 weight gathers, half the
+bytes (stage 3 then moves 2Ψ: Ψ gathered, Ψ reduce-scattered), and the whole model gathered at
+once. This is what DeepSpeed does by default on a small model (and, section 3, what its default
+prefetch does even at distance 0). On a large one?
 
 **Predict, then run.** Llama-2-7B (hidden 4,096, MLP 11,008, 32 layers, vocabulary 32,000; each
 `Linear` and the embedding a module, the norm weights persistent): 226 modules, 452 gathers per
@@ -350,7 +380,8 @@ With the checklist's 10⁹, DeepSpeed skips re-gathering the 13 modules at the e
 whose next use (in backward) comes within 10⁹ elements, about the last two layers and the output
 head: under 4% of the step's parameter all-gathers, paid for with a peak of gathered
 parameters of about half a billion elements (1 GB in fp16) at the turn. (A replay of the rule on
-a simplified order, the norms left out; not a measurement of DeepSpeed.) Note that
+a simplified order, the norms left out, prefetch left out: a prefetcher that pops a module's
+backward use keeps it too, section 3; not a measurement of DeepSpeed.) Note that
 `stage3_max_live_parameters` does **not** limit this retention, in DeepSpeed or in zerolab; it
 only limits prefetch.
 
@@ -373,11 +404,14 @@ print(f"{'':<22}{'host-step bars':>15}{'collectives as the first run':>30}")
 for name, r in tiles.items():
     print(f"{name:<22}{r['host_steps']:>15}{str([r[k] for k in KEY] == [base[k] for k in KEY]):>30}")
 print("trained parameters bit-identical in all three runs:", same_params(tiles))
-print(f"rank 0's shard: {PSI // N:,} elements, {-(-PSI // N // 4096)} tiles of at most 4,096")
+print(f"rank 0's shard: {PSI // N:,} elements in 16 parameter shards of 2,048 (weights) and 32 (biases)")
 """),
 md("""
 Neither key sends anything. `sub_group_size` changes only how the host optimizer step is cut
-(1 tile or 5 tiles of a rank's 16,640 elements: the host-step bars on the timeline), which
+(1 sub-group, or 8 at 4,096: the host-step bars on the timeline; zerolab closes a sub-group
+before it would pass 4,096 elements, so each weight shard and its bias make one, where
+DeepSpeed's `_create_fp16_sub_groups` closes one once it reaches the size, the parameter that
+crosses included, which would make 5 here), which
 bounds the memory the step works in, the fp32 copies, Adam moments and gradients of one tile at
 a time, in host memory or streamed from NVMe. `round_robin_gradients` is read by DeepSpeed only
 at stages 1 and 2 (`stage_1_and_2.py`); its stage 3 never reads it. zerolab accepts it everywhere
@@ -388,15 +422,15 @@ and changes nothing (it decides only which rank owns which gradient, never a num
 code("""
 pt, pf = persist, prefetch
 print(f"checklist   the {PSI:,}-parameter MLP all persistent: "
-      f"{c['gathers'] - 1} gathers in forward/backward, 1 after the step")
+      f"{c['gathers'] - refresh} gathers in forward/backward, {refresh} after the step (one per parameter)")
 print(f"persistence gathers per step at threshold 0 / 64 / 4,096: {pt['0']['gathers']} / "
       f"{pt['64']['gathers']} / {pt['4,096']['gathers']};")
 print(f"            param bytes per rank {pt['0']['param_bytes']:,} / {pt['64']['param_bytes']:,} / "
       f"{pt['4,096']['param_bytes']:,}")
 print(f"prefetch    all-gather calls per step {pf[0]['calls']} (off) -> {pf[50_000_000]['calls']} (5e7); "
       f"peak {pf[0]['peak']:,} -> {pf[50_000_000]['peak']:,} elements;")
-print(f"            bytes unchanged ({pf[0]['gathered_bytes']:,}); at 8,192 the peak is "
-      f"{pf[8192]['peak']:,}")
+print(f"            bytes {pf[0]['gathered_bytes']:,} -> {pf[50_000_000]['gathered_bytes']:,} at reuse "
+      f"distance 0 (the prefetcher's marks keep each weight for backward)")
 print(f"max_live    a budget of 1,000 still gathers a {live[1000]['peak']:,}-element module;")
 print(f"            groups prefetched {live[0]['prefetched']} at 0, {live[1000]['prefetched']} at 1,000, "
       f"{live[10 ** 9]['prefetched']} at 1e9")
@@ -410,10 +444,14 @@ print("every knob: trained parameters bit-identical to the run without it")
 """),
 md("""
 - **Persistence** trades memory on every rank against many small gathers; the default 10⁵ makes
-  a small model entirely persistent, so that "ZeRO-3" behaves like stage 2 for its parameters.
-- **Prefetch** changes when parameters are gathered, never how many bytes: fewer all-gather
-  calls, earlier gathers, and a higher peak of gathered parameters. `stage3_prefetch_bucket_size`
-  bounds one top-up; top-ups repeat at every module's fetch.
+  a small model entirely persistent, so that "ZeRO-3" behaves like stage 2 for its parameters
+  (and refreshes them after each step, one all-gather per parameter).
+- **Prefetch** gathers earlier, in fewer all-gather calls, with a higher peak of gathered
+  parameters; and in DeepSpeed it also **changes the bytes**: what the prefetcher has popped is
+  marked fetched for its later use and not released, so at reuse distance 0 with DeepSpeed's
+  default prefetch the backward gathers nothing again (half the bytes here). Without prefetch
+  the backward re-gathers. `stage3_prefetch_bucket_size` bounds one top-up; top-ups repeat at
+  every module's fetch.
 - **`stage3_max_live_parameters`** bounds prefetch, not memory: a module's own gather always
   happens, and the group that crosses the budget is taken too.
 - **Reuse distance** keeps parameters gathered across the forward-to-backward turn; with
@@ -424,10 +462,11 @@ md("""
 
 ## Questions
 
-1. In section 3, `stage3_prefetch_bucket_size` 8,192 (two weights) gave 10 all-gather calls
-   and a peak of six weights. Walk the forward fetch by fetch (the root, then layers 0 to 7):
-   what is available at each, and what does the top-up take? Then set
-   `stage3_max_live_parameters` to 8,192 as well and predict the calls and the peak.
+1. In section 3, `stage3_prefetch_bucket_size` 8,192 (two weights) gave 11 weight gathers in
+   14 calls. Walk the trace fetch by fetch (the root, layers 0 to 7, then backward): which
+   entries does each top-up pop, and which backward uses does it mark fetched for? Which
+   weights are therefore gathered only once? Then set `stage3_max_live_parameters` to 8,192 as
+   well and predict the calls and the peak.
 2. Re-run section 2 with `stage3_model_persistence_threshold` at 4,608. Predict which parameters
    are persistent first.
 3. For Llama-2-7B, what `stage3_max_reuse_distance` keeps exactly the last layer's MLP `down`
@@ -579,8 +618,8 @@ md("""
 
 The table recommends `stage3_prefetch_bucket_size` 5e8-1e9, ten to twenty times DeepSpeed's
 default, and `stage3_max_live_parameters` 1e9-2e9. Part 1 measured the rule on the small house
-(8 weights of 4,096 elements, biases persistent, each module released after use); here the
-table's values go through the same measurement (`zerolab.knobs.measure`, 2 ranks).
+(8 weights of 4,096 elements, biases persistent, reuse distance 0); here the table's values go
+through the same measurement (`zerolab.knobs.measure`, 2 ranks).
 
 **Predict, then run.** On the small house, prefetch at 0, at DeepSpeed's 5e7 and at the table's
 5e8: all-gather calls per step and the peak of gathered elements? Will 5e8 change anything
@@ -607,8 +646,12 @@ print(f"            5e7 = {5e7 / BIGGEST:.1f} of them")
 print(f"a reduce_bucket_size of 5e8 = {5e8 * 2 / 1e9:.0f} GB of fp16 gradients in one bucket buffer")
 """),
 md("""
-On the small house 5e8 and 5e7 are the same: either takes the whole forward in one top-up. The
-difference shows only on a large model:
+On the small house 5e8 and 5e7 are the same: either pops the whole trace at the root's fetch,
+takes the 8 weights in one call and marks each one fetched for its backward use, so that
+DeepSpeed releases none of them after its forward, even at reuse distance 0: 9 calls with the 8
+biases' refresh (one per bias), 133,120 bytes, against 24 calls and 264,192 bytes with prefetch
+off, where the backward gathers every weight again (part 1, section 3). The difference between
+5e7 and 5e8 shows only on a large model:
 
 - `stage3_prefetch_bucket_size` 5e8-1e9: on a 7B model, 5·10⁸ elements is two and a half layers
   taken by one top-up, about 1 GB in fp16, and top-ups repeat at every module's fetch: what is in
@@ -621,12 +664,57 @@ difference shows only on a large model:
   fewer calls (chapter 6), each costing a buffer: at stage 3 DeepSpeed fills one bucket buffer per
   dtype (its single IPG buffer; stages 1-2 with `overlap_comm` keep two), 1 GB in fp16 at 5e8.
 - `stage3_param_persistence_threshold` 1e5: the default, and sensible for 7B (only the norm
-  weights fall under it); on the small house it makes every parameter persistent.
+  weights fall under it); on the small house it makes every parameter persistent: 16 calls a
+  step, each parameter refreshed on its own after the step.
 
 Times (how much a larger prefetch bucket speeds up a real 7B step on 8 GPUs) cannot be checked on
 a 2-core CPU: the table gives no measurement either. The offload rows of the same source (70B on
 4 A100-40GB "at about 35% speed") are checked in chapter 5: 70B needs 1,120 GB of model states,
 more than any row's CPU memory.
+
+### Beside real DeepSpeed: `zerolab compare`
+
+Every number so far is zerolab's. `zerolab compare CONFIG.json` runs one config on **real
+DeepSpeed 0.19.8** (its CPU build, under `torchrun`, gloo) and on zerolab, on the same model and
+data, and prints the collectives of the steady steps (3 to 5) side by side. A recorded run (you do
+not need DeepSpeed to read it; the two configs and the full outputs, losses included, are in
+`benchmarks/results/compare/`): `--model mlp`, a residual MLP of 4 `Linear(284)` and 3
+`LayerNorm` (Ψ = 325,464, 1.30 MB in fp32), 2 ranks, stage 3, `stage3_max_reuse_distance` 0,
+`stage3_param_persistence_threshold` 0, first with prefetch at DeepSpeed's default (5e7), then
+with `stage3_prefetch_bucket_size` 0:
+
+```
+$ zerolab compare zero3_prefetch_reuse0.json
+  family           zerolab calls        bytes  DeepSpeed calls        bytes   verdict
+  all_gather                   1    1,301,856                1    1,301,856   ok
+  reduce_scatter               1    1,301,856                1    1,301,856   ok
+=> the same calls and bytes
+
+$ zerolab compare zero3_no_prefetch_reuse0.json
+  family           zerolab calls        bytes  DeepSpeed calls        bytes   verdict
+  all_gather                  14    2,603,712               14    2,603,712   ok
+  reduce_scatter               1    1,301,856                1    1,301,856   ok
+=> the same calls and bytes
+```
+
+The same calls and bytes on both sides. With DeepSpeed's default prefetch **one** all-gather
+carries the whole model (Ψ once, 1.30 MB): the prefetcher pops the whole trace at the first fetch
+and marks every parameter fetched for its backward use, so even at reuse distance 0 nothing is
+released and the backward gathers nothing again. With prefetch off the same config makes 14
+all-gathers and moves twice the bytes (2.60 MB): each module is gathered in forward and again in
+backward, the paper's 3Ψ with the reduce-scatter. In DeepSpeed, prefetch changes the bytes.
+(The losses, in the stored files, agree to four or five significant digits: two
+implementations, the same arithmetic in a different order.)
+
+To run it live, with your own config, in a Python where zerolab is installed:
+
+```
+DS_BUILD_OPS=0 pip install 'zerolab[deepspeed]'     # DeepSpeed 0.19.8, CPU only, no ops compiled
+zerolab compare my_config.json                        # --world 3, --model tied, --steps 6
+```
+
+Without DeepSpeed it says how to install it; `--ds-python /path/to/venv/bin/python` takes
+DeepSpeed from another environment. It exits with 1 when a family's calls or bytes differ.
 
 ## 3. The launch line, and its equivalents here
 
@@ -647,8 +735,9 @@ prefetch at DeepSpeed's default, persistence off so that this small model's para
 
 **Predict, then run.** How many all-reduces and how many reduce-scatters will rank 0's ledger
 show for the 6 steps? (Stage 3 reduce-scatters the gradients in every micro-batch, one call per
-`reduce_bucket_size` bucket, 5·10⁸ elements by default; every step sends one small all-reduce,
-the overflow flag with the gradient norm.)
+`reduce_bucket_size` bucket, 5·10⁸ elements by default; every step sends DeepSpeed's small
+all-reduces: at stage 3 with fp16, the overflow flag as 1 byte, then the gradient norm as one
+8-byte fp64 sum.)
 """),
 code("""
 small = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
@@ -669,8 +758,9 @@ for line in run.stdout.splitlines():
     print(textwrap.fill(line, 98, subsequent_indent="      ") if len(line) > 98 else line)
 """),
 md("""
-6 all-reduces (one per step, 16 bytes each) and 12 reduce-scatters (one per micro-batch: this
-model fits one bucket). The all-gathers are stage 3's parameter gathers. The first micro-batch
+12 all-reduces (two per step: the overflow flag, 1 byte, and the gradient norm, 8 bytes; 54
+bytes in all) and 12 reduce-scatters (one per micro-batch: this model fits one bucket). The
+all-gathers are stage 3's parameter gathers. The first micro-batch
 runs before any order is recorded: module by module, each released when its module is done, in
 forward and again in backward, 20 calls; the tied embedding alone is gathered four times, for
 itself and for the head in forward and again in backward (DeepSpeed releases each module's

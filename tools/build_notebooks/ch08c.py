@@ -46,13 +46,15 @@ check cell again.
 md(r"""
 ## What the engine gives you, what you decide
 
-`params` is the engine's `GatheredParams` (`zerolab/gather.py`). A **group** is one module's
-own parameters, flattened (`params.groups[i]`, its name in `.label`). You call:
+`params` is the engine's `GatheredParams` (`zerolab/gather.py`). A **group** is one parameter's
+partition, as DeepSpeed partitions them (its `ds_tensor`: `params.groups[i]`, the parameter's name
+in `.label`). You call:
 
 | call | what it does |
 |---|---|
 | `params.module_groups.get(module, [])` | the indices of the groups `module` owns (its own, not its children's) |
-| `params.unshard_unit(ids)` | gather the groups `ids` that are not gathered, in **one** all-gather (a module's unit) |
+| `params.unshard_unit(ids, module)` | `module` is fetched (an event of the trace): gather the groups `ids` that are not gathered, in **one** all-gather (a module's unit) |
+| `params.top_up(module)` | a module with no parameters of its own is fetched: still an event of the trace (DeepSpeed's `fetch_sub_module` runs for every module) |
 | `params.unshard(group)` | the same for one group |
 | `params.after_forward(group)` | a module using it finished its forward: release it (unless the reuse distance keeps it) |
 | `params.after_backward(ids)` | a module finished its backward: release those groups (unless the reuse distance keeps them) |
@@ -66,6 +68,11 @@ Given, as plumbing: `watch_params(hooks, params)` makes every module's parameter
 of `output`: just before that module's backward; `on_inputs_grad(inputs, fn)` runs `fn()` once
 the gradients of all of a module's inputs are computed: just after its backward. The engine
 releases a group itself once its gradient is reduced, and everything at the end of backward.
+Given too, `fetch_ids(module)`: what a fetch of `module` gathers now. The engine records the
+step's module fetches as a **trace** (DeepSpeed's `PartitionedParameterCoordinator`) and from
+the next step on its release rule, `stage3_max_reuse_distance`, reads that trace: it keeps a
+group that the trace says is used again soon. So every module's fetch, forward and backward,
+with parameters or without, must be an event (pass `module`).
 
 You write three methods. Two cases need thought:
 
@@ -110,6 +117,9 @@ class MyHooks:
         if not self.params.persistent[g.index]:
             self.registered.setdefault(module, set()).add(g.index)
 
+    def fetch_ids(self, module):                 # what a fetch of module gathers now (the trace asks)
+        return self.params.module_groups.get(module, []) + sorted(self.registered.get(module, ()))
+
     def pre_backward(self):                      # (a forward that raised leaves frames behind)
         self.frames.clear()
 
@@ -124,9 +134,11 @@ class MyHooks:
         self.frames.append(frame)
         ids = ps.module_groups.get(module, []) + frame[1]
         if ids:
-            ps.unshard_unit(ids)                 # its own groups and those tied to it: one call
+            ps.unshard_unit(ids, module)         # its own groups and those tied to it: one call
             if torch.is_grad_enabled():          # after its backward: release them
                 on_inputs_grad(inputs, lambda: ps.after_backward(ps.module_groups.get(module, []) + frame[1]))
+        else:
+            ps.top_up(module)                    # no parameters: still a fetch (an event of the trace)
         # END SOLUTION
 
     def post_forward(self, module, inputs, output):
@@ -142,8 +154,8 @@ class MyHooks:
 
         def before_backward():                   # the module's backward is next: gather again
             ps.begin_backward()
-            ps.unshard_unit(ids)
-        if ids and torch.is_grad_enabled():
+            ps.unshard_unit(ids, module)         # (no parameters: still an event of the trace)
+        if torch.is_grad_enabled():
             on_first_output_grad(output, before_backward)
         # END SOLUTION
         return output
@@ -172,8 +184,9 @@ embedding. The engine runs stage 3 in fp32 with every parameter gathered
 for. `two_steps(MyHooks)` trains two steps with your class as the engine's hooks
 (`zerolab.hooks.use_module_hooks`, zerolab's own seam) and logs each gather (+) and release (−).
 
-**Predict, then run.** The model has 6 groups (`embed`, `attn`, `attn.out_proj`, `mlp.0`,
-`mlp.2`, `mix`; the output layer has no parameter of its own). How many parameter all-gathers
+**Predict, then run.** The model has 10 groups, one per parameter (`embed.weight`, the
+attention's `in_proj_weight`, `in_proj_bias`, `out_proj.weight`, `out_proj.bias`, the MLP's two
+weights and two biases, `mix.weight`; the output layer has no parameter of its own). How many parameter all-gathers
 does the first step make, forward and backward? And the second, once the weights read outside
 their module are tied? Which group is gathered most often? Write your guesses down.
 """),
@@ -194,30 +207,31 @@ for step, calls in enumerate(run["per_step"], 1):
     print("\n".join(hooks3.summary(run["events"], step)))
 """),
 md(r"""
-Thirteen, then twelve. In the first step `attn.out_proj` and `mix` are gathered where they are
-read, inside the forward of `attn` and of the root, and tied to those modules: from then on
-each is part of its module's unit. In the second step the root's forward starts by gathering
-`mix`, and `attn` and `attn.out_proj` come in one all-gather (`+attn +attn.out_proj` with no
-release between): 6 calls in forward, 6 in backward. The embedding's group is gathered four
+Fourteen, then twelve. In the first step `attn.out_proj.weight`, `attn.out_proj.bias` and
+`mix.weight` are gathered where they are read, one call each, inside the forward of `attn` and
+of the root, and tied to those modules: 8 calls in forward, 6 in backward. From then on each is
+part of its module's unit. In the second step the root's forward starts by gathering
+`mix.weight`, and the attention's four parameters come in one all-gather (no release between):
+6 calls in forward, 6 in backward. A module's weight and bias always travel in one call. The
+embedding's weight is gathered four
 times a step: for `embed` and for the tied `head`, in forward and again in backward, released
 after each module (reuse distance 0). In backward the outermost module goes first: the root
 gathers `mix` before the head gathers the embedding, because the root's output *is* the head's
 output and the outer hook runs first.
 
 This is DeepSpeed 0.19.8's pattern, call for call. Run on this model on 2 CPU ranks, it makes
-6 + 6 parameter all-gathers in every step after the first, of the same sizes in the same order.
-Its first step makes 8 in forward where yours makes 7: DeepSpeed's unit of gathering is a
-parameter, so reading `out_proj.weight` and then `out_proj.bias` gathers them one by one, where
-zerolab gathers `attn.out_proj`'s group (both) at the first read.
+8 + 6 parameter all-gathers in the first step and 6 + 6 in every step after, of the same sizes
+in the same order: its unit of partitioning is a parameter, so reading `out_proj.weight` and
+then `out_proj.bias` gathers them one by one.
 """),
 md(r"""
 ## What releasing saves
 
 **Predict, then run.** `Hoarder` below gathers like yours but never releases a group itself
 (the engine still does, once the group's gradient is reduced). What is the peak of gathered
-elements at once (`params.peak_gathered_numel`) with your hooks, and with the hoarder? The
-groups have `embed` 512, `attn` 816, `attn.out_proj` 272, `mlp.0` 544, `mlp.2` 528, `mix` 256
-elements. Write both numbers down, and say when your peak happens.
+elements at once (`engine.stage3_stats().peak_gathered_numel`) with your hooks, and with the
+hoarder? Per module: `embed` 512, the attention's in-projection 816 (768 + 48), its
+`out_proj` 272 (256 + 16), `mlp.0` 544, `mlp.2` 528, `mix` 256 elements. Write both numbers down, and say when your peak happens.
 """),
 code(r"""
 class Hoarder(MyHooks):
@@ -271,13 +285,17 @@ until its own and save both extra gathers.
 ## The check
 
 It runs your class on 2 and 3 ranks for 3 steps, beside zerolab's `ModuleHooks` on the same
-engine, and compares a failure on a rank (which phase raised), the peak of gathered elements
+engine, then once more on 2 ranks with `stage3_max_reuse_distance` 1,200 (the last modules of
+forward stay gathered for backward) and the MLP checkpointed (`torch.utils.checkpoint`,
+`use_reentrant=False`: its forward runs again inside backward), and compares a failure on a rank (which phase raised), the peak of gathered elements
 (a class that never releases fails: "never released: peak X vs Y"), every gather and release in
 order, the ledger's parameter all-gathers (calls and bytes), then the losses and the parameters
 bit for bit. Where yours differ, it names the likely mistake: gathers but never releases,
 releases before backward and never gathers again, gathers again the wrong module's groups,
 forgets the weight read outside its module or to tie it for good, gathers a unit group by
-group, does not release after a module's backward.
+group, does not release after a module's backward, releases what the reuse distance keeps
+(`params.reshard` instead of `params.after_forward`, or module fetches missing from the trace),
+releases after the recomputation in backward.
 """),
 code(r"""
 from zerolab.checks.hooks3 import check_gather_hooks
@@ -287,9 +305,12 @@ check_gather_hooks(MyHooks)
 md(r"""
 ## What we measured
 
-- Two steps on 2 ranks: 13 parameter all-gathers, then 12 once the external weights are tied to
+- Two steps on 2 ranks: 14 parameter all-gathers, then 12 once the external weights are tied to
   the modules that read them (6 in forward, 6 in backward: DeepSpeed's calls, size for size);
   each group released after every module's forward and backward that used it.
+- At reuse distance 1,200 with the MLP checkpointed: 34 all-gathers in 3 steps instead of 38
+  (the root's `mix.weight` and the tied embedding stay gathered across the turn); the MLP's
+  recomputation in backward gathers nothing and releases nothing.
 - The peak of gathered elements: 1,344 with your releases, 2,928 (the whole model) without.
 - 27,520 bytes assembled per step: 2Ψ of parameters plus the tied weight twice more.
 
@@ -305,9 +326,11 @@ so that their first gradient runs `fetch_sub_module` for the module's backward
 gradients are in, `post_sub_module_backward_function` releases after the module's backward.
 `ZeROOrderedDict.__getitem__` replaces each module's `_parameters` to catch a parameter read
 outside its module and ties it to the running module for good (`register_external_parameter`,
-`runtime/zero/partition_parameters.py`, which a model may also call by hand). zerolab's `ModuleHooks`
-also tops up the prefetch at modules with no parameters and refuses a parameter read in the loss
-(`ExternalParameterError`); your class needs neither here (no prefetch, no such read).
+`runtime/zero/partition_parameters.py`, which a model may also call by hand). Your class, like
+zerolab's `ModuleHooks`, makes every module's fetch an event of the coordinator's trace, the
+modules with no parameters included (`top_up`, where DeepSpeed also tops up the prefetch);
+zerolab's also refuses a parameter read in the loss (`ExternalParameterError`), which your
+class does not need here.
 
 ## Questions
 

@@ -103,10 +103,15 @@ or **inter** (its group spans nodes).
 
 The household: a small GPT (2 blocks, width 32, 75 characters of *Alice in Wonderland*, rounded
 up to 80 tokens so that every shard is a multiple of 8 elements, which qwZ's quantizer needs) in
-bf16 at stage 3. Biases and LayerNorms (at most 200 elements each) are *persistent* (chapter 8):
-kept whole, refreshed by one all-gather after the step. `stage3_max_reuse_distance` is 0, so
-every weight is gathered in forward and **again in backward**, the paper's 3Ψ (DeepSpeed's
-default 10⁹ would keep this small model gathered across the turn; chapter 8 measures that).
+bf16 at stage 3, partitioned parameter by parameter as DeepSpeed does. Biases and LayerNorms (at
+most 200 elements each) are *persistent* (chapter 8): kept whole, and after the step each one is
+refreshed by an all-gather of its own (18 small calls). `stage3_max_reuse_distance` is 0 **and
+prefetch is off** (`stage3_prefetch_bucket_size` 0), so every weight is gathered in forward and
+**again in backward**, the paper's 3Ψ: this is the backward re-gather that hpZ (section 6) moves
+inside a building. With DeepSpeed's defaults there would be none to move on this small model:
+its reuse distance of 10⁹ keeps the model gathered across the turn, and even at distance 0 its
+default prefetch (5·10⁷) marks every weight fetched for its backward use and keeps it (chapter
+8 measures both).
 
 Each rank runs `ch13.one_step(keys)` (in `zerolab/chapters/ch13.py`): a fresh engine with those
 ZeRO++ keys, a first step (it records the fetch order, and we keep its gradients and every block
@@ -135,28 +140,30 @@ print(textwrap.fill("all-gathers: " + ", ".join(f"{tag[7:]} ({n:,})" for tag, n 
                     subsequent_indent="    "))
 psi_g = sum(n for _, n, p in e["groups"] if not p)
 psi_p = sum(n for _, n, p in e["groups"] if p)
-tied = {label: n for label, n, _ in e["groups"]}["tok"]    # the token embedding, tied to the head
+tied = {label: n for label, n, _ in e["groups"]}["tok.weight"]    # the token embedding, tied to the head
 ring = (N - 1) / N
 by_hand = {"gathers": ring * 2 * 2 * (psi_g + tied), "refresh": ring * 2 * psi_p,
-           "gradients": ring * 2 * (psi_g + psi_p), "norm": ring * 2 * 16}
+           "gradients": ring * 2 * (psi_g + psi_p), "norm": ring * 2 * 8}
 print(f"by hand: gathers 3/4 x 2 B x 2 x ({psi_g:,} + {tied:,}) = {by_hand['gathers']:,.0f}; "
       f"refresh 3/4 x 2 x {psi_p} = {by_hand['refresh']:,.0f}")
 print(f"         gradients 3/4 x 2 B x {psi_g + psi_p:,} = {by_hand['gradients']:,.0f}; "
-      f"norm all-reduce 2 x 3/4 x 16 = {by_hand['norm']:.0f}")
+      f"norm all-reduce 2 x 3/4 x 8 = {by_hand['norm']:.0f}")
 print(f"         total {sum(by_hand.values()):,.0f}; ledger: intra {e['links']['intra']:,.0f}, "
       f"inter {e['links']['inter']:,.0f}")
 """),
 md(r"""
 **Nothing stays inside a building.** Each collective's group is all four ranks, so the ledger
-files all of it under *inter*: the gathers, the gradients' reduce-scatter, even the 16-byte
-all-reduce of the overflow flag and the gradient norm. The token embedding (2,560 elements) is
+files all of it under *inter*: the gathers, the gradients' reduce-scatter, even the 8-byte
+all-reduce of the gradient norm (one fp64 sum: in bf16, DeepSpeed's stage 3 sends no overflow
+flag). Each module's weight is one call, in forward and again in backward: 22 calls, plus the 18
+persistent refreshes. The token embedding (2,560 elements) is
 gathered **twice more**: the GPT's head is tied to it, so forward gathers it for the embedding
 and again for the head, and backward gathers it for the head's backward and again for the
 embedding's own. DeepSpeed releases a module's parameters after its backward
 (`post_sub_module_backward_function` in `runtime/zero/parameter_offload.py`), and with reuse
-distance 0 nothing is kept; its pre-backward hook then gathers every parameter of the next
-module, even the embedding, whose backward reads no weight. (DeepSpeed's default reuse distance
-keeps it gathered from the one use to the other: question 1.)
+distance 0 and no prefetch nothing is kept; its pre-backward hook then gathers every parameter of
+the next module, even the embedding, whose backward reads no weight. (DeepSpeed's default reuse
+distance keeps it gathered from the one use to the other: question 1.)
 
 What the ledger's *inter* column means for a real network: this rank's ring bytes, (N−1)/N of
 each tensor. A ring over two nodes enters and leaves each node once, so what one rank sends is
@@ -199,7 +206,7 @@ md(r"""
 **Half, plus the scales.** One byte instead of bf16's (or fp16's) two: 0.5×. The scales cost 4
 bytes per block; DeepSpeed's blocks hold at most 8,000 elements (its quantizer asserts under
 16,000), so on a real model they add about 4/8,000 = 0.05 %. Here each rank's shard of a gather is one block, 16
-bytes per gather, so the ratio is 0.5007. (A model kept in fp32 would gather 4 bytes per element
+bytes of scales per gather (4 ranks × 4 B), 22 gathers of small weights, so the ratio is 0.5029. (A model kept in fp32 would gather 4 bytes per element
 without qwZ; qwZ converts to fp16 and int8 first, so it would send about a quarter.) The
 gradients (reduce-scatter) are untouched: the step's bytes fall by a third, not a half.
 
@@ -396,7 +403,9 @@ share of every room's furniture, a **second share over its own building**: 1/k o
 module, in the parameters' dtype. DeepSpeed 0.19.8 makes it from the full module whenever the
 module is released after a gather (and once at initialization), and drops it at every optimizer
 step that is not skipped. While a module has one, its all-gather runs **inside the node**, over k
-ranks: the backward re-gather, always; the first step's forward; the later micro-steps' forwards
+ranks: the backward re-gather, always (here every weight's, with prefetch off at reuse distance
+0; a configuration that keeps the weights for backward has none to move); the first step's
+forward; the later micro-steps' forwards
 under gradient accumulation (`partition_parameters.py`, `_partition_param_sec`; the rules file by
 file in `zerolab/hpz.py`, DeepSpeed's groups measured on its CPU build by
 `benchmarks/ds_reference/ds_hpz.py`). The gradients still reduce-scatter over all N ranks: the

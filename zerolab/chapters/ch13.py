@@ -26,9 +26,10 @@ D, SEQ, MICRO = 32, 32, 4                 # width, sequence length, sequences pe
 
 
 def config(world: int = 4, **zeropp) -> dict:
-    """Stage 3 in bf16; biases and LayerNorms persistent; reuse distance 0 and no prefetch (the
-    paper's 3 Psi: every weight gathered in forward and again in backward; DeepSpeed's default
-    prefetch would keep what it scanned gathered for backward); ``zeropp``: DeepSpeed's ZeRO++ keys."""
+    """Stage 3 in bf16; biases and LayerNorms persistent; reuse distance 0 and prefetch off (the
+    paper's 3 Psi: every weight gathered in forward and again in backward; with DeepSpeed's default
+    prefetch its prefetcher's marks would keep them for backward, chapter 8); ``zeropp``: DeepSpeed's
+    ZeRO++ keys."""
     return {"train_micro_batch_size_per_gpu": MICRO, "train_batch_size": MICRO * world, "gradient_clipping": 1.0,
             "bf16": {"enabled": True}, "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "weight_decay": 0.1}},
             "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 200,

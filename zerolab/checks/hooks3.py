@@ -16,8 +16,15 @@ forward and tie it to the module whose forward read it.
 embedding's) and two weights read outside their module (``nn.MultiheadAttention`` reads
 ``out_proj.weight`` without calling ``out_proj``; the root computes ``F.linear(h, self.mix.weight)``).
 The same run with zerolab's ModuleHooks beside it: a failure on a rank, the gathers and releases
-(their order, per phase), the peak of gathered elements (``params.peak_gathered_numel``), the
+(their order, per phase), the peak of gathered elements (``engine.stage3_stats()``), the
 ledger's parameter all-gathers (calls and bytes), then losses and parameters bit for bit.
+
+Then a second run on 2 ranks (:data:`SCENARIOS`): ``stage3_max_reuse_distance`` above 0
+(:data:`REUSE`, so that DeepSpeed's rule keeps the last modules of forward gathered for backward)
+and the MLP block checkpointed (``torch.utils.checkpoint``, ``use_reentrant=False``: its forward
+runs again inside backward). A hook that releases every group after its forward, whatever the
+reuse distance says, or one that releases after the recomputation in backward, passes the first
+run and fails this one.
 """
 from __future__ import annotations
 
@@ -31,21 +38,27 @@ from . import ExerciseCheckFailed, close_crews, crew_of, not_implemented, passed
 T = catalogue("checks.hooks3")    # the messages in the edition's language (zerolab/messages_zh.py)
 
 __all__ = ["check_gather_hooks", "HooksNet", "CONFIG", "WORLDS", "STEPS", "run_rank", "EXTERNAL",
-           "make_batches", "loss_fn", "trial", "summary", "close_crews"]
+           "make_batches", "loss_fn", "trial", "summary", "close_crews", "SCENARIOS", "REUSE"]
 
 WORLDS, STEPS, VOCAB, BATCH, SEQ = (2, 3), 3, 32, 2, 6
 EXTERNAL = ("attn.out_proj.weight", "attn.out_proj.bias", "mix.weight")   # read outside their own module
 CONFIG = {"train_micro_batch_size_per_gpu": BATCH, "optimizer": {"type": "SGD", "params": {"lr": 0.1,
           "momentum": 0.9}}, "zero_optimization": {"stage": 3, "stage3_max_reuse_distance": 0,
           "stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 0}}
+REUSE = 1200      # elements: from the end of forward, mix and head stay gathered; mlp (2 x 512) does not
+# (name, world sizes, zero_optimization overrides, HooksNet keywords); the first takes ``worlds``
+SCENARIOS = (("reuse distance 0", None, {}, {}),
+             (f"reuse distance {REUSE:,}, MLP checkpointed", (2,), {"stage3_max_reuse_distance": REUSE},
+              {"checkpoint_mlp": True}))
 
 
 class HooksNet(nn.Module):
     """A tiny language model with a tied weight and two weights used outside their module."""
 
-    def __init__(self, vocab: int = VOCAB, d: int = 16):
+    def __init__(self, vocab: int = VOCAB, d: int = 16, checkpoint_mlp: bool = False):
         super().__init__()
         torch.manual_seed(8)
+        self.checkpoint_mlp = checkpoint_mlp     # recompute the MLP's forward in backward
         self.embed = nn.Embedding(vocab, d)
         self.attn = nn.MultiheadAttention(d, 2, batch_first=True)   # reads out_proj.weight itself
         self.mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
@@ -56,7 +69,11 @@ class HooksNet(nn.Module):
     def forward(self, x):
         h = self.embed(x)
         h = h + self.attn(h, h, h, need_weights=False)[0]
-        h = h + self.mlp(h)
+        if self.checkpoint_mlp:
+            from torch.utils.checkpoint import checkpoint
+            h = h + checkpoint(self.mlp, h, use_reentrant=False)
+        else:
+            h = h + self.mlp(h)
         h = h + F.linear(h, self.mix.weight)
         return self.head(h)
 
@@ -72,19 +89,21 @@ def loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
 
-def run_rank(cls, steps: int = STEPS) -> dict:
+def run_rank(cls, steps: int = STEPS, zero: dict | None = None, net: dict | None = None) -> dict:
     """On a rank: a fresh engine with ``cls`` as its module hooks (zerolab's when None), trained
-    ``steps`` steps on this rank's rows. Every gather and release is logged as (phase, what, group);
-    a failure stops the run and is returned (phase, error), not raised."""
+    ``steps`` steps on this rank's rows (``zero`` over CONFIG's zero_optimization, ``net`` the
+    HooksNet keywords). Every gather and release is logged as (phase, what, group); a failure stops
+    the run and is returned (phase, error), not raised."""
     import contextlib
 
     import zerolab
     from zerolab.hooks import use_module_hooks
 
     world, rank = zerolab.world_size(), zerolab.rank()
-    config = {**CONFIG, "train_batch_size": BATCH * world}
+    config = {**CONFIG, "train_batch_size": BATCH * world,
+              "zero_optimization": {**CONFIG["zero_optimization"], **(zero or {})}}
     with use_module_hooks(cls) if cls is not None else contextlib.nullcontext():
-        eng = zerolab.initialize(HooksNet(), config)
+        eng = zerolab.initialize(HooksNet(**(net or {})), config)
     events: list[tuple[str, str, str]] = []
 
     class Log:                                # told every gather and release (the engine's observers)
@@ -165,8 +184,8 @@ def summary(events: list[tuple[str, str, str]], step: int = 1) -> list[str]:
     return out
 
 
-def _both(cls, steps: int) -> dict:
-    return {"yours": run_rank(cls, steps), "zerolab": run_rank(None, steps)}
+def _both(cls, steps: int, zero: dict | None = None, net: dict | None = None) -> dict:
+    return {"yours": run_rank(cls, steps, zero, net), "zerolab": run_rank(None, steps, zero, net)}
 
 
 def _wrap(text: str) -> str:
@@ -193,8 +212,9 @@ def _show(ev: tuple | None) -> str:
                                                          label=repr(label), phase=T.text(ph))
 
 
-def _hint_for(mine: list, ref: list, failed: tuple | None) -> str:
-    """The likely mistake, from the first place the learner's gathers and releases leave zerolab's."""
+def _hint_for(mine: list, ref: list, failed: tuple | None, recomputed: bool = False) -> str:
+    """The likely mistake, from the first place the learner's gathers and releases leave zerolab's
+    (``recomputed``: the run with a checkpointed block, whose forward runs again in backward)."""
     k, got, want = _first_difference(mine, ref)
     if failed is not None and failed[0] == "backward" and not any(e[0] == "backward" and e[1] == "gather"
                                                                   for e in mine):
@@ -225,6 +245,17 @@ def _hint_for(mine: list, ref: list, failed: tuple | None) -> str:
                  name=repr(got[2]))
     steps = [j for j, e in enumerate(mine[:k]) if e[1] == "step"]
     this_step = mine[(steps[-1] + 1 if steps else 0):k]
+    if got is not None and want is not None and got[:2] == ("forward", "release") and want[0] == "backward":
+        return T("you release {name} when its forward ends, where zerolab's hooks keep it for backward: "
+                 "stage3_max_reuse_distance says it is used again soon. Release through "
+                 "params.after_forward(group), which keeps what the reuse distance keeps (DeepSpeed's "
+                 "__params_to_release), never params.reshard", name=repr(got[2]))
+    if (recomputed and got is not None and want is not None and got[:2] == ("backward", "release")
+            and want[:2] == ("backward", "release") and got[2] != want[2]):
+        return T("you release {name} in backward before its module's backward has run: a forward that runs "
+                 "inside backward (torch.utils.checkpoint recomputing a block) must not release in post_forward, "
+                 "the backward that follows uses what it gathered (skip the release while params.in_backward)",
+                 name=repr(got[2]))
     if want is not None and want[0] == "backward" and want[1] == "release":
         return T("you do not release after a module's backward: in pre_forward, on_inputs_grad(inputs, fn) with fn "
                  "calling params.after_backward(ids) for the module's groups and those tied to it (a tied weight "
@@ -254,10 +285,12 @@ def _hint_for(mine: list, ref: list, failed: tuple | None) -> str:
     return T("compare your hooks' gathers and releases with zerolab.hooks.ModuleHooks's")
 
 
-def _compare(world: int, res: dict) -> None:
+def _compare(world: int, res: dict, scenario: str | None = None) -> None:
     mine, ref = res["yours"], res["zerolab"]
     where = T("stage 3 on {n} ranks, rank 0, your hooks in the engine", n=world)
-    hint = _hint_for(mine["events"], ref["events"], mine["failed"])
+    if scenario is not None:
+        where += f" ({T.text(scenario)})"
+    hint = _hint_for(mine["events"], ref["events"], mine["failed"], recomputed=scenario is not None)
     k, got, want = _first_difference(mine["events"], ref["events"])
     seen = T("  event {k}: zerolab's hooks {want}; yours {got}", k=k, want=_show(want), got=_show(got))
     if mine["failed"] is not None:
@@ -297,30 +330,32 @@ def check_gather_hooks(cls, *, worlds: tuple[int, ...] = WORLDS, steps: int = ST
     if not isinstance(cls, type):
         raise TypeError("check_gather_hooks(cls): pass your class itself (not an instance)")
     results = {}
-    for world in worlds:
-        try:
-            res = crew_of(world).run(_both, cls, steps)
-        except (zerolab.RankError, zerolab.CrewTimeout) as exc:
-            if not_implemented(exc):
-                raise NotImplementedError("Exercise: write pre_forward, post_forward and on_param_read") from exc
-            raise rank_failure(exc, T("your hooks on {n} ranks", n=world),
-                               T("your __init__ or a hook raised while the engine started; "
-                                 "zerolab.checks.full_tracebacks(), then run again, shows the line")) from exc
-        for r in range(world):
-            if res[r]["yours"]["failed"] is not None and "NotImplementedError" in res[r]["yours"]["failed"][1]:
-                raise NotImplementedError("Exercise: write pre_forward, post_forward and on_param_read")
-        _compare(world, res[0])
-        for r in range(1, world):
-            if res[r]["yours"]["losses"] != res[r]["zerolab"]["losses"]:
-                _compare(world, res[r])
-        results[world] = res[0]
+    for k, (name, sworlds, zero, net) in enumerate(SCENARIOS):
+        for world in (worlds if sworlds is None else sworlds):
+            try:
+                res = crew_of(world).run(_both, cls, steps, zero, net)
+            except (zerolab.RankError, zerolab.CrewTimeout) as exc:
+                if not_implemented(exc):
+                    raise NotImplementedError("Exercise: write pre_forward, post_forward and on_param_read") from exc
+                raise rank_failure(exc, T("your hooks on {n} ranks", n=world),
+                                   T("your __init__ or a hook raised while the engine started; "
+                                     "zerolab.checks.full_tracebacks(), then run again, shows the line")) from exc
+            for r in range(world):
+                if res[r]["yours"]["failed"] is not None and "NotImplementedError" in res[r]["yours"]["failed"][1]:
+                    raise NotImplementedError("Exercise: write pre_forward, post_forward and on_param_read")
+            _compare(world, res[0], name if k else None)
+            for r in range(1, world):
+                if res[r]["yours"]["losses"] != res[r]["zerolab"]["losses"]:
+                    _compare(world, res[r], name if k else None)
+            results[name, world] = res[0]
     if verbose:
-        for world, res in results.items():
+        for (name, world), res in results.items():
             mine = res["yours"]
             n = len(mine["gathers"])
             print(T("{world} ranks, {steps} steps: {n} all-gathers, {bytes:,} bytes on rank 0, peak {peak:,} elements: "
                     "as zerolab's hooks", world=world, steps=steps, n=n, bytes=sum(b for _, b in mine["gathers"]),
-                    peak=mine["peak"]))
-        print(T("losses and parameters bit for bit those of zerolab's hooks (tied head, two external weights)"))
+                    peak=mine["peak"]) + f" ({T.text(name)})")
+        print(T("losses and parameters bit for bit those of zerolab's hooks (tied head, two external weights, "
+            "a checkpointed block)"))
     passed(T("your hooks gather, release and gather again as zerolab's on {worlds} ranks",
              worlds=T(" and ").join(map(str, worlds))))
