@@ -165,7 +165,8 @@ parameters (`stage3_prefetch_bucket_size` = 5·10⁷ elements gathered ahead,
 
 The ledger's bytes on one rank's wire, split into **gradients** and **parameters**; the last
 column divides by (N−1)/N·2Ψ bytes, so it reads as the paper's 2Ψ and 3Ψ. Stage 3 runs at reuse
-distance 0 (every module gathered again for backward, the paper's count) and at DeepSpeed's default.
+distance 0 with prefetch off (every module gathered again for backward, the paper's count) and at
+DeepSpeed's default reuse distance.
 
 **Predict, then run.** Stage 2 keeps a quarter of DDP's gradients at N = 4. Does it move fewer
 bytes than DDP, the same, or more, the paper's way? DeepSpeed's way? And stage 3? Write a
@@ -186,12 +187,13 @@ reduce-scattered into N equal pieces, so each bucket is all-reduced (2Ψ) and th
 all-gathered after the step (Ψ). (`"use_multi_rank_bucket_allreduce": false` sends one `reduce`
 to each owner instead.)
 
-Stage 3 at reuse distance 0 moves **3.272 Ψ**: the extra 0.272 Ψ is the embedding gathered
+Stage 3 at reuse distance 0, prefetch off, moves **3.272 Ψ**: the extra 0.272 Ψ is the embedding gathered
 **twice more** (2 × 25,700 / 188,900), because the output head shares it. It is gathered for the
 head in forward, and again for the embedding's own backward: DeepSpeed releases a module's
 parameters after its backward (`post_sub_module_backward_function`), so the head's backward lets
 it go, and at reuse distance 0 nothing is kept. The frozen `temperature` (1 element, padded to N)
-is gathered in both passes too, and each group is padded to a multiple of N. With DeepSpeed's
+is gathered in both passes too, and each parameter is padded to a multiple of N (DeepSpeed
+partitions every parameter on its own). With DeepSpeed's
 default `stage3_max_reuse_distance` (10⁹ elements) this small model stays gathered from forward to
 backward and moves 2Ψ (and the padded temperature's few bytes). The check and the picture:
 """),
@@ -203,7 +205,7 @@ frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
 for n in (2, 3, 4):
     extra = (runs[n, 3]["wire"]["params"] - comm_ops(PSI, 3, n)["all_gather"]) / ((n - 1) / n * 2)
     groups = runs[n, 3]["layout"]                   # trainable groups, padded to a multiple of N
-    embed = next(g["padded"] for g in groups if g["label"] == "embed")
+    embed = next(g["padded"] for g in groups if g["label"] == "embed.weight")
     padding = sum(g["padded"] - sum(g["numels"]) for g in groups)
     temperature = -(-frozen // n) * n               # the frozen parameter, padded to N
     print(f"N = {n}: {extra:,.0f} elements beyond 2Ψ; 2 × ({embed:,} embedding + {temperature}"
@@ -242,16 +244,15 @@ never holding a full gradient. Stage 3 pays 4 times everything (4 × 3.272).
 For stage 3 on 2 ranks the ledger reads like the crew's day: each module's parameters are
 all-gathered for its forward and released after (a release sends nothing); backward gathers them
 again in reverse order; the gradients go out in buckets, each reduce-scattered in one call; last,
-one small all-reduce (the overflow check and the gradient norm).
+one small all-reduce (the 8-byte gradient norm).
 
 **Prefetch** is DeepSpeed's rule (`fetch_sub_module` in `partitioned_param_coordinator.py`): the
-first step records the order in which modules are fetched; from the second on, each fetch also
-starts one asynchronous all-gather of the modules that come next, within
-min(`stage3_max_live_parameters` − elements gathered, `stage3_prefetch_bucket_size`). A module's
-*unit* (its own parameter groups and those tied to it) comes in one all-gather. With the defaults,
-a pass's first fetch (the root's unit: its `pos` and the frozen `temperature`) starts all the rest
-of this small model in **one** more all-gather; only the tied embedding's second use in the pass
-(the head in forward, the embedding's own backward) needs a third.
+second step records the order in which modules are fetched, forward and backward in one trace;
+from the third on, each fetch also pops the next entries of that order and starts one
+asynchronous all-gather of those not gathered yet, within min(`stage3_max_live_parameters` −
+elements gathered, `stage3_prefetch_bucket_size`), and marks every entry it pops as *fetched for*
+its later use. A module's parameters (its own and those tied to it) come in one all-gather. The
+timeline below runs with prefetch off, this chapter's setting: every module just in time.
 (*On a GPU cluster* these run on a CUDA stream of their own, beside the module's kernels.)
 """),
 code(r"""
@@ -266,40 +267,46 @@ for _, lane, _, _ in lanes:
 print("collectives in the step:", ", ".join(f"{k} {v}" for k, v in kinds.items()))
 """),
 md(r"""
-Two small collectives stay out of the tables. Every step all-reduces 16 bytes, the overflow flag
-and the squared gradient norm (DeepSpeed's, on by default in 0.19.8: `bf16.check_grad_overflow`,
-`gradient_clipping` 1.0). And **zerolab's own** 16-byte **headers** at stage 3, before each unit
+Two kinds of small collectives stay out of the tables. DeepSpeed's, as 0.19.8 sends them: at
+stages 1-2 in bf16 a 1-byte overflow flag (`bf16.check_grad_overflow`) and the 4-byte gradient
+norm; at stage 3 only the norm, 8 bytes in fp64 (it checks overflow there in fp16 only); at
+stage 0 the norm only when clipping in fp32. And **zerolab's own** 16-byte **headers** at stage 3, before each unit
 of parameter gathers, so that ranks on different paths through the model raise
 `ModuleOrderError` instead of hanging; DeepSpeed sends no such thing, the ledger files them apart
 (`ledger.checks`), and `"zerolab": {"order_checks": false}` turns them off.
 
-**Predict, then run.** With default prefetch the measured step of stage 3 on 4 ranks fetches 20
-module units (10 in forward, 10 in backward; 22 parameter groups, as the root's unit holds two) in
-6 all-gathers. With prefetch off (`stage3_prefetch_bucket_size` 0), how many all-gathers, how many
-headers, and how many parameter bytes?
+**Predict, then run.** With prefetch off (this chapter's setting) the measured step of stage 3
+gathers each module's parameters when it runs, in forward and again in backward. With DeepSpeed's
+default prefetch (`stage3_prefetch_bucket_size` 5·10⁷), how many all-gathers, how many headers,
+and how many parameter bytes?
 """),
 code(r"""
 for stage in range(4):
     r = runs[4, stage]
-    print(f"N = 4, stage {ch03.NAME[stage]:8} overflow + grad norm {r['wire'].get('overflow', 0):>3.0f} bytes;"
+    small = r['wire'].get('overflow', 0) + r['wire'].get('grad', 0)
+    print(f"N = 4, stage {ch03.NAME[stage]:8} overflow + grad norm {small:>3.0f} bytes;"
           f" zerolab's headers {r['headers']:>2} calls, {r['header_bytes']:>3.0f} bytes")
-no_prefetch = crews[4].run(train_and_measure, 3, stage3_prefetch_bucket_size=0)[0]
-for label, r in (("default prefetch", runs[4, 3]), ("prefetch off (0)", no_prefetch)):
+with_prefetch = crews[4].run(train_and_measure, 3, stage3_prefetch_bucket_size=50_000_000)[0]
+for label, r in (("prefetch off (0)", runs[4, 3]), ("default prefetch", with_prefetch)):
     print(f"stage 3, N = 4, {label}: {r['groups_gathered']} groups gathered, {r['prefetched']:>2} prefetched,"
           f"\n    in {r['param_gathers']:>2} all-gathers (+ {r['headers']:>2} headers, zerolab's),"
           f" {r['wire']['params']:,.0f} parameter bytes on the wire")
 """),
 md(r"""
-One all-gather per module unit, 20, and one header each (the root's two groups share theirs):
-prefetch changes how many calls carry the bytes and when they travel, never how many bytes.
-Chapter 6 measures what a call costs.
+Without prefetch, one all-gather per module fetch and one header each. With DeepSpeed's default
+prefetch the **bytes** fall too, not only the calls: at reuse distance 0 its prefetcher marks
+every later use it pops as fetched for (`__most_recent_step_id_param_fetched_for` in
+`partitioned_param_coordinator.py`), and DeepSpeed does not release a parameter fetched for a
+later use, so the backward's gathers are gone: about 2Ψ, as at reuse distance 10⁹. Chapter 8
+measures it knob by knob; chapter 6 what a call costs.
 
 ### Stage 3's small parameters: `stage3_param_persistence_threshold`
 
 Gathering a LayerNorm weight of 100 elements costs a whole call to save 200 bytes. DeepSpeed
 keeps every parameter of at most `stage3_param_persistence_threshold` elements **persistent**
 (within `stage3_model_persistence_threshold`, unlimited by default): whole on every rank,
-refreshed after each step in one all-gather, gradients still reduce-scattered. The formula becomes
+refreshed after each step (one all-gather per parameter, DeepSpeed's `_post_step`), gradients
+still reduce-scattered. The formula becomes
 3(N−1)/N·(Ψ−P) + 2(N−1)/N·P for P persistent elements. Thresholds 0, 30,000 (the position table,
 the embedding, every LayerNorm and bias) and DeepSpeed's default, 100,000:
 
@@ -310,11 +317,11 @@ code(r"""
 ch03.print_persistence_table(crews[4], PSI)
 """),
 md(r"""
-None, in one all-gather: every parameter here is under 100,000 elements, so stage 3 quietly
+None in forward or backward: every parameter here is under 100,000 elements, so stage 3 quietly
 becomes the paper's stage 2 (377,808 bytes of parameters per rank: 2Ψ, and the frozen
 `temperature` padded to 4 elements, 8 bytes; 2Ψ of traffic, less than DeepSpeed's own stage 2).
-The one all-gather after the step refreshes every persistent parameter, the frozen one included,
-across all the optimizer's groups at once (DeepSpeed's `_post_step`). On a model of billions of
+The all-gathers after the step refresh every persistent parameter, one call each, the frozen one
+included (DeepSpeed's `_post_step`). On a model of billions of
 parameters 100,000 elements is a LayerNorm or a bias; on a small model, set the threshold
 yourself. At 30,000 the embedding is persistent, so its extra gathers are gone, and the
 measurement meets the formula but for 6 bytes: the frozen `temperature`, refreshed with the

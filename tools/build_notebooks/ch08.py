@@ -1023,7 +1023,7 @@ stage 3, 2 ranks, 3 steps; what counts is the **last** step (the order recorded,
 | goal | what must hold in the last step |
 |---|---|
 | **A** | all 8 biases persistent, no weight persistent |
-| **B** | biases persistent, at most 12 parameter all-gather calls, at most 18,432 elements (4.5 weights) gathered or in flight at once |
+| **B** | biases persistent, at most 19 parameter all-gather calls (the 8 biases' refresh after the step, one call each, among them), at most 18,432 elements (4.5 weights) gathered or in flight at once |
 | **C** | no weight persistent, `stage3_prefetch_bucket_size` left at DeepSpeed's 5e7, and 0 groups gathered ahead of use |
 
 The rule behind B and C is DeepSpeed's (chapter 8, sections 3 and 4): at every module's fetch,

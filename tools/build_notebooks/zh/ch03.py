@@ -79,7 +79,7 @@ Stage 1 一下子就卸掉了大部分重量，因为 16 个字节里有 12 个�
 既有正在使用的模块的，也有提前收集的模块的；`engine.memory()` 把它们记为 `peak_buffers`。（*在 GPU 集群上*，DeepSpeed 只分配一次桶缓冲区并反复使用；
 这里则是桶装满时才创建一块缓冲区。）
 """),
-"ch03-09": ("9192b1709477", r"""
+"ch03-09": ("df0bd098f7ae", r"""
 在这里，stage 3 的峰值装着**整个模型**，还比 Ψ 多一点：冻结的 `temperature` 也要收集（1 个元素，补齐到 N = 4 个）。
 DeepSpeed 的默认值是按数十亿参数定的（`stage3_prefetch_bucket_size` = 提前收集
 5·10⁷ 个元素，`stage3_max_live_parameters` = 同时最多 10⁹ 个）；在小模型上想省显存，就得把它们调小。
@@ -87,22 +87,22 @@ DeepSpeed 的默认值是按数十亿参数定的（`stage3_prefetch_bucket_size
 ## 每步的通信量：DeepSpeed 的 3Ψ 与论文的 2Ψ
 
 账本里一个 rank 发出的字节，分成**梯度**和**参数**两部分；最后一列除以 (N−1)/N·2Ψ 字节，所以读出来就是论文的 2Ψ 和 3Ψ。
-Stage 3 分别在复用距离（reuse distance）为 0（每个模块在反向时重新收集一遍，即论文的计法）和 DeepSpeed 的默认值下运行。
+Stage 3 分别在复用距离（reuse distance）为 0 且关掉预取（每个模块在反向时重新收集一遍，即论文的计法）和 DeepSpeed 默认的复用距离下运行。
 
 **先预测，再运行。** N = 4 时，stage 2 只留下 DDP 四分之一的梯度。按论文的做法，它搬的字节比 DDP 少、一样多，还是更多？
 按 DeepSpeed 的做法呢？Stage 3 呢？每一行写下一个 Ψ 的倍数。
 """),
-"ch03-11": ("0464125a077b", r"""
+"ch03-11": ("9d09ffcfb29a", r"""
 多数人以为留得少就发得少。并非如此。**按论文的做法**，stage 1 和 2 搬的恰好是 DDP 的 2Ψ：一次 all-reduce *本来就是* 一次
 reduce-scatter 接一次 all-gather，ZeRO 只是把优化器更新挪到了两者之间，所以省下的显存在通信上**不花一分钱**。**按 DeepSpeed 的做法**，
 它们搬的是 **3Ψ**：它的 stage 1-2 只有一块扁平缓冲区，切成 N 个连续的分区（partition；最后有图），一个桶落在一个或两个 rank 的分区里，
 没法 reduce-scatter 成 N 个等大的块，所以每个桶都做 all-reduce（2Ψ），更新之后再对参数做 all-gather（Ψ）。
 （设 `"use_multi_rank_bucket_allreduce": false` 则改为向每个负责的 rank 各发一次 `reduce`。）
 
-复用距离为 0 时，stage 3 搬的是 **3.272 Ψ**：多出来的 0.272 Ψ 是 embedding **多收集了两次**（2 × 25,700 / 188,900），
+复用距离为 0、关掉预取时，stage 3 搬的是 **3.272 Ψ**：多出来的 0.272 Ψ 是 embedding **多收集了两次**（2 × 25,700 / 188,900），
 因为输出头和它共享权重。前向时要为输出头再收集一次；反向时还要为 embedding 自己的反向再收集一次：DeepSpeed 在每个模块的反向之后
 就释放它的参数（`post_sub_module_backward_function`），所以输出头的反向一结束就把它放掉了，而复用距离为 0 时什么也不保留。
-冻结的 `temperature`（1 个元素，补齐到 N 个）在前向和反向里也都要收集，每个组也都补齐到 N 的整数倍。用 DeepSpeed 默认的
+冻结的 `temperature`（1 个元素，补齐到 N 个）在前向和反向里也都要收集，每个参数也都补齐到 N 的整数倍（DeepSpeed 把每个参数单独切分）。用 DeepSpeed 默认的
 `stage3_max_reuse_distance`（10⁹ 个元素），这个小模型从前向到反向一直保持收集状态，只搬 2Ψ（外加补齐后的 temperature 那几个字节）。
 核对结果和图：
 """),
@@ -115,7 +115,7 @@ reduce-scatter 接一次 all-gather，ZeRO 只是把优化器更新挪到了两�
 **先预测，再运行。** N = 3、梯度累积（gradient accumulation）为 4 时，每一行每个优化器步各搬多少个 Ψ 单位？
 （不做累积时是 2、3、2、3、2 和 3.272，和上面一样。）
 """),
-"ch03-15": ("4f135ab3f8f2", r"""
+"ch03-15": ("e0e06babba2d", r"""
 Stage 0 和 1 每个优化器步只把加好的梯度发一次，与累积多少步无关。Stage 2 在每个微步都必须归约每个桶，反向传播填满一个就归约一个：
 按 DeepSpeed 的做法是 4 × 2 + 1 = 9 个单位而不是 3，按论文是 4 × 1 + 1 = 5 而不是 2。这就是从不持有完整梯度的代价。
 Stage 3 则样样都付 4 倍（4 × 3.272）。
@@ -123,42 +123,42 @@ Stage 3 则样样都付 4 倍（4 × 3.272）。
 ### Stage 3 的一步：收集、使用、释放
 
 在 2 个 rank 上跑 stage 3，账本读起来就像搬家队的一天：每个模块的参数在它的前向之前用 all-gather 收集起来，用完释放（释放不发送任何东西）；
-反向传播按相反的顺序再收集一遍；梯度装桶发出，每个桶一次 reduce-scatter；最后是一次小小的 all-reduce（溢出检查和梯度范数）。
+反向传播按相反的顺序再收集一遍；梯度装桶发出，每个桶一次 reduce-scatter；最后是一次小小的 all-reduce（8 字节的梯度范数）。
 
-**预取**（prefetch）是 DeepSpeed 的规则（`partitioned_param_coordinator.py` 里的 `fetch_sub_module`）：第一步记下各模块被取用的顺序；
-从第二步起，每次取用还会顺带发起一次异步 all-gather，收集接下来的那些模块，总量不超过
-min(`stage3_max_live_parameters` − 已收集的元素数, `stage3_prefetch_bucket_size`)。一个模块的*收集单元*（unit：它自己的参数组，
-加上与它共享的参数组）用一次 all-gather 收集。在默认设置下，一趟传播的第一次取用（根模块的单元：它的 `pos` 和冻结的 `temperature`）
-再用**一次** all-gather 把这个小模型剩下的全部模块都发起了；只有共享权重的 embedding 在这一趟里的第二次使用（前向里的输出头、
-反向里 embedding 自己的反向）需要第三次。（*在 GPU 集群上*，它们在自己的 CUDA 流上运行，与模块的 kernel 并行。）
+**预取**（prefetch）是 DeepSpeed 的规则（`partitioned_param_coordinator.py` 里的 `fetch_sub_module`）：第二步把各模块被取用的顺序记下来，
+前向和反向记在同一条轨迹里；从第三步起，每次取用还会从这条顺序里依次取出接下来的条目，对其中尚未收集的发起一次异步 all-gather，
+总量不超过 min(`stage3_max_live_parameters` − 已收集的元素数, `stage3_prefetch_bucket_size`)，并把取出的每个条目都记为*已为*它后面那次使用*取过*。
+一个模块的参数（它自己的，加上与它共享的）用一次 all-gather 收集。下面的时间线按本章的设置关掉了预取：每个模块都是用到时才收集。
+（*在 GPU 集群上*，这些 all-gather 在自己的 CUDA 流上运行，与模块的 kernel 并行。）
 """),
-"ch03-17": ("e7507c3fb7ce", r"""
-有两种小的集合通信没有列进表里。每一步都要对 16 个字节做 all-reduce，即溢出标志和梯度范数的平方（DeepSpeed 的做法，0.19.8 默认开启：
-`bf16.check_grad_overflow`，`gradient_clipping` 1.0）。另一种是 stage 3 里 **zerolab 自己的** 16 字节**报头**（header），在每个单元的参数收集之前发出，
+"ch03-17": ("fef937d35a6a", r"""
+有两类小的集合通信没有列进表里。一类是 DeepSpeed 的，按 0.19.8 的发法：stage 1-2 用 bf16 时，一个 1 字节的溢出标志
+（`bf16.check_grad_overflow`）和 4 字节的梯度范数；stage 3 只有范数，fp64 的 8 字节（它只在 fp16 下才检查溢出）；stage 0 只在 fp32 下做梯度裁剪时发范数。另一种是 stage 3 里 **zerolab 自己的** 16 字节**报头**（header），在每个单元的参数收集之前发出，
 这样走了不同模型路径的 rank 会抛出 `ModuleOrderError`，而不是卡死；DeepSpeed 不发这种东西，账本把它们单独归档（`ledger.checks`），
 设 `"zerolab": {"order_checks": false}` 可以关掉。
 
-**先预测，再运行。** 默认预取时，在 4 个 rank 上测得的 stage 3 一步取用了 20 个模块单元（前向 10 个，反向 10 个；共 22 个参数组，
-因为根模块的单元有两个组），用了 6 次 all-gather。关掉预取
-（`stage3_prefetch_bucket_size` 设为 0）后，会有几次 all-gather、几个报头、多少参数字节？
+**先预测，再运行。** 关掉预取时（本章的设置），测得的 stage 3 一步在每个模块运行时收集它的参数，前向一次，反向再一次。
+换成 DeepSpeed 默认的预取（`stage3_prefetch_bucket_size` 为 5·10⁷），会有几次 all-gather、几个报头、多少参数字节？
 """),
-"ch03-19": ("53b57326692b", r"""
-每个模块单元一次 all-gather，共 20 次，每次一个报头（根模块的两个组共用一个）：预取改变的是由几次调用来搬这些字节、以及它们何时出发，从不改变字节数。
+"ch03-19": ("fe2584524de6", r"""
+不预取时，每次取用模块就是一次 all-gather，外加一个报头。用 DeepSpeed 默认的预取，下降的不只是调用次数，**字节数**也少了：
+复用距离为 0 时，它的预取器把取出的每个后续使用都记为已取过（`partitioned_param_coordinator.py` 里的 `__most_recent_step_id_param_fetched_for`），
+而 DeepSpeed 不释放已为后续使用取过的参数，于是反向里的那些收集都没了：约 2Ψ，和复用距离 10⁹ 时一样。第 8 章逐个旋钮去量它；
 第 6 章会测一次调用要花多少代价。
 
 ### Stage 3 的小参数：`stage3_param_persistence_threshold`
 
 收集一个 100 个元素的 LayerNorm 权重，要花一整次调用，才省下 200 个字节。DeepSpeed 把元素数不超过
 `stage3_param_persistence_threshold` 的参数都设为**常驻**（persistent；总量受 `stage3_model_persistence_threshold` 限制，默认不限）：
-在每个 rank 上都是完整的，每步之后用一次 all-gather 刷新，梯度照样做 reduce-scatter。有 P 个常驻元素时，公式变成
+在每个 rank 上都是完整的，每步之后刷新（每个参数一次 all-gather，即 DeepSpeed 的 `_post_step`），梯度照样做 reduce-scatter。有 P 个常驻元素时，公式变成
 3(N−1)/N·(Ψ−P) + 2(N−1)/N·P。阈值取 0、30,000（位置表、embedding、每个 LayerNorm 和偏置）以及 DeepSpeed 的默认值 100,000：
 
 **先预测，再运行。** 用 DeepSpeed 的默认阈值，stage 3 在这个模型上前向和反向会收集几个模块，搬多少字节：3Ψ 个单位、2Ψ，还是更少？
 """),
-"ch03-21": ("eed6e801451d", r"""
-一个模块也不收集，整步只有一次 all-gather：这里每个参数都不到 100,000 个元素，于是 stage 3 悄悄变成了论文里的 stage 2（每个 rank 377,808 字节的参数，即
-2Ψ，加上补齐到 4 个元素的冻结参数 `temperature`，8 字节；通信量 2Ψ，比 DeepSpeed 自己的 stage 2 还少）。更新之后的那一次 all-gather
-横跨优化器的全部参数组，一次刷新所有常驻参数，冻结的那个也在内（DeepSpeed 的 `_post_step`）。在数十亿参数的模型上，100,000 个元素
+"ch03-21": ("5b0cef635a27", r"""
+前向和反向里一个模块也不收集：这里每个参数都不到 100,000 个元素，于是 stage 3 悄悄变成了论文里的 stage 2（每个 rank 377,808 字节的参数，即
+2Ψ，加上补齐到 4 个元素的冻结参数 `temperature`，8 字节；通信量 2Ψ，比 DeepSpeed 自己的 stage 2 还少）。更新之后的那些 all-gather
+刷新每个常驻参数，每个一次，冻结的那个也在内（DeepSpeed 的 `_post_step`）。在数十亿参数的模型上，100,000 个元素
 不过是一个 LayerNorm 或一个偏置；在小模型上，阈值要自己设。阈值为 30,000 时，embedding 是常驻的，它多出的那几次收集也就没了，
 实测值与公式只差 6 个字节：冻结的 `temperature` 随常驻参数一起刷新（(3/4)·2·4 字节；公式只计 Ψ 个可训练元素）。
 

@@ -419,7 +419,7 @@ DeepSpeed 的 `ThroughputTimer` 构造时用的是 `batch_size = train_batch_siz
 4. 启动命令在 8 张 GPU 上传入 `--per_device_train_batch_size 4 --gradient_accumulation_steps 4`。如果配置里的 `train_batch_size` 写的是 64 而不是 128，
    配置隐含的每张 GPU 微批次是多少（`zerolab.load_config(config, 8)`）？为什么脚本的参数必须与配置一致？
 """),
-"ex08-00": ("46b10254c969", r"""
+"ex08-00": ("daff37c84d85", r"""
 # 练习 8 · 调整参数收集：预取、常驻、活跃参数预算与复用
 
 *同一栋小房子，三个目标；旋钮你来选，引擎来跑。*
@@ -435,7 +435,7 @@ DeepSpeed 的 `ThroughputTimer` 构造时用的是 `batch_size = train_batch_siz
 | 目标 | 最后一步必须满足 |
 |---|---|
 | **A** | 8 个偏置全部常驻，没有一个权重常驻 |
-| **B** | 偏置常驻，参数 all-gather 调用最多 12 次，同一时刻已收集或在途的元素最多 18,432 个（4.5 个权重） |
+| **B** | 偏置常驻，参数 all-gather 调用最多 19 次（其中包括步后对 8 个偏置的刷新，每个一次），同一时刻已收集或在途的元素最多 18,432 个（4.5 个权重） |
 | **C** | 没有权重常驻，`stage3_prefetch_bucket_size` 保持 DeepSpeed 的 5e7，并且在用到之前收集的组为 0 |
 
 B 和 C 背后的规则是 DeepSpeed 的（第 8 章第 3、4 节）：每个模块取参数时（根模块也算），按记录下的顺序对接下来的组做一次 all-gather，
