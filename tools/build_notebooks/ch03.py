@@ -398,10 +398,11 @@ On a 188,900-parameter TinyLM, bf16 + AdamW, 1 to 4 ranks, per rank:
 - **Memory** at N = 4: stage 1 keeps 0.438 of DDP's bytes, stage 2 0.344, stage 3 0.25, each
   the formula to the byte once padding, the frozen parameter and AdamW's step counters are counted.
 - **Traffic**, in (N−1)/N·2Ψ units: DDP 2; DeepSpeed's stages 1-2 3 (each bucket all-reduced), the
-  paper's 2 (zerolab's switch); stage 3 3.272 at reuse distance 0 (the tied embedding gathered
-  twice more: for the head in forward, and again for its own backward, as DeepSpeed releases
-  after each module's backward), 2 with DeepSpeed's defaults. Prefetch changes the calls (6
-  against 20), not the bytes.
+  paper's 2 (zerolab's switch); stage 3 3.272 at reuse distance 0 with prefetch off (the tied
+  embedding gathered twice more: for the head in forward, and again for its own backward, as
+  DeepSpeed releases after each module's backward), about 2 with DeepSpeed's defaults. At reuse
+  distance 0 DeepSpeed's prefetch changes the bytes too: what its prefetcher scanned stays
+  gathered for backward.
   With accumulation 4, stage 2 pays every micro-step: 9 DeepSpeed's way, 5 the paper's.
 - **Correctness** (fp32): every stage as close to one process as DDP is, below 3·10⁻⁴ with AdamW
   (appendix 3a says why not closer).
