@@ -84,7 +84,9 @@ def _phases_rank(zero, steps, gas=1, dtype="bf16"):
             out["micro"].append(dict(fwd=_params(fwd.records), bwd=_params(bwd.records), loss=float(loss),
                                      fwd_links=_link_bytes(fwd), bwd_links=_link_bytes(bwd),
                                      mem_bwd=after_bwd, host_bwd=host_bwd, mem_step=eng.memory()))
-    out["padded"] = [g.padded_numel for g in eng.stage.groups]
+    # one unit per Linear: its weight and bias, each its own partition (DeepSpeed's), gathered together
+    padded = [g.padded_numel for g in eng.stage.groups]
+    out["padded"] = [w + b for w, b in zip(padded[0::2], padded[1::2])]
     out["params"] = eng.full_params()
     return out
 
@@ -235,13 +237,15 @@ def test_parity_with_exact_and_single_process_3_nodes_of_2():
 
 def _qwz_rank(steps):
     """The GPT of tests/test_zeropp_engine.py (tests/zeropp_gpt.py, bf16): exact, qwZ, qwZ + hpZ 2,
-    with reuse 0 so that backward gathers again; the ledger of the last steps' backward gathers."""
+    with reuse 0 and prefetch off so that backward gathers again (DeepSpeed's prefetch would keep what
+    it scanned); the ledger of the last steps' backward gathers."""
     world, rank = zerolab.world_size(), zerolab.rank_info().rank
     bs = gpt_batches(steps, 2 * world)
     out = {}
     for name, zero in (("exact", {}), ("qwz", {"zero_quantized_weights": True}),
                        ("both", {"zero_quantized_weights": True, "zero_hpz_partition_size": 2})):
-        eng = zerolab.initialize(gpt(), gpt_config(world, stage3_max_reuse_distance=0, **zero))
+        eng = zerolab.initialize(gpt(), gpt_config(world, stage3_max_reuse_distance=0, stage3_prefetch_bucket_size=0,
+                                                   **zero))
         losses, bwd = [], []
         for x, y in bs:
             for xm, ym in micro_batches((x, y), rank, world, 1):
@@ -270,7 +274,7 @@ def test_hpz_with_qwz_quantizes_the_backward_gathers_inside_the_node():
         assert dv == "int8" and ds == "float32" and s == 2 * quant.qwz_groups(v // 2), both["bwd"]
     # every unit once, and the embedding tied to the head once more: released after the head's backward
     # with reuse distance 0, gathered again for its own (DeepSpeed's release after each module's backward)
-    assert sum(v for _, _, d, v in both["bwd"] if d == "int8") == sum(both["units"].values()) + both["units"]["tok"]
+    assert sum(v for _, _, d, v in both["bwd"] if d == "int8") == sum(both["units"].values()) + both["units"]["tok.weight"]
     assert all(link == "inter" for _, link, _, _ in qw["bwd"])
     for a, b in zip(ex["losses"], both["losses"]):
         assert abs(a - b) <= 0.01, (ex["losses"], both["losses"])    # qwZ's tolerance (test_zeropp_engine)
