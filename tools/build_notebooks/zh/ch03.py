@@ -141,9 +141,9 @@ Stage 3 则样样都付 4 倍（4 × 3.272）。
 换成 DeepSpeed 默认的预取（`stage3_prefetch_bucket_size` 为 5·10⁷），会有几次 all-gather、几个报头、多少参数字节？
 """),
 "ch03-19": ("fe2584524de6", r"""
-不预取时，每次取用模块就是一次 all-gather，外加一个报头。用 DeepSpeed 默认的预取，下降的不只是调用次数，**字节数**也少了：
+不预取时，每次取用模块就是一次 all-gather，外加一个报头。用 DeepSpeed 默认的预取，下降的不只是调用次数，**字节数**也少了。
 复用距离为 0 时，它的预取器把取出的每个后续使用都记为已取过（`partitioned_param_coordinator.py` 里的 `__most_recent_step_id_param_fetched_for`），
-而 DeepSpeed 不释放已为后续使用取过的参数，于是反向里的那些收集都没了：约 2Ψ，和复用距离 10⁹ 时一样。第 8 章逐个旋钮去量它；
+而 DeepSpeed 不释放已为后续使用取过的参数，于是反向里的那些收集都没了，只剩约 2Ψ，和复用距离 10⁹ 时一样。第 8 章逐个旋钮去量它；
 第 6 章会测一次调用要花多少代价。
 
 ### Stage 3 的小参数：`stage3_param_persistence_threshold`

@@ -127,7 +127,7 @@ AdamW 随后会把最后几位放大到看得见：一个梯度几乎相互抵�
 ## 它在源码里的位置
 
 在 DeepSpeed 0.19.8 里（`deepspeed/runtime/zero/stage_1_and_2.py`，类 `DeepSpeedZeroOptimizer`）：扁平缓冲区是 `bit16_groups_flat`
-（每个参数组一块，由 `align_dense_tensors` 补齐到 2N 的整数倍）；模型的参数是它的视图（view），所以 all-gather 直接写进参数里，
+（每个参数组一块，由 `align_dense_tensors` 补齐到 2N 的整数倍）；模型的参数是它的视图，所以 all-gather 直接写进参数里，
 省掉了你做的那次复制；分片是 `single_partition_of_fp32_groups`，被包装的优化器的参数组里只有它；`average_tensor` 对每个梯度桶先除再
 all-reduce；`all_gather_dp_groups` 在更新之后收集各个分区。在 zerolab 里，同样的三步分别是 `zerolab/flat.py`（缓冲区和 `shard_range`）、
 `zerolab/reduce.py`（各个桶）和 `zerolab/params.py`（`ReplicatedParams.publish`，即 all-gather）。

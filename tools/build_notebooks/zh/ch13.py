@@ -59,10 +59,10 @@ DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab �
 """),
 "ch13-06": ("e66f4930a765", r"""
 **没有一次通信留在楼内。** 每次集合通信的通信组都是全部四个 rank，所以账本把它们全记在 *inter* 名下：参数收集、梯度的 reduce-scatter，
-连梯度范数那次 8 字节的 all-reduce（一次 fp64 求和：bf16 下 DeepSpeed 的 stage 3 不发溢出标志）也不例外。每个模块的权重是一次调用，
+连梯度范数那次 8 字节的 all-reduce（只有一次 fp64 求和，因为 bf16 下 DeepSpeed 的 stage 3 不发溢出标志）也不例外。每个模块的权重是一次调用，
 前向一次、反向再一次：共 22 次，外加 18 次常驻刷新。token 嵌入层（2,560 个元素）**多收集了两次**：GPT 的输出头与它共享同一个权重矩阵，
 所以前向为嵌入层收集它一次，为输出头再收集一次；反向为输出头的反向收集它一次，为嵌入层自己的反向再收集一次。DeepSpeed 在每个模块的反向之后
-释放它的参数（`runtime/zero/parameter_offload.py` 里的 `post_sub_module_backward_function`），复用距离（reuse distance）为 0、又不预取时什么也不保留；
+释放它的参数（`runtime/zero/parameter_offload.py` 里的 `post_sub_module_backward_function`），复用距离为 0、又不预取时什么也不保留；
 随后 DeepSpeed 的反向前钩子（pre-backward hook）为下一个模块收集它的全部参数，连嵌入层也不例外，尽管嵌入层的反向根本不读权重。
 （DeepSpeed 默认的复用距离会让它从一次使用一直保留到下一次：见问题 1。）
 
@@ -84,7 +84,7 @@ DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab �
 """),
 "ch13-08": ("a776aae0a13f", r"""
 **一半，再加上缩放因子。** 每个元素 1 字节，而不是 bf16（或 fp16）的 2 字节：0.5×。缩放因子每块 4 字节；DeepSpeed 的块最多 8,000 个元素
-（它的量化器断言块小于 16,000），所以在真实模型上它们只多出约 4/8,000 = 0.05 %。这里每个 rank 在一次收集中的分片就是一块，缩放因子每次收集占 16 字节（4 个 rank × 4 字节），
+（它的量化器断言块小于 16,000），所以在真实模型上它们只多出约 4/8,000 = 0.05%。这里每个 rank 在一次收集中的分片就是一块，缩放因子每次收集占 16 字节（4 个 rank × 4 字节），
 一共 22 次收集，收的都是小权重，所以比例是 0.5029。（如果模型保持 fp32，不开 qwZ 时每个元素收集 4 字节；qwZ 先转 fp16 再转 int8，所以只发约四分之一。）
 梯度（reduce-scatter）不受影响：这一步的字节数减少三分之一，而不是一半。
 
@@ -172,7 +172,7 @@ ZeRO++ 是最便宜的解法；不是瓶颈的地方，它只会增加误差。�
 每个被收集模块的 1/k，用参数的数据类型存放。DeepSpeed 0.19.8 每当一个模块在收集后被释放时（以及初始化时一次），就从完整的模块里切出这份二级分片，
 并在每次没有被跳过的优化器更新时丢掉它。模块有二级分片时，它的 all-gather 就**在节点内**、在 k 个 rank 上进行：反向的再收集总是如此（这里关掉预取、复用距离为 0，每个权重都要再收集；
 如果配置让权重留到反向，就没有可挪的了）；
-第一步的前向也是；梯度累积（gradient accumulation）下之后各个微步（micro-step）的前向同样如此（`partition_parameters.py`、`_partition_param_sec`；这些规则连同它们在 DeepSpeed 里的文件出处写在
+第一步的前向也是；梯度累积下之后各个微步的前向同样如此（`partition_parameters.py`、`_partition_param_sec`；这些规则连同它们在 DeepSpeed 里的文件出处写在
 `zerolab/hpz.py` 里，DeepSpeed 的通信组由 `benchmarks/ds_reference/ds_hpz.py` 在它的 CPU 版上实测）。梯度仍在全部 N 个 rank 上做
 reduce-scatter：主权重和优化器状态仍按 ZeRO-3 的方式存放。
 
