@@ -79,7 +79,10 @@ def test_qwz_and_qgz_change_what_crosses(pool):
     assert qw.kinds(0)["forward gathers"]["inter"] < 0.51 * 3 / 4 * 2 * PSI      # about half of bf16
     qg = lab.links(4, 2, qgz=True, pool=pool)
     grads = {(op, link) for _, op, tag, _, link in _ops(qg) if tag.startswith("grads")}
-    assert grads == {("all_to_all", "intra"), ("all_to_all", "inter")}
+    # the quantized all-to-alls; a 1-D parameter (a bias: each parameter is its own partition) takes
+    # DeepSpeed's fallback, a reduce-scatter
+    assert {("all_to_all", "intra"), ("all_to_all", "inter")} <= grads <= {
+        ("all_to_all", "intra"), ("all_to_all", "inter"), ("reduce_scatter", "inter")}
     assert qg.kinds(0)["gradients"]["inter"] < 0.2 * 3 / 4 * 2 * PSI             # int4, half of a node's share
     assert any("qgZ's gradients come out 2x the mean" in w for w in qg.warnings)
     for lk in (qw, qg):                                      # the formula counts fewer scales: within 3 %

@@ -1416,9 +1416,9 @@ ZH["checks.ch08"] = {
     # the goals (zerolab.checks.ch08.GOALS)
     "biases whole, weights sharded: all 8 biases (64 elements) persistent, no weight (4,096)":
         "偏置完整、权重分片：8 个偏置（各 64 个元素）全部常驻，权重（4,096）一个也不常驻",
-    "biases persistent; at most 12 parameter all-gather calls per step and at most 18,432 elements gathered or in "
+    "biases persistent; at most 19 parameter all-gather calls per step and at most 18,432 elements gathered or in "
     "flight at once":
-        "偏置常驻；每步参数的 all-gather 调用不超过 12 次，同一时刻已收集或在途的元素不超过 18,432 个",
+        "偏置常驻；每步参数的 all-gather 调用不超过 19 次，同一时刻已收集或在途的元素不超过 18,432 个",
     "weights sharded, stage3_prefetch_bucket_size left at DeepSpeed's default (5e7), and no group gathered ahead "
     "of use (0 prefetched)":
         "权重分片，stage3_prefetch_bucket_size 保持 DeepSpeed 的默认值（5e7），并且没有任何组在用到之前"
