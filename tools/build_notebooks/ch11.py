@@ -97,13 +97,15 @@ def make_model():
 def config(stage, precision="bf16", gas=1, optimizer=None, ideal=False, **zero):
     # stage3_param_persistence_threshold 0: DeepSpeed's default (100,000 elements) would keep
     # every parameter of this small model whole, and stage 3 would behave like stage 2;
-    # stage3_max_reuse_distance 0: its default (10^9) would keep the model gathered from forward
-    # to backward (2 Psi; chapter 8), where the paper's stage 3 gathers again (3 Psi).
+    # stage3_max_reuse_distance 0 and stage3_prefetch_bucket_size 0: its default reuse distance
+    # (10^9) would keep the model gathered from forward to backward, and so would its default
+    # prefetch even at reuse distance 0 (2 Psi; chapter 8), where the paper's stage 3 gathers
+    # again (3 Psi).
     # ideal=True: zerolab's own switch, the paper's reduce-scatter at stages 1-2 (not DeepSpeed's)
     cfg = {"train_batch_size": BATCH, "gradient_accumulation_steps": gas,
            "optimizer": optimizer or {"type": "AdamW", "params": {"lr": 1e-3}},
            "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0,
-                                 "stage3_max_reuse_distance": 0, **zero}}
+                                 "stage3_max_reuse_distance": 0, "stage3_prefetch_bucket_size": 0, **zero}}
     if precision != "fp32":
         cfg[precision] = {"enabled": True}
     if ideal:
@@ -222,19 +224,16 @@ In the room: "the paper says 2Ψ, 2Ψ, 3Ψ; DeepSpeed's defaults move 3Ψ at eve
 
 Stages 1 and 2 moved DeepSpeed's 3Ψ (all-reduce 2Ψ + all-gather Ψ) by default, and the paper's
 2Ψ (reduce-scatter Ψ + all-gather Ψ) only with zerolab's `ideal_reduce_scatter` switch; stage 3
-moved 3Ψ either way. Read the last line as stage 3's step. This is the second step, so the engine
-follows the order of layers recorded in the first and **prefetches** by DeepSpeed's rule: at a
-module's fetch it also starts one asynchronous all-gather of the next layers, while fewer than
-`stage3_prefetch_bucket_size` elements (5·10⁷ by default, far more than this model) are taken.
-So forward gathers layers 0 to 3 in one call (`g0+3`); backward gathers them again (each was
-freed after its forward): layer 3 when it is needed, and with it layers 2, 1 and 0 in one call
-(`g2+2`). The gradients are packed into buckets of `reduce_bucket_size` elements (5·10⁸ by
-default: here the whole model is one bucket), each reduce-scattered in one call: `rs(0)`, not
-one call per layer. The ledger writes a call down when it is waited for. (DeepSpeed can skip the
-second gather of a layer used again soon, `stage3_max_reuse_distance`; the formula counts it.
-zerolab's own order checks, 16-byte all-gathers DeepSpeed does not send, are filed apart in
-`ledger.checks` and not shown.) Prefetch changes when the bytes travel and in how many calls,
-not how many bytes.
+moved 3Ψ either way. Read the last line as stage 3's step. This chapter's config turns prefetch
+off (`stage3_prefetch_bucket_size` 0) at reuse distance 0: the paper's schedule, which DeepSpeed
+runs with those two keys. Forward gathers each layer just before it runs; backward gathers each
+again, in reverse, just before its own backward (each was freed after its forward). The
+gradients are packed into buckets of `reduce_bucket_size` elements (5·10⁸ by default: here the
+whole model is one bucket), each reduce-scattered in one call: `rs(0)`, not one call per layer.
+DeepSpeed's defaults move less: at reuse distance 10⁹, or with its default prefetch even at reuse
+distance 0, a layer used again soon stays gathered (its prefetcher marks every backward use it
+scans as fetched for), and stage 3 moves 2Ψ; chapter 8 measures it. (zerolab's own order checks,
+16-byte all-gathers DeepSpeed does not send, are filed apart in `ledger.checks` and not shown.)
 
 </details>
 """),

@@ -78,7 +78,7 @@ ZeRO 论文与之不同的地方（stage 1-2 在 DeepSpeed 里搬 3Ψ，在论�
 
 </details>
 """),
-"ch11-04": ("b8159d80c6e3", r"""
+"ch11-04": ("b395745035e4", r"""
 ## Q3. 每个 stage 每步通信多少，和 DDP 比如何？为什么 stage 3 是 3Ψ？
 
 **先预测，再运行。** 对每个 stage，说出一步里有哪些集合通信、各多大（以 Ψ 为单位），分别按 DeepSpeed 的做法和论文的做法。
@@ -95,14 +95,13 @@ Stage 3 不持有完整参数，所以每一层在前向之前都要 all-gather�
 下一次前向再去收集。在面试现场可以这么说：“论文说是 2Ψ、2Ψ、3Ψ；DeepSpeed 的默认设置从 stage 1 起每个 stage 都搬 3Ψ”。
 
 Stage 1 和 2 默认搬的是 DeepSpeed 的 3Ψ（all-reduce 2Ψ + all-gather Ψ），只有打开 zerolab 的 `ideal_reduce_scatter` 开关，
-才是论文的 2Ψ（reduce-scatter Ψ + all-gather Ψ）；stage 3 两种情况下都是 3Ψ。最后一行读作 stage 3 的一步。这是第二步，
-所以引擎沿用第一步记下的层顺序，并按 DeepSpeed 的规则**预取**（prefetch）：一个模块取参数时，同时对接下来的几层发起一次异步 all-gather，
-只要已取的元素少于 `stage3_prefetch_bucket_size`（默认 5·10⁷，远大于这个模型）就继续加层。于是前向用一次调用收集第 0 到 3 层（`g0+3`）；
-反向再收集一遍（每层在前向之后都已释放）：第 3 层在需要时收集，同时把第 2、1、0 层放在一次调用里一起收集（`g2+2`）。
-梯度被装进每个 `reduce_bucket_size` 个元素的桶里（默认 5·10⁸，这里整个模型就是一个桶），每个桶一次 reduce-scatter：
-`rs(0)`，而不是每层一次。账本在一次调用被等待时才把它记下。（一层若很快会被再次用到，DeepSpeed 可以跳过它的第二次收集，
-即 `stage3_max_reuse_distance`；公式按收集两次计算。zerolab 自己的顺序检查，即 DeepSpeed 不发的 16 字节 all-gather，
-单独记在 `ledger.checks` 里，这里不显示。）预取改变的是字节何时传输、分几次调用，而不是字节有多少。
+才是论文的 2Ψ（reduce-scatter Ψ + all-gather Ψ）；stage 3 两种情况下都是 3Ψ。最后一行读作 stage 3 的一步。
+本章的配置在复用距离为 0 时关掉了预取（`stage3_prefetch_bucket_size` 为 0），这就是论文的调度，DeepSpeed 用这两个键跑的也正是它。
+前向在每层运行之前收集它；反向按相反的顺序，在每层自己的反向之前再收集一遍，因为每层在前向之后都已释放。
+梯度被装进每个 `reduce_bucket_size` 个元素的桶里（默认 5·10⁸，这里整个模型就是一个桶），每个桶一次 reduce-scatter，
+即 `rs(0)`，而不是每层一次。DeepSpeed 的默认设置搬得更少。复用距离为 10⁹ 时，或者复用距离为 0 但用默认的预取时，
+很快会被再次用到的层一直收集着（它的预取器把扫过的每个反向使用都记为已取过），stage 3 只搬 2Ψ，第 8 章会量它。
+（zerolab 自己的顺序检查，即 DeepSpeed 不发的 16 字节 all-gather，单独记在 `ledger.checks` 里，这里不显示。）
 
 </details>
 """),
