@@ -2053,8 +2053,8 @@ ZH["lab"] = {
     "gradients": "梯度",
     "total": "合计",
     "formula (zerolab.simulate)": "公式（zerolab.simulate）",
-    "  not in the formula: the overflow check and gradient norm, {b:,.0f} B":
-        "  公式未计入：溢出检查和梯度范数，{b:,.0f} B",
+    "  not in the formula: the gradient norm's all-reduce, {b:,.0f} B":
+        "  公式未计入：梯度范数的 all-reduce，{b:,.0f} B",
     "  the formula counts the scales per element (qwZ: 4 B per 8,000, qgZ: 4 B per {w}); "
     "DeepSpeed cuts each shard into whole blocks, so the measured scales are a few more":
         "  公式按元素摊算缩放因子（qwZ：每 8,000 个 4 B，qgZ：每 {w} 个 4 B）；"
@@ -2098,10 +2098,10 @@ ZH["lab"] = {
     "of the flat parameter buffer after the step: 3Ψ":
         "DeepSpeed 的默认做法：每个梯度桶做 all-reduce（每个 rank 留下自己分区的那几段），这一步之后对扁平参数缓冲区做一次 "
         "all-gather：3Ψ",
-    "DeepSpeed's stage 3: each module's parameters all-gathered for forward and again for backward (prefetched), "
-    "gradients reduce-scattered per bucket of modules: 3Ψ":
-        "DeepSpeed 的 stage 3：每个模块的参数为前向 all-gather 一次、为反向再 all-gather 一次（有预取），"
-        "梯度按模块桶做 reduce-scatter：3Ψ",
+    "DeepSpeed's stage 3 at reuse distance 0, prefetch off: each module's parameters all-gathered for forward and "
+    "again for backward, gradients reduce-scattered per bucket of parameters: 3Ψ":
+        "DeepSpeed 的 stage 3（复用距离 0，不预取）：每个模块的参数为前向 all-gather 一次、为反向再 all-gather 一次，"
+        "梯度按参数桶做 reduce-scatter，共 3Ψ",
     "#{i}: {op} '{tag}', {numel:,} elements of {dtype} ({nbytes:,} bytes)\n    each rank puts in {put:,} elements, "
     "keeps {kept:,}, sends {wire:,.0f} bytes":
         "#{i}：{op} '{tag}'，{numel:,} 个 {dtype} 元素（{nbytes:,} 字节）\n    每个 rank 放入 {put:,} 个元素，"

@@ -649,20 +649,20 @@ for label, get in rows:
     a, p, b = get(lm4[2]), get(paper2), get(lm4[3])
     print(f"  {label:36}{a:>11,.0f}{p:>11,.0f}{b:>11,.0f}{b / a:>8.2f}")
 print(f"  traffic in Ψ units: stage 2 {in_psi(lm4[2]['wire'], n):.3f} (DeepSpeed), {in_psi(paper2['wire'], n):.3f}"
-      f" (paper), stage 3 {in_psi(lm4[3]['wire'], n):.3f}   (formulas 3, 2, 3)")
+      f" (paper), stage 3 {in_psi(lm4[3]['wire'], n):.3f}   (formulas 3, 2; stage 3: 2 with DeepSpeed's prefetch)")
 print(f"  stage 3's calls: {', '.join(f'{op} {c}' for op, (c, _) in sorted(lm4[3]['by_op'].items()))};")
 print(f"    not among them: {lm4[3]['checks']} order checks of 16 bytes, zerolab's own (DeepSpeed sends none)")
 no_prefetch = crew.run(measure, 3, stage3_prefetch_bucket_size=0)[0]
 a, b = (r["memory"]["model_states"] + r["memory"]["peak_buffers"] for r in (lm4[2], no_prefetch))
 print(f"  stage 3, stage3_prefetch_bucket_size 0: + peak buffers {b:,} ({b / a:.2f} of stage 2),\n"
       f"    {no_prefetch['calls']} calls, wire bytes {no_prefetch['wire']:,.0f}"
-      f" (the same as with prefetch: {no_prefetch['wire'] == lm4[3]['wire']})")
+      f" = {in_psi(no_prefetch['wire'], n):.3f} Ψ (formula 3)")
 """),
 md(r"""
 Stage 3 holds about three quarters of stage 2's model states here (16Ψ/N = 4Ψ against
 2Ψ + 14Ψ/N = 5.5Ψ at N = 4). But count the parameters it gathers (the peak buffers) and it
-holds **more** than stage 2 on this small model. From the second step on, stage 3
-**prefetches**, by DeepSpeed's rule: the first step records the order in which the modules asked
+holds **more** than stage 2 on this small model. From the third step on, stage 3
+**prefetches**, by DeepSpeed's rule: the second step records the order in which the modules asked
 for their parameters, and at every later module's fetch the engine starts one asynchronous
 all-gather of the next modules in that order, taking modules while fewer than
 min(`stage3_max_live_parameters` − available, `stage3_prefetch_bucket_size`) elements are taken
@@ -674,19 +674,21 @@ gathered, and stage 3 holds about a tenth less than stage 2 (the tied embedding 
 the head's backward, as DeepSpeed does, until the embedding's own backward gathers it again).
 On a billion-parameter model the same budget holds a few layers: that is what it is sized for.
 
-What stage 3 pays depends on the stage 2 you compare it with. DeepSpeed's stage 2 already moves
-3Ψ (each gradient bucket all-reduced, then the parameters all-gathered), so stage 3 moves about
-as many bytes (3Ψ, plus the tied embedding gathered twice more: for the head in forward and
-again for the embedding's own backward); against the paper's stage 2 (2Ψ, zerolab's
-`ideal_reduce_scatter`) it moves half again as many. It makes more calls than
-DeepSpeed's stage 2: the parameter all-gathers in forward and in backward, and a reduce-scatter
-per `reduce_bucket_size` bucket of modules (50,000 elements here). Without prefetch, one
-all-gather per module in forward and one in backward (10 each, the embedding's two uses among
-them) and 5 reduce-scatters: 25 calls, about four times stage 2's 6. Each call costs a latency
-α whatever its size (chapter 6); prefetch takes the gathers' time off the critical path where
-compute can hide it, not their bytes and not their memory. (The "calls" count leaves out the
-16-byte all-reduce of the overflow check and gradient norm, one per step in every stage, and
-zerolab's own order checks, which DeepSpeed does not send.)
+What stage 3 pays depends on the stage 2 you compare it with, and on prefetch. DeepSpeed's stage 2
+already moves 3Ψ (each gradient bucket all-reduced, then the parameters all-gathered). Stage 3 at
+reuse distance 0 **without** prefetch moves 3Ψ too (plus the tied embedding gathered twice more:
+for the head in forward and again for the embedding's own backward). **With** DeepSpeed's default
+prefetch it moves about 2Ψ, fewer bytes than DeepSpeed's stage 2: by the end of forward its
+prefetcher has scanned every backward use and marked it fetched for, and DeepSpeed keeps those
+parameters gathered for backward (`__most_recent_step_id_param_fetched_for`): bytes saved,
+memory paid. Against the paper's stage 2 (2Ψ, zerolab's `ideal_reduce_scatter`) it moves as much
+with prefetch, half again as much without. It makes more calls than DeepSpeed's stage 2: without
+prefetch one all-gather per module in forward and one in backward (the embedding's two uses among
+them) and a reduce-scatter per `reduce_bucket_size` bucket of parameters (50,000 elements here).
+Each call costs a latency α whatever its size (chapter 6); prefetch takes the gathers' time off
+the critical path where compute can hide it, and here their backward bytes too, at the price of
+memory. (The calls count DeepSpeed's small all-reduces too, the overflow flag at stage 2 in bf16
+and the gradient norm, and leave out zerolab's own order checks, which DeepSpeed does not send.)
 
 So stage 3 is the right choice when stage 2 **does not fit**: the model states of a very large
 model, or when the memory it frees buys a bigger micro-batch. When stage 2 fits, stage 3 is more

@@ -123,28 +123,29 @@ code(r"""
 trace = lab.step_trace(2, 3, "bf16", pool=pool)
 print(trace.describe())
 print()
-print("the step's collectives on rank 0, in the order they completed (zerolab's own order checks,")
+print("the step's collectives on rank 0, in the order they were issued (zerolab's own order checks,")
 print("which DeepSpeed does not send, are kept apart: the summary's last line)")
 for c in trace.calls:
     print(f"  #{c.index:<3}{c.op:<15}{c.tag:<32}{c.numel:>7,} elements of {c.dtype}")
 """),
 md(r"""
-Read the list from the top: forward gathers the root module's own parameters with its frozen
-temperature in one all-gather (`params (root) + 1 more`: the untrained parameter is partitioned
-and gathered like the others, as DeepSpeed's `zero.Init` does, its 1 element padded to N), then
-the embedding and the 7 modules after it in **one** all-gather (`params embed + 7 more`): the
-order was recorded in the warm-up step, and DeepSpeed's prefetch rule takes the next modules
-while fewer than `stage3_prefetch_bucket_size` elements (5·10⁷ by default, more than this model)
-are taken. The output head, which shares the embedding matrix, gathers the embedding a second
-time. Backward gathers every module again the same way (each was released after its forward),
-the embedding for the head's backward; then, between the buckets, the embedding a **fourth**
-time (`params embed`) for its own backward: DeepSpeed releases a module's parameters after its
-backward (`post_sub_module_backward_function`, `runtime/zero/parameter_offload.py`), and with
-reuse distance 0 nothing is kept from the head to the embedding. The
+Read the list from the top. The lab runs DeepSpeed's stage 3 at reuse distance 0 with prefetch
+off, the paper's schedule (chapter 8 shows what DeepSpeed's default prefetch changes): forward
+gathers each module's parameters just before it runs, one all-gather per module. First the root's
+own `pos` with the frozen temperature (`params pos + 1 more`: the untrained parameter is
+partitioned and gathered like the others, as DeepSpeed's `zero.Init` does), then the embedding,
+each block's LayerNorm, up and down projections (weight and bias in one call, each padded to N
+on its own: DeepSpeed partitions every parameter) and the final LayerNorm; the output head, which
+shares the embedding matrix, gathers the embedding a second time. Backward gathers every module
+again in reverse (each was released after its forward), the embedding for the head's backward;
+then the embedding a **fourth** time (`params embed.weight`) for its own backward: DeepSpeed
+releases a module's parameters after its backward (`post_sub_module_backward_function`,
+`runtime/zero/parameter_offload.py`), and with reuse distance 0 nothing is kept from the head to
+the embedding. The
 gradients are packed, in the order backward finishes the modules, into buckets of
 `reduce_bucket_size` elements, and each bucket is **reduce-scattered** in one call
 (`grads bucket 0`, ...): DeepSpeed's stage 3, not one call per module. The step ends with one small
-all-reduce (the overflow check and the gradient norm). No all-gather follows: at stage 3 each
+all-reduce (the gradient norm, 8 bytes; DeepSpeed's stage 3 checks overflow in fp16 only). No all-gather follows: at stage 3 each
 rank updates only its own shard, and the next forward will gather.
 
 The picture shows one moment of the step: rank 0's timeline with the collective shaded, what

@@ -122,8 +122,8 @@ def pattern(stage: int, ideal: bool = False) -> str:
     if stage in (1, 2):
         return T("DeepSpeed's default: each gradient bucket all-reduced (each rank keeps its "
                  "partition's slices), one all-gather of the flat parameter buffer after the step: 3Ψ")
-    return T("DeepSpeed's stage 3: each module's parameters all-gathered for forward and again for "
-             "backward (prefetched), gradients reduce-scattered per bucket of modules: 3Ψ")
+    return T("DeepSpeed's stage 3 at reuse distance 0, prefetch off: each module's parameters all-gathered "
+             "for forward and again for backward, gradients reduce-scattered per bucket of parameters: 3Ψ")
 
 def _batches(steps: int, world_size: int):
     from ..models import lm_batches

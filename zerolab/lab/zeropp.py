@@ -176,7 +176,7 @@ class Links:
                  "  " + _pad("", 28) + "".join(_pad(c, 15, right=True) for c in cols)]
         lines += ["  " + _pad(name, 28) + f"{a:>15,.0f}{b:>15,.0f}" for name, a, b in rows]
         other = sum(k["other"].values())
-        lines.append(T("  not in the formula: the overflow check and gradient norm, {b:,.0f} B", b=other))
+        lines.append(T("  not in the formula: the gradient norm's all-reduce, {b:,.0f} B", b=other))
         if self.qwz or self.qgz:
             lines.append(T("  the formula counts the scales per element (qwZ: 4 B per 8,000, qgZ: 4 B per {w}); "
                            "DeepSpeed cuts each shard into whole blocks, so the measured scales are a few more",

@@ -62,15 +62,16 @@ Stage 0 是老式搬家队：每个工人都背着整套家当。Stage 1 把厚�
 （1 个元素），由根模块和自己的参数一起收集。一步里每个组的参数会被 all-gather 几次？
 `reduce_bucket_size` 为 2,000 个元素时，会有几次 reduce-scatter？
 """),
-"ch12-08": ("d429fdd47e78", r"""
-从上往下读这个列表：前向先用一次 all-gather 收集根模块自己的参数和它冻结的 temperature（`params (root) + 1 more`，不训练的参数也和其他参数一样
-被切分、被收集，正如 DeepSpeed 的 `zero.Init` 所做的，它的 1 个元素补齐到 N 个），再用**一次** all-gather 收集嵌入层及其后的 7 个模块（`params embed + 7 more`）。
-顺序是在热身步里记录下来的，而 DeepSpeed 的预取规则会在已取元素少于 `stage3_prefetch_bucket_size`（默认 5·10⁷，比这个模型还大）时继续取后面的模块。
-输出头与嵌入层共享矩阵，所以会第二次收集嵌入层。反向以同样的方式再把每个模块收集一遍（每个模块在它的前向之后都被释放了），嵌入层这次是为输出头的反向收集的；
-随后，在几个桶之间，嵌入层又为它自己的反向**第四次**收集（`params embed`）：DeepSpeed 在每个模块的反向之后释放它的参数
+"ch12-08": ("62deac540854", r"""
+从上往下读这个列表。实验室跑的是复用距离为 0、关掉预取的 DeepSpeed stage 3，即论文的调度（DeepSpeed 默认的预取会改变什么，见第 8 章）。
+前向在每个模块运行之前收集它的参数，每个模块一次 all-gather。先是根模块自己的 `pos` 和冻结的 temperature（`params pos + 1 more`，不训练的参数也和其他参数一样
+被切分、被收集，正如 DeepSpeed 的 `zero.Init` 所做的），再是嵌入层、每个块的 LayerNorm、上投影和下投影（权重和偏置在一次调用里，各自单独补齐到 N，
+因为 DeepSpeed 把每个参数单独切分），以及最后的 LayerNorm。输出头与嵌入层共享矩阵，所以会第二次收集嵌入层。
+反向按相反的顺序把每个模块再收集一遍（每个模块在它的前向之后都被释放了），嵌入层这次是为输出头的反向收集的；
+随后嵌入层又为它自己的反向**第四次**收集（`params embed.weight`）。DeepSpeed 在每个模块的反向之后释放它的参数
 （`runtime/zero/parameter_offload.py` 里的 `post_sub_module_backward_function`），复用距离为 0 时，从输出头到嵌入层之间什么也不保留。
 梯度按反向传播完成各模块的顺序装进 `reduce_bucket_size` 个元素的桶里，每个桶用一次调用做 **reduce-scatter**（`grads bucket 0`，……）：
-这是 DeepSpeed 的 stage 3，而不是每个模块一次调用。这一步以一次很小的 all-reduce 结束（溢出检查和梯度范数）。后面没有 all-gather：
+这是 DeepSpeed 的 stage 3，而不是每个模块一次调用。这一步以一次很小的 all-reduce 结束（8 字节的梯度范数；DeepSpeed 的 stage 3 只在 fp16 下检查溢出）。后面没有 all-gather：
 在 stage 3，每个 rank 只更新自己的分片，下一次前向时再收集。
 
 图里展示的是这一步中的一个时刻：rank 0 的时间线（当前集合通信画了阴影）、这次集合通信对每个 rank 的数据做了什么，以及每个 rank 在这一步中持有的字节数。
