@@ -293,7 +293,9 @@ for label, r in (("prefetch off (0)", runs[4, 3]), ("default prefetch", with_pre
           f" {r['wire']['params']:,.0f} parameter bytes on the wire")
 """),
 md(r"""
-Without prefetch, one all-gather per module fetch and one header each. With DeepSpeed's default
+Without prefetch, one all-gather per module fetch and one header each. (Stage 2's one header is
+the ranks' single agreement on the order backward's gradient hooks fire in, which DeepSpeed's
+buckets follow: zerolab's own, sent once, at the second backward.) With DeepSpeed's default
 prefetch the **bytes** fall too, not only the calls: at reuse distance 0 its prefetcher marks
 every later use it pops as fetched for (`__most_recent_step_id_param_fetched_for` in
 `partitioned_param_coordinator.py`), and DeepSpeed does not release a parameter fetched for a

@@ -252,15 +252,15 @@ for s, who, r, formula in rows:
     total = sum(ops)
     print(f"{s:>5}  {who:<16}" + "".join(f"{b / UNIT:>{w}.0f}Ψ" for b, w in zip(ops, (10, 15, 11)))
           + f"{total / UNIT:>7.0f}Ψ{formula / UNIT:>8.0f}Ψ   {total == formula}")
-print("stage 3, one step in ledger order (g = all-gather, digit = layer, +k: the k layers after")
-print("  it in the same all-gather; rs(b): the reduce-scatter of gradient bucket b):")
+print("stage 3, one step in ledger order (g = the all-gather of one layer's weight and bias, digit =")
+print("  layer; rs(b): the reduce-scatter of gradient bucket b):")
 
 
-def short(op, tag):      # "params layers.1 + 2 more" -> g1+2; "grads bucket 0" -> rs(0)
+def short(op, tag):      # "params layers.1.weight + 1 more" -> g1; "grads bucket 0" -> rs(0)
     if op == "reduce_scatter":
         return f"rs({tag.split()[-1]})"
-    first, _, more = tag.partition(" + ")
-    return f"g{first[-1]}" + (f"+{more.split()[0]}" if more else "")
+    name = tag.partition(" + ")[0].split()[-1]              # layers.1.weight
+    return f"g{name.split('.')[1]}"
 
 
 order = [short(op, tag) for op, tag, _, _ in runs[3]["records"]]
