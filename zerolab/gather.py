@@ -168,6 +168,9 @@ class GatheredParams:
         self.trace.key_code = lambda m: index.get(m, -1)
         # (part of zerolab's order checks: switched off with them)
         self.trace.agree = self._agree_on_trace if self.fetch.order_checks else None
+        if self.per_parameter:
+            self._order_handles = [m.register_forward_pre_hook(self._note_forward_module)
+                                   for m in self._own_trained]
 
     def _agree_on_trace(self, seq: list[int]) -> bool:
         """Do all ranks hold the same recorded trace? One 16-byte all-gather (zerolab's own check),
@@ -178,9 +181,6 @@ class GatheredParams:
         self.comm.all_gather(codes, code, tag="check trace", kind="check")
         rows = codes.view(self.world_size, 2).tolist()
         return all(r == rows[0] for r in rows)
-        if self.per_parameter:
-            self._order_handles = [m.register_forward_pre_hook(self._note_forward_module)
-                                   for m in self._own_trained]
 
     def _note_forward_module(self, module, inputs) -> None:
         """A module with trained parameters runs its forward: note its groups for the gradient
