@@ -57,15 +57,14 @@ FIRST_LINES = {
     # the prefetch bucket taken for a bound on what is in flight
     ({"B": {"stage3_param_persistence_threshold": 64, "stage3_prefetch_bucket_size": 8192,
             "stage3_max_reuse_distance": 0}},
-     ["peak 24,576 elements > 18,432", "stage3_max_live_parameters bounds", "only one top-up"]),
+     ["peak 32,768 elements > 18,432", "only one top-up"]),
     ({"B": {"stage3_param_persistence_threshold": 64, "stage3_max_live_parameters": 14336}},
      ["stage3_max_reuse_distance = 1,000,000,000 keeps", "lower the reuse distance"]),
     ({"B": {"stage3_param_persistence_threshold": 64, "stage3_max_live_parameters": 12288,
             "stage3_max_reuse_distance": 0}},
-     ["14 all-gather calls per step > 12", "larger stage3_max_live_parameters"]),
-    ({"B": {"stage3_param_persistence_threshold": 64, "stage3_prefetch_bucket_size": 8192,
-            "stage3_max_live_parameters": 16384, "stage3_max_reuse_distance": 0}},
-     ["13 all-gather calls per step > 12", "stage3_prefetch_bucket_size = 8,192 caps"]),
+     ["20 all-gather calls per step > 19", "larger stage3_max_live_parameters"]),
+    # (prefetch 8,192 with a budget of 16,384 used to miss goal B by one call; under DeepSpeed's rules
+    # the prefetcher's marks keep what it scanned, and it meets the goal: no longer a wrong answer)
     ({"C": {"stage3_param_persistence_threshold": 64, "stage3_prefetch_bucket_size": 0}},
      ["stage3_prefetch_bucket_size was changed"]),
     # one weight's budget still prefetches at the root's fetch (available 0, the crossing group)
