@@ -670,7 +670,7 @@ min(`stage3_max_live_parameters` − available, `stage3_prefetch_bucket_size`) e
 the first fetch takes every module, the whole model is gathered at the peak, and the modules
 gathered ahead travel in one all-gather whose buffer is copied out module by module, which adds
 to the peak. With `stage3_prefetch_bucket_size` 0 (no prefetch) only the modules at work are
-gathered, and stage 3 holds about as much as stage 2 here (1.06 of it, printed above; the tied
+gathered, and stage 3 holds about a tenth less than stage 2 (0.89 of it, printed above; the tied
 embedding is let go after the head's backward, as DeepSpeed does, until the embedding's own
 backward gathers it again).
 On a billion-parameter model the same budget holds a few layers: that is what it is sized for.
