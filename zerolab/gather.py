@@ -97,6 +97,8 @@ class GatheredParams:
             if own:
                 self._own_trained[m] = own
         self._forward_modules: list[list[int]] = []    # per module run in forward (with grad), its groups
+        self._first_units: list[list[int]] = []        # per unit gathered in forward (with grad), its groups
+        self._order_agreed: bool | None = None          # do the ranks share the gradient hook order?
         self._in_order: set[int] = set()
         self._order_handles = []
         self.fetches = 0                           # groups gathered (fetched or prefetched)
@@ -172,13 +174,13 @@ class GatheredParams:
             self._order_handles = [m.register_forward_pre_hook(self._note_forward_module)
                                    for m in self._own_trained]
 
-    def _agree_on_trace(self, seq: list[int]) -> bool:
+    def _agree_on_trace(self, seq: list[int], tag: str = "check trace") -> bool:
         """Do all ranks hold the same recorded trace? One 16-byte all-gather (zerolab's own check),
         once per recorded trace."""
         from .trace import checksum
         code = torch.tensor([len(seq), checksum(seq)], dtype=torch.int64, device=self.device)
         codes = torch.empty(2 * self.world_size, dtype=torch.int64, device=self.device)
-        self.comm.all_gather(codes, code, tag="check trace", kind="check")
+        self.comm.all_gather(codes, code, tag=tag, kind="check")
         rows = codes.view(self.world_size, 2).tolist()
         return all(r == rows[0] for r in rows)
 
@@ -201,8 +203,27 @@ class GatheredParams:
     def reduce_order(self) -> list[int]:
         """The reverse of the order groups were first gathered in forward: roughly the order
         backward finishes them, and identical on every rank (gathers are checked)."""
-        if self.per_parameter:                    # modules reversed, each one's parameters in order
-            return [i for unit in reversed(self._forward_modules) for i in unit]
+        if self.per_parameter:
+            # the modules of this forward reversed, each one's parameters in order (DeepSpeed's hook
+            # order). It is per rank: at the first backward the ranks agree on it once (zerolab's
+            # own 16-byte check, with the order checks); where they differ (a module only some ranks
+            # run, with persistent parameters only), every rank uses, for good, the units gathered
+            # in forward, reversed (the same on every rank: gathers are checked), persistent groups
+            # after them in index order
+            hook_order = [i for unit in reversed(self._forward_modules) for i in unit]
+            if self._order_agreed is None:
+                self._order_agreed = self.trace.agree is None or self.world_size == 1 or \
+                    self._agree_on_trace(hook_order, tag="check gradient order")
+            if self._order_agreed:
+                return hook_order
+            seen: set[int] = set()
+            units = []
+            for unit in self._first_units:
+                new = [i for i in unit if i < self.n_trained and i not in seen]
+                seen.update(new)
+                if new:
+                    units.append(new)
+            return [i for unit in reversed(units) for i in unit]
         first = [i for i in dict.fromkeys(self._first_gathered) if i < self.n_trained]
         return first[::-1]
 
@@ -244,6 +265,7 @@ class GatheredParams:
         self.life.end_step()
         self._first_gathered.clear()
         self._forward_modules.clear()
+        self._first_units.clear()
         self._in_order.clear()
 
     def forward_failed(self) -> None:
@@ -427,6 +449,8 @@ class GatheredParams:
         within ``stage3_max_live_parameters`` gathered or in flight)."""
         ids = sorted(set(ids))                     # DeepSpeed sorts a fetch by parameter id
         event = tuple(ids)
+        if ids and not self.in_backward and torch.is_grad_enabled():
+            self._first_units.append(ids)
         if not self.trace.event(event, module):   # the path changed: follow the model, record anew
             self._drop_inflight(keep=ids)
         wanted = [i for i in ids if i not in self.full and i not in self.fetch.inflight]

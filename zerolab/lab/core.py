@@ -168,13 +168,19 @@ def _step_on_rank(stage: int, precision: str, ideal: bool = False) -> dict:
                         m["optimizer_states"], m["buffers"]))
 
     records, events, _, checks = _probed_step(engine, batches[1], info, sample, t0)
-    # one per record, in the same order (zerolab's order checks are on the timeline, not in records)
+    # one span per record (zerolab's order checks are on the timeline, not in records). Records are
+    # in the order calls were issued, spans in the order they ended (an async call's at its wait):
+    # each record takes the first unused span of its name
     spans = [e for e in events if e[0] in ("comm", "async") and not e[1].split(" ", 1)[-1].startswith("check")]
-    matched = len(spans) == len(records) and all(
-        name == f"{r.op} {r.tag}".strip() for (_, name, _, _), r in zip(spans, records))
-    calls = [(i, r.op, r.tag, r.numel, r.bytes, r.dtype, r.wire_bytes,
-              spans[i][2] if matched else None, spans[i][3] if matched else None)
-             for i, r in enumerate(records)]
+    used = [False] * len(spans)
+    found = []
+    for r in records:
+        name = f"{r.op} {r.tag}".strip()
+        k = next((j for j, e in enumerate(spans) if not used[j] and e[1] == name), None)
+        if k is not None:
+            used[k] = True
+        found.append((None, None) if k is None else (spans[k][2], spans[k][3]))
+    calls = [(i, r.op, r.tag, r.numel, r.bytes, r.dtype, r.wire_bytes, *found[i]) for i, r in enumerate(records)]
     psi = sum(g.numel for g in engine.stage.groups)        # (stage 3: the params hold nothing now)
     engine.close()
     return {"calls": calls, "samples": samples, "events": events, "psi": psi,
