@@ -46,25 +46,6 @@ class UnitFetch:
         self.numel = 0                              # elements of the all-gathers in flight
         self.prefetches = 0                         # groups gathered ahead, from the trace
 
-    def plan(self, upcoming: list[int], gathered, available: int, first: list[int] = ()) -> list[int]:
-        """The groups to prefetch now: of the trace's ``upcoming`` uses, those neither ``gathered``
-        nor in flight, while fewer than min(max_live - available, prefetch_bucket_size) elements are
-        taken. ``available``: elements gathered now; ``first``: groups about to be fetched."""
-        if not upcoming or self.prefetch_numel <= 0:
-            return []
-        available += self.numel + sum(self.groups[i].padded_numel for i in first)
-        budget = min(self.max_live - available, self.prefetch_numel)
-        out: list[int] = []
-        taken = 0
-        for j in upcoming:
-            if taken >= budget:
-                break
-            if j in gathered or j in self.inflight or j in first or j in out:
-                continue
-            out.append(j)
-            taken += self.groups[j].padded_numel
-        return out
-
     def issue(self, wanted: list[int], ahead: list[int]) -> None:
         """Check that every rank gathers the same unit, then start its all-gathers: ``wanted``
         (needed now) blocking, in one call; ``ahead`` (prefetched) asynchronously, in one call

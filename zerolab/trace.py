@@ -1,11 +1,5 @@
-"""Stage 3's fetch order: recorded in one pass, followed in the next, agreed across ranks.
-
-Each kind of pass (``"forward"`` with grad, ``"eval"`` without, ``"backward"``) records the order
-in which it uses groups (a :class:`FetchTrace`). The next pass of the same kind *follows* that
-trace: ``gather.py`` prefetches the groups it says come next, and releases a group after a
-module's forward or backward only if the trace does not use it again within ``stage3_max_reuse_distance``
-elements. A pass that uses a group the trace did not predict (eval, another branch) drops the
-trace and records anew.
+"""Stage 3's fetch order: DeepSpeed 0.19.8's coordinator trace (:class:`FetchTrace`: recorded in one
+step, followed from the next, prefetch and release by its rules), agreed across ranks.
 
 Ranks must gather the same groups in the same order, or their all-gathers would not match
 (a hang, or a crash of the transport). :func:`agree` all-gathers a 16-byte header (an id and a
