@@ -490,4 +490,8 @@ def test_a_peer_that_died_is_noticed_long_before_the_timeout():
     with pytest.raises(zerolab.RankError) as err:       # rank 1 died: the crew reports it ...
         zerolab.launch(die_in_collective, 2, backend="shm", echo=False, timeout=60)
     assert time.monotonic() - t0 < 30                   # ... and rank 0 did not wait out 60 s
-    assert "whose process has exited" in str(err.value)   # rank 0 said why it stopped waiting
+    # Who says it first is a race: rank 0's transport, which checks its peers' processes while it
+    # waits ("... whose process has exited"), or the crew, which watches every rank's process and
+    # gives the others 3 s to report before it stops them (on a busy machine rank 0 may be slower).
+    msg = str(err.value)
+    assert "whose process has exited" in msg or ("rank 1 died" in msg and "were stopped" in msg), msg

@@ -110,11 +110,19 @@ class UnitFetch:
             return comm.all_gather(out, shard, tag=tag, async_op=async_op)
         return all_gather_quantized(out, shard, tag, async_op, comm)
 
+    def refresh_each(self, ids: list[int], shards, full: dict) -> None:
+        """The persistent parameters ``ids`` after a step, DeepSpeed's way (``_post_step`` ->
+        ``_allgather_params_coalesced``): one all-gather per parameter, every one issued before
+        any is waited on."""
+        pending = [self.comm.all_gather(full[i], shards[i].clone(), tag=f"params {self.groups[i].label}",
+                                        async_op=True) for i in ids]
+        for work in pending:
+            work.wait()
+
     def refresh(self, ids: list[int], shards, full: dict) -> None:
-        """The persistent groups ``ids`` (kept whole in ``full``) after a step: one all-gather of
-        every persistent parameter, as DeepSpeed's ``_post_step`` gathers ``persistent_parameters``
-        in one ``all_gather_coalesced`` (untrained ones too). Never quantized (qwZ) nor inside hpZ's
-        group, as there."""
+        """The persistent groups ``ids`` (kept whole in ``full``) after a step, in one all-gather
+        (zerolab's module groups; per parameter it is ``refresh_each``). Never quantized (qwZ) nor
+        inside hpZ's group, as in DeepSpeed."""
         if not ids:
             return
         n = self.comm.world_size

@@ -286,10 +286,12 @@ class GatheredParams:
         gathers each persistent parameter in an all-gather of its own; zerolab's module groups
         gather them in one."""
         ids = [i for i in range(len(self.groups)) if self.persistent[i]]
-        for part in ([[i] for i in ids] if self.per_parameter else [ids]):
-            self.fetch.refresh(part, self.shards, self.full)
-            for i in part:
-                self.life.refreshed(i)
+        if self.per_parameter:
+            self.fetch.refresh_each(ids, self.shards, self.full)
+        else:
+            self.fetch.refresh(ids, self.shards, self.full)
+        for i in ids:
+            self.life.refreshed(i)
 
     def drop_secondary(self) -> None:
         """hpZ: the shards change (a step, a checkpoint): forget the trained groups' secondary
