@@ -404,6 +404,39 @@ def test_killed_driver_leaves_nothing_running(sig, ranks_are, tmp_path):
         driver.wait(10)
 
 
+def test_a_crew_killed_with_its_whole_process_group_is_swept_by_the_next(tmp_path):
+    """Jupyter shuts a kernel down by killing its process group: the driver and every rank at
+    once, so no rank is left to remove the crew's folder. The next crew started removes it (and
+    that driver's pymp-* folder); a live driver's folder is left alone."""
+    script, flag, info = tmp_path / "driver.py", tmp_path / "busy", tmp_path / "info.json"
+    script.write_text(DRIVER_SCRIPT)
+    with open(tmp_path / "driver.err", "w") as err:
+        driver = subprocess.Popen([PY, str(script), str(flag), "idle", str(info)], stdout=err, stderr=err,
+                                  env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (info.exists() and all(os.path.exists(f"{flag}.{r}") for r in range(2))):
+            assert driver.poll() is None, (tmp_path / "driver.err").read_text()
+            assert time.monotonic() < deadline, "the driver's crew did not start"
+            time.sleep(0.05)
+        started = json.loads(info.read_text())
+        with Crew(1, backend="gloo") as live:             # a live driver's folder: kept
+            zerolab.crew._sweep_stale_workdirs()
+            assert os.path.exists(started["workdir"]) and os.path.exists(live._workdir)
+            os.killpg(driver.pid, signal.SIGKILL)         # the whole group at once, as Jupyter does
+            driver.wait(10)
+            time.sleep(0.5)
+            assert os.path.exists(started["workdir"])     # nobody was left to clean up
+            zerolab.crew._sweep_stale_workdirs()          # what the next Crew() does first
+            assert not os.path.exists(started["workdir"])
+            assert not os.path.exists(started["mp_tempdir"])
+            assert os.path.exists(live._workdir)
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(10)
+
+
 # ----------------------------------------------------------------------------- two crews
 
 def test_two_crews_at_once_do_not_collide(crew2):

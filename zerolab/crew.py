@@ -95,6 +95,25 @@ def _died(rank: int, what: str, code: int | None = None) -> str:
     return T("rank {rank} died (exit code {code}) {during}", rank=rank, code=code, during=during)
 
 
+def _sweep_stale_workdirs() -> None:
+    """Remove the folders of crews whose driver was killed together with its ranks (Jupyter shuts
+    a kernel down by killing its whole process group: no rank is left to clean up), and the
+    forkserver folder that driver left. A folder is stale when the pid in its ``driver`` file is
+    gone; one being created (no file yet) or of a live driver is left alone."""
+    import glob
+    from .procs import pid_alive
+    for d in glob.glob(os.path.join(tempfile.gettempdir(), "zerolab-crew-*")):
+        try:
+            with open(os.path.join(d, "driver")) as f:
+                pid, *mp_tmp = f.read().split("\n")
+            if pid_alive(int(pid)):
+                continue
+        except (OSError, ValueError):
+            continue
+        for path in (d, *[m for m in mp_tmp if os.path.basename(m).startswith("pymp-")]):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 _LIVE_CREWS: "weakref.WeakSet[Crew]" = weakref.WeakSet()
 
 
@@ -182,7 +201,10 @@ class Crew:
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", "cloudpickle", "zerolab.crew",
                                    "zerolab.crew_worker"])
+        _sweep_stale_workdirs()
         self._workdir = tempfile.mkdtemp(prefix="zerolab-crew-")
+        with open(os.path.join(self._workdir, "driver"), "w") as f:    # for _sweep_stale_workdirs
+            f.write("\n".join(map(str, _driver_tmp(0))))
         self._store = dist.TCPStore("127.0.0.1", 0, self.world_size, is_master=True,
                                     wait_for_workers=False,
                                     timeout=datetime.timedelta(seconds=self.start_timeout))

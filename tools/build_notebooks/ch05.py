@@ -695,6 +695,8 @@ names the likely mistake. To see the full traceback as well, run
 `import zerolab.checks; zerolab.checks.full_tracebacks()` and run the check cell again.
 """),
 code("""
+import textwrap
+
 import torch
 
 import zerolab
@@ -745,7 +747,8 @@ def layout(sub_group_size):
 
 whole = crew.run(layout, 10**9)[0]
 print(f"states {whole['where']!r} (host memory), masters {whole['dtype']}")
-print("rank 0's groups, shard sizes in elements: " + ", ".join(str(b - a) for i, a, b in whole["tiles"]))
+print(textwrap.fill("rank 0's groups, shard sizes in elements: " + ", ".join(str(b - a) for i, a, b in whole["tiles"]),
+                    96, subsequent_indent="    "))
 print(f"sub_group_size 10**9 (DeepSpeed's default): {len(whole['sub_groups'])} sub-group of "
       f"{len(whole['tiles'])} tiles")
 """),
@@ -760,7 +763,8 @@ tiles = small["tiles"]
 print(f"sub_group_size 200: {len(tiles)} tiles in {len(small['sub_groups'])} sub-groups; the first six:")
 for k, sg in enumerate(small["sub_groups"][:6]):
     parts = [f"tile {j} = group {tiles[j][0]} [{tiles[j][1]}:{tiles[j][2]}]" for j in sg]
-    print(f"  sub-group {k}: " + ", ".join(parts) + f"; {sum(tiles[j][2] - tiles[j][1] for j in sg)} elements")
+    print(textwrap.fill(f"sub-group {k}: " + ", ".join(parts) + f"; {sum(tiles[j][2] - tiles[j][1] for j in sg)} "
+                        "elements", 96, initial_indent="  ", subsequent_indent="    "))
 """),
 md("""
 ## Two facts the contract rests on

@@ -422,7 +422,8 @@ and changes nothing (it decides only which rank owns which gradient, never a num
 code("""
 pt, pf = persist, prefetch
 print(f"checklist   the {PSI:,}-parameter MLP all persistent: "
-      f"{c['gathers'] - refresh} gathers in forward/backward, {refresh} after the step (one per parameter)")
+      f"{c['gathers'] - refresh} gathers in forward/backward,")
+print(f"            {refresh} after the step (one per parameter)")
 print(f"persistence gathers per step at threshold 0 / 64 / 4,096: {pt['0']['gathers']} / "
       f"{pt['64']['gathers']} / {pt['4,096']['gathers']};")
 print(f"            param bytes per rank {pt['0']['param_bytes']:,} / {pt['64']['param_bytes']:,} / "
@@ -430,7 +431,8 @@ print(f"            param bytes per rank {pt['0']['param_bytes']:,} / {pt['64'][
 print(f"prefetch    all-gather calls per step {pf[0]['calls']} (off) -> {pf[50_000_000]['calls']} (5e7); "
       f"peak {pf[0]['peak']:,} -> {pf[50_000_000]['peak']:,} elements;")
 print(f"            bytes {pf[0]['gathered_bytes']:,} -> {pf[50_000_000]['gathered_bytes']:,} at reuse "
-      f"distance 0 (the prefetcher's marks keep each weight for backward)")
+      f"distance 0")
+print("            (the prefetcher's marks keep each weight for backward)")
 print(f"max_live    a budget of 1,000 still gathers a {live[1000]['peak']:,}-element module;")
 print(f"            groups prefetched {live[0]['prefetched']} at 0, {live[1000]['prefetched']} at 1,000, "
       f"{live[10 ** 9]['prefetched']} at 1e9")

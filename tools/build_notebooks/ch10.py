@@ -649,7 +649,8 @@ for label, get in rows:
     a, p, b = get(lm4[2]), get(paper2), get(lm4[3])
     print(f"  {label:36}{a:>11,.0f}{p:>11,.0f}{b:>11,.0f}{b / a:>8.2f}")
 print(f"  traffic in Ψ units: stage 2 {in_psi(lm4[2]['wire'], n):.3f} (DeepSpeed), {in_psi(paper2['wire'], n):.3f}"
-      f" (paper), stage 3 {in_psi(lm4[3]['wire'], n):.3f}   (formulas 3, 2; stage 3: 2 with DeepSpeed's prefetch)")
+      f" (paper), stage 3 {in_psi(lm4[3]['wire'], n):.3f}")
+print("    (formulas 3, 2; stage 3: 2 with DeepSpeed's prefetch)")
 print(f"  stage 3's calls: {', '.join(f'{op} {c}' for op, (c, _) in sorted(lm4[3]['by_op'].items()))};")
 print(f"    not among them: {lm4[3]['checks']} order checks of 16 bytes, zerolab's own (DeepSpeed sends none)")
 no_prefetch = crew.run(measure, 3, stage3_prefetch_bucket_size=0)[0]
@@ -716,18 +717,19 @@ cases = [("stage 0 (DDP)", 0, False, 1), (f"stage 1, {DS}", 1, False, 1), (f"sta
          (f"stage 2, {DS}", 2, False, 1), (f"stage 2, {PAPER}", 2, True, 1),
          ("stage 2, 4 micro-batches, DeepSpeed's", 2, False, 4), ("stage 2, 4 micro-batches, paper", 2, True, 4)]
 print(f"N = {n}, bf16, Ψ = {PSI_LM:,}: one optimizer step, one rank's wire")
-print(f"{'':38}{'collectives (calls × wire bytes)':<50}{'in Ψ':>7}")
+COLUMNS = ("all_gather", "all_reduce", "reduce_scatter")        # each: calls × wire bytes
+print(f"{'':38}" + "".join(f"{op:>17}" for op in COLUMNS) + f"{'in Ψ':>7}")
 traffic3 = {}
 for label, stage, ideal, accumulate in cases:
     r = crew.run(measure, stage, accumulate=accumulate, global_batch=48, ideal=ideal)[0]
     ops = r["by_op"]
     wire = sum(w for _, w in ops.values())
     traffic3[label] = in_psi(wire, n)
-    text = ", ".join(f"{op} {c} × {w:,.0f}" for op, (c, w) in sorted(ops.items()))
-    print(f"{label:38}{text:<50}{in_psi(wire, n):>7.3f}")
+    cols = "".join(f"{f'{ops[op][0]} × {ops[op][1]:,.0f}' if op in ops else '-':>17}" for op in COLUMNS)
+    print(f"{label:38}{cols}{in_psi(wire, n):>7.3f}")
 """),
 md(r"""
-(The 16-byte all-reduce of the overflow check is left out of the table.) Stages 1 and 2 with the
+(The all_reduce column holds the 4-byte gradient-norm all-reduce too: 6 bytes on the wire at N = 4.) Stages 1 and 2 with the
 paper's reduce-scatter move exactly DDP's 2Ψ. DeepSpeed's default moves **3Ψ**, as much as stage
 3. And stage 2 with gradient accumulation pays the gradients in every micro-batch (it cannot keep
 the full gradient between them; that is the memory it saves): 4 × 2 + 1 = **9Ψ** DeepSpeed's way,

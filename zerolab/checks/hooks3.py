@@ -352,10 +352,11 @@ def check_gather_hooks(cls, *, worlds: tuple[int, ...] = WORLDS, steps: int = ST
         for (name, world), res in results.items():
             mine = res["yours"]
             n = len(mine["gathers"])
-            print(T("{world} ranks, {steps} steps: {n} all-gathers, {bytes:,} bytes on rank 0, peak {peak:,} elements: "
-                    "as zerolab's hooks", world=world, steps=steps, n=n, bytes=sum(b for _, b in mine["gathers"]),
-                    peak=mine["peak"]) + f" ({T.text(name)})")
-        print(T("losses and parameters bit for bit those of zerolab's hooks (tied head, two external weights, "
-            "a checkpointed block)"))
+            print(fill(T("{world} ranks, {steps} steps: {n} all-gathers, {bytes:,} bytes on rank 0, peak {peak:,} "
+                         "elements: as zerolab's hooks", world=world, steps=steps, n=n,
+                         bytes=sum(b for _, b in mine["gathers"]), peak=mine["peak"]) + f" ({T.text(name)})",
+                       96, subsequent_indent="    "))
+        print(fill(T("losses and parameters bit for bit those of zerolab's hooks (tied head, two external weights, "
+                     "a checkpointed block)"), 96, subsequent_indent="    "))
     passed(T("your hooks gather, release and gather again as zerolab's on {worlds} ranks",
              worlds=T(" and ").join(map(str, worlds))))

@@ -270,8 +270,8 @@ zerolab 发出的是 DeepSpeed 的集合通信，论文的 reduce-scatter 是它
 **先预测，再运行。** 以 Ψ 为单位：DDP 搬 2。Stage 1 和 stage 2，按 DeepSpeed 的做法和按论文的做法各是多少？
 每步 4 个微批次的 stage 2，两种做法又各是多少？
 """),
-"ch10b-06": ("976362c9461d", r"""
-（表里没有列出溢出检查的那次 16 字节 all-reduce。）用论文的 reduce-scatter，stage 1 和 2 搬的恰好是 DDP 的 2Ψ。
+"ch10b-06": ("776c9a05afa7", r"""
+（all_reduce 一栏里也有那次 4 字节的梯度范数 all-reduce：N = 4 时线上 6 字节。）用论文的 reduce-scatter，stage 1 和 2 搬的恰好是 DDP 的 2Ψ。
 DeepSpeed 的默认设置搬 **3Ψ**，和 stage 3 一样多。而带梯度累积的 stage 2 每个微批次都要为梯度付一次账
 （它不能在微批次之间保留完整梯度，省下的正是这块显存）：按 DeepSpeed 的做法是 4 × 2 + 1 = **9Ψ**，按论文是 4 + 1 = 5Ψ。
 所以这个说法按论文的表述是对的，对 DeepSpeed 的默认配置不对，对带梯度累积的 stage 2 也不对。引用论文之前，先看看你的配置；
