@@ -6,8 +6,11 @@ the wrong thing), and a key that has no effect in zerolab is accepted and listed
 ``Config.ignored_settings`` (:mod:`zerolab.config_keys` holds the table of every key). The batch
 triple is derived exactly as DeepSpeed derives it. All problems are collected and raised together
 in one :class:`ConfigError`, so a config is fixed in one pass; the messages are in the edition's
-language (``zerolab/i18n.py``). Every default is read from the dataclasses of
-:mod:`zerolab.config_types`. Users import all of this from :mod:`zerolab.config`.
+language (``zerolab/i18n.py``). Which keys a block has, how each is read and its default all
+come from the declarations of :mod:`zerolab.config_keys` (:func:`~zerolab.config_values.read_fields`
+reads a block's fields in declaration order); the code here holds only what ties keys together
+(the batch triple, stage-dependent checks, aliases). Users import all of this from
+:mod:`zerolab.config`.
 """
 from __future__ import annotations
 
@@ -18,8 +21,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import config_keys as K
-from .config_types import (BF16Config, Config, ConfigError, FP16Config, OffloadConfig, OptimizerConfig,
-                           SchedulerConfig, ZeroConfig, ZerolabConfig, T, _freeze, _thaw)
+from .config_types import (BF16Config, Config, ConfigError, FP16Config, OptimizerConfig, SchedulerConfig, ZeroConfig,
+                           ZerolabConfig, T, _freeze, _thaw)
 
 __all__ = ["load_config"]
 
@@ -80,15 +83,9 @@ def _parse(d: dict, world_size: int) -> tuple[Config, K.Problems]:
     """The config as far as it can be read, and every problem found (the caller decides)."""
     p = K.Problems()
     K.check_keys(p, d, "", K.TOP)
-    g = lambda key, conv, default: K.read(p, d, "", key, conv, default)  # noqa: E731
+    top = K.read_fields(p, d, "", K.TOP)              # the batch triple first, then Config's scalars
     names = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
-    batch = [g(k, K.as_int(lo=1), None) for k in names]
-    D = {f.name: f.default for f in dataclasses.fields(Config)}     # every default is the dataclass's
-    top = {k: g(k, conv, D[k]) for k, conv in (
-        ("gradient_clipping", K.as_num(lo=0)),
-        ("communication_data_type", K.optional(K.one_of("fp32", "fp16", "bf16", lower=True))),
-        ("steps_per_print", K.optional(K.as_int(lo=1))), ("wall_clock_breakdown", K.as_bool),
-        ("zero_allow_untested_optimizer", K.as_bool), ("dataloader_drop_last", K.as_bool))}
+    batch = [top.pop(k) for k in names]
     aio = K.read_block(p, d, "aio", "aio")
     if aio is not None:  # accepted and unused, but a typo in it is still a typo
         K.check_keys(p, aio, "aio", K.AIO)
@@ -99,8 +96,7 @@ def _parse(d: dict, world_size: int) -> tuple[Config, K.Problems]:
     bf16_block = K.read_block(p, d, bf16_key, bf16_key)
     if bf16_block is not None:
         K.check_keys(p, bf16_block, bf16_key, K.BF16)
-    bf16 = BF16Config(enabled=K.read(p, bf16_block, bf16_key, "enabled", K.as_bool, False),
-                      check_grad_overflow=K.read(p, bf16_block, bf16_key, "check_grad_overflow", K.as_bool, True))
+    bf16 = BF16Config(**K.read_fields(p, bf16_block, bf16_key, K.BF16))
     if fp16.enabled and bf16.enabled:
         p.add(T("'fp16.enabled' and '{bf16}.enabled' are both true: bfloat16 and fp16 modes cannot be enabled "
                 "together (DeepSpeed asserts the same); pick one", bf16=bf16_key))
@@ -157,19 +153,14 @@ def _parse_fp16(p: K.Problems, b: dict | None) -> FP16Config:
     if b is None:
         return FP16Config()
     K.check_keys(p, b, "fp16", K.FP16)
-    D = FP16Config()                      # every default is the dataclass's (DeepSpeed's: FP16_DEFAULTS)
-    g = lambda key, conv: K.read(p, b, "fp16", key, conv, getattr(D, key))  # noqa: E731
-    enabled, loss_scale = g("enabled", K.as_bool), g("loss_scale", K.as_num(lo=0))
+    g = lambda key: K.read(p, b, "fp16", key, K.FP16[key].read, K.FP16[key].field_default)  # noqa: E731
+    enabled, loss_scale = g("enabled"), g("loss_scale")
     # As DeepSpeed 0.19.8: window and floor must be > 0 only where they act (dynamic scaling on).
     dyn = T(" when dynamic loss scaling is on (fp16 enabled, loss_scale 0)")
-    positive = K.as_int(lo=1, note=dyn) if enabled and loss_scale == 0 else K.as_int()
-    return FP16Config(enabled=enabled, loss_scale=loss_scale,
-                      initial_scale_power=g("initial_scale_power", K.as_int(lo=0)),
-                      loss_scale_window=g("loss_scale_window", positive),
-                      hysteresis=g("hysteresis", K.as_int(lo=1)),
-                      consecutive_hysteresis=g("consecutive_hysteresis", K.as_bool),
-                      min_loss_scale=float(g("min_loss_scale", positive)),
-                      auto_cast=g("auto_cast", K.as_bool))
+    readers = {} if not (enabled and loss_scale == 0) else dict.fromkeys(
+        ("loss_scale_window", "min_loss_scale"), K.as_int(lo=1, note=dyn))
+    kw = K.read_fields(p, b, "fp16", K.FP16, given={"enabled": enabled, "loss_scale": loss_scale}, readers=readers)
+    return FP16Config(**{**kw, "min_loss_scale": float(kw["min_loss_scale"])})
 
 
 def _parse_zero(p: K.Problems, d: dict) -> ZeroConfig:
@@ -190,27 +181,14 @@ def _parse_zero(p: K.Problems, d: dict) -> ZeroConfig:
             b[long] = b.pop(short)
     below3 = b.get("stage", 0) in (0, 1, 2) and not isinstance(b.get("stage"), bool)
     K.check_keys(p, b, path, {**K.ZERO, **K.ZEROPP_BELOW_STAGE3} if below3 else K.ZERO)
-    D = ZeroConfig()                      # every default is the dataclass's: one home
-    g = lambda key, conv: K.read(p, b, path, key, conv, getattr(D, key))  # noqa: E731
-    stage = g("stage", K.as_int(lo=0, hi=3))
-    overlap = K.read(p, b, path, "overlap_comm", K.optional(K.as_bool), None)   # DeepSpeed's None: by stage
+    stage = K.read(p, b, path, "stage", K.ZERO["stage"].read, K.ZERO["stage"].default)
+    overlap = K.read(p, b, path, "overlap_comm", K.ZERO["overlap_comm"].read, None)   # DeepSpeed's None: by stage
     if stage == 3 and b.get("zero_quantized_gradients") is True and b.get("reduce_scatter") is False:
         p.add(T("'{path}.zero_quantized_gradients' needs '{path}.reduce_scatter' true (DeepSpeed 0.19.8's stage 3 "
                 "asserts it: qgZ replaces the reduce-scatter); remove reduce_scatter: false or turn qgZ off", path=path))
-    flag, size, count = K.as_bool, K.as_int(lo=1), K.as_int(lo=0)
-    read = {k: g(k, conv) for k, conv in (                 # in this order (the problems are listed so)
-        ("contiguous_gradients", flag), ("reduce_scatter", flag), ("use_multi_rank_bucket_allreduce", flag),
-        ("reduce_bucket_size", size), ("allgather_bucket_size", size), ("allgather_partitions", flag),
-        ("sub_group_size", count), ("stage3_param_persistence_threshold", count),
-        ("stage3_model_persistence_threshold", count), ("stage3_prefetch_bucket_size", count),
-        ("stage3_max_live_parameters", count), ("stage3_max_reuse_distance", count),
-        ("zero_hpz_partition_size", count))}
-    offload_optimizer = _parse_offload(p, b, "offload_optimizer", stage)
-    offload_param = _parse_offload(p, b, "offload_param", stage)
-    read.update({k: g(k, flag) for k in ("ignore_unused_parameters", "zero_quantized_weights",
-                                          "zero_quantized_gradients")})
-    return ZeroConfig(stage=stage, overlap_comm=(stage == 3) if overlap is None else overlap,
-                      offload_optimizer=offload_optimizer, offload_param=offload_param, **read)
+    given = {"stage": stage, "overlap_comm": (stage == 3) if overlap is None else overlap}
+    return ZeroConfig(**K.read_fields(p, b, path, K.ZERO, given=given,
+                                      sub=lambda kind: _parse_offload(p, b, kind, stage)))
 
 
 def _parse_zerolab(p: K.Problems, d: dict) -> ZerolabConfig:
@@ -218,27 +196,21 @@ def _parse_zerolab(p: K.Problems, d: dict) -> ZerolabConfig:
     if b is None:
         return ZerolabConfig()
     K.check_keys(p, b, "zerolab", K.ZEROLAB)
-    default = ZerolabConfig()
-    return ZerolabConfig(**{k: K.read(p, b, "zerolab", k, K.as_bool, getattr(default, k))
-                            for k in ("ideal_reduce_scatter", "order_checks", "module_groups")})
+    return ZerolabConfig(**K.read_fields(p, b, "zerolab", K.ZEROLAB))
+
+
+_ZERO_DEFAULT = ZeroConfig()
 
 
 def _parse_offload(p: K.Problems, zero: dict, kind: str, stage: int) -> OffloadConfig:
     path, is_opt = f"zero_optimization.{kind}", kind == "offload_optimizer"
-    default = OffloadConfig(buffer_count=4 if is_opt else 5)
+    default = getattr(_ZERO_DEFAULT, kind)            # the block's declared defaults (buffer_count 4 or 5)
     b = K.read_block(p, zero, kind, path)
     if b is None:
         return default
-    K.check_keys(p, b, path, K.OFFLOAD_OPTIMIZER if is_opt else K.OFFLOAD_PARAM)
-    g = lambda key, conv: K.read(p, b, path, key, conv, getattr(default, key))  # noqa: E731
-    if is_opt:
-        kw = {k: g(k, K.as_bool) for k in ("pipeline_read", "pipeline_write", "fast_init")}
-        kw["ratio"] = g("ratio", K.as_num(0, 1))
-    else:
-        kw = {k: g(k, K.as_int(lo=0)) for k in ("buffer_size", "max_in_cpu")}
-    cfg = OffloadConfig(device=g("device", K.one_of("none", "cpu", "nvme")), pin_memory=g("pin_memory", K.as_bool),
-                        nvme_path=g("nvme_path", K.optional(K.as_str)),
-                        buffer_count=g("buffer_count", K.as_int(lo=0)), **kw)
+    table = K.ZERO[kind].block
+    K.check_keys(p, b, path, table)
+    cfg = dataclasses.replace(default, **K.read_fields(p, b, path, table))
     if cfg.ratio < 1 and stage != 3:
         p.add(T("'{path}.ratio' < 1 (partial offload) needs ZeRO stage 3, as in DeepSpeed; stage is {stage}",
                 path=path, stage=stage))
@@ -279,14 +251,13 @@ def _parse_optimizer(p: K.Problems, d: dict) -> OptimizerConfig | None:
         return None
     params = K.read_block(p, b, "params", "optimizer.params") or {}
     K.check_keys(p, params, "optimizer.params", K.OPTIMIZER_PARAMS[name])
-    convs = {"lr": K.as_num(lo=0), "betas": K.as_betas, "eps": K.as_num(lo=0), "weight_decay": K.as_num(lo=0),
-             "momentum": K.as_num(lo=0), "dampening": K.as_num(), "nesterov": K.as_bool}
-    defaults = K.SGD_DEFAULTS if name == "SGD" else K.ADAM_DEFAULTS
-    out = {k: K.read(p, params, "optimizer.params", k, convs[k], v) for k, v in defaults.items()}
+    # adam_w_mode picks the class (read for "Adam" only; "AdamW" is AdamW whatever it says); the rest
+    # are the torch constructor's arguments, with the defaults of the class DeepSpeed builds
+    out = K.read_fields(p, params, "optimizer.params", K.OPTIMIZER_PARAMS[name],
+                        given={"adam_w_mode": True} if name == "AdamW" else {})
+    adam_w_mode = name != "SGD" and out.pop("adam_w_mode")
     if name == "SGD" and out["nesterov"] and (out["momentum"] <= 0 or out["dampening"] != 0):
         p.add(T("'optimizer.params.nesterov' needs momentum > 0 and dampening 0 (torch.optim.SGD refuses otherwise)"))
-    adam_w_mode = name == "AdamW" or (name == "Adam" and K.read(p, params, "optimizer.params", "adam_w_mode",
-                                                                K.as_bool, True))
     return OptimizerConfig(name, _freeze(out), adam_w_mode)
 
 

@@ -1,23 +1,23 @@
 """DeepSpeed's JSON config as frozen dataclasses: what :mod:`zerolab.config_parse` reads a config into.
 
-The defaults are DeepSpeed 0.19.8's *code* defaults (not its docs'), written once, here: the
-parser reads them from these classes. The dataclasses are frozen and hold only read-only values
-(tuples, :class:`FrozenDict`) so one Config can be shared by every rank and pickled to them.
-:class:`ConfigError` carries every problem the parser found. Users import all of this from
-:mod:`zerolab.config`.
+The block dataclasses (``ZeroConfig``, ``OffloadConfig``, ``FP16Config``, ``BF16Config``,
+``ZerolabConfig``) are generated from the key declarations of :mod:`zerolab.config_keys`: a
+declared field there is a field here, with its type and DeepSpeed 0.19.8's *code* default, so a
+key is written once. :class:`Config` itself is written out (its batch triple, world size, blocks
+and methods), its scalar defaults read from the same declarations. The dataclasses are frozen
+and hold only read-only values (tuples, :class:`FrozenDict`) so one Config can be shared by
+every rank and pickled to them. :class:`ConfigError` carries every problem the parser found.
+Users import all of this from :mod:`zerolab.config`.
 """
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from typing import Any
 
 import torch
 
 from . import config_keys as K
-from .loss_scaler import FP16_DEFAULTS
-
 from .i18n import catalogue
 
 T = catalogue("config")      # the parser's messages in the edition's language (zerolab/messages_zh.py)
@@ -115,48 +115,40 @@ class SchedulerConfig:
     params: Mapping[str, Any] = field(default_factory=FrozenDict)
 
 
-@dataclass(frozen=True)
-class FP16Config:
-    enabled: bool = False
-    loss_scale: float = float(FP16_DEFAULTS["loss_scale"])                 # 0 = dynamic
-    initial_scale_power: int = FP16_DEFAULTS["initial_scale_power"]
-    loss_scale_window: int = FP16_DEFAULTS["loss_scale_window"]
-    hysteresis: int = FP16_DEFAULTS["hysteresis"]
-    consecutive_hysteresis: bool = FP16_DEFAULTS["consecutive_hysteresis"]
-    min_loss_scale: float = float(FP16_DEFAULTS["min_loss_scale"])
-    auto_cast: bool = False          # only False runs (True is refused: not implemented)
-
-    @property
-    def dynamic(self) -> bool:
-        return self.loss_scale == 0
-
-
-@dataclass(frozen=True)
-class BF16Config:
-    enabled: bool = False
-    # DeepSpeed 0.19.8: under ZeRO + bf16, skip the step when the gradient norm is inf/nan.
-    check_grad_overflow: bool = True
+def _block_class(name: str, tables: tuple, doc: str, **namespace: Any) -> type:
+    """A frozen dataclass with one field per declared field of ``tables`` (the first table's
+    default wins where two share a key), in declaration order: the declaration in
+    :mod:`zerolab.config_keys` is the field's one home, its name, type and default."""
+    fields, seen = [], set()
+    for table in tables:
+        for key, spec in table.items():
+            if spec.is_field and key not in seen:
+                seen.add(key)
+                default = _BLOCKS[id(spec.block)](spec.block) if spec.block is not None else spec.field_default
+                fields.append((key, spec.annotation, field(default=default)))
+    cls = make_dataclass(name, fields, frozen=True, namespace={"__doc__": doc, "__module__": __name__, **namespace})
+    for table in tables:
+        _BLOCKS[id(table)] = lambda t, cls=cls: cls(**{k: v.field_default for k, v in t.items() if v.is_field})
+    return cls
 
 
-@dataclass(frozen=True)
-class OffloadConfig:
-    """``offload_optimizer`` / ``offload_param`` (run by ``offload.py`` and ``gather.py``); with
-    device "none" the other keys do nothing. Defaults are DeepSpeed 0.19.8's (pin_memory is True)."""
-    device: str = "none"             # "none" | "cpu" | "nvme"
-    pin_memory: bool = True
-    nvme_path: str | None = None
-    buffer_count: int = 4            # offload_param: 5
-    buffer_size: int = 100_000_000   # offload_param only
-    max_in_cpu: int = 1_000_000_000  # offload_param only
-    pipeline_read: bool = False      # offload_optimizer only, and so below
-    pipeline_write: bool = False
-    fast_init: bool = False
-    ratio: float = 1.0
+_BLOCKS: dict = {}    # id(table) -> its dataclass's instance of the table's defaults (a sub-block's default)
 
+FP16Config = _block_class("FP16Config", (K.FP16,), """The ``fp16`` block (``zerolab/loss_scaler.py``);
+    ``auto_cast``: only False runs (True is refused: not implemented).""",
+                          dynamic=property(lambda self: self.loss_scale == 0,
+                                           doc="Dynamic loss scaling (loss_scale 0, the default)."))
 
-@dataclass(frozen=True)
-class ZeroConfig:
-    """The ``zero_optimization`` block. Sizes are in elements, not bytes.
+BF16Config = _block_class("BF16Config", (K.BF16,), """The ``bf16`` block (DeepSpeed's old name: ``bfloat16``).
+    ``check_grad_overflow``: under ZeRO + bf16, skip the step when the gradient norm is inf/nan.""")
+
+OffloadConfig = _block_class("OffloadConfig", (K.OFFLOAD_OPTIMIZER, K.OFFLOAD_PARAM), """``offload_optimizer`` /
+    ``offload_param`` (run by ``offload.py`` and ``gather.py``); with device "none" the other keys do nothing.
+    One class for both blocks: the defaults are ``offload_optimizer``'s (DeepSpeed 0.19.8's; pin_memory is
+    True), ``ZeroConfig().offload_param`` holds ``offload_param``'s (buffer_count 5); ``buffer_size`` and
+    ``max_in_cpu`` are offload_param's only, the pipelines, ``fast_init`` and ``ratio`` offload_optimizer's.""")
+
+ZeroConfig = _block_class("ZeroConfig", (K.ZERO,), """The ``zero_optimization`` block. Sizes are in elements, not bytes.
 
     Every key is parsed and checked, but only some are read by the engine: see the statuses in
     :mod:`zerolab.config_keys` (``contiguous_gradients``, ``allgather_bucket_size``,
@@ -165,35 +157,12 @@ class ZeroConfig:
     ``use_multi_rank_bucket_allreduce`` pick DeepSpeed's collectives: at stages 1-2 each bucket
     is all-reduced (both true, the default, or ``reduce_scatter`` false) or reduced to each of
     its owners (``use_multi_rank_bucket_allreduce`` false); at stage 3 each bucket is
-    reduce-scattered (``reduce_scatter`` true) or all-reduced."""
-    stage: int = 0
-    contiguous_gradients: bool = True
-    reduce_scatter: bool = True
-    use_multi_rank_bucket_allreduce: bool = True
-    reduce_bucket_size: int = 500_000_000
-    allgather_bucket_size: int = 500_000_000
-    overlap_comm: bool = False       # DeepSpeed's None, resolved: True iff stage == 3
-    allgather_partitions: bool = True
-    round_robin_gradients: bool = False
-    sub_group_size: int = 1_000_000_000
-    stage3_param_persistence_threshold: int = 100_000
-    stage3_model_persistence_threshold: int = sys.maxsize   # cap on the total persistent numel
-    stage3_prefetch_bucket_size: int = 50_000_000
-    stage3_max_live_parameters: int = 1_000_000_000
-    stage3_max_reuse_distance: int = 1_000_000_000
-    offload_optimizer: OffloadConfig = OffloadConfig()
-    offload_param: OffloadConfig = OffloadConfig(buffer_count=5)
-    ignore_unused_parameters: bool = True
-    zero_quantized_weights: bool = False     # qwZ (stage 3, gather.py): int8 parameter all-gathers
-    zero_quantized_gradients: bool = False   # qgZ (stage 3 on >1 node, reduce.py): int4 all-to-all reduction
-    zero_hpz_partition_size: int = 1         # hpZ (stage 3, hpz.py): secondary shard over h ranks; 0 and 1: off
+    reduce-scattered (``reduce_scatter`` true) or all-reduced. ``overlap_comm`` holds DeepSpeed's
+    None resolved: True iff stage == 3.""")
 
-
-@dataclass(frozen=True)
-class ZerolabConfig:
-    """The ``zerolab`` block: zerolab's own options, where it does something DeepSpeed does not.
-    Everything else in a config means what it means in DeepSpeed 0.19.8; these are opt-in and
-    named so that a ledger never shows zerolab's mechanism as DeepSpeed's.
+ZerolabConfig = _block_class("ZerolabConfig", (K.ZEROLAB,), """The ``zerolab`` block: zerolab's own options,
+    where it does something DeepSpeed does not. Everything else in a config means what it means in DeepSpeed
+    0.19.8; these are opt-in and named so that a ledger never shows zerolab's mechanism as DeepSpeed's.
 
     ``ideal_reduce_scatter``: at stages 1-2, reduce-scatter each bucket (the ZeRO paper's Psi per
     step, each rank receiving only its shard; each bucket is then its own partition) instead of
@@ -202,10 +171,9 @@ class ZerolabConfig:
     through the model raise an error naming the modules instead of hanging (DeepSpeed sends
     none; the ledger files them apart, as ``kind == "check"``). ``module_groups``: at stage 3,
     partition, pad, persist and gather each module's own parameters as one flat group (fewer,
-    larger calls) instead of DeepSpeed's layout, one partition per parameter."""
-    ideal_reduce_scatter: bool = False
-    order_checks: bool = True
-    module_groups: bool = False
+    larger calls) instead of DeepSpeed's layout, one partition per parameter.""")
+
+_TOP = K.defaults(K.TOP)      # Config's scalar defaults, as declared
 
 
 @dataclass(frozen=True)
@@ -215,18 +183,18 @@ class Config:
     train_micro_batch_size_per_gpu: int
     gradient_accumulation_steps: int
     world_size: int
-    gradient_clipping: float = 1.0   # DeepSpeed 0.19.8's default; 0 = off
+    gradient_clipping: float = _TOP["gradient_clipping"]   # 0 = off
     optimizer: OptimizerConfig | None = None
     scheduler: SchedulerConfig | None = None     # None: no scheduler (the lr stays the optimizer's)
     zero: ZeroConfig = ZeroConfig()
     zerolab: ZerolabConfig = ZerolabConfig()     # zerolab's own opt-in options (not DeepSpeed's)
     fp16: FP16Config = FP16Config()
     bf16: BF16Config = BF16Config()
-    communication_data_type: str | None = None   # None | "fp32" | "fp16" | "bf16"
-    steps_per_print: int | None = None           # DeepSpeed 0.19.8: None = never print progress
-    wall_clock_breakdown: bool = False
-    zero_allow_untested_optimizer: bool = False
-    dataloader_drop_last: bool = False           # read by zerolab.deepspeed.initialize's data loader
+    communication_data_type: str | None = _TOP["communication_data_type"]    # None | "fp32" | "fp16" | "bf16"
+    steps_per_print: int | None = _TOP["steps_per_print"]    # DeepSpeed 0.19.8: None = never print progress
+    wall_clock_breakdown: bool = _TOP["wall_clock_breakdown"]
+    zero_allow_untested_optimizer: bool = _TOP["zero_allow_untested_optimizer"]
+    dataloader_drop_last: bool = _TOP["dataloader_drop_last"]    # read by zerolab.deepspeed.initialize's loader
     raw: Mapping[str, Any] = field(default_factory=FrozenDict, repr=False, compare=False)
 
     @property

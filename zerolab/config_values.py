@@ -1,15 +1,26 @@
-"""The small readers of :mod:`zerolab.config`'s parser: each checks one value of the DeepSpeed
-JSON (``as_bool``, ``as_int``, ``one_of``, ...) and :func:`read` records a bad one in a
-:class:`Problems` and hands back the default, never raising, so that
-:func:`zerolab.config.load_config` reports all problems at once. The table of keys and their
-statuses is :mod:`zerolab.config_keys`, which re-exports these names.
+"""The machinery of the config layer's key declarations (:mod:`zerolab.config_keys` holds the
+declarations themselves and re-exports all of this):
+
+* :class:`Key`, one DeepSpeed key as declared once: its status, DeepSpeed's meaning, its inert
+  values, and, for a key that is a field of a config dataclass, its reader and default;
+* the readers (``as_bool``, ``as_int``, ``one_of``, ...): each checks one value of the DeepSpeed
+  JSON and carries what it expects in words (``expected``), the field type it yields (``type``)
+  and its JSON Schema (``schema``), so that one reader in a declaration gives the parser's check,
+  the dataclass annotation and the editors' schema;
+* :func:`read` and :func:`read_fields` (and :func:`zerolab.config_keys.check_keys`), which
+  never raise: they record every problem in a :class:`Problems` and hand back the default, so that
+  :func:`zerolab.config.load_config` reports all problems at once.
+
+It sits at the bottom of the layer (it imports only :mod:`zerolab.i18n`), so every other config
+module can read declarations without an import cycle.
 """
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .i18n import catalogue
@@ -18,6 +29,54 @@ T = catalogue("config")      # the readers' messages in the edition's language (
 
 # Inert marker for a block: {} or {"enabled": false} (also null) asks for nothing.
 DISABLED_BLOCK = object()
+
+# A key's status: what zerolab does with it (zerolab.config_keys says what each one means).
+IMPLEMENTED = "implemented"
+NO_EFFECT = "no effect"
+NOT_IMPLEMENTED = "not implemented"
+REMOVED = "removed"
+
+NO_FIELD = object()     # Key.default of a key that is not a field of its block's dataclass
+
+
+@dataclass(frozen=True)
+class Key:
+    """One DeepSpeed key, declared once (the tables of :mod:`zerolab.config_keys`).
+
+    ``status`` and ``what`` (DeepSpeed's meaning in one line; shown where the status is not
+    IMPLEMENTED) and ``inert`` (NOT_IMPLEMENTED: the values that ask for nothing) say what zerolab
+    does with the key. A key with a ``default`` is a field of its block's dataclass (generated
+    from the table by :mod:`zerolab.config_types`), read by ``read`` (a reader below; None: the
+    field keeps its default), with ``type`` when the field's type is not the reader's. ``block``:
+    the table of a key whose value is a block. ``alias``: the other name DeepSpeed takes for it.
+    ``deepspeed``: DeepSpeed's own default, as the course prints it, where the field holds it
+    resolved (``overlap_comm``: None, true at stage 3)."""
+    status: str
+    what: str = ""
+    inert: tuple = ()
+    read: Any = None
+    default: Any = NO_FIELD
+    type: str | None = None
+    block: Any = field(default=None, compare=False)
+    alias: str = ""
+    deepspeed: Any = NO_FIELD
+
+    @property
+    def is_field(self) -> bool:
+        return self.default is not NO_FIELD
+
+    @property
+    def annotation(self) -> str:
+        return self.type or getattr(self.read, "type", None) or "Any"
+
+    @property
+    def field_default(self) -> Any:
+        """The dataclass field's default: ``default``, as a float where the field is one."""
+        return float(self.default) if self.type == "float" and self.default is not None else self.default
+
+    @property
+    def deepspeed_default(self) -> Any:
+        return self.default if self.deepspeed is NO_FIELD else self.deepspeed
 
 
 @dataclass(frozen=True)
@@ -79,6 +138,7 @@ def as_bool(v: Any) -> bool:
 
 
 as_bool.expected = lambda: T("true or false")
+as_bool.type, as_bool.schema = "bool", {"type": "boolean"}
 
 
 def as_int(lo: int | None = None, hi: int | None = None, note: str = ""):
@@ -93,6 +153,7 @@ def as_int(lo: int | None = None, hi: int | None = None, note: str = ""):
             raise Bad(expected())
         return v
     conv.expected = expected          # a function: the words in the language of the moment
+    conv.type, conv.schema = "int", _bounds({"type": "integer"}, lo, hi)
     return conv
 
 
@@ -107,6 +168,7 @@ def as_num(lo: float | None = None, hi: float | None = None):
             raise Bad(expected())
         return float(v)
     conv.expected = expected
+    conv.type, conv.schema = "float", _bounds({"type": "number"}, lo, hi)
     return conv
 
 
@@ -120,6 +182,8 @@ def one_of(*options: str, lower: bool = False):
             raise Bad(expected())
         return s
     conv.expected = expected
+    conv.type = "str"
+    conv.schema = {"enum": [*options, *(o.upper() for o in options if lower)]}   # lower: any case, read lowered
     return conv
 
 
@@ -133,6 +197,7 @@ def optional(inner):
         except Bad:
             raise Bad(expected()) from None
     conv.expected = expected
+    conv.type, conv.schema = f"{inner.type} | None", {"anyOf": [inner.schema, {"type": "null"}]}
     return conv
 
 
@@ -143,6 +208,7 @@ def as_str(v: Any) -> str:
 
 
 as_str.expected = lambda: T("a string")
+as_str.type, as_str.schema = "str", {"type": "string"}
 
 
 def as_betas(v: Any) -> tuple:
@@ -153,7 +219,17 @@ def as_betas(v: Any) -> tuple:
 
 
 as_betas.expected = lambda: T("two numbers in [0, 1)")
+as_betas.type = "tuple"
+as_betas.schema = {"type": "array", "minItems": 2, "maxItems": 2,
+                   "items": {"type": "number", "minimum": 0, "exclusiveMaximum": 1}}
 
+
+def _bounds(schema: dict, lo: Any, hi: Any) -> dict:
+    if lo is not None:
+        schema["minimum"] = lo
+    if hi is not None:
+        schema["maximum"] = hi
+    return schema
 
 
 def read(p: Problems, block: Mapping | None, path: str, key: str, conv, default: Any) -> Any:
@@ -180,3 +256,78 @@ def read_block(p: Problems, parent: Mapping, key: str, path: str) -> dict | None
         return value
     p.add(T("'{key}' must be a JSON object ({{...}}), got {value}", key=path, value=show(value)))
     return None
+
+
+# ---- reading a block by its table (used by zerolab.config_parse) ------------------------------
+
+# Old spellings that difflib cannot guess.
+RENAMED = {"thread_count": "intra_op_parallelism", "bf16_enabled": "bf16", "fp16_enabled": "fp16"}
+
+
+def is_inert(value: Any, inert: tuple) -> bool:
+    """True when ``value`` is one of ``inert`` (``True`` is not ``1`` here) or a disabled block."""
+    for ok in inert:
+        if ok is DISABLED_BLOCK:
+            if value is None or (isinstance(value, dict) and (not value or value.get("enabled") is False)):
+                return True
+        elif value is None or ok is None:
+            if value is ok:
+                return True
+        elif isinstance(ok, bool) or isinstance(value, bool):
+            if value is ok:
+                return True
+        elif value == ok:
+            return True
+    return False
+
+
+def nearest(key: Any, names: list) -> str | None:
+    """The known name the user most likely meant: an old spelling, a case slip, or difflib's pick."""
+    key = str(key)
+    if RENAMED.get(key) in names:
+        return RENAMED[key]
+    same_case = [n for n in names if n.lower() == key.lower()]
+    return (same_case or difflib.get_close_matches(key, names, n=1, cutoff=0.6) or [None])[0]
+
+
+def read_fields(p: Problems, block: Mapping | None, path: str, table: dict, given: Mapping = {},
+                readers: Mapping = {}, sub=None) -> dict:
+    """Every field of ``table``, in declaration order (the order problems are listed in): a value
+    in ``given`` as it is (read by the caller), a block key by ``sub(key)``, a key with a reader
+    by it (or by ``readers[key]``, one that depends on other values), else the declared default."""
+    out = {}
+    for name, key in table.items():
+        if not key.is_field:
+            continue
+        if name in given:
+            out[name] = given[name]
+        elif key.block is not None and sub is not None:
+            out[name] = sub(name)
+        elif key.read is not None:
+            out[name] = read(p, block, path, name, readers.get(name, key.read), key.field_default)
+        else:
+            out[name] = key.field_default
+    return out
+
+
+def defaults(table: dict) -> dict:
+    """``{key: default}`` of a table's fields, as declared (DeepSpeed 0.19.8's code defaults)."""
+    return {name: key.default for name, key in table.items() if key.is_field and key.block is None}
+
+
+def json_schema(table: dict) -> dict:
+    """A JSON Schema (draft 2020-12) of a block, from its declarations: every key known (a typo is
+    flagged, as the parser does), each field typed and bounded by its reader, with DeepSpeed's
+    default; the status and meaning in the description. Advisory, for editors: the parser is the
+    judge (an inert value of a refused key, the batch arithmetic)."""
+    props = {}
+    for name, key in table.items():
+        prop = json_schema(key.block) if key.block is not None else dict(getattr(key.read, "schema", {}))
+        what = f" {key.what}" if key.what else ""
+        prop["description"] = f"[{key.status}]{what}" if key.status != REMOVED else f"[removed from DeepSpeed]{what}"
+        if key.is_field and key.block is None and key.deepspeed is NO_FIELD and key.default is not None:
+            prop["default"] = list(key.default) if isinstance(key.default, tuple) else key.default
+        props[name] = prop
+        if key.alias:
+            props[key.alias] = {**prop, "description": f"DeepSpeed's other name for '{name}'"}
+    return {"type": "object", "properties": props, "additionalProperties": False}

@@ -16,7 +16,8 @@ and its result:
   module fetches: a computation, set beside the measurement; :func:`llama2_7b_order` gives
   Llama-2-7B's modules and sizes to replay it on.
 * :data:`DS_DEFAULTS` are DeepSpeed 0.19.8's defaults of the stage-3 keys, read from its source
-  (``deepspeed/runtime/zero/config.py``, ``offload_config.py``), not its documentation page;
+  (``deepspeed/runtime/zero/config.py``, ``offload_config.py``), not its documentation page: a view
+  of the declarations in :mod:`zerolab.config_keys`, where each default is written once;
   :func:`checklist_rows` sets a config's values beside them and beside what zerolab reads.
 """
 from __future__ import annotations
@@ -26,21 +27,34 @@ from typing import Any
 
 import torch
 
+from . import config_keys as K
+
 __all__ = ["WIDTH", "LAYERS", "PSI", "DS_DEFAULTS", "measure", "measure_all", "same_params", "replay",
            "llama2_7b_order", "checklist_rows", "show"]
 
 WIDTH, LAYERS = 64, 8
 PSI = LAYERS * (WIDTH * WIDTH + WIDTH)          # 33,280: 8 weights of 4,096 elements, 8 biases of 64
 
-# DeepSpeed 0.19.8, read from its source (its documentation page says 5e8 for the prefetch bucket)
-DS_DEFAULTS = {
-    "stage": 0, "overlap_comm": "None: stage 3", "contiguous_gradients": True,
-    "reduce_bucket_size": 5e8, "stage3_prefetch_bucket_size": 5e7,
-    "stage3_param_persistence_threshold": 1e5, "stage3_max_live_parameters": 1e9,
-    "stage3_max_reuse_distance": 1e9, "offload_optimizer.device": "none",
-    "offload_optimizer.pin_memory": True, "offload_param.device": "none",
-    "offload_param.pin_memory": True, "sub_group_size": 1e9, "round_robin_gradients": False,
-}
+
+
+def _ds_default(key: str) -> Any:
+    """DeepSpeed 0.19.8's default of a ``zero_optimization`` key (dotted into a sub-block), as
+    declared in :mod:`zerolab.config_keys`; sizes as DeepSpeed's source writes them (5e8)."""
+    table, name = K.ZERO, key
+    while "." in name:
+        head, name = name.split(".", 1)
+        table = table[head].block
+    v = table[name].deepspeed_default
+    return float(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 1e5 else v
+
+
+# DeepSpeed 0.19.8, read from its source (its documentation page says 5e8 for the prefetch bucket):
+# the keys chapter 8 sets beside a config, their defaults from the declarations
+DS_DEFAULTS = {k: _ds_default(k) for k in (
+    "stage", "overlap_comm", "contiguous_gradients", "reduce_bucket_size", "stage3_prefetch_bucket_size",
+    "stage3_param_persistence_threshold", "stage3_max_live_parameters", "stage3_max_reuse_distance",
+    "offload_optimizer.device", "offload_optimizer.pin_memory", "offload_param.device", "offload_param.pin_memory",
+    "sub_group_size", "round_robin_gradients")}
 
 
 def measure(zero: dict | None = None, config: dict | None = None, steps: int = 4) -> dict:

@@ -46,6 +46,7 @@ from typing import Any
 
 import torch
 
+from .config_keys import FP16 as _FP16
 from .i18n import catalogue
 
 T = catalogue("engine")        # the messages in the edition's language (zerolab/messages_zh.py)
@@ -53,15 +54,10 @@ T = catalogue("engine")        # the messages in the edition's language (zerolab
 __all__ = ["LossScaler", "DynamicLossScaler", "LossScaleAtMinimum", "make_loss_scaler", "has_inf_or_nan",
            "FP16_DEFAULTS"]
 
-# DeepSpeed's documented fp16 defaults, which 0.19.8 also uses in code when the block names no key.
-FP16_DEFAULTS = {
-    "loss_scale": 0.0,            # 0 = dynamic
-    "initial_scale_power": 16,    # start at 2**16
-    "loss_scale_window": 1000,    # clean steps between doublings
-    "hysteresis": 2,              # overflows tolerated before the scale is cut
-    "consecutive_hysteresis": False,
-    "min_loss_scale": 1,
-}
+# DeepSpeed's documented fp16 defaults, which 0.19.8 also uses in code when the block names no key:
+# declared once, with what each means, in zerolab.config_keys (FP16).
+FP16_DEFAULTS = {k: _FP16[k].default for k in ("loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+                                             "consecutive_hysteresis", "min_loss_scale")}
 
 
 class LossScaleAtMinimum(RuntimeError):
