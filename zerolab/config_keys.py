@@ -125,11 +125,10 @@ ZERO = {
     "allgather_partitions": _A("DeepSpeed 0.19.8 parses it but no optimizer reads it (only the autotuner "
                                "lists it): it has no effect in DeepSpeed either; zerolab all-gathers the "
                                "updated partitions, as DeepSpeed does", flag, True),
-    # a field the parser does not read (it stays False whatever the config says): as before issue 35
     "round_robin_gradients": _A("at stages 1-2 DeepSpeed deals the gradients of a bucket to the ranks in turn, to "
                                 "spread the offload's device-to-host copies over ranks (stage 3 ignores it); which "
                                 "rank owns which element changes, the numbers do not; zerolab keeps the order",
-                                None, False),
+                                flag, False),
     # offload.py: the optimizer step runs sub-group by sub-group (the NVMe swap unit)
     "sub_group_size": _I(count, 1_000_000_000, "elements per sub-group of the optimizer step"),
     "stage3_param_persistence_threshold": _I(count, 100_000, "parameters this small stay gathered",
