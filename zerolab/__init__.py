@@ -1,8 +1,7 @@
 """zerolab: learn DeepSpeed ZeRO by running it on real ranks.
 
-The layers, bottom up (a lower layer never imports a higher one):
-crew (ranks) -> comm (collectives + ledger) -> memory (what a rank holds) -> flat (buffers and
-partitions) -> engine (ZeRO stages, precision, offload) -> tools (estimate, explain, CLI) -> viz.
+The package's layers (what may import what) are the table in docs/ARCHITECTURE.md, which is
+the import-linter contract in pyproject.toml row for row (tests/test_layers.py checks it).
 """
 from .crew import Crew, CrewError, CrewTimeout, RankError, RankInfo, device, launch, rank, rank_info, world_size
 from .crew import TooManyRanks, fit_ranks, max_ranks, set_max_ranks
