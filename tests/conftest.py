@@ -1,15 +1,43 @@
-"""Shared test helpers: what this test process has left running.
+"""Shared test helpers and fixtures.
 
-The crew starts its ranks through multiprocessing's *forkserver*. Two helper processes live
-for the whole session by design: the forkserver itself (the ranks are its children) and
-multiprocessing's resource tracker. Leak checks exclude exactly those two, identified by the
-PIDs multiprocessing recorded for them, and count everything else below this process.
+What this test process has left running: the crew starts its ranks through multiprocessing's
+*forkserver*. Two helper processes live for the whole session by design: the forkserver itself
+(the ranks are its children) and multiprocessing's resource tracker. Leak checks exclude exactly
+those two, identified by the PIDs multiprocessing recorded for them, and count everything else
+below this process.
+
+Fixtures: ``browser_tools`` (the browser tests; their other helpers are in browser_helpers.py)
+and ``closes_check_crews`` (the exercise checks' tests).
 """
 from __future__ import annotations
 
 import os
 
 import psutil
+import pytest
+from browser_helpers import chromium
+
+
+@pytest.fixture
+def browser_tools():
+    """(chromium path, playwright's sync API), or a skip that says which is missing."""
+    path = chromium()
+    if path is None:
+        pytest.skip("no Chromium found (apt-get install -y chromium, or set ZEROLAB_CHROMIUM=/path/to/chrome)")
+    try:
+        from playwright import sync_api
+    except ImportError:
+        pytest.skip("the Python package playwright is not installed (pip install -e '.[test]')")
+    return path, sync_api
+
+
+@pytest.fixture(scope="module")
+def closes_check_crews():
+    """The crews the exercise checks keep between calls, closed after the module's last test
+    (``pytestmark = pytest.mark.usefixtures("closes_check_crews")``)."""
+    yield
+    from zerolab.checks import close_crews
+    close_crews()
 
 
 def session_helpers() -> set[int]:

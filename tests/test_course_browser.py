@@ -19,32 +19,17 @@ playwright, as tests/test_lab_browser.py; skipped (saying which is missing) with
 from __future__ import annotations
 
 import os
-import re
 import secrets
-import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from test_lab_browser import _chromium, _free_port
+from browser_helpers import JupyterServer, free_port, open_page
 
 ROOT = Path(__file__).resolve().parent.parent
 NEWS = "Would you like to get notified about official Jupyter news?"
-
-
-@pytest.fixture
-def browser_tools():
-    chromium = _chromium()
-    if chromium is None:
-        pytest.skip("no Chromium found (apt-get install -y chromium, or set ZEROLAB_CHROMIUM=/path/to/chrome)")
-    try:
-        from playwright import sync_api
-    except ImportError:
-        pytest.skip("the Python package playwright is not installed (pip install -e '.[test]')")
-    return chromium, sync_api
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -71,49 +56,6 @@ def _isolated_env(tmp: Path, clone: Path) -> dict:
                 JUPYTER_RUNTIME_DIR=str(tmp / "runtime"), ZEROLAB_PROGRESS="off", OMP_NUM_THREADS="1")
 
 
-class _Server:
-    """A server started by ``argv`` on ``port`` with ``token``; ``printed``: the first URL of this
-    server it printed (JupyterLab prints the token as "...")."""
-
-    def __init__(self, argv: list[str], cwd: Path, env: dict, log: Path, port: int, token: str):
-        self.log_path, self.base, self.token = log, f"http://127.0.0.1:{port}", token
-        self.log = open(log, "w")
-        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"{self.base}/api/status?token={token}", timeout=2)
-                break
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError("the server did not start:\n" + log.read_text()) from None
-                time.sleep(0.3)
-        found = re.search(re.escape(self.base) + r"/\S*", log.read_text())
-        self.printed = found.group(0) if found else ""
-
-    def url(self, printed: str) -> str:
-        """``printed`` with the real token (what a learner's terminal shows them in full)."""
-        return printed.replace("token=...", f"token={self.token}")
-
-    def stop(self):
-        os.killpg(self.proc.pid, signal.SIGTERM)       # the server, its kernel and the kernel's ranks
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(5)
-        self.log.close()
-
-
-def _browser(p, chromium: str, profile: Path):
-    return p.chromium.launch_persistent_context(
-        str(profile), executable_path=chromium, headless=True, viewport={"width": 1400, "height": 1000},
-        args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-              "--disable-background-networking", "--disable-component-update", "--disable-sync"])
-
-
 def _wait_for_app(page):
     page.wait_for_function("window.jupyterapp && window.jupyterapp.shell", timeout=60_000)
     page.wait_for_selector("#jp-main-dock-panel", timeout=60_000)
@@ -133,11 +75,11 @@ def test_the_readme_command_opens_chapter_0_of_a_working_copy_and_git_stays_clea
     chromium, sync_api = browser_tools
     clone = _fresh_clone(tmp_path / "clone")
     env = _isolated_env(tmp_path, clone)
-    port, token = _free_port(), secrets.token_hex(16)
-    server = _Server([sys.executable, "-m", "zerolab.cli", "course", "--no-browser", "--allow-root",
-                      f"--port={port}", "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={token}",
-                      "--ServerApp.port_retries=0", "--LabApp.expose_app_in_browser=True"],
-                     clone, env, tmp_path / "server.log", port, token)
+    port, token = free_port(), secrets.token_hex(16)
+    server = JupyterServer([sys.executable, "-m", "zerolab.cli", "course", "--no-browser", "--allow-root",
+                            f"--port={port}", "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={token}",
+                            "--ServerApp.port_retries=0", "--LabApp.expose_app_in_browser=True"],
+                           clone, env, tmp_path / "server.log", port, token)
     try:
         printed = server.printed
         assert printed.startswith(f"{server.base}/lab/tree/notebooks/00_meet_the_crew.ipynb?token="), printed
@@ -148,9 +90,7 @@ def test_the_readme_command_opens_chapter_0_of_a_working_copy_and_git_stays_clea
         stored = (clone / "notebooks" / "00_meet_the_crew.ipynb").read_bytes()
         assert copy.read_bytes() == stored
         with sync_api.sync_playwright() as p:
-            browser = _browser(p, chromium, tmp_path / "profile")
-            page = browser.new_page()
-            try:
+            with open_page(p, chromium, tmp_path) as page:
                 page.goto(server.url(printed))          # the URL as printed, as a learner pastes it
                 _wait_for_app(page)
                 page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
@@ -178,12 +118,6 @@ def test_the_readme_command_opens_chapter_0_of_a_working_copy_and_git_stays_clea
                 deadline = time.monotonic() + 30
                 while copy.read_bytes() == stored and time.monotonic() < deadline:
                     time.sleep(0.5)
-            except Exception:
-                page.screenshot(path=str(tmp_path / "failure.png"))
-                print(f"screenshot: {tmp_path / 'failure.png'}; server log: {server.log_path}")
-                raise
-            finally:
-                browser.close()
         assert copy.read_bytes() != stored, "the working copy was not saved"
         import nbformat
         saved = [c for c in nbformat.reads(copy.read_text(), as_version=4).cells if c.cell_type == "code"]
@@ -203,22 +137,18 @@ def test_without_the_override_jupyterlab_asks_about_news(browser_tools, tmp_path
     chromium, sync_api = browser_tools
     (tmp_path / "root").mkdir()
     env = _isolated_env(tmp_path, ROOT)
-    port, token = _free_port(), secrets.token_hex(16)
-    server = _Server([sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={port}",
-                      "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={token}", "--ServerApp.port_retries=0",
-                      f"--ServerApp.root_dir={tmp_path / 'root'}", f"--LabApp.app_settings_dir={tmp_path / 'app'}",
-                      "--LabApp.expose_app_in_browser=True"], tmp_path / "root", env, tmp_path / "server.log",
-                     port, token)
+    port, token = free_port(), secrets.token_hex(16)
+    server = JupyterServer([sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={port}",
+                            "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={token}", "--ServerApp.port_retries=0",
+                            f"--ServerApp.root_dir={tmp_path / 'root'}",
+                            f"--LabApp.app_settings_dir={tmp_path / 'app'}", "--LabApp.expose_app_in_browser=True"],
+                           tmp_path / "root", env, tmp_path / "server.log", port, token)
     try:
         with sync_api.sync_playwright() as p:
-            browser = _browser(p, chromium, tmp_path / "profile")
-            page = browser.new_page()
-            try:
+            with open_page(p, chromium, tmp_path) as page:
                 assert server.printed.startswith(f"{server.base}/lab?token="), server.printed   # the Launcher
                 page.goto(server.url(server.printed))
                 _wait_for_app(page)
                 assert _news_shown(page, wait_s=30), "no news notification without the override"
-            finally:
-                browser.close()
     finally:
         server.stop()

@@ -17,32 +17,14 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
-import signal
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from browser_helpers import JupyterServer, free_port, open_page
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "12_visual_lab.ipynb"
-
-
-def _chromium() -> str | None:
-    for candidate in (os.environ.get("ZEROLAB_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
-        if candidate and shutil.which(candidate):
-            return shutil.which(candidate)
-    return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _stripped_copy(dest: Path) -> Path:
@@ -59,21 +41,8 @@ def _stripped_copy(dest: Path) -> Path:
 
 
 @pytest.fixture
-def browser_tools():
-    """(chromium path, playwright's sync API), or a skip that says which is missing."""
-    chromium = _chromium()
-    if chromium is None:
-        pytest.skip("no Chromium found (apt-get install -y chromium, or set ZEROLAB_CHROMIUM=/path/to/chrome)")
-    try:
-        from playwright import sync_api
-    except ImportError:
-        pytest.skip("the Python package playwright is not installed (pip install -e '.[test]')")
-    return chromium, sync_api
-
-
-@pytest.fixture
 def lab_server(tmp_path):
-    """A JupyterLab server on a free port whose root is a temporary folder; yields (url, token)."""
+    """A JupyterLab server on a free port whose root is a temporary folder; yields (url, token, tmp_path)."""
     root = tmp_path / "root"
     root.mkdir()
     _stripped_copy(root)
@@ -84,34 +53,17 @@ def lab_server(tmp_path):
         {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}))
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(config), JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"),
                JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     jupyter = Path(sys.executable).with_name("jupyter")
-    log = open(tmp_path / "server.log", "w")
-    server = subprocess.Popen(
+    server = JupyterServer(
         [str(jupyter), "lab", "--no-browser", "--allow-root", f"--port={port}", "--ip=127.0.0.1",
          f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.port_retries=0",
          "--LabApp.expose_app_in_browser=True"],
-        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+        root, env, tmp_path / "server.log", port, token, start_timeout=60, what="jupyter lab")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("jupyter lab did not start:\n" + (tmp_path / "server.log").read_text())
-                time.sleep(0.3)
-        yield url, token, tmp_path
+        yield server.base, token, tmp_path
     finally:
-        os.killpg(server.pid, signal.SIGTERM)          # the server, its kernel and the kernel's ranks
-        try:
-            server.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(5)
-        log.close()
+        server.stop()
 
 
 def test_the_lab_renders_and_answers_in_jupyterlab(browser_tools, lab_server):
@@ -120,13 +72,8 @@ def test_the_lab_renders_and_answers_in_jupyterlab(browser_tools, lab_server):
     url, token, tmp = lab_server
     errors: list[str] = []
     with sync_playwright() as p:
-        browser = p.chromium.launch_persistent_context(
-            str(tmp / "profile"), executable_path=chromium, headless=True, viewport={"width": 1400, "height": 1000},
-            args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"])
-        page = browser.new_page()
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        try:
+        with open_page(p, chromium, tmp) as page:
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.goto(f"{url}/lab/tree/{NOTEBOOK.name}?token={token}")
             page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
             page.wait_for_function("window.jupyterapp && window.jupyterapp.shell.currentWidget"
@@ -188,11 +135,5 @@ def test_the_lab_renders_and_answers_in_jupyterlab(browser_tools, lab_server):
             expect(zpp.locator("img")).not_to_have_attribute("src", picture, timeout=30_000)
             zpp.locator(".widget-checkbox input").first.check()
             expect(summary).to_contain_text("hpZ 2 + qwZ", timeout=60_000)
-        except Exception:
-            page.screenshot(path=str(tmp / "failure.png"))
-            print(f"screenshot: {tmp / 'failure.png'}; server log: {tmp / 'server.log'}")
-            raise
-        finally:
-            browser.close()
     widget_errors = [e for e in errors if "widget" in e.lower()]
     assert not widget_errors, widget_errors
