@@ -4,6 +4,7 @@ that names the mistake."""
 from __future__ import annotations
 
 import pytest
+from check_messages import assert_hint
 
 from zerolab.checks import ExerciseCheckFailed
 from zerolab.checks.ch06 import check_alone, check_bucket_params, check_engine
@@ -71,9 +72,7 @@ def test_wrong_assignments_fail_with_a_hint(fn, words):
         check_alone(fn)
     text = info.value.message
     assert "expected:" in text and "yours:" in text, text
-    for w in words:
-        assert w in text, text
-    assert all(len(line) <= 100 for line in text.splitlines()), text
+    assert_hint(text, words)
 
 
 def test_not_implemented_propagates():

@@ -4,6 +4,7 @@ with a hint that names the mistake."""
 from __future__ import annotations
 
 import pytest
+from check_messages import assert_hint
 
 from zerolab.checks import ExerciseCheckFailed
 from zerolab.checks.ch07 import (LADDER, check_choices, check_choose_config, check_device_bytes, check_engine,
@@ -61,9 +62,7 @@ def test_wrong_formulas_fail_with_a_hint(drop, words):
         check_device_bytes(_formula(drop))
     text = info.value.message
     assert "expected" in text and "yours" in text, text
-    for w in words:
-        assert w in text, text
-    assert all(len(line) <= 100 for line in text.splitlines()), text
+    assert_hint(text, words)
 
 
 def test_the_formula_passes_alone():
@@ -87,9 +86,7 @@ def test_wrong_choices_fail_with_a_hint(fn, words):
     with pytest.raises(ExerciseCheckFailed) as info:
         check_choices(reference_device_bytes, fn)
     text = info.value.message
-    for w in words:
-        assert w in text, text
-    assert all(len(line) <= 100 for line in text.splitlines()), text
+    assert_hint(text, words)
 
 
 def test_not_implemented_propagates():

@@ -3,9 +3,12 @@ the engine on 2 ranks; knobs a learner might pick by mistake fail, each with a h
 from __future__ import annotations
 
 import pytest
+from check_messages import assert_hint
 
-from zerolab.checks import ExerciseCheckFailed, close_crews
+from zerolab.checks import ExerciseCheckFailed
 from zerolab.checks.ch08 import check_knobs
+
+pytestmark = pytest.mark.usefixtures("closes_check_crews")   # the checks' crews, closed at the end
 
 GOOD = {"A": {"stage3_param_persistence_threshold": 64},
         "B": {"stage3_param_persistence_threshold": 64, "stage3_max_live_parameters": 14336,
@@ -16,12 +19,6 @@ GOOD = {"A": {"stage3_param_persistence_threshold": 64},
 def answers(**changed):
     table = {**GOOD, **changed}
     return lambda goal: table[goal]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _crews():
-    yield
-    close_crews()
 
 
 # That the solution passes is not run here: nbval runs solutions/08_stage3_knobs.ipynb (its cell
@@ -78,10 +75,7 @@ def test_wrong_knobs_fail_with_a_hint(changed, words):
     with pytest.raises(ExerciseCheckFailed) as info:
         check_knobs(answers(**changed), verbose=False)
     text = info.value.message
-    flat = " ".join(text.split())                 # the hint's words, whatever the line wrapping
-    for w in words:
-        assert w in flat, text
-    assert all(len(line) <= 100 for line in text.splitlines()), text
+    assert_hint(text, words, across_lines=True)
     first = text.splitlines()[0]
     fixes = [fix for key, fix in FIRST_LINES.items() if key in words[-1] or key in words[0]]
     assert fixes and first.endswith(fixes[0]) and first.startswith("goal "), (first, fixes)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+from check_messages import assert_hint
 
 from zerolab.checks import ExerciseCheckFailed
 from zerolab.checks.ch09 import check_alone, check_capstone_config, check_engine, reference_config
@@ -88,9 +89,7 @@ def test_wrong_configs_fail_with_a_hint(fn, words):
     with pytest.raises(ExerciseCheckFailed) as info:
         check_alone(fn)
     text = info.value.message
-    for w in words:
-        assert w in text, text
-    assert all(len(line) <= 100 for line in text.splitlines()), text
+    assert_hint(text, words)
 
 
 def test_not_implemented_propagates():

@@ -15,9 +15,11 @@ import nbformat
 import pytest
 from learner_source import load, mutate, solution_cell
 
-from zerolab.checks import ExerciseCheckFailed, close_crews
+from zerolab.checks import ExerciseCheckFailed
 from zerolab.checks.hooks3 import check_gather_hooks
 from zerolab.hooks import ModuleHooks, module_hooks_class, use_module_hooks
+
+pytestmark = pytest.mark.usefixtures("closes_check_crews")   # the checks' crews, closed at the end
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "08c_gather_hooks.ipynb"
@@ -91,12 +93,6 @@ WRONG = {
                                                       "in backward before its module's backward",
                                                       "torch.utils.checkpoint"]),
 }
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _crews():
-    yield
-    close_crews()
 
 
 # That the solution passes is not run here: nbval runs solutions/08c_gather_hooks.ipynb (its cell

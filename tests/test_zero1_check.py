@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 from learner_source import load, mutate, solution_cell
 
-from zerolab.checks import ExerciseCheckFailed, close_crews
+from zerolab.checks import ExerciseCheckFailed
 from zerolab.checks.zero1 import check
+
+pytestmark = pytest.mark.usefixtures("closes_check_crews")   # the checks' crews, closed at the end
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "03c_zero1_by_hand.ipynb"
@@ -112,12 +114,6 @@ VIEWS = {
                                     "                'exp_avg_sq': v[start:start + self.shard_numel]}")),
                    "a state is a view of a whole buffer"),
 }
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _crews():
-    yield
-    close_crews()
 
 
 # That the solution passes is not run here: nbval runs solutions/03c_zero1_by_hand.ipynb (its cell
