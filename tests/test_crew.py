@@ -353,6 +353,28 @@ def _running(p: psutil.Process) -> bool:
         return False
 
 
+def _start_driver(tmp_path, how: str) -> subprocess.Popen:
+    """DRIVER_SCRIPT in a session of its own: a crew of 2 whose ranks are ``how`` ("sleep",
+    "collective" or "idle"); what it prints goes to driver.err."""
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER_SCRIPT)
+    with open(tmp_path / "driver.err", "w") as err:       # a file, not a pipe: orphans may hold it
+        return subprocess.Popen([PY, str(script), str(tmp_path / "busy"), how, str(tmp_path / "info.json")],
+                                stdout=err, stderr=err, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                                start_new_session=True)
+
+
+def _wait_until_started(driver: subprocess.Popen, tmp_path) -> dict:
+    """What the driver wrote about its crew (ranks, helpers, folders), once both ranks are up."""
+    flag, info = tmp_path / "busy", tmp_path / "info.json"
+    deadline = time.monotonic() + 120
+    while not (info.exists() and all(os.path.exists(f"{flag}.{r}") for r in range(2))):
+        assert driver.poll() is None, (tmp_path / "driver.err").read_text()
+        assert time.monotonic() < deadline, "the driver's crew did not start"
+        time.sleep(0.05)
+    return json.loads(info.read_text())
+
+
 @pytest.mark.quiet
 @pytest.mark.parametrize("sig, ranks_are", [(signal.SIGKILL, "asleep"), (signal.SIGTERM, "in_collective"),
                                             (signal.SIGKILL, "idle")],
@@ -360,21 +382,12 @@ def _running(p: psutil.Process) -> bool:
 def test_killed_driver_leaves_nothing_running(sig, ranks_are, tmp_path):
     """A notebook kernel killed (or restarted) takes its ranks, the forkserver and the resource
     tracker with it within seconds, even while the ranks are busy in a long task."""
-    script, flag, info = tmp_path / "driver.py", tmp_path / "busy", tmp_path / "info.json"
-    script.write_text(DRIVER_SCRIPT)
     how = {"asleep": "sleep", "in_collective": "collective", "idle": "idle"}[ranks_are]
-    with open(tmp_path / "driver.err", "w") as err:       # a file, not a pipe: orphans may hold it
-        driver = subprocess.Popen([PY, str(script), str(flag), how, str(info)], stdout=err, stderr=err,
-                                  env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)
+    driver = _start_driver(tmp_path, how)
     procs: list[psutil.Process] = []
     try:
-        deadline = time.monotonic() + 120
-        while not (info.exists() and all(os.path.exists(f"{flag}.{r}") for r in range(2))):
-            assert driver.poll() is None, (tmp_path / "driver.err").read_text()
-            assert time.monotonic() < deadline, "the driver's crew did not start"
-            time.sleep(0.05)
+        started = _wait_until_started(driver, tmp_path)
         time.sleep(0.3)                                   # rank 0 is inside its all-reduce by now
-        started = json.loads(info.read_text())
         procs = psutil.Process(driver.pid).children(recursive=True)
         pids = {p.pid for p in procs}
         assert set(started["ranks"]) | {started["forkserver"], started["resource_tracker"]} <= pids
@@ -408,18 +421,9 @@ def test_a_crew_killed_with_its_whole_process_group_is_swept_by_the_next(tmp_pat
     """Jupyter shuts a kernel down by killing its process group: the driver and every rank at
     once, so no rank is left to remove the crew's folder. The next crew started removes it (and
     that driver's pymp-* folder); a live driver's folder is left alone."""
-    script, flag, info = tmp_path / "driver.py", tmp_path / "busy", tmp_path / "info.json"
-    script.write_text(DRIVER_SCRIPT)
-    with open(tmp_path / "driver.err", "w") as err:
-        driver = subprocess.Popen([PY, str(script), str(flag), "idle", str(info)], stdout=err, stderr=err,
-                                  env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)
+    driver = _start_driver(tmp_path, "idle")
     try:
-        deadline = time.monotonic() + 120
-        while not (info.exists() and all(os.path.exists(f"{flag}.{r}") for r in range(2))):
-            assert driver.poll() is None, (tmp_path / "driver.err").read_text()
-            assert time.monotonic() < deadline, "the driver's crew did not start"
-            time.sleep(0.05)
-        started = json.loads(info.read_text())
+        started = _wait_until_started(driver, tmp_path)
         with Crew(1, backend="gloo") as live:             # a live driver's folder: kept
             zerolab.crew._sweep_stale_workdirs()
             assert os.path.exists(started["workdir"]) and os.path.exists(live._workdir)
