@@ -85,7 +85,7 @@ class Budget:
         the parameter buffers stage 3 gathered since."""
         if ptr in self._module_ptrs:
             return True
-        return any(f.untyped_storage().data_ptr() == ptr for f in getattr(self.engine.stage.params, "full", {}).values())
+        return any(f.untyped_storage().data_ptr() == ptr for f in self.engine.stage.params.full.values())
 
     def begin_forward(self) -> None:
         """Called by the engine before each forward: what the model states weigh now is measured

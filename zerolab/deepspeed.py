@@ -71,7 +71,7 @@ class DeepSpeedEngine(Engine):
         return self.config.bf16.enabled
 
     def zero_optimization(self) -> bool:
-        return self.config.zero.stage > 0
+        return self.stage.spec.zero_enabled
 
     def gradient_clipping(self) -> float:
         return self.config.gradient_clipping

@@ -31,6 +31,7 @@ from .norms import step_norms
 from .optim import build_optimizer
 from .scheduler import build_scheduler
 from .stage import Stage
+from .stage_table import STAGES
 from .timeline import Timeline
 
 __all__ = ["initialize", "Engine"]
@@ -78,7 +79,7 @@ class Engine:
         close_previous_engine(model, self.comm.rank)
         warn_ignored_settings(self.config, self.comm.rank)
         zero = self.config.zero
-        if zero.stage == 3:
+        if STAGES[zero.stage].partitions_params:     # module hooks: torch.compile cannot trace them
             refuse_compiled(model)
         self.device = current_device()
         self.dtype = self.config.compute_dtype
@@ -257,9 +258,9 @@ class Engine:
     @staticmethod
     def _grad_opt_groups(stage, grads) -> list[int]:
         """The optimizer parameter group of each gradient tensor of the step (0 if unknown)."""
-        groups = getattr(stage.params, "groups", None) or []
+        groups = stage.params.groups
         if len(groups) >= len(grads):
-            return [max(getattr(g, "opt_group", 0), 0) for g in groups[:len(grads)]]
+            return [max(g.opt_group, 0) for g in groups[:len(grads)]]
         return [0] * len(grads)
 
     def _say(self, message: str) -> None:
@@ -315,18 +316,11 @@ class Engine:
         prefetched so far, releases the reuse distance skipped, the most elements gathered at once
         since :meth:`reset_peaks`, the partitions (label, padded elements, persistent) and the
         trace's mode. At stages 0-2 nothing is gathered: zeros, and the layout "replicated"."""
-        stats = getattr(self.stage.params, "stats", None)
-        if callable(stats):
-            return stats()
-        from .lifecycle import Stage3Stats
-        return Stage3Stats(0, 0, 0, 0, 0, [(g.label, g.padded_numel, False) for g in self.stage.groups], [],
-                           "replicated", "invalid")
+        return self.stage.params.stats()
 
     def reset_peaks(self) -> None:
         """Count the most elements gathered at once (stage 3) and the peak of live buffers anew."""
-        reset = getattr(self.stage.params, "reset_peaks", None)
-        if callable(reset):
-            reset()
+        self.stage.params.reset_peaks()
 
     def observe_stage3(self, observer) -> None:
         """Tell ``observer`` (``on_gather(label, phase)``, ``on_release(label, phase)``) every stage-3

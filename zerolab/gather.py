@@ -251,6 +251,14 @@ class GatheredParams:
         return [Part(g, 0, g.padded_numel, list(range(len(g.params))), g.numel)
                 for g in (self.groups[i] for i in self._full_reduce_order())]
 
+    def forward_grad_order(self) -> None:
+        """Stages 0-2's call (buckets in the model's order); stage 3's follow each pass's order
+        (:meth:`reduce_order`): the stage table never asks for it here."""
+
+    def observe_grad_order(self, arrived: list[tuple[int, int]]) -> bool:
+        """Stages 0-2's call (buckets in the hook order); stage 3's follow each pass: no change."""
+        return False
+
     def _full_reduce_order(self) -> list[int]:
         order = self.reduce_order()
         seen = set(order)

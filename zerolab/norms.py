@@ -31,7 +31,7 @@ def step_norms(comm, stage, grads: list[torch.Tensor], opt_groups: list[int], *,
     """(overflow on any rank, the global sum of squared gradients). ``opt_groups``: the optimizer
     parameter group of each gradient tensor."""
     sharded = stage.shards_optimizer
-    partitioned_params = stage.zero.stage == 3
+    partitioned_params = stage.spec.partitions_params   # DeepSpeed's stage-3 optimizer and its norm
     need_norm = clip > 0 or sharded               # stages 1-3 always compute the norm (DeepSpeed logs it)
     per_group: dict[int, float] = {}
     if check or need_norm:

@@ -24,6 +24,7 @@ import torch
 
 from .comm import Comm
 from .flat import FlatGroup, Part, bucket_params
+from .lifecycle import Stage3Stats
 from .memory import tensor_bytes
 
 __all__ = ["ReplicatedParams", "broadcast_"]
@@ -64,6 +65,12 @@ class ReplicatedParams:
         # the part of each buffer this rank's optimizer updates (all of it at stage 0): views
         self.owned_params = ([g.shard_of(f) for g, f in zip(self.groups, self.param_flats)] if sharded
                              else list(self.param_flats))
+        # stage 3's members, empty here (the ParamSwitch interface is the same for both classes,
+        # so callers never probe for them): no gathered copies (``full``, which budget.py checks
+        # activations against: every parameter is a view of ``param_flats``), no parameter cut
+        # into a partition unit (``unit_of``: every parameter here is trained and whole)
+        self.full: dict[int, torch.Tensor] = {}
+        self.unit_of: dict[int, FlatGroup] = {}
 
     def make_groups(self, named, bucket_numel: int) -> list[FlatGroup]:
         """One flat buffer per parameter group of the optimizer (DeepSpeed's bit16 groups), or,
@@ -132,6 +139,12 @@ class ReplicatedParams:
         """The part of each buffer this rank's optimizer updates (all of it at stage 0)."""
         return self.owned_params
 
+    @property
+    def trained_groups(self) -> list[FlatGroup]:
+        """The groups the optimizer steps: all of them (stage 3 also partitions untrained
+        parameters, in groups after its trained ones; here untrained parameters stay out)."""
+        return self.groups
+
     # -- the lifecycle: nothing to gather or release ------------------------------------------
     def start(self) -> None:
         pass
@@ -144,6 +157,12 @@ class ReplicatedParams:
 
     def forward_failed(self) -> None:
         pass
+
+    def grads_done(self, g: FlatGroup) -> None:
+        pass                                  # stage 3 releases a unit here; nothing is gathered
+
+    def drop_secondary(self) -> None:
+        """Stage 3's hpZ forgets its secondary shards after a checkpoint: there are none here."""
 
     def register_external_parameter(self, module, param) -> None:
         pass                                  # every parameter is always whole here
@@ -169,7 +188,38 @@ class ReplicatedParams:
     def store_flat(self, g: FlatGroup, flat: torch.Tensor) -> None:
         self.param_flats[g.index].copy_(flat)
 
+    # -- untrained parameters: stage 3 partitions them; here each module keeps its own ----------
+    def untrained_values(self) -> dict[str, torch.Tensor]:
+        """None of the untrained parameters is held here (the Stage reads them from the model)."""
+        return {}
+
+    def load_untrained(self, values: dict[str, torch.Tensor]) -> None:
+        """Nothing to load: the Stage sets untrained parameters in the model directly."""
+
+    def restore_untrained(self) -> None:
+        """Nothing to restore: untrained parameters were never taken from the model."""
+
     # -- for readers ---------------------------------------------------------------------------
+    @property
+    def prefetches(self) -> int:
+        """Groups gathered ahead of use: none, nothing is gathered at stages 0-2."""
+        return 0
+
+    def stats(self) -> Stage3Stats:
+        """``engine.stage3_stats()`` at stages 0-2: nothing gathered (zeros), each flat buffer a
+        partition that is never persistent, the layout "replicated" and no trace."""
+        return Stage3Stats(0, 0, 0, 0, 0, [(g.label, g.padded_numel, False) for g in self.groups], [],
+                           "replicated", "invalid")
+
+    def reset_peaks(self) -> None:
+        """Stage 3 counts its most elements gathered at once anew; nothing is gathered here."""
+
+    def observe(self, observer) -> None:
+        """Stage 3 tells ``observer`` each gather and release; there are none here to tell."""
+
+    def forget(self, observer) -> None:
+        """Nothing was told to ``observer`` (see :meth:`observe`)."""
+
     def describe(self) -> str:
         return "replicated: every rank holds them all"
 

@@ -21,11 +21,13 @@ collectives move them. It is made of three parts, each in its own module:
 
 and where the optimizer states live (device, host, NVMe: ``offload.py``, in a ``store.py``
 shard store) is a fourth choice that any stage from 1 up (and stage 0 on the device) can make.
-``engine.switches()`` prints the table for one engine (each switch's ``describe()``).
+``engine.switches()`` prints the table for one engine (each switch's ``describe()``). The
+table itself, with every per-stage constant and rule, is ``stage_table.py``'s ``STAGES``: the
+Stage reads its row (``self.spec``) and never tests the stage number.
 
 Each switch is typed by a ``Protocol`` in ``switches.py`` and built here from what it needs:
 the parameter switch first (it makes the flat groups), then the state home over the part each
-rank steps, then the gradient switch (its ``ReduceSpec``: :func:`reduce_spec`; it asks the
+rank steps, then the gradient switch (its ``ReduceSpec``: ``spec.reduce_spec``; it asks the
 home where the reduced shards go). Stage 3's ``GatheredParams`` still reads the Stage.
 
 The lifecycle of one step, in the order the engine calls it (FSDP2's names where they fit):
@@ -55,52 +57,16 @@ from torch import nn
 from .comm import Comm
 from .config import ZerolabConfig
 from .flat import FlatGroup
-from .gather import GatheredParams
 from .i18n import catalogue
 from .memory import largest_layer_params, tensor_bytes
 from .offload import ParamWriter, make_state_home
-from .params import ReplicatedParams
-from .reduce import AllReduceAtBoundary, ReduceScatterAtBoundary, ReduceScatterInBackward
-from .switches import GradSwitch, LiveBuffers, ParamSwitch, ReduceSpec, StateSwitch, add_memory
+from .stage_table import STAGE0_BUCKET, STAGES, SWITCHES, StageSpec, reduce_mode, reduce_spec
+from .switches import GradSwitch, LiveBuffers, ParamSwitch, StateSwitch, add_memory
 
-__all__ = ["Stage", "SWITCHES", "UnusedParameterError", "reduce_spec", "reduce_mode", "STAGE0_BUCKET"]
+__all__ = ["Stage", "STAGES", "StageSpec", "SWITCHES", "UnusedParameterError", "reduce_spec", "reduce_mode",
+           "STAGE0_BUCKET"]
 
 T = catalogue("engine")        # the messages in the edition's language (zerolab/messages_zh.py)
-
-STAGE0_BUCKET = 500_000_000       # DeepSpeed's MEMORY_OPT_ALLREDUCE_SIZE: stage 0's all-reduce buckets
-
-
-def reduce_mode(stage: int, zero, zerolab) -> str:
-    """The collective that reduces one bucket, as DeepSpeed 0.19.8 picks it for these keys:
-    "all_reduce", "reduce" (one per owner) or "reduce_scatter"."""
-    if stage == 0:
-        return "all_reduce"
-    if stage == 3:
-        return "reduce_scatter" if zero.reduce_scatter else "all_reduce"
-    if zerolab.ideal_reduce_scatter:
-        return "reduce_scatter"
-    if zero.reduce_scatter and not zero.use_multi_rank_bucket_allreduce:
-        return "reduce"
-    return "all_reduce"
-
-
-# stage -> (how gradients are reduced, where parameters live, optimizer states sharded?)
-SWITCHES = {
-    0: (AllReduceAtBoundary, ReplicatedParams, False),
-    1: (ReduceScatterAtBoundary, ReplicatedParams, True),
-    2: (ReduceScatterInBackward, ReplicatedParams, True),
-    3: (ReduceScatterInBackward, GatheredParams, True),
-}
-
-
-def reduce_spec(stage: int, zero, zerolab) -> ReduceSpec:
-    """The gradient switch's slice of the config: DeepSpeed 0.19.8's choices for this stage."""
-    return ReduceSpec(mode=reduce_mode(stage, zero, zerolab),
-                      bucket_numel=STAGE0_BUCKET if stage == 0 else zero.reduce_bucket_size,
-                      overlap=bool(zero.overlap_comm),
-                      max_in_flight=1 if stage == 3 else 2,    # DeepSpeed's IPG buffers: one at 3, two at 1-2
-                      pack_after=stage == 0,
-                      quantized=stage == 3 and bool(zero.zero_quantized_gradients))
 
 
 class UnusedParameterError(RuntimeError):
@@ -117,7 +83,8 @@ class Stage:
                  zero, dtype: torch.dtype, comm_dtype: torch.dtype, device: torch.device,
                  zerolab=None, opt_groups=None):
         self.stage = zero.stage
-        grads_cls, params_cls, self.shards_optimizer = SWITCHES[zero.stage]
+        self.spec: StageSpec = STAGES[zero.stage]   # every per-stage choice (stage_table.py)
+        self.shards_optimizer = self.spec.shards_optimizer
         self.model = model
         self.comm = comm
         self.zero = zero                         # the ZeroConfig
@@ -135,45 +102,44 @@ class Stage:
         self.closed = False
         # the switches, each from what it needs
         self.params: ParamSwitch
-        self.params, params_on_device, self.largest_unit = self._make_params(params_cls, model)
+        self.params, params_on_device, self.largest_unit = self._make_params(model)
         # the groups the optimizer steps (stage 3 partitions untrained parameters too, in groups after these)
-        self.groups: list[FlatGroup] = list(getattr(self.params, "trained_groups", self.params.groups))
+        self.groups: list[FlatGroup] = list(self.params.trained_groups)
         self.group_of = {id(p): g for g in self.groups for p in g.params}
         self.owned_params = self.params.owned()  # the part of each group this rank's step updates
         self.home: StateSwitch = make_state_home(
             self.owned_params, self.groups, zero, ParamWriter(self.params, dtype), device=device, rank=self.rank,
             world_size=self.world_size, sharded=self.shards_optimizer, copies_needed=self.mixed or not params_on_device,
             opt_group_hps=self.opt_group_hps, timeline=getattr(comm, "timeline", None))
-        per_pass = params_cls is GatheredParams   # stage 3: buckets follow each forward's order
-        # stages 0-2 fill buckets as DeepSpeed does: stage 2 in the last backward's hook order
-        # (planned again before each backward), stages 0 and 1 in the model's order
-        # (stage 1 with overlap_comm too: its hooks reduce during backward)
-        hook_order = (self.stage == 2 or (self.stage == 1 and zero.overlap_comm)) \
-            and not self.zerolab.ideal_reduce_scatter
-        if params_cls is not GatheredParams and not self.zerolab.ideal_reduce_scatter and not hook_order:
+        # buckets fill as DeepSpeed's do (the spec's bucket_order): stage 3 in each forward's order,
+        # stage 2 in the last backward's hook order (planned again before each backward), stages 0
+        # and 1 in the model's order (stage 1 with overlap_comm too: its hooks reduce during backward)
+        order = self.spec.bucket_order(zero, self.zerolab)
+        per_pass = order == "pass"
+        if order == "model":
             self.params.forward_grad_order()
-        self.grads: GradSwitch = grads_cls(
-            self.groups, comm, reduce_spec(zero.stage, zero, self.zerolab), dtype=dtype, comm_dtype=comm_dtype,
+        self.grads: GradSwitch = self.spec.grads(
+            self.groups, comm, self.spec.reduce_spec(zero, self.zerolab), dtype=dtype, comm_dtype=comm_dtype,
             device=device, units=self.params.reduce_units, per_pass=per_pass,
             on_group_done=self.params.grads_done if per_pass else None, buffers=self.buffers,
             sharded=self.shards_optimizer, home=self.home)
-        if hook_order:
+        if order == "hook":
             self.grads.observe = self.params.observe_grad_order
         self.params.start()                      # stage 3: shards to NVMe, module hooks
         self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for _, p in named]
 
-    def _make_params(self, params_cls, model: nn.Module):
+    def _make_params(self, model: nn.Module):
         """(the parameter switch, do its shards stay on the device?, the most elements one unit
         gathers: a module's own parameters, what the device budget's estimates use)."""
-        if params_cls is GatheredParams:
-            params = GatheredParams(model, self.named, self.comm, self.zero, self.zerolab, dtype=self.dtype,
-                                    device=self.device, opt_group_of=self.opt_group_of, buffers=self.buffers)
+        if self.spec.partitions_params:
+            params = self.spec.params(model, self.named, self.comm, self.zero, self.zerolab, dtype=self.dtype,
+                                      device=self.device, opt_group_of=self.opt_group_of, buffers=self.buffers)
             on_device = self.zero.offload_param.device not in ("cpu", "nvme")
             return params, on_device, max((g.numel for g in params.groups), default=0)
         largest = largest_layer_params(model)
-        params = ReplicatedParams(self.named, self.comm, dtype=self.dtype, device=self.device,
+        params = self.spec.params(self.named, self.comm, dtype=self.dtype, device=self.device,
                                   sharded=self.shards_optimizer, bucket_numel=self.zero.reduce_bucket_size,
-                                  per_bucket=self.zerolab.ideal_reduce_scatter and self.stage in (1, 2),
+                                  per_bucket=bool(self.zerolab.ideal_reduce_scatter) and self.spec.ideal_layout,
                                   opt_group_of=self.opt_group_of)
         return params, True, largest
 
@@ -326,7 +292,7 @@ class Stage:
         return m
 
     def _frozen_bytes(self) -> int:
-        kept = {id(p) for _, p in self.named} | set(getattr(self.params, "unit_of", ()))
+        kept = {id(p) for _, p in self.named} | set(self.params.unit_of)
         return tensor_bytes(p for p in self.model.parameters() if id(p) not in kept)
 
     def close(self) -> None:
@@ -339,8 +305,7 @@ class Stage:
             h.remove()
         self._hooks = []
         self.restore_params()
-        if hasattr(self.params, "restore_untrained"):
-            self.params.restore_untrained()
+        self.params.restore_untrained()        # stage 3 gathers the untrained parameters it partitions
         for p in self.model.parameters():
             p.grad = None
         self.buffers.clear()
@@ -352,16 +317,15 @@ class Stage:
         """Every parameter this engine does not train, by name, full, on the CPU (stage 3
         gathers those it partitions: every rank calls it)."""
         trained = {id(p) for _, p in self.named}
-        units = getattr(self.params, "unit_of", {})
-        gathered = self.params.untrained_values() if units else {}
+        units = self.params.unit_of
+        gathered = self.params.untrained_values()   # (collective at stage 3; {} at stages 0-2)
         return {n: gathered[n] if id(p) in units else p.detach().cpu().clone()
                 for n, p in self.model.named_parameters() if id(p) not in trained}
 
     def load_untrained(self, values: dict[str, torch.Tensor]) -> None:
         """Set the untrained parameters named in ``values`` (the rest are left as they are)."""
-        units = getattr(self.params, "unit_of", {})
-        if units:
-            self.params.load_untrained(values)
+        units = self.params.unit_of
+        self.params.load_untrained(values)      # the ones stage 3 partitions (nothing at stages 0-2)
         named = dict(self.model.named_parameters())
         for n, v in values.items():
             if id(named[n]) not in units:
@@ -369,7 +333,7 @@ class Stage:
 
     def param_shapes(self) -> dict[str, tuple]:
         """Every parameter's full shape by name (stage 3's released parameters hold empty data)."""
-        units = getattr(self.params, "unit_of", {})
+        units = self.params.unit_of
         out = {}
         for n, p in self.model.named_parameters():
             g = units.get(id(p)) or self.group_of.get(id(p))

@@ -38,9 +38,23 @@ class ReduceSpec:
 
 
 class ParamSwitch(Protocol):
-    groups: list[FlatGroup]
+    """Both classes answer every call; a member that only one stage uses is a no-op (or empty) in
+    the other, with a docstring saying why, so callers call it without probing."""
+    groups: list[FlatGroup]                               # every flat group (stage 3: untrained too)
+    full: dict[int, torch.Tensor]                         # gathered copies by group (stage 3)
+    unit_of: dict[int, FlatGroup]                         # id(param) -> its partition unit (stage 3)
+
+    @property
+    def trained_groups(self) -> list[FlatGroup]: ...      # the groups the optimizer steps
+
+    @property
+    def prefetches(self) -> int: ...                      # groups gathered ahead of use (stage 3)
 
     def reduce_units(self) -> list[Part]: ...            # what gradient buckets are packed from
+
+    def forward_grad_order(self) -> None: ...             # buckets in the model's order (stages 0-1)
+
+    def observe_grad_order(self, arrived: list[tuple[int, int]]) -> bool: ...   # in hook order (1-2)
 
     def owned(self) -> list[torch.Tensor]: ...            # what this rank's optimizer updates
 
@@ -48,11 +62,29 @@ class ParamSwitch(Protocol):
 
     def pre_backward(self) -> None: ...
 
+    def grads_done(self, g: FlatGroup) -> None: ...       # g's gradients are all in a bucket
+
     def post_backward(self) -> None: ...
 
     def forward_failed(self) -> None: ...
 
     def publish(self) -> None: ...                        # after the step
+
+    def drop_secondary(self) -> None: ...                 # after a checkpoint (stage 3's hpZ)
+
+    def untrained_values(self) -> dict[str, torch.Tensor]: ...   # those it partitions (stage 3)
+
+    def load_untrained(self, values: dict[str, torch.Tensor]) -> None: ...
+
+    def restore_untrained(self) -> None: ...
+
+    def stats(self): ...                                  # engine.stage3_stats()
+
+    def reset_peaks(self) -> None: ...
+
+    def observe(self, observer) -> None: ...              # each gather and release (stage 3)
+
+    def forget(self, observer) -> None: ...
 
     def write(self, i: int, start: int, values: torch.Tensor) -> None: ...
 
