@@ -75,7 +75,8 @@ def bench(batch, rounds, per_round, torch_zero, variants):
     for name, stage, zero in variants:
         cfg = {"train_batch_size": batch * info.world_size, "gradient_clipping": 1.0,
                "optimizer": {"type": "Adam", "params": {"lr": 1e-4}},
-               "zero_optimization": {"stage": stage, **zero}}
+               "zero_optimization": {"stage": stage, **{k: v for k, v in zero.items() if k != "zerolab"}},
+               **({"zerolab": zero["zerolab"]} if "zerolab" in zero else {})}
         engine = engines[name] = zerolab.initialize(ResMLP(), cfg)
 
         def z_step(engine=engine):
@@ -96,7 +97,8 @@ def bench(batch, rounds, per_round, torch_zero, variants):
 VARIANTS = [("zerolab stage 0", 0, {}), ("zerolab stage 0 + overlap", 0, {"overlap_comm": True}),
             ("zerolab stage 1", 1, {}), ("zerolab stage 2", 2, {}),
             ("zerolab stage 2 + overlap", 2, {"overlap_comm": True}),
-            ("zerolab stage 3", 3, {})]
+            ("zerolab stage 3", 3, {}),
+            ("zerolab stage 3, module_groups", 3, {"zerolab": {"module_groups": True}})]   # zerolab's own layout
 
 
 def deepspeed_run(python, world, rounds, steps, batch) -> dict:

@@ -114,6 +114,7 @@ class UnitFetch:
         """The persistent parameters ``ids`` after a step, DeepSpeed's way (``_post_step`` ->
         ``_allgather_params_coalesced``): one all-gather per parameter, every one issued before
         any is waited on."""
+        # (a persistent group's shard is a view of its gathered buffer: sent from a copy)
         pending = [self.comm.all_gather(full[i], shards[i].clone(), tag=f"params {self.groups[i].label}",
                                         async_op=True) for i in ids]
         for work in pending:
