@@ -178,9 +178,11 @@ class Budget:
 
 # what the budget is checked in (the callers' ``where``) and the consumers it names: their Chinese
 # is in the catalogue, passed through T.text
-WHERE = ("forward", "backward", "the optimizer step", "a parameter gather", "set-up (model states)")
-CONSUMERS = ("params", "grads", "optimizer_states", "buffers (buckets, gathered parameters)", "activations",
-             "allocated by torch on the GPU")
+WHERE = (T.mark("forward"), T.mark("backward"), T.mark("the optimizer step"), T.mark("a parameter gather"),
+         T.mark("set-up (model states)"))
+CONSUMERS = (T.mark("params"), T.mark("grads"), T.mark("optimizer_states"),
+             T.mark("buffers (buckets, gathered parameters)"), T.mark("activations"),
+             T.mark("allocated by torch on the GPU"))
 
 
 def _ljust(text: str, columns: int) -> str:

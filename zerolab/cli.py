@@ -38,11 +38,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .i18n import catalogue, cli_lang, set_lang, width
+from .i18n import add_lang_argument, catalogue, cli_lang, set_lang, width
 from .memory import format_bytes, model_state_bytes
 
 T = catalogue("cli")      # the commands' own lines in the edition's language (zerolab/messages_zh.py)
-LANG_HELP = "answer in English or Chinese (default: $ZEROLAB_LANG, else the locale, e.g. LANG=zh_CN.UTF-8)"
 
 
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
@@ -341,14 +340,12 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("--port", type=int, default=None, help="the server's port (default: JupyterLab's, 8888)")
     o.add_argument("--dry-run", action="store_true", help="copy and set up, print the jupyter lab command, "
                    "start nothing")
-    o.add_argument("--lang", choices=("en", "zh"), default=None,
-                   help="the edition to open first (default: $ZEROLAB_LANG, else the locale)")
+    add_lang_argument(o, help="the edition to open first (default: $ZEROLAB_LANG, else the locale)")
     o.set_defaults(fn=cmd_course)
     e = sub.add_parser("explain", help="what a DeepSpeed config means (any DeepSpeed 0.19.8 config)")
     e.add_argument("config", help="path to a DeepSpeed JSON config")
     e.add_argument("--world", type=int, default=1, help="data-parallel ranks (GPUs) it will run on")
     e.add_argument("--params", type=count, default=0, help="model size (7e9, 7B, 350M), to print memory per stage")
-    e.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
     e.set_defaults(fn=cmd_explain)
     s = sub.add_parser("estimate", help="model-state memory per GPU for each ZeRO stage")
     s.add_argument("--params", type=count, required=True, help="parameter count: 7e9, 7B, 1.3b, 350M")
@@ -360,13 +357,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="mixed: 2 + 2 + 12 bytes per parameter (default); fp32: 4 + 4 + 8")
     s.add_argument("--largest-layer", type=count, default=0,
                    help="largest layer's parameters (adds DeepSpeed's ZeRO-3 table)")
-    s.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
     s.set_defaults(fn=cmd_estimate)
     c = sub.add_parser("consolidate", help="one fp32 state dict (safetensors) from a zerolab checkpoint")
     c.add_argument("checkpoint", help="the save_dir given to save_checkpoint (uses its 'latest'), or a tag's folder")
     c.add_argument("out", help="the .safetensors file to write")
     c.add_argument("--tag", default=None, help="a tag other than the latest")
-    c.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
     c.set_defaults(fn=cmd_consolidate)
     m = sub.add_parser("simulate", help="memory per GPU and step time of a model on N GPUs, per stage")
     m.add_argument("--params", type=count, default=None, help="parameters: 7e9, 7B, 1.3b, 350M (required)")
@@ -396,12 +391,10 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--calibrate", action="store_true",
                    help="hold the simulator against real ranks here: bytes, calls, time (and the comm_factor)")
     m.add_argument("--nproc", type=int, default=2, help="ranks for --calibrate")
-    m.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
     m.set_defaults(fn=cmd_simulate)
     b = sub.add_parser("bench", help="fit T = alpha + S/beta for each collective on this machine")
     b.add_argument("--nproc", type=int, default=2, help="ranks to measure on")
     b.add_argument("--out", default=None, help="save the fit as JSON (zerolab.bench.Fit.load reads it)")
-    b.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
     b.set_defaults(fn=cmd_bench)
     v = sub.add_parser("env", help="torch, backends and devices here")
     v.set_defaults(fn=cmd_env)
@@ -414,7 +407,6 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--ranks", type=int, default=4, help="ranks of the test crew (preflight)")
     r.add_argument("--need-gb", type=float, default=None,
                    help="free memory the chapters need, in GB (preflight; default: the measured need)")
-    r.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
     r.set_defaults(fn=cmd_report)
     cp = sub.add_parser("compare", help="run a DeepSpeed config on real DeepSpeed and on zerolab (CPU ranks), "
                                          "calls and bytes side by side")
@@ -426,15 +418,16 @@ def main(argv: list[str] | None = None) -> int:
                          "nn.MultiheadAttention and an external weight")
     cp.add_argument("--ds-python", default=None, help="the python of a venv with deepspeed==0.19.8 "
                                                       "(default: this one, if it has deepspeed)")
-    cp.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
     cp.set_defaults(fn=cmd_compare)
     g = sub.add_parser("progress", help="which exercises are done (the checks record passes on this machine)")
     g.add_argument("--json", action="store_true", help="print JSON (to send to the instructor, if you choose)")
     g.add_argument("--all", action="store_true", help="count the checks run from every clone on this machine, not "
                    "only this one's")
     g.add_argument("--name", default=None, help="your name, put in the JSON")
-    g.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
     g.set_defaults(fn=cmd_progress)
+    for name, command in sub.choices.items():       # every command answers in either language (env: facts only)
+        if name not in ("course", "env", "train"):  # course and train declare theirs with their own meaning/module
+            add_lang_argument(command)
     args = sys.argv[1:] if argv is None else list(argv)
     if args[:1] == ["course"]:              # jupyter lab's own options pass through
         a, a.extra = ap.parse_known_args(args)

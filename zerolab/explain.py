@@ -25,9 +25,9 @@ T = catalogue("explain")     # what a config means, in the edition's language (z
 
 __all__ = ["Explanation", "explain_config", "describe"]
 
-_STAGE_SHARDS = {0: "nothing is partitioned (plain data parallelism)",
-                 1: "optimizer states are partitioned", 2: "optimizer states and gradients are partitioned",
-                 3: "optimizer states, gradients and parameters are partitioned"}
+_STAGE_SHARDS = {0: T.mark("nothing is partitioned (plain data parallelism)"),
+                 1: T.mark("optimizer states are partitioned"), 2: T.mark("optimizer states and gradients are partitioned"),
+                 3: T.mark("optimizer states, gradients and parameters are partitioned")}
 
 
 def describe(c: Config) -> str:

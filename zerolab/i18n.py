@@ -15,7 +15,9 @@ Two places ask, and they answer differently on purpose:
 Messages are written in English in the code, where they are read; their Chinese lives in one
 file, ``zerolab/messages_zh.py``, one section per module, keyed by the English template itself.
 ``T = catalogue("progress")`` gives a module its section, and ``T("{n} of {m} done", n=1, m=5)``
-formats the template in the current language. A template missing from the catalogue is shown in
+formats the template in the current language; ``T.plural(n, one, other)`` picks English's form
+(Chinese has one, keyed by ``other``), ``T.join_and(items)`` lists in a sentence, and ``T.mark(en)``
+marks a template that a table holds for later. A template missing from the catalogue is shown in
 English (``tests/test_i18n.py`` checks that every Chinese template has its English's fields and that
 the modules' templates are in the catalogue).
 """
@@ -27,7 +29,8 @@ from pathlib import Path
 from typing import Iterator
 
 __all__ = ["LANGS", "LANG_ENV", "EDITION_DIRS", "normalize", "kernel_lang", "cli_lang", "lang", "set_lang",
-           "using", "is_zh", "Catalogue", "catalogue", "edition_of"]
+           "using", "is_zh", "Catalogue", "catalogue", "edition_of", "join_and",
+           "LANG_HELP", "add_lang_argument"]
 
 LANGS = ("en", "zh")
 LANG_ENV = "ZEROLAB_LANG"
@@ -138,6 +141,42 @@ class Catalogue:
     def __call__(self, en: str, /, **fields) -> str:
         text = self.text(en)
         return text.format(**fields) if fields else text
+
+    @staticmethod
+    def mark(en: str) -> str:
+        """``en`` itself: marks a template that a table holds and that is shown later through
+        ``T.text`` or ``T`` (gettext's ``N_``), so that ``tests/test_i18n.py`` finds it in the code
+        as it finds ``T("...")``, and no list of such templates is kept by hand."""
+        return en
+
+    def plural(self, n: int, one: str, other: str, /, **fields) -> str:
+        """``one`` or ``other`` by English's rule for ``n`` (``{n}`` is filled in); Chinese has one
+        form, keyed by ``other``: ``T.plural(k, "{n} run", "{n} runs")``."""
+        en = one if n == 1 else other
+        text = self.zh.get(other, en) if lang() == "zh" else en
+        return text.format(n=n, **fields)
+
+    def join_and(self, items) -> str:
+        """``a``, ``a and b``, ``a, b and c``: a list in a sentence of this catalogue's language
+        (Chinese: ``a 和 b``, ``a、b 和 c``), the two joints being templates of its section."""
+        return join_and(items, self)
+
+
+def join_and(items, tr) -> str:
+    """``a``, ``a and b``, ``a, b and c``, with the joints ``", "`` and ``" and "`` through ``tr`` (a
+    catalogue's ``T``, or a figure's text function, whose section holds both)."""
+    items = [str(i) for i in items]
+    if len(items) <= 2:
+        return tr(" and ").join(items)
+    return tr(", ").join(items[:-1]) + tr(" and ") + items[-1]
+
+
+LANG_HELP = "answer in English or Chinese (default: $ZEROLAB_LANG, else the locale, e.g. LANG=zh_CN.UTF-8)"
+
+
+def add_lang_argument(parser, help: str = LANG_HELP) -> None:
+    """A command's ``--lang en|zh`` (read back with :func:`cli_lang`), declared here once for every command."""
+    parser.add_argument("--lang", choices=LANGS, default=None, help=help)
 
 
 def catalogue(section: str) -> Catalogue:

@@ -15,7 +15,6 @@ ZH["progress"] = {
     "done": "已完成",
     "tried": "尝试过",
     "not started": "未开始",
-    "{n} run": "运行 {n} 次",
     "{n} runs": "运行 {n} 次",
     "passed {when} ({tries})": "{when} 通过（{tries}）",
     "not passed yet ({tries}); last: {message}": "尚未通过（{tries}）；最近一次：{message}",
@@ -1416,9 +1415,9 @@ ZH["checks.ch08"] = {
     # the goals (zerolab.checks.ch08.GOALS)
     "biases whole, weights sharded: all 8 biases (64 elements) persistent, no weight (4,096)":
         "偏置完整、权重分片：8 个偏置（各 64 个元素）全部常驻，权重（4,096）一个也不常驻",
-    "biases persistent; at most 19 parameter all-gather calls per step and at most 18,432 elements gathered or in "
-    "flight at once":
-        "偏置常驻；每步参数的 all-gather 调用不超过 19 次，同一时刻已收集或在途的元素不超过 18,432 个",
+    "biases persistent; at most {calls} parameter all-gather calls per step and at most {peak:,} elements gathered "
+    "or in flight at once":
+        "偏置常驻；每步参数的 all-gather 调用不超过 {calls} 次，同一时刻已收集或在途的元素不超过 {peak:,} 个",
     "weights sharded, stage3_prefetch_bucket_size left at DeepSpeed's default (5e7), and no group gathered ahead "
     "of use (0 prefetched)":
         "权重分片，stage3_prefetch_bucket_size 保持 DeepSpeed 的默认值（5e7），并且没有任何组在用到之前"
@@ -1529,6 +1528,7 @@ ZH["checks.hooks3"] = {
     "gather": "收集",
     "release": "释放",
     " and ": " 和 ",
+    ", ": "、",
     "hint: {hint}": "提示：{hint}",
     "(nothing: the run ended)": "什么也没做（运行已结束）",
     "optimizer step": "到了优化器更新",
@@ -1690,6 +1690,7 @@ ZH["checks.ch09"] = {
     "{where}: precision": "{where}：精度",
     "{where}: {key}": "{where}：{key}",
     " and ": " 和 ",
+    ", ": "、",
     "bf16 enabled (\"bf16\": {\"enabled\": true}), fp16 off": "启用 bf16（\"bf16\": {\"enabled\": true}），关闭 fp16",
     "fp32 (no bf16 block, or enabled false)": "fp32（没有 bf16 块，或 enabled 为 false）",
     "bf16 has fp32's range, so it needs no loss scaler; fp16 would scale the loss":
@@ -2077,6 +2078,7 @@ ZH["lab"] = {
     "parameters": "参数",
     "optimizer states": "优化器状态",
     " and ": "和",
+    ", ": "、",
     "all": "全部",
     "grads": "梯度",
     "model states": "模型状态",

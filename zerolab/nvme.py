@@ -27,8 +27,8 @@ __all__ = ["NvmeStore", "NvmePathError", "NvmeFileError", "check_nvme_path", "re
 
 T = catalogue("engine")        # the messages in the edition's language (zerolab/messages_zh.py)
 # what the callers swap to NVMe (check_nvme_path's ``what``: its Chinese is in the catalogue)
-WHAT = ("optimizer states", "optimizer states (fp32 masters and moments of every rank)",
-        "parameter shards of every rank")
+WHAT = (T.mark("optimizer states"), T.mark("optimizer states (fp32 masters and moments of every rank)"),
+        T.mark("parameter shards of every rank"))
 
 SWAP_PREFIX = "zerolab-swap-"
 
@@ -181,7 +181,7 @@ class NvmeStore:
         self._finalizer()
 
 
-_TODO = ("Something other than this run changed its files (another process, the disk itself): check the disk, "
+_TODO = T.mark("Something other than this run changed its files (another process, the disk itself): check the disk, "
          "then resume from your last checkpoint (engine.load_checkpoint)")
 
 

@@ -45,28 +45,29 @@ PROGRESS_ENV = "ZEROLAB_PROGRESS"
 MAX_RECORDS = 2000              # the newest are kept; a learner makes a few dozen in a day
 MESSAGE_CHARS = 200
 
+T = catalogue("progress")
+
 # The checks a learner runs, by "chapter.function", in course order, with what they check.
 EXERCISES = {
-    "ch00.check_ring_all_gather": "Exercise 0  · the ring all-gather (ring_all_gather)",
-    "ch01.check_model_state_bytes": "Exercise 1  · weigh the backpack (model_state_bytes_per_rank)",
-    "ch02.check_ring_reduce_scatter": "Exercise 2  · the ring reduce-scatter (ring_reduce_scatter)",
-    "ch03.check_shard_range": "Exercise 3 (a) · who owns which shard (shard_range)",
-    "ch03.check_adamw_step": "Exercise 3 (b) · AdamW on one shard (adamw_step)",
-    "stage2_buckets.check_stage2_buckets": "Exercise 3b · stage 2's buckets (add_grad, reduce_bucket)",
-    "zero1.check_sharded_optimizer": "Exercise 3c · ZeRO-1 by hand, against DDP (ShardedOptimizer)",
-    "ch04.check_update_scale": "Exercise 4  · the dynamic loss scaler (update_scale)",
-    "ch05.check_host_step": "Exercise 5  · design the host optimizer step (host_step)",
-    "ch06.check_bucket_params": "Exercise 6  · the bucket plan (bucket_params)",
-    "ch07.check_choose_config": "Exercise 7  · the config that fits a budget (device_bytes, choose_config)",
-    "ch08.check_knobs": "Exercise 8  · stage-3 knobs for a goal (knobs)",
-    "hooks3.check_gather_hooks": "Exercise 8c · stage 3's gather and release as module hooks (MyHooks)",
-    "ch09.check_capstone_config": "Exercise 9  · the capstone's DeepSpeed config",
-    "ch13.check_block_quantizer": "Exercise 13 · qwZ's block quantizer (quantize, dequantize)",
-    "ch14.check_tokens_to_hide": "Exercise 14a · the break-even tokens (tokens_to_hide)",
-    "ch14.check_inter_node_bytes": "Exercise 14b · bytes leaving a node with ZeRO++ (inter_node_bytes)",
-    "ch14.check_offload_hide_tokens": "Exercise 14c · when offload's PCIe hides (offload_hide_tokens)",
+    "ch00.check_ring_all_gather": T.mark("Exercise 0  · the ring all-gather (ring_all_gather)"),
+    "ch01.check_model_state_bytes": T.mark("Exercise 1  · weigh the backpack (model_state_bytes_per_rank)"),
+    "ch02.check_ring_reduce_scatter": T.mark("Exercise 2  · the ring reduce-scatter (ring_reduce_scatter)"),
+    "ch03.check_shard_range": T.mark("Exercise 3 (a) · who owns which shard (shard_range)"),
+    "ch03.check_adamw_step": T.mark("Exercise 3 (b) · AdamW on one shard (adamw_step)"),
+    "stage2_buckets.check_stage2_buckets": T.mark("Exercise 3b · stage 2's buckets (add_grad, reduce_bucket)"),
+    "zero1.check_sharded_optimizer": T.mark("Exercise 3c · ZeRO-1 by hand, against DDP (ShardedOptimizer)"),
+    "ch04.check_update_scale": T.mark("Exercise 4  · the dynamic loss scaler (update_scale)"),
+    "ch05.check_host_step": T.mark("Exercise 5  · design the host optimizer step (host_step)"),
+    "ch06.check_bucket_params": T.mark("Exercise 6  · the bucket plan (bucket_params)"),
+    "ch07.check_choose_config": T.mark("Exercise 7  · the config that fits a budget (device_bytes, choose_config)"),
+    "ch08.check_knobs": T.mark("Exercise 8  · stage-3 knobs for a goal (knobs)"),
+    "hooks3.check_gather_hooks": T.mark("Exercise 8c · stage 3's gather and release as module hooks (MyHooks)"),
+    "ch09.check_capstone_config": T.mark("Exercise 9  · the capstone's DeepSpeed config"),
+    "ch13.check_block_quantizer": T.mark("Exercise 13 · qwZ's block quantizer (quantize, dequantize)"),
+    "ch14.check_tokens_to_hide": T.mark("Exercise 14a · the break-even tokens (tokens_to_hide)"),
+    "ch14.check_inter_node_bytes": T.mark("Exercise 14b · bytes leaving a node with ZeRO++ (inter_node_bytes)"),
+    "ch14.check_offload_hide_tokens": T.mark("Exercise 14c · when offload's PCIe hides (offload_hide_tokens)"),
 }
-T = catalogue("progress")
 _CHECK_MODULE = re.compile(r"zerolab\.checks\.(ch\d\d|stage2_buckets|zero1|hooks3)")
 
 
@@ -221,7 +222,7 @@ def summary(records: list[dict]) -> list[dict]:
         passes = [r for r in mine if r.get("passed")]
         fails = [r for r in mine if not r.get("passed")]
         out.append({"exercise": name, "title": EXERCISES.get(name, name),
-                    "status": "done" if passes else "tried" if mine else "not started",
+                    "status": T.mark("done") if passes else T.mark("tried") if mine else T.mark("not started"),
                     "attempts": len(mine), "failures": len(fails),
                     "first_passed": passes[0]["time"] if passes else None,
                     "last_failure": fails[-1].get("message", "") if fails else None,
@@ -253,7 +254,7 @@ def format_summary(entries: list[dict]) -> str:
     status_width = max(12, max(_width(s) for s in statuses))
     lines = []
     for e, title, status in zip(entries, titles, statuses):
-        tries = (T("{n} run", n=e["attempts"]) if e["attempts"] == 1 else T("{n} runs", n=e["attempts"]))
+        tries = T.plural(e["attempts"], "{n} run", "{n} runs")
         if e["status"] == "done":
             detail = T("passed {when} ({tries})", when=_local(e["first_passed"]), tries=tries)
         elif e["status"] == "tried":

@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from .i18n import catalogue
+from .i18n import add_lang_argument, catalogue
 
 __all__ = ["train", "main", "add_arguments"]
 
@@ -270,8 +270,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--picture", default=None, help="where to save the picture (PNG; default: zerolab_train.png in "
                    "the current folder, its full path printed); '' for none")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--lang", choices=("en", "zh"), default=None,
-                   help="answer in English or Chinese (default: $ZEROLAB_LANG, else the locale, e.g. LANG=zh_CN.UTF-8)")
+    add_lang_argument(p)
 
 
 def run_from_args(a) -> int:

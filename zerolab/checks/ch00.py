@@ -38,7 +38,7 @@ T = i18n.catalogue("checks.ch00")    # the messages in the edition's language (z
 __all__ = ["check_ring_all_gather", "CASES"]
 
 CASES = ((2, 9), (3, 14), (4, 18))
-HINT = ("hint: in step s, rank r sends the chunk it got most recently (its own, chunk r, at "
+HINT = T.mark("hint: in step s, rank r sends the chunk it got most recently (its own, chunk r, at "
         "step 0),\n  that is chunk (r - s) % N, and receives chunk (r - s - 1) % N from the left; "
         "N-1 steps in all")
 

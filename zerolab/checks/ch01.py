@@ -25,8 +25,8 @@ T = catalogue("checks.ch01")    # the messages in the edition's language (zerola
 __all__ = ["check_model_state_bytes", "measure_one_step", "CHECK_MODEL"]
 
 GIANTS = ("params", "grads", "optimizer_states")
-NAMES = {"params": "parameters (the furniture)", "grads": "gradients (the door stickers)",
-         "optimizer_states": "optimizer states (the heavy notebook)"}
+NAMES = {"params": T.mark("parameters (the furniture)"), "grads": T.mark("gradients (the door stickers)"),
+         "optimizer_states": T.mark("optimizer states (the heavy notebook)")}
 # A TinyLM big enough that 1% is a few hundred bytes: Ψ = 49,280 trainable parameters.
 CHECK_MODEL = dict(vocab=101, d=64, hidden=160, layers=2, seq_len=16)
 # (stage, precision) pairs the engine runs, in the order they are checked: the plain

@@ -47,7 +47,7 @@ __all__ = ["check_ring_reduce_scatter", "trace_ring", "ring_input"]
 
 # (world size, tensor length): lengths that do not divide by the world size, so chunks differ.
 CASES = ((2, 11), (3, 14), (4, 18))
-HINT = ("Hint: follow one chunk around the ring. Chunk c must visit every rank once and end, "
+HINT = T.mark("Hint: follow one chunk around the ring. Chunk c must visit every rank once and end, "
         "fully summed, at rank c after N-1 steps; each step moves it one rank to the right. So "
         "where does chunk c start, and which chunk is rank r holding on its way at step s? The "
         "chunk a rank receives is the one its left neighbour sends.")

@@ -151,7 +151,7 @@ def rule_problem(ranges: list[tuple[int, int]], padded: int) -> str | None:
     return None
 
 
-LAYOUTS = (("DeepSpeed's flat buffer", False), ("the paper's buckets", True))
+LAYOUTS = ((T.mark("DeepSpeed's flat buffer"), False), (T.mark("the paper's buckets"), True))
 
 
 def _train_with_rule(rule: Callable) -> dict:

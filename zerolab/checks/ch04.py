@@ -217,23 +217,23 @@ def _same(want, got) -> bool:
 
 # (what it exercises, scaler settings, overflow flags: "1" = this step's gradients overflowed)
 SEQUENCES = [
-    ("DeepSpeed's defaults: 2^16, window 1000, hysteresis 2",
+    (T.mark("DeepSpeed's defaults: 2^16, window 1000, hysteresis 2"),
      dict(init_scale=2.0 ** 16, scale_window=1000, delayed_shift=2), "11" + "0" * 1002 + "1" + "0" * 5 + "1"),
-    ("the anchor trace: window 2, no hysteresis", dict(init_scale=2.0 ** 16, scale_window=2, delayed_shift=1),
+    (T.mark("the anchor trace: window 2, no hysteresis"), dict(init_scale=2.0 ** 16, scale_window=2, delayed_shift=1),
      "010000000"),
-    ("hysteresis 3, not refilled by a cut", dict(init_scale=2.0 ** 10, scale_window=3, delayed_shift=3),
+    (T.mark("hysteresis 3, not refilled by a cut"), dict(init_scale=2.0 ** 10, scale_window=3, delayed_shift=3),
      "1110101000000011"),
-    ("consecutive_hysteresis: refilled on every clean step",
+    (T.mark("consecutive_hysteresis: refilled on every clean step"),
      dict(init_scale=2.0 ** 12, scale_window=4, delayed_shift=2, consecutive_hysteresis=True),
      "1010101000001100000110"),
-    ("the floor: min_scale 20 (the cut is clamped to it)", dict(init_scale=48.0, scale_window=2, min_scale=20.0,
+    (T.mark("the floor: min_scale 20 (the cut is clamped to it)"), dict(init_scale=48.0, scale_window=2, min_scale=20.0,
                                                                 delayed_shift=1), "1100100000"),
-    ("scale_factor 3: cuts divide by 3, growths multiply by 3",
+    (T.mark("scale_factor 3: cuts divide by 3, growths multiply by 3"),
      dict(init_scale=3.0 ** 8, scale_factor=3.0, scale_window=2, delayed_shift=1, min_scale=1.0),
      "0010001100000"),
-    ("at the floor with hysteresis left: tolerated twice, then the run stops",
+    (T.mark("at the floor with hysteresis left: tolerated twice, then the run stops"),
      dict(init_scale=8.0, scale_window=4, min_scale=8.0, delayed_shift=3), "1101"),
-    ("at the floor: an overflow that cannot lower the scale stops the run",
+    (T.mark("at the floor: an overflow that cannot lower the scale stops the run"),
      dict(init_scale=4.0, scale_window=5, min_scale=1.0, delayed_shift=1), "111"),
 ]
 

@@ -40,11 +40,11 @@ __all__ = ["check_bucket_params", "reference_bucket_params", "CASES", "ENGINE_SI
 
 # (what, parameter sizes in gradient order, bucket_numel)
 CASES = (
-    ("small parameters", (30, 20, 25, 10, 40, 5, 35), 100),
-    ("buckets filled exactly to the limit", (60, 40, 100, 50, 50, 1), 100),
-    ("parameters larger than a bucket", (500, 30, 40, 250, 20, 70, 300), 100),
-    ("everything fits in one bucket", (10,) * 7, 1000),
-    ("every parameter larger than a bucket", (7, 9, 8), 5),
+    (T.mark("small parameters"), (30, 20, 25, 10, 40, 5, 35), 100),
+    (T.mark("buckets filled exactly to the limit"), (60, 40, 100, 50, 50, 1), 100),
+    (T.mark("parameters larger than a bucket"), (500, 30, 40, 250, 20, 70, 300), 100),
+    (T.mark("everything fits in one bucket"), (10,) * 7, 1000),
+    (T.mark("every parameter larger than a bucket"), (7, 9, 8), 5),
 )
 # The engine runs: MLP(sizes=ENGINE_SIZES); gradient order (reversed) is b8, w192, b24, w576,
 # b24, w288: at 224 a bucket filled exactly, then oversized weights alone; at 100 every parameter
@@ -66,7 +66,7 @@ def _named(sizes) -> list[tuple[str, torch.nn.Parameter]]:
 def _model_case() -> tuple[str, tuple[int, ...], int]:
     from zerolab.models import MLP
     named = list(reversed(list(MLP(sizes=(13, 64, 64, 32, 7)).named_parameters())))
-    return ("an MLP's parameters in gradient order", tuple(p.numel() for _, p in named), 4200)
+    return (T.mark("an MLP's parameters in gradient order"), tuple(p.numel() for _, p in named), 4200)
 
 
 def _show(buckets, sizes) -> str:

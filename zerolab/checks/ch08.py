@@ -54,11 +54,11 @@ DEFAULT_PREFETCH = 50_000_000
 ALLOWED = ("stage3_param_persistence_threshold", "stage3_model_persistence_threshold",
            "stage3_prefetch_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance")
 GOALS = {
-    "A": "biases whole, weights sharded: all 8 biases (64 elements) persistent, no weight (4,096)",
-    "B": f"biases persistent; at most {B_CALLS} parameter all-gather calls per step and at most "
-         f"{B_PEAK:,} elements gathered or in flight at once",
-    "C": "weights sharded, stage3_prefetch_bucket_size left at DeepSpeed's default (5e7), and "
-         "no group gathered ahead of use (0 prefetched)",
+    "A": T.mark("biases whole, weights sharded: all 8 biases (64 elements) persistent, no weight (4,096)"),
+    "B": T.mark("biases persistent; at most {calls} parameter all-gather calls per step and at most "
+         "{peak:,} elements gathered or in flight at once"),
+    "C": T.mark("weights sharded, stage3_prefetch_bucket_size left at DeepSpeed's default (5e7), and "
+         "no group gathered ahead of use (0 prefetched)"),
 }
 
 
@@ -157,7 +157,7 @@ def _miss(goal: str, zero: dict, got: dict, what: str, fix: str, hint: str) -> E
             "    and {n} persistent parameters ({numel:,} elements)", calls=got["calls"],
             prefetches=got["prefetches"], peak=got["peak"], n=len(got["persistent"]), numel=sum(got["persistent"]))
         + "\n" + fill(T("your knobs: {zero}", zero=zero), 96, initial_indent="  ", subsequent_indent="    ") + "\n"
-        + _wrap(T("the goal: {goal}", goal=T.text(GOALS[goal]))) + "\n"
+        + _wrap(T("the goal: {goal}", goal=T(GOALS[goal], calls=B_CALLS, peak=B_PEAK))) + "\n"
         + _hint(hint))
 
 

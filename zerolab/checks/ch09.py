@@ -286,4 +286,4 @@ def check_capstone_config(fn: Callable, *, verbose: bool = True) -> None:
             print(T("        {n} steps: losses and lrs the same as the brief's config", n=ENGINE_STEPS))
     passed(T("your config runs the capstone: ZeRO-3, both offloads, bf16, WarmupDecayLR,\n"
              "  and a global batch of {batch} on {n} world sizes (trained on {worlds} ranks)",
-             batch=BRIEF["train_batch_size"], n=len(WORLD_SIZES), worlds=T(" and ").join(map(str, ENGINE_WORLDS))))
+             batch=BRIEF["train_batch_size"], n=len(WORLD_SIZES), worlds=T.join_and(ENGINE_WORLDS)))

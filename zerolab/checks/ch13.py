@@ -61,14 +61,14 @@ def _cases() -> list[tuple[str, torch.Tensor, int, int, bool]]:
     ties = torch.cat([ties, -ties])
     zeros = torch.cat([torch.zeros(48), randn(48) * 0.1])
     return [
-        ("a weight shard in fp16, 4 blocks of 96", (randn(384) * 0.02).half(), 4, 8, False),
-        ("4 blocks whose magnitudes differ by powers of ten", decades, 4, 8, False),
-        ("a 2-D tensor (16 x 24): blocks are runs of the flat tensor", randn(16, 24), 6, 8, False),
-        ("each block's largest magnitude is positive (+1.0)", positive.reshape(-1), 4, 8, True),
-        ("values halfway between two steps (x * 128 = k / 2)", ties, 2, 8, True),
-        ("a block of zeros beside a block of values", zeros, 2, 8, False),
-        ("int4 (bits=4: qgZ uses the same quantizer)", randn(96), 3, 4, False),
-        ("many small blocks (8 elements each)", (randn(256) * 0.05).half(), 32, 8, False),
+        (T.mark("a weight shard in fp16, 4 blocks of 96"), (randn(384) * 0.02).half(), 4, 8, False),
+        (T.mark("4 blocks whose magnitudes differ by powers of ten"), decades, 4, 8, False),
+        (T.mark("a 2-D tensor (16 x 24): blocks are runs of the flat tensor"), randn(16, 24), 6, 8, False),
+        (T.mark("each block's largest magnitude is positive (+1.0)"), positive.reshape(-1), 4, 8, True),
+        (T.mark("values halfway between two steps (x * 128 = k / 2)"), ties, 2, 8, True),
+        (T.mark("a block of zeros beside a block of values"), zeros, 2, 8, False),
+        (T.mark("int4 (bits=4: qgZ uses the same quantizer)"), randn(96), 3, 4, False),
+        (T.mark("many small blocks (8 elements each)"), (randn(256) * 0.05).half(), 32, 8, False),
     ]
 
 

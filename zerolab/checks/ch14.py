@@ -94,18 +94,18 @@ def _tokens(peak, mfu, beta, n, ck, *, f=True, copies=3, nbytes=2, use_mfu=True,
 
 
 TOKENS_MISTAKES = [
-    (dict(f=False), "each rank sends (N-1)/N of every tensor it gathers or reduce-scatters (the ring): "
-                    "multiply by (N-1)/N"),
-    (dict(copies=2), "stage 3 moves the parameters twice (a gather in forward, again in backward) and "
-                     "reduce-scatters the gradients: 3 x 2 Psi bytes, not stage 2's 2 x 2 Psi"),
-    (dict(copies=1), "stage 3 moves three tensors of Psi elements per micro-step (two gathers, one "
-                     "reduce-scatter), not one"),
-    (dict(nbytes=4), "bf16/fp16 on the wire: 2 bytes per element, not 4"),
-    (dict(nbytes=1), "bf16/fp16 on the wire: 2 bytes per element, not 1"),
-    (dict(use_mfu=False), "the GPU computes at mfu x peak_flops, not at its peak"),
-    (dict(flops=6), "with activation checkpointing the forward runs twice: 8 Psi FLOPs per token, not 6"),
-    (dict(flops=2), "2 Psi FLOPs per token is the forward alone; training (forward + backward) is 6 Psi "
-                    "(8 with checkpointing)"),
+    (dict(f=False), T.mark("each rank sends (N-1)/N of every tensor it gathers or reduce-scatters (the ring): "
+                    "multiply by (N-1)/N")),
+    (dict(copies=2), T.mark("stage 3 moves the parameters twice (a gather in forward, again in backward) and "
+                     "reduce-scatters the gradients: 3 x 2 Psi bytes, not stage 2's 2 x 2 Psi")),
+    (dict(copies=1), T.mark("stage 3 moves three tensors of Psi elements per micro-step (two gathers, one "
+                     "reduce-scatter), not one")),
+    (dict(nbytes=4), T.mark("bf16/fp16 on the wire: 2 bytes per element, not 4")),
+    (dict(nbytes=1), T.mark("bf16/fp16 on the wire: 2 bytes per element, not 1")),
+    (dict(use_mfu=False), T.mark("the GPU computes at mfu x peak_flops, not at its peak")),
+    (dict(flops=6), T.mark("with activation checkpointing the forward runs twice: 8 Psi FLOPs per token, not 6")),
+    (dict(flops=2), T.mark("2 Psi FLOPs per token is the forward alone; training (forward + backward) is 6 Psi "
+                    "(8 with checkpointing)")),
 ]
 
 
@@ -126,31 +126,31 @@ def _bytes_terms(psi, n, k, qwz, hpz, qgz, *, f=True, m_f=True, hpz_crosses=Fals
     if m == 1 and not one_node_counts:      # one node: the gathers and the reduce-scatter stay inside
         fwd = bwd = 0.0
         grad = grad if qgz else 0.0
-    return {"forward gather": fwd, "backward gather": bwd, "gradients": grad}
+    return {T.mark("forward gather"): fwd, T.mark("backward gather"): bwd, T.mark("gradients"): grad}
 
 
 BYTES_MISTAKES = [
-    (dict(f=False), "a ring gather or reduce-scatter over N ranks sends (N-1)/N of the tensor out of each "
-                    "node, not all of it (the node's own share stays home)"),
-    (dict(m_f=False), "qgZ's step between nodes sends (m-1)/m of the node's 4-bit gradients (m = N/k nodes): "
-                      "the node's own share stays home"),
-    (dict(hpz_crosses=True), "with hpZ the backward gather runs inside the node (the secondary partition): "
-                             "no parameter bytes leave the node in backward"),
-    (dict(qwz_bytes=2.0), "qwZ sends int8: 1 byte per element (plus a scale per 8,000), not 2"),
-    (dict(qwz_bytes=0.5), "qwZ sends int8: 1 byte per element, not 4 bits (4 bits is qgZ's, for gradients)"),
-    (dict(qwz_fwd_only=True), "DeepSpeed quantizes every weight all-gather, the backward one too (when hpZ "
-                              "does not keep it inside the node)"),
-    (dict(qwz_grads=True), "qwZ quantizes the weights only; the gradients stay 2-byte unless qgZ is on"),
-    (dict(qgz_per_rank=True), "count the whole node: each of its k ranks sends its own Psi/k share of the "
-                              "4-bit gradients across, so (m-1)/m x Psi x 0.5 bytes leave the node"),
-    (dict(qgz_n=True), "qgZ's step between nodes is an all-to-all among the m = N/k ranks with the same "
-                       "local index: (m-1)/m, not (N-1)/N"),
-    (dict(qgz_bits=8), "qgZ sends gradients in 4 bits: 0.5 bytes per element"),
-    (dict(qgz_bits=16), "qgZ sends gradients in 4 bits: 0.5 bytes per element, not 2"),
-    (dict(qgz_intra=True), "qgZ's first all-to-all stays inside the node (NVLink): only the second one, "
-                           "between nodes, leaves it"),
-    (dict(one_node_counts=True), "with a single node (N = ranks_per_node) every collective stays inside it: "
-                                 "nothing leaves the node"),
+    (dict(f=False), T.mark("a ring gather or reduce-scatter over N ranks sends (N-1)/N of the tensor out of each "
+                    "node, not all of it (the node's own share stays home)")),
+    (dict(m_f=False), T.mark("qgZ's step between nodes sends (m-1)/m of the node's 4-bit gradients (m = N/k nodes): "
+                      "the node's own share stays home")),
+    (dict(hpz_crosses=True), T.mark("with hpZ the backward gather runs inside the node (the secondary partition): "
+                             "no parameter bytes leave the node in backward")),
+    (dict(qwz_bytes=2.0), T.mark("qwZ sends int8: 1 byte per element (plus a scale per 8,000), not 2")),
+    (dict(qwz_bytes=0.5), T.mark("qwZ sends int8: 1 byte per element, not 4 bits (4 bits is qgZ's, for gradients)")),
+    (dict(qwz_fwd_only=True), T.mark("DeepSpeed quantizes every weight all-gather, the backward one too (when hpZ "
+                              "does not keep it inside the node)")),
+    (dict(qwz_grads=True), T.mark("qwZ quantizes the weights only; the gradients stay 2-byte unless qgZ is on")),
+    (dict(qgz_per_rank=True), T.mark("count the whole node: each of its k ranks sends its own Psi/k share of the "
+                              "4-bit gradients across, so (m-1)/m x Psi x 0.5 bytes leave the node")),
+    (dict(qgz_n=True), T.mark("qgZ's step between nodes is an all-to-all among the m = N/k ranks with the same "
+                       "local index: (m-1)/m, not (N-1)/N")),
+    (dict(qgz_bits=8), T.mark("qgZ sends gradients in 4 bits: 0.5 bytes per element")),
+    (dict(qgz_bits=16), T.mark("qgZ sends gradients in 4 bits: 0.5 bytes per element, not 2")),
+    (dict(qgz_intra=True), T.mark("qgZ's first all-to-all stays inside the node (NVLink): only the second one, "
+                           "between nodes, leaves it")),
+    (dict(one_node_counts=True), T.mark("with a single node (N = ranks_per_node) every collective stays inside it: "
+                                 "nothing leaves the node")),
 ]
 
 
@@ -162,19 +162,19 @@ def _offload(peak, mfu, pcie, n, par, *, per_rank=True, down=4, up=2, par_times=
 
 
 OFFLOAD_MISTAKES = [
-    (dict(per_rank=False), "each GPU moves only its own shard over its own PCIe link: Psi/N elements, "
-                           "not Psi"),
+    (dict(per_rank=False), T.mark("each GPU moves only its own shard over its own PCIe link: Psi/N elements, "
+                           "not Psi")),
     # (the gradients down alone, 4 bytes, gives the same numbers as the paper's 2 + 2: one hint for both)
-    (dict(down=2), "per element of the shard, offload_optimizer moves the gradients down as fp32 (DeepSpeed "
+    (dict(down=2), T.mark("per element of the shard, offload_optimizer moves the gradients down as fp32 (DeepSpeed "
                    "converts them on the GPU before the copy: 4 bytes, not the ZeRO-Offload paper's 2) AND the "
-                   "updated 16-bit parameters up (2 bytes): 4 + 2 bytes"),
-    (dict(down=2, up=0), "offload_optimizer moves each step the gradients down (fp32: 4 bytes) AND the "
-                         "updated 16-bit parameters up (2 bytes): 4 + 2 bytes per element of the shard"),
-    (dict(par_times=1), "with offload_param the shard comes up from the host twice per micro-step: for the "
-                        "forward gather and again for the backward one"),
-    (dict(nbytes=4), "only the gradients go down as fp32; the parameters cross PCIe as 2-byte fp16/bf16, "
-                     "not fp32"),
-    (dict(use_mfu=False), "the GPU computes at mfu x peak_flops, not at its peak"),
+                   "updated 16-bit parameters up (2 bytes): 4 + 2 bytes")),
+    (dict(down=2, up=0), T.mark("offload_optimizer moves each step the gradients down (fp32: 4 bytes) AND the "
+                         "updated 16-bit parameters up (2 bytes): 4 + 2 bytes per element of the shard")),
+    (dict(par_times=1), T.mark("with offload_param the shard comes up from the host twice per micro-step: for the "
+                        "forward gather and again for the backward one")),
+    (dict(nbytes=4), T.mark("only the gradients go down as fp32; the parameters cross PCIe as 2-byte fp16/bf16, "
+                     "not fp32")),
+    (dict(use_mfu=False), T.mark("the GPU computes at mfu x peak_flops, not at its peak")),
 ]
 
 
@@ -242,7 +242,7 @@ def check_tokens_to_hide(fn: Callable, verbose: bool = True) -> None:
         return T("per micro-step: compute {flops} Psi T / (mfu x peak) seconds, traffic "
                  "3 x 2 Psi x (N-1)/N / beta seconds; set them equal and solve for T (Psi cancels)", flops=8 if ck else 6)
     got, want = _run(fn, "tokens_to_hide", TOKENS_CASES, reference_tokens_to_hide, TOKENS_MISTAKES,
-                     lambda c, kw: _tokens(*c, **kw), "tokens", fallback)
+                     lambda c, kw: _tokens(*c, **kw), T.mark("tokens"), fallback)
     if verbose:
         for c, g in zip(TOKENS_CASES, got):
             peak, mfu, beta, n, ck = c
@@ -262,7 +262,7 @@ def check_inter_node_bytes(fn: Callable, verbose: bool = True) -> None:
         return T("compare term by term; leaving each node (N = {n}, {m} nodes of {k}): {parts}", n=n, m=n // k, k=k,
                  parts=parts)
     got, want = _run(fn, "inter_node_bytes", BYTES_CASES, reference_inter_node_bytes, BYTES_MISTAKES,
-                     lambda c, kw: sum(_bytes_terms(*c, **kw).values()), "bytes", fallback)
+                     lambda c, kw: sum(_bytes_terms(*c, **kw).values()), T.mark("bytes"), fallback)
     if verbose:
         for c, g in zip(BYTES_CASES, got):
             psi, n, k, qwz, hpz, qgz = c
@@ -279,7 +279,7 @@ def check_offload_hide_tokens(fn: Callable, verbose: bool = True) -> None:
         return T("per step: compute 6 Psi T / (mfu x peak); PCIe: the bytes of this GPU's shard (Psi/N "
                  "elements) that cross it, over pcie_Bps; set them equal and solve for T")
     got, want = _run(fn, "offload_hide_tokens", OFFLOAD_CASES, reference_offload_hide_tokens, OFFLOAD_MISTAKES,
-                     lambda c, kw: _offload(*c, **kw), "tokens", fallback)
+                     lambda c, kw: _offload(*c, **kw), T.mark("tokens"), fallback)
     if verbose:
         for c, g in zip(OFFLOAD_CASES, got):
             peak, mfu, pcie, n, par = c

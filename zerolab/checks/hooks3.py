@@ -359,4 +359,4 @@ def check_gather_hooks(cls, *, worlds: tuple[int, ...] = WORLDS, steps: int = ST
         print(fill(T("losses and parameters bit for bit those of zerolab's hooks (tied head, two external weights, "
                      "a checkpointed block)"), 96, subsequent_indent="    "))
     passed(T("your hooks gather, release and gather again as zerolab's on {worlds} ranks",
-             worlds=T(" and ").join(map(str, worlds))))
+             worlds=T.join_and(worlds)))

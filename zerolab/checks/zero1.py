@@ -325,10 +325,10 @@ def _rank_run_here(blob: bytes, opt_name: str, roundings: tuple, steps: int) -> 
 
 # ------------------------------------------------------------------ the verdict (the parent)
 
-ROUNDINGS = {"builtin": "x 1/N before the sum: DDP's reducer",
-             "divide_first": "/ N before the sum: allreduce_hook, DeepSpeed",
-             "divide_after": "/ N after the sum"}
-HOW = {"SGD": "SGD, momentum 0.9", "AdamW": "AdamW (0.8, 0.95), wd 0.1"}
+ROUNDINGS = {"builtin": T.mark("x 1/N before the sum: DDP's reducer"),
+             "divide_first": T.mark("/ N before the sum: allreduce_hook, DeepSpeed"),
+             "divide_after": T.mark("/ N after the sum")}
+HOW = {"SGD": T.mark("SGD, momentum 0.9"), "AdamW": T.mark("AdamW (0.8, 0.95), wd 0.1")}
 ORDER = ("all_reduce", "reduce_scatter", "reduce", "all_gather", "broadcast")
 
 

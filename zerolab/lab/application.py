@@ -66,7 +66,8 @@ class Plan:
                   gpu=self.gpu, gb=self.gpu_memory / 1e9, link=self.link),
                 T("{host:,.0f} GB of host memory; sequence {seq}, micro-batch {mb}", host=self.host_memory / 1e9,
                   seq=self.seq, mb=self.micro_batch)]
-        cols = (("GB/GPU", 8), ("DS est.", 8), ("host GB", 9), ("fits", 6), ("step s", 8), ("tokens/s", 10))
+        cols = ((T.mark("GB/GPU"), 8), (T.mark("DS est."), 8), (T.mark("host GB"), 9), (T.mark("fits"), 6),
+                (T.mark("step s"), 8), (T.mark("tokens/s"), 10))
         lines = head + [pad(T("configuration"), 30) + "".join(pad(T(c), w, right=True) for c, w in cols)
                         + "  " + T("bound by")]
         for r in self.rows:
@@ -81,7 +82,8 @@ class Plan:
         return _wrap(lines)
 
 
-BOUND_BY = ("compute", "communication", "PCIe transfers", "CPU optimizer")   # zerolab.simulate.Estimate.bound_by
+BOUND_BY = (T.mark("compute"), T.mark("communication"), T.mark("PCIe transfers"),   # simulate.Estimate.bound_by
+            T.mark("CPU optimizer"))
 
 
 def _row_name(name: str, tr=T) -> str:
@@ -134,9 +136,10 @@ def draw_plan(p: Plan):
     names = [r.name.replace("stage 3 + offload ", "3 + offload\n") for r in p.rows]
     x = range(len(p.rows))
     bottoms = [0.0] * len(p.rows)
-    for key, colour, label in (("params", "#4c72b0", "parameters"), ("grads", "#dd8452", "gradients"),
-                               ("optimizer_states", "#8172b3", "optimizer states"),
-                               ("activations", "#55a868", "activations"), ("working", "#937860", "working buffers")):
+    for key, colour, label in (("params", "#4c72b0", T.mark("parameters")), ("grads", "#dd8452", T.mark("gradients")),
+                               ("optimizer_states", "#8172b3", T.mark("optimizer states")),
+                               ("activations", "#55a868", T.mark("activations")),
+                               ("working", "#937860", T.mark("working buffers"))):
         vals = [r.gpu_bytes[key] / 1e9 for r in p.rows]
         ax_m.bar(x, vals, bottom=bottoms, color=colour, label=F(label))
         bottoms = [b + v for b, v in zip(bottoms, vals)]

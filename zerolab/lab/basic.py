@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .common import (F, T, image_layout, GIANTS, GIANT_NAMES, RANK_COLORS, CrewPool, _run, lab_model,
+from .common import (F, T, join_and, image_layout, GIANTS, GIANT_NAMES, RANK_COLORS, CrewPool, _run, lab_model,
                      lab_config, _batches, _plt, _png, _html, _wrap, _run_controls, lab_box, pad)
 
 
@@ -86,15 +86,16 @@ class Holdings:
         if n == 1 or not split:
             return tr("stage {stage}, N = {n}: every rank holds all three giants", stage=self.stage, n=n)
         text = tr("stage {stage}, N = {n}: each rank keeps 1/{n} of the {giants}", stage=self.stage, n=n,
-                  giants=tr(" and ").join(split))
+                  giants=join_and(split, tr))
         return text + (tr("; all of the {giant}", giant=whole[0]) if whole else "")
 
     def describe(self) -> str:
         def share(g):
             s = self.share(g)
-            return "" if s == "mixed" else T(s) if s == "all" else s
-        heads = [pad(T(h), w, right=True) for h, w in (("rank", 4), ("params", 15), ("grads", 15),
-                                                       ("optimizer states", 17), ("model states", 13))]
+            return "" if s == "mixed" else T("all") if s == "all" else s
+        heads = [pad(T(h), w, right=True) for h, w in (("rank", 4), (T.mark("params"), 15),
+                                                       (T.mark("grads"), 15), (T.mark("optimizer states"), 17),
+                                                       (T.mark("model states"), 13))]
         lines = [self.headline(), T("({precision}, Ψ = {psi:,}; bytes measured by engine.memory() on each rank)",
                                     precision=self.precision, psi=self.psi), "  ".join(heads)]
         for r in range(self.world_size):

@@ -5,7 +5,7 @@ import base64
 import io
 import textwrap
 
-from ..i18n import catalogue
+from ..i18n import catalogue, join_and
 
 T = catalogue("lab")          # the lab's controls and figures in the edition's language (zerolab/messages_zh.py)
 

@@ -106,7 +106,8 @@ class StepTrace:
         return _wrap(lines)
 
 
-PHASE_LABELS = ("start of the step", "after forward", "after backward", "after the optimizer step")  # _probed_step's
+PHASE_LABELS = (T.mark("start of the step"), T.mark("after forward"), T.mark("after backward"),   # _probed_step's
+                T.mark("after the optimizer step"))
 
 
 def _sample_label(label: str) -> str:
@@ -240,7 +241,7 @@ _CHUNK_COLORS = {"own": None, "sum": "#444444"}
 
 def _draw_moved(ax, call: Collective, n: int) -> None:
     m = moved(call, n)
-    for col, (state, title) in enumerate(((m["before"], "before"), (m["after"], "after"))):
+    for col, (state, title) in enumerate(((m["before"], T.mark("before")), (m["after"], T.mark("after")))):
         x0 = col * (n + 1.5)
         for r in range(n):
             for c in range(n):

@@ -7,16 +7,16 @@ import tempfile
 import time
 
 from ..config import ZeroConfig
-from .common import (F, T, image_layout, RANK_COLORS, CrewPool, _run, lab_model, lab_config, _batches, _plt, _png, _html, _wrap,
+from .common import (F, T, join_and, image_layout, RANK_COLORS, CrewPool, _run, lab_model, lab_config, _batches, _plt, _png, _html, _wrap,
                      _run_controls, lab_box, pad)
 from .core import _probed_step
 
 
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 
-PLACES = ("device", "host", "nvme")
+PLACES = (T.mark("device"), T.mark("host"), T.mark("nvme"))
 
-PLACE_NAMES = {"device": "on the device", "host": "in host memory", "nvme": "on NVMe"}
+PLACE_NAMES = {"device": T.mark("on the device"), "host": T.mark("in host memory"), "nvme": T.mark("on NVMe")}
 
 SUB_GROUP_SIZES = (1_000_000_000, 2_000, 1_000, 500)      # DeepSpeed's default first
 
@@ -99,15 +99,17 @@ class Placement:
 
     def setting(self, tr=T) -> str:
         """The setting in one line (``tr``: :data:`T` for printed text, ``F`` for a figure's)."""
-        opt = tr({"none": "optimizer states on the device", "cpu": "optimizer states in host memory",
-                  "nvme": "optimizer states on NVMe"}[self.offload_optimizer])
+        opt = tr({"none": T.mark("optimizer states on the device"), "cpu": T.mark("optimizer states in host memory"),
+                  "nvme": T.mark("optimizer states on NVMe")}[self.offload_optimizer])
         if self.offload_optimizer == "nvme":
-            pipes = [k for k, on in (("read", self.pipeline_read), ("write", self.pipeline_write)) if on]
-            opt += (tr(" (pipelined {which})", which=tr(" and ").join(tr(k) for k in pipes)) if pipes else
+            pipes = [k for k, on in ((T.mark("read"), self.pipeline_read), (T.mark("write"), self.pipeline_write))
+                     if on]
+            opt += (tr(" (pipelined {which})", which=join_and([tr(k) for k in pipes], tr)) if pipes else
                     tr(" (no pipelining)"))
         if self.stage == 3:
-            opt += tr({"none": ", parameter shards on the device", "cpu": ", parameter shards in host memory",
-                       "nvme": ", parameter shards on NVMe"}[self.offload_param])
+            opt += tr({"none": T.mark(", parameter shards on the device"),
+                       "cpu": T.mark(", parameter shards in host memory"),
+                       "nvme": T.mark(", parameter shards on NVMe")}[self.offload_param])
         return tr("stage {stage}, N = {n}, {precision}: {opt}, sub_group_size {sg:,}", stage=self.stage,
                   n=self.world_size, precision=self.precision, opt=opt, sg=self.sub_group_size)
 
@@ -116,20 +118,21 @@ class Placement:
         lines += [f"  {k}: {v}" for k, v in self.switches.items()]
         lines.append(T("bytes after the step (engine.memory(where); Ψ = {psi:,}):", psi=self.psi))
         lines.append(f"{'rank':>4}  " + pad(T("where"), 7) + "".join(
-            pad(T(h), w, True) for h, w in (("params", 10), ("grads", 10), ("optimizer states", 18), ("buffers", 9))))
+            pad(T(h), w, True) for h, w in ((T.mark("params"), 10), (T.mark("grads"), 10),
+                                            (T.mark("optimizer states"), 18), (T.mark("buffers"), 9))))
         for r in range(self.world_size):
             for where in PLACES:
                 m = self.places[r][where]
                 lines.append(f"{r if where == 'device' else '':>4}  {pad(T(where), 7)}{m['params']:>10,}"
                              f"{m['grads']:>10,}{m['optimizer_states']:>18,}{m['buffers']:>9,}")
         sizes = ", ".join(f"{n:,}" for n in self.sub_groups[0])
-        where = T({"none": "on the device", "cpu": "on the host",
-                   "nvme": "on the host, streamed from NVMe"}[self.offload_optimizer])
+        where = T({"none": T.mark("on the device"), "cpu": T.mark("on the host"),
+                   "nvme": T.mark("on the host, streamed from NVMe")}[self.offload_optimizer])
         lines.append(T("the optimizer step {where}: 1 sub-group of {sizes} elements (rank 0)", where=where,
                        sizes=sizes) if len(self.sub_groups[0]) == 1 else
                      T("the optimizer step {where}: {n} sub-groups of {sizes} elements (rank 0)", where=where,
                        n=len(self.sub_groups[0]), sizes=sizes))
-        for what, label in (("optimizer", "optimizer states"), ("params", "parameter shards")):
+        for what, label in (("optimizer", T.mark("optimizer states")), ("params", T.mark("parameter shards"))):
             io = self.io[0].get(what)
             if io:
                 lines.append(T("NVMe during the step, {label} (rank 0): {reads} reads ({read:,} B), {writes} writes "
@@ -230,8 +233,9 @@ def placement(world_size: int = 2, stage: int = 3, offload_optimizer: str = "cpu
 
 # ============================================================================= pictures
 
-_GIANT_COLOURS = (("params", "#4c72b0", "parameters"), ("grads", "#dd8452", "gradients"),
-                  ("optimizer_states", "#8172b3", "optimizer states"), ("buffers", "#937860", "buffers"))
+_GIANT_COLOURS = (("params", "#4c72b0", T.mark("parameters")), ("grads", "#dd8452", T.mark("gradients")),
+                  ("optimizer_states", "#8172b3", T.mark("optimizer states")),
+                  ("buffers", "#937860", T.mark("buffers")))
 
 def draw_placement(p: Placement):
     """Where the bytes live (per rank, per place, stacked by giant), the step's time split as
@@ -269,8 +273,8 @@ def draw_placement(p: Placement):
     ax_b.set_title(F("what each rank holds where, after the step"), fontsize=9)
     ax_b.legend(fontsize=7, loc="upper left", ncol=4, frameon=False)
     # time split, measured
-    parts = (("compute", "#4c72b0", "compute"), ("comm", "#dd8452", "exposed comm"),
-             ("host", "#8172b3", "host step"))
+    parts = (("compute", "#4c72b0", T.mark("compute")), ("comm", "#dd8452", T.mark("exposed comm")),
+             ("host", "#8172b3", T.mark("host step")))
     for r in range(n):
         split = p.split(r)
         left = 0.0
@@ -287,15 +291,15 @@ def draw_placement(p: Placement):
     # inside the axes: a legend below them made every row of the grid leave room for it (a blank gap)
     ax_s.legend(fontsize=7, loc="lower center", ncol=4, frameon=False)
     # rank 0's timeline: what ran when, and where the bytes moved
-    rows = (("compute spans", "#4c72b0", lambda k, name: k == "compute"),
-            ("parameter gathers", "#c44e52", lambda k, name: k in ("comm", "async") and name.startswith("all_gather params")),
-            ("other collectives", "#dd8452", lambda k, name: k in ("comm", "async", "wait")
+    rows = ((T.mark("compute spans"), "#4c72b0", lambda k, name: k == "compute"),
+            (T.mark("parameter gathers"), "#c44e52", lambda k, name: k in ("comm", "async") and name.startswith("all_gather params")),
+            (T.mark("other collectives"), "#dd8452", lambda k, name: k in ("comm", "async", "wait")
              and not name.startswith("all_gather params")),
-            ("host step (sub-groups)", "#8172b3", lambda k, name: k == "host"),
-            ("NVMe: parameter shards", None, lambda k, name: k == "io" and ".param." in name),
-            ("NVMe: optimizer states", None, lambda k, name: k == "io" and ".param." not in name))
+            (T.mark("host step (sub-groups)"), "#8172b3", lambda k, name: k == "host"),
+            (T.mark("NVMe: parameter shards"), None, lambda k, name: k == "io" and ".param." in name),
+            (T.mark("NVMe: optimizer states"), None, lambda k, name: k == "io" and ".param." not in name))
     for row, (label, colour, pick) in enumerate(rows):
-        for io_kind, io_colour in (("read", "#8fd19e"), ("write", "#2f7d4a")):
+        for io_kind, io_colour in ((T.mark("read"), "#8fd19e"), (T.mark("write"), "#2f7d4a")):
             spans = [(s * 1e3, max((e - s) * 1e3, 0.01)) for k, name, s, e in p.events[0] if pick(k, name)
                      and (colour is not None or name.startswith(f"nvme {io_kind}"))]
             if spans:

@@ -27,7 +27,7 @@ WIDTH, LAYERS = 64, 4                  # four Linear(WIDTH, WIDTH): the simulato
 ZPP_MICRO_BATCH = 2                    # rows per rank per micro-step
 ZPP_BUCKET = 5_000                     # reduce_bucket_size: one layer's gradient per bucket
 LAYOUTS = ((2, 1), (2, 2), (4, 1), (4, 2), (4, 4))     # (ranks, nodes)
-KINDS = ("forward gathers", "backward gathers", "gradients")
+KINDS = (T.mark("forward gathers"), T.mark("backward gathers"), T.mark("gradients"))
 LINKS = ("intra", "inter")
 
 
