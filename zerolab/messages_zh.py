@@ -1,8 +1,10 @@
 """zerolab 的中文消息目录：每个模块一节，键是代码里的英文模板，值是它的中文。
 
-How it is used: ``zerolab/i18n.py`` (``T = catalogue("progress")``; ``T(english, **fields)``).
-Each Chinese template must have exactly its English's fields (``tests/test_i18n.py`` checks it,
-and that every template a translated module uses is here). Terms follow ``docs/glossary.md``.
+How it is used: ``zerolab/i18n.py`` (``T = catalogue("progress")``; ``T(english, **fields)``; a
+template a table holds is marked ``T.mark(english)``; ``T.plural(n, one, other)`` is keyed by
+``other``). Each Chinese template must have exactly its English's fields; ``tests/test_i18n.py``
+checks it, and that every template a module shows is here, finding both the module's section and
+its templates in its code. Terms follow ``docs/glossary.md``.
 """
 from __future__ import annotations
 
