@@ -7,6 +7,7 @@ source fails the test: the edit would be a no-op).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -34,3 +35,25 @@ def mutate(text: str, *edits: tuple[str, str]) -> str:
         assert old in text, f"the solution no longer contains {old!r}"
         text = text.replace(old, new)
     return text
+
+
+@dataclass(frozen=True)
+class LearnerCell:
+    """One exercise's answer as a test sees it: the solution's cell that defines ``defines`` (e.g.
+    "class MyHooks"), with ``imports`` in front, run as the module ``module``."""
+    path: Path
+    defines: str
+    imports: str = ""
+    module: str = "learner_under_test"
+    at_start: bool = False
+
+    def source(self) -> str:
+        return solution_cell(self.path, self.defines, self.imports, at_start=self.at_start)
+
+    def load(self, text: str):
+        """What ``text`` (the solution, or a wrong answer made of it) defines under the answer's name."""
+        return load(text, self.defines.split()[-1], self.module)
+
+    def mutate(self, *edits: tuple[str, str]) -> str:
+        """The solution with each ``old`` replaced by ``new`` (see :func:`mutate`)."""
+        return mutate(self.source(), *edits)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from learner_source import load, mutate, solution_cell
+from learner_source import LearnerCell
 
 from zerolab.checks import ExerciseCheckFailed
 from zerolab.checks.hooks3 import check_gather_hooks
@@ -27,16 +27,8 @@ IMPORTS = ("import torch\nfrom zerolab.hooks import on_first_output_grad, on_inp
            "watch_params\n\n")
 
 
-def _source() -> str:
-    return solution_cell(SOLUTION, "class MyHooks", IMPORTS, at_start=True)
-
-
-def _load(text: str):
-    return load(text, "MyHooks", "hooks3_learner_under_test")
-
-
-def _mutate(*edits: tuple[str, str]) -> str:
-    return mutate(_source(), *edits)
+ANSWER = LearnerCell(SOLUTION, "class MyHooks", IMPORTS, "hooks3_learner_under_test", at_start=True)
+_source, _load, _mutate = ANSWER.source, ANSWER.load, ANSWER.mutate
 
 
 RELEASE = "                ps.after_forward(ps.groups[i])   # release, unless the reuse distance keeps it\n"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from learner_source import load, mutate, solution_cell
+from learner_source import LearnerCell
 
 from zerolab.checks import ExerciseCheckFailed
 from zerolab.checks.zero1 import check
@@ -22,16 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "03c_zero1_by_hand.ipynb"
 
 
-def _source() -> str:
-    return solution_cell(SOLUTION, "class ShardedOptimizer", "import torch\nimport torch.distributed as dist\n\n")
-
-
-def _load(text: str):
-    return load(text, "ShardedOptimizer", "zero1_learner_under_test")
-
-
-def _mutate(*edits: tuple[str, str]) -> str:
-    return mutate(_source(), *edits)
+ANSWER = LearnerCell(SOLUTION, "class ShardedOptimizer", "import torch\nimport torch.distributed as dist\n\n",
+                     "zero1_learner_under_test")
+_source, _load, _mutate = ANSWER.source, ANSWER.load, ANSWER.mutate
 
 
 AVERAGE = "        flat_grad.mul_(1.0 / self.world_size)"
