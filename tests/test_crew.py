@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -353,14 +354,14 @@ def _running(p: psutil.Process) -> bool:
         return False
 
 
-def _start_driver(tmp_path, how: str) -> subprocess.Popen:
+def _start_driver(tmp_path, how: str, **env: str) -> subprocess.Popen:
     """DRIVER_SCRIPT in a session of its own: a crew of 2 whose ranks are ``how`` ("sleep",
-    "collective" or "idle"); what it prints goes to driver.err."""
+    "collective" or "idle"), with ``env`` added to its environment; what it prints goes to driver.err."""
     script = tmp_path / "driver.py"
     script.write_text(DRIVER_SCRIPT)
     with open(tmp_path / "driver.err", "w") as err:       # a file, not a pipe: orphans may hold it
         return subprocess.Popen([PY, str(script), str(tmp_path / "busy"), how, str(tmp_path / "info.json")],
-                                stdout=err, stderr=err, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                                stdout=err, stderr=err, env=dict(os.environ, OMP_NUM_THREADS="1", **env),
                                 start_new_session=True)
 
 
@@ -417,11 +418,16 @@ def test_killed_driver_leaves_nothing_running(sig, ranks_are, tmp_path):
         driver.wait(10)
 
 
-def test_a_crew_killed_with_its_whole_process_group_is_swept_by_the_next(tmp_path):
+def test_a_crew_killed_with_its_whole_process_group_is_swept_by_the_next(tmp_path, monkeypatch):
     """Jupyter shuts a kernel down by killing its process group: the driver and every rank at
     once, so no rank is left to remove the crew's folder. The next crew started removes it (and
-    that driver's pymp-* folder); a live driver's folder is left alone."""
-    driver = _start_driver(tmp_path, "idle")
+    that driver's pymp-* folder); a live driver's folder is left alone. Both crews keep their
+    folders in a temp folder of this test's own: a crew started elsewhere on the machine (the
+    suite's other phases) sweeps /tmp and would remove the dead driver's folder first."""
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    driver = _start_driver(tmp_path, "idle", TMPDIR=str(private))
     try:
         started = _wait_until_started(driver, tmp_path)
         with Crew(1, backend="gloo") as live:             # a live driver's folder: kept
