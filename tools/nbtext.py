@@ -109,7 +109,13 @@ def read_source(text: str, where: str = "source") -> list[Cell]:
             body.append(line)
             continue
         close()
-        meta = {k: json.loads(v) for k, v in _META.findall(m.group("meta"))}
+        meta, rest = {}, m.group("meta")
+        while rest.strip():
+            pair = _META.match(rest)
+            if not pair:
+                raise FormatError(f"{where}:{n}: cell metadata that is not key=\"...\" or key=[...]: {rest.strip()!r}")
+            meta[pair.group(1)] = json.loads(pair.group(2))
+            rest = rest[pair.end():]
         unknown = set(meta) - {"id", "tags"}
         if unknown:
             raise FormatError(f"{where}:{n}: unknown cell metadata {sorted(unknown)} (only id and tags)")

@@ -2,8 +2,8 @@
 """Run the Chinese edition in a Chinese kernel: every zh notebook (notebooks/zh, solutions/zh) is
 executed into a temporary folder with ``ZEROLAB_LANG=zh`` and held against its English notebook.
 
-    python tools/build_notebooks/zh_run.py                 # all (about ten minutes on two cores)
-    python tools/build_notebooks/zh_run.py ch09 09_a_whole # only notebooks whose name contains one
+    python tools/zh_run.py                 # all (about ten minutes on two cores)
+    python tools/zh_run.py ch09 09_a_whole # only notebooks whose name contains one
 
 The stored zh notebooks carry the English outputs (nbval runs the English once for both), so this is
 what a Chinese learner sees when re-running a cell: checks, config errors, the engine's errors and
@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
