@@ -52,6 +52,12 @@ def test_every_cell_has_an_id_of_its_own_and_the_source_reads_back(src):
     assert nbtext.read_source(nbtext.write_source(cells)) == cells
 
 
+@pytest.mark.parametrize("src", SOURCES, ids=IDS)
+def test_each_source_is_python(src):
+    """The cells' code is code a linter or an editor reads (no magics, nothing in strings)."""
+    compile(src.read_text(encoding="utf-8"), str(src), "exec")
+
+
 def test_jupytext_reads_each_source_to_the_same_cells():
     jupytext = pytest.importorskip("jupytext")
     for src in SOURCES:
