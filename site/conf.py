@@ -18,5 +18,3 @@ html_sidebars = {"**": ["about.html", "navigation.html", "searchbox.html"]}
 html_show_sourcelink = False
 html_copy_source = False
 exclude_patterns = ["_build"]
-# the chapters' headings start at "#" then use "###" in places, and the lab's widgets have no static view
-suppress_warnings = ["myst.header", "mystnb.unknown_mime_type", "misc.highlighting_failure"]

@@ -136,3 +136,15 @@ def test_a_code_cell_inserted_rewrites_the_notebook_without_outputs(tmp_path):
     copy.write_text(text + '\n# %% id="ch03-new"\nprint("new")\n', encoding="utf-8")
     assert build_book.write([copy], root=root) == [build_book.notebook_of(copy, root)]
     assert build_book.unexecuted(build_book.notebook_of(copy, root))
+
+
+def test_the_converter_writes_the_same_sources_again(tmp_path):
+    """``tools/convert_to_book.py`` (run again after a script edits the stored notebooks) gives back
+    book/'s cells and Chinese from the stored notebooks."""
+    import convert_to_book
+    convert_to_book.convert(book=tmp_path)
+    for src in SOURCES:
+        again = tmp_path / src.parent.name / src.name
+        assert [c.signature() for c in build_book.cells(again)] == [c.signature() for c in build_book.cells(src)]
+        if build_book.zh_source_of(src).exists():
+            assert build_book.translation(again) == build_book.translation(src), src.stem

@@ -6,9 +6,9 @@ old Python builders (``tools/build_notebooks/``), kept so that it can be run aga
 
 Each stored notebook (``notebooks/X.ipynb``, ``solutions/X.ipynb``) becomes a percent script with
 its cells' ids and tags in their headers; each stored Chinese notebook (``<folder>/zh/X.ipynb``)
-gives the Chinese of its markdown cells, recorded as translating the English now stored (run it only
-where the Chinese edition is in step: ``tools/build_book.py zh --status``, or the old builders' test,
-passes). A markdown cell whose "Chinese" is still its English gets no entry (it shows as missing).
+gives the Chinese of its markdown cells. An entry already in ``book/<folder>/zh/X.md`` keeps the hash
+it records (a stale translation stays stale); a new one is recorded as translating the English now
+stored (so convert from old builders only where their zh test passed). A markdown cell whose "Chinese" is still its English gets no entry (it shows as missing).
 Run it again after a change made to the stored notebooks by a script (an import path rewritten in
 every code cell, say); then ``tools/build_book.py --check``.
 """
@@ -46,9 +46,10 @@ def convert(book: Path = BOOK, root: Path = ROOT) -> list[Path]:
             if not zh_nb.exists():
                 continue
             zh = {c.id: c.source for c in nbformat.read(zh_nb, as_version=4).cells if c.cell_type == "markdown"}
-            table = {c.id: (nbtext.source_hash(c.source), zh[c.id]) for c in nb.cells
-                     if c.cell_type == "markdown" and c.id in zh and (zh[c.id] != c.source or CJK.search(c.source))}
             target = book / folder / "zh" / f"{path.stem}.md"
+            recorded = nbtext.read_zh(target.read_text(encoding="utf-8")) if target.exists() else {}
+            table = {c.id: (recorded.get(c.id, (nbtext.source_hash(c.source),))[0], zh[c.id]) for c in nb.cells
+                     if c.cell_type == "markdown" and c.id in zh and (zh[c.id] != c.source or CJK.search(c.source))}
             target.parent.mkdir(parents=True, exist_ok=True)
             preamble = ZH_PREAMBLE.format(src=f"book/{folder}/{src.name}", stem=path.stem)
             target.write_text(nbtext.write_zh(table, preamble), encoding="utf-8")
