@@ -66,6 +66,11 @@ def test_jupytext_reads_each_source_to_the_same_cells():
         assert theirs == [c.signature() for c in build_book.cells(src)], f"jupytext reads {src.stem} differently"
 
 
+def test_a_jupytext_header_is_not_a_cell():
+    text = '# ---\n# jupyter:\n#   kernelspec:\n#     name: python3\n# ---\n\n# %% id="a"\nx = 1\n'
+    assert [c.signature() for c in nbtext.read_source(text)] == [("code", "x = 1", "a", [])]
+
+
 def test_the_format_refuses_what_it_cannot_read_back():
     with pytest.raises(nbtext.FormatError, match="before the first cell"):
         nbtext.read_source("import torch\n# %% id=\"a\"\nx = 1\n")

@@ -13,7 +13,8 @@ a header line that carries its id and tags; a markdown cell's lines are comments
 
 A cell's source is the lines after its header up to the next header, without the blank lines that
 separate cells (``# `` taken off each line of a markdown cell). jupytext (and JupyterLab with it)
-reads the same file to the same cells (``tests/test_notebook_sources.py`` checks it).
+reads the same file to the same cells (``tests/test_notebook_sources.py`` checks it); the YAML header
+jupytext may write at the top (``# ---`` ... ``# ---``) is skipped.
 
 **Chinese: MyST markdown cells** (``book/notebooks/zh/03_three_stages.md``). Each entry is the
 Chinese of one English markdown cell, headed by MyST's markdown-cell break with its metadata: the
@@ -83,6 +84,9 @@ def read_source(text: str, where: str = "source") -> list[Cell]:
     """The cells of a percent script; :class:`FormatError` where it is not one."""
     cells: list[Cell] = []
     body: list[str] = []
+    lines = text.split("\n")
+    if lines[0] == "# ---" and "# ---" in lines[1:]:      # the YAML header jupytext may write: not a cell
+        lines = [""] * (lines.index("# ---", 1) + 1) + lines[lines.index("# ---", 1) + 1:]
 
     def close():
         if cells:
@@ -99,7 +103,7 @@ def read_source(text: str, where: str = "source") -> list[Cell]:
             cell.source = "\n".join(body)
         body.clear()
 
-    for n, line in enumerate(text.split("\n"), 1):
+    for n, line in enumerate(lines, 1):
         m = _HEADER.match(line)
         if line.startswith("# %%") and not m:
             raise FormatError(f"{where}:{n}: not a cell header: {line!r}")
