@@ -132,9 +132,10 @@ def build(src: Path) -> nbformat.NotebookNode:
     return nb
 
 
-def signature(nb) -> list[tuple]:
-    """What a source decides about each cell: type, source, id and tags (not outputs)."""
-    return [(c.cell_type, c.source, c.get("id"), list(c.metadata.get("tags", []))) for c in nb.cells]
+def signature(nb, kind: str | None = None) -> list[tuple]:
+    """What a source decides about each cell (of one ``kind``, or all): type, source, id and tags (not outputs)."""
+    return [(c.cell_type, c.source, c.get("id"), list(c.metadata.get("tags", [])))
+            for c in nb.cells if kind in (None, c.cell_type)]
 
 
 def out_of_step(src: Path, root: Path = ROOT) -> list[str]:
@@ -154,10 +155,10 @@ def out_of_step(src: Path, root: Path = ROOT) -> list[str]:
 def _keep_outputs(stored, nb) -> bool:
     """When only markdown changed (the same code cells, in the same order), copy the stored code cells'
     outputs into ``nb`` and return True: nothing needs to run again."""
+    if signature(stored, "code") != signature(nb, "code"):
+        return False
     old = [c for c in stored.cells if c.cell_type == "code"]
     new = [c for c in nb.cells if c.cell_type == "code"]
-    if signature(nbformat.v4.new_notebook(cells=old)) != signature(nbformat.v4.new_notebook(cells=new)):
-        return False
     if any(c.get("execution_count") is None for c in old):
         return False
     for o, c in zip(old, new):
