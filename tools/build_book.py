@@ -6,8 +6,8 @@
     python tools/build_book.py --force --execute   # rewrite and run every one
     python tools/build_book.py --check             # write nothing; exit 1 if a stored notebook is not its source
     python tools/build_book.py zh --status         # each source's Chinese: translated, out of date, pending
-    python tools/build_book.py zh --english ch06-03            # the English a cell's Chinese translates
-    python tools/build_book.py zh --accept ch06-03             # after updating its Chinese: record the hash
+    python tools/build_book.py zh --english ch06-02            # the English a cell's Chinese translates
+    python tools/build_book.py zh --accept ch06-02             # after updating its Chinese: record the hash
     python tools/build_book.py zh --accept 05_host_step:ex05-00  # <notebook>:<cell> where two share an id
 
 ``book/notebooks/X.py`` makes ``notebooks/X.ipynb`` and ``book/solutions/X.py`` makes
