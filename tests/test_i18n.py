@@ -807,8 +807,8 @@ EXPLAIN_STAGES = [
 def test_zerolab_explain_in_chinese_and_in_english(tmp_path, capsys):
     """Every line of zerolab explain in Chinese (names, keys and numbers aside), for every branch; the
     English is what it was (the same with --lang en as with no flag)."""
-    sys.path.insert(0, str(ROOT / "tools" / "build_notebooks"))
-    from zhsource import english_runs
+    sys.path.insert(0, str(ROOT / "tools"))
+    from nbtext import english_runs
     paths, rich = sorted((ROOT / "configs").glob("*.json")), ""
     for i, cfg in enumerate([EXPLAIN_RICH, *EXPLAIN_STAGES]):
         paths.append(tmp_path / f"c{i}.json")
