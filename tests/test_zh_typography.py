@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import build_book  # noqa: E402
 
-CODE = re.compile(r"```.*?```|`(?:[^`\n]|\n(?!\s*\n))*`|\$\$.*?\$\$|(?m:^(?:    |\t).*$)", re.S)
+CODE = re.compile(r"```.*?```|`(?:[^`\n]|\n(?!\s*\n))*`|\$\$.*?\$\$|(?m:^(?:    |\t)[^\n]*$)", re.S)
 HAN = r"[\u4e00-\u9fff]"
 # sentences with two or more "："; none are left after the fourth pass (issue 36)
 COLON_CHAINS_LEFT = 0
@@ -80,11 +80,14 @@ def test_the_corridor_is_pcie_only():
 
 
 def test_an_english_gloss_once_per_course():
-    gloss = re.compile(rf"(?<={HAN})（([A-Za-z][A-Za-z0-9 \-/\.']*)）")
+    # 术语（term）, **术语**（term） and 术语（中文，term）: each form of a gloss
+    gloss = re.compile(rf"(?:(?<={HAN})|(?<={HAN}\*\*))（(?:{HAN}+[，；、] ?)?([A-Za-z][A-Za-z0-9 \-/\.']*)）")
     first, again = {}, []
     for name, cid, prose in CELLS:
         for m in gloss.finditer(prose):
             key = m.group(1).lower()
+            if re.fullmatch(r"(?:fp|bf|int)\d+", key):      # 正确性（fp32）: a qualifier, not a gloss
+                continue
             if key in first and first[key] != cid:
                 again.append(f"{cid}: {m.group(0)} (glossed first in {first[key]})")
             first.setdefault(key, cid)
