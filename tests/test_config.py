@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import zerolab
-from zerolab import config_keys as K
+from zerolab.config import keys as K
 from zerolab.config import (BF16Config, Config, ConfigError, FP16Config, FrozenDict, OffloadConfig, SchedulerConfig,
                             OptimizerConfig, ZeroConfig, load_config)
-from zerolab.explain import explain_config
+from zerolab.config.explain import explain_config
 
 # The production ZeRO-3 config of seed 002 (shared/seeds/002_7b4206f545a4cfb6.txt), verbatim.
 SEED_002 = {
@@ -638,7 +638,7 @@ def test_the_keys_of_issue_8_have_honest_statuses():
                 "stage3_max_reuse_distance"):
         assert K.ZERO[key].status == K.IMPLEMENTED, key
     assert K.ZERO["sub_group_size"].status == K.IMPLEMENTED          # offload.py tiles the step (issue 9)
-    # implemented since (zerolab/reduce.py): async bucket collectives, and the all-reduce path
+    # implemented since (zerolab/zero/reduce.py): async bucket collectives, and the all-reduce path
     assert K.ZERO["overlap_comm"].status == K.ZERO["reduce_scatter"].status == K.IMPLEMENTED
     assert K.FP16["auto_cast"].status == K.NOT_IMPLEMENTED and K.FP16["auto_cast"].inert == (False,)
     for key in ("stage", "reduce_bucket_size", "ignore_unused_parameters", "stage3_param_persistence_threshold",

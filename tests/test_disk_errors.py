@@ -29,9 +29,9 @@ import torch
 
 import zerolab
 from zerolab.models import MLP, mse_loss, regression_batches
-from zerolab.nvme import NvmeFileError, NvmePathError, NvmeStore, check_nvme_path
-from zerolab.procs import pid_alive
-from zerolab.reference import train_engine
+from zerolab.offload.nvme import NvmeFileError, NvmePathError, NvmeStore, check_nvme_path
+from zerolab.crew.procs import pid_alive
+from zerolab.zero.reference import train_engine
 
 SIZES = (256, 512, 256)          # 262,912 parameters, as in the issue
 BATCH = 8

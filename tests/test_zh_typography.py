@@ -115,4 +115,4 @@ def test_colon_chains_do_not_grow():
 def test_messages_words(word, fix):
     text = (ROOT / "zerolab" / "messages_zh.py").read_text(encoding="utf-8")
     lines = [line.strip() for line in text.splitlines() if word in line]
-    assert not lines, f"{word} in zerolab/messages_zh.py ({fix}):\n" + "\n".join(lines[:10])
+    assert not lines, f"{word} in zerolab/i18n/messages_zh.py ({fix}):\n" + "\n".join(lines[:10])

@@ -7,14 +7,15 @@ from .crew import Crew, CrewError, CrewTimeout, RankError, RankInfo, device, lau
 from .crew import TooManyRanks, fit_ranks, max_ranks, set_max_ranks
 
 __version__ = "0.1.0"
-from . import comm, memory, topology
+from . import comm, memory
+from .crew import topology
 from .comm import Comm, Ledger
-from .engine import Engine, initialize
-from .gather import ModuleOrderError
-from .hooks import ExternalParameterError
-from .stage import UnusedParameterError
-from .budget import DeviceOutOfMemoryError
-from .nvme import NvmePathError
+from .zero.engine import Engine, initialize
+from .zero.stage3.gather import ModuleOrderError
+from .zero.stage3.hooks import ExternalParameterError
+from .zero.stage import UnusedParameterError
+from .memory.budget import DeviceOutOfMemoryError
+from .offload.nvme import NvmePathError
 from .checkpoint import CheckpointError, consolidate
 from .config import ConfigError, load_config
 from . import deepspeed, scheduler          # DeepSpeed's initialize call; its scheduler block's classes

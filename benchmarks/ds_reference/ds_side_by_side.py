@@ -211,7 +211,7 @@ def key(name: str, world: int) -> str:
 
 
 # --------------------------------------------------------------------------- recording
-# The counting wrappers live in the package (zerolab/compare_ds.py, which `zerolab compare` runs in a
+# The counting wrappers live in the package (zerolab/tools/compare_ds.py, which `zerolab compare` runs in a
 # DeepSpeed venv too); loaded by path, it imports nothing of zerolab.
 def _load_recorder():
     import importlib.util

@@ -327,8 +327,8 @@ psi_box.observe(update, names="value")
 precision.observe(update, names="value")
 update()
 # the live calculator; read without a kernel (GitHub, nbviewer) it shows the table for 7B in bf16
-import zerolab.lab
-zerolab.lab.lab_box([preset, psi_box, precision, result], html=result.value)
+import zerolab.course.lab
+zerolab.course.lab.lab_box([preset, psi_box, precision, result], html=result.value)
 """, tags=["nbval-ignore-output"]),
 md("""
 ## What we measured
@@ -402,13 +402,13 @@ returns the bytes **one rank** holds for each model-state giant, training with *
 
 **When a check fails** it says in a few lines what is wrong, what it expected, and a hint that
 names the likely mistake. To see the full Python traceback as well (through zerolab's own code,
-and any rank's traceback), run `import zerolab.checks; zerolab.checks.full_tracebacks()` and run
-the check cell again (`zerolab.checks.full_tracebacks(False)` makes failures short again), or
+and any rank's traceback), run `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()` and run
+the check cell again (`zerolab.course.checks.full_tracebacks(False)` makes failures short again), or
 start Jupyter with the environment variable `ZEROLAB_FULL_TRACEBACK=1`.
 """),
 code("""
 import zerolab
-from zerolab.checks.ch01 import check_model_state_bytes
+from zerolab.course.checks.ch01 import check_model_state_bytes
 """),
 code("""
 def model_state_bytes_per_rank(psi, precision, stage=0, world_size=1):

@@ -62,8 +62,8 @@ code("""
 import matplotlib.pyplot as plt
 
 import zerolab
-from zerolab.chapters import ch02          # this chapter's runs, tables and pictures: zerolab/chapters/ch02.py
-from zerolab.chapters.ch02 import one_step, ring_bytes, train_ddp_and_single
+from zerolab.course.chapters import ch02          # this chapter's runs, tables and pictures: zerolab/course/chapters/ch02.py
+from zerolab.course.chapters.ch02 import one_step, ring_bytes, train_ddp_and_single
 from zerolab.memory import count_params, model_state_bytes
 from zerolab.models import TinyLM, lm_batches
 
@@ -78,7 +78,7 @@ md("""
 ## 1 · DDP from scratch
 
 zerolab's **stage 0** is DDP's algorithm written out by hand (`AllReduceAtBoundary` in
-`zerolab/reduce.py`, `ReplicatedParams` in `zerolab/params.py`), reducing the gradients the way
+`zerolab/zero/reduce.py`, `ReplicatedParams` in `zerolab/zero/params.py`), reducing the gradients the way
 DeepSpeed's stage 0 does. On every rank: the parameters live in one flat buffer, copied from rank
 0 at start-up; backward adds each gradient into a flat gradient buffer; at the step the gradient
 is divided by N and **all-reduced**, so every rank holds the *average* gradient of the global
@@ -316,14 +316,14 @@ Receive into a fresh buffer (`torch.empty_like`) and add.
 
 **When a check fails** it says in a few lines what is wrong, what it expected, and a hint that
 names the likely mistake. To see the full Python traceback as well (through zerolab's own code,
-and any rank's traceback), run `import zerolab.checks; zerolab.checks.full_tracebacks()` and run
-the check cell again (`zerolab.checks.full_tracebacks(False)` makes failures short again), or
+and any rank's traceback), run `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()` and run
+the check cell again (`zerolab.course.checks.full_tracebacks(False)` makes failures short again), or
 start Jupyter with the environment variable `ZEROLAB_FULL_TRACEBACK=1`.
 """),
 code("""
 import torch
 
-from zerolab.checks.ch02 import check_ring_reduce_scatter, trace_ring
+from zerolab.course.checks.ch02 import check_ring_reduce_scatter, trace_ring
 """),
 code("""
 def ring_reduce_scatter(chunks, rank, world_size, send_recv):

@@ -78,15 +78,15 @@ is zerolab's own switch, `"zerolab": {"ideal_reduce_scatter": true}`.
 bandwidth* and `zerolab.comm` do: for S bytes an all-reduce costs each rank 2(N−1)/N·S, a
 reduce-scatter or an all-gather (N−1)/N·S; the paper counts elements and drops (N−1)/N. The
 folding chair (the **activations**) is not a model state: no stage splits it, and it is left out.
-In zerolab a stage is three switches (the table at the top of `zerolab/stage.py`).
+In zerolab a stage is three switches (the table at the top of `zerolab/zero/stage.py`).
 """),
 code(r"""
 import matplotlib.pyplot as plt
 import torch
 
 import zerolab
-from zerolab.chapters import ch03          # this chapter's runs and tables: zerolab/chapters/ch03.py
-from zerolab.chapters.ch03 import ds_config, make_model, train_and_measure
+from zerolab.course.chapters import ch03          # this chapter's runs and tables: zerolab/course/chapters/ch03.py
+from zerolab.course.chapters.ch03 import ds_config, make_model, train_and_measure
 
 torch.set_num_threads(1)   # one thread here, as on every rank below: the same arithmetic, run after run
 model = make_model()       # a TinyLM made wider; the output head shares the embedding matrix
@@ -199,7 +199,7 @@ backward and moves 2Ψ (and the padded temperature's few bytes). The check and t
 """),
 code(r"""
 from zerolab.memory import comm_ops
-from zerolab.viz import collective_timeline, traffic_bars
+from zerolab.course.viz import collective_timeline, traffic_bars
 
 frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
 for n in (2, 3, 4):
@@ -362,7 +362,7 @@ where it falls. The paper's layout (the switch) makes each bucket its own buffer
 Stage 1 on 3 ranks, colored by owner; black lines are parameter boundaries.
 """),
 code(r"""
-from zerolab.viz import shard_map
+from zerolab.course.viz import shard_map
 
 layout, paper_layout = runs[3, 1]["layout"], ideal[3, 1]["layout"]
 fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 2.2 + 0.55 * len(paper_layout)),
@@ -460,8 +460,8 @@ single-process training. If something is off they tell you what, where, and why 
 
 **When a check fails** it says in a few lines what is wrong, what it expected, and a hint that
 names the likely mistake. To see the full Python traceback as well (through zerolab's own code,
-and any rank's traceback), run `import zerolab.checks; zerolab.checks.full_tracebacks()` and run
-the check cell again (`zerolab.checks.full_tracebacks(False)` makes failures short again), or
+and any rank's traceback), run `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()` and run
+the check cell again (`zerolab.course.checks.full_tracebacks(False)` makes failures short again), or
 start Jupyter with the environment variable `ZEROLAB_FULL_TRACEBACK=1`.
 """),
 md(r"""
@@ -493,13 +493,13 @@ def shard_range(padded_numel, world_size, rank):
 """),
 md(r"""
 The check first tests that your ranges tile the buffer, for several sizes; then it replaces
-the engine's own rule (`zerolab.flat.FlatGroup.shard_range`) by yours on every rank, trains
+the engine's own rule (`zerolab.memory.flat.FlatGroup.shard_range`) by yours on every rank, trains
 stage 1 on 2 and on 3 ranks, in DeepSpeed's layout (one flat buffer; some parameters straddle
 two partitions) and in the paper's (one buffer per bucket), and compares every parameter with
 single-process training.
 """),
 code(r"""
-from zerolab.checks.ch03 import check_shard_range
+from zerolab.course.checks.ch03 import check_shard_range
 
 check_shard_range(shard_range)
 """, "check"),
@@ -544,24 +544,24 @@ stage 1 on 2 and 3 ranks (each rank steps only its shard, with your code) and co
 single-process training with torch's AdamW.
 """),
 code(r"""
-from zerolab.checks.ch03 import check_adamw_step
+from zerolab.course.checks.ch03 import check_adamw_step
 
 check_adamw_step(adamw_step)
 """, "check"),
 md(r"""
 ## Where this lives in zerolab
 
-Your rule is `FlatGroup.shard_range` in `zerolab/flat.py`; the stage that uses it is
-stage 1: `ReduceScatterAtBoundary` in `zerolab/reduce.py` all-reduces each gradient bucket and
+Your rule is `FlatGroup.shard_range` in `zerolab/memory/flat.py`; the stage that uses it is
+stage 1: `ReduceScatterAtBoundary` in `zerolab/zero/reduce.py` all-reduces each gradient bucket and
 keeps the slices inside this rank's partition (DeepSpeed's way; with the switch it
 reduce-scatters each bucket), the optimizer steps the owned partition, and
-`ReplicatedParams.publish` in `zerolab/params.py` all-gathers the parameters. The optimizer zerolab steps is torch's own, over the shard tensors
-(`zerolab/optim.py`), which is why only element-wise optimizers are allowed by default.
+`ReplicatedParams.publish` in `zerolab/zero/params.py` all-gathers the parameters. The optimizer zerolab steps is torch's own, over the shard tensors
+(`zerolab/zero/optim.py`), which is why only element-wise optimizers are allowed by default.
 
 The checks kept their ranks running, so that a second try is quick. Stop them when you are done:
 """),
 code(r"""
-from zerolab.checks.ch03 import close_crews
+from zerolab.course.checks.ch03 import close_crews
 
 close_crews()
 """),
@@ -581,7 +581,7 @@ ever holds the whole set: while backward is still running, the stickers are pack
 (**buckets**), and the moment a box is full it is sent out, each worker keeps the part that is
 his, and the box is thrown away.
 
-You write the two pieces of zerolab's `ReduceScatterInBackward` (in `zerolab/reduce.py`, shared by
+You write the two pieces of zerolab's `ReduceScatterInBackward` (in `zerolab/zero/reduce.py`, shared by
 stages 2 and 3) that do this, in **the paper's pattern**: each bucket is its own flat buffer,
 cut into N shards, and is **reduce-scattered**, so each rank receives only the sum of its own
 shard. That is what stage 3 does in DeepSpeed too; at stage 2 it is zerolab's switch
@@ -593,7 +593,7 @@ ranks, in fp32 and bf16, with gradient accumulation 1 and 2, and compares every 
 zerolab's own engine and (fp32) with single-process training.
 
 **When a check fails** it says in a few lines what is wrong and names the likely mistake. For
-the full traceback run `import zerolab.checks; zerolab.checks.full_tracebacks()` and run the
+the full traceback run `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()` and run the
 check cell again.
 """),
 md(r"""
@@ -660,19 +660,19 @@ and watches each call: when a bucket was said to be complete, what was sent (its
 its size against the bucket's), and what the shard holds afterwards.
 """),
 code(r"""
-from zerolab.checks.stage2_buckets import check_stage2_buckets
+from zerolab.course.checks.stage2_buckets import check_stage2_buckets
 
 check_stage2_buckets(add_grad, reduce_bucket)
 """, "check"),
 md(r"""
 ## Where this lives in zerolab
 
-`ReduceScatterInBackward.accept` and `ReduceScatterInBackward.issue` in `zerolab/reduce.py` do
+`ReduceScatterInBackward.accept` and `ReduceScatterInBackward.issue` in `zerolab/zero/reduce.py` do
 what you wrote; `GradReducer._reduce` sends the bucket (asynchronously when `overlap_comm` is
 on, so backward goes on computing while it travels) with the collective DeepSpeed would use for
 the config: a reduce-scatter here and at stage 3, an all-reduce at DeepSpeed's default stage 2.
 Stage 3 uses the same class, its buckets filled in the order backward finishes the modules; its parameters
-(`zerolab/gather.py`) are told through `grads_done(g)` and reshard a module's gathered
+(`zerolab/zero/stage3/gather.py`) are told through `grads_done(g)` and reshard a module's gathered
 parameters once all its gradients are in.
 
 Questions:
@@ -686,7 +686,7 @@ Questions:
 The check kept its ranks running; stop them when you are done:
 """),
 code(r"""
-from zerolab.checks.stage2_buckets import close_crews
+from zerolab.course.checks.stage2_buckets import close_crews
 
 close_crews()
 """),
@@ -710,14 +710,14 @@ the gathers) or data parallelism itself, which splits the batch and adds the pie
 The experiment: make **one process** do the same arithmetic as N ranks, by splitting each
 batch into N micro-batches and adding up their gradients (gradient accumulation,
 `gradient_accumulation_steps = N` on a single rank), and then swap AdamW for plain SGD.
-The runs are chapter 3's (`zerolab/chapters/ch03.py`): its TinyLM of 188,900 parameters, its
+The runs are chapter 3's (`zerolab/course/chapters/ch03.py`): its TinyLM of 188,900 parameters, its
 three global batches of 12 sequences, 3 fp32 steps.
 """),
 code(r"""
 import torch
 
 import zerolab
-from zerolab.chapters.ch03 import AMPLIFIED, SGD, max_diff, reference_fp32, train_fp32, verdict
+from zerolab.course.chapters.ch03 import AMPLIFIED, SGD, max_diff, reference_fp32, train_fp32, verdict
 
 torch.set_num_threads(1)   # one thread here, as on every rank below: the same arithmetic, run after run
 crews = {n: zerolab.Crew(n, threads=1) for n in (1, 2, 3, 4)}

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build exercise 3c, "ZeRO-1 by hand" (``solutions/03c_zero1_by_hand.ipynb``): the learner builds
 a sharded optimizer (ZeRO stage 1) in plain torch.distributed, with no zerolab engine, and the
-check (``zerolab.checks.zero1``) holds it against torch's DDP, bit for bit, on 2 and 3 ranks.
+check (``zerolab.course.checks.zero1``) holds it against torch's DDP, bit for bit, on 2 and 3 ranks.
 
     python tools/build_notebooks/ch03c.py            # write the notebook (only if its cells changed)
     python tools/build_notebooks/ch03c.py --execute  # ... and run it, then regenerate
@@ -42,7 +42,7 @@ beside PyTorch's `DistributedDataParallel` (DDP) and asks for the same parameter
 (where the only difference is the order of a sum, it says so and accepts a stated tolerance).
 
 **When the check fails** it says in a few lines what is wrong and names the likely mistake; for
-the full traceback run `import zerolab.checks; zerolab.checks.full_tracebacks()` and run the
+the full traceback run `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()` and run the
 check cell again.
 """),
 md(r"""
@@ -93,7 +93,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import zerolab
-from zerolab.checks import zero1     # the check's model, its batches, and a counter of collectives
+from zerolab.course.checks import zero1     # the check's model, its batches, and a counter of collectives
 """),
 code(r"""
 class ShardedOptimizer:
@@ -303,7 +303,7 @@ it looks at how (every update twice DDP's? elements that never moved? ranks that
 names the likely mistake.
 """),
 code(r"""
-from zerolab.checks.zero1 import check
+from zerolab.course.checks.zero1 import check
 
 check(ShardedOptimizer)
 """, "check"),
@@ -316,8 +316,8 @@ to a multiple of 2N); the model's parameters are views into it, so the all-gathe
 into them where you copied; the shard is `single_partition_of_fp32_groups`, and the wrapped
 optimizer's param groups hold only it; `average_tensor` divides and all-reduces each gradient
 bucket; `all_gather_dp_groups` gathers the partitions after the step. In zerolab the same three
-steps are `zerolab/flat.py` (the buffer and `shard_range`), `zerolab/reduce.py` (the buckets) and
-`zerolab/params.py` (`ReplicatedParams.publish`, the all-gather).
+steps are `zerolab/memory/flat.py` (the buffer and `shard_range`), `zerolab/zero/reduce.py` (the buckets) and
+`zerolab/zero/params.py` (`ReplicatedParams.publish`, the all-gather).
 
 ## Questions
 

@@ -70,11 +70,11 @@ import torch
 
 import zerolab
 from zerolab import precision as P
-from zerolab.chapters import ch04          # this chapter's data, runs and pictures: zerolab/chapters/ch04.py
-from zerolab.chapters.ch04 import ds_config, train, weigh
+from zerolab.course.chapters import ch04          # this chapter's data, runs and pictures: zerolab/course/chapters/ch04.py
+from zerolab.course.chapters.ch04 import ds_config, train, weigh
 from zerolab.memory import measure_activations
 from zerolab.models import TinyLM
-from zerolab.viz import print_wrapped, wrapped_output
+from zerolab.course.viz import print_wrapped, wrapped_output
 
 print(f"{'dtype':<6}{'bits':>5}{'exponent':>10}{'mantissa':>10}{'eps':>11}{'max':>11}"
       f"{'min normal':>12}{'min subnormal':>15}")
@@ -379,13 +379,13 @@ every overflow cuts until S grows again), and the `- 1` in `stable` (0.19.8 doub
 
 **When a check fails** it says in a few lines what is wrong, what it expected, and a hint that
 names the likely mistake. To see the full Python traceback as well (through zerolab's own code,
-and any rank's traceback), run `import zerolab.checks; zerolab.checks.full_tracebacks()` and run
-the check cell again (`zerolab.checks.full_tracebacks(False)` makes failures short again), or
+and any rank's traceback), run `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()` and run
+the check cell again (`zerolab.course.checks.full_tracebacks(False)` makes failures short again), or
 start Jupyter with the environment variable `ZEROLAB_FULL_TRACEBACK=1`.
 """),
 code("""
-from zerolab.checks.ch04 import check_update_scale, new_state
-from zerolab.loss_scaler import LossScaleAtMinimum
+from zerolab.course.checks.ch04 import check_update_scale, new_state
+from zerolab.precision.loss_scaler import LossScaleAtMinimum
 """),
 code("""
 def update_scale(state: dict, overflow: bool) -> None:

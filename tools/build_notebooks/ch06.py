@@ -45,7 +45,7 @@ down** (the waiting is hidden inside the work).
 | in the story | in training | in zerolab / DeepSpeed |
 |---|---|---|
 | one shout | one collective call (all-reduce, reduce-scatter, all-gather) | a record in `engine.ledger` |
-| the few seconds any shout costs | the latency **α** of a call | `zerolab.bench`: T = α + S/β |
+| the few seconds any shout costs | the latency **α** of a call | `zerolab.tools.bench`: T = α + S/β |
 | how fast the items travel | the bandwidth **β**, bytes per second | the same fit |
 | a box | a **bucket**: gradients laid end to end, a range of one flat buffer | `reduce_bucket_size` (elements) |
 | packing the next box while one travels | **overlap**: collectives issued asynchronously during backward | `overlap_comm` |
@@ -70,9 +70,9 @@ import statistics
 import matplotlib.pyplot as plt
 
 import zerolab
-from zerolab import bench
+from zerolab.tools import bench
 from zerolab.models import MLP, mse_loss, regression_batches
-from zerolab.reference import train_engine
+from zerolab.zero.reference import train_engine
 
 crew = zerolab.Crew(2, threads=1)      # two ranks for the whole chapter (gloo, on this CPU)
 N = crew.world_size
@@ -81,7 +81,7 @@ print(f"{N} ranks started")
 md("""
 ## 1. What one shout costs: T = α + S/β
 
-`zerolab.bench.measure` times an all-reduce of a float32 tensor on the ranks, at sizes from
+`zerolab.tools.bench.measure` times an all-reduce of a float32 tensor on the ranks, at sizes from
 1 KiB to 16 MiB (the median of 5 calls each, after a warm-up call; three rounds, of which we
 keep the fastest, since a machine shared with other work only ever adds time), and `bench.fit`
 fits a line T(S) = α + S/β, where S is the bytes one rank puts on the wire (for an all-reduce on N ranks,
@@ -468,7 +468,7 @@ oversized item a box of its own.*
 
 In chapter 6 the gradients travelled in buckets of at most `reduce_bucket_size` elements, and
 the number of buckets set the number of calls. Here **you write the rule that cuts the
-parameters into buckets**, `zerolab.flat.bucket_params`, by which stages 1 and 2 pack their
+parameters into buckets**, `zerolab.memory.flat.bucket_params`, by which stages 1 and 2 pack their
 gradient buckets (ranges of the one flat buffer, each one all-reduce), and the check puts yours
 inside the engine.
 
@@ -490,10 +490,10 @@ inside the engine.
 
 **When a check fails** it says in a few lines what is wrong, what it expected, and a hint that
 names the likely mistake. To see the full traceback as well, run
-`import zerolab.checks; zerolab.checks.full_tracebacks()` and run the check cell again.
+`import zerolab.course.checks; zerolab.course.checks.full_tracebacks()` and run the check cell again.
 """),
 code("""
-from zerolab.checks.ch06 import check_bucket_params
+from zerolab.course.checks.ch06 import check_bucket_params
 """),
 code("""
 def bucket_params(named, bucket_numel):
@@ -528,7 +528,7 @@ md("""
 **The check.** First your function on six lists of parameter sizes (small parameters, buckets
 filled exactly to the limit, parameters larger than a bucket, everything in one bucket,
 everything alone, an MLP's parameters in gradient order), each against zerolab's rule. Then on
-2 ranks: `zerolab.params.bucket_params` is replaced by yours for the duration of the run, a
+2 ranks: `zerolab.zero.params.bucket_params` is replaced by yours for the duration of the run, a
 small MLP trains at stages 1 and 2 with three bucket sizes, and the collectives in the ledger
 (one all-reduce per bucket, and the all-gather after the step: calls, elements, bytes) and the
 trained weights are compared with the same runs under zerolab's own rule.
@@ -539,12 +539,12 @@ check_bucket_params(bucket_params)
 md("""
 ## Where this lives in zerolab
 
-`zerolab.flat.bucket_params` is what you wrote; `GradReducer._plan` (`zerolab/reduce.py`) calls
+`zerolab.memory.flat.bucket_params` is what you wrote; `GradReducer._plan` (`zerolab/zero/reduce.py`) calls
 it on the gradients in gradient order (each parameter's range of the flat buffer at stages 1-2)
 and packs each bucket from the ranges it returns, as DeepSpeed fills its IPG buckets
 (`stage_1_and_2.py`). Stage 3 packs its buckets of modules by the same rule; stage 0 uses
 DeepSpeed's stage-0 rule instead (buckets of 5·10⁸ elements). With zerolab's opt-in
-`ideal_reduce_scatter`, `ReplicatedParams.make_groups` (`zerolab/params.py`) also calls it, to
+`ideal_reduce_scatter`, `ReplicatedParams.make_groups` (`zerolab/zero/params.py`) also calls it, to
 make each bucket a flat buffer of its own.
 
 Questions:

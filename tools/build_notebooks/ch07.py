@@ -70,11 +70,11 @@ from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import FlopCounterMode
 
 import zerolab
-from zerolab.budget import DeviceOutOfMemoryError
+from zerolab.memory.budget import DeviceOutOfMemoryError
 from zerolab.i18n import fill          # textwrap.fill that also wraps Chinese (the zh edition's messages)
 from zerolab.memory import count_params
 from zerolab.models import MLP, TinyLM, lm_batches, lm_loss, mse_loss, regression_batches
-from zerolab.reference import train_engine
+from zerolab.zero.reference import train_engine
 
 crew = zerolab.Crew(2, threads=1)      # two ranks for the whole chapter (gloo, on this CPU)
 N = crew.world_size
@@ -796,10 +796,10 @@ the first config of the rule whose `device_bytes` is at most `budget`, as a dict
 
 **When a check fails** it says in a few lines what is wrong, what it expected, and a hint that
 names the likely mistake. To see the full traceback as well, run
-`import zerolab.checks; zerolab.checks.full_tracebacks()` and run the check cell again.
+`import zerolab.course.checks; zerolab.course.checks.full_tracebacks()` and run the check cell again.
 """),
 code("""
-from zerolab.checks.ch07 import Facts, check_choose_config, measure_facts
+from zerolab.course.checks.ch07 import Facts, check_choose_config, measure_facts
 """),
 code("""
 def device_bytes(facts, stage, offload_optimizer, offload_param):
@@ -860,9 +860,9 @@ check_choose_config(device_bytes, choose_config)
 md("""
 ## Where this lives in zerolab
 
-`zerolab.budget.Budget` counts the same three parts while the engine trains (its
+`zerolab.memory.budget.Budget` counts the same three parts while the engine trains (its
 `configs_that_fit`, in the out-of-memory message, is your `device_bytes` with the activations
-measured so far); `engine.memory()` gives the model states and the buffers; and `zerolab.simulate`
+measured so far); `engine.memory()` gives the model states and the buffers; and `zerolab.tools.simulate`
 does the same arithmetic for a cluster, with the activations of a transformer by formula.
 
 Questions:

@@ -2,7 +2,7 @@
 """Build exercise 8c, "stage 3's gather and release, as module hooks"
 (``solutions/08c_gather_hooks.ipynb``): the learner writes the hooks that tell stage 3 when to
 gather a module's parameters and when to release them, and the check
-(``zerolab.checks.hooks3``) runs them inside the engine on 2 and 3 ranks beside zerolab's own.
+(``zerolab.course.checks.hooks3``) runs them inside the engine on 2 and 3 ranks beside zerolab's own.
 
     python tools/build_notebooks/ch08c.py            # write the notebook (only if its cells changed)
     python tools/build_notebooks/ch08c.py --execute  # ... and run it, then regenerate
@@ -36,17 +36,17 @@ stage 3 installs on every module. They are DeepSpeed's design (`DeepSpeedZeRoOff
 parameters, a forward hook releases them and wraps the outputs so that their first gradient
 fetches them again, a hook on the inputs releases them after the module's backward;
 `ZeROOrderedDict` catches a parameter read outside its own module). zerolab's
-copy is `zerolab/hooks.py` (`ModuleHooks`); the check runs **your** class in its place,
+copy is `zerolab/zero/stage3/hooks.py` (`ModuleHooks`); the check runs **your** class in its place,
 inside the real engine, and compares every gather and release with zerolab's.
 
 **When the check fails** it says in a few lines what is wrong and names the likely mistake; for
-the full traceback run `import zerolab.checks; zerolab.checks.full_tracebacks()` and run the
+the full traceback run `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()` and run the
 check cell again.
 """),
 md(r"""
 ## What the engine gives you, what you decide
 
-`params` is the engine's `GatheredParams` (`zerolab/gather.py`). A **group** is one parameter's
+`params` is the engine's `GatheredParams` (`zerolab/zero/stage3/gather.py`). A **group** is one parameter's
 partition, as DeepSpeed partitions them (its `ds_tensor`: `params.groups[i]`, the parameter's name
 in `.label`). You call:
 
@@ -90,8 +90,8 @@ code(r"""
 import torch
 
 import zerolab
-from zerolab.checks import hooks3                    # the check's model, a run on the ranks
-from zerolab.hooks import on_first_output_grad, on_inputs_grad, unwatch_params, watch_params
+from zerolab.course.checks import hooks3                    # the check's model, a run on the ranks
+from zerolab.zero.stage3.hooks import on_first_output_grad, on_inputs_grad, unwatch_params, watch_params
 """),
 code(r"""
 class MyHooks:
@@ -182,7 +182,7 @@ embedding. The engine runs stage 3 in fp32 with every parameter gathered
 (`stage3_param_persistence_threshold` 0), nothing kept across the turn
 (`stage3_max_reuse_distance` 0) and no prefetch, so that each gather is the one your hooks ask
 for. `two_steps(MyHooks)` trains two steps with your class as the engine's hooks
-(`zerolab.hooks.use_module_hooks`, zerolab's own seam) and logs each gather (+) and release (−).
+(`zerolab.zero.stage3.hooks.use_module_hooks`, zerolab's own seam) and logs each gather (+) and release (−).
 
 **Predict, then run.** The model has 10 groups, one per parameter (`embed.weight`, the
 attention's `in_proj_weight`, `in_proj_bias`, `out_proj.weight`, `out_proj.bias`, the MLP's two
@@ -298,7 +298,7 @@ group, does not release after a module's backward, releases what the reuse dista
 releases after the recomputation in backward.
 """),
 code(r"""
-from zerolab.checks.hooks3 import check_gather_hooks
+from zerolab.course.checks.hooks3 import check_gather_hooks
 
 check_gather_hooks(MyHooks)
 """, "check"),

@@ -75,7 +75,7 @@ from safetensors.torch import load_file
 import zerolab
 from zerolab.i18n import fill      # textwrap.fill that also wraps Chinese (what zerolab says in the zh edition)
 from zerolab.models import GPT, CharTokenizer, generate, lm_loss, public_domain_text, text_batches
-from zerolab.reference import train_engine
+from zerolab.zero.reference import train_engine
 from zerolab.scheduler import WarmupDecayLR
 
 CONFIG = Path(zerolab.__file__).resolve().parents[1] / "configs" / "zero3_bf16_offload_gpt.json"
@@ -485,11 +485,11 @@ of the number of ranks, from this brief:
 DeepSpeed's keys are those of its documentation (the config JSON page); `configs/` has examples.
 
 **When a check fails** it says in a few lines which key is wrong, what it expected, and a hint.
-To see the full traceback as well, run `import zerolab.checks; zerolab.checks.full_tracebacks()`
+To see the full traceback as well, run `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()`
 and run the check cell again.
 """),
 code("""
-from zerolab.checks.ch09 import check_capstone_config
+from zerolab.course.checks.ch09 import check_capstone_config
 """),
 code("""
 def capstone_config(world_size):

@@ -64,9 +64,9 @@ import torch
 import torch.distributed as dist
 
 import zerolab
-from zerolab.lm_runs import PSI_LM, phases_of_a_step
+from zerolab.course.lm_runs import PSI_LM, phases_of_a_step
 from zerolab.models import mse_loss
-from zerolab.reference import train_engine, train_reference
+from zerolab.zero.reference import train_engine, train_reference
 
 torch.set_num_threads(1)      # one thread here, as on every rank: the same arithmetic, run after run
 """),
@@ -398,7 +398,7 @@ all-gather after the step; the threshold is 0 here, and chapter 3 measures it.) 
 parameters are sent after the update, but by an **all-gather** of N shards, not a broadcast.)
 
 The ledger records every collective the engine issues; below, one training step of chapter 3's
-TinyLM (`zerolab.lm_runs.phases_of_a_step` marks the ledger between the phases) is split into
+TinyLM (`zerolab.course.lm_runs.phases_of_a_step` marks the ledger between the phases) is split into
 its forward, backward and optimizer step, on the crew's 4 ranks, for stages 1, 2 and 3.
 
 **Predict, then run.** At stage 3, which collectives does the optimizer step send, and how
@@ -618,9 +618,9 @@ import torch
 
 import zerolab
 from zerolab import precision as P
-from zerolab.lm_runs import PSI_LM, SEQ, activations_per_stage, in_psi, measure, offload_run, train_20
+from zerolab.course.lm_runs import PSI_LM, SEQ, activations_per_stage, in_psi, measure, offload_run, train_20
 from zerolab.models import MLP
-from zerolab.simulate import simulate
+from zerolab.tools.simulate import simulate
 
 torch.set_num_threads(1)      # one thread here, as on every rank: the same arithmetic, run after run
 crew = zerolab.Crew(4, threads=1)           # beliefs 1 to 3; then a crew of 2
@@ -773,7 +773,7 @@ stage 2, the same global batch of 12 sequences. What you see depends on your mac
 laptop the ranks share a few CPU cores and the model is tiny, so a step is mostly fixed overhead
 (Python, the collectives) and extra ranks rarely make it faster; past the number of cores
 they slow each other down. That is a fact about *this* machine, not about ZeRO. Right: zerolab's
-scale simulator (`zerolab.simulate`, the same formulas, published link and GPU figures) for a
+scale simulator (`zerolab.tools.simulate`, the same formulas, published link and GPU figures) for a
 1.3-billion-parameter model on A100s over 100 Gb/s Ethernet, global batch 64 sequences of 2,048
 tokens, stage 2 with DeepSpeed's traffic, communication overlapped with compute.
 """),
@@ -876,7 +876,7 @@ forward, at micro-batches of 2, 4 and 6 sequences per rank.
 **Predict, then run.** At a micro-batch of 4, how will stage 3's activations compare with
 stage 0's: a quarter, a half, the same? And when the micro-batch doubles?
 
-How we count the activations (`zerolab.lm_runs.activations_per_stage`): every tensor autograd saves passes through
+How we count the activations (`zerolab.course.lm_runs.activations_per_stage`): every tensor autograd saves passes through
 `torch.autograd.graph.saved_tensors_hooks`, and we add up their storages, leaving out the
 parameters themselves. (`zerolab.memory.measure_activations` does the same for a plain model.
 It recognises parameters by their storage *before* the forward; at stage 3 the parameters are
@@ -994,7 +994,7 @@ GPU before the copy (`runtime/zero/stage_1_and_2.py` line 1909 copies with `non_
 which converts on the GPU; `stage3.py` line 1457 converts explicitly), so that is **4 + 2 bytes
 per owned parameter**, not the ZeRO-Offload paper's 2 + 2, over a link of about 25 GB/s a
 direction, against some 2,000 GB/s of GPU memory; and Adam runs on the
-CPU, which steps far fewer elements per second than the GPU would. `zerolab.simulate` (chapter 5)
+CPU, which steps far fewer elements per second than the GPU would. `zerolab.tools.simulate` (chapter 5)
 models both from published figures: PCIe 4.0 at 25 GB/s, a CPU Adam of 10⁹ elements per second per
 GPU's share. A 13-billion-parameter model (40 layers, width 5,120, sequences of 2,048 tokens) on 8
 A100-80GB, stage 2, with and without `offload_optimizer`, one micro-batch per step of 1 to 16

@@ -4,7 +4,7 @@
     python tools/build_notebooks/ch12.py            # write notebooks/12_visual_lab.ipynb if its cells changed
     python tools/build_notebooks/ch12.py --execute  # ... and run it
 
-The lab's widgets (``zerolab.lab``) live in cells tagged ``nbval-ignore-output``: a widget's
+The lab's widgets (``zerolab.course.lab``) live in cells tagged ``nbval-ignore-output``: a widget's
 stored output is its model id and its state (pictures), which nbval cannot compare. Before each
 widget a cell prints, from the same functions, what the widget shows at its first setting
 (exact bytes, calls and elements; the simulator's arithmetic), and those outputs are compared.
@@ -61,7 +61,7 @@ code(r"""
 import matplotlib.pyplot as plt
 
 import zerolab
-from zerolab import lab
+from zerolab.course import lab
 
 pool = lab.CrewPool(threads=1)       # one crew per N, started on first use and kept
 N_MAX = zerolab.fit_ranks(4)         # the most ranks this machine allows (ZEROLAB_MAX_RANKS)
@@ -177,12 +177,12 @@ lab.core_widget(pool, world_size=2, stage=3, precision="bf16", max_ranks=N_MAX)
 md(r"""
 ## 3. Application: plan a run on a real cluster
 
-The last mode leaves this machine. For a published model shape it asks `zerolab.simulate` for
+The last mode leaves this machine. For a published model shape it asks `zerolab.tools.simulate` for
 every configuration (stages 0-3, stage 3 with the optimizer offloaded to the CPU, and with the
 parameters too): memory per GPU (model states by stage, activations with checkpointing, the
 stage-3 working set, a gradient bucket) and step time (compute at 40 % of the GPU's peak,
 DeepSpeed's traffic for the stage over the link, 2Ψ at stage 0 and 3Ψ at stages 1-3, PCIe
-transfers and the CPU's optimizer step with offload). Beside it, DeepSpeed's own estimator of the model states (`zerolab.estimate`, the same
+transfers and the CPU's optimizer step with offload). Beside it, DeepSpeed's own estimator of the model states (`zerolab.tools.estimate`, the same
 numbers as `estimate_zero2/3_model_states_mem_needs`). These are estimates from published link
 and GPU figures: trust the shape (what fits, what dominates), not the last 10 %.
 
@@ -299,7 +299,7 @@ this mode shows where the bytes go. The model is four `Linear(64, 64)` (Ψ = 16,
 simulator assumes, and shards that DeepSpeed's qwZ quantizer can cut into blocks of a multiple of
 8 elements (the lab's TinyLM, whose sizes do not divide, cannot run qwZ). Each row runs a fresh
 engine: one optimizer step, then a second one read from the ledger. Beside it, the formula:
-`zerolab.simulate` for the same Ψ, ranks, nodes and keys.
+`zerolab.tools.simulate` for the same Ψ, ranks, nodes and keys.
 
 **Predict, then run.** Without ZeRO++, how many bytes does rank 0 send across the street in one
 step (a forward gather, a backward gather and a reduce-scatter, each 3/4 of 2 bytes × Ψ)? With

@@ -56,7 +56,7 @@ all-to-alls are **DeepSpeed 0.19.8's** (`runtime/zero/partition_parameters.py`'s
 `partition_parameters.py`'s `_partition_param_sec`); the byte ratios are the **paper's**;
 the virtual nodes on one machine and the ledger's link column are **zerolab's**. DeepSpeed's
 quantizer kernels are CUDA only, so on this CPU zerolab runs their arithmetic in torch
-(`zerolab/quant.py`) and every collective through `torch.distributed` (gloo).
+(`zerolab/zeropp/quant.py`) and every collective through `torch.distributed` (gloo).
 
 The paper's headline: with all three, what crosses between nodes falls from ZeRO-3's **3M to
 0.75M** (M the model's bytes in 16 bits), about **4× less cross-node traffic** (qwZ halves the
@@ -76,10 +76,10 @@ import matplotlib.pyplot as plt
 import torch
 
 import zerolab
-from zerolab import simulate
-from zerolab.chapters import ch13          # this chapter's model, runs and pictures: zerolab/chapters/ch13.py
-from zerolab.chapters.ch13 import config, curves, fetch_bytes, grad_bytes, one_step, param_gather_bytes
-from zerolab.topology import current
+from zerolab.tools import simulate
+from zerolab.course.chapters import ch13          # this chapter's model, runs and pictures: zerolab/course/chapters/ch13.py
+from zerolab.course.chapters.ch13 import config, curves, fetch_bytes, grad_bytes, one_step, param_gather_bytes
+from zerolab.crew.topology import current
 
 crew = zerolab.Crew(4, nodes=2)            # 4 ranks as 2 virtual nodes of 2 (gloo, on this CPU)
 
@@ -113,7 +113,7 @@ its reuse distance of 10⁹ keeps the model gathered across the turn, and even a
 default prefetch (5·10⁷) marks every weight fetched for its backward use and keeps it (chapter
 8 measures both).
 
-Each rank runs `ch13.one_step(keys)` (in `zerolab/chapters/ch13.py`): a fresh engine with those
+Each rank runs `ch13.one_step(keys)` (in `zerolab/course/chapters/ch13.py`): a fresh engine with those
 ZeRO++ keys, a first step (it records the fetch order, and we keep its gradients and every block
 qwZ quantized), then a second step whose collectives we read from the ledger.
 """),
@@ -254,7 +254,7 @@ replaces each gradient's reduce-scatter by DeepSpeed's `all_to_all_quant_reduce`
 reduce-scatter, as in DeepSpeed; so does a gradient whose size is not a multiple of **2N** (two
 int4 values per byte, split N ways): DeepSpeed logs a warning and reduce-scatters it in bf16
 (`runtime/comm/coalesced_collectives.py`, `all_to_all_quant_reduce`, lines 43-52), and zerolab
-does the same (`zerolab/qgz.py`). A model whose sizes are not multiples of 2N quietly loses qgZ's
+does the same (`zerolab/zeropp/qgz.py`). A model whose sizes are not multiples of 2N quietly loses qgZ's
 saving on those gradients: the ledger's reduce-scatters under qgZ show it.
 
 **Predict, then run.** For a gradient of M elements, the reduce-scatter sends 3/4 · 2M bytes per
@@ -374,7 +374,7 @@ DGX H100 fabric (eight 400 Gb/s ports per node) and on a thin one (one port per 
 more from ZeRO++, and does any of them make the traffic hide?
 """),
 code(r"""
-from zerolab.simulate import CLUSTERS, SOURCES
+from zerolab.tools.simulate import CLUSTERS, SOURCES
 
 for key in ("h100-80gb", "ib-ndr-8x", "ib-ndr-1x"):
     print(textwrap.fill(f"{key}: {SOURCES[key]}", 96, subsequent_indent="    "))
@@ -408,7 +408,7 @@ ranks: the backward re-gather, always (here every weight's, with prefetch off at
 0; a configuration that keeps the weights for backward has none to move); the first step's
 forward; the later micro-steps' forwards
 under gradient accumulation (`partition_parameters.py`, `_partition_param_sec`; the rules file by
-file in `zerolab/hpz.py`, DeepSpeed's groups measured on its CPU build by
+file in `zerolab/zeropp/hpz.py`, DeepSpeed's groups measured on its CPU build by
 `benchmarks/ds_reference/ds_hpz.py`). The gradients still reduce-scatter over all N ranks: the
 master weights and the optimizer's states stay ZeRO-3's.
 
@@ -521,18 +521,18 @@ In chapter 13 the crew sent its furniture lists in shorthand: qwZ's all-gathers 
 values and one fp32 scale per block. Here **you write that quantizer**, the two functions
 DeepSpeed 0.19.8's CUDA kernels compute (`csrc/quantization/quantize.cu`, `dequantize.cu`, the
 symmetric type of `csrc/includes/quantization_utils.h`). The check compares yours with
-zerolab's copy (`zerolab.quant`) on tensors chosen to expose the usual mistakes, then plugs yours
-into the engine (`zerolab.quant.use_qwz_codec`) as the quantizer of qwZ's all-gathers on 4 ranks
+zerolab's copy (`zerolab.zeropp.quant`) on tensors chosen to expose the usual mistakes, then plugs yours
+into the engine (`zerolab.zeropp.quant.use_qwz_codec`) as the quantizer of qwZ's all-gathers on 4 ranks
 as 2 nodes of 2, and compares the bytes, the weights the forward pass sees and the losses.
 
 **When a check fails** it says what it expected, what you gave, and a hint that names the likely
-mistake. To see the full traceback as well, run `import zerolab.checks;
-zerolab.checks.full_tracebacks()` and run the check cell again.
+mistake. To see the full traceback as well, run `import zerolab.course.checks;
+zerolab.course.checks.full_tracebacks()` and run the check cell again.
 """),
 code(r"""
 import torch
 
-from zerolab.checks.ch13 import check_block_quantizer
+from zerolab.course.checks.ch13 import check_block_quantizer
 """),
 md(r"""
 ## 1. Quantize
@@ -615,10 +615,10 @@ check_block_quantizer(quantize, dequantize)
 md(r"""
 ## Where this lives in zerolab
 
-`zerolab/quant.py` holds the quantizer (`quantize`, `dequantize`), DeepSpeed's rule for the number
-of blocks (`qwz_groups`) and the int4 packing qgZ uses (`pack_int4`); `zerolab/qwz_gather.py`'s
+`zerolab/zeropp/quant.py` holds the quantizer (`quantize`, `dequantize`), DeepSpeed's rule for the number
+of blocks (`qwz_groups`) and the int4 packing qgZ uses (`pack_int4`); `zerolab/zero/stage3/qwz_gather.py`'s
 `all_gather_quantized` calls them for every stage-3 all-gather when `zero_quantized_weights` is
-on, and `zerolab/qgz.py`'s `QuantizedReduce` for qgZ. `quant.use_qwz_codec` is zerolab's own
+on, and `zerolab/zeropp/qgz.py`'s `QuantizedReduce` for qgZ. `quant.use_qwz_codec` is zerolab's own
 hook that lets the check put yours there.
 
 Questions:

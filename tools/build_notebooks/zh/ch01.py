@@ -145,7 +145,7 @@ TinyLM 只有 610,048 个可训练参数，而 512 个 token 的微批次保存�
 
 下一章是第 2 章 *数据并行之痛*：搬家队人数增加时，每个参数这 16 字节会怎样。
 """),
-"ex01-00": ("dfbb63850c97", r"""
+"ex01-00": ("bfdf4283738e", r"""
 # 练习 1 · 称一称背包
 
 第 1 章里，队长称了每个工人的背包，引擎给出了实测值：参数、梯度和优化器状态（optimizer states），以字节计。
@@ -165,8 +165,8 @@ TinyLM 只有 610,048 个可训练参数，而 512 个 token 的微批次保存�
   **Stage 1** 把优化器状态分给 N 个 rank（每个保留 1/N），**stage 2** 连梯度也分，**stage 3** 连参数也分。Stage 0 什么都不分。
 
 **检查不通过时**，它会用几行话说明哪里错了、期望的是什么，再给一条点出可能错误的提示（hint）。想同时看到完整的 Python 回溯（traceback），
-包括 zerolab 自身代码里的部分和任何一个 rank 上的回溯，就运行 `import zerolab.checks; zerolab.checks.full_tracebacks()`，
-再运行一次检查单元格（`zerolab.checks.full_tracebacks(False)` 让失败信息恢复简短）；也可以在启动 Jupyter 时设置环境变量
+包括 zerolab 自身代码里的部分和任何一个 rank 上的回溯，就运行 `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()`，
+再运行一次检查单元格（`zerolab.course.checks.full_tracebacks(False)` 让失败信息恢复简短）；也可以在启动 Jupyter 时设置环境变量
 `ZEROLAB_FULL_TRACEBACK=1`。
 """),
 "ex01-03": ("9de43f69f01c", r"""

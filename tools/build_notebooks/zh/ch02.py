@@ -29,10 +29,10 @@ ZH = {
 **单位。** Ψ = 参数个数（元素数）；N = rank 数；b = 每个元素的字节数（fp16/bf16 为 2，fp32 为 4）；大小以字节（B）计；
 **GB = 10⁹ B**，**GiB = 2³⁰ B**。
 """),
-"ch02-02": ("e59ce75c3718", r"""
+"ch02-02": ("1bb2dddc47f6", r"""
 ## 1 · 从零写一个 DDP
 
-zerolab 的 **stage 0** 就是亲手写出来的 DDP 算法（`zerolab/reduce.py` 里的 `AllReduceAtBoundary`，`zerolab/params.py` 里的
+zerolab 的 **stage 0** 就是亲手写出来的 DDP 算法（`zerolab/zero/reduce.py` 里的 `AllReduceAtBoundary`，`zerolab/zero/params.py` 里的
 `ReplicatedParams`），归约梯度的方式与 DeepSpeed 的 stage 0 相同。在每个 rank 上：参数放在一块扁平缓冲区（flat buffer）里，启动时从
 rank 0 复制过来；反向传播把每个梯度累加进一块扁平的梯度缓冲区；到了更新时，梯度先除以 N 再做 **all-reduce**，于是每个 rank
 都拿到全局 batch 的*平均*梯度，并用它做同一次 AdamW 更新。
@@ -150,7 +150,7 @@ TinyLM 的 115 kB 放在哪儿都装得下。把 Ψ 放大，同样的每个参�
 手里只有一个 `send_recv(send_tensor, recv_tensor)`：它把一块传给右边，同时从左边收一块。检查程序会在 2、3、4 个 rank 的真实搬家队上、
 用大小不均的块运行你的函数，统计你发出的字节，然后用*你的*环作为 DDP 的梯度 all-reduce 来训练。
 """),
-"ex02-00": ("15d5c1b3e7d4", r"""
+"ex02-00": ("424c038ef18a", r"""
 # 练习 2 · 环形 reduce-scatter
 
 *搬家队围成一圈。每个工人每次可以把一捆笔记传给右边、同时从左边接过一捆。怎样才能让每个人最后都握着房子某一部分的完整总数？*
@@ -179,8 +179,8 @@ def ring_reduce_scatter(chunks, rank, world_size, send_recv):
 别直接收进某一块：`send_recv` 会覆盖掉你自己的贡献。收进一块新的缓冲区（`torch.empty_like`），再加上去。
 
 **检查不通过时**，它会用几行话说明哪里错了、期望的是什么，再给一条点出可能错误的提示。想同时看完整的 Python 回溯
-（traceback；包括 zerolab 自己的代码，以及任何一个 rank 上的回溯），运行 `import zerolab.checks; zerolab.checks.full_tracebacks()`，
-再运行一次检查单元格（`zerolab.checks.full_tracebacks(False)` 让报错恢复简短），或者在启动 Jupyter 时设置环境变量
+（traceback；包括 zerolab 自己的代码，以及任何一个 rank 上的回溯），运行 `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()`，
+再运行一次检查单元格（`zerolab.course.checks.full_tracebacks(False)` 让报错恢复简短），或者在启动 Jupyter 时设置环境变量
 `ZEROLAB_FULL_TRACEBACK=1`。
 """),
 "ex02-03": ("456f98bb9313", r"""

@@ -25,7 +25,7 @@ ZH = {
 
 每拆一样，每个背包就轻一截；每拆一样，屋里的喊话也就多一些。本章在真实的 rank 上把这两样都量一量，并与 ZeRO 论文的公式并排对照。
 """),
-"ch03-01": ("3267c6293638", r"""
+"ch03-01": ("e46a1bcd8a84", r"""
 ## 论文怎么说，DeepSpeed 怎么做
 
 Ψ 是可训练参数的个数（元素数），N 是 rank 数。混合精度加 Adam 时，一个参数要花 2 字节（bf16）+ 2（bf16 梯度）
@@ -46,7 +46,7 @@ ZH = {
 **怎么数字节。** 我们数的是在环形算法里每个 rank 发出的字节，口径和 nccl-tests 计算*总线带宽*（bus bandwidth）时以及
 `zerolab.comm` 一样：S 字节的 all-reduce 每个 rank 要付 2(N−1)/N·S，reduce-scatter 或 all-gather 要付 (N−1)/N·S；
 论文数的是元素个数，并且略去了 (N−1)/N。折叠椅（**激活值**，activations）不属于模型状态：哪个 stage 都不切分它，这里不计入。
-在 zerolab 里，一个 stage 就是三个开关（`zerolab/stage.py` 开头的那张表）。
+在 zerolab 里，一个 stage 就是三个开关（`zerolab/zero/stage.py` 开头的那张表）。
 """),
 "ch03-03": ("6908c407515f", r"""
 ## 每个 rank 的显存：实测值与公式并排
@@ -228,7 +228,7 @@ zerolab 的开关；DeepSpeed 对它做 all-reduce），检查程序会用它训
 并测量它的通信量和显存。
 """),
 # -- notebooks/03a_appendix_adamw_rounding.ipynb -----------------------------------------------------
-"ch03a-00": ("c864f7af940d", r"""
+"ch03a-00": ("fd1dd55337eb", r"""
 # 附录 3a · 这是谁的舍入？数据并行、求和顺序与 AdamW
 
 第 3 章在 1 到 4 个 rank 上用 fp32 训练了每个 stage，并和一次吃下整个 batch 的单进程做了对比。差别不是零：N ≥ 2 时超过了 10⁻⁶
@@ -237,7 +237,7 @@ zerolab 的开关；DeepSpeed 对它做 all-reduce），检查程序会用它训
 
 实验：让**一个进程**做和 N 个 rank 相同的算术，也就是把每个 batch 拆成 N 个微批次、把它们的梯度加起来
 （即梯度累积，gradient accumulation，在单个 rank 上设 `gradient_accumulation_steps = N`），然后再把 AdamW 换成普通的 SGD。
-这些运行用的都是第 3 章的设置（`zerolab/chapters/ch03.py`）：188,900 个参数的 TinyLM，三个 12 条序列的全局 batch，fp32 训练 3 步。
+这些运行用的都是第 3 章的设置（`zerolab/course/chapters/ch03.py`）：188,900 个参数的 TinyLM，三个 12 条序列的全局 batch，fp32 训练 3 步。
 """),
 "ch03a-02": ("545897b16226", r"""
 ## 一个进程，N 个微批次
@@ -289,7 +289,7 @@ g = 10⁻⁸ = eps 时是 lr / 2，g = 0 时不动。所以一个只是零附近
 返回**[第 3 章](03_three_stages.ipynb)**。
 """),
 # -- solutions/03_stage1_shards.ipynb -----------------------------------------------------------------
-"ex03-00": ("b0dc6978263f", r"""
+"ex03-00": ("7c21ce7a8d46", r"""
 # 练习 3 · 从内部看 stage 1：谁负责哪一段，以及只更新分片的 Adam 步
 
 在 stage 1，每个工人只保管小本子的一部分。这要靠两条小规则，两条都由你在这里写：
@@ -301,8 +301,8 @@ g = 10⁻⁸ = eps 时是 lr / 2，g = 0 时不动。所以一个只是零附近
 并把参数和普通的单进程训练对比。哪里不对，它们会告诉你是什么、在哪里、为什么要紧。
 
 **检查不通过时**，它会用几行话说明哪里错了、期望的是什么，再给一条点出可能错误的提示。想同时看完整的 Python 回溯
-（traceback；包括 zerolab 自己的代码，以及任何一个 rank 上的回溯），运行 `import zerolab.checks; zerolab.checks.full_tracebacks()`，
-再运行一次检查单元格（`zerolab.checks.full_tracebacks(False)` 让报错恢复简短），或者在启动 Jupyter 时设置环境变量
+（traceback；包括 zerolab 自己的代码，以及任何一个 rank 上的回溯），运行 `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()`，
+再运行一次检查单元格（`zerolab.course.checks.full_tracebacks(False)` 让报错恢复简短），或者在启动 Jupyter 时设置环境变量
 `ZEROLAB_FULL_TRACEBACK=1`。
 """),
 "ex03-01": ("2baac2c6dafa", r"""
@@ -320,9 +320,9 @@ rank `rank` 负责其中连续的一段，即它的**分区**（partition），�
 
 写出 `shard_range(padded_numel, world_size, rank) -> (start, end)`。
 """),
-"ex03-03": ("23f184665d3c", r"""
+"ex03-03": ("e44981198c2e", r"""
 检查程序先在几种大小下测试你的范围能否铺满缓冲区；然后在每个 rank 上用你的规则替换引擎自己的规则
-（`zerolab.flat.FlatGroup.shard_range`），在 2 个和 3 个 rank 上训练 stage 1，分别用 DeepSpeed 的布局（一块扁平缓冲区；
+（`zerolab.memory.flat.FlatGroup.shard_range`），在 2 个和 3 个 rank 上训练 stage 1，分别用 DeepSpeed 的布局（一块扁平缓冲区；
 有些参数横跨两个分区）和论文的布局（每个桶一块缓冲区），并把每个参数和单进程训练对比。
 """),
 "ex03-05": ("c139b70f82cd", r"""
@@ -345,24 +345,24 @@ rank `rank` 负责其中连续的一段，即它的**分区**（partition），�
 `zerolab.initialize(..., optimizer=...)`，在 2 个和 3 个 rank 上训练 stage 1（每个 rank 用你的代码只更新自己的分片），
 并和使用 torch 的 AdamW 的单进程训练对比。
 """),
-"ex03-09": ("445a3f954dce", r"""
+"ex03-09": ("0c0f420988e6", r"""
 ## 它在 zerolab 里的位置
 
-你写的规则就是 `zerolab/flat.py` 里的 `FlatGroup.shard_range`；用它的是 stage 1：`zerolab/reduce.py` 里的
+你写的规则就是 `zerolab/memory/flat.py` 里的 `FlatGroup.shard_range`；用它的是 stage 1：`zerolab/zero/reduce.py` 里的
 `ReduceScatterAtBoundary` 对每个梯度桶做 all-reduce，留下落在本 rank 分区里的那几段（DeepSpeed 的做法；打开那个开关则对每个桶做
-reduce-scatter），优化器更新自己负责的分区，`zerolab/params.py` 里的 `ReplicatedParams.publish` 再对参数做 all-gather。
-zerolab 用来更新的优化器就是 torch 自己的，作用在分片张量上（`zerolab/optim.py`），这就是为什么默认只允许逐元素的优化器。
+reduce-scatter），优化器更新自己负责的分区，`zerolab/zero/params.py` 里的 `ReplicatedParams.publish` 再对参数做 all-gather。
+zerolab 用来更新的优化器就是 torch 自己的，作用在分片张量上（`zerolab/zero/optim.py`），这就是为什么默认只允许逐元素的优化器。
 
 检查程序让它的 rank 一直运行着，好让第二次尝试快一些。做完之后把它们停掉：
 """),
 # -- solutions/03b_stage2_buckets.ipynb ---------------------------------------------------------------
-"ex05-00": ("ca8781c0f14d", r"""
+"ex05-00": ("a01a8e967cb9", r"""
 # 练习 3b · stage 2 的桶：在反向传播中做 reduce-scatter
 
 在 stage 2，每个工人只保管自己的搬迁贴纸（自己分片的梯度）。谁也不会持有整套贴纸：反向传播还在进行时，贴纸就被装进箱子
 （**桶**，bucket），一箱装满立刻发出，每个工人留下属于自己的那份，箱子随即扔掉。
 
-你要写 zerolab 的 `ReduceScatterInBackward`（在 `zerolab/reduce.py` 里，stage 2 和 3 共用）中完成这件事的两部分，按**论文的模式**：
+你要写 zerolab 的 `ReduceScatterInBackward`（在 `zerolab/zero/reduce.py` 里，stage 2 和 3 共用）中完成这件事的两部分，按**论文的模式**：
 每个桶是自己的一块扁平缓冲区，切成 N 个分片，并做 **reduce-scatter**，于是每个 rank 只收到自己那个分片的和。
 DeepSpeed 的 stage 3 也是这样做的；在 stage 2，这是 zerolab 的开关 `"zerolab": {"ideal_reduce_scatter": true}`，检查程序会把它打开。
 DeepSpeed 自己的 stage 2 只有一块扁平缓冲区，对每个桶改做 **all-reduce**，留下自己分区里的那几段（第 3 章测过两者的差别：
@@ -370,7 +370,7 @@ DeepSpeed 自己的 stage 2 只有一块扁平缓冲区，对每个桶改做 **a
 （gradient accumulation）为 1 和 2，以 stage 2 和 3 训练 TinyLM，并把每个参数和 zerolab 自己的引擎对比，（fp32 时）也和单进程训练对比。
 
 **检查不通过时**，它会用几行话说明哪里错了，并点出可能的错误。想看完整的回溯，运行
-`import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元格。
+`import zerolab.course.checks; zerolab.course.checks.full_tracebacks()`，再运行一次检查单元格。
 """),
 "ex05-01": ("28f35d464be6", r"""
 ## (a) 桶什么时候算装好了？
@@ -408,13 +408,13 @@ DeepSpeed 自己的 stage 2 只有一块扁平缓冲区，对每个桶改做 **a
 检查程序把 `ReduceScatterInBackward.accept` 和 `ReduceScatterInBackward.issue` 换成调用你的函数的版本（在每个 rank 上，仅在检查期间），
 然后训练，并盯着每一次调用：什么时候说桶装好了，发出了什么（数据类型，以及大小和桶相比如何），之后分片里是什么。
 """),
-"ex05-07": ("b99e240cb3d2", r"""
+"ex05-07": ("817e91274428", r"""
 ## 它在 zerolab 里的位置
 
-`zerolab/reduce.py` 里的 `ReduceScatterInBackward.accept` 和 `ReduceScatterInBackward.issue` 做的就是你写的事；
+`zerolab/zero/reduce.py` 里的 `ReduceScatterInBackward.accept` 和 `ReduceScatterInBackward.issue` 做的就是你写的事；
 `GradReducer._reduce` 用 DeepSpeed 对这份配置会用的集合通信把桶发出去（打开 `overlap_comm` 时是异步的，桶在途时反向传播接着算）：
 这里和 stage 3 用 reduce-scatter，DeepSpeed 默认的 stage 2 用 all-reduce。Stage 3 用的是同一个类，它的桶按反向传播完成各模块的先后装填；它的参数
-（`zerolab/gather.py`）通过 `grads_done(g)` 得到通知，一个模块的梯度全部到齐后，就把这个模块收集来的参数重新切回分片。
+（`zerolab/zero/stage3/gather.py`）通过 `grads_done(g)` 得到通知，一个模块的梯度全部到齐后，就把这个模块收集来的参数重新切回分片。
 
 思考题：
 

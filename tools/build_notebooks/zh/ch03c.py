@@ -6,7 +6,7 @@ tests/test_zh_edition.py 会点名该单元格；改好中文后运行
 """
 
 ZH = {
-"ex03c-00": ("9590e712627b", r"""
+"ex03c-00": ("1156d2906ace", r"""
 # 练习 3c · 亲手写 ZeRO-1：只用 `torch.distributed` 实现分片优化器
 
 第 3 章里，队长把厚厚的小本子撕成了 N 份。小本子就是**优化器状态**（optimizer states）：对每件家具，Adam 记着两行它最近怎么挪动的记录
@@ -21,7 +21,7 @@ ZH = {
 （如果差别只来自求和顺序，它会明说，并接受一个写明的容差）。
 
 **检查不通过时**，它会用几行话说明哪里错了，并点出可能的错误；想看完整的回溯，运行
-`import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元格。
+`import zerolab.course.checks; zerolab.course.checks.full_tracebacks()`，再运行一次检查单元格。
 """),
 "ex03c-01": ("87c339a649f0", r"""
 ## 设计：一块扁平缓冲区，切成 N 个等大的分片
@@ -123,14 +123,14 @@ AdamW 随后会把最后几位放大到看得见：一个梯度几乎相互抵�
 逐位相同；在 3 个 rank 上，要求与 DDP 的某一种舍入方式（第一种布局）逐位相同，否则就接受一个写明的容差并说明原因（另一种求和顺序）。
 参数不一致时，它会看差在哪里（每次更新都是 DDP 的两倍？有元素从来没动过？各 rank 之间不一致？），并点出可能的错误。
 """),
-"ex03c-16": ("97dcfe6c7294", r"""
+"ex03c-16": ("b27506b705c3", r"""
 ## 它在源码里的位置
 
 在 DeepSpeed 0.19.8 里（`deepspeed/runtime/zero/stage_1_and_2.py`，类 `DeepSpeedZeroOptimizer`）：扁平缓冲区是 `bit16_groups_flat`
 （每个参数组一块，由 `align_dense_tensors` 补齐到 2N 的整数倍）；模型的参数是它的视图，所以 all-gather 直接写进参数里，
 省掉了你做的那次复制；分片是 `single_partition_of_fp32_groups`，被包装的优化器的参数组里只有它；`average_tensor` 对每个梯度桶先除再
-all-reduce；`all_gather_dp_groups` 在更新之后收集各个分区。在 zerolab 里，同样的三步分别是 `zerolab/flat.py`（缓冲区和 `shard_range`）、
-`zerolab/reduce.py`（各个桶）和 `zerolab/params.py`（`ReplicatedParams.publish`，即 all-gather）。
+all-reduce；`all_gather_dp_groups` 在更新之后收集各个分区。在 zerolab 里，同样的三步分别是 `zerolab/memory/flat.py`（缓冲区和 `shard_range`）、
+`zerolab/zero/reduce.py`（各个桶）和 `zerolab/zero/params.py`（`ReplicatedParams.publish`，即 all-gather）。
 
 ## 思考题
 

@@ -139,7 +139,7 @@ bf16 一步不落地紧跟着 fp32：登记簿留住了 bf16 自己会丢掉的�
 **轮到你了：** 在 [`exercises/zh/04_loss_scaler.ipynb`](../../exercises/zh/04_loss_scaler.ipynb) 里，你来写动态损失缩放器的更新规则，
 即 DeepSpeed 的 hysteresis、窗口和下限。检查程序会在 2 个 rank 上把它放进这个引擎运行，注入溢出，逐步与 zerolab 自己的缩放器对比。
 """),
-"ex04-00": ("9272a40bddc5", r"""
+"ex04-00": ("8b1f5dcf377b", r"""
 # 练习 4 · 动态损失缩放器的规则
 
 *放大的笔记在纸上写不下时，搬家队就少放大一点；连着好几天都顺顺当当，才敢放大得多一点。*
@@ -178,8 +178,8 @@ bf16 一步不落地紧跟着 fp32：登记簿留住了 bf16 自己会丢掉的�
 （0.19.8 在连续第 (window + 1) 个干净步时才翻倍）。
 
 **检查不通过时**，它会用几行话说明哪里错了、期望的是什么，再给一条点出可能错误的提示（hint）。想同时看到完整的 Python 回溯（traceback，包括 zerolab 自己代码里的各层，
-以及任何一个 rank 上的回溯），运行 `import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元格
-（`zerolab.checks.full_tracebacks(False)` 让失败信息恢复简短）；或者启动 Jupyter 时设置环境变量 `ZEROLAB_FULL_TRACEBACK=1`。
+以及任何一个 rank 上的回溯），运行 `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()`，再运行一次检查单元格
+（`zerolab.course.checks.full_tracebacks(False)` 让失败信息恢复简短）；或者启动 Jupyter 时设置环境变量 `ZEROLAB_FULL_TRACEBACK=1`。
 """),
 "ex04-03": ("d273b2d17b0d", r"""
 先手动试一试：DeepSpeed 的默认值（S = 2¹⁶，hysteresis 2），配一个只有 2 的短窗口，再给几个溢出标志。运行之前，先预测每一行。

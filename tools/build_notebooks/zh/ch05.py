@@ -62,11 +62,11 @@ DeepSpeed 自带的估算器（estimator）并排对照；一个普通数据并�
 剩下的零头：优化器那一栏是 12n 再加每块（tile）4 字节，即 Adam 的步数计数器（优化器更新的每个参数张量各配一个 4 字节的张量；
 stage 3 有 15 块，每个模块一块；stage 2 只有一块，因为它的分片是同一块扁平缓冲区里的一段）。下图画的是同一张表。
 """),
-"ch05-06": ("a31c4ab730d2", r"""
+"ch05-06": ("27f9b08b3f9e", r"""
 ## 2. 与 DeepSpeed 的估算器对照
 
 DeepSpeed 自带 `estimate_zero2_model_states_mem_needs` 和 `estimate_zero3_model_states_mem_needs`
-（在 `deepspeed/runtime/zero/stage_1_and_2.py` 和 `stage3.py` 里；zerolab 在 `zerolab.estimate` 里重新推导了它们，
+（在 `deepspeed/runtime/zero/stage_1_and_2.py` 和 `stage3.py` 里；zerolab 在 `zerolab.tools.estimate` 里重新推导了它们，
 参数相同，结果也相同）。它们的“per CPU”一栏是整个节点的主机内存，两个 rank 合计；“per GPU”是一个 rank。
 Stage 3 只卸载优化器时，GPU 那一行是 4L + 2Ψ/N（一个收集来的层的 16 位参数和梯度，加上本 rank 的参数分片），
 CPU 那一行是 16Ψ；连参数也卸载时，分别是 4L 和 18Ψ。我们调用时传入 `additional_buffer_factor=1.0`
@@ -199,7 +199,7 @@ Stage 0-3 和卸载并不是一架越往上、引擎越复杂的梯子。每一�
 以及卸载在 GPU 上和在这里各要付出多少代价。它的练习（练习 5）就是主机端的优化器更新本身。
 """),
 # -- notebooks/05b_the_corridor.ipynb ---------------------------------------------------------------
-"ch05b-00": ("d9fd69280d67", r"""
+"ch05b-00": ("b4c534de3ff2", r"""
 # 第 5b 章 · 走廊（卸载的代价）：卸载要花掉多少时间
 
 *每趟去仓库都要花时间；别把走廊堵死。*
@@ -212,7 +212,7 @@ Stage 0-3 和卸载并不是一架越往上、引擎越复杂的梯子。每一�
 | 故事里 | 训练中 | 在 zerolab / DeepSpeed 里 |
 |---|---|---|
 | 通往仓库的走廊 | GPU 与主机之间的 PCIe 链路，每个方向约 25 GB/s | 梯度拷到主机、参数拷回设备 |
-| 在仓库里更新小本子 | **主机端更新**（host step）：在 CPU 上跑 Adam | `StateHome.step`（`zerolab/offload.py`）；DeepSpeed 的 `DeepSpeedCPUAdam` |
+| 在仓库里更新小本子 | **主机端更新**（host step）：在 CPU 上跑 Adam | `StateHome.step`（`zerolab/offload/offload.py`）；DeepSpeed 的 `DeepSpeedCPUAdam` |
 | 一次搬的一格货架 | 优化器更新的一个**子组**（sub-group） | `sub_group_size`（元素个数） |
 | 从后排取出一格、用完放回去 | NVMe 读和写，在 I/O 线程上进行 | `pipeline_read`、`pipeline_write` |
 
@@ -282,14 +282,14 @@ rank 0 拥有 n = 75,232 个元素，分成 15 个组（每个模块一个，从
 
 同一步的时间线，上面是整步，下面放大到优化器更新：
 """),
-"ch05b-09": ("a9b234416d59", r"""
+"ch05b-09": ("753247b05ca9", r"""
 在这台机器上，占去时间线大头的是每次 stage 3 运行在这里都要付的东西：参数的收集（阻塞式的集合通信，各 rank 互相等待）。
 主机端更新排在最后，落在 `step` 区间之内，每个子组一条；各子组的 NVMe 读写在 I/O 线程上与它并行（见下方放大的子图，子组已编号）：
 开了 `pipeline_read`，这个子组更新时就在读下一个子组的文件；开了 `pipeline_write`，最后那些写操作要到这一步结束时才等待完成。
 
 ## 3. 卸载在 GPU 上的代价
 
-`zerolab.simulate` 依据公开的 GPU、链路和 PCIe 数据为一步建模（常数都在 `zerolab.simulate` 里：40 GB 的 A100，
+`zerolab.tools.simulate` 依据公开的 GPU、链路和 PCIe 数据为一步建模（常数都在 `zerolab.tools.simulate` 里：40 GB 的 A100，
 bf16 下 312 TFLOP/s、利用率 40%，NVLink，PCIe 4.0 每个方向 25 GB/s，CPU 上的 Adam 对每张 GPU 那一份每秒处理 10⁹ 个元素）。
 取一个 13B（130 亿参数）的模型（40 层，宽 5,120，每条序列 2,048 个 token，每个微批次一条序列），
 放在 4 张 A100-40GB 上：单用 ZeRO-3 每张 GPU 需要 56 GB，装不下；两种卸载都开，只要 4 GB 左右。下面是两者各自的一步
@@ -325,7 +325,7 @@ bf16 下 312 TFLOP/s、利用率 40%，NVLink，PCIe 4.0 每个方向 25 GB/s，
 "ch05b-16": ("4784d460c3bc", r"""
 ## 本章测得的
 """),
-"ch05b-18": ("51416918d4ea", r"""
+"ch05b-18": ("e5da35cce469", r"""
 - **`sub_group_size` 限定了主机端更新的内存**：用 NVMe 时是 12 字节乘以最大的子组，代价是更多次优化器调用、更多更小的文件读取。
 - **一步的快慢取决于最慢的那一环**，再加上要等最后一个梯度的主机端更新；时间线上，主机端更新的条排在反向之后，NVMe 读写在它们旁边。
 - **一步里计算太少、藏不住卸载时，卸载最伤**：模拟中 1 个微批次时是 2.9 倍，8 个时是 1.24 倍；开了卸载，就配上梯度累积。
@@ -335,7 +335,7 @@ bf16 下 312 TFLOP/s、利用率 40%，NVLink，PCIe 4.0 每个方向 25 GB/s，
 ## 思考题
 
 1. 在第 1 节里，给大小列表加上 `2_000`。先预测交换缓冲区的峰值和子组数，再验证。一步会有多少次优化器状态的 NVMe 读？
-2. 第 2 节的 `one_step_timeline` 以流水线方式读写。复制一份，改成 `pipeline=False`（它在 `zerolab/chapters/ch05.py` 里）：
+2. 第 2 节的 `one_step_timeline` 以流水线方式读写。复制一份，改成 `pipeline=False`（它在 `zerolab/course/chapters/ch05.py` 里）：
    计数会变吗？I/O 的条挪到了哪里？
 3. 在模拟里，给 `ch05.simulate_offload` 传入 `cpu_adam_elems_per_s=4e9`（更快的 CPU Adam：DeepSpeed 说它向量化的
    `DeepSpeedCPUAdam` 比 PyTorch 的快 5-7 倍）。要多少个微批次，卸载的代价才会低于 1.5 倍？用 8 张 GPU 而不是 4 张
@@ -348,7 +348,7 @@ bf16 下 312 TFLOP/s、利用率 40%，NVLink，PCIe 4.0 每个方向 25 GB/s，
 更新什么，按什么顺序把什么拷回去。检查程序会在引擎里用你的更新替换 zerolab 的，在 stage 1-3、fp32/fp16/bf16 下运行，逐位比较。
 """),
 # -- solutions/05_host_step.ipynb (exercises/05_host_step.ipynb) ------------------------------------
-"ex05-00": ("5d18ca40f666", r"""
+"ex05-00": ("1f663fb74279", r"""
 # 练习 5 · 仓库里的一天：设计主机端的优化器更新
 
 *小本子一次只取一格货架：当天的笔记送进仓库，新的计划带回来。*
@@ -389,7 +389,7 @@ bf16 下 312 TFLOP/s、利用率 40%，NVLink，PCIe 4.0 每个方向 25 GB/s，
 对 AdamW 来说，全零的梯度和没有梯度有什么区别？交给 `write_params` 的到底是什么？下面的单元格能帮你弄清还不知道的。
 
 **检查不通过时**，它会用几行话说明哪里错了、期望的是什么，再给一条点出可能错误的提示（hint）。想同时看到完整的回溯（traceback），
-运行 `import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元格。
+运行 `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()`，再运行一次检查单元格。
 """),
 "ex05-02": ("8529b61dad13", r"""
 ## 收到的是什么
@@ -433,10 +433,10 @@ TinyLM（词表 37，宽 26，两个 block）在 2 个 rank 上跑 stage 3，优
 和每次 `write_params` 都要守约定：哪些块带着梯度，它是不是 fp32 的真实梯度，各子组按什么顺序到来，每个子组是否在下一个之前收尾，
 以及拷回去的是什么。
 """),
-"ex05-14": ("dd0f09b0ebb8", r"""
+"ex05-14": ("c594c21f69b7", r"""
 ## 它在 zerolab 里的位置
 
-你写的更新就是 `zerolab/offload.py` 里的 `StateHome.step`。引擎（`zerolab/engine.py` 里的 `Engine._optimizer_step`）在溢出检查和
+你写的更新就是 `zerolab/offload/offload.py` 里的 `StateHome.step`。引擎（`zerolab/zero/engine.py` 里的 `Engine._optimizer_step`）在溢出检查和
 裁剪范数之后调用它，传入 stage 归约好的梯度分片；随后 `stage.publish()` 把新参数发给所有人（stage 1 和 2 是一次 all-gather；
 stage 3 只收集那些小的常驻参数，其余的等下一次前向时的收集）。zerolab 的版本比你的多做了两件事：
 

@@ -6,7 +6,7 @@ tests/test_zh_edition.py 会点名该单元格；改好中文后运行
 """
 
 ZH = {
-"ch06-00": ("01eb638c5778", r"""
+"ch06-00": ("432e1f0c3299", r"""
 # 第 6 章 · 箱子（通信优化）：分桶与重叠
 
 *少喊几嗓子，箱子装大一点，边干活边喊话。*
@@ -21,7 +21,7 @@ ZH = {
 | 故事里 | 训练中 | 在 zerolab / DeepSpeed 里 |
 |---|---|---|
 | 喊一嗓子 | 一次集合通信调用：all-reduce、reduce-scatter、all-gather | `engine.ledger` 里的一条记录 |
-| 每次喊话都要花的那几秒 | 一次调用的延迟 **α**（latency） | `zerolab.bench`：T = α + S/β |
+| 每次喊话都要花的那几秒 | 一次调用的延迟 **α**（latency） | `zerolab.tools.bench`：T = α + S/β |
 | 东西递得有多快 | 带宽 **β**（bandwidth），每秒字节数 | 同一个拟合 |
 | 一个箱子 | 一个**桶**（bucket）：首尾相接的梯度，是一块扁平缓冲区里的一段 | `reduce_bucket_size`（元素个数） |
 | 一箱在路上时接着装下一箱 | **重叠**（overlap）：反向传播期间异步发出集合通信 | `overlap_comm` |
@@ -38,10 +38,10 @@ $$T_{\text{comm}} \approx n\,\alpha + \frac{S}{\beta},$$
 DeepSpeed 的 all-reduce 与论文的 reduce-scatter 各搬多少字节（3Ψ 对 2Ψ），以及梯度累积对它们的影响；
 还有一步的时间线上的重叠，即哪些通信暴露在外，哪些被藏了起来。
 """),
-"ch06-02": ("1db7cb7353ef", r"""
+"ch06-02": ("c4e9908ae46e", r"""
 ## 1. 喊一嗓子要多少代价：T = α + S/β
 
-`zerolab.bench.measure` 在各个 rank 上对一个 float32 张量做 all-reduce 并计时，大小从 1 KiB 到 16 MiB
+`zerolab.tools.bench.measure` 在各个 rank 上对一个 float32 张量做 all-reduce 并计时，大小从 1 KiB 到 16 MiB
 （每个大小先热身一次，再取 5 次调用的中位数；一共三轮，取最快的一轮，因为和别的任务共用的机器只会让时间变长），
 然后 `bench.fit` 拟合一条直线 T(S) = α + S/β，其中 S 是一个 rank 发出的字节数
 （N 个 rank 上的 all-reduce 是张量字节数的 2(N-1)/N 倍；2 个 rank 时恰好等于张量的字节数）。
@@ -174,13 +174,13 @@ stage 1 只在最后归约一次梯度；stage 2 在每次反向传播时都要�
 （按梯度顺序、以元素数为上限、超大参数单独一桶），检查程序会把它放进 zerolab 的引擎、在 2 个 rank 上替换掉引擎自己的规则，
 并比对账本里的每一次集合通信。
 """),
-"ex06-00": ("b23f45fda3d9", r"""
+"ex06-00": ("c08f5d860627", r"""
 # 练习 6 · 装箱：分桶规则
 
 *按东西到来的顺序装，下一件放不下就封箱，超大的物件单独一箱。*
 
 第 6 章里，梯度装在最多 `reduce_bucket_size` 个元素的桶里传输，桶的个数决定了调用次数。这一次**由你来写把参数切进各个桶的规则**，
-也就是 `zerolab.flat.bucket_params`：stage 1 和 2 正是按它来装梯度桶（每个桶是那一块扁平缓冲区里的一段，做一次 all-reduce），
+也就是 `zerolab.memory.flat.bucket_params`：stage 1 和 2 正是按它来装梯度桶（每个桶是那一块扁平缓冲区里的一段，做一次 all-reduce），
 检查程序会把你写的放进引擎里。
 
     bucket_params(named, bucket_numel) -> 桶的列表，每个桶是 named 中下标的列表
@@ -197,24 +197,24 @@ stage 1 只在最后归约一次梯度；stage 2 在每次反向传播时都要�
 4. 最后，如果最后一个桶里有东西，就把它封上。
 
 **检查不通过时**，它会用几行话说明哪里错了、期望的是什么，再给一条点出可能错误的提示（hint）。想看完整的回溯（traceback），
-运行 `import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元格。
+运行 `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()`，再运行一次检查单元格。
 """),
 "ex06-03": ("f84984873f40", r"""
 先手算一遍。七个参数，上限 100 个元素；运行单元格之前**先预测各个桶**（其中一个参数比一个桶还大，还有一个桶正好装满）。
 """),
-"ex06-05": ("5424e51e8057", r"""
+"ex06-05": ("90b4524ae1dd", r"""
 **检查。** 先让你的函数处理六组参数大小（小参数、正好装到上限的桶、比一个桶还大的参数、全部装进一个桶、每个参数单独一桶、
-一个 MLP 按梯度顺序排列的参数），每组都与 zerolab 的规则对比。然后在 2 个 rank 上，运行期间把 `zerolab.params.bucket_params`
+一个 MLP 按梯度顺序排列的参数），每组都与 zerolab 的规则对比。然后在 2 个 rank 上，运行期间把 `zerolab.zero.params.bucket_params`
 换成你的函数，让一个小 MLP 在 stage 1 和 2、三种桶大小下训练，再把账本里的集合通信（每个桶一次 all-reduce，加上优化器更新后的 all-gather：
 调用次数、元素数、字节数）和训练出的权重，与 zerolab 自己的规则下同样的运行逐一比较。
 """),
-"ex06-07": ("23ba0971a886", r"""
+"ex06-07": ("95d7cfc367dc", r"""
 ## 它在 zerolab 里的位置
 
-`zerolab.flat.bucket_params` 就是你写的那个函数；`GradReducer._plan`（`zerolab/reduce.py`）按梯度顺序对各个梯度调用它
+`zerolab.memory.flat.bucket_params` 就是你写的那个函数；`GradReducer._plan`（`zerolab/zero/reduce.py`）按梯度顺序对各个梯度调用它
 （在 stage 1-2 是每个参数在扁平缓冲区里的那一段），并按它返回的范围装好每个桶，就像 DeepSpeed 填它的 IPG 桶一样（`stage_1_and_2.py`）。
 Stage 3 按同样的规则装它的模块桶；stage 0 改用 DeepSpeed 的 stage 0 规则（5·10⁸ 个元素一桶）。开启 zerolab 的可选项
-`ideal_reduce_scatter` 时，`ReplicatedParams.make_groups`（`zerolab/params.py`）也会调用它，让每个桶成为自己的一块扁平缓冲区。
+`ideal_reduce_scatter` 时，`ReplicatedParams.make_groups`（`zerolab/zero/params.py`）也会调用它，让每个桶成为自己的一块扁平缓冲区。
 
 思考题：
 

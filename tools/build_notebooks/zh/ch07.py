@@ -211,7 +211,7 @@ DeepSpeed 只发梯度范数，见第 10 章。这里的时间是在关掉 zerol
 即由 Ψ、N、精度以及实测的激活值和缓冲区，算出每种配置的设备字节数，并选出规则中第一个装得进预算的配置。
 检查程序会在真实引擎里、在该预算下运行你的选择，并把每个更便宜的配置也跑一遍，确认它们都装不下。
 """),
-"ex07-00": ("fdcae260596d", r"""
+"ex07-00": ("5ab5570253e5", r"""
 # 练习 7 · 队长的选择：装得下、又最快的配置
 
 *目标不是最轻的背包，而是最短的搬家时间。*
@@ -248,7 +248,7 @@ k = `facts.optimizer_bytes`（混合精度为 12：fp32 主权重 + 两个矩；
 都装不下就返回 `None`。
 
 **检查不通过时**，它会用几行话说明哪里错了、期望的是什么，再给一条点出可能错误的提示（hint）。想看完整的回溯，
-运行 `import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元格。
+运行 `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()`，再运行一次检查单元格。
 """),
 "ex07-03": ("8d1959d5bf5a", r"""
 在本章的模型上试一试。`measure_facts` 在 2 个 rank 上用每种配置训练练习用的 TinyLM（fp16，微批次 2），返回 facts 以及每种配置实测的每 rank 峰值。
@@ -260,11 +260,11 @@ k = `facts.optimizer_bytes`（混合精度为 12：fp32 主权重 + 两个矩；
 和 3 个 rank 上的 fp32 TinyLM 实测 facts；在十一个预算中的每一个下，你的选择要在 `device_budget` 下训练两步且不能显存不足，
 而规则中排在它前面的每个配置都必须需要比预算更多的显存（峰值由引擎实测）。
 """),
-"ex07-07": ("61ae2b0a9ec8", r"""
+"ex07-07": ("c92e6d7dc72d", r"""
 ## 它在 zerolab 里的位置
 
-`zerolab.budget.Budget` 在引擎训练时统计的正是这三部分（显存不足信息里的 `configs_that_fit` 就是你的 `device_bytes`，激活值取到当时为止的实测值）；
-`engine.memory()` 给出模型状态和缓冲区；`zerolab.simulate` 为整个集群做同样的算术，transformer 的激活值用公式估算。
+`zerolab.memory.budget.Budget` 在引擎训练时统计的正是这三部分（显存不足信息里的 `configs_that_fit` 就是你的 `device_bytes`，激活值取到当时为止的实测值）；
+`engine.memory()` 给出模型状态和缓冲区；`zerolab.tools.simulate` 为整个集群做同样的算术，transformer 的激活值用公式估算。
 
 思考题：
 

@@ -54,11 +54,11 @@ ds_config = {
 提前收集的组数、同一时刻收集的元素数峰值），又有什么保持不变（模型算出的每一个数）。每条规则都是 DeepSpeed 0.19.8 的，并注明它在哪个文件里。
 **第二部分**（[`08b_the_launch.ipynb`](08b_the_launch.ipynb)）把清单的每个键与 DeepSpeed 真正的默认值逐一对照，核对它的调参表，然后启动它。
 """),
-"ch08-02": ("49be4738a6fe", r"""
+"ch08-02": ("e6a2f7f926ed", r"""
 ## 1. 先拿小房子试清单
 
 我们的房子：一个由 8 个 `Linear(64, 64)` 层组成的 MLP，即 8 个 4,096 元素的权重和 8 个 64 元素的偏置（Ψ = 33,280 个参数），跑在 2 个 rank 上。
-`zerolab.knobs.measure` 在每个 rank 上训练几步，读取**最后**一步（那时模块的顺序已经记录下来，预取已经打开）：参数收集，
+`zerolab.course.knobs.measure` 在每个 rank 上训练几步，读取**最后**一步（那时模块的顺序已经记录下来，预取已经打开）：参数收集，
 即为某个模块收集的每个参数分区，以及更新之后对常驻参数的刷新；承载它们的 all-gather 调用（`engine.ledger.records` 里的 `params ...`）及其字节数；
 最后从 `engine.stage3_stats()` 读出在用到之前就收集的分区（预取），以及同一时刻已收集或在途的参数元素数的最大值。
 Stage 3 和 DeepSpeed 一样，把**每个参数**单独分区（即它的 `ds_tensor`）：一个权重和一个偏置是两个分区，各自填充到 N 的倍数，各自决定是否常驻。
@@ -68,12 +68,12 @@ Stage 3 和 DeepSpeed 一样，把**每个参数**单独分区（即它的 `ds_t
 **先预测，再运行。** 原封不动的清单（外加一个 Adam 优化器，清单把它留给训练脚本去定），用在这个 MLP 上：前向和反向每步会做多少次参数 all-gather？
 每个 rank 持有多少字节的参数？把你的猜测写下来。
 """),
-"ch08-04": ("1800063f627d", r"""
+"ch08-04": ("98f160954cdf", r"""
 **一次也没有。** 这个模型的每个参数最多只有 10⁵ 个元素，所以在清单（也是 DeepSpeed 默认）的常驻阈值之下，它们全都是常驻参数，即以 fp16 完整地保留在每个 rank 上，前向和反向中从不收集；每步更新之后再做 all-gather，让每个 rank 上的副本都拿到更新——
 **每个参数一次调用**，共 16 次（DeepSpeed 的 `_post_step` 把常驻参数逐个收集）。在小模型上，默认设置下的“ZeRO-3”对参数的处理和 stage 2 一样，因为这个阈值是按 7B 模型定的，而在 7B 模型里，只有 LayerNorm/RMSNorm 的权重（4,096 个元素）低于它。优化器状态
 和梯度仍然是分片（sharded）的；这里开了 `offload_optimizer`，优化器状态放在主机内存里。`gradient_accumulation_steps` 为 4 时，4 个微批次中每一个结束后都要对梯度做一次 reduce-scatter，这是 stage 2/3 的做法（第 6 章）：
 每个 `reduce_bucket_size` 大小的模块桶调用一次，而清单的 5·10⁸ 能把整个模型装进一个桶。两次 all-reduce 是 DeepSpeed 在 stage 3 发送的小集合通信
-（`zerolab/norms.py`）：开了 fp16 时，先是 1 字节的溢出标志（`overflow`），再是梯度范数，作为一次 8 字节 fp64 的求和（`grad`）。
+（`zerolab/zero/norms.py`）：开了 fp16 时，先是 1 字节的溢出标志（`overflow`），再是梯度范数，作为一次 8 字节 fp64 的求和（`grad`）。
 
 ## 2. 常驻：哪些参数从不出门
 
@@ -154,8 +154,8 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 
 **先预测，再运行。** 偏置常驻，关闭预取（这样能留下东西的只有复用距离），复用距离取 0、4,096、16,384 和 DeepSpeed 的 10⁹（比整个模型还大）：每步的收集次数、字节数和峰值各是多少？
 """),
-"ch08-14": ("224f2301cedb", r"""
-同一条规则，在距离为 0 时记录下的顺序（一步里的参数 all-gather，预取关闭）上**重放**（`zerolab.knobs.replay`）：这是放在测量旁边的一次计算，两者必须一致。
+"ch08-14": ("d55cc89b4458", r"""
+同一条规则，在距离为 0 时记录下的顺序（一步里的参数 all-gather，预取关闭）上**重放**（`zerolab.course.knobs.replay`）：这是放在测量旁边的一次计算，两者必须一致。
 """),
 "ch08-16": ("89b2bc8017e8", r"""
 距离为 0 时，每个模块每次用完都释放：权重收集 16 次（加上偏置的刷新共 24 次），一次一个权重，也就是 stage 3 的“3Ψ”。
@@ -233,10 +233,10 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 以及 zerolab 读到的值并排对照；问问 `zerolab explain` 这份配置在 8 个 rank 上会做什么；在小房子上测一测调参表给的值；用 `zerolab train` 运行这份配置；
 最后在 `torchrun` 下用 zerolab 跑一个 DeepSpeed 训练脚本，只改一行。
 """),
-"ch08b-02": ("ef5737d2bb94", r"""
+"ch08b-02": ("72ae750f68c9", r"""
 ## 1. 逐个键读清单
 
-`zerolab.knobs.checklist_rows` 把清单里每个键的值，与 DeepSpeed 0.19.8 的默认值（读自源码，而不是文档页面：两者有几处不一致，
+`zerolab.course.knobs.checklist_rows` 把清单里每个键的值，与 DeepSpeed 0.19.8 的默认值（读自源码，而不是文档页面：两者有几处不一致，
 文档说 `stage3_prefetch_bucket_size` 是 5e8，代码里是 5e7），以及 zerolab 的 `load_config` 按 8 个 rank 从文件里读到的值并排列出。
 
 **先预测，再运行。** 除了 `stage: 3`，清单里其余 13 个 `zero_optimization` 键中，有几个与 DeepSpeed 在 stage 3 下的默认值不同？是哪几个？把你列出的写下来。
@@ -263,11 +263,11 @@ zerolab 也照此执行：从下一次使用开始，沿记录下的顺序往后
 
 `zerolab explain` 对任何 DeepSpeed 配置都能给出同样的说明。这里用清单自己的数字、8 个 rank 和一个 7B 模型来运行：
 """),
-"ch08b-06": ("7489b0cda59b", r"""
+"ch08b-06": ("901e320b5c3a", r"""
 ## 2. 核对调参表
 
 调参表推荐 `stage3_prefetch_bucket_size` 取 5e8-1e9，是 DeepSpeed 默认值的十到二十倍；`stage3_max_live_parameters` 取 1e9-2e9。
-第一部分在小房子上测过这条规则（8 个 4,096 元素的权重，偏置常驻，复用距离为 0）；这里让调参表的值走一遍同样的测量（`zerolab.knobs.measure`，2 个 rank）。
+第一部分在小房子上测过这条规则（8 个 4,096 元素的权重，偏置常驻，复用距离为 0）；这里让调参表的值走一遍同样的测量（`zerolab.course.knobs.measure`，2 个 rank）。
 
 **先预测，再运行。** 在小房子上，预取取 0、DeepSpeed 的 5e7 和调参表的 5e8 时：每步的 all-gather 调用次数和收集元素的峰值各是多少？
 5e8 相比 5e7 会改变什么吗？活跃参数预算取 1,000，远低于调参表的 1e9 时，峰值又是多少？
@@ -363,7 +363,7 @@ Hugging Face Trainer 的风格；配置里的 `train_batch_size` 128 = 4 × 4 ×
 **先预测，再运行。** 64 个样本，2 个 rank，每个 rank 的微批次为 4，每个优化器步累积 2 个微批次，3 个 epoch：每个 rank 的数据加载器每个 epoch
 给出多少个微批次？结束时引擎会数到多少个优化器步？
 """),
-"ch08b-16": ("eefbb4860877", r"""
+"ch08b-16": ("c9782b0dffc7", r"""
 脚本并不知道自己不是跑在 DeepSpeed 上：四元组、按 rank 切分的数据加载器（64 个样本，2 个 rank，微批次 4，即每个 rank 每个 epoch 8 个微批次）、
 2 个微批次的梯度累积（24 个微批次，12 个优化器步）、调度器以及 stage 3 的参数收集，全都来自配置。唯一专属于 zerolab 的是
 `getattr(model_engine, "ledger", None)` 那一段，在 DeepSpeed 上运行时会跳过：它列出每种集合通信的调用次数和字节数，数字精确，在每台机器上都一样。
@@ -372,7 +372,7 @@ Hugging Face Trainer 的风格；配置里的 `train_batch_size` 128 = 4 × 4 ×
 
 真正搬家时，搬家队用 DeepSpeed 自己的话汇报，队长得看得懂。有三样输出要紧：`ds_report`（编译了什么、能编译什么）、每 `steps_per_print` 步打印一次的
 进度和吞吐行，以及开启 `wall_clock_breakdown: true` 时 rank 0 的计时器。它们是从 DeepSpeed 0.19.8 本身录下来的（CPU 构建，2 个 rank 走 gloo，stage 2，
-325k 参数的基准 MLP，30 步，每个 rank 微批次 32），连同机器和日期保存在 `benchmarks/results/recorded/` 里；`zerolab.dslog` 负责读取它们。
+325k 参数的基准 MLP，30 步，每个 rank 微批次 32），连同机器和日期保存在 `benchmarks/results/recorded/` 里；`zerolab.tools.dslog` 负责读取它们。
 其中没有 `nvidia-smi`：录制时没有 GPU 可用，课程也不会编造一份。（在 GPU 上，它的“Memory-Usage”一栏是 CUDA 分配器保留的显存加上每个进程的
 CUDA 上下文，所以读数比 DeepSpeed 的 `MemAllocated` 高。）
 
@@ -417,7 +417,7 @@ DeepSpeed 的 `ThroughputTimer` 构造时用的是 `batch_size = train_batch_siz
 4. 启动命令在 8 张 GPU 上传入 `--per_device_train_batch_size 4 --gradient_accumulation_steps 4`。如果配置里的 `train_batch_size` 写的是 64 而不是 128，
    配置隐含的每张 GPU 微批次是多少（`zerolab.load_config(config, 8)`）？为什么脚本的参数必须与配置一致？
 """),
-"ex08-00": ("daff37c84d85", r"""
+"ex08-00": ("73309d166021", r"""
 # 练习 8 · 调整参数收集：预取、常驻、活跃参数预算与复用
 
 *同一栋小房子，三个目标；旋钮你来选，引擎来跑。*
@@ -447,7 +447,7 @@ zerolab 的 16 字节顺序检查单独记录，不计在内）、`prefetches`�
 `persistent`（各个常驻参数的大小）和 `param_bytes`（每个 rank 的参数字节数）。用它来试各种取值。
 
 **检查不通过时**，它会说明测得了什么、目标是什么，再给一条提示。想同时看到完整的回溯，
-运行 `import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元格。
+运行 `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()`，再运行一次检查单元格。
 """),
 "ex08-02": ("872d67dc330d", r"""
 **先预测，再运行。** 在这个模型上用 DeepSpeed 的默认值（一个空字典）：每步多少次参数 all-gather，有多少个常驻参数？
@@ -458,11 +458,11 @@ zerolab 的 16 字节顺序检查单独记录，不计在内）、`prefetches`�
 "ex08-07": ("4ccc46376022", r"""
 **检查。** 你的三个答案，外加一次 DeepSpeed 默认值的运行，都在 2 个 rank 上：每个目标都在最后一步测量，训练出的参数逐位与默认值那次运行比较。
 """),
-"ex08-09": ("62762f9da5c4", r"""
+"ex08-09": ("eecfad2c66d1", r"""
 ## 它在 zerolab 里的位置
 
-`make_units`（`zerolab/units.py`）按模型里参数的顺序，逐个参数决定是否常驻；`GatheredParams.unshard_unit`（`zerolab/gather.py`）、`top_up`
-（用于自身不带参数的模块）和 `UnitFetch.plan`（`zerolab/fetch.py`）沿着记录下的顺序，按 DeepSpeed 的预算取接下来的组。DeepSpeed 里对应的是
+`make_units`（`zerolab/zero/stage3/units.py`）按模型里参数的顺序，逐个参数决定是否常驻；`GatheredParams.unshard_unit`（`zerolab/zero/stage3/gather.py`）、`top_up`
+（用于自身不带参数的模块）和 `UnitFetch.plan`（`zerolab/zero/stage3/fetch.py`）沿着记录下的顺序，按 DeepSpeed 的预算取接下来的组。DeepSpeed 里对应的是
 `mark_persistent_parameters`（`parameter_offload.py`）和 `fetch_sub_module`（`partitioned_param_coordinator.py`）。`UnitFetch.check_unit`，
 即那个 16 字节的顺序检查，是 zerolab 自己的（DeepSpeed 不发；`"zerolab": {"order_checks": false}` 可以关掉它）。
 

@@ -6,7 +6,7 @@ tests/test_zh_edition.py 会点名该单元格；改好中文后运行
 """
 
 ZH = {
-"ex08c-00": ("68be2d97c0c3", r"""
+"ex08c-00": ("0a45a5913512", r"""
 # 练习 8c · 借来、归还、再借：把 stage 3 的收集写成模块钩子
 
 到了 stage 3，没有哪个工人拥有一件完整的家具：每人只保管每件家具的 1/N 一片（**参数**，parameters）。
@@ -18,16 +18,16 @@ ZH = {
 这是 DeepSpeed 的设计（`deepspeed/runtime/zero/parameter_offload.py` 里的 `DeepSpeedZeRoOffload`：前向前置钩子取来模块的参数，
 前向钩子释放它们，并把输出包一层，让流到输出的第一个梯度再把参数取回来，输入上的钩子在模块反向之后释放它们；
 `ZeROOrderedDict` 负责抓住在自己模块之外被读到的参数）。
-zerolab 的对应实现是 `zerolab/hooks.py`（`ModuleHooks`）；检查程序会把**你的**类换进去，在真实的引擎里运行，
+zerolab 的对应实现是 `zerolab/zero/stage3/hooks.py`（`ModuleHooks`）；检查程序会把**你的**类换进去，在真实的引擎里运行，
 并把每一次收集和释放与 zerolab 自己的逐一对照。
 
 **检查不通过时**，它会用几行话说明哪里错了，并点出可能的错误；想看完整的回溯，运行
-`import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元格。
+`import zerolab.course.checks; zerolab.course.checks.full_tracebacks()`，再运行一次检查单元格。
 """),
-"ex08c-01": ("9de5532e4627", r"""
+"ex08c-01": ("5cde10ff5e34", r"""
 ## 引擎给你什么，你来决定什么
 
-`params` 是引擎的 `GatheredParams`（`zerolab/gather.py`）。一个**组**（group）就是一个参数的分区，和 DeepSpeed 的分法一样
+`params` 是引擎的 `GatheredParams`（`zerolab/zero/stage3/gather.py`）。一个**组**（group）就是一个参数的分区，和 DeepSpeed 的分法一样
 （即它的 `ds_tensor`：`params.groups[i]`，参数名在 `.label` 里）。你可以调用：
 
 | 调用 | 作用 |
@@ -58,13 +58,13 @@ zerolab 的对应实现是 `zerolab/hooks.py`（`ModuleHooks`）；检查程序�
   模型也可能在自己的前向里算 `F.linear(h, self.mix.weight)`。读到时收集它，并把它永久绑到读它的那个模块上（`self.registered`）：
   从此它就属于那个模块的单元，在那个模块的前向之前和反向之前都和模块自己的组一起、在一次 all-gather 里收集，每次之后都释放。
 """),
-"ex08c-04": ("a81f33c24fd2", r"""
+"ex08c-04": ("92843595083c", r"""
 ## 在 2 个 rank 上跑两步
 
 检查用的模型（`hooks3.HooksNet`，2,928 个参数）由一个 embedding、一个多头注意力、一个 MLP、一个只有根模块的前向才用的权重 `mix`，
 以及一个与 embedding 绑定的输出层组成。引擎以 fp32 运行 stage 3，每个参数都参与收集（`stage3_param_persistence_threshold` 为 0），
 前向转反向的拐点上什么都不留（`stage3_max_reuse_distance` 为 0），也不预取，这样每一次收集都正是你的钩子要求的那一次。
-`two_steps(MyHooks)` 用你的类充当引擎的钩子训练两步（`zerolab.hooks.use_module_hooks`，zerolab 自己的接入点），
+`two_steps(MyHooks)` 用你的类充当引擎的钩子训练两步（`zerolab.zero.stage3.hooks.use_module_hooks`，zerolab 自己的接入点），
 并记下每一次收集（+）和释放（−）。
 
 **先预测，再运行。** 这个模型有 10 个组，每个参数一个（`embed.weight`，注意力的 `in_proj_weight`、`in_proj_bias`、

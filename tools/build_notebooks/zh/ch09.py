@@ -162,7 +162,7 @@ ZH = {
 **轮到你了：** 在 [`exercises/zh/09_capstone_config.ipynb`](../../exercises/zh/09_capstone_config.ipynb) 里，你亲手为任意 rank 数写出这次运行的
 DeepSpeed 配置，检查程序会用它在 2 个和 3 个 rank 上训练这个 GPT。
 """),
-"ex09-00": ("9dc7c63aa4e4", r"""
+"ex09-00": ("1f1632d03354", r"""
 # 练习 9 · 用一份配置写下整场搬家
 
 *写下搬家队要照着走的计划：谁扛什么，小本子在哪儿等着，起步多快。*
@@ -179,7 +179,7 @@ DeepSpeed 配置，检查程序会用它在 2 个和 3 个 rank 上训练这个 
 DeepSpeed 的键以它的文档（配置 JSON 那一页）为准；`configs/` 里有例子。
 
 **检查不通过时**，它会用几行话说明哪个键错了、期望的是什么，再给一条提示。想同时看到完整的回溯，运行
-`import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元格。
+`import zerolab.course.checks; zerolab.course.checks.full_tracebacks()`，再运行一次检查单元格。
 """),
 "ex09-03": ("97fa89f7b645", r"""
 像引擎那样，在 3 个 rank 上看一看它。先**预测**微批次的大小。

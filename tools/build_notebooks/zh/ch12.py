@@ -1,7 +1,7 @@
 """第 12 章「可视化实验室」的中文（tools/build_notebooks/ch12.py 的 markdown 单元格）。
 
 每项：单元格 id -> (所译英文原文的 sha1 前 12 位, 中文)。见 tools/build_notebooks/zhsource.py。
-控件上的标签由 zerolab.lab 按版本的语言显示（zerolab/i18n.py）。
+控件上的标签由 zerolab.course.lab 按版本的语言显示（zerolab/i18n/language.py）。
 """
 
 ZH = {
@@ -83,13 +83,13 @@ Stage 0 是老式搬家队：每个工人都背着整套家当。Stage 1 把厚�
 注意看显存曲线：在 stage 3，模块被收集时它上升，被释放时它下降。（*在 GPU 集群上*，DeepSpeed 在计算旁边的 NCCL 流上发出这些调用，
 写入预先分配好的桶缓冲区；这里它们通过 gloo 跑在同样的几颗 CPU 核上。）
 """),
-"ch12-12": ("3c8d9ff2dd0f", r"""
+"ch12-12": ("00de106d8633", r"""
 ## 3. 应用模式：为真实集群规划一次训练
 
-最后这个模式离开了这台机器。对于一个公开的模型结构，它向 `zerolab.simulate` 询问每一种配置（stage 0-3，stage 3 把优化器卸载到 CPU，
+最后这个模式离开了这台机器。对于一个公开的模型结构，它向 `zerolab.tools.simulate` 询问每一种配置（stage 0-3，stage 3 把优化器卸载到 CPU，
 以及连参数也卸载）：每张 GPU 的显存（按 stage 的模型状态、开检查点时的激活值、stage 3 的工作集、一个梯度桶）和一步的时间
 （按 GPU 峰值的 40% 计算；该 stage 下 DeepSpeed 在链路上的通信，stage 0 为 2Ψ，stage 1-3 为 3Ψ；开卸载时的 PCIe 传输和 CPU 上的优化器更新）。
-旁边是 DeepSpeed 自己的模型状态估算器（`zerolab.estimate`，和 `estimate_zero2/3_model_states_mem_needs` 给出同样的数字）。
+旁边是 DeepSpeed 自己的模型状态估算器（`zerolab.tools.estimate`，和 `estimate_zero2/3_model_states_mem_needs` 给出同样的数字）。
 这些都是根据公开的链路和 GPU 数据做的估算：相信它的形状（什么装得下、什么占主导），别太在意最后那 10%。
 
 **先预测，再运行。** 64 张 80 GB 的 A100 上跑 Llama-2 70B：哪些 stage 装得下？
@@ -134,7 +134,7 @@ NVMe 文件写在一个临时文件夹里，用完即删。
 现在试试控件：stage、优化器状态放在哪里、参数分片放在哪里（仅 stage 3）、子组大小和 NVMe 流水线。先把优化器放到 CPU 上，
 看主机端更新那一行出现在这一步的末尾；再试 NVMe 不开流水线、开流水线，以及更小的子组。初始设置就是上面打印出来的那一个。
 """),
-"ch12-22": ("cc1f68af1291", r"""
+"ch12-22": ("f509048c56cf", r"""
 ### ZeRO++：分在两栋楼里的搬家队
 
 大搬家队装不进一栋楼。在楼内喊话很便宜（节点内 GPU 之间的 NVLink），隔着街喊话就不便宜了（节点之间的 InfiniBand）；
@@ -154,7 +154,7 @@ NVMe 文件写在一个临时文件夹里，用完即删。
 第 13 章测量每个组件带来的误差；这个模式展示字节去了哪里。模型是四个 `Linear(64, 64)`（Ψ = 16,640）：
 这正是模拟器假设的形状，而且 DeepSpeed 的 qwZ 量化器能把它的分片切成若干块，每块的元素数是 8 的整数倍
 （实验室的 TinyLM 尺寸不能整除，跑不了 qwZ）。每一行都运行一个新的引擎：先做一次优化器更新，再做第二次，从账本里读的是第二次。
-旁边是公式：同样的 Ψ、rank 数、节点数和配置项下的 `zerolab.simulate`。
+旁边是公式：同样的 Ψ、rank 数、节点数和配置项下的 `zerolab.tools.simulate`。
 
 **先预测，再运行。** 不开 ZeRO++ 时，rank 0 一步中过街发出多少字节（一次前向收集、一次反向收集、一次 reduce-scatter，
 每次都是 2 字节 × Ψ 的 3/4）？开 hpZ 2 时，三者中哪个留在楼内？反向之后每个 rank 持有多少字节的二级分片？每步 2 个微步时呢？

@@ -4,7 +4,7 @@
 """
 
 ZH = {
-"ch13-00": ("466b06c07b85", r"""
+"ch13-00": ("92a458da3a32", r"""
 # 第 13 章 · ZeRO 三阶段之外：两栋楼里的搬家队与 ZeRO++
 
 *楼梯快，街道慢：少往街上送，送也用速记。*
@@ -25,7 +25,7 @@ Stage 3 的做法还和以前一样（每个工人保管每个房间家具的一
 （`runtime/zero/partition_parameters.py` 里的 `CUDAQuantizer` 和 `all_gather_coalesced(..., quantize=True)`，
 `runtime/comm/coalesced_collectives.py` 里的 `all_to_all_quant_reduce`，kernel 在 `csrc/quantization/`；hpZ 的二级分片在
 `partition_parameters.py` 的 `_partition_param_sec`）；字节比例是**论文的**；一台机器上的虚拟节点和账本里的链路一栏是 **zerolab 自己的**。
-DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab 用 torch 复现它们的算术（`zerolab/quant.py`），
+DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab 用 torch 复现它们的算术（`zerolab/zeropp/quant.py`），
 每次集合通信都走 `torch.distributed`（gloo）。
 
 论文的核心结论：三者全开时，节点之间传输的量从 ZeRO-3 的 **3M 降到 0.75M**（M 是模型 16 位权重的字节数），
@@ -35,7 +35,7 @@ DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab �
 **本章要测的：** 开与不开每个选项时，每个 rank 在楼内和跨街各发出多少字节，并与公式并列；每个选项带来的误差，并与其上界对照；
 一条损失曲线；以及在真实集群上，`zerolab simulate` 认为每个选项值多少。
 """),
-"ch13-02": ("fcbf85b3ee1f", r"""
+"ch13-02": ("354a6c6f37cb", r"""
 布局与 torchrun 一致：节点 *i* 持有 rank *i·k … i·k + k − 1*（这里每个节点 k = 2 个 rank），每个 rank 拿到的 `LOCAL_RANK` 和
 `LOCAL_WORLD_SIZE` 与 `torchrun --nnodes 2 --nproc-per-node 2` 下相同。我们的两栋虚拟楼之间并不会更慢（全在同一颗 CPU 上）；
 变的是账本：它把每次集合通信记在 **intra**（所有 rank 都在同一节点内）或 **inter**（通信组跨越节点）名下。
@@ -49,7 +49,7 @@ DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab �
 这个小模型上就没有可挪的了：它的复用距离 10⁹ 会让模型在前向转反向的拐点处保持收集状态；即使距离为 0，它默认的预取（5·10⁷）
 也会把每个权重标记为给反向的使用而取，从而留住它（第 8 章两者都测过）。
 
-每个 rank 运行 `ch13.one_step(keys)`（在 `zerolab/chapters/ch13.py` 里）：用这些 ZeRO++ 配置键新建一个引擎，先训练一步
+每个 rank 运行 `ch13.one_step(keys)`（在 `zerolab/course/chapters/ch13.py` 里）：用这些 ZeRO++ 配置键新建一个引擎，先训练一步
 （它记录取参数的顺序，我们留下它的梯度和 qwZ 量化过的每一块），再训练第二步，从账本里读出这一步的集合通信。
 """),
 "ch13-04": ("3e2467e8aafd", r"""
@@ -94,7 +94,7 @@ DeepSpeed 的量化 kernel 只有 CUDA 版，所以在这颗 CPU 上，zerolab �
 
 **先预测，再运行。** 是不是每个权重都在半个步长之内？一块里哪个元素还原得最差，差多少？
 """),
-"ch13-10": ("a76b267cef19", r"""
+"ch13-10": ("c0c0e667c875", r"""
 误差呈锯齿状，在 ±½ 个步长之间来回；唯一的例外在左图的最右端：块里**最大的正**权重落在 128 个步长上，int8 装不下，被截断到 127，
 少了整整一个步长（最大的*负*权重恰好落在 −128 上）。所以上界是：**每块除一个权重外都在 scale/2 之内，那一个在一个 scale 之内**，
 即 m/256 和 m/128。前向所用的权重带着这个误差；优化器的 fp32 主权重从来不带，所以误差不会一步步累积下去。
@@ -112,7 +112,7 @@ DeepSpeed 的 `all_to_all_quant_reduce`：
 
 一维参数（偏置、LayerNorm：这里就是常驻参数那一组）和 DeepSpeed 一样，退回普通的 reduce-scatter。大小不是 **2N** 的整数倍的梯度也一样
 （每字节两个 int4 值，再分成 N 份）：DeepSpeed 打一条警告，用 bf16 对它做 reduce-scatter（`runtime/comm/coalesced_collectives.py`
-的 `all_to_all_quant_reduce`，第 43-52 行），zerolab 也这样做（`zerolab/qgz.py`）。如果模型的张量大小不是 2N 的整数倍，
+的 `all_to_all_quant_reduce`，第 43-52 行），zerolab 也这样做（`zerolab/zeropp/qgz.py`）。如果模型的张量大小不是 2N 的整数倍，
 这些梯度就悄悄失去了 qgZ 的节省：开 qgZ 时账本里的 reduce-scatter 会显示出来。
 
 **先预测，再运行。** 对一个 M 个元素的梯度，reduce-scatter 每个 rank 发出 3/4 · 2M 字节，全部跨街。开 qgZ 后，一个 rank 在楼内发出多少字节，
@@ -160,7 +160,7 @@ qgZ 的梯度只有 4 bit，翻倍的梯度还要经过梯度裁剪，所以偏�
 **先预测，再运行。** 70B 模型，64 张 H100，每节点 8 张，每张 GPU 一条 4,096 token 的序列：在 DGX H100 的网络上（每节点八个 400 Gb/s 端口）
 和在“细”网络上（每节点只有一个端口），哪个从 ZeRO++ 获益更多？有没有哪种组合能把通信藏住？
 """),
-"ch13-18": ("5d0b3efe6e28", r"""
+"ch13-18": ("6085336a9ad5", r"""
 在 DGX 网络上，stage 3 本来就藏得住：通信只占计算的四分之一，T* 只有四分之一条序列，所以 ZeRO++ 在那里几乎换不来什么，只会带来误差。
 在单网口集群上，普通运行需要的 token 约为现有的两倍；单开 qwZ 或 qgZ 都不够，两个一起开才能把通信压到计算之下。街道是瓶颈的地方，
 ZeRO++ 是最便宜的解法；不是瓶颈的地方，它只会增加误差。（最后几行加上了模拟器对 hpZ 的公式；下一节实测它。）
@@ -173,7 +173,7 @@ ZeRO++ 是最便宜的解法；不是瓶颈的地方，它只会增加误差。�
 并在每次没有被跳过的优化器更新时丢掉它。模块有二级分片时，它的 all-gather 就**在节点内**、在 k 个 rank 上进行：反向的再收集总是如此（这里关掉预取、复用距离为 0，每个权重都要再收集；
 如果配置让权重留到反向，就没有可挪的了）；
 第一步的前向也是；梯度累积下之后各个微步的前向同样如此（`partition_parameters.py`、`_partition_param_sec`；这些规则连同它们在 DeepSpeed 里的文件出处写在
-`zerolab/hpz.py` 里，DeepSpeed 的通信组由 `benchmarks/ds_reference/ds_hpz.py` 在它的 CPU 版上实测）。梯度仍在全部 N 个 rank 上做
+`zerolab/zeropp/hpz.py` 里，DeepSpeed 的通信组由 `benchmarks/ds_reference/ds_hpz.py` 在它的 CPU 版上实测）。梯度仍在全部 N 个 rank 上做
 reduce-scatter：主权重和优化器状态仍按 ZeRO-3 的方式存放。
 
 **先预测，再运行。** 同一支搬家队，`zero_hpz_partition_size` 设为 2，一个稳态的步。被收集的权重是 Ψ_g = 28,160 个 bf16 元素，
@@ -219,19 +219,19 @@ FSDP2 的混合分片（hybrid sharding，HSDP）用另一种办法应对这条�
 写出 qwZ 的分块量化器，即量化和反量化两个函数。检查先单独在能暴露常见错误的张量上运行你的实现，然后把它放**进引擎里**，作为 qwZ all-gather 的量化器，
 在分住 2 栋楼的 4 个 rank 上与 zerolab 的实现并排运行。
 """),
-"ex13-00": ("e57fac9ac1c8", r"""
+"ex13-00": ("5782262301a0", r"""
 # 练习 13 · 速记：qwZ 的分块量化器
 
 *每箱记一个数，每件记一个小整数：而且每个工人都得用同一种读法。*
 
 在第 13 章，搬家队用速记传家具清单：qwZ 的 all-gather 传的是 int8 值，外加每块一个 fp32 缩放因子。这里由**你来写这个量化器**（quantizer），
 也就是 DeepSpeed 0.19.8 的 CUDA kernel 计算的那两个函数（`csrc/quantization/quantize.cu`、`dequantize.cu`，
-`csrc/includes/quantization_utils.h` 里的对称类型）。检查先在专门挑来暴露常见错误的张量上，把你的实现与 zerolab 的版本（`zerolab.quant`）比较，
-然后把你的实现接进引擎（`zerolab.quant.use_qwz_codec`），作为 qwZ all-gather 的量化器，在 4 个 rank（2 个节点，每节点 2 个）上运行，
+`csrc/includes/quantization_utils.h` 里的对称类型）。检查先在专门挑来暴露常见错误的张量上，把你的实现与 zerolab 的版本（`zerolab.zeropp.quant`）比较，
+然后把你的实现接进引擎（`zerolab.zeropp.quant.use_qwz_codec`），作为 qwZ all-gather 的量化器，在 4 个 rank（2 个节点，每节点 2 个）上运行，
 比较字节数、前向看到的权重和损失。
 
 **检查失败时**，它会说明期望什么、你给出了什么，并给一条指出可能错误的提示。想同时看到完整的回溯，先运行
-`import zerolab.checks; zerolab.checks.full_tracebacks()`，再重新运行检查单元格。
+`import zerolab.course.checks; zerolab.course.checks.full_tracebacks()`，再重新运行检查单元格。
 """),
 "ex13-02": ("1f2803634c18", r"""
 ## 1. 量化
@@ -271,12 +271,12 @@ DeepSpeed 的 qwZ 以 `bits=8` 调用它；qgZ 以 `bits=4` 调用同一个 kern
 4 个 rank 分成 2 个节点、每节点 2 个，你的量化器用在 qwZ 的 all-gather 里训练 3 步，并与使用 zerolab 量化器的同一次运行、以及不开 qwZ 的运行并排比较。
 大约半分钟。
 """),
-"ex13-12": ("a84e24ce851c", r"""
+"ex13-12": ("86ddbb5ac661", r"""
 ## 它在 zerolab 里的位置
 
-`zerolab/quant.py` 里有量化器（`quantize`、`dequantize`）、DeepSpeed 决定块数的规则（`qwz_groups`），以及 qgZ 用的 int4 打包（`pack_int4`）；
-`zero_quantized_weights` 打开时，`zerolab/qwz_gather.py` 的 `all_gather_quantized` 在 stage 3 的每次 all-gather 里调用它们，
-qgZ 则由 `zerolab/qgz.py` 的 `QuantizedReduce` 调用。`quant.use_qwz_codec` 是 zerolab 自己的钩子，让检查能把你的实现放到那里。
+`zerolab/zeropp/quant.py` 里有量化器（`quantize`、`dequantize`）、DeepSpeed 决定块数的规则（`qwz_groups`），以及 qgZ 用的 int4 打包（`pack_int4`）；
+`zero_quantized_weights` 打开时，`zerolab/zero/stage3/qwz_gather.py` 的 `all_gather_quantized` 在 stage 3 的每次 all-gather 里调用它们，
+qgZ 则由 `zerolab/zeropp/qgz.py` 的 `QuantizedReduce` 调用。`quant.use_qwz_codec` 是 zerolab 自己的钩子，让检查能把你的实现放到那里。
 
 思考题：
 

@@ -4,7 +4,7 @@
 """
 
 ZH = {
-"ch14-00": ("3db67508b21d", r"""
+"ch14-00": ("e3d45981953e", r"""
 # 第 14 章 · 这趟搬家划算吗？ZeRO-3 的通信何时能藏到计算后面
 
 *边搬边递家具，谁也不用等；递的比搬的还多，人人都得等。*
@@ -27,7 +27,7 @@ ZH = {
 | 用速记写的便条；每栋楼再存一份副本 | **ZeRO++**：qwZ、qgZ；hpZ | `quantized_weights`、`quantized_gradients`、`hpz_partition_size` |
 
 这一章的写法仿照 JAX 团队那本讲模型扩展的书（*How to Scale Your Model*，下称扩展手册）里的一页：两个计数（FLOPs 和字节），两个速度（FLOP/s 和字节/秒），
-再加一个比值，说明谁占上风。每个数都先**手算**一遍，写成你能读懂的一行，再交给课程的规模模拟器 `zerolab.simulate` 算；
+再加一个比值，说明谁占上风。每个数都先**手算**一遍，写成你能读懂的一行，再交给课程的规模模拟器 `zerolab.tools.simulate` 算；
 最后一节拿模拟器和这台机器上真实的 rank 对照。
 
 **本章要算的：** 在公开的集群配置上，每张 GPU 要处理多少 token，stage 3 的通信才能藏到计算后面；节点、ZeRO++ 和卸载如何改变这个数；
@@ -189,7 +189,7 @@ stage 3 能藏到约 640 张 GPU，代价是每步多三分之一的 FLOPs。（
 
 **先预测，再运行。** 单网口集群、1,024 张 GPU，TP = 8（一个节点），PP = 4：单用 stage 3 时，每步离开每个节点多少字节？用 stage 1 + TP + PP 时呢？
 """),
-"ch14-18": ("f2023f92e127", r"""
+"ch14-18": ("e1d6ab0d7804", r"""
 单用 stage 3 会让每个节点的端口忙上一步计算时间的两倍；stage 1 加节点内的 TP、节点间的 PP，发出的只有它的四分之一（1/p），而且每步一次。
 NVLink 上的 TP 只要宽度超过约 1,700 就藏得住（70B 的宽度是 8,192），但跨节点的话宽度要超过 100,000：TP 留在节点之内。
 PP 要在慢速街道上藏住激活值，每个阶段只能有 0.4B 个参数；70B 切成 4 个阶段，每段 17.5B。这就是为什么在单网口集群上跑大规模训练时，
@@ -199,7 +199,7 @@ PP 要在慢速街道上藏住激活值，每个阶段只能有 0.4B 个参数�
 
 上面的一切都来自公式。它们描述的是引擎真正发出的东西吗？`simulate.calibrate` 在 2 个真实 rank 上（gloo，这颗 CPU）以 stage 0、1、3
 训练一个小的 bf16 MLP，读出账本，再把 `simulate` 对同样的 Ψ、层数、rank 数和桶大小的预测放在旁边，链路用这台机器自己的 α-β 拟合
-（`zerolab.bench`，第 6 章）。
+（`zerolab.tools.bench`，第 6 章）。
 
 **先预测，再运行。** 发送字节数（wire bytes）和调用次数会完全吻合吗？时间呢？
 """),
@@ -215,7 +215,7 @@ stage 3 每层两次收集加每个桶一次 reduce-scatter）。时间则不然
 
 ## 本章算出的
 """),
-"ch14-22": ("8fcd0b8b65d9", r"""
+"ch14-22": ("93d0b174f44d", r"""
 - Stage 3 每个微步搬 **3 · 2Ψ · (N−1)/N 字节**，对应 **6ΨT 次浮点运算**：当每张 GPU 每个微步的 token 达到 **T* = (N−1)/N · F·mfu/β** 时，
   通信就藏住了。Ψ 约掉了：这是集群的性质，不是模型的。激活检查点把它降到 3/4。
 - 跨节点时，集合通信以**较慢的那条链路**的速度运行，其 β 是整个节点的网络（所有端口）。每节点一个端口而不是八个，需要八倍的 token；
@@ -237,19 +237,19 @@ stage 3 每层两次收集加每个桶一次 reduce-scatter）。时间则不然
 
 **轮到你了：** 在 [`exercises/zh/14_break_even.ipynb`](../../exercises/zh/14_break_even.ipynb) 里，你把三个数写成函数
 （藏住 stage 3 通信所需的 token、每种 ZeRO++ 选项下离开一个节点的字节、藏住卸载 PCIe 传输所需的 token）；每项检查都在多个集群上
-拿你的结果对照 `zerolab.simulate`，发现错误时会点出来。
+拿你的结果对照 `zerolab.tools.simulate`，发现错误时会点出来。
 """),
-"ex14-00": ("4e33007db4dc", r"""
+"ex14-00": ("a1c9f1ef3eae", r"""
 # 练习 14 · 这趟搬家划算吗？三个数
 
 *数一数搬的，数一数递的，找出两者相等的那一趟。*
 
 第 14 章里你算出了 stage 3 的通信何时能藏到计算后面。这一次**由你把这三项计算写成函数**，每项检查都会在多种 GPU、链路、总 rank 数和节点大小下，
-拿你的数对照 `zerolab.simulate`（本章用的模型），误差在 1% 以内。一切都按每张 GPU、每个微步计算，ZeRO stage 3，传输的是 bf16/fp16
+拿你的数对照 `zerolab.tools.simulate`（本章用的模型），误差在 1% 以内。一切都按每张 GPU、每个微步计算，ZeRO stage 3，传输的是 bf16/fp16
 （每个元素 2 字节），忽略 α（每次调用的延迟）。
 
 **检查不通过时**，它会说明期望的是什么、你给的是什么，再给一条点出可能错误的提示。想看完整的回溯，
-运行 `import zerolab.checks; zerolab.checks.full_tracebacks()`，再运行一次检查单元格。
+运行 `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()`，再运行一次检查单元格。
 """),
 "ex14-02": ("882a8cdbcbb6", r"""
 ## 1. 盈亏平衡的 token 数
@@ -287,15 +287,15 @@ Stage 3 加 `offload_optimizer`（若 `offload_param` 为真，参数也卸载�
 DeepSpeed 在拷贝前先在 GPU 上把梯度转成 fp32（`runtime/zero/stage3.py` 第 1457 行），所以它那份 Ψ/N 的每个元素是 **4 + 2 字节**
 （ZeRO-Offload 论文的设计是以 fp16 送梯度，2 + 2）；开 `offload_param` 时，它还要在前向收集时把 16 位参数分片搬上来，反向收集时再搬一次（再加 2 + 2 字节）。
 """),
-"ex14-15": ("3a95a5ba754d", r"""
+"ex14-15": ("ddc46ae7dcd9", r"""
 ## 它在 zerolab 里的位置
 
-`zerolab.simulate.simulate` 三项都算：`Estimate.hide_tokens` 是第一项和第三项（计算与网络、PCIe 中较慢者相等时的 token 数），
+`zerolab.tools.simulate.simulate` 三项都算：`Estimate.hide_tokens` 是第一项和第三项（计算与网络、PCIe 中较慢者相等时的 token 数），
 `Estimate.link_bytes["inter"]` 是第二项；模块的文档字符串写明了双链路模型和 ZeRO++ 的公式，`simulate.SOURCES` 写明了每个数字的出处。
 
 思考题：
 
-1. 你的 `tokens_to_hide` 没有 Ψ 这个参数。`zerolab.simulate` 的通信时间里，哪一项*确实*取决于模型的形状？什么时候它才要紧？
+1. 你的 `tokens_to_hide` 没有 Ψ 这个参数。`zerolab.tools.simulate` 的通信时间里，哪一项*确实*取决于模型的形状？什么时候它才要紧？
 2. `offload_hide_tokens` 按 1/N 下降，`tokens_to_hide` 则不会。这对 8 张 GPU 上的卸载和 512 张上的卸载分别意味着什么？
 """),
 }
