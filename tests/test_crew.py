@@ -268,7 +268,7 @@ def test_keyboard_interrupt_kills_ranks_and_a_new_crew_starts(tmp_path, scripts,
 
 def test_interrupt_while_starting_leaves_nothing(monkeypatch, scripts):
     import contextlib
-    import zerolab.crew as crew_module
+    from zerolab.crew import crew as crew_module
     real, started = crew_module._main_module_hidden, []
 
     @contextlib.contextmanager

@@ -40,26 +40,26 @@ PKG = ROOT / "zerolab"
 CJK = __import__("re").compile(r"[\u4e00-\u9fff]")
 
 # module -> its catalogue section
-TRANSLATED = {"progress.py": "progress", "report.py": "report", "checks/__init__.py": "checks",
-              "checks/ch00.py": "checks.ch00", "checks/ch01.py": "checks.ch01", "checks/ch02.py": "checks.ch02",
-              "checks/ch03.py": "checks.ch03", "checks/stage2_buckets.py": "checks.stage2_buckets",
-              "checks/zero1.py": "checks.zero1", "checks/ch04.py": "checks.ch04",
-              "checks/ch08.py": "checks.ch08", "checks/ch05.py": "checks.ch05",
-              "checks/ch09.py": "checks.ch09", "checks/ch13.py": "checks.ch13",
-              "checks/hooks3.py": "checks.hooks3",
-              "checks/ch06.py": "checks.ch06", "checks/ch07.py": "checks.ch07", "checks/ch14.py": "checks.ch14",
-              "lab/common.py": "lab", "lab/basic.py": "lab", "lab/core.py": "lab",
-              "lab/application.py": "lab", "lab/extension.py": "lab", "lab/zeropp.py": "lab",
-              "config_types.py": "config", "config_parse.py": "config", "config_keys.py": "config", "config_values.py": "config",
-              "crew.py": "crew", "crew_limits.py": "crew",
-              "explain.py": "explain", "cli.py": "cli", "attach.py": "engine", "hpz.py": "engine", "qgz.py": "engine",
-              "checkpoint.py": "around", "checkpoint_read.py": "around", "disk.py": "around", "deepspeed.py": "around",
-              "comm.py": "around", "topology.py": "around", "models.py": "around", "train.py": "around",
-              "simulate.py": "around", "calibrate.py": "around", "estimate.py": "around",
-              "engine.py": "engine", "stage.py": "engine", "hooks.py": "engine", "trace.py": "engine",
-              "budget.py": "engine", "memory.py": "engine", "loss_scaler.py": "engine", "precision.py": "engine",
-              "optim.py": "engine", "reduce.py": "engine", "quant.py": "engine", "nvme.py": "engine",
-              "offload.py": "engine"}
+TRANSLATED = {"course/progress.py": "progress", "tools/report.py": "report", "course/checks/__init__.py": "checks",
+              "course/checks/ch00.py": "checks.ch00", "course/checks/ch01.py": "checks.ch01", "course/checks/ch02.py": "checks.ch02",
+              "course/checks/ch03.py": "checks.ch03", "course/checks/stage2_buckets.py": "checks.stage2_buckets",
+              "course/checks/zero1.py": "checks.zero1", "course/checks/ch04.py": "checks.ch04",
+              "course/checks/ch08.py": "checks.ch08", "course/checks/ch05.py": "checks.ch05",
+              "course/checks/ch09.py": "checks.ch09", "course/checks/ch13.py": "checks.ch13",
+              "course/checks/hooks3.py": "checks.hooks3",
+              "course/checks/ch06.py": "checks.ch06", "course/checks/ch07.py": "checks.ch07", "course/checks/ch14.py": "checks.ch14",
+              "course/lab/common.py": "lab", "course/lab/basic.py": "lab", "course/lab/core.py": "lab",
+              "course/lab/application.py": "lab", "course/lab/extension.py": "lab", "course/lab/zeropp.py": "lab",
+              "config/types.py": "config", "config/parse.py": "config", "config/keys.py": "config", "config/values.py": "config",
+              "crew/crew.py": "crew", "crew/limits.py": "crew",
+              "config/explain.py": "explain", "cli.py": "cli", "zero/attach.py": "engine", "zeropp/hpz.py": "engine", "zeropp/qgz.py": "engine",
+              "checkpoint/checkpoint.py": "around", "checkpoint/read.py": "around", "offload/disk.py": "around", "deepspeed.py": "around",
+              "comm/comm.py": "around", "crew/topology.py": "around", "models.py": "around", "tools/train.py": "around",
+              "tools/simulate.py": "around", "tools/calibrate.py": "around", "tools/estimate.py": "around",
+              "zero/engine.py": "engine", "zero/stage.py": "engine", "zero/stage3/hooks.py": "engine", "zero/stage3/trace.py": "engine",
+              "memory/budget.py": "engine", "memory/memory.py": "engine", "precision/loss_scaler.py": "engine", "precision/formats.py": "engine",
+              "zero/optim.py": "engine", "zero/reduce.py": "engine", "zeropp/quant.py": "engine", "offload/nvme.py": "engine",
+              "offload/offload.py": "engine"}
 
 
 @pytest.fixture(autouse=True)
@@ -186,7 +186,7 @@ def test_every_template_a_translated_module_shows_is_in_the_catalogue(module):
 
 
 def test_every_check_module_speaks_through_the_catalogue():
-    checks = {f"checks/{path.name}" for path in (PKG / "checks").glob("*.py")}
+    checks = {f"course/checks/{path.name}" for path in (PKG / "course" / "checks").glob("*.py")}
     missing = sorted(checks - set(TRANSLATED))
     assert not missing, f"not translated yet (translate them and add them to TRANSLATED): {missing}"
 
@@ -882,7 +882,7 @@ def test_a_ranks_error_summary_in_the_editions_language():
                                    "(ranks that failed: 0, 1, 2; ranks [3] were still running and were stopped)",
                                    "", "--- traceback from rank 1 ---"], en
     with i18n.using("zh"):
-        from zerolab import crew
+        from zerolab.crew import crew
         from zerolab.crew import limits as crew_limits
         zh = str(RankError(failures, crew_limits.T("; ranks {ranks} were still running and were stopped",
                                                    ranks=[3])))

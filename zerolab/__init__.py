@@ -1,7 +1,8 @@
 """zerolab: learn DeepSpeed ZeRO by running it on real ranks.
 
-The package's layers (what may import what) are the table in docs/ARCHITECTURE.md, which is
-the import-linter contract in pyproject.toml row for row (tests/test_layers.py checks it).
+Its folders are its layers (what may import what): the table in docs/ARCHITECTURE.md, which is
+the import-linter contract in pyproject.toml row for row (tests/test_layers.py checks it). This
+file hands on the names a training script uses (``zerolab.initialize``, ``zerolab.Crew``, ...).
 """
 from .crew import Crew, CrewError, CrewTimeout, RankError, RankInfo, device, launch, rank, rank_info, world_size
 from .crew import TooManyRanks, fit_ranks, max_ranks, set_max_ranks

@@ -17,7 +17,7 @@ and its result:
   Llama-2-7B's modules and sizes to replay it on.
 * :data:`DS_DEFAULTS` are DeepSpeed 0.19.8's defaults of the stage-3 keys, read from its source
   (``deepspeed/runtime/zero/config.py``, ``offload_config.py``), not its documentation page: a view
-  of the declarations in :mod:`zerolab.config_keys`, where each default is written once;
+  of the declarations in :mod:`zerolab.config.keys`, where each default is written once;
   :func:`checklist_rows` sets a config's values beside them and beside what zerolab reads.
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ PSI = LAYERS * (WIDTH * WIDTH + WIDTH)          # 33,280: 8 weights of 4,096 ele
 
 def _ds_default(key: str) -> Any:
     """DeepSpeed 0.19.8's default of a ``zero_optimization`` key (dotted into a sub-block), as
-    declared in :mod:`zerolab.config_keys`; sizes as DeepSpeed's source writes them (5e8)."""
+    declared in :mod:`zerolab.config.keys`; sizes as DeepSpeed's source writes them (5e8)."""
     table, name = K.ZERO, key
     while "." in name:
         head, name = name.split(".", 1)

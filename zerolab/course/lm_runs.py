@@ -27,7 +27,7 @@ import torch
 import zerolab
 from zerolab.memory import tensor_bytes
 from zerolab.models import TinyLM, lm_batches, lm_loss
-from zerolab.reference import train_engine
+from zerolab.zero.reference import train_engine
 
 __all__ = ["VOCAB", "SEQ", "PSI_LM", "make_lm", "lm_config", "in_psi", "phases_of_a_step", "measure",
            "train_20", "activations_per_stage", "offload_run"]

@@ -1,6 +1,6 @@
 """Learner progress: which exercise checks passed, recorded on the learner's own machine.
 
-Every exercise check (``zerolab.checks.chNN.check_*``) appends one record when it passes or
+Every exercise check (``zerolab.course.checks.chNN.check_*``) appends one record when it passes or
 fails: the exercise, the time (UTC), passed or not, the first line of what the check said, and
 the notebook when Jupyter tells the kernel (``JPY_SESSION_NAME``). ``zerolab progress`` prints
 which exercises are done; ``zerolab progress --json`` prints the same as JSON, for a learner who
@@ -102,7 +102,7 @@ def _warn(what: str) -> None:
 
 
 def exercise_from_stack(frame) -> str | None:
-    """The outermost ``check_*`` function of a ``zerolab.checks.chNN`` module on the stack."""
+    """The outermost ``check_*`` function of a ``zerolab.course.checks.chNN`` module on the stack."""
     found = None
     while frame is not None:
         m = _CHECK_MODULE.fullmatch(frame.f_globals.get("__name__", ""))
@@ -113,7 +113,7 @@ def exercise_from_stack(frame) -> str | None:
 
 
 def record_check(passed: bool, message: str = "") -> None:
-    """Called by ``zerolab.checks`` when a check passes or an ``ExerciseCheckFailed`` is made:
+    """Called by ``zerolab.course.checks`` when a check passes or an ``ExerciseCheckFailed`` is made:
     records it for the check on the stack; nothing inside a rank or outside a check."""
     from ..crew import worker as crew_worker
     if crew_worker._INFO is not None:        # a rank process: its parent's check decides

@@ -15,12 +15,12 @@ collectives move them. It is made of three parts, each in its own module:
            reduce-scatter (``ideal_reduce_scatter``)
     2      the same, each bucket as soon as it is      replicated, as stage 1              sharded
            complete, during backward
-    3      each bucket reduce-scattered during         gathered per module (``gather.py``)  sharded
+    3      each bucket reduce-scattered during         gathered per module (``stage3/``)    sharded
            backward (qgZ: quantized all-to-all)
     =====  ==========================================  ==================================  =========
 
-and where the optimizer states live (device, host, NVMe: ``offload.py``, in a ``store.py``
-shard store) is a fourth choice that any stage from 1 up (and stage 0 on the device) can make.
+and where the optimizer states live (device, host, NVMe: ``zerolab/offload/``, in one of
+its shard stores) is a fourth choice that any stage from 1 up (and stage 0 on the device) can make.
 ``engine.switches()`` prints the table for one engine (each switch's ``describe()``). The
 table itself, with every per-stage constant and rule, is ``stage_table.py``'s ``STAGES``: the
 Stage reads its row (``self.spec``) and never tests the stage number.
@@ -33,7 +33,7 @@ home where the reduced shards go). Stage 3's ``GatheredParams`` still reads the 
 The lifecycle of one step, in the order the engine calls it (FSDP2's names where they fit):
 
     forward        params.unshard(unit) before a unit runs, params.reshard(unit) after it
-                   (stage 3, driven by the module hooks in ``hooks.py``; nothing for 0-2)
+                   (stage 3, driven by the module hooks in ``stage3/hooks.py``; nothing for 0-2)
     pre_backward   grads: start a new order of buckets; params: start the backward pass
     (backward)     each parameter's gradient arrives through its post-accumulate-grad hook:
                    grads.accept() puts it in a bucket; a full bucket is reduced (stages 2-3,
@@ -48,6 +48,9 @@ The lifecycle of one step, in the order the engine calls it (FSDP2's names where
 Gradients arrive through ``register_post_accumulate_grad_hook``: as soon as autograd has
 finished a parameter's gradient, the stage hands it to the gradient switch and sets
 ``param.grad = None``, so no stray full-size ``.grad`` tensors stay behind.
+
+Where this module stands among the others (the engine above it, the stage table and the switches
+below): docs/ARCHITECTURE.md, "Inside zero".
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import torch.distributed as dist
 import zerolab
 from zerolab.comm import Ledger, ring_all_gather, ring_reduce_scatter
 from zerolab.models import TinyLM, lm_loss
-from zerolab.reference import train_engine, train_reference
+from zerolab.zero.reference import train_engine, train_reference
 
 GLOBAL_BATCH = 12            # sequences per step, for every crew size (12 = 1x12 = 2x6 = 3x4 = 4x3)
 GB, GIB = 10**9, 2**30

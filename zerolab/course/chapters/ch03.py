@@ -9,7 +9,7 @@ from __future__ import annotations
 import zerolab
 from zerolab.memory import comm_volume, model_state_bytes
 from zerolab.models import TinyLM, lm_batches, lm_loss
-from zerolab.reference import train_engine, train_reference
+from zerolab.zero.reference import train_engine, train_reference
 
 VOCAB, SEQ, GLOBAL_BATCH = 257, 16, 12
 NAME = {0: "0 (DDP)", 1: "1", 2: "2", 3: "3"}

@@ -366,7 +366,7 @@ SHAPE_13B = dict(params=13e9, layers=40, hidden=5120, seq=2048, micro_batch=1, g
 
 
 def simulate_offload(micro_batches, shape: dict = SHAPE_13B, **kw) -> tuple[list, list]:
-    """``zerolab.simulate``'s step at each number of micro-batches: stage 3 on the device, and
+    """``zerolab.tools.simulate``'s step at each number of micro-batches: stage 3 on the device, and
     stage 3 with both offloads to the host."""
     from ...tools.simulate import simulate
     plain = [simulate(stage=3, grad_accum=g, **shape, **kw) for g in micro_batches]

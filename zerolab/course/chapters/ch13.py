@@ -14,9 +14,9 @@ import warnings
 import torch
 
 import zerolab
-from zerolab import quant
+from zerolab.zeropp import quant
 from zerolab.models import GPT, CharTokenizer, lm_loss, public_domain_text, text_batches
-from zerolab.reference import train_engine
+from zerolab.zero.reference import train_engine
 
 TEXT = public_domain_text("alice")
 TOKENIZER = CharTokenizer(TEXT)

@@ -1,6 +1,6 @@
 """Exercise checks: run the learner's piece inside the real engine, on real ranks.
 
-Each chapter's checks live in ``zerolab/checks/chNN.py``. A check takes the learner's
+Each chapter's checks live in ``zerolab/course/checks/chNN.py``. A check takes the learner's
 function, plugs it into the engine (or the collectives) on a crew of ranks, compares the
 result with zerolab's own implementation, and either prints what was verified or raises
 :class:`ExerciseCheckFailed` saying *what* is wrong (which rank, which value, expected vs got)
@@ -10,8 +10,8 @@ and naming the likely mistake in a ``hint:`` line.
 lines, not the chained traceback through zerolab's internals. The full traceback (and the
 complete message, with any rank's traceback) is there on demand::
 
-    import zerolab.checks
-    zerolab.checks.full_tracebacks()      # then run the check cell again; full_tracebacks(False) undoes it
+    import zerolab.course.checks
+    zerolab.course.checks.full_tracebacks()      # then run the check cell again; full_tracebacks(False) undoes it
 
 or start Jupyter with the environment variable ``ZEROLAB_FULL_TRACEBACK=1``. Outside IPython
 (a plain script) Python prints the whole traceback as usual.
@@ -28,7 +28,7 @@ import sys
 
 from ...i18n import catalogue
 
-T = catalogue("checks")   # what every check shows, in the edition's language (zerolab/i18n.py)
+T = catalogue("checks")   # what every check shows, in the edition's language (zerolab/i18n/language.py)
 
 __all__ = ["ExerciseCheckFailed", "passed", "not_implemented", "full_tracebacks", "rank_failure",
            "SHORT_LINES", "crew_of", "close_crews"]
@@ -93,9 +93,9 @@ class ExerciseCheckFailed(AssertionError):
         if hidden > 0:
             lines = lines[:SHORT_LINES - 1] + [T("  ... ({n} more lines)", n=hidden + 1)]
         out = [f"{red}{bold}ExerciseCheckFailed{reset}{red}: {lines[0]}{reset}"] + lines[1:]
-        out.append(T("(the full traceback and the rank's traceback: run zerolab.checks.full_tracebacks(), then this "
+        out.append(T("(the full traceback and the rank's traceback: run zerolab.course.checks.full_tracebacks(), then this "
                      "cell again)") if self.details else
-                   T("(the full traceback: run zerolab.checks.full_tracebacks(), then this cell again)"))
+                   T("(the full traceback: run zerolab.course.checks.full_tracebacks(), then this cell again)"))
         return ["\n".join(out)]
 
 
@@ -114,7 +114,7 @@ def passed(message: str) -> None:
 
 
 def _record(ok: bool, message: str) -> None:
-    """Learner progress (zerolab.progress, ``zerolab progress``); it never breaks a check."""
+    """Learner progress (zerolab.course.progress, ``zerolab progress``); it never breaks a check."""
     try:
         from ..progress import record_check
         record_check(ok, message)

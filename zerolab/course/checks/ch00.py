@@ -33,7 +33,7 @@ from ...crew import Crew, CrewTimeout, RankError
 from . import ExerciseCheckFailed, passed, rank_failure
 from .ch02 import _SendRecv, _describe_schedule
 
-T = i18n.catalogue("checks.ch00")    # the messages in the edition's language (zerolab/messages_zh.py)
+T = i18n.catalogue("checks.ch00")    # the messages in the edition's language (zerolab/i18n/messages_zh.py)
 
 __all__ = ["check_ring_all_gather", "CASES"]
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from ...i18n import catalogue, fill, is_zh
 from . import ExerciseCheckFailed, passed
 
-T = catalogue("checks.ch01")    # the messages in the edition's language (zerolab/messages_zh.py)
+T = catalogue("checks.ch01")    # the messages in the edition's language (zerolab/i18n/messages_zh.py)
 
 __all__ = ["check_model_state_bytes", "measure_one_step", "CHECK_MODEL"]
 

@@ -41,7 +41,7 @@ from ...comm import CommRecord, Ledger, ring_all_gather, ring_reduce_scatter as 
 from ...crew import Crew, CrewTimeout, RankError
 from . import ExerciseCheckFailed, not_implemented, passed, rank_failure
 
-T = i18n.catalogue("checks.ch02")    # the messages in the edition's language (zerolab/messages_zh.py)
+T = i18n.catalogue("checks.ch02")    # the messages in the edition's language (zerolab/i18n/messages_zh.py)
 
 __all__ = ["check_ring_reduce_scatter", "trace_ring", "ring_input"]
 

@@ -3,7 +3,7 @@
 (a) :func:`check_shard_range` takes the learner's ownership rule
     ``shard_range(padded_numel, world_size, rank) -> (start, end)``. It first checks that the
     ranges tile ``[0, padded_numel)`` in equal pieces, in rank order (no gap, no overlap), for
-    a few sizes; then it replaces ``zerolab.flat.FlatGroup.shard_range`` by the learner's rule
+    a few sizes; then it replaces ``zerolab.memory.flat.FlatGroup.shard_range`` by the learner's rule
     on every rank and trains ZeRO stage 1 on 2 and on 3 ranks twice: in DeepSpeed's layout (one
     flat buffer of every trainable parameter, cut into N partitions, with parameters straddling
     two partitions and the padding at the end; each gradient bucket all-reduced, each rank
@@ -19,7 +19,7 @@
     optimizer it does not know), trains stage 1 on 2 and 3 ranks, and compares with
     single-process training under torch's AdamW.
 
-Both raise :class:`~zerolab.checks.ExerciseCheckFailed` saying what is wrong (which rank,
+Both raise :class:`~zerolab.course.checks.ExerciseCheckFailed` saying what is wrong (which rank,
 which elements, how far off) with a hint. The crews of ranks are started once and reused by
 both checks (call :func:`close_crews` to stop them early).
 """
@@ -35,7 +35,7 @@ from ...i18n import catalogue
 from . import ExerciseCheckFailed, passed, rank_failure
 from . import close_crews, crew_of as _crew  # noqa: F401  (close_crews: the exercise imports it from here)
 
-T = catalogue("checks.ch03")    # the messages in the edition's language (zerolab/messages_zh.py)
+T = catalogue("checks.ch03")    # the messages in the edition's language (zerolab/i18n/messages_zh.py)
 
 __all__ = ["check_shard_range", "check_adamw_step", "ShardAdamW", "close_crews"]
 
@@ -85,7 +85,7 @@ def _rank_error(exc: BaseException, what: str) -> ExerciseCheckFailed:
         return ExerciseCheckFailed(T("{what} raised NotImplementedError on the ranks: write the part marked "
                                      "'Exercise' first.", what=what), details=text)
     return rank_failure(exc, what, T("the error is raised by your function on a rank; the rank's traceback "
-                                     "(zerolab.checks.full_tracebacks(), then run again) names the line"))
+                                     "(zerolab.course.checks.full_tracebacks(), then run again) names the line"))
 
 
 # ------------------------------------------------------------------------------ (a) the rule
@@ -159,9 +159,9 @@ def _train_with_rule(rule: Callable) -> dict:
     layout and in the paper's, then the single-process reference; per layout the worst
     difference and what the engine made (buffer sizes, buckets, parameters cut between ranks)."""
     import zerolab
-    import zerolab.flat as flat
+    import zerolab.memory.flat as flat
     from zerolab.models import TinyLM, lm_batches, lm_loss
-    from zerolab.reference import train_engine, train_reference
+    from zerolab.zero.reference import train_engine, train_reference
 
     world = zerolab.world_size()
     batches = lm_batches(STEPS, GLOBAL_BATCH, CHECK_MODEL["seq_len"], CHECK_MODEL["vocab"], seed=3)
@@ -360,7 +360,7 @@ def _train_with_step(step_fn: Callable) -> dict:
     single-process reference with torch's AdamW."""
     import zerolab
     from zerolab.models import TinyLM, lm_batches, lm_loss
-    from zerolab.reference import train_engine, train_reference
+    from zerolab.zero.reference import train_engine, train_reference
 
     world = zerolab.world_size()
     cfg = _config(world, with_optimizer=False)

@@ -5,7 +5,7 @@ mutating the scaler's state as DeepSpeed 0.19.8's ``DynamicLossScaler.update_sca
 ``state`` holds the four fields that change (``cur_scale``, ``cur_hysteresis``,
 ``last_overflow_iter``, ``cur_iter``) and the five settings that do not (``scale_factor``,
 ``scale_window``, ``min_scale``, ``delayed_shift`` (the config's ``hysteresis``),
-``consecutive_hysteresis``). See :mod:`zerolab.loss_scaler` for the rule in words.
+``consecutive_hysteresis``). See :mod:`zerolab.precision.loss_scaler` for the rule in words.
 
 :func:`check_update_scale` tests it twice against zerolab's own :class:`DynamicLossScaler`
 (itself tested against traces recorded from DeepSpeed):
@@ -33,7 +33,7 @@ from ... import i18n
 from ...precision.loss_scaler import DynamicLossScaler, LossScaleAtMinimum, _fmt
 from . import ExerciseCheckFailed, passed, rank_failure
 
-T = i18n.catalogue("checks.ch04")    # the messages in the edition's language (zerolab/messages_zh.py)
+T = i18n.catalogue("checks.ch04")    # the messages in the edition's language (zerolab/i18n/messages_zh.py)
 
 __all__ = ["check_update_scale", "new_state", "state_of", "RuleLossScaler", "SEQUENCES", "ENGINE_CASE"]
 
@@ -361,7 +361,7 @@ def check_engine(rule: Callable, world_size: int = 2, crew=None) -> tuple[list[d
     except zerolab.RankError as exc:       # the rule raised on a rank: say so, with the rank's traceback
         raise rank_failure(exc, T("the engine run on {n} ranks (inside your update_scale)", n=world_size),
                            T("update_scale raised on a rank; the rank's traceback "
-                             "(zerolab.checks.full_tracebacks(), then run again) names the line")) from exc
+                             "(zerolab.course.checks.full_tracebacks(), then run again) names the line")) from exc
     mine, ref = [r[0] for r in results], [r[1] for r in results]
     where = T("the engine (fp16 TinyLM, ZeRO stage 2, {n} ranks; rank {bad}'s loss times inf at steps {steps})",
               n=world_size, bad=ENGINE_CASE["bad_rank"], steps=", ".join(map(str, ENGINE_CASE["bad_steps"])))

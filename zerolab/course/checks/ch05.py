@@ -50,7 +50,7 @@ from ...offload import StateHome
 from ...offload.store import HostShards
 from . import ExerciseCheckFailed, crew_of, not_implemented, passed, rank_failure
 
-T = i18n.catalogue("checks.ch05")    # the messages in the edition's language (zerolab/messages_zh.py)
+T = i18n.catalogue("checks.ch05")    # the messages in the edition's language (zerolab/i18n/messages_zh.py)
 
 __all__ = ["check_host_step", "check_alone", "check_engine", "reference_host_step", "what_arrives", "ENGINE_CASES",
            "ALONE_SIZES", "ALONE_SUB_GROUPS", "SUB_GROUP_SIZES"]
@@ -425,7 +425,7 @@ def _train(cfg: dict, fn: Callable | None, where: str) -> dict:
     """One run; ``fn``: the learner's loop in place of StateHome.step (None: zerolab's)."""
     import zerolab
     from zerolab.models import TinyLM, lm_batches, lm_loss
-    from zerolab.reference import train_engine
+    from zerolab.zero.reference import train_engine
 
     problems: list = []
     state = {"step": 0}
@@ -501,7 +501,7 @@ def what_arrives(cases=(("1", "bf16"), ("2", "fp16"), ("3", "fp32"))) -> list[di
     (stage, precision) of ``cases`` (exercise 5's config, optimizer offloaded to the host)."""
     import zerolab
     from zerolab.models import TinyLM, lm_batches, lm_loss
-    from zerolab.reference import train_engine
+    from zerolab.zero.reference import train_engine
 
     out = []
     for stage, precision in cases:
@@ -537,7 +537,7 @@ def check_engine(fn: Callable, world_size: int = 2, cases=ENGINE_CASES, sizes=SU
         if not_implemented(exc):
             raise NotImplementedError("Exercise: write host_step") from exc
         raise rank_failure(exc, T("the engine on {n} ranks (with your host_step)", n=world_size),
-                           T("zerolab.checks.full_tracebacks(), then run again, shows the line")) from exc
+                           T("zerolab.course.checks.full_tracebacks(), then run again, shows the line")) from exc
     for r, runs in enumerate(results):
         for run in runs:
             problem = _compare(run, r)

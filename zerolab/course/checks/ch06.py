@@ -1,6 +1,6 @@
 """Exercise 6 check: the bucket assignment, written by the learner, run in the real engine.
 
-The learner writes :func:`zerolab.flat.bucket_params`, the rule that packs gradients into the
+The learner writes :func:`zerolab.memory.flat.bucket_params`, the rule that packs gradients into the
 boxes of chapter 6::
 
     def bucket_params(named, bucket_numel):
@@ -20,7 +20,7 @@ exactly once, in order.
    first difference is described with a hint that names the likely mistake: ``>=`` instead of
    ``>`` at the boundary, an empty bucket before an oversized parameter, a bucket that
    overflows, the order changed, a parameter left out.
-2. *In the engine*: on 2 ranks, ``zerolab.params.bucket_params`` (the rule stages 1-3 pack their
+2. *In the engine*: on 2 ranks, ``zerolab.zero.params.bucket_params`` (the rule stages 1-3 pack their
    gradient buckets by) is replaced by the learner's function for the duration of the run;
    an MLP trains at stages 1 and 2, and the collectives in the ledger (calls, elements, bytes)
    and the trained weights are compared with the same runs using zerolab's own rule.
@@ -34,7 +34,7 @@ import torch
 from ...i18n import catalogue, fill
 from . import ExerciseCheckFailed, passed, rank_failure
 
-T = catalogue("checks.ch06")    # the messages in the edition's language (zerolab/messages_zh.py)
+T = catalogue("checks.ch06")    # the messages in the edition's language (zerolab/i18n/messages_zh.py)
 
 __all__ = ["check_bucket_params", "reference_bucket_params", "CASES", "ENGINE_SIZES", "ENGINE_BUCKETS"]
 
@@ -55,7 +55,7 @@ ENGINE_STEPS = 2
 
 
 def reference_bucket_params(named, bucket_numel: int) -> list[list[int]]:
-    from zerolab.flat import bucket_params
+    from zerolab.memory.flat import bucket_params
     return bucket_params(named, bucket_numel)
 
 
@@ -147,11 +147,11 @@ def check_alone(fn: Callable) -> int:
 
 def _engine_runs(fn: Callable | None) -> dict:
     """On a rank: train the MLP at stages 1 and 2 for each bucket size, with ``fn`` as
-    zerolab.params.bucket_params (None: zerolab's own); the ledger's collectives and the weights."""
+    zerolab.zero.params.bucket_params (None: zerolab's own); the ledger's collectives and the weights."""
     import zerolab
-    import zerolab.params as replicated
+    import zerolab.zero.params as replicated
     from zerolab.models import MLP, mse_loss, regression_batches
-    from zerolab.reference import train_engine
+    from zerolab.zero.reference import train_engine
 
     saved = replicated.bucket_params
     out = {}
@@ -189,7 +189,7 @@ def check_engine(fn: Callable, world_size: int = 2) -> dict:
             results = crew.run(_both, fn)
     except zerolab.RankError as exc:
         raise rank_failure(exc, T("the engine on {n} ranks (inside your bucket_params)", n=world_size),
-                           T("bucket_params raised on a rank; zerolab.checks.full_tracebacks(), then "
+                           T("bucket_params raised on a rank; zerolab.course.checks.full_tracebacks(), then "
                              "run again, shows the line")) from exc
     for r, (mine, ref) in enumerate(results):
         for key in ref:

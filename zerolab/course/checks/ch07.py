@@ -47,7 +47,7 @@ from collections.abc import Callable
 from ...i18n import catalogue, fill
 from . import ExerciseCheckFailed, crew_of, not_implemented, passed, rank_failure
 
-T = catalogue("checks.ch07")    # the messages in the edition's language (zerolab/messages_zh.py)
+T = catalogue("checks.ch07")    # the messages in the edition's language (zerolab/i18n/messages_zh.py)
 
 __all__ = ["Facts", "LADDER", "check_choose_config", "check_device_bytes", "check_choices", "check_engine",
            "reference_device_bytes", "reference_choose_config", "measure_facts", "zero_block", "rung_of",
@@ -304,9 +304,9 @@ def _model():
 def _train(rung, precision, micro, budget):
     """On a rank: train ENGINE_STEPS steps; the peak, or the out-of-memory message."""
     import zerolab
-    from zerolab.budget import DeviceOutOfMemoryError
+    from zerolab.memory.budget import DeviceOutOfMemoryError
     from zerolab.models import lm_batches, lm_loss
-    from zerolab.reference import train_engine
+    from zerolab.zero.reference import train_engine
     world = zerolab.world_size()
     cfg = _config(*rung, world, precision, micro)
     try:

@@ -39,7 +39,7 @@ import torch
 from ...i18n import catalogue, fill, width
 from . import ExerciseCheckFailed, crew_of, passed, rank_failure
 
-T = catalogue("checks.ch08")    # the messages in the edition's language (zerolab/messages_zh.py)
+T = catalogue("checks.ch08")    # the messages in the edition's language (zerolab/i18n/messages_zh.py)
 
 __all__ = ["check_knobs", "measure", "GOALS", "ALLOWED", "SIZES", "STEPS", "B_CALLS", "B_PEAK"]
 
@@ -222,7 +222,7 @@ def _judge(goal: str, zero: dict, got: dict) -> None:
                 hint = T("each top-up is one all-gather call of the groups it takes, at most max_live - available "
                          "elements (the crossing group included): a larger stage3_max_live_parameters lets a call "
                          "carry more weights; raise it as far as the peak allows, and measure with "
-                         "zerolab.checks.ch08.measure")
+                         "zerolab.course.checks.ch08.measure")
             raise _miss(goal, zero, got, T("{calls} all-gather calls per step > {limit}", calls=got["calls"],
                                            limit=B_CALLS), fix, hint)
     if goal == "C":

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from ...i18n import catalogue, fill
 from . import ExerciseCheckFailed, crew_of, passed, rank_failure
 
-T = catalogue("checks.ch09")    # the messages in the edition's language (zerolab/messages_zh.py)
+T = catalogue("checks.ch09")    # the messages in the edition's language (zerolab/i18n/messages_zh.py)
 
 __all__ = ["check_capstone_config", "check_alone", "check_engine", "reference_config", "BRIEF",
            "WORLD_SIZES", "ENGINE_WORLDS", "ENGINE_STEPS"]
@@ -214,7 +214,7 @@ def _engine_run(config: dict, steps: int) -> dict:
     """On a rank: chapter 9's GPT, ``steps`` steps on the book with ``config``."""
     import zerolab
     from zerolab.models import GPT, CharTokenizer, lm_loss, public_domain_text, text_batches
-    from zerolab.reference import train_engine
+    from zerolab.zero.reference import train_engine
 
     text = public_domain_text()
     tok = CharTokenizer(text)
@@ -246,7 +246,7 @@ def check_engine(fn: Callable, worlds=ENGINE_WORLDS, steps: int = ENGINE_STEPS) 
             results = crew_of(n).run(_both, config, reference_config(n), steps)
         except (zerolab.RankError, zerolab.CrewTimeout) as exc:
             raise rank_failure(exc, T("training with your config on {n} ranks", n=n),
-                               T("zerolab.checks.full_tracebacks(), then run again, shows the rank's error")) from exc
+                               T("zerolab.course.checks.full_tracebacks(), then run again, shows the rank's error")) from exc
         for r, (mine, ref) in enumerate(results):
             where = T("the engine on {n} ranks, rank {r}", n=n, r=r)
             if mine["stage"] != 3 or mine["host_params"] == 0 or mine["host_states"] == 0:

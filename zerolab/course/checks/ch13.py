@@ -2,7 +2,7 @@
 
 The learner writes the two halves of DeepSpeed 0.19.8's symmetric block quantizer (its
 ``csrc/quantization`` kernels, ``Params<Symmetric>`` in ``csrc/includes/quantization_utils.h``;
-zerolab's copy is :func:`zerolab.quant.quantize` / :func:`zerolab.quant.dequantize`)::
+zerolab's copy is :func:`zerolab.zeropp.quant.quantize` / :func:`zerolab.zeropp.quant.dequantize`)::
 
     def quantize(x, groups, bits=8):   # -> (q: int8, one per element, flat; scales: fp32, one per block)
     def dequantize(q, scales):         # -> the values, q * scale block by block
@@ -22,7 +22,7 @@ zerolab's copy is :func:`zerolab.quant.quantize` / :func:`zerolab.quant.dequanti
    parameter shard, and ``x.float()`` is ``x`` itself when ``x`` is float32.
 2. *In the engine*: on 4 ranks as 2 nodes of 2, a small GPT at stage 3 in bf16 with
    ``zero_quantized_weights``, the learner's pair plugged into qwZ's all-gathers
-   (:func:`zerolab.quant.use_qwz_codec`); the same run with zerolab's quantizer and without qwZ
+   (:func:`zerolab.zeropp.quant.use_qwz_codec`); the same run with zerolab's quantizer and without qwZ
    beside it. The all-gathers (calls, dtypes, elements, bytes, link), the weights the first
    forward sees (each within half a step of its block, plus bf16's rounding; the clamped
    maxima within one step) and the losses are compared; every call qwZ makes to the pair is
@@ -37,7 +37,7 @@ import torch
 from ...i18n import catalogue, fill
 from . import ExerciseCheckFailed, crew_of, not_implemented, passed, rank_failure
 
-T = catalogue("checks.ch13")    # the messages in the edition's language (zerolab/messages_zh.py)
+T = catalogue("checks.ch13")    # the messages in the edition's language (zerolab/i18n/messages_zh.py)
 
 __all__ = ["check_block_quantizer", "check_alone", "check_engine", "CASES", "ENGINE_STEPS", "ENGINE_WORLD",
            "ENGINE_NODES", "LOSS_TOL"]
@@ -78,7 +78,7 @@ CASES = _cases()
 # ----------------------------------------------------------------------------- zerolab's, and the mistakes
 
 def _reference(x: torch.Tensor, groups: int, bits: int):
-    from zerolab.quant import quantize
+    from zerolab.zeropp.quant import quantize
     return quantize(x, groups, bits)
 
 
@@ -254,7 +254,7 @@ class InputChanged(Exception):
 # ----------------------------------------------------------------------------- part 1: alone
 
 def _check_case(quantize: Callable, dequantize: Callable, what, x, groups, bits, exact) -> None:
-    from zerolab.quant import dequantize as ref_dequantize
+    from zerolab.zeropp.quant import dequantize as ref_dequantize
     where = T("{what}: {numel} x {dtype}, groups={groups}, bits={bits}", what=T.text(what), numel=x.numel(),
               dtype=str(x.dtype)[6:], groups=groups, bits=bits)
     want_q, want_s = _reference(x, groups, bits)
@@ -337,9 +337,9 @@ def _one_run(pair, qwz: bool, steps: int) -> dict:
     import contextlib
 
     import zerolab
-    from zerolab import quant
+    from zerolab.zeropp import quant
     from zerolab.models import GPT, lm_loss
-    from zerolab.reference import train_engine
+    from zerolab.zero.reference import train_engine
 
     world = zerolab.world_size()
     g = torch.Generator().manual_seed(7)
@@ -410,7 +410,7 @@ def check_engine(quantize: Callable, dequantize: Callable, world_size: int = ENG
             raise NotImplementedError("Exercise: write quantize and dequantize") from exc
         raise rank_failure(exc, T("the engine on {n} ranks (qwZ with your quantizer)", n=world_size),
                            T("your quantize or dequantize raised inside qwZ's all-gather; "
-                             "zerolab.checks.full_tracebacks(), then run again, shows the line")) from exc
+                             "zerolab.course.checks.full_tracebacks(), then run again, shows the line")) from exc
     for r, res in enumerate(results):
         mine, ref = res["yours"], res["zerolab"]
         where = T("the engine, stage 3 + zero_quantized_weights, rank {r}", r=r)
@@ -432,7 +432,7 @@ def check_engine(quantize: Callable, dequantize: Callable, world_size: int = ENG
         if gap > LOSS_TOL:
             raise ExerciseCheckFailed(T("{where}: the losses are {gap:.3g} from those with zerolab's quantizer "
                                         "(tolerance {tol})", where=where, gap=gap, tol=LOSS_TOL)
-                                      + "\n" + _hint(T("compare your round trip with zerolab.quant's")))
+                                      + "\n" + _hint(T("compare your round trip with zerolab.zeropp.quant's")))
     return results[0]
 
 

@@ -1,5 +1,5 @@
 """Exercise 14 checks: does the move pay? Three numbers the learner computes, each held against
-:mod:`zerolab.simulate` (the same model the chapter uses) over a range of clusters.
+:mod:`zerolab.tools.simulate` (the same model the chapter uses) over a range of clusters.
 
 The learner writes three functions (ZeRO stage 3, bf16/fp16 on the wire, one micro-step)::
 
@@ -14,7 +14,7 @@ The learner writes three functions (ZeRO stage 3, bf16/fp16 on the wire, one mic
         # tokens per GPU at which ZeRO-3 + offload_optimizer's PCIe transfers (and, with
         # offload_param, the parameters brought up from the host) take as long as the compute
 
-Each check compares the learner's numbers with ``zerolab.simulate.simulate(...)`` at many
+Each check compares the learner's numbers with ``zerolab.tools.simulate.simulate(...)`` at many
 settings (several GPUs, links, world sizes and node sizes, with and without each option). A
 wrong answer is matched against the mistakes a learner is likely to make (the ring's (N-1)/N
 forgotten, stage 2's 2 Psi for stage 3's 3 Psi, 4 bytes instead of 2, the utilisation left out,
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from ...i18n import catalogue
 from . import ExerciseCheckFailed, passed
 
-T = catalogue("checks.ch14")    # the messages in the edition's language (zerolab/messages_zh.py)
+T = catalogue("checks.ch14")    # the messages in the edition's language (zerolab/i18n/messages_zh.py)
 
 __all__ = ["check_tokens_to_hide", "check_inter_node_bytes", "check_offload_hide_tokens",
            "reference_tokens_to_hide", "reference_inter_node_bytes", "reference_offload_hide_tokens"]
@@ -38,14 +38,14 @@ REL = 0.01                     # 1 %: the scales of qwZ and qgZ (at most 0.2 % h
 HIDDEN = 8192                  # the layer width the simulator's qgZ scales assume in these checks
 
 
-# -- the references: zerolab.simulate itself ---------------------------------------------------------
+# -- the references: zerolab.tools.simulate itself ---------------------------------------------------------
 
 def _gpu_key(peak_flops: float) -> str:
     from ...tools.simulate import GPUS
     for key, (_, peak) in GPUS.items():
         if peak == peak_flops:
             return key
-    raise ValueError(f"no GPU in zerolab.simulate.GPUS has a peak of {peak_flops:g} FLOP/s")
+    raise ValueError(f"no GPU in zerolab.tools.simulate.GPUS has a peak of {peak_flops:g} FLOP/s")
 
 
 def reference_tokens_to_hide(peak_flops, mfu, beta_Bps, gpus, checkpointing=False) -> float:
@@ -235,7 +235,7 @@ def _run(fn, name, cases, reference, mistakes, wrong, unit, fallback):
 # -- the checks -------------------------------------------------------------------------------------
 
 def check_tokens_to_hide(fn: Callable, verbose: bool = True) -> None:
-    """``fn(peak_flops, mfu, beta_Bps, gpus, checkpointing=False)`` against zerolab.simulate's
+    """``fn(peak_flops, mfu, beta_Bps, gpus, checkpointing=False)`` against zerolab.tools.simulate's
     ``hide_tokens`` (alpha = 0) at six settings; within 1 %."""
     def fallback(c):
         peak, mfu, beta, n, ck = c
@@ -249,11 +249,11 @@ def check_tokens_to_hide(fn: Callable, verbose: bool = True) -> None:
             print(T("  {peak:>4.0f} TFLOP/s x {mfu:.2f}, {beta:>4.0f} GB/s, N = {n:>4}{ck:<15}: {tokens:>8,.0f} tokens "
                     "per GPU", peak=peak / 1e12, mfu=mfu, beta=beta / 1e9, n=n, ck=T(", checkpointing") if ck else "",
                     tokens=g))
-    passed(T("tokens_to_hide equals zerolab.simulate's hide_tokens at {n} settings (within 1 %)", n=len(got)))
+    passed(T("tokens_to_hide equals zerolab.tools.simulate's hide_tokens at {n} settings (within 1 %)", n=len(got)))
 
 
 def check_inter_node_bytes(fn: Callable, verbose: bool = True) -> None:
-    """``fn(psi, gpus, ranks_per_node, qwz, hpz, qgz)`` against zerolab.simulate's
+    """``fn(psi, gpus, ranks_per_node, qwz, hpz, qgz)`` against zerolab.tools.simulate's
     ``link_bytes["inter"]`` at eleven settings; within 1 % (the scales may be left out)."""
     def fallback(c):
         psi, n, k, qwz, hpz, qgz = c
@@ -269,11 +269,11 @@ def check_inter_node_bytes(fn: Callable, verbose: bool = True) -> None:
             on = "+".join(x for x, v in (("qwZ", qwz), ("hpZ", hpz), ("qgZ", qgz)) if v) or "plain"
             print(T("  {psi:>3.0f}B parameters, N = {n:>4} in nodes of {k}, {on:<11}: {g:>5.3f} Psi leave each node",
                     psi=psi / 1e9, n=n, k=k, on=on, g=g / psi))
-    passed(T("inter_node_bytes equals zerolab.simulate's inter-node bytes at {n} settings (within 1 %)", n=len(got)))
+    passed(T("inter_node_bytes equals zerolab.tools.simulate's inter-node bytes at {n} settings (within 1 %)", n=len(got)))
 
 
 def check_offload_hide_tokens(fn: Callable, verbose: bool = True) -> None:
-    """``fn(peak_flops, mfu, pcie_Bps, gpus, offload_param=False)`` against zerolab.simulate's
+    """``fn(peak_flops, mfu, pcie_Bps, gpus, offload_param=False)`` against zerolab.tools.simulate's
     ``hide_tokens`` with a free network (only PCIe counts) at five settings; within 1 %."""
     def fallback(c):
         return T("per step: compute 6 Psi T / (mfu x peak); PCIe: the bytes of this GPU's shard (Psi/N "
@@ -287,4 +287,4 @@ def check_offload_hide_tokens(fn: Callable, verbose: bool = True) -> None:
             print(T("  {peak:>4.0f} TFLOP/s x {mfu:.2f}, PCIe {pcie:.0f} GB/s, N = {n:>2}, offload {what:<18}: "
                     "{tokens:>6,.0f} tokens per GPU", peak=peak / 1e12, mfu=mfu, pcie=pcie / 1e9, n=n, what=what,
                     tokens=g))
-    passed(T("offload_hide_tokens equals zerolab.simulate's hide_tokens at {n} settings (within 1 %)", n=len(got)))
+    passed(T("offload_hide_tokens equals zerolab.tools.simulate's hide_tokens at {n} settings (within 1 %)", n=len(got)))

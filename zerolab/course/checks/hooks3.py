@@ -1,16 +1,16 @@
 """Exercise 8c check: stage 3's gather and release, written by the learner as module hooks.
 
-The learner writes a class with the interface :class:`zerolab.gather.GatheredParams` expects of
-its hooks (zerolab's is :class:`zerolab.hooks.ModuleHooks`): ``__init__(params)`` registers on
+The learner writes a class with the interface :class:`zerolab.zero.stage3.gather.GatheredParams` expects of
+its hooks (zerolab's is :class:`zerolab.zero.stage3.hooks.ModuleHooks`): ``__init__(params)`` registers on
 every module of ``params.model``; ``remove``, ``pre_backward``, ``post_backward``,
 ``forward_failed``, ``register_external_parameter`` and ``on_param_read`` (called by the watched
-parameter dicts, :func:`zerolab.hooks.watch_params`). The lesson is *when*: gather a module's
+parameter dicts, :func:`zerolab.zero.stage3.hooks.watch_params`). The lesson is *when*: gather a module's
 groups before its forward, release them after it, gather them again before its backward
-(:func:`zerolab.hooks.on_first_output_grad`), gather a parameter read outside its own module's
+(:func:`zerolab.zero.stage3.hooks.on_first_output_grad`), gather a parameter read outside its own module's
 forward and tie it to the module whose forward read it.
 
 :func:`check_gather_hooks` runs the learner's class inside the engine
-(:func:`zerolab.hooks.use_module_hooks`) on 2 and 3 real ranks: stage 3, fp32, SGD with momentum,
+(:func:`zerolab.zero.stage3.hooks.use_module_hooks`) on 2 and 3 real ranks: stage 3, fp32, SGD with momentum,
 ``stage3_max_reuse_distance`` 0, persistence threshold 0 (every parameter gathered), no prefetch
 (each gather is the module's own), on :class:`HooksNet`: a tied weight (the head is the
 embedding's) and two weights read outside their module (``nn.MultiheadAttention`` reads
@@ -35,7 +35,7 @@ from torch import nn
 from ...i18n import catalogue, fill
 from . import ExerciseCheckFailed, close_crews, crew_of, not_implemented, passed, rank_failure  # noqa: F401
 
-T = catalogue("checks.hooks3")    # the messages in the edition's language (zerolab/messages_zh.py)
+T = catalogue("checks.hooks3")    # the messages in the edition's language (zerolab/i18n/messages_zh.py)
 
 __all__ = ["check_gather_hooks", "HooksNet", "CONFIG", "WORLDS", "STEPS", "run_rank", "EXTERNAL",
            "make_batches", "loss_fn", "trial", "summary", "close_crews", "SCENARIOS", "REUSE"]
@@ -97,7 +97,7 @@ def run_rank(cls, steps: int = STEPS, zero: dict | None = None, net: dict | None
     import contextlib
 
     import zerolab
-    from zerolab.hooks import use_module_hooks
+    from zerolab.zero.stage3.hooks import use_module_hooks
 
     world, rank = zerolab.world_size(), zerolab.rank()
     config = {**CONFIG, "train_batch_size": BATCH * world,
@@ -282,7 +282,7 @@ def _hint_for(mine: list, ref: list, failed: tuple | None, recomputed: bool = Fa
     if got is not None and got[1] == "release":
         return T("you release a group that is still in use (after a child's forward, a group of the parent; "
                  "or a shared weight released by one of the two modules while the other needs it)")
-    return T("compare your hooks' gathers and releases with zerolab.hooks.ModuleHooks's")
+    return T("compare your hooks' gathers and releases with zerolab.zero.stage3.hooks.ModuleHooks's")
 
 
 def _compare(world: int, res: dict, scenario: str | None = None) -> None:
@@ -339,7 +339,7 @@ def check_gather_hooks(cls, *, worlds: tuple[int, ...] = WORLDS, steps: int = ST
                     raise NotImplementedError("Exercise: write pre_forward, post_forward and on_param_read") from exc
                 raise rank_failure(exc, T("your hooks on {n} ranks", n=world),
                                    T("your __init__ or a hook raised while the engine started; "
-                                     "zerolab.checks.full_tracebacks(), then run again, shows the line")) from exc
+                                     "zerolab.course.checks.full_tracebacks(), then run again, shows the line")) from exc
             for r in range(world):
                 if res[r]["yours"]["failed"] is not None and "NotImplementedError" in res[r]["yours"]["failed"][1]:
                     raise NotImplementedError("Exercise: write pre_forward, post_forward and on_param_read")

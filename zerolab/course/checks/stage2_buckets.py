@@ -1,6 +1,6 @@
 """Exercise 3b check: stage 2's gradient buckets, written by the learner, run in the real engine.
 
-The learner writes the two pieces of :class:`zerolab.reduce.ReduceScatterInBackward` that make
+The learner writes the two pieces of :class:`zerolab.zero.reduce.ReduceScatterInBackward` that make
 stage 2 (and stage 3) keep only a shard of the gradients, reduced during backward::
 
     def add_grad(bucket, where, grad, arrived, i, n_params):
@@ -16,7 +16,7 @@ stage 2 (and stage 3) keep only a shard of the gradients, reduced during backwar
 :func:`check_stage2_buckets` plugs them into ``ReduceScatterInBackward`` on every rank (for the
 duration of the check only), trains TinyLM with stages 2 and 3 on 2 and 3 ranks, in fp32 and
 bf16, with gradient accumulation 1 and 2, and compares every parameter with zerolab's own
-engine (fp32 runs: also with single-process training, ``zerolab.reference``). Around each call
+engine (fp32 runs: also with single-process training, ``zerolab.zero.reference``). Around each call
 it watches what the learner did, so that a failure names the likely mistake: a bucket said
 complete too early, a send not divided by N or not in the communication dtype, the wrong
 chunk kept, a shard overwritten instead of accumulated across micro-steps.
@@ -40,7 +40,7 @@ from ... import i18n
 from . import ExerciseCheckFailed, passed, rank_failure
 from . import close_crews, crew_of as _crew  # noqa: F401  (close_crews: the exercise imports it from here)
 
-T = i18n.catalogue("checks.stage2_buckets")    # the messages in the edition's language (zerolab/messages_zh.py)
+T = i18n.catalogue("checks.stage2_buckets")    # the messages in the edition's language (zerolab/i18n/messages_zh.py)
 
 __all__ = ["check_stage2_buckets", "close_crews", "CASES"]
 
@@ -88,7 +88,7 @@ def _close(a: torch.Tensor, b: torch.Tensor, tol) -> bool:
 def _plug(add_grad: Callable, reduce_bucket: Callable, log: dict):
     """Replace ReduceScatterInBackward.accept / issue / post_backward by versions that call the
     learner's functions and watch them; returns a function that restores the originals."""
-    from zerolab.reduce import ReduceScatterInBackward
+    from zerolab.zero.reduce import ReduceScatterInBackward
 
     saved = {k: ReduceScatterInBackward.__dict__[k] for k in ("accept", "issue", "post_backward")}
 
@@ -257,7 +257,7 @@ def _train_here(add_grad: Callable, reduce_bucket: Callable, case) -> dict:
     """On every rank: train with the learner's pieces plugged in, then with zerolab's own."""
     import zerolab
     from zerolab.models import TinyLM, lm_batches, lm_loss
-    from zerolab.reference import train_engine, train_reference
+    from zerolab.zero.reference import train_engine, train_reference
 
     n, stage, precision, gas, comm = case
     cfg = _config(n, stage, precision, gas, comm)
@@ -312,7 +312,7 @@ def check_stage2_buckets(add_grad: Callable, reduce_bucket: Callable, *, cases=C
             if "NotImplementedError" in str(exc):
                 raise ExerciseCheckFailed(T("add_grad or reduce_bucket raised NotImplementedError: "
                                             "write the parts marked 'Exercise' first.")) from None
-            raise rank_failure(exc, what, T("the rank's traceback (zerolab.checks.full_tracebacks(), "
+            raise rank_failure(exc, what, T("the rank's traceback (zerolab.course.checks.full_tracebacks(), "
                                             "then run again) names the line")) from None
         errors = [res for res in per_rank if res["error"]]
         if errors:

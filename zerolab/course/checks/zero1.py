@@ -50,7 +50,7 @@ from ...comm import wire_factor
 from ...crew import CrewTimeout, RankError
 from . import ExerciseCheckFailed, close_crews, crew_of, passed, rank_failure  # noqa: F401
 
-T = i18n.catalogue("checks.zero1")    # the messages in the edition's language (zerolab/messages_zh.py)
+T = i18n.catalogue("checks.zero1")    # the messages in the edition's language (zerolab/i18n/messages_zh.py)
 
 __all__ = ["check_sharded_optimizer", "check", "close_crews", "make_model", "batch", "loss_fn",
            "flat_params", "state_bytes", "held_bytes", "on_ranks", "counting", "wire_bytes", "run_ddp", "psi", "padded",

@@ -10,8 +10,8 @@ Four modes (chapter 12, ``notebooks/12_visual_lab.ipynb``):
   (stages 1-2: each bucket all-reduced, one all-gather after the step); at stages 1-2 the paper's
   reduce-scatter is an option (zerolab's ``ideal_reduce_scatter`` switch), labelled as such.
 * **Application**: a model size, a GPU count, a GPU memory and an interconnect in; which
-  configurations fit and how fast out, from :mod:`zerolab.simulate` and DeepSpeed's
-  estimators in :mod:`zerolab.estimate` (:func:`plan`).
+  configurations fit and how fast out, from :mod:`zerolab.tools.simulate` and DeepSpeed's
+  estimators in :mod:`zerolab.tools.estimate` (:func:`plan`).
 * **Extension**: offload, what lives where and when: a real engine with its optimizer
   states on the device, in host memory or on NVMe (and at stage 3 its parameter shards too),
   the bytes each rank keeps in each place (``engine.memory(where)``), and one step's timeline
@@ -23,7 +23,7 @@ Four modes (chapter 12, ``notebooks/12_visual_lab.ipynb``):
   virtual nodes (``zerolab.Crew(4, nodes=2)``): ``zero_hpz_partition_size``,
   ``zero_quantized_weights``, ``zero_quantized_gradients`` and the micro-steps per step, the
   bytes each rank sent inside its node and across nodes (the ledger, ``Ledger.by_link()``'s
-  filing) beside :func:`zerolab.simulate.simulate`'s formula, and hpZ's secondary shards
+  filing) beside :func:`zerolab.tools.simulate.simulate`'s formula, and hpZ's secondary shards
   (``engine.memory()``) beside 2Ψ/h (:func:`links`).
 
 The lab runs engines only through zerolab's public entry points (``zerolab.Crew``,

@@ -77,11 +77,11 @@ class Plan:
         lines.append(self.verdict())
         lines.append(T("GB = 1e9 bytes. DS est.: DeepSpeed's model-state estimator (no activations); "
                        "host GB: all nodes"))
-        lines.append(T("step s: zerolab.simulate with DeepSpeed's traffic per step: 2Ψ at stage 0, 3Ψ at stages 1-3"))
+        lines.append(T("step s: zerolab.tools.simulate with DeepSpeed's traffic per step: 2Ψ at stage 0, 3Ψ at stages 1-3"))
         return _wrap(lines)
 
 
-BOUND_BY = ("compute", "communication", "PCIe transfers", "CPU optimizer")   # zerolab.simulate.Estimate.bound_by
+BOUND_BY = ("compute", "communication", "PCIe transfers", "CPU optimizer")   # zerolab.tools.simulate.Estimate.bound_by
 
 
 def _row_name(name: str, tr=T) -> str:
@@ -92,7 +92,7 @@ def _row_name(name: str, tr=T) -> str:
 def plan(model: str = "Llama-2 7B", gpus: int = 8, gpu: str = "a100-80gb", gpu_memory_gb: float | None = None,
          link: str = "nvlink-a100", seq: int = 2048, micro_batch: int = 1, gpus_per_node: int = 8,
          host_memory_gb: float = 1024, checkpointing: bool = True) -> Plan:
-    """Every configuration of :func:`zerolab.simulate.table` (stages 0-3, stage 3 with optimizer
+    """Every configuration of :func:`zerolab.tools.simulate.table` (stages 0-3, stage 3 with optimizer
     offload, and with parameters offloaded too) for ``model`` (a key of :data:`MODELS`) on
     ``gpus`` GPUs of kind ``gpu`` (its FLOP/s; its memory unless ``gpu_memory_gb`` is given),
     ``host_memory_gb`` of CPU memory per node of ``gpus_per_node`` GPUs, beside DeepSpeed's

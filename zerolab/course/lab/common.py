@@ -7,12 +7,12 @@ import textwrap
 
 from ...i18n import catalogue
 
-T = catalogue("lab")          # the lab's controls and figures in the edition's language (zerolab/messages_zh.py)
+T = catalogue("lab")          # the lab's controls and figures in the edition's language (zerolab/i18n/messages_zh.py)
 
 
 def F(en: str, **fields) -> str:
     """Text in a figure: Chinese in the Chinese edition where matplotlib has a CJK font, else English
-    (``zerolab.viz.figure_text``: never boxes)."""
+    (``zerolab.course.viz.figure_text``: never boxes)."""
     from ..viz import figure_text
     return figure_text(T, en, **fields)
 

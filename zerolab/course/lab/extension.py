@@ -63,7 +63,7 @@ class Placement:
     ``memory[r]``: ``(t, label, device buffers)`` after every collective and phase boundary.
     ``events[r]``: the step's timeline, ``(kind, name, start, end)`` in seconds since the step
     began (kinds compute, comm, async, wait, host, io). ``seconds[r]``: its
-    :meth:`zerolab.timeline.Timeline.summary`. Times are measured: only pictures show them."""
+    :meth:`zerolab.comm.timeline.Timeline.summary`. Times are measured: only pictures show them."""
     world_size: int
     stage: int
     precision: str

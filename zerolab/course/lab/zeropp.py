@@ -7,7 +7,7 @@ engine on the ranks: a first optimizer step (it records the fetch order and drop
 shards made at initialization, as DeepSpeed's ``_post_step`` does), then a second one whose
 collectives are read from the ledger, each filed by phase (forward, backward, step) and by link
 (``"intra"``: the call's ranks share a node; ``"inter"``: they span nodes, as
-``Ledger.by_link()`` files them). Beside them, the formula: :func:`zerolab.simulate.simulate`'s
+``Ledger.by_link()`` files them). Beside them, the formula: :func:`zerolab.tools.simulate.simulate`'s
 ``rank_link_bytes`` for the same Ψ, layers, ranks, nodes and keys, and hpZ's 2Ψ/h of secondary
 shards, read from ``engine.memory()`` after the step's last backward.
 
@@ -169,7 +169,7 @@ class Links:
         cols = (T("inside a node"), T("across nodes"))
         rows = [(T(kind), k[kind]["intra"], k[kind]["inter"]) for kind in KINDS]
         rows += [(T("total"), total["intra"], total["inter"]),
-                 (T("formula (zerolab.simulate)"), self.formula["intra"], self.formula["inter"])]
+                 (T("formula (zerolab.tools.simulate)"), self.formula["intra"], self.formula["inter"])]
         lines = [self.setting(),
                  T("Ψ = {psi:,} (four Linear(64, 64)); bytes rank 0 sent in the second step, from the ledger:",
                    psi=self.psi),
@@ -243,7 +243,7 @@ def draw_links(lk: Links):
             bottom += v
         ax_l.text(x, bottom, f"{bottom:,.0f} B", ha="center", va="bottom", fontsize=8)
         ax_l.plot([x - 0.36, x + 0.36], [lk.formula[link]] * 2, color="black", linewidth=1.5,
-                  linestyle="--", label=F("formula (zerolab.simulate)") if x == 0 else None)
+                  linestyle="--", label=F("formula (zerolab.tools.simulate)") if x == 0 else None)
     top = max([*(sum(k[kind][lnk] for kind in KINDS) for lnk in LINKS), *(lk.formula[lnk] for lnk in LINKS), 1.0])
     ax_l.set_ylim(0, top * 1.35)
     ax_l.set_xticks(range(len(LINKS)), [F("inside a node"), F("across nodes")])
