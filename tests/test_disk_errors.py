@@ -186,7 +186,7 @@ CAUSES = [("rank_1.pt", 1, errno.EROFS, "read-only file system"),
 def injected(ckpt, stage):
     """Save 'good'; then each cause in CAUSES on one rank's write of one file; then a load that one
     rank cannot read. Every attempt must fail on every rank, within seconds."""
-    import zerolab.checkpoint as cp
+    from zerolab.checkpoint import checkpoint as cp
     rank = zerolab.rank()
     engine = zerolab.initialize(MLP(SIZES), cfg(stage))
     data = batches()

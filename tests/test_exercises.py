@@ -122,7 +122,7 @@ def test_a_failed_check_is_a_few_lines_with_expected_and_hint():
     cells = [WRONG_ANSWERS,
              "check_update_scale(update_scale_forgets_the_count)",
              "check_shard_range(shard_range_overlapping)",
-             "import zerolab.course.checks\nzerolab.checks.full_tracebacks()",
+             "import zerolab.course.checks\nzerolab.course.checks.full_tracebacks()",
              "check_update_scale(update_scale_forgets_the_count)"]
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]

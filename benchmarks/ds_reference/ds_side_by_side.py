@@ -215,7 +215,7 @@ def key(name: str, world: int) -> str:
 # DeepSpeed venv too); loaded by path, it imports nothing of zerolab.
 def _load_recorder():
     import importlib.util
-    path = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "zerolab", "compare_ds.py")
+    path = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "zerolab", "tools", "compare_ds.py")
     spec = importlib.util.spec_from_file_location("zerolab_compare_ds", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

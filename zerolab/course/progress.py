@@ -67,7 +67,7 @@ EXERCISES = {
     "ch14.check_offload_hide_tokens": "Exercise 14c · when offload's PCIe hides (offload_hide_tokens)",
 }
 T = catalogue("progress")
-_CHECK_MODULE = re.compile(r"zerolab\.checks\.(ch\d\d|stage2_buckets|zero1|hooks3)")
+_CHECK_MODULE = re.compile(r"zerolab\.course\.checks\.(ch\d\d|stage2_buckets|zero1|hooks3)")
 
 
 def progress_path() -> Path | None:

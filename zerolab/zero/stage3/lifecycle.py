@@ -21,7 +21,6 @@ checks and the lab listen there, instead of patching the engine.
 """
 from __future__ import annotations
 
-import dataclasses
 import enum
 from typing import Protocol
 
