@@ -9,7 +9,6 @@ from .crew import TooManyRanks, fit_ranks, max_ranks, set_max_ranks
 
 __version__ = "0.1.0"
 from . import comm, memory
-from .crew import topology
 from .comm import Comm, Ledger
 from .zero.engine import Engine, initialize
 from .zero.stage3.gather import ModuleOrderError

@@ -20,8 +20,8 @@ ranks, zerolab each group: at world sizes that do not divide a parameter, a call
 elements. Neighbours: ``units.py`` (the groups, persistence, untrained parameters),
 ``param_shards.py`` (where the shards live: ``offload_param``), ``trace.py`` (the recorded order),
 ``fetch.py`` (prefetch, issuing, zerolab's order checks), ``hooks.py`` (when: module hooks),
-``qwz_gather.py`` (qwZ) and ``hpz.py`` (hpZ). Gradients are reduced in the reverse of the order
-groups were first gathered in forward (the same on every rank), whatever order they complete in.
+``qwz_gather.py`` (qwZ) and ``hpz.py`` (hpZ). Gradients are reduced in DeepSpeed's gradient-hook
+order, agreed across ranks (``grad_order.py``), whatever order they complete in.
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from ...memory.flat import FlatGroup, Part
 from .hooks import ModuleHooks, module_hooks_class
 from ...zeropp.hpz import secondary_shards
 from .fetch import UnitFetch
+from .grad_order import GradOrder
 from .inflight import TrainingState
 from .lifecycle import Lifecycle, ModuleEvent, PartitionState, Stage3Stats
 from ...memory import tensor_bytes
@@ -86,21 +87,9 @@ class GatheredParams:
         # every partition's state and every module's events, with their transitions asserted
         self.life = Lifecycle([g.label for g in self.groups], self.persistent)
         self._module_names = {m: n or "(root)" for n, m in model.named_modules()}
-        self._first_gathered: list[int] = []       # groups gathered in forward, in order
-        # the order backward produces gradients in, for the reduce buckets (DeepSpeed fills its
-        # buckets in gradient-hook order): modules in the reverse of their forward order, each
-        # module's own parameters in their order; persistent ones included
-        self._own_trained: dict[nn.Module, list[int]] = {}
-        for m in model.modules():
-            own = [self.unit_of[id(p)].index for p in m.parameters(recurse=False) if id(p) in self.unit_of]
-            own = [i for i in dict.fromkeys(own) if i < self.n_trained]
-            if own:
-                self._own_trained[m] = own
-        self._forward_modules: list[list[int]] = []    # per module run in forward (with grad), its groups
-        self._first_units: list[list[int]] = []        # per unit gathered in forward (with grad), its groups
-        self._order_agreed: bool | None = None          # do the ranks share the gradient hook order?
-        self._in_order: set[int] = set()
-        self._order_handles = []
+        # the order backward produces gradients in, for the reduce buckets (grad_order.py)
+        self.grad_order = GradOrder(model, self.unit_of, self.n_trained, self.per_parameter,
+                                    in_backward=lambda: self.in_backward, agree=self._agree_on_grad_order)
         self.fetches = 0                           # groups gathered (fetched or prefetched)
         self.peak_gathered_numel = 0               # most parameter elements gathered (or in flight) at once
         self.trace = FetchTrace([g.numel for g in self.groups], zero.stage3_max_reuse_distance)
@@ -170,9 +159,7 @@ class GatheredParams:
         self.trace.key_code = lambda m: index.get(m, -1)
         # (part of zerolab's order checks: switched off with them)
         self.trace.agree = self._agree_on_trace if self.fetch.order_checks else None
-        if self.per_parameter:
-            self._order_handles = [m.register_forward_pre_hook(self._note_forward_module)
-                                   for m in self._own_trained]
+        self.grad_order.install()
 
     def _agree_on_trace(self, seq: list[int], tag: str = "check trace") -> bool:
         """Do all ranks hold the same recorded trace? One 16-byte all-gather (zerolab's own check),
@@ -184,16 +171,6 @@ class GatheredParams:
         rows = codes.view(self.world_size, 2).tolist()
         return all(r == rows[0] for r in rows)
 
-    def _note_forward_module(self, module, inputs) -> None:
-        """A module with trained parameters runs its forward: note its groups for the gradient
-        order (first use only; not in backward's recomputation, not without grad)."""
-        if self.in_backward or not torch.is_grad_enabled():
-            return
-        new = [i for i in self._own_trained[module] if i not in self._in_order]
-        if new:
-            self._in_order.update(new)
-            self._forward_modules.append(new)
-
     @property
     def trained_groups(self) -> list[FlatGroup]:
         """The groups the optimizer steps (the first ``n_trained``); the rest are untrained."""
@@ -201,31 +178,14 @@ class GatheredParams:
 
     # -- the lifecycle -----------------------------------------------------------------------
     def reduce_order(self) -> list[int]:
-        """The reverse of the order groups were first gathered in forward: roughly the order
-        backward finishes them, and identical on every rank (gathers are checked)."""
-        if self.per_parameter:
-            # the modules of this forward reversed, each one's parameters in order (DeepSpeed's hook
-            # order). It is per rank: at the first backward the ranks agree on it once (zerolab's
-            # own 16-byte check, with the order checks); where they differ (a module only some ranks
-            # run, with persistent parameters only), every rank uses, for good, the units gathered
-            # in forward, reversed (the same on every rank: gathers are checked), persistent groups
-            # after them in index order
-            hook_order = [i for unit in reversed(self._forward_modules) for i in unit]
-            if self._order_agreed is None:
-                self._order_agreed = self.trace.agree is None or self.world_size == 1 or \
-                    self._agree_on_trace(hook_order, tag="check gradient order")
-            if self._order_agreed:
-                return hook_order
-            seen: set[int] = set()
-            units = []
-            for unit in self._first_units:
-                new = [i for i in unit if i < self.n_trained and i not in seen]
-                seen.update(new)
-                if new:
-                    units.append(new)
-            return [i for unit in reversed(units) for i in unit]
-        first = [i for i in dict.fromkeys(self._first_gathered) if i < self.n_trained]
-        return first[::-1]
+        """The trained groups in the order backward's gradients are expected: DeepSpeed's
+        gradient-hook order, agreed across ranks once (``grad_order.py``)."""
+        return self.grad_order.order()
+
+    def _agree_on_grad_order(self, order: list[int]) -> bool:
+        """Do all ranks share this gradient order? (Yes without the order checks, or on one rank.)"""
+        return self.trace.agree is None or self.world_size == 1 or \
+            self._agree_on_trace(order, tag="check gradient order")
 
     @property
     def in_backward(self) -> bool:
@@ -249,7 +209,7 @@ class GatheredParams:
         """The groups in this backward's reduce order, each whole (padded: it is reduce-scattered
         into its N shards), for the gradient buckets."""
         return [Part(g, 0, g.padded_numel, list(range(len(g.params))), g.numel)
-                for g in (self.groups[i] for i in self._full_reduce_order())]
+                for g in (self.groups[i] for i in self.grad_order.full_order())]
 
     def forward_grad_order(self) -> None:
         """Stages 0-2's call (buckets in the model's order); stage 3's follow each pass's order
@@ -259,11 +219,6 @@ class GatheredParams:
         """Stages 0-2's call (buckets in the hook order); stage 3's follow each pass: no change."""
         return False
 
-    def _full_reduce_order(self) -> list[int]:
-        order = self.reduce_order()
-        seen = set(order)
-        return order + [i for i in range(self.n_trained) if i not in seen]
-
     def post_backward(self) -> None:
         self.hooks.post_backward()
         self._finish_inflight()
@@ -271,10 +226,7 @@ class GatheredParams:
             self.reshard(g)
         self.state = TrainingState.IDLE
         self.life.end_step()
-        self._first_gathered.clear()
-        self._forward_modules.clear()
-        self._first_units.clear()
-        self._in_order.clear()
+        self.grad_order.end_step()
 
     def forward_failed(self) -> None:
         """The model's forward raised: forget its open frames, so the next forward starts a pass."""
@@ -342,9 +294,7 @@ class GatheredParams:
 
     def remove_hooks(self) -> None:
         self._finish_inflight()
-        for h in self._order_handles:
-            h.remove()
-        self._order_handles = []
+        self.grad_order.remove()
         if self.hooks is not None:
             self.hooks.remove()
 
@@ -460,7 +410,7 @@ class GatheredParams:
         ids = sorted(set(ids))                     # DeepSpeed sorts a fetch by parameter id
         event = tuple(ids)
         if ids and not self.in_backward and torch.is_grad_enabled():
-            self._first_units.append(ids)
+            self.grad_order.unit_gathered(ids)
         if not self.trace.event(event, module):   # the path changed: follow the model, record anew
             self._drop_inflight(keep=ids)
         wanted = [i for i in ids if i not in self.full and i not in self.fetch.inflight]
@@ -519,7 +469,7 @@ class GatheredParams:
         self.fetches += 1
         self.life.to(i, PartitionState.GATHERED, self._phase())
         if not self.in_backward and torch.is_grad_enabled():
-            self._first_gathered.append(i)
+            self.grad_order.group_gathered(i)
 
     def _finish_inflight(self) -> None:
         for i in list(self._inflight):
