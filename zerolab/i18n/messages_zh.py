@@ -2052,7 +2052,7 @@ ZH["lab"] = {
     "backward gathers": "反向收集",
     "gradients": "梯度",
     "total": "合计",
-    "formula (zerolab.tools.simulate)": "公式（zerolab.tools.simulate）",
+    "formula (the simulator)": "公式（模拟器）",
     "  not in the formula: the gradient norm's all-reduce, {b:,.0f} B":
         "  公式未计入：梯度范数的 all-reduce，{b:,.0f} B",
     "  the formula counts the scales per element (qwZ: 4 B per 8,000, qgZ: 4 B per {w}); "

@@ -169,7 +169,7 @@ class Links:
         cols = (T("inside a node"), T("across nodes"))
         rows = [(T(kind), k[kind]["intra"], k[kind]["inter"]) for kind in KINDS]
         rows += [(T("total"), total["intra"], total["inter"]),
-                 (T("formula (zerolab.tools.simulate)"), self.formula["intra"], self.formula["inter"])]
+                 (T("formula (the simulator)"), self.formula["intra"], self.formula["inter"])]
         lines = [self.setting(),
                  T("Ψ = {psi:,} (four Linear(64, 64)); bytes rank 0 sent in the second step, from the ledger:",
                    psi=self.psi),
@@ -243,7 +243,7 @@ def draw_links(lk: Links):
             bottom += v
         ax_l.text(x, bottom, f"{bottom:,.0f} B", ha="center", va="bottom", fontsize=8)
         ax_l.plot([x - 0.36, x + 0.36], [lk.formula[link]] * 2, color="black", linewidth=1.5,
-                  linestyle="--", label=F("formula (zerolab.tools.simulate)") if x == 0 else None)
+                  linestyle="--", label=F("formula (the simulator)") if x == 0 else None)
     top = max([*(sum(k[kind][lnk] for kind in KINDS) for lnk in LINKS), *(lk.formula[lnk] for lnk in LINKS), 1.0])
     ax_l.set_ylim(0, top * 1.35)
     ax_l.set_xticks(range(len(LINKS)), [F("inside a node"), F("across nodes")])
