@@ -1,4 +1,5 @@
-"""zerolab.precision: mixed precision: what fp16 and bf16 can hold (formats.py), DeepSpeed's loss scalers (loss_scaler.py).
+"""zerolab.precision: mixed precision: what fp16 and bf16 can hold (formats.py), DeepSpeed's loss
+scalers (loss_scaler.py).
 
 Its layer in docs/ARCHITECTURE.md; this file hands on the names learners and the other layers use."""
 from .formats import (FP16_MAX, FP16_MIN_NORMAL, FP16_MIN_SUBNORMAL, BF16_MAX, BF16_MIN_NORMAL,
