@@ -6,7 +6,7 @@ prediction of the communication time beside them (the box-packing trade-off of c
 
 Each row: one step of TinyLM (d=64, 4 layers: about 230k parameters) after a warm-up step; calls
 and wire bytes of the gradient and parameter collectives; predicted seconds from a fit made in
-the same run (zerolab.bench).
+the same run (zerolab.tools.bench).
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import argparse
 import os
 
 import zerolab
-from zerolab import bench
+from zerolab.tools import bench
 from zerolab.models import TinyLM, lm_batches, lm_loss
-from zerolab.reference import train_engine
+from zerolab.zero.reference import train_engine
 
 BUCKETS = [1_000, 4_000, 16_000, 64_000, 256_000, 1_000_000]
 THRESHOLDS = [0, 300, 5_000, 20_000, 100_000]

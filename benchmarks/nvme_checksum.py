@@ -1,5 +1,5 @@
 """What checking the NVMe swap files costs (issue 37): every swap file gets one checksum per 1 MiB
-block when written and is checked when read back (``zerolab/nvme.py``, ``CHECKSUM``).
+block when written and is checked when read back (``zerolab/offload/nvme.py``, ``CHECKSUM``).
 
     python benchmarks/nvme_checksum.py [--world 2] [--repeats 5] [--steps 12] [--nvme-path DIR]
 
@@ -39,7 +39,7 @@ KINDS = ("none", "sum64", "crc32")
 
 
 def throughput(tile=16 << 20, rounds=7) -> dict:
-    from zerolab.nvme import block_sums
+    from zerolab.offload.nvme import block_sums
     t = torch.randn(tile // 4)
     view = memoryview(t.view(torch.uint8).numpy())
     fns = {"copy": lambda: bytes(view), "sum64": lambda: block_sums(view, 1 << 20, "sum64"),
@@ -60,7 +60,7 @@ def _timed(fn) -> float:
 
 def step_times(steps, nvme) -> dict:
     """On every rank: the median step of "s2 opt=nvme" with each kind of check, one after the other."""
-    from zerolab import nvme as nv
+    from zerolab.offload import nvme as nv
     info = zerolab.rank_info()
     torch.manual_seed(1 + info.rank)
     x = torch.randn(32, 768)

@@ -108,7 +108,7 @@ def nvme_throughput(folder, total=256 << 20, tile=16 << 20, rounds=3):
     """Best of ``rounds`` (alternating) for each of: one sequential file (the disk's bandwidth)
     and zerolab's NvmeStore (tiles on its I/O threads). Writes are timed until fsync returns;
     reads start from an evicted page cache."""
-    from zerolab.nvme import NvmeStore
+    from zerolab.offload.nvme import NvmeStore
     n = tile // 4
     tiles = [torch.randn(n) for _ in range(total // tile)]
     blob = memoryview(torch.cat(tiles).numpy()).cast("B")

@@ -10,7 +10,7 @@ stages 1-2). Then the spread of one 1.3 MB all-reduce over 20 calls x 3 repeats:
 
 Everything in a run, DDP and zerolab alike, goes through one backend, ``--backend``: gloo (TCP
 over loopback and its worker threads) or shm (zerolab's shared-memory backend ``zshm``,
-zerolab/shm.py). Run it once per backend to compare the transports.
+zerolab/crew/shm.py). Run it once per backend to compare the transports.
 
     python benchmarks/step_phases.py [--backend gloo|shm] [--steps 40] [--repeats 2] [--calls 20]
 """

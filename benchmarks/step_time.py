@@ -17,7 +17,7 @@ processes, in turns with its own torch DDP (ds_reference/ds_step_time.py).
 
 One transport per run, for every candidate in the crew: torch DDP, torch's ZeRO baselines and
 zerolab's stages all go through the backend of ``--backend`` (``shm`` is zerolab's shared-memory
-backend ``zshm``, zerolab/shm.py, over which torch DDP runs too). To compare transports, run it
+backend ``zshm``, zerolab/crew/shm.py, over which torch DDP runs too). To compare transports, run it
 once per backend. DeepSpeed runs in its own processes over gloo (with its own CPU collectives),
 beside a torch DDP of its own over gloo.
 

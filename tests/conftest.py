@@ -36,7 +36,7 @@ def closes_check_crews():
     """The crews the exercise checks keep between calls, closed after the module's last test
     (``pytestmark = pytest.mark.usefixtures("closes_check_crews")``)."""
     yield
-    from zerolab.checks import close_crews
+    from zerolab.course.checks import close_crews
     close_crews()
 
 

@@ -1,12 +1,12 @@
 """Exercise 4's loss-scale rule as a learner writes it (tests/test_exercises.py and
-tests/test_i18n.py feed it to zerolab.checks.ch04): DeepSpeed 0.19.8's rule, or, on request, with a
+tests/test_i18n.py feed it to zerolab.course.checks.ch04): DeepSpeed 0.19.8's rule, or, on request, with a
 mistake: ``factor=2.0`` a hard-coded scale factor; ``floor_ignores_hysteresis`` gives up at the
 minimum scale before hysteresis has run out; ``raise_in_engine`` a ValueError at iteration 3 of
 the engine's scaler only (min_scale 300), after every sequence passed."""
 
 
 def update_scale(factor=None, floor_ignores_hysteresis=False, raise_in_engine=False):
-    from zerolab.loss_scaler import LossScaleAtMinimum
+    from zerolab.precision.loss_scaler import LossScaleAtMinimum
 
     def fn(state, overflow):
         if raise_in_engine and state["min_scale"] == 300 and state["cur_iter"] == 3:

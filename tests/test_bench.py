@@ -2,9 +2,9 @@
 import pytest
 
 import zerolab
-from zerolab import bench
+from zerolab.tools import bench
 from zerolab.models import TinyLM, lm_batches, lm_loss
-from zerolab.reference import train_engine
+from zerolab.zero.reference import train_engine
 
 
 def test_fit_recovers_a_known_line():
@@ -64,7 +64,7 @@ def test_zerolab_bench_command(tmp_path):
 def test_bandwidths_follow_nccl_tests_formulas():
     # nccl-tests: algbw = size / time; busbw = algbw x 2(N-1)/N (all-reduce), x (N-1)/N (all-gather,
     # reduce-scatter): at N = 4 an all-reduce of 4 MB in 1 ms is 4 GB/s algbw, 6 GB/s busbw
-    from zerolab.bench import bandwidths, format_bandwidths
+    from zerolab.tools.bench import bandwidths, format_bandwidths
     from zerolab.comm import CommRecord, Ledger
     ledger = Ledger()
     ledger.add(CommRecord("all_reduce", 10**6, 4 * 10**6, "float32", 4, 1e-3))

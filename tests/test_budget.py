@@ -3,9 +3,9 @@ import pytest
 import torch
 
 import zerolab
-from zerolab.budget import DeviceOutOfMemoryError, parse_bytes
+from zerolab.memory.budget import DeviceOutOfMemoryError, parse_bytes
 from zerolab.models import TinyLM, lm_batches, lm_loss
-from zerolab.reference import train_engine
+from zerolab.zero.reference import train_engine
 
 
 def test_parse_bytes():

@@ -1,4 +1,4 @@
-"""Exercise 5's check (zerolab/checks/ch05.py), both ways: the solution (the tiled host optimizer
+"""Exercise 5's check (zerolab/course/checks/ch05.py), both ways: the solution (the tiled host optimizer
 step) and another valid design pass, alone and as the engine's step on 2 ranks; designs a learner
 might get wrong fail, each with a hint that names the mistake."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 import torch
 from check_messages import assert_hint
 
-from zerolab.checks import ExerciseCheckFailed
-from zerolab.checks.ch05 import check_alone, check_engine, check_host_step, reference_host_step
+from zerolab.course.checks import ExerciseCheckFailed
+from zerolab.course.checks.ch05 import check_alone, check_engine, check_host_step, reference_host_step
 
 
 def host_step(home, optimizer, grads, combined):

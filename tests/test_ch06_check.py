@@ -1,4 +1,4 @@
-"""Exercise 6's check (zerolab/checks/ch06.py), both ways: the solution passes (alone and in
+"""Exercise 6's check (zerolab/course/checks/ch06.py), both ways: the solution passes (alone and in
 the engine on 2 ranks); wrong bucket assignments a learner might write fail, each with a hint
 that names the mistake."""
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from check_messages import assert_hint
 
-from zerolab.checks import ExerciseCheckFailed
-from zerolab.checks.ch06 import check_alone, check_bucket_params, check_engine
-from zerolab.flat import bucket_params
+from zerolab.course.checks import ExerciseCheckFailed
+from zerolab.course.checks.ch06 import check_alone, check_bucket_params, check_engine
+from zerolab.memory.flat import bucket_params
 
 
 def _greedy(close_when):

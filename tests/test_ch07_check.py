@@ -1,4 +1,4 @@
-"""Exercise 7's check (zerolab/checks/ch07.py), both ways: the solution passes (alone and in the
+"""Exercise 7's check (zerolab/course/checks/ch07.py), both ways: the solution passes (alone and in the
 engine on 2 and 3 ranks); wrong memory formulas and wrong rules a learner might write fail, each
 with a hint that names the mistake."""
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from check_messages import assert_hint
 
-from zerolab.checks import ExerciseCheckFailed
-from zerolab.checks.ch07 import (LADDER, check_choices, check_choose_config, check_device_bytes, check_engine,
+from zerolab.course.checks import ExerciseCheckFailed
+from zerolab.course.checks.ch07 import (LADDER, check_choices, check_choose_config, check_device_bytes, check_engine,
                                  reference_choose_config, reference_device_bytes, zero_block)
 
 

@@ -1,12 +1,12 @@
-"""Exercise 8's check (zerolab/checks/ch08.py), both ways: knobs that meet the goals pass in
+"""Exercise 8's check (zerolab/course/checks/ch08.py), both ways: knobs that meet the goals pass in
 the engine on 2 ranks; knobs a learner might pick by mistake fail, each with a hint that names it."""
 from __future__ import annotations
 
 import pytest
 from check_messages import assert_hint
 
-from zerolab.checks import ExerciseCheckFailed
-from zerolab.checks.ch08 import check_knobs
+from zerolab.course.checks import ExerciseCheckFailed
+from zerolab.course.checks.ch08 import check_knobs
 
 pytestmark = pytest.mark.usefixtures("closes_check_crews")   # the checks' crews, closed at the end
 

@@ -1,4 +1,4 @@
-"""Exercise 9's check (zerolab/checks/ch09.py), both ways: the solution's config passes (alone and
+"""Exercise 9's check (zerolab/course/checks/ch09.py), both ways: the solution's config passes (alone and
 in the engine on 2 and 3 ranks); configs a learner might write fail, each with a hint that names
 the mistake."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import copy
 import pytest
 from check_messages import assert_hint
 
-from zerolab.checks import ExerciseCheckFailed
-from zerolab.checks.ch09 import check_alone, check_capstone_config, check_engine, reference_config
+from zerolab.course.checks import ExerciseCheckFailed
+from zerolab.course.checks.ch09 import check_alone, check_capstone_config, check_engine, reference_config
 
 
 def changed(edit):

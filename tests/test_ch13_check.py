@@ -1,15 +1,15 @@
-"""Exercise 13's check (zerolab/checks/ch13.py), both ways: DeepSpeed's block quantizer
-(zerolab.quant) passes, alone and as qwZ's quantizer in the engine on 4 ranks as 2 nodes of 2;
+"""Exercise 13's check (zerolab/course/checks/ch13.py), both ways: DeepSpeed's block quantizer
+(zerolab.zeropp.quant) passes, alone and as qwZ's quantizer in the engine on 4 ranks as 2 nodes of 2;
 wrong quantizers a learner might write fail, each with a hint that names the mistake. And the
-hook the check plugs into (zerolab.quant.use_qwz_codec) really carries the engine's all-gathers."""
+hook the check plugs into (zerolab.zeropp.quant.use_qwz_codec) really carries the engine's all-gathers."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from zerolab import quant
-from zerolab.checks import ExerciseCheckFailed
-from zerolab.checks.ch13 import check_alone, check_engine
+from zerolab.zeropp import quant
+from zerolab.course.checks import ExerciseCheckFailed
+from zerolab.course.checks.ch13 import check_alone, check_engine
 
 
 def _blocks(x, groups):

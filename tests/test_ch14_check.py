@@ -1,11 +1,11 @@
-"""Exercise 14's checks (zerolab/checks/ch14.py), both ways: the solutions pass; wrong numbers a
+"""Exercise 14's checks (zerolab/course/checks/ch14.py), both ways: the solutions pass; wrong numbers a
 learner might compute fail, each with a hint that names the mistake; an unwritten exercise fails."""
 from __future__ import annotations
 
 import pytest
 
-from zerolab.checks import ExerciseCheckFailed
-from zerolab.checks.ch14 import check_inter_node_bytes, check_offload_hide_tokens, check_tokens_to_hide
+from zerolab.course.checks import ExerciseCheckFailed
+from zerolab.course.checks.ch14 import check_inter_node_bytes, check_offload_hide_tokens, check_tokens_to_hide
 
 
 def tokens_to_hide(peak_flops, mfu, beta_Bps, gpus, checkpointing=False, *, ring=True, copies=3, nbytes=2,

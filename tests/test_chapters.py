@@ -1,4 +1,4 @@
-"""zerolab/chapters/: the chapters' helpers, without ranks (the notebooks run them on ranks under nbval).
+"""zerolab/course/chapters/: the chapters' helpers, without ranks (the notebooks run them on ranks under nbval).
 
 What a chapter prints rests on these: its configs must be configs DeepSpeed 0.19.8 (and zerolab)
 accept, for every world size the chapter uses; its formulas must be the ring's; its byte
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import zerolab
-from zerolab.chapters import ch02, ch03, ch04
+from zerolab.course.chapters import ch02, ch03, ch04
 from zerolab.memory import model_state_bytes
 
 
@@ -84,7 +84,7 @@ def test_chapter4_configs_spell_out_the_scaler():
 @pytest.mark.parametrize("keys", [{}, {"zero_quantized_weights": True}, {"zero_quantized_gradients": True},
                                   {"zero_quantized_weights": False, "zero_quantized_gradients": False}])
 def test_chapter13_configs_load_on_4_ranks(keys):
-    from zerolab.chapters import ch13
+    from zerolab.course.chapters import ch13
     cfg = zerolab.load_config(ch13.config(4, **keys), world_size=4)
     assert cfg.zero.stage == 3 and cfg.zero.stage3_max_reuse_distance == 0 and not cfg.ignored_settings()
     assert ch13.VOCAB % 8 == 0 and ch13.VOCAB >= ch13.TOKENIZER.vocab
@@ -92,7 +92,7 @@ def test_chapter13_configs_load_on_4_ranks(keys):
 
 def test_chapter13_qwz_shards_are_multiples_of_8_on_4_ranks():
     """qwZ needs every gathered shard to be a multiple of 8 (DeepSpeed's quantizer): the chapter's GPT at N = 4."""
-    from zerolab.chapters import ch13
+    from zerolab.course.chapters import ch13
     from zerolab.models import GPT
     model = GPT(vocab=ch13.VOCAB, d=ch13.D, heads=2, layers=2, seq_len=ch13.SEQ)
     for name, p in model.named_parameters():
@@ -101,8 +101,8 @@ def test_chapter13_qwz_shards_are_multiples_of_8_on_4_ranks():
 
 
 def test_chapter13_block_errors_split_the_clamped_maxima():
-    from zerolab import quant
-    from zerolab.chapters import ch13
+    from zerolab.zeropp import quant
+    from zerolab.course.chapters import ch13
     x = torch.tensor([1.0, -0.5, 0.25, 0.3, -1.0, 0.5, 0.1, 0.2])   # block 1's maximum is negative
     q, s = quant.quantize(x, 2)
     rest, tops = ch13.block_errors([(x.view(2, -1), quant.dequantize(q, s).view(2, -1), s)])
@@ -110,7 +110,7 @@ def test_chapter13_block_errors_split_the_clamped_maxima():
 
 
 def test_chapter13_byte_readers():
-    from zerolab.chapters import ch13
+    from zerolab.course.chapters import ch13
     run = {"records": [("all_gather", "int8", 80, 60.0, "inter", "params tok"),
                        ("all_gather", "float32", 4, 12.0, "inter", "params tok scales"),
                        ("all_gather", "bfloat16", 8, 12.0, "inter", "params persistent (2 params)"),

@@ -7,7 +7,7 @@ import torch
 
 import zerolab
 from zerolab.models import TinyLM, lm_batches, lm_loss
-from zerolab.reference import train_engine, train_reference
+from zerolab.zero.reference import train_engine, train_reference
 
 GLOBAL_BATCH = 12            # divides by 1, 2, 3 and 4 ranks
 

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 import zerolab
-from zerolab.comm import Comm, CommRecord, Ledger, ring_all_gather, ring_all_reduce, \
+from zerolab.comm.comm import Comm, CommRecord, Ledger, ring_all_gather, ring_all_reduce, \
     ring_reduce_scatter, wire_factor
 
 # Uneven on purpose: smaller than the world, primes, not a multiple of N, and one 2-D tensor.
@@ -232,11 +232,11 @@ def test_ring_equals_library_on_nccl():
 
 
 def test_bounded_log_keeps_the_newest_and_marks_survive_drops_and_clears():
-    """Ledger and Timeline share zerolab.ledger.BoundedLog: positions count from the first item
+    """Ledger and Timeline share zerolab.comm.ledger.BoundedLog: positions count from the first item
     ever added, so a mark taken before the oldest half was dropped (or the list cleared) still
     slices exactly the items added after it."""
-    from zerolab.ledger import BoundedLog
-    from zerolab.timeline import Timeline
+    from zerolab.comm.ledger import BoundedLog
+    from zerolab.comm.timeline import Timeline
     log, items = BoundedLog(limit=4), []
     for i in range(3):
         log.append(items, i)

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import zerolab
-from zerolab import config_keys as K
+from zerolab.config import keys as K
 from zerolab.config import (BF16Config, Config, ConfigError, FP16Config, FrozenDict, OffloadConfig, SchedulerConfig,
                             OptimizerConfig, ZeroConfig, load_config)
-from zerolab.explain import explain_config
+from zerolab.config.explain import explain_config
 
 # The production ZeRO-3 config of seed 002 (shared/seeds/002_7b4206f545a4cfb6.txt), verbatim.
 SEED_002 = {
@@ -563,8 +563,9 @@ def test_optimizer_config_defaults():
 
 PACKAGE = pathlib.Path(zerolab.__file__).parent
 # Modules that parse or explain a config; a read there does not make a key implemented.
-CONFIG_MODULES = {"config.py", "config_keys.py", "config_values.py", "config_types.py", "config_parse.py",
-                  "explain.py", "cli.py"}
+CONFIG_MODULES = {"config", "cli.py"}            # the package zerolab/config/, and the command line
+# the course's exercises, chapters and lab: not the engine
+COURSE_PARTS = {"course/checks", "course/chapters", "course/lab"}
 # Implemented by load_config itself, not by an engine read: DeepSpeed's batch triple is derived and
 # checked there (_batch_assertion); the engine needs only gradient_accumulation_steps, because the
 # caller feeds it micro-batches (zerolab builds no data loader).
@@ -574,10 +575,12 @@ IMPLEMENTED_BY_THE_PARSER = {"train_batch_size", "train_micro_batch_size_per_gpu
 def names_read_outside_the_config_modules() -> set:
     """Attribute names loaded (``x.name``) and string arguments of calls (``getattr(x, "name")``,
     ``_get(fp16, "name")``) in the package's own modules (the engine and its parts) outside the
-    config modules. Subpackages (``zerolab/checks``: the exercises' checkers) are not the engine."""
+    config modules. The course's chapters, checks and lab (``zerolab/course/checks``: the
+    exercises' checkers) are not the engine."""
     names = set()
-    for path in sorted(PACKAGE.glob("*.py")):
-        if path.name in CONFIG_MODULES:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.split("/")[0] in CONFIG_MODULES or any(rel.startswith(part + "/") for part in COURSE_PARTS):
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
@@ -638,7 +641,7 @@ def test_the_keys_of_issue_8_have_honest_statuses():
                 "stage3_max_reuse_distance"):
         assert K.ZERO[key].status == K.IMPLEMENTED, key
     assert K.ZERO["sub_group_size"].status == K.IMPLEMENTED          # offload.py tiles the step (issue 9)
-    # implemented since (zerolab/reduce.py): async bucket collectives, and the all-reduce path
+    # implemented since (zerolab/zero/reduce.py): async bucket collectives, and the all-reduce path
     assert K.ZERO["overlap_comm"].status == K.ZERO["reduce_scatter"].status == K.IMPLEMENTED
     assert K.FP16["auto_cast"].status == K.NOT_IMPLEMENTED and K.FP16["auto_cast"].inert == (False,)
     for key in ("stage", "reduce_bucket_size", "ignore_unused_parameters", "stage3_param_persistence_threshold",

@@ -1,12 +1,12 @@
 """The editors' JSON Schema (zerolab/data/deepspeed_config.schema.json) is generated from the key
-declarations (zerolab/config_keys.py): it must match them (regenerate it with
+declarations (zerolab/config/keys.py): it must match them (regenerate it with
 ``python tools/make_config_schema.py``), and the configs zerolab ships must pass it."""
 import json
 import pathlib
 
 import pytest
 
-from zerolab.config_keys import config_schema
+from zerolab.config.keys import config_schema
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "zerolab" / "data" / "deepspeed_config.schema.json"

@@ -5,7 +5,7 @@ import pathlib
 import pytest
 
 from zerolab.config import load_config
-from zerolab.explain import explain_config
+from zerolab.config.explain import explain_config
 
 CONFIGS = sorted((pathlib.Path(__file__).resolve().parents[1] / "configs").glob("*.json"))
 # The features each config asks for that zerolab does not implement (load_config refuses them).

@@ -29,9 +29,9 @@ import torch
 
 import zerolab
 from zerolab.models import MLP, mse_loss, regression_batches
-from zerolab.nvme import NvmeFileError, NvmePathError, NvmeStore, check_nvme_path
-from zerolab.procs import pid_alive
-from zerolab.reference import train_engine
+from zerolab.offload.nvme import NvmeFileError, NvmePathError, NvmeStore, check_nvme_path
+from zerolab.crew.procs import pid_alive
+from zerolab.zero.reference import train_engine
 
 SIZES = (256, 512, 256)          # 262,912 parameters, as in the issue
 BATCH = 8
@@ -186,7 +186,7 @@ CAUSES = [("rank_1.pt", 1, errno.EROFS, "read-only file system"),
 def injected(ckpt, stage):
     """Save 'good'; then each cause in CAUSES on one rank's write of one file; then a load that one
     rank cannot read. Every attempt must fail on every rank, within seconds."""
-    import zerolab.checkpoint as cp
+    from zerolab.checkpoint import checkpoint as cp
     rank = zerolab.rank()
     engine = zerolab.initialize(MLP(SIZES), cfg(stage))
     data = batches()

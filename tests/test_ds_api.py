@@ -195,7 +195,7 @@ def test_deepspeeds_call_forms_and_errors():
 
 
 def test_gradient_accumulation_steps_is_still_an_int():
-    from zerolab.engine import _CallableInt
+    from zerolab.zero.engine import _CallableInt
     n = _CallableInt(3)
     assert n == 3 and n() == 3 and 6 // n == 2 and isinstance(n(), int)
     assert torch.zeros(6).view(n, -1).shape == (3, 2)

@@ -1,7 +1,7 @@
-"""zerolab.dslog reads DeepSpeed 0.19.8's own log lines and ds_report, from the recorded files."""
+"""zerolab.tools.dslog reads DeepSpeed 0.19.8's own log lines and ds_report, from the recorded files."""
 from pathlib import Path
 
-from zerolab import dslog
+from zerolab.tools import dslog
 
 RECORDED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "recorded"
 

@@ -10,7 +10,7 @@ import torch
 import zerolab
 from zerolab.memory import model_state_bytes
 from zerolab.models import MLP, regression_batches, mse_loss
-from zerolab.reference import train_engine
+from zerolab.zero.reference import train_engine
 
 SIZES = (64, 96, 80, 40, 24)          # ~21k parameters; biases are small groups in stage 3
 

@@ -5,7 +5,7 @@ from torch import nn
 
 import zerolab
 from zerolab.models import MLP, TinyLM, lm_loss, regression_batches, mse_loss
-from zerolab.reference import train_engine, train_reference
+from zerolab.zero.reference import train_engine, train_reference
 
 
 def base(stage=3, world=2, **extra):

@@ -12,7 +12,7 @@ from torch import nn
 
 import zerolab
 from zerolab.models import TinyLM, lm_batches, lm_loss
-from zerolab.reference import train_engine, train_reference
+from zerolab.zero.reference import train_engine, train_reference
 
 
 def cfg(stage, world, **zero):

@@ -12,7 +12,7 @@ import torch
 
 import zerolab
 from zerolab.models import TinyLM, lm_batches, lm_loss
-from zerolab.reference import train_engine, train_reference
+from zerolab.zero.reference import train_engine, train_reference
 
 STAGES = (0, 1, 2, 3)
 CASES = [dict(stage=s, gas=g, clip=c) for s, g, c in itertools.product(STAGES, (1, 2), (0.0, 0.05))]

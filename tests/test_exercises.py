@@ -89,14 +89,14 @@ def test_exercise_checks_fail_as_shipped(path: Path):
 # -- how a failed check looks -------------------------------------------------------------
 # A failed check shows a few lines in Jupyter (what is wrong, what was expected, a hint), not
 # ~35 lines of chained traceback through zerolab's internals; the full traceback is there on
-# demand (zerolab.checks.full_tracebacks()). Run through a real kernel, as a learner sees it.
+# demand (zerolab.course.checks.full_tracebacks()). Run through a real kernel, as a learner sees it.
 
 MAX_SHORT_LINES = 10
 ANSI = __import__("re").compile(r"\x1b\[[0-9;]*m")
 
 WRONG_ANSWERS = '''
-from zerolab.checks.ch04 import check_update_scale
-from zerolab.checks.ch03 import check_shard_range
+from zerolab.course.checks.ch04 import check_update_scale
+from zerolab.course.checks.ch03 import check_shard_range
 
 def update_scale_forgets_the_count(state, overflow):      # never adds 1 to cur_iter
     if overflow:
@@ -122,7 +122,7 @@ def test_a_failed_check_is_a_few_lines_with_expected_and_hint():
     cells = [WRONG_ANSWERS,
              "check_update_scale(update_scale_forgets_the_count)",
              "check_shard_range(shard_range_overlapping)",
-             "import zerolab.checks\nzerolab.checks.full_tracebacks()",
+             "import zerolab.course.checks\nzerolab.course.checks.full_tracebacks()",
              "check_update_scale(update_scale_forgets_the_count)"]
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
@@ -149,7 +149,7 @@ def test_a_failed_check_is_a_few_lines_with_expected_and_hint():
 
 
 def test_a_rank_failure_puts_the_ranks_error_first_and_its_traceback_in_details():
-    from zerolab.checks import ExerciseCheckFailed, rank_failure
+    from zerolab.course.checks import ExerciseCheckFailed, rank_failure
 
     class FakeRankError(Exception):
         pass
@@ -206,7 +206,7 @@ def test_the_solutions_stored_check_output_says_it_passed(name):
 # nbval on solutions/.
 
 def _fails(check, fn, *hint_words):
-    from zerolab.checks import ExerciseCheckFailed
+    from zerolab.course.checks import ExerciseCheckFailed
 
     with pytest.raises(ExerciseCheckFailed) as info:
         check(fn)
@@ -230,7 +230,7 @@ def _bytes_rule(swap=False, divide_by=None):
 
 @pytest.mark.timeout(300)
 def test_exercise1_check_catches_wrong_byte_counts():
-    from zerolab.checks.ch01 import check_model_state_bytes
+    from zerolab.course.checks.ch01 import check_model_state_bytes
 
     _fails(check_model_state_bytes, _bytes_rule(swap=True), "swapped")
     _fails(check_model_state_bytes, _bytes_rule(divide_by=2), "Figure 1")     # 2 ranks here, 64 in the paper
@@ -258,7 +258,7 @@ def _adamw(coupled=False, eps_inside=False, eps=None, betas=None):
 
 
 def test_exercise3_check_catches_wrong_adamw_steps():
-    from zerolab.checks.ch03 import check_adamw_step
+    from zerolab.course.checks.ch03 import check_adamw_step
 
     _fails(check_adamw_step, _adamw(eps=1e-8), "eps argument")               # a hard-coded eps
     _fails(check_adamw_step, _adamw(betas=(0.9, 0.99)))                       # hard-coded betas
@@ -283,7 +283,7 @@ def _shard_rule(kind):
 
 @pytest.mark.timeout(300)
 def test_exercise3_check_catches_wrong_shard_ranges():
-    from zerolab.checks.ch03 import check_shard_range, close_crews
+    from zerolab.course.checks.ch03 import check_shard_range, close_crews
 
     try:
         _fails(check_shard_range, _shard_rule("reversed"), "not in rank order")
@@ -296,7 +296,7 @@ def test_exercise3_check_catches_wrong_shard_ranges():
 
 
 def test_exercise4_check_catches_wrong_scalers():
-    from zerolab.checks.ch04 import check_sequences
+    from zerolab.course.checks.ch04 import check_sequences
 
     assert check_sequences(update_scale()) > 1000                  # the rule written out passes
     _fails(check_sequences, update_scale(factor=2.0), "scale_factor is 3")
@@ -325,7 +325,7 @@ def _stage2_pieces(ready_early=False, no_divide=False, divide_by=None, keep=None
 
 @pytest.mark.timeout(600)
 def test_exercise5_check_catches_wrong_stage2_buckets():
-    from zerolab.checks.stage2_buckets import check_stage2_buckets, close_crews
+    from zerolab.course.checks.stage2_buckets import check_stage2_buckets, close_crews
 
     def check(pieces):
         check_stage2_buckets(*pieces)
@@ -359,7 +359,7 @@ def _ring_all_gather(shift=0, steps=None, into_own=False):
 
 @pytest.mark.timeout(300)
 def test_exercise0_check_catches_wrong_ring_all_gathers():
-    from zerolab.checks.ch00 import check_ring_all_gather
+    from zerolab.course.checks.ch00 import check_ring_all_gather
 
     check_ring_all_gather(_ring_all_gather())                                  # the solution passes
     _fails(check_ring_all_gather, _ring_all_gather(shift=1), "chunk (r - s) % N")   # sends a placeholder

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import zerolab
-from zerolab.reference import train_engine, train_reference_per_rank
+from zerolab.zero.reference import train_engine, train_reference_per_rank
 
 transformers = pytest.importorskip("transformers")
 

@@ -1,6 +1,6 @@
-"""Exercise 8c's check (zerolab/checks/hooks3.py), both ways: the solution passes at 2 and 3 ranks,
+"""Exercise 8c's check (zerolab/course/checks/hooks3.py), both ways: the solution passes at 2 and 3 ranks,
 gathering and releasing exactly as zerolab's ModuleHooks; wrong hooks a learner might write fail,
-each with a message that names the mistake. The seam (zerolab.hooks.use_module_hooks) is tested
+each with a message that names the mistake. The seam (zerolab.zero.stage3.hooks.use_module_hooks) is tested
 too: it swaps the class only inside its block.
 
 The solution is read from the stored solution notebook (the source), and each wrong answer is
@@ -15,15 +15,15 @@ import nbformat
 import pytest
 from learner_source import LearnerCell
 
-from zerolab.checks import ExerciseCheckFailed
-from zerolab.checks.hooks3 import check_gather_hooks
-from zerolab.hooks import ModuleHooks, module_hooks_class, use_module_hooks
+from zerolab.course.checks import ExerciseCheckFailed
+from zerolab.course.checks.hooks3 import check_gather_hooks
+from zerolab.zero.stage3.hooks import ModuleHooks, module_hooks_class, use_module_hooks
 
 pytestmark = pytest.mark.usefixtures("closes_check_crews")   # the checks' crews, closed at the end
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "08c_gather_hooks.ipynb"
-IMPORTS = ("import torch\nfrom zerolab.hooks import on_first_output_grad, on_inputs_grad, unwatch_params, "
+IMPORTS = ("import torch\nfrom zerolab.zero.stage3.hooks import on_first_output_grad, on_inputs_grad, unwatch_params, "
            "watch_params\n\n")
 
 

@@ -1,9 +1,9 @@
-"""zerolab speaks English by default and Chinese in the Chinese edition (``zerolab/i18n.py``).
+"""zerolab speaks English by default and Chinese in the Chinese edition (``zerolab/i18n/language.py``).
 
 * where the language comes from: a notebook's kernel (``$ZEROLAB_LANG``, the notebook's folder:
   ``notebooks/zh`` and the like; never the locale) and the command line (``--lang``,
   ``$ZEROLAB_LANG``, then the locale);
-* the catalogue (``zerolab/messages_zh.py``): every template a translated module shows is there, and
+* the catalogue (``zerolab/i18n/messages_zh.py``): every template a translated module shows is there, and
   its Chinese uses only the English's fields;
 * ``zerolab progress``, ``zerolab report --preflight`` and ``zerolab explain`` in Chinese, English unchanged;
   the engine's warnings (a key with no effect, hpZ's groups, qgZ's scale) in the edition's language;
@@ -26,10 +26,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from zerolab import i18n, progress, report
-from zerolab.checks import ExerciseCheckFailed
+from zerolab import i18n
+from zerolab.course import progress
+from zerolab.tools import report
+from zerolab.course.checks import ExerciseCheckFailed
 from zerolab.cli import main as cli
-from zerolab.messages_zh import ZH
+from zerolab.i18n.messages_zh import ZH
 
 from scaler_answers import update_scale
 
@@ -158,7 +160,7 @@ def test_every_template_a_translated_module_shows_is_in_the_catalogue(module):
     templates = _templates(PKG / module)
     assert templates, f"zerolab/{module} shows no message through T(...)"
     missing = [t for t in templates if t not in ZH.get(section, {})]
-    assert not missing, f"zerolab/messages_zh.py, section {section!r}, lacks:\n" + "\n".join(map(repr, missing))
+    assert not missing, f"zerolab/i18n/messages_zh.py, section {section!r}, lacks:\n" + "\n".join(map(repr, missing))
 
 
 def test_every_module_that_shows_a_template_has_a_section():
@@ -166,9 +168,9 @@ def test_every_module_that_shows_a_template_has_a_section():
     English in the Chinese edition and escape the test above."""
     orphans = sorted(p.relative_to(PKG).as_posix() for p in PKG.rglob("*.py")
                      if p.relative_to(PKG).as_posix() not in TRANSLATED and _templates(p)
-                     and p.resolve() != Path(i18n.__file__).resolve())     # the machinery itself
+                     and p.parent.resolve() != Path(i18n.__file__).parent.resolve())     # the machinery itself
     assert not orphans, f"T(...) with no catalogue section found: {orphans}"
-    assert {f"checks/{p.name}" for p in (PKG / "checks").glob("*.py")} <= set(TRANSLATED)
+    assert {f"course/checks/{p.name}" for p in (PKG / "course" / "checks").glob("*.py")} <= set(TRANSLATED)
 
 
 def test_the_sections_and_templates_are_found_in_the_code(tmp_path):
@@ -275,7 +277,7 @@ def _fail(check, *args) -> str:
 
 def test_exercise_0_fails_in_the_editions_language_on_its_ranks():
     """The message is written on a rank: the rank speaks the language of the notebook that started it."""
-    from zerolab.checks.ch00 import check_ring_all_gather
+    from zerolab.course.checks.ch00 import check_ring_all_gather
 
     def sends_a_placeholder(chunks, rank, world_size, send_recv):     # chunk (r - s + 1): one ahead
         n = world_size
@@ -306,7 +308,7 @@ def _ring_reduce_scatter(start=1):
 
 
 def test_exercise_2_fails_in_the_editions_language_on_its_ranks():
-    from zerolab.checks.ch02 import check_ring_reduce_scatter
+    from zerolab.course.checks.ch02 import check_ring_reduce_scatter
 
     def check(fn):
         check_ring_reduce_scatter(fn, cases=((2, 5),), engine_world_sizes=())
@@ -325,7 +327,7 @@ def test_exercise_2_fails_in_the_editions_language_on_its_ranks():
 
 def test_exercise_3_fails_in_the_editions_language():
     """Both rules are judged in this process before any rank starts."""
-    from zerolab.checks.ch03 import check_adamw_step, check_shard_range
+    from zerolab.course.checks.ch03 import check_adamw_step, check_shard_range
 
     def reversed_ranges(padded_numel, world_size, rank):        # tiles the buffer, in the wrong order
         size = padded_numel // world_size
@@ -356,7 +358,7 @@ def test_exercise_3_fails_in_the_editions_language():
 
 def test_exercise_3b_fails_in_the_editions_language_on_its_ranks():
     """The mistake is seen on a rank, inside the engine: the rank speaks the notebook's language."""
-    from zerolab.checks.stage2_buckets import check_stage2_buckets, close_crews
+    from zerolab.course.checks.stage2_buckets import check_stage2_buckets, close_crews
 
     def add_grad(bucket, where, grad, arrived, i, n_params):
         bucket[where] += grad.reshape(-1)
@@ -402,8 +404,8 @@ class ShardedOptimizer:                 # DDP by hand, and the gradients summed,
 
 
 def test_exercise_3c_fails_in_the_editions_language():
-    from zerolab.checks import close_crews
-    from zerolab.checks.zero1 import check
+    from zerolab.course.checks import close_crews
+    from zerolab.course.checks.zero1 import check
 
     ns = {"__name__": "zero1_learner_under_test"}       # not importable: sent to the ranks by value
     exec(SUMS_NOT_AVERAGES, ns)
@@ -420,7 +422,7 @@ def test_exercise_3c_fails_in_the_editions_language():
 
 
 def test_exercise_4_fails_in_the_editions_language():
-    from zerolab.checks.ch04 import check_sequences
+    from zerolab.course.checks.ch04 import check_sequences
 
     en = _fail(check_sequences, update_scale(factor=2.0))
     assert en.startswith("sequence 'scale_factor 3: cuts divide by 3, growths multiply by 3'"), en
@@ -433,7 +435,7 @@ def test_exercise_4_fails_in_the_editions_language():
 
 
 def test_exercise_4_fails_in_the_editions_language_on_the_engines_ranks(capsys):
-    from zerolab.checks.ch04 import check_update_scale
+    from zerolab.course.checks.ch04 import check_update_scale
 
     with i18n.using("zh"):
         zh = _fail(check_update_scale, update_scale(raise_in_engine=True))
@@ -444,8 +446,8 @@ def test_exercise_4_fails_in_the_editions_language_on_the_engines_ranks(capsys):
 
 
 def test_exercise_8_fails_in_the_editions_language():
-    from zerolab.checks import close_crews
-    from zerolab.checks.ch08 import check_knobs
+    from zerolab.course.checks import close_crews
+    from zerolab.course.checks.ch08 import check_knobs
 
     good = {"A": {"stage3_param_persistence_threshold": 64},
             "B": {"stage3_param_persistence_threshold": 64, "stage3_max_live_parameters": 14336,
@@ -487,8 +489,8 @@ def _host_step(unscale=True):
 
 
 def test_exercise_5_fails_in_the_editions_language_alone_and_on_the_engines_ranks():
-    from zerolab.checks import close_crews
-    from zerolab.checks.ch05 import check_alone, check_engine
+    from zerolab.course.checks import close_crews
+    from zerolab.course.checks.ch05 import check_alone, check_engine
 
     en = _fail(check_alone, _host_step(unscale=False))
     assert en.startswith("alone, groups of [50, 23, 81] elements, sub_group_size 40 (5 sub-groups), step 1: "
@@ -511,7 +513,7 @@ def test_exercise_5_fails_in_the_editions_language_alone_and_on_the_engines_rank
 
 def test_exercise_9_fails_in_the_editions_language():
     """The config is judged in this process, before any rank starts."""
-    from zerolab.checks.ch09 import check_alone, reference_config
+    from zerolab.course.checks.ch09 import check_alone, reference_config
 
     def log_warmup(world_size):                  # DeepSpeed's default warmup_type, 'log'
         cfg = reference_config(world_size)
@@ -529,8 +531,8 @@ def test_exercise_9_fails_in_the_editions_language():
 
 def test_exercise_13_fails_in_the_editions_language():
     """Part 1 runs in this process, before any rank starts."""
-    from zerolab import quant
-    from zerolab.checks.ch13 import check_alone
+    from zerolab.zeropp import quant
+    from zerolab.course.checks.ch13 import check_alone
 
     def truncates(x, groups, bits=8):             # .to(torch.int8) without rounding first
         blocks = x.reshape(-1).float().view(groups, -1)
@@ -553,15 +555,15 @@ def test_exercise_13_fails_in_the_editions_language():
 def test_exercise_8c_fails_in_the_editions_language():
     """The solution's hooks (the stored solution notebook) with the release left out."""
     import nbformat
-    from zerolab.checks import close_crews
-    from zerolab.checks.hooks3 import check_gather_hooks
+    from zerolab.course.checks import close_crews
+    from zerolab.course.checks.hooks3 import check_gather_hooks
 
     cell = next(c.source for c in nbformat.read(ROOT / "solutions" / "08c_gather_hooks.ipynb", as_version=4).cells
                 if c.cell_type == "code" and c.source.startswith("class MyHooks"))
     release = "                ps.after_forward(ps.groups[i])   # release, unless the reuse distance keeps it\n"
     assert release in cell, "the solution no longer releases in this line: update this test"
     ns = {"__name__": "hooks3_learner_under_test"}           # not importable: sent to the ranks by value
-    exec("import torch\nfrom zerolab.hooks import on_first_output_grad, on_inputs_grad, unwatch_params, watch_params\n"
+    exec("import torch\nfrom zerolab.zero.stage3.hooks import on_first_output_grad, on_inputs_grad, unwatch_params, watch_params\n"
          + cell.replace(release, "                pass\n"), ns)
     try:
         en = _fail(lambda cls: check_gather_hooks(cls, worlds=(2,), verbose=False), ns["MyHooks"])
@@ -580,7 +582,7 @@ def test_exercise_8c_fails_in_the_editions_language():
 
 def test_exercise_1_fails_in_the_editions_language(monkeypatch):
     """Measured backpacks stood in by the formula (the real engine's: tests/test_exercises.py)."""
-    from zerolab.checks import ch01
+    from zerolab.course.checks import ch01
 
     def right(psi, precision, stage=0, world_size=1):
         p, g, o = (4, 4, 8) if precision == "fp32" else (2, 2, 12)
@@ -605,7 +607,7 @@ def test_exercise_1_fails_in_the_editions_language(monkeypatch):
 
 
 def test_exercise_6_fails_in_the_editions_language():
-    from zerolab.checks.ch06 import check_alone
+    from zerolab.course.checks.ch06 import check_alone
 
     def off_by_one(named, limit):       # closes a bucket that is exactly full (>= instead of >)
         out, cur, size = [], [], 0
@@ -625,7 +627,7 @@ def test_exercise_6_fails_in_the_editions_language():
 
 
 def test_exercise_7_fails_in_the_editions_language():
-    from zerolab.checks.ch07 import check_device_bytes, reference_device_bytes
+    from zerolab.course.checks.ch07 import check_device_bytes, reference_device_bytes
 
     def no_activations(facts, *rung):
         return reference_device_bytes(facts, *rung) - facts.activation_bytes
@@ -640,7 +642,7 @@ def test_exercise_14_fails_in_the_editions_language_in_a_zh_folder(tmp_path):
     """As in a kernel of exercises/zh/: the language comes from the folder, nothing else set."""
     folder = tmp_path / "exercises" / "zh"
     folder.mkdir(parents=True)
-    code = ("from zerolab.checks.ch14 import check_tokens_to_hide\n"
+    code = ("from zerolab.course.checks.ch14 import check_tokens_to_hide\n"
             "def no_ring(peak, mfu, beta, n, ck=False):\n"
             "    return 3 * 2 * peak * mfu / ((8 if ck else 6) * beta)\n"
             "check_tokens_to_hide(no_ring)\n")
@@ -656,14 +658,14 @@ def test_exercise_14_fails_in_the_editions_language_in_a_zh_folder(tmp_path):
 
 @pytest.fixture
 def no_cjk_font(monkeypatch):
-    from zerolab import viz
+    from zerolab.course import viz
     monkeypatch.setattr(viz, "_CJK_FONT", [None])
     monkeypatch.setattr(viz, "_SAID_ENGLISH", False)
     return viz
 
 
 def test_a_chinese_figure_without_a_cjk_font_keeps_english_and_says_so_once(no_cjk_font, capsys):
-    from zerolab.lab.common import F
+    from zerolab.course.lab.common import F
     assert F("elements ({n} flat groups)", n=3) == "elements (3 flat groups)"     # English edition: nothing said
     assert capsys.readouterr().out == ""
     with i18n.using("zh"):
@@ -675,8 +677,8 @@ def test_a_chinese_figure_without_a_cjk_font_keeps_english_and_says_so_once(no_c
 
 def test_a_chinese_figure_with_a_cjk_font_labels_in_chinese(monkeypatch):
     import matplotlib
-    from zerolab import viz
-    from zerolab.lab.common import F
+    from zerolab.course import viz
+    from zerolab.course.lab.common import F
     monkeypatch.setattr(viz, "_CJK_FONT", ["DejaVu Sans"])          # stands in for an installed CJK family
     with matplotlib.rc_context(), i18n.using("zh"):
         assert F("elements ({n} flat groups)", n=3) == "元素（3 个扁平组）"
@@ -687,7 +689,7 @@ def test_the_labs_figures_draw_no_missing_glyph_in_the_chinese_edition(no_cjk_fo
     """Rendered for real: without a CJK font the Chinese edition's figure has no glyph matplotlib lacks."""
     import io
     import warnings
-    from zerolab import lab
+    from zerolab.course import lab
     with i18n.using("zh"), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fig = lab.draw_plan(lab.plan("Llama-2 7B", 8))
@@ -699,7 +701,7 @@ def test_the_labs_figures_draw_no_missing_glyph_in_the_chinese_edition(no_cjk_fo
 
 def test_the_labs_controls_speak_the_editions_language():
     pytest.importorskip("ipywidgets")
-    from zerolab.lab.common import _run_controls
+    from zerolab.course.lab.common import _run_controls
     assert [w.description for w in _run_controls(2, 1, "bf16", 4)] == ["N ranks", "stage", "precision"]
     with i18n.using("zh"):
         assert [w.description for w in _run_controls(2, 1, "bf16", 4)] == ["rank 数 N", "ZeRO 阶段", "精度"]
@@ -760,24 +762,24 @@ def test_config_errors_in_the_editions_language():
 def test_every_refused_or_removed_key_says_what_it_does_in_chinese():
     """A refusal names the DeepSpeed feature (config_keys' tables): a row added or reworded in English
     without its Chinese fails here."""
-    from zerolab import config_keys as K
+    from zerolab.config import keys as K
     tables = [K.TOP, K.ZERO, K.FP16, K.BF16, K.OFFLOAD_OPTIMIZER, K.OFFLOAD_PARAM, K.OPTIMIZER,
               *K.OPTIMIZER_PARAMS.values(), K.ZEROLAB, K.AIO, K.SCHEDULER]
     missing = sorted({key.what for table in tables for key in table.values()
                       if key.status in (K.NOT_IMPLEMENTED, K.REMOVED) and key.what not in ZH["config"]})
-    assert not missing, "zerolab/messages_zh.py, section 'config', lacks:\n" + "\n".join(map(repr, missing))
+    assert not missing, "zerolab/i18n/messages_zh.py, section 'config', lacks:\n" + "\n".join(map(repr, missing))
 
 
 def test_every_key_with_no_effect_says_why_in_chinese():
     """``zerolab explain`` and the engine's warning give the reason a key does nothing (config_keys'
     NO_EFFECT rows): a row added or reworded in English without its Chinese fails here."""
-    from zerolab import config_keys as K
+    from zerolab.config import keys as K
     tables = [K.TOP, K.ZERO, K.ZEROPP_BELOW_STAGE3, K.FP16, K.BF16, K.OFFLOAD_OPTIMIZER, K.OFFLOAD_PARAM,
               {"off": K.OFFLOAD_OFF}, K.OPTIMIZER, *K.OPTIMIZER_PARAMS.values(), K.ZEROLAB, K.AIO, K.SCHEDULER]
     whats = {key.what for table in tables for key in table.values() if key.status == K.NO_EFFECT}
     assert len(whats) > 20, whats
     missing = sorted(whats - set(ZH["config"]))
-    assert not missing, "zerolab/messages_zh.py, section 'config', lacks:\n" + "\n".join(map(repr, missing))
+    assert not missing, "zerolab/i18n/messages_zh.py, section 'config', lacks:\n" + "\n".join(map(repr, missing))
 
 
 # every branch of zerolab explain: stage 3 with ZeRO++, offload to NVMe, a static scale, a schedule,
@@ -846,7 +848,9 @@ def test_zerolab_explain_errors_in_chinese(tmp_path, capsys):
 
 
 def test_the_engines_warnings_in_the_editions_language(monkeypatch):
-    from zerolab import attach, config, hpz
+    from zerolab import config
+    from zerolab.zero import attach
+    from zerolab.zeropp import hpz
     cfg = config.load_config({"train_batch_size": 2, "steps_per_print": 5}, 1)
     monkeypatch.setattr(attach, "_WARNED", set())
     with i18n.using("zh"), pytest.warns(UserWarning) as zh:
@@ -873,7 +877,8 @@ def test_a_ranks_error_summary_in_the_editions_language():
                                    "(ranks that failed: 0, 1, 2; ranks [3] were still running and were stopped)",
                                    "", "--- traceback from rank 1 ---"], en
     with i18n.using("zh"):
-        from zerolab import crew, crew_limits
+        from zerolab.crew import crew
+        from zerolab.crew import limits as crew_limits
         zh = str(RankError(failures, crew_limits.T("; ranks {ranks} were still running and were stopped",
                                                    ranks=[3])))
         died = str(RankError({2: {"type": "RankDied", "message": crew._died(2, "run", -9), "traceback": ""}}))
@@ -932,7 +937,7 @@ def test_matplotlibs_last_resort_font_is_not_a_cjk_font(monkeypatch):
     """matplotlib (3.10+) bundles "Last Resort High-Efficiency", which maps every code point to a box:
     found by the glyph lookup it would put boxes in every Chinese figure; it is skipped."""
     from matplotlib import font_manager
-    from zerolab import viz
+    from zerolab.course import viz
     last = [f for f in font_manager.fontManager.ttflist if f.name.startswith("Last Resort")]
     if not last:
         pytest.skip("this matplotlib has no Last Resort font")
@@ -1020,7 +1025,7 @@ def test_collectives_topology_and_models_errors_in_the_editions_language():
     world, a width that does not split into heads."""
     import zerolab
     from zerolab.models import GPT
-    from zerolab.topology import Topology
+    from zerolab.crew.topology import Topology
     with zerolab.Crew(2, echo=False) as crew:
         with i18n.using("zh"):
             zh = crew.run(_reduce_scatter_unpadded)
@@ -1082,7 +1087,7 @@ def crew2():
 def test_out_of_device_memory_in_the_editions_language(crew2):
     """Chapter 5's DDP under device_budget='1MiB' (chapter 7 meets the same error in forward): on
     each rank, the error, its consumers and the configs that fit in Chinese; English as before."""
-    from zerolab.chapters import ch05
+    from zerolab.course.chapters import ch05
     with i18n.using("zh"):
         zh = crew2.run(ch05.try_budget, {"stage": 0}, "1MiB", 1)
     en = crew2.run(ch05.try_budget, {"stage": 0}, "1MiB", 1)
@@ -1108,9 +1113,9 @@ def test_out_of_device_memory_in_the_editions_language(crew2):
 def _fp16_collapse():
     """Chapter 7's collapse, shorter: every step overflows, the scale halves 4 -> 2 -> 1, then stops."""
     import zerolab
-    from zerolab.loss_scaler import LossScaleAtMinimum
+    from zerolab.precision.loss_scaler import LossScaleAtMinimum
     from zerolab.models import MLP, mse_loss, regression_batches
-    from zerolab.reference import train_engine
+    from zerolab.zero.reference import train_engine
     cfg = {"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
            "zero_optimization": {"stage": 2}, "fp16": {"enabled": True, "initial_scale_power": 2, "hysteresis": 1}}
     engine = zerolab.initialize(MLP(sizes=(16, 8, 4)), cfg)
@@ -1139,7 +1144,7 @@ def _rank1_skips_block2(stage):
     """Chapter 7's divergent ranks: rank 1's forward skips block 2."""
     import zerolab
     from zerolab.models import TinyLM, lm_batches, lm_loss
-    from zerolab.reference import train_engine
+    from zerolab.zero.reference import train_engine
 
     class SkippingLM(TinyLM):
         def forward(self, tokens):
@@ -1192,7 +1197,12 @@ def test_the_engines_set_up_errors_in_the_editions_language(tmp_path):
     """A misused API or setting, met before training: no optimizer, an engine outside the ranks, a
     bad budget, an NVMe folder that is missing, hpZ's groups, qwZ's blocks, the memory formulas."""
     import zerolab
-    from zerolab import budget, hpz, memory, nvme, optim, quant
+    from zerolab import memory
+    from zerolab.memory import budget
+    from zerolab.zeropp import hpz
+    from zerolab.offload import nvme
+    from zerolab.zero import optim
+    from zerolab.zeropp import quant
 
     def errors():
         out = []

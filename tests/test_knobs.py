@@ -1,4 +1,4 @@
-"""zerolab.knobs (chapter 8's helpers) without ranks: DeepSpeed's release rule replayed on a
+"""zerolab.course.knobs (chapter 8's helpers) without ranks: DeepSpeed's release rule replayed on a
 recorded order, Llama-2-7B's shapes, and a config's keys beside DeepSpeed 0.19.8's defaults.
 The measurement itself (``knobs.measure``) runs on ranks in chapter 8's notebooks, which nbval
 compares output by output."""
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from zerolab import knobs
+from zerolab.course import knobs
 
 ROOT = Path(__file__).resolve().parent.parent
 ORDER = [f"layers.{i}" for i in range(8)] + [f"layers.{i}" for i in reversed(range(8))]

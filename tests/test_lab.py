@@ -1,4 +1,4 @@
-"""zerolab.lab: the visual lab's data (real engines on 2 ranks), pictures and widgets.
+"""zerolab.course.lab: the visual lab's data (real engines on 2 ranks), pictures and widgets.
 
 The gathering functions are tested on their own: who holds what (read from the engine's
 tensors, checked against engine.memory()), one step's ledger, timeline and memory samples,
@@ -13,7 +13,9 @@ import pytest
 
 matplotlib.use("Agg")
 
-from zerolab import estimate, lab, simulate  # noqa: E402
+from zerolab.tools import estimate  # noqa: E402
+from zerolab.course import lab
+from zerolab.tools import simulate
 from zerolab.comm import wire_factor  # noqa: E402
 
 
@@ -140,7 +142,7 @@ def test_step_trace_keeps_zerolabs_order_checks_apart(pool):
 
 
 def test_moved():
-    from zerolab.lab import Collective
+    from zerolab.course.lab import Collective
     c = Collective(0, "all_gather", "params x", 12, 24, "bfloat16", 12.0, None, None)
     m = lab.moved(c, 3)
     assert (m["in_numel"], m["out_numel"]) == (4, 12)

@@ -1,4 +1,4 @@
-"""zerolab.lab's extension mode, ZeRO++ part (zerolab/lab/zeropp.py): real stage-3 engines on crews
+"""zerolab.course.lab's extension mode, ZeRO++ part (zerolab/course/lab/zeropp.py): real stage-3 engines on crews
 in virtual nodes, the ledger's bytes per link beside the simulator's formula, hpZ's secondary
 shards beside 2Ψ/h; the widget's controls wired to the engine's keys (driven without a browser).
 
@@ -16,8 +16,9 @@ import pytest
 
 matplotlib.use("Agg")
 
-from zerolab import i18n, lab  # noqa: E402
-from zerolab.lab import zeropp as Z  # noqa: E402
+from zerolab import i18n  # noqa: E402
+from zerolab.course import lab
+from zerolab.course.lab import zeropp as Z  # noqa: E402
 
 PSI = Z.LAYERS * (Z.WIDTH * Z.WIDTH + Z.WIDTH)          # 16,640: no padding at 2 or 4 ranks
 

@@ -1,5 +1,5 @@
 """zerolab's layers, as import-linter checks them (``[tool.importlinter]`` in pyproject.toml; the
-table in docs/ARCHITECTURE.md): the contract is kept today, it fails on an upward import, no
+tables in docs/ARCHITECTURE.md): the contracts are kept today, it fails on an upward import, no
 imports go round in a circle (what the layers' ``a : b`` siblings leave to this file), and the
 table says what the contract says.
 
@@ -43,68 +43,86 @@ def test_the_layers_contract_is_kept():
     run = lint_imports(ROOT)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out
-    assert "2 kept, 0 broken" in out, out
+    assert "3 kept, 0 broken" in out, out
 
 
 def test_an_upward_import_breaks_the_contract(tmp_path):
     shutil.copytree(ROOT / "zerolab", tmp_path / "zerolab", ignore=shutil.ignore_patterns("__pycache__", "data"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    i18n = tmp_path / "zerolab" / "i18n.py"
-    text = i18n.read_text(encoding="utf-8")
+    language = tmp_path / "zerolab" / "i18n" / "language.py"
+    text = language.read_text(encoding="utf-8")
     head = "from __future__ import annotations\n"
     assert head in text
-    # the bottom layer importing the engine, seven layers up
-    i18n.write_text(text.replace(head, head + "from . import engine  # upward, on purpose\n", 1), encoding="utf-8")
+    # the bottom layer importing the engine, five layers up
+    language.write_text(text.replace(head, head + "from ..zero import engine  # upward, on purpose\n", 1),
+                        encoding="utf-8")
     run = lint_imports(tmp_path)
     out = run.stdout + run.stderr
     assert run.returncode != 0, out
     assert "zerolab's layers (docs/ARCHITECTURE.md) BROKEN" in out, out
-    assert "zerolab.i18n is not allowed to import zerolab.engine" in out, out
-    assert "- zerolab.i18n -> zerolab.engine" in out, out
+    assert "zerolab.i18n is not allowed to import zerolab.zero" in out, out
+    assert "- zerolab.i18n.language -> zerolab.zero.engine" in out, out
 
 
 def test_no_imports_go_round_in_a_circle():
     """The layers allow ``a : b`` siblings to import each other; none may close a circle
-    (issue 27 left none), counting imports inside functions, as import-linter does. Each of
-    zerolab's modules and subpackages is one node, the package itself (its __init__) another."""
+    (issue 27 left none), counting imports inside functions, as import-linter does. Checked on
+    every floor of folders: inside each package, each of its modules and subpackages is one node
+    (``zerolab.zero.stage3`` is one node among ``zerolab.zero``'s modules), the package's own
+    ``__init__`` another."""
     grimp = pytest.importorskip("grimp")
     assert importlib.util.find_spec("zerolab").origin.startswith(str(ROOT))
     graph = grimp.build_graph("zerolab", cache_dir=None)
+    packages = {".".join(m.split(".")[:k]) for m in graph.modules for k in range(1, m.count(".") + 1)}
 
-    def node(module: str) -> str:
-        return ".".join(module.split(".")[:2])
+    def circles_in(package: str) -> list[list[str]]:
+        depth = package.count(".") + 2
 
-    edges: dict[str, set[str]] = {}
-    for m in graph.modules:
-        for imported in graph.find_modules_directly_imported_by(m):
-            if node(imported) != node(m):
-                edges.setdefault(node(m), set()).add(node(imported))
+        def node(module: str) -> str:
+            return ".".join(module.split(".")[:depth])
 
-    circles, state = [], {}            # state: 1 on the current path, 2 done
+        edges: dict[str, set[str]] = {}
+        for m in graph.modules:
+            if not m.startswith(package + "."):
+                continue
+            for imported in graph.find_modules_directly_imported_by(m):
+                if imported.startswith(package + ".") and node(imported) != node(m):
+                    edges.setdefault(node(m), set()).add(node(imported))
+        circles, state = [], {}            # state: 1 on the current path, 2 done
 
-    def visit(n: str, path: list[str]) -> None:
-        state[n] = 1
-        for m in sorted(edges.get(n, ())):
-            if state.get(m) == 1:
-                circles.append(path[path.index(m):] + [m])
-            elif m not in state:
-                visit(m, path + [m])
-        state[n] = 2
+        def visit(n: str, path: list[str]) -> None:
+            state[n] = 1
+            for m in sorted(edges.get(n, ())):
+                if state.get(m) == 1:
+                    circles.append(path[path.index(m):] + [m])
+                elif m not in state:
+                    visit(m, path + [m])
+            state[n] = 2
 
-    for n in sorted(edges):
-        if n not in state:
-            visit(n, [n])
+        for n in sorted(edges):
+            if n not in state:
+                visit(n, [n])
+        return circles
+
+    assert {"zerolab", "zerolab.zero", "zerolab.course"} <= packages
+    circles = [c for p in sorted(packages) for c in circles_in(p)]
     assert not circles, "\n".join(" -> ".join(c) for c in circles)
 
 
-def test_the_architecture_table_is_the_contract():
-    """docs/ARCHITECTURE.md's layer table, row for row, is the contract's list of layers."""
+def test_the_architecture_tables_are_the_contracts():
+    """docs/ARCHITECTURE.md's layer tables, row for row, are the contracts' lists of layers: the
+    packages (section "The layers"), the engine's floors ("Inside zero"), the config chain
+    ("Inside config")."""
     tomllib = pytest.importorskip("tomllib")          # Python 3.11+
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    [contract] = [c for c in config["tool"]["importlinter"]["contracts"] if c["id"] == "layers"]
+    contracts = {c["id"]: c for c in config["tool"]["importlinter"]["contracts"]}
     doc = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
-    section = doc.split("## The layers", 1)[1].split("\n## ", 1)[0]
-    rows = [line.split(" | ")[1] for line in section.splitlines()
-            if line.startswith("| ") and not line.startswith("| layer |")]
-    table = [row.strip().strip("`").replace("\\|", "|") for row in rows]
-    assert table == contract["layers"]
+    for heading, cid in (("## The layers", "layers"), ("### Inside zero", "zero"), ("### Inside config", "config-chain")):
+        assert heading in doc, heading
+        section = doc.split(heading, 1)[1].split("\n#", 1)[0]
+        rows = [line.split(" | ")[1] for line in section.splitlines()
+                if line.startswith("| ") and not line.startswith("| layer |")]
+        table = [row.strip().strip("`").replace("\\|", "|") for row in rows]
+        assert table == contracts[cid]["layers"], heading
+        assert contracts[cid].get("exhaustive"), cid
+

@@ -11,7 +11,9 @@ import math
 
 import pytest
 
-from zerolab import course, progress, report
+from zerolab.course import workspace as course
+from zerolab.course import progress
+from zerolab.tools import report
 from zerolab.cli import count
 from zerolab.cli import main as cli
 
@@ -166,7 +168,7 @@ def test_progress_counts_only_this_clones_checks(tmp_path, monkeypatch, capsys):
 # -- zerolab train's first loss; preflight's fonts in Chinese ---------------------------------------
 
 def test_the_first_loss_of_tinylm_is_explained():
-    from zerolab.train import _why_the_first_loss
+    from zerolab.tools.train import _why_the_first_loss
     assert _why_the_first_loss(3.5) == []
     line = "\n".join(_why_the_first_loss(24.4))
     assert "ln 37 = 3.61" in line and "tied to the embedding" in line and "d = 26" in line

@@ -1,11 +1,11 @@
-"""zerolab.lm_runs (chapter 10's helpers) without ranks: the model's size, the config it is
+"""zerolab.course.lm_runs (chapter 10's helpers) without ranks: the model's size, the config it is
 trained from, the traffic unit. The runs themselves are in chapter 10's notebooks (nbval)."""
 from __future__ import annotations
 
 import pytest
 
 import zerolab
-from zerolab import lm_runs
+from zerolab.course import lm_runs
 
 
 def test_the_model_and_its_unit():

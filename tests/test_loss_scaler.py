@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from zerolab.loss_scaler import (FP16_DEFAULTS, DynamicLossScaler, LossScaleAtMinimum, LossScaler, has_inf_or_nan,
+from zerolab.precision.loss_scaler import (FP16_DEFAULTS, DynamicLossScaler, LossScaleAtMinimum, LossScaler, has_inf_or_nan,
                                  make_loss_scaler)
 
 FIXTURE = json.loads((Path(__file__).parent / "data" / "ds_loss_scaler_traces.json").read_text())

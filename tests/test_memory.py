@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch import nn
 
-from zerolab import estimate as est
-from zerolab.memory import (comm_ops, comm_volume, count_params, format_bytes, largest_layer_params,
+from zerolab.tools import estimate as est
+from zerolab.memory.memory import (comm_ops, comm_volume, count_params, format_bytes, largest_layer_params,
                             measure_activations, model_state_bytes, precision_bytes, tensor_bytes,
                             zero_paper_table)
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 import zerolab
-from zerolab.loss_scaler import make_loss_scaler
+from zerolab.precision.loss_scaler import make_loss_scaler
 from zerolab.models import TinyLM, lm_batches, lm_loss
-from zerolab.reference import train_engine, train_reference
+from zerolab.zero.reference import train_engine, train_reference
 
 
 def cfg(stage, world, prec, gas=1):

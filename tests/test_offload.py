@@ -18,9 +18,9 @@ import torch
 import zerolab
 from zerolab.config import ConfigError
 from zerolab.models import TinyLM, lm_batches, lm_loss
-from zerolab.nvme import NvmePathError, remove_stale_swap_dirs
+from zerolab.offload.nvme import NvmePathError, remove_stale_swap_dirs
 from zerolab.offload import tile_ranges
-from zerolab.reference import train_engine, train_reference
+from zerolab.zero.reference import train_engine, train_reference
 
 
 def cfg_for(stage, world, *, precision="fp32", gas=2, clip=0.05, opt=None, param=None, sub_group=None):
@@ -170,7 +170,7 @@ def test_where_every_byte_lives(stage, opt, param, tmp_path):
 
 
 def _estimator_check(stage, opt, param):
-    from zerolab.estimate import estimate_zero2_model_states_mem_needs, estimate_zero3_model_states_mem_needs
+    from zerolab.tools.estimate import estimate_zero2_model_states_mem_needs, estimate_zero3_model_states_mem_needs
     from zerolab.memory import count_params, largest_layer_params
     world = zerolab.world_size()
     cfg = cfg_for(stage, world, precision="fp16", gas=1, clip=0.0, opt={"device": opt},
@@ -195,7 +195,7 @@ def _estimator_check(stage, opt, param):
 
 @pytest.mark.parametrize("stage,param", [(2, None), (3, None), (3, "cpu")])
 def test_memory_matches_deepspeed_estimator_rows(stage, param):
-    """DeepSpeed's estimators (zerolab.estimate reproduces them) with the buffer factor 1.0:
+    """DeepSpeed's estimators (zerolab.tools.estimate reproduces them) with the buffer factor 1.0:
     ZeRO-2 + optimizer offload: 2 Psi per GPU, 16 Psi per node in host memory. ZeRO-3 +
     optimizer offload: 2 Psi / N per GPU (+ the largest layer, gathered), 16 Psi on the host;
     with parameter offload too: nothing but the gathered layer per GPU, 18 Psi on the host.

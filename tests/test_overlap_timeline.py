@@ -6,7 +6,7 @@ import torch
 
 import zerolab
 from zerolab.models import TinyLM, lm_batches, lm_loss
-from zerolab.reference import train_engine
+from zerolab.zero.reference import train_engine
 
 
 def one_step(stage, own=None, **zero):

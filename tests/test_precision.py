@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from zerolab import precision as P
-from zerolab.loss_scaler import DynamicLossScaler
+from zerolab.precision.loss_scaler import DynamicLossScaler
 from zerolab.precision import dtype_range_table, grad_magnitudes, scaler_trace, underflow_report
 
 

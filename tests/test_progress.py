@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import pytest
 
-from zerolab import progress
-from zerolab.checks import ExerciseCheckFailed, passed
+from zerolab.course import progress
+from zerolab.course.checks import ExerciseCheckFailed, passed
 from zerolab.cli import main as cli
 
 
@@ -33,7 +33,7 @@ def _fake_check(module: str, name: str):
 
 
 def test_a_check_records_failures_then_a_pass(pfile, capsys):
-    check = _fake_check("zerolab.checks.ch02", "check_ring_reduce_scatter")
+    check = _fake_check("zerolab.course.checks.ch02", "check_ring_reduce_scatter")
     with pytest.raises(ExerciseCheckFailed):
         check(False)
     check(True)
@@ -49,7 +49,7 @@ def test_a_check_records_failures_then_a_pass(pfile, capsys):
 
 
 def test_only_checks_are_recorded_not_helpers_or_other_code(pfile):
-    helper = _fake_check("zerolab.checks.ch02", "trace_ring")             # not a check_ function
+    helper = _fake_check("zerolab.course.checks.ch02", "trace_ring")             # not a check_ function
     with pytest.raises(ExerciseCheckFailed):
         helper(False)
     ExerciseCheckFailed("made outside any check")
@@ -58,8 +58,8 @@ def test_only_checks_are_recorded_not_helpers_or_other_code(pfile):
 
 
 def test_the_outermost_check_names_the_exercise(pfile):
-    inner = _fake_check("zerolab.checks.ch04", "check_sequences")
-    env = {"__name__": "zerolab.checks.ch04", "inner": inner}
+    inner = _fake_check("zerolab.course.checks.ch04", "check_sequences")
+    env = {"__name__": "zerolab.course.checks.ch04", "inner": inner}
     exec("def check_update_scale():\n    inner(True)\n", env)
     env["check_update_scale"]()
     assert [r["exercise"] for r in progress.load()] == ["ch04.check_update_scale"]
@@ -67,12 +67,12 @@ def test_the_outermost_check_names_the_exercise(pfile):
 
 def test_the_notebook_is_recorded_when_jupyter_names_it(pfile, monkeypatch):
     monkeypatch.setenv("JPY_SESSION_NAME", "/home/ana/zerolab/exercises/01_weigh_the_backpack.ipynb")
-    _fake_check("zerolab.checks.ch01", "check_model_state_bytes")(True)
+    _fake_check("zerolab.course.checks.ch01", "check_model_state_bytes")(True)
     assert progress.load()[0]["notebook"].endswith("exercises/01_weigh_the_backpack.ipynb")
 
 
 def test_a_real_check_records_its_failure(pfile):
-    from zerolab.checks.ch03 import check_shard_range
+    from zerolab.course.checks.ch03 import check_shard_range
     with pytest.raises(ExerciseCheckFailed, match="shard_range"):
         check_shard_range(lambda padded, n, r: (0, padded))        # every rank owns everything
     (rec,) = progress.load()
@@ -81,7 +81,7 @@ def test_a_real_check_records_its_failure(pfile):
 
 
 def test_a_real_check_records_its_pass(pfile):
-    from zerolab.checks.ch03 import check_shard_range, close_crews
+    from zerolab.course.checks.ch03 import check_shard_range, close_crews
 
     def shard_range(padded_numel, world_size, rank):
         size = padded_numel // world_size
@@ -97,7 +97,7 @@ def test_an_unwritable_place_never_breaks_a_check(tmp_path, monkeypatch, capsys)
     blocker = tmp_path / "a_file"
     blocker.write_text("")                       # its "folder" is a file: no one can write there, not even root
     monkeypatch.setenv("ZEROLAB_PROGRESS", str(blocker / "progress.json"))
-    check = _fake_check("zerolab.checks.ch01", "check_model_state_bytes")
+    check = _fake_check("zerolab.course.checks.ch01", "check_model_state_bytes")
     check(True)                                                 # passes as before
     with pytest.raises(ExerciseCheckFailed, match="chunk 1"):   # fails as before
         check(False)
@@ -111,7 +111,7 @@ def test_an_unwritable_place_never_breaks_a_check(tmp_path, monkeypatch, capsys)
 def test_a_damaged_file_is_left_alone_with_a_warning(pfile, capsys):
     pfile.parent.mkdir(parents=True)
     pfile.write_text("{not json")
-    _fake_check("zerolab.checks.ch01", "check_model_state_bytes")(True)
+    _fake_check("zerolab.course.checks.ch01", "check_model_state_bytes")(True)
     assert pfile.read_text() == "{not json"
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is not a zerolab progress file" in err and "delete it" in err
@@ -177,13 +177,13 @@ def test_every_listed_exercise_is_a_real_check():
     import importlib
     for key in progress.EXERCISES:
         module, fn = key.split(".")
-        assert callable(getattr(importlib.import_module(f"zerolab.checks.{module}"), fn, None)), key
+        assert callable(getattr(importlib.import_module(f"zerolab.course.checks.{module}"), fn, None)), key
 
 
 def test_a_solution_notebook_records_nothing(pfile, monkeypatch, tmp_path):
     # an instructor's dry run of solutions/ (JupyterLab names the notebook) or the course's rebuild
     # (jupyter execute in the solutions folder) must not mark the learner's exercises done
-    check = _fake_check("zerolab.checks.ch01", "check_model_state_bytes")
+    check = _fake_check("zerolab.course.checks.ch01", "check_model_state_bytes")
     monkeypatch.setenv("JPY_SESSION_NAME", "/home/ana/zerolab/solutions/01_weigh_the_backpack.ipynb")
     check(True)
     monkeypatch.delenv("JPY_SESSION_NAME")

@@ -12,7 +12,7 @@ Each model is of a kind users bring, and each breaks a naive ZeRO in its own way
   step-dependent control flow: DDP with ``find_unused_parameters=True`` handles both);
 * ``TinyLM`` (zerolab.models): tied weights and a frozen parameter.
 
-The yardstick is :func:`zerolab.reference.train_reference_per_rank`: one process running
+The yardstick is :func:`zerolab.zero.reference.train_reference_per_rank`: one process running
 each rank's micro-batches as separate forwards (BatchNorm sees the same batches, the branch is
 taken for the same samples), which is what DDP computes. Small buckets and a small
 persistence threshold exercise several buckets and both persistent and gathered stage-3 groups.
@@ -26,7 +26,7 @@ from torch import nn
 
 import zerolab
 from zerolab.models import TinyLM, lm_batches, lm_loss
-from zerolab.reference import train_engine, train_reference_per_rank
+from zerolab.zero.reference import train_engine, train_reference_per_rank
 
 
 class Attention(nn.Module):

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from zerolab import report
+from zerolab.tools import report
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

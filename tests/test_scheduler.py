@@ -15,7 +15,7 @@ import torch
 import zerolab
 from zerolab.config import ConfigError, SchedulerConfig, load_config
 from zerolab.models import TinyLM, lm_batches, lm_loss
-from zerolab.reference import train_engine
+from zerolab.zero.reference import train_engine
 from zerolab.scheduler import SCHEDULERS, WarmupCosineLR, WarmupDecayLR, WarmupLR, build_scheduler
 
 TRACES = json.loads((pathlib.Path(__file__).parent / "data" / "ds_scheduler_traces.json").read_text())

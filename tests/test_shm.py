@@ -1,4 +1,4 @@
-"""zerolab's shared-memory backend ``zshm`` (zerolab.shm), asked for by name, never by default.
+"""zerolab's shared-memory backend ``zshm`` (zerolab.crew.shm), asked for by name, never by default.
 
 Each collective gives gloo's bits at 2 ranks and rank-order sums at 3; torch's DDP and zerolab's
 engine train over it with the same bits as over gloo; asynchronous calls stay right with more in
@@ -19,7 +19,8 @@ import torch
 import torch.distributed as dist
 
 import zerolab
-from zerolab import shm, shm_segment
+from zerolab.crew import shm
+from zerolab.crew import shm_segment
 from zerolab.crew import resolve_backend
 
 x86 = pytest.mark.skipif(shm.problem_here() is not None, reason="zshm needs x86-64")
@@ -192,7 +193,7 @@ def test_torch_ddp_trains_over_zshm_with_the_bits_of_gloo(crew2):
 
 def train_stages():
     from zerolab.models import TinyLM, lm_batches, lm_loss
-    from zerolab.reference import train_engine
+    from zerolab.zero.reference import train_engine
     world = zerolab.world_size()
     res = {}
     for stage in (0, 1, 2, 3):
@@ -230,7 +231,7 @@ def test_asked_for_by_name_never_by_auto():
 
 def test_the_segment_layout_and_every_name_still_in_zerolab_shm():
     """Two cache lines per rank (posted, done), then ROUNDS x N slots, each a whole number of
-    cache lines; zerolab.shm keeps every public name of its three modules."""
+    cache lines; zerolab.crew.shm keeps every public name of its three modules."""
     assert shm.ShmTransport.size_for(2, 1 << 12) == shm_segment.sizes(2, 1 << 12) == (512, 2 * 64 * 2 + 4 * 2 * 512)
     assert shm_segment.sizes(3, 600) == (64, 2 * 64 * 3 + 4 * 3 * 64)         # never below one line
     assert all(hasattr(shm, name) for name in shm.__all__)
@@ -366,7 +367,7 @@ def test_a_rank_leaving_for_gloo_posts_what_it_queued_first(crew2):
 # ----------------------------------------------------------------------------- refusals, never a fallback
 
 def refused(patch):
-    """Make a zshm group with ``patch`` applied on one rank (to zerolab.shm_segment, which makes the
+    """Make a zshm group with ``patch`` applied on one rank (to zerolab.crew.shm_segment, which makes the
     segment); every rank returns what it raised."""
     r = dist.get_rank()
     saved = {k: getattr(shm_segment, k) for k in ("problem_here", "_host_id", "_reserve", "_map")}

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from zerolab import simulate
-from zerolab.bench import Fit
+from zerolab.tools import simulate
+from zerolab.tools.bench import Fit
 
 MODEL = dict(params=7.5e9, layers=32, hidden=4096, seq=1024, micro_batch=1)
 
@@ -74,7 +74,7 @@ def test_calibration_against_real_ranks_here():
     reduce-scatter per bucket of modules). Time: the ratio of
     measured to alpha-beta time is reported (it depends on the machine's load), and must be a
     finite positive factor."""
-    from zerolab.bench import Fit
+    from zerolab.tools.bench import Fit
     fit = Fit(world_size=2, backend="gloo", samples=[],
               ops={op: {"alpha_s": 1e-4, "beta_Bps": 1e9} for op in ("all_reduce", "reduce_scatter", "all_gather")})
     rows = simulate.calibrate(2, layers=4, hidden=64, steps=2, reduce_bucket_size=10_000, fit=fit)

@@ -1,11 +1,11 @@
-"""The simulator's two-link model, its ZeRO++ formulas and offload over PCIe (zerolab/simulate.py):
+"""The simulator's two-link model, its ZeRO++ formulas and offload over PCIe (zerolab/tools/simulate.py):
 each byte count against the formula written out by hand, the defaults unchanged, bad values refused."""
 import math
 
 import pytest
 
-from zerolab import simulate as S
-from zerolab.bench import Fit
+from zerolab.tools import simulate as S
+from zerolab.tools.bench import Fit
 
 PSI, LAYERS, HIDDEN = 7e9, 32, 4096
 

@@ -1,5 +1,5 @@
 """Stage 3 as DeepSpeed schedules it (issue 33): the partition states and module events with their
-transitions asserted (zerolab/lifecycle.py), the public stats, no course code touching the engine's
+transitions asserted (zerolab/zero/stage3/lifecycle.py), the public stats, no course code touching the engine's
 privates, and the stored DeepSpeed 0.19.8 reference held call for call."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import zerolab
-from zerolab.lifecycle import IllegalTransition, Lifecycle, ModuleEvent, PartitionState
+from zerolab.zero.stage3.lifecycle import IllegalTransition, Lifecycle, ModuleEvent, PartitionState
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -148,8 +148,9 @@ PRIVATE = re.compile(r"\.stage\.params\b|\b(?:engine|eng)\.(?:stage\.)?_[a-z]\w*
 
 
 def test_no_check_or_chapter_touches_an_engine_private():
-    files = [*ROOT.glob("zerolab/checks/*.py"), *ROOT.glob("zerolab/chapters/*.py"), *ROOT.glob("zerolab/lab/*.py"),
-             ROOT / "zerolab/knobs.py", *ROOT.glob("book/*/*.py"), *ROOT.glob("book/*/zh/*.md")]
+    files = [*ROOT.glob("zerolab/course/checks/*.py"), *ROOT.glob("zerolab/course/chapters/*.py"),
+             *ROOT.glob("zerolab/course/lab/*.py"), ROOT / "zerolab/course/knobs.py", *ROOT.glob("book/*/*.py"),
+             *ROOT.glob("book/*/zh/*.md")]
     bad = []
     for f in files:
         for k, line in enumerate(f.read_text().splitlines(), 1):

@@ -58,7 +58,7 @@ def test_nvme_swap_files_are_private_and_go_with_a_dropped_store(tmp_path):
     import gc
     import stat
 
-    from zerolab.nvme import SWAP_PREFIX, NvmeStore
+    from zerolab.offload.nvme import SWAP_PREFIX, NvmeStore
     store = NvmeStore(str(tmp_path), 0, 1 << 10)
     store.write(0, "param", torch.arange(16.0)).result()
     (top,) = [p for p in tmp_path.iterdir() if p.name.startswith(SWAP_PREFIX)]

@@ -1,4 +1,4 @@
-"""Nodes (zerolab.topology): the arithmetic of torchrun's layout, a crew with virtual nodes
+"""Nodes (zerolab.crew.topology): the arithmetic of torchrun's layout, a crew with virtual nodes
 (4 ranks as 2 nodes of 2: the node and cross-node groups sum what they should, the ledger files
 each call as intra- or inter-node), a bad ``nodes`` refused, and the real topology under two
 torchrun agents on localhost (``--nnodes 2``).
@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 import zerolab
 from zerolab.comm import Comm, Ledger, ring_all_reduce
-from zerolab.topology import Topology, current
+from zerolab.crew.topology import Topology, current
 
 PY = sys.executable
 
@@ -129,7 +129,7 @@ TORCHRUN_NODES_SCRIPT = """
 import os, torch, torch.distributed as dist
 import zerolab
 from zerolab.comm import Comm
-from zerolab.topology import current
+from zerolab.crew.topology import current
 
 def fn():
     comm = Comm()

@@ -1,7 +1,7 @@
-"""zerolab.viz: what the chapters show is re-wrapped to fit JupyterLab's width."""
+"""zerolab.course.viz: what the chapters show is re-wrapped to fit JupyterLab's width."""
 from __future__ import annotations
 
-from zerolab.viz import print_wrapped, wrap_lines, wrapped_output
+from zerolab.course.viz import print_wrapped, wrap_lines, wrapped_output
 
 LONG = ("[rank 0] overflow: skipping step, loss scale stays 65536 (hysteresis 2 -> 1: the next "
         "overflow lowers it)")
@@ -33,7 +33,7 @@ def test_traffic_bars_and_collective_timeline_draw_what_they_are_given():
     import matplotlib.pyplot as plt
 
     from zerolab.comm import CommRecord
-    from zerolab.viz import collective_lanes, collective_timeline, traffic_bars
+    from zerolab.course.viz import collective_lanes, collective_timeline, traffic_bars
 
     fig, ax = plt.subplots()
     measured = {0: {"grads": 200.0}, 2: {"grads": 100.0, "params": 100.0}, 3: {"grads": 100.0, "params": 200.0}}
@@ -63,7 +63,7 @@ def test_collective_grids_colour_each_cell_by_owner():
     import matplotlib.pyplot as plt
     from matplotlib.colors import to_hex
 
-    from zerolab.viz import RANK_COLOURS, SUM_COLOUR, cells, collective_grids, only_slice
+    from zerolab.course.viz import RANK_COLOURS, SUM_COLOUR, cells, collective_grids, only_slice
 
     assert only_slice([5, 6], 1, "sum", 6) == [(None, None)] * 2 + [(5, "sum"), (6, "sum")] + [(None, None)] * 2
     before = [cells([10 * r + i for i in range(4)], r) for r in range(2)]
@@ -86,7 +86,7 @@ def test_ring_steps_draws_every_step_and_marks_what_arrived():
     import matplotlib.pyplot as plt
     import torch
 
-    from zerolab.viz import count_ones, ring_steps
+    from zerolab.course.viz import count_ones, ring_steps
 
     assert count_ones(1011.0) == 3 and count_ones(100) == 1
     # a 2-rank ring, by hand: rank r starts with 10**r in both chunks
@@ -110,7 +110,7 @@ def test_shard_map_draws_one_bar_per_rank_and_the_padding():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from zerolab.viz import shard_map
+    from zerolab.course.viz import shard_map
 
     layout = [{"label": "bucket 0", "names": ["w", "b"], "numels": [10, 1], "padded": 12,
                "shards": [(0, 4), (4, 8), (8, 12)]},

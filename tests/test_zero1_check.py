@@ -1,4 +1,4 @@
-"""Exercise 3c's check (zerolab/checks/zero1.py), both ways: the solution passes at 2 and 3 ranks,
+"""Exercise 3c's check (zerolab/course/checks/zero1.py), both ways: the solution passes at 2 and 3 ranks,
 bit for bit against DDP; wrong sharded optimizers a learner might write fail, each with a hint
 that names the mistake; correct ones written otherwise pass, saying how they compare.
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from learner_source import LearnerCell
 
-from zerolab.checks import ExerciseCheckFailed
-from zerolab.checks.zero1 import check
+from zerolab.course.checks import ExerciseCheckFailed
+from zerolab.course.checks.zero1 import check
 
 pytestmark = pytest.mark.usefixtures("closes_check_crews")   # the checks' crews, closed at the end
 

@@ -1,7 +1,7 @@
 """ZeRO++'s quantized collectives in stage 3 (qwZ: zero_quantized_weights, qgZ:
 zero_quantized_gradients), each against the same run without it, on a small GPT in bf16.
 
-Tolerances, derived from the quantization (zerolab/quant.py):
+Tolerances, derived from the quantization (zerolab/zeropp/quant.py):
 
 * qwZ, weights used in forward: every element of a gathered weight is within one int8 step of its
   block, at most max|w| / 128 over its module, plus bf16's rounding of the fp16 result (2^-8 |w|)
@@ -18,10 +18,10 @@ import pytest
 import torch
 
 import zerolab
-from zerolab import quant
+from zerolab.zeropp import quant
 from zerolab.config import load_config
 from zerolab.models import GPT, lm_loss
-from zerolab.reference import train_engine
+from zerolab.zero.reference import train_engine
 
 from zeropp_gpt import SEQ, VOCAB, gpt, gpt_batches, gpt_config
 
@@ -102,8 +102,8 @@ def test_qwz_halves_the_parameter_all_gathers(world, nodes):
 def _qgz_reduce_rank(shape):
     """QuantizedReduce on random gradients against the exact sum over ranks / nodes."""
     from zerolab.comm import Comm
-    from zerolab.flat import FlatGroup
-    from zerolab.reduce import QuantizedReduce
+    from zerolab.memory.flat import FlatGroup
+    from zerolab.zero.reduce import QuantizedReduce
     comm = Comm()
     n, r = comm.world_size, comm.rank
     qr = QuantizedReduce(comm)

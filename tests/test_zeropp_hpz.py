@@ -1,11 +1,11 @@
 """hpZ (zero_hpz_partition_size, ZeRO++'s secondary partition) in stage 3, with DeepSpeed 0.19.8's
-semantics (zerolab/hpz.py has them, file by file; benchmarks/ds_reference/ds_hpz.py measured them).
+semantics (zerolab/zeropp/hpz.py has them, file by file; benchmarks/ds_reference/ds_hpz.py measured them).
 
 What is asserted, at 4 ranks as 2 nodes of 2 with hpZ 2 (and 6 ranks as 3 nodes of 2):
 
 * hpZ moves the same values (a secondary shard is a copy of the gathered parameter), so losses
   and parameters are bit-identical to the run without it, which itself matches single-process
-  training (zerolab.reference) within rtol 1e-5, atol 1e-5 (tests/test_engine_parity.py's claim).
+  training (zerolab.zero.reference) within rtol 1e-5, atol 1e-5 (tests/test_engine_parity.py's claim).
 * The ledger, call by call: the first step's forward gathers inside the node (the secondary shards
   made at initialization), every later step's forward over all 4 ranks, every backward inside the
   node; with gradient accumulation, the forward of the second micro-step inside the node too.
@@ -25,12 +25,12 @@ import torch
 from torch import nn
 
 import zerolab
-from zerolab import quant
+from zerolab.zeropp import quant
 from zerolab.config import load_config
 from zerolab.models import TinyLM, lm_batches, lm_loss
-from zerolab.hpz import hpz_group_size
-from zerolab.reference import micro_batches, train_engine, train_reference
-from zerolab.topology import Topology
+from zerolab.zeropp.hpz import hpz_group_size
+from zerolab.zero.reference import micro_batches, train_engine, train_reference
+from zerolab.crew.topology import Topology
 
 from zeropp_gpt import gpt, gpt_batches, gpt_config
 

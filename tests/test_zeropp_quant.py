@@ -1,11 +1,11 @@
-"""zerolab.quant: ZeRO++'s block quantizer against its own exact arithmetic, and qwZ's group-size
+"""zerolab.zeropp.quant: ZeRO++'s block quantizer against its own exact arithmetic, and qwZ's group-size
 rule against DeepSpeed 0.19.8's (whose CUDA kernels cannot run here)."""
 import math
 
 import pytest
 import torch
 
-from zerolab import quant
+from zerolab.zeropp import quant
 
 
 def deepspeed_groups(numel: int) -> int:

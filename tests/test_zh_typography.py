@@ -110,6 +110,6 @@ def test_colon_chains_do_not_grow():
 
 @pytest.mark.parametrize("word,fix", [("线路", "发送字节数 / 发出"), ("细网络", "单网口集群")])
 def test_messages_words(word, fix):
-    text = (ROOT / "zerolab" / "messages_zh.py").read_text(encoding="utf-8")
+    text = (ROOT / "zerolab" / "i18n" / "messages_zh.py").read_text(encoding="utf-8")
     lines = [line.strip() for line in text.splitlines() if word in line]
-    assert not lines, f"{word} in zerolab/messages_zh.py ({fix}):\n" + "\n".join(lines[:10])
+    assert not lines, f"{word} in zerolab/i18n/messages_zh.py ({fix}):\n" + "\n".join(lines[:10])

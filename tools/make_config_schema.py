@@ -1,4 +1,4 @@
-"""Write zerolab/data/deepspeed_config.schema.json from the key declarations (zerolab/config_keys.py).
+"""Write zerolab/data/deepspeed_config.schema.json from the key declarations (zerolab/config/keys.py).
 
 Run after adding or changing a key: ``python tools/make_config_schema.py``. tests/test_config_schema.py
 fails while the file and the declarations differ. Point an editor at the file (VS Code:
@@ -8,7 +8,7 @@ to have typos and bad values underlined as you write a config.
 import json
 import pathlib
 
-from zerolab.config_keys import config_schema
+from zerolab.config.keys import config_schema
 
 PATH = pathlib.Path(__file__).resolve().parent.parent / "zerolab" / "data" / "deepspeed_config.schema.json"
 

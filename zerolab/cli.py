@@ -20,7 +20,7 @@
     zerolab train --config ds.json --nproc 2      train a small model (TinyLM, generated data) on N
         [--steps 20]                              ranks from a DeepSpeed config: progress bar, then
                                                   loss, memory per giant, traffic, time, a picture;
-                                                  also under torchrun (zerolab/train.py)
+                                                  also under torchrun (zerolab/tools/train.py)
     zerolab report [--preflight]                  this machine as the course sees it (one screen);
                                                   --preflight: the learner's check, READY or what
                                                   to fix (exit status 1 when not ready)
@@ -29,7 +29,7 @@
                                                   --json to send to an instructor
     zerolab <command> ... --lang zh               answer in Chinese (every command but env; also
                                                   $ZEROLAB_LANG=zh, or a zh_* locale:
-                                                  LANG=zh_CN.UTF-8); zerolab/i18n.py
+                                                  LANG=zh_CN.UTF-8); zerolab/i18n/language.py
 
 A parameter count is a number (7e9, 7000000000) or one with a suffix: 350M, 1.3b, 7B, 1T.
 """
@@ -41,7 +41,7 @@ import sys
 from .i18n import add_lang_argument, catalogue, cli_lang, set_lang, width
 from .memory import format_bytes, model_state_bytes
 
-T = catalogue("cli")      # the commands' own lines in the edition's language (zerolab/messages_zh.py)
+T = catalogue("cli")      # the commands' own lines in the edition's language (zerolab/i18n/messages_zh.py)
 
 
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
@@ -120,14 +120,14 @@ def _offload_split(psi: float, world: int, precision: str, cfg) -> str | None:
 
 
 def _show(value) -> str:
-    from .explain import _show as show
+    from .config.explain import _show as show
     return value if isinstance(value, str) else show(value)
 
 
 def cmd_explain(a) -> int:
     from .config import ConfigError
-    from .config_keys import T as config_text
-    from .explain import explain_config
+    from .config.keys import T as config_text
+    from .config.explain import explain_config
     try:
         ex = explain_config(a.config, a.world)
     except ConfigError as e:
@@ -179,7 +179,7 @@ def _per_node(a) -> int | None:
 
 
 def cmd_estimate(a) -> int:
-    from . import estimate
+    from .tools import estimate
     per_node = _per_node(a)
     if per_node is None:
         return 2
@@ -214,7 +214,7 @@ def cmd_env(a) -> int:
 
 
 def cmd_report(a) -> int:
-    from . import report
+    from .tools import report
     if a.preflight:
         need = report.COURSE_NEEDS_GB if a.need_gb is None else a.need_gb
         return 0 if report.preflight(ranks=a.ranks, need_gb=need) else 1
@@ -236,7 +236,7 @@ def cmd_consolidate(a) -> int:
 
 
 def cmd_simulate(a) -> int:
-    from . import simulate
+    from .tools import simulate
     if a.calibrate:
         rows = simulate.calibrate(a.nproc)
         print(T("the simulator against {n} real ranks here (a bf16 MLP of 8 Linear(256, 256), stages 0-3):",
@@ -264,7 +264,7 @@ def cmd_simulate(a) -> int:
     nodes.setdefault("gpu", "a100-80gb")
     nodes.setdefault("link", "nvlink-a100")
     if nodes["link"] not in simulate.LINKS:
-        from .bench import Fit
+        from .tools.bench import Fit
         nodes["link"] = Fit.load(nodes["link"])
     zeropp = {}
     if a.zeropp:
@@ -294,12 +294,12 @@ def cmd_simulate(a) -> int:
 
 
 def simulate_clusters() -> list[str]:
-    from .simulate import CLUSTERS
+    from .tools.simulate import CLUSTERS
     return list(CLUSTERS)
 
 
 def cmd_bench(a) -> int:
-    from . import bench
+    from .tools import bench
     fit = bench.run(a.nproc)
     print(fit.describe())
     if a.out:
@@ -309,19 +309,19 @@ def cmd_bench(a) -> int:
 
 
 def cmd_compare(a) -> int:
-    from .compare import main as compare
+    from .tools.compare import main as compare
     return compare(a.config, world=a.world, steps=a.steps, model=a.model, ds_python=a.ds_python)
 
 
 def cmd_course(a) -> int:
-    from . import course
+    from .course import workspace as course
     extra = list(a.extra) + ["--no-browser"] * a.no_browser + ["--allow-root"] * a.allow_root + (
         [f"--port={a.port}"] if a.port else [])
     return course.main(a.dir, a.lang or cli_lang(None), extra, dry_run=a.dry_run)
 
 
 def cmd_progress(a) -> int:
-    from . import progress
+    from .course import progress
     return progress.main(as_json=a.json, name=a.name, every_clone=a.all)
 
 
@@ -394,11 +394,11 @@ def main(argv: list[str] | None = None) -> int:
     m.set_defaults(fn=cmd_simulate)
     b = sub.add_parser("bench", help="fit T = alpha + S/beta for each collective on this machine")
     b.add_argument("--nproc", type=int, default=2, help="ranks to measure on")
-    b.add_argument("--out", default=None, help="save the fit as JSON (zerolab.bench.Fit.load reads it)")
+    b.add_argument("--out", default=None, help="save the fit as JSON (zerolab.tools.bench.Fit.load reads it)")
     b.set_defaults(fn=cmd_bench)
     v = sub.add_parser("env", help="torch, backends and devices here")
     v.set_defaults(fn=cmd_env)
-    from . import train as train_cmd
+    from .tools import train as train_cmd
     t = sub.add_parser("train", help="train a small model on N ranks from a DeepSpeed config")
     train_cmd.add_arguments(t)
     t.set_defaults(fn=train_cmd.run_from_args)

@@ -37,11 +37,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import crew
-from .engine import Engine
+from .crew import crew
+from .zero.engine import Engine
 from .i18n import catalogue
 
-# the messages in the edition's language (zerolab/messages_zh.py); those that are DeepSpeed's own words
+# the messages in the edition's language (zerolab/i18n/messages_zh.py); those that are DeepSpeed's own words
 # stay DeepSpeed's words in English, and the Chinese quotes them after saying what to do
 T = catalogue("around")
 

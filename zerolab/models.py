@@ -18,7 +18,7 @@ from .i18n import catalogue
 
 __all__ = ["TinyLM", "MLP", "lm_batches", "lm_loss", "regression_batches", "mse_loss"]
 
-T = catalogue("around")   # the messages in the edition's language (zerolab/messages_zh.py)
+T = catalogue("around")   # the messages in the edition's language (zerolab/i18n/messages_zh.py)
 
 
 class Block(nn.Module):

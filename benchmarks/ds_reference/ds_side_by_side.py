@@ -211,11 +211,11 @@ def key(name: str, world: int) -> str:
 
 
 # --------------------------------------------------------------------------- recording
-# The counting wrappers live in the package (zerolab/compare_ds.py, which `zerolab compare` runs in a
+# The counting wrappers live in the package (zerolab/tools/compare_ds.py, which `zerolab compare` runs in a
 # DeepSpeed venv too); loaded by path, it imports nothing of zerolab.
 def _load_recorder():
     import importlib.util
-    path = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "zerolab", "compare_ds.py")
+    path = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "zerolab", "tools", "compare_ds.py")
     spec = importlib.util.spec_from_file_location("zerolab_compare_ds", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

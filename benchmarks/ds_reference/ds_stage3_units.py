@@ -2,7 +2,7 @@
 plain stacks of layers: what a module's fetch gathers (its own parameters, a tied weight, a weight
 read outside its module, frozen parameters), and when it releases them.
 
-* ``hooks``: exercise 8c's model (``zerolab.checks.hooks3.HooksNet``, rebuilt here: this venv has
+* ``hooks``: exercise 8c's model (``zerolab.course.checks.hooks3.HooksNet``, rebuilt here: this venv has
   no zerolab): an embedding tied to the output layer, ``nn.MultiheadAttention`` (which reads
   ``out_proj.weight`` without calling ``out_proj``), an MLP, and a weight ``mix`` read by the root's
   own ``F.linear``. SGD with momentum.

@@ -1,6 +1,6 @@
 """Record DeepSpeed's dynamic loss scaler behaviour as a small JSON fixture.
 
-zerolab's `zerolab/loss_scaler.py` claims to behave exactly like the scaler that DeepSpeed's ZeRO
+zerolab's `zerolab/precision/loss_scaler.py` claims to behave exactly like the scaler that DeepSpeed's ZeRO
 optimizers build (`deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler` via `CreateLossScaler`).
 This script drives the real thing with many parameter combinations and overflow sequences and
 writes what it did to `tests/data/ds_loss_scaler_traces.json`; `tests/test_loss_scaler.py` replays

@@ -57,7 +57,7 @@ import torch.distributed as dist
 
 import zerolab
 from zerolab.comm import Ledger, default_comm, ring_all_reduce
-from zerolab.viz import cells, collective_grids, only_slice, ring_steps
+from zerolab.course.viz import cells, collective_grids, only_slice, ring_steps
 
 N = 4                                        # the world size: four workers
 crew = zerolab.Crew(N, backend="auto")       # NCCL with a GPU per rank, else gloo on CPU
@@ -109,7 +109,7 @@ for me in badges:
 # data it is**: one colour per rank, dark grey for a sum over all ranks, white for a cell the
 # rank does not hold. The numbers are chosen so that you can read them: rank r starts with
 # `10·r + i` at position i, so the tens digit is the rank and the ones digit the position.
-# The pictures are drawn by `zerolab.viz.collective_grids` from what the ranks return; `show`
+# The pictures are drawn by `zerolab.course.viz.collective_grids` from what the ranks return; `show`
 # only formats what a rank prints.
 #
 # ### All-reduce: every rank ends with the sum
@@ -324,7 +324,7 @@ print(f"after {steps} steps every rank holds the same: {finals == {tuple(ring[0]
 # step. The darker the cell, the more ranks are in its sum; the outlined cell on each row is
 # the chunk that rank has just received from its left neighbour. Watch the diagonal fill in
 # during the reduce-scatter, then the finished chunks spread during the all-gather.
-# (`zerolab.viz.ring_steps` draws them from the steps each rank traced.)
+# (`zerolab.course.viz.ring_steps` draws them from the steps each rank traced.)
 
 # %% id="ch00-22"
 ring_steps([start for start, trace, out in ring], [trace for start, trace, out in ring])

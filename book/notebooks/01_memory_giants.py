@@ -303,8 +303,8 @@ psi_box.observe(update, names="value")
 precision.observe(update, names="value")
 update()
 # the live calculator; read without a kernel (GitHub, nbviewer) it shows the table for 7B in bf16
-import zerolab.lab
-zerolab.lab.lab_box([preset, psi_box, precision, result], html=result.value)
+import zerolab.course.lab
+zerolab.course.lab.lab_box([preset, psi_box, precision, result], html=result.value)
 
 # %% [markdown] id="ch01-25"
 # ## What we measured

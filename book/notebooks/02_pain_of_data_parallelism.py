@@ -32,8 +32,8 @@
 import matplotlib.pyplot as plt
 
 import zerolab
-from zerolab.chapters import ch02          # this chapter's runs, tables and pictures: zerolab/chapters/ch02.py
-from zerolab.chapters.ch02 import one_step, ring_bytes, train_ddp_and_single
+from zerolab.course.chapters import ch02          # this chapter's runs, tables and pictures: zerolab/course/chapters/ch02.py
+from zerolab.course.chapters.ch02 import one_step, ring_bytes, train_ddp_and_single
 from zerolab.memory import count_params, model_state_bytes
 from zerolab.models import TinyLM, lm_batches
 
@@ -48,7 +48,7 @@ print("crews ready:", ", ".join(f"{n} rank{'s' if n > 1 else ''}" for n in crews
 # ## 1 · DDP from scratch
 #
 # zerolab's **stage 0** is DDP's algorithm written out by hand (`AllReduceAtBoundary` in
-# `zerolab/reduce.py`, `ReplicatedParams` in `zerolab/params.py`), reducing the gradients the way
+# `zerolab/zero/reduce.py`, `ReplicatedParams` in `zerolab/zero/params.py`), reducing the gradients the way
 # DeepSpeed's stage 0 does. On every rank: the parameters live in one flat buffer, copied from rank
 # 0 at start-up; backward adds each gradient into a flat gradient buffer; at the step the gradient
 # is divided by N and **all-reduced**, so every rank holds the *average* gradient of the global

@@ -47,15 +47,15 @@
 # bandwidth* and `zerolab.comm` do: for S bytes an all-reduce costs each rank 2(N−1)/N·S, a
 # reduce-scatter or an all-gather (N−1)/N·S; the paper counts elements and drops (N−1)/N. The
 # folding chair (the **activations**) is not a model state: no stage splits it, and it is left out.
-# In zerolab a stage is three switches (the table at the top of `zerolab/stage.py`).
+# In zerolab a stage is three switches (the table at the top of `zerolab/zero/stage.py`).
 
 # %% id="ch03-02"
 import matplotlib.pyplot as plt
 import torch
 
 import zerolab
-from zerolab.chapters import ch03          # this chapter's runs and tables: zerolab/chapters/ch03.py
-from zerolab.chapters.ch03 import ds_config, make_model, train_and_measure
+from zerolab.course.chapters import ch03          # this chapter's runs and tables: zerolab/course/chapters/ch03.py
+from zerolab.course.chapters.ch03 import ds_config, make_model, train_and_measure
 
 torch.set_num_threads(1)   # one thread here, as on every rank below: the same arithmetic, run after run
 model = make_model()       # a TinyLM made wider; the output head shares the embedding matrix
@@ -168,7 +168,7 @@ ch03.print_traffic_table(rows, PSI)
 
 # %% id="ch03-12"
 from zerolab.memory import comm_ops
-from zerolab.viz import collective_timeline, traffic_bars
+from zerolab.course.viz import collective_timeline, traffic_bars
 
 frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
 for n in (2, 3, 4):
@@ -331,7 +331,7 @@ ch03.print_parity_table(crews, reference)
 # Stage 1 on 3 ranks, colored by owner; black lines are parameter boundaries.
 
 # %% id="ch03-24"
-from zerolab.viz import shard_map
+from zerolab.course.viz import shard_map
 
 layout, paper_layout = runs[3, 1]["layout"], ideal[3, 1]["layout"]
 fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 2.2 + 0.55 * len(paper_layout)),

@@ -10,14 +10,14 @@
 # The experiment: make **one process** do the same arithmetic as N ranks, by splitting each
 # batch into N micro-batches and adding up their gradients (gradient accumulation,
 # `gradient_accumulation_steps = N` on a single rank), and then swap AdamW for plain SGD.
-# The runs are chapter 3's (`zerolab/chapters/ch03.py`): its TinyLM of 188,900 parameters, its
+# The runs are chapter 3's (`zerolab/course/chapters/ch03.py`): its TinyLM of 188,900 parameters, its
 # three global batches of 12 sequences, 3 fp32 steps.
 
 # %% id="ch03a-01"
 import torch
 
 import zerolab
-from zerolab.chapters.ch03 import AMPLIFIED, SGD, max_diff, reference_fp32, train_fp32, verdict
+from zerolab.course.chapters.ch03 import AMPLIFIED, SGD, max_diff, reference_fp32, train_fp32, verdict
 
 torch.set_num_threads(1)   # one thread here, as on every rank below: the same arithmetic, run after run
 crews = {n: zerolab.Crew(n, threads=1) for n in (1, 2, 3, 4)}

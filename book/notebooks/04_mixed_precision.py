@@ -42,11 +42,11 @@ import torch
 
 import zerolab
 from zerolab import precision as P
-from zerolab.chapters import ch04          # this chapter's data, runs and pictures: zerolab/chapters/ch04.py
-from zerolab.chapters.ch04 import ds_config, train, weigh
+from zerolab.course.chapters import ch04          # this chapter's data, runs and pictures: zerolab/course/chapters/ch04.py
+from zerolab.course.chapters.ch04 import ds_config, train, weigh
 from zerolab.memory import measure_activations
 from zerolab.models import TinyLM
-from zerolab.viz import print_wrapped, wrapped_output
+from zerolab.course.viz import print_wrapped, wrapped_output
 
 print(f"{'dtype':<6}{'bits':>5}{'exponent':>10}{'mantissa':>10}{'eps':>11}{'max':>11}"
       f"{'min normal':>12}{'min subnormal':>15}")

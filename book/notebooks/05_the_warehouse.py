@@ -33,7 +33,7 @@ import textwrap
 import matplotlib.pyplot as plt
 
 import zerolab
-from zerolab.chapters import ch05       # this chapter's runs, tables and figures
+from zerolab.course.chapters import ch05       # this chapter's runs, tables and figures
 from zerolab.i18n import fill           # textwrap.fill that also wraps Chinese (the zh edition's messages)
 from zerolab.memory import count_params, largest_layer_params
 
@@ -108,7 +108,7 @@ plt.show()
 #
 # DeepSpeed ships `estimate_zero2_model_states_mem_needs` and `estimate_zero3_model_states_mem_needs`
 # (`deepspeed/runtime/zero/stage_1_and_2.py` and `stage3.py`; zerolab re-derives them in
-# `zerolab.estimate`, same arguments, same numbers). Their "per CPU" column is the host memory of
+# `zerolab.tools.estimate`, same arguments, same numbers). Their "per CPU" column is the host memory of
 # the node, both ranks together; "per GPU" is one rank. With the optimizer offloaded at stage 3,
 # the GPU row is 4L + 2Ψ/N (one gathered layer's 16-bit parameters and gradients, plus the rank's
 # parameter shard) and the CPU row 16Ψ; with the parameters offloaded too, 4L and 18Ψ. We call

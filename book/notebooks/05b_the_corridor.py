@@ -14,7 +14,7 @@
 # | in the story | in training | in zerolab / DeepSpeed |
 # |---|---|---|
 # | the corridor to the warehouse | the PCIe link between GPU and host, ~25 GB/s a direction | the copies of gradients down and parameters up |
-# | updating the notebook in the warehouse | the **host step**: Adam on the CPU | `StateHome.step` (`zerolab/offload.py`); DeepSpeed's `DeepSpeedCPUAdam` |
+# | updating the notebook in the warehouse | the **host step**: Adam on the CPU | `StateHome.step` (`zerolab/offload/offload.py`); DeepSpeed's `DeepSpeedCPUAdam` |
 # | a shelf carried at once | a **sub-group** of the optimizer step | `sub_group_size` (elements) |
 # | fetching a shelf from the back, putting it back | NVMe reads and writes, on I/O threads | `pipeline_read`, `pipeline_write` |
 #
@@ -30,7 +30,7 @@ import tempfile
 import matplotlib.pyplot as plt
 
 import zerolab
-from zerolab.chapters import ch05       # chapters 5 and 5b's runs, tables and figures
+from zerolab.course.chapters import ch05       # chapters 5 and 5b's runs, tables and figures
 
 crew = zerolab.Crew(2, threads=1)      # two ranks for the whole chapter (gloo, on this CPU)
 N = crew.world_size
@@ -148,8 +148,8 @@ plt.show()
 #
 # ## 3. What offload costs on GPUs
 #
-# `zerolab.simulate` models a step from published GPU, link and PCIe figures (its constants are in
-# `zerolab.simulate`: a 40 GB A100 at 312 TFLOP/s bf16 and 40 % utilisation, NVLink, PCIe 4.0 at
+# `zerolab.tools.simulate` models a step from published GPU, link and PCIe figures (its constants are in
+# `zerolab.tools.simulate`: a 40 GB A100 at 312 TFLOP/s bf16 and 40 % utilisation, NVLink, PCIe 4.0 at
 # 25 GB/s a direction, a CPU Adam of 10⁹ elements per second per GPU's share). Take a
 # 13-billion-parameter model (40 layers, width 5,120, 2,048 tokens a sequence, one sequence per
 # micro-batch) on 4 A100-40GB: ZeRO-3 alone needs 56 GB a GPU and does not fit; with both offloads
@@ -243,7 +243,7 @@ print(f"here        a step: stage 3 {cost['stage 3'] * 1e3:.1f} ms, both offload
 # 1. In section 1, add `2_000` to the sizes. Predict the peak swap buffers and the number of
 #    sub-groups first, then check. How many NVMe reads of optimizer state will a step make?
 # 2. In section 2, `one_step_timeline` pipelines reads and writes. Copy it with `pipeline=False`
-#    (it is in `zerolab/chapters/ch05.py`): do the counts change? Where do the I/O bars move?
+#    (it is in `zerolab/course/chapters/ch05.py`): do the counts change? Where do the I/O bars move?
 # 3. In the simulation, pass `cpu_adam_elems_per_s=4e9` to `ch05.simulate_offload` (a faster CPU
 #    Adam: DeepSpeed says its vectorised `DeepSpeedCPUAdam` is 5-7 times faster than PyTorch's). How
 #    many micro-batches does it take for offload to cost less than 1.5x? And with 8 GPUs instead of

@@ -18,7 +18,7 @@
 # | in the story | in training | in zerolab / DeepSpeed |
 # |---|---|---|
 # | one shout | one collective call (all-reduce, reduce-scatter, all-gather) | a record in `engine.ledger` |
-# | the few seconds any shout costs | the latency **α** of a call | `zerolab.bench`: T = α + S/β |
+# | the few seconds any shout costs | the latency **α** of a call | `zerolab.tools.bench`: T = α + S/β |
 # | how fast the items travel | the bandwidth **β**, bytes per second | the same fit |
 # | a box | a **bucket**: gradients laid end to end, a range of one flat buffer | `reduce_bucket_size` (elements) |
 # | packing the next box while one travels | **overlap**: collectives issued asynchronously during backward | `overlap_comm` |
@@ -43,9 +43,9 @@ import statistics
 import matplotlib.pyplot as plt
 
 import zerolab
-from zerolab import bench
+from zerolab.tools import bench
 from zerolab.models import MLP, mse_loss, regression_batches
-from zerolab.reference import train_engine
+from zerolab.zero.reference import train_engine
 
 crew = zerolab.Crew(2, threads=1)      # two ranks for the whole chapter (gloo, on this CPU)
 N = crew.world_size
@@ -54,7 +54,7 @@ print(f"{N} ranks started")
 # %% [markdown] id="ch06-02"
 # ## 1. What one shout costs: T = α + S/β
 #
-# `zerolab.bench.measure` times an all-reduce of a float32 tensor on the ranks, at sizes from
+# `zerolab.tools.bench.measure` times an all-reduce of a float32 tensor on the ranks, at sizes from
 # 1 KiB to 16 MiB (the median of 5 calls each, after a warm-up call; three rounds, of which we
 # keep the fastest, since a machine shared with other work only ever adds time), and `bench.fit`
 # fits a line T(S) = α + S/β, where S is the bytes one rank puts on the wire (for an all-reduce on N ranks,

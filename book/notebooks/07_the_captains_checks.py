@@ -42,11 +42,11 @@ from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import FlopCounterMode
 
 import zerolab
-from zerolab.budget import DeviceOutOfMemoryError
+from zerolab.memory.budget import DeviceOutOfMemoryError
 from zerolab.i18n import fill          # textwrap.fill that also wraps Chinese (the zh edition's messages)
 from zerolab.memory import count_params
 from zerolab.models import MLP, TinyLM, lm_batches, lm_loss, mse_loss, regression_batches
-from zerolab.reference import train_engine
+from zerolab.zero.reference import train_engine
 
 crew = zerolab.Crew(2, threads=1)      # two ranks for the whole chapter (gloo, on this CPU)
 N = crew.world_size

@@ -58,7 +58,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 import zerolab
-from zerolab.knobs import LAYERS, PSI, WIDTH, llama2_7b_order, measure_all, replay, same_params
+from zerolab.course.knobs import LAYERS, PSI, WIDTH, llama2_7b_order, measure_all, replay, same_params
 
 ROOT = Path(zerolab.__file__).resolve().parents[1]
 seed = json.loads((ROOT / "configs" / "seed002_zero3_offload.json").read_text())    # the checklist
@@ -70,7 +70,7 @@ print(f"{N} ranks started; the house: {LAYERS} x Linear({WIDTH}, {WIDTH}), psi =
 # ## 1. The checklist on a small house
 #
 # Our house: an MLP of 8 `Linear(64, 64)` layers, so 8 weights of 4,096 elements and 8 biases of
-# 64 (Ψ = 33,280 parameters), on 2 ranks. `zerolab.knobs.measure` trains a few steps on each rank
+# 64 (Ψ = 33,280 parameters), on 2 ranks. `zerolab.course.knobs.measure` trains a few steps on each rank
 # and reads the **last** step (by then the order of the modules has been recorded and prefetch is
 # on): the parameter gathers (each parameter's partition gathered for a module, and the
 # persistent ones refreshed after the step), the all-gather calls that carried them (`params ...`
@@ -110,7 +110,7 @@ print(f"  parameter bytes per rank: {c['param_bytes']:,} = the whole fp16 model:
 # stay sharded. With `gradient_accumulation_steps` 4, the gradients are reduce-scattered after each
 # of the 4 micro-batches, a stage-2/3 habit (chapter 6): one call per `reduce_bucket_size` bucket
 # of modules, and the checklist's 5·10⁸ holds this whole model in one. The two all-reduces are
-# DeepSpeed's small ones at stage 3 (`zerolab/norms.py`): with fp16, a 1-byte overflow flag
+# DeepSpeed's small ones at stage 3 (`zerolab/zero/norms.py`): with fp16, a 1-byte overflow flag
 # (`overflow`), then the gradient norm as one 8-byte fp64 sum (`grad`).
 #
 # ## 2. Persistence: which parameters never travel
@@ -304,7 +304,7 @@ for d, r in reuse.items():
 print("trained parameters bit-identical in every run:", same_params(reuse))
 
 # %% [markdown] id="ch08-14"
-# The same rule, **replayed** (`zerolab.knobs.replay`) on the order recorded at distance 0 (the
+# The same rule, **replayed** (`zerolab.course.knobs.replay`) on the order recorded at distance 0 (the
 # parameter all-gathers of one step, prefetch off): a computation beside the measurement, which it
 # must match.
 

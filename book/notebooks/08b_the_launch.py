@@ -35,7 +35,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 import zerolab
-from zerolab.knobs import DS_DEFAULTS, checklist_rows, measure_all, show
+from zerolab.course.knobs import DS_DEFAULTS, checklist_rows, measure_all, show
 
 ROOT = Path(zerolab.__file__).resolve().parents[1]
 SEED = ROOT / "configs" / "seed002_zero3_offload.json"
@@ -46,7 +46,7 @@ print(f"the checklist: {SEED.relative_to(ROOT)}; {len(DS_DEFAULTS)} zero_optimiz
 # %% [markdown] id="ch08b-02"
 # ## 1. The checklist, key by key
 #
-# `zerolab.knobs.checklist_rows` sets each key's value in the checklist beside DeepSpeed 0.19.8's
+# `zerolab.course.knobs.checklist_rows` sets each key's value in the checklist beside DeepSpeed 0.19.8's
 # default, read from its source, not from its documentation page, which disagrees in places (it
 # says 5e8 for `stage3_prefetch_bucket_size`; the code says 5e7), and beside what zerolab's
 # `load_config` reads from the file for 8 ranks.
@@ -125,7 +125,7 @@ for line in out.splitlines():
 # The table recommends `stage3_prefetch_bucket_size` 5e8-1e9, ten to twenty times DeepSpeed's
 # default, and `stage3_max_live_parameters` 1e9-2e9. Part 1 measured the rule on the small house
 # (8 weights of 4,096 elements, biases persistent, reuse distance 0); here the table's values go
-# through the same measurement (`zerolab.knobs.measure`, 2 ranks).
+# through the same measurement (`zerolab.course.knobs.measure`, 2 ranks).
 #
 # **Predict, then run.** On the small house, prefetch at 0, at DeepSpeed's 5e7 and at the table's
 # 5e8: all-gather calls per step and the peak of gathered elements? Will 5e8 change anything
@@ -410,7 +410,7 @@ print(run.stdout.strip() if run.returncode == 0 else run.stdout[-2000:] + run.st
 # throughput lines every `steps_per_print` steps, and, with `wall_clock_breakdown: true`, rank 0's
 # timers. They were recorded from DeepSpeed 0.19.8 itself (CPU build, 2 ranks over gloo, stage 2,
 # the 325k-parameter benchmark MLP, 30 steps, micro-batch 32 per rank) and are kept in
-# `benchmarks/results/recorded/` with the machine and date; `zerolab.dslog` reads them.
+# `benchmarks/results/recorded/` with the machine and date; `zerolab.tools.dslog` reads them.
 # `nvidia-smi` is not among them: no GPU was available when they were recorded, and the course
 # does not invent one. (On a GPU its "Memory-Usage" column is what the CUDA allocator reserved
 # plus each process's CUDA context, so it reads higher than DeepSpeed's `MemAllocated`.)
@@ -420,7 +420,7 @@ print(run.stdout.strip() if run.returncode == 0 else run.stdout[-2000:] + run.st
 # crew's? And what will `skipped` say in an fp32 run?
 
 # %% id="ch08b-17"
-from zerolab import dslog
+from zerolab.tools import dslog
 
 REC = ROOT / "benchmarks" / "results" / "recorded"
 log = dslog.read_log(REC / "ds_stage2_train_log_cpu.txt")

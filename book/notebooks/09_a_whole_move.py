@@ -44,7 +44,7 @@ from safetensors.torch import load_file
 import zerolab
 from zerolab.i18n import fill      # textwrap.fill that also wraps Chinese (what zerolab says in the zh edition)
 from zerolab.models import GPT, CharTokenizer, generate, lm_loss, public_domain_text, text_batches
-from zerolab.reference import train_engine
+from zerolab.zero.reference import train_engine
 from zerolab.scheduler import WarmupDecayLR
 
 CONFIG = Path(zerolab.__file__).resolve().parents[1] / "configs" / "zero3_bf16_offload_gpt.json"

@@ -29,9 +29,9 @@ import torch
 import torch.distributed as dist
 
 import zerolab
-from zerolab.lm_runs import PSI_LM, phases_of_a_step
+from zerolab.course.lm_runs import PSI_LM, phases_of_a_step
 from zerolab.models import mse_loss
-from zerolab.reference import train_engine, train_reference
+from zerolab.zero.reference import train_engine, train_reference
 
 torch.set_num_threads(1)      # one thread here, as on every rank: the same arithmetic, run after run
 
@@ -363,7 +363,7 @@ print(f"the busiest worker holds {max(own) / (psi / 4):.2f}x its fair share; wor
 # parameters are sent after the update, but by an **all-gather** of N shards, not a broadcast.)
 #
 # The ledger records every collective the engine issues; below, one training step of chapter 3's
-# TinyLM (`zerolab.lm_runs.phases_of_a_step` marks the ledger between the phases) is split into
+# TinyLM (`zerolab.course.lm_runs.phases_of_a_step` marks the ledger between the phases) is split into
 # its forward, backward and optimizer step, on the crew's 4 ranks, for stages 1, 2 and 3.
 #
 # **Predict, then run.** At stage 3, which collectives does the optimizer step send, and how

@@ -26,9 +26,9 @@ import torch
 
 import zerolab
 from zerolab import precision as P
-from zerolab.lm_runs import PSI_LM, SEQ, activations_per_stage, in_psi, measure, offload_run, train_20
+from zerolab.course.lm_runs import PSI_LM, SEQ, activations_per_stage, in_psi, measure, offload_run, train_20
 from zerolab.models import MLP
-from zerolab.simulate import simulate
+from zerolab.tools.simulate import simulate
 
 torch.set_num_threads(1)      # one thread here, as on every rank: the same arithmetic, run after run
 crew = zerolab.Crew(4, threads=1)           # beliefs 1 to 3; then a crew of 2
@@ -181,7 +181,7 @@ for n, per_rank in sorted(scaling.items()):
 # laptop the ranks share a few CPU cores and the model is tiny, so a step is mostly fixed overhead
 # (Python, the collectives) and extra ranks rarely make it faster; past the number of cores
 # they slow each other down. That is a fact about *this* machine, not about ZeRO. Right: zerolab's
-# scale simulator (`zerolab.simulate`, the same formulas, published link and GPU figures) for a
+# scale simulator (`zerolab.tools.simulate`, the same formulas, published link and GPU figures) for a
 # 1.3-billion-parameter model on A100s over 100 Gb/s Ethernet, global batch 64 sequences of 2,048
 # tokens, stage 2 with DeepSpeed's traffic, communication overlapped with compute.
 
@@ -284,7 +284,7 @@ print("bf16's loss within 2 % of fp32's at every step:", gap < 0.02)
 # **Predict, then run.** At a micro-batch of 4, how will stage 3's activations compare with
 # stage 0's: a quarter, a half, the same? And when the micro-batch doubles?
 #
-# How we count the activations (`zerolab.lm_runs.activations_per_stage`): every tensor autograd saves passes through
+# How we count the activations (`zerolab.course.lm_runs.activations_per_stage`): every tensor autograd saves passes through
 # `torch.autograd.graph.saved_tensors_hooks`, and we add up their storages, leaving out the
 # parameters themselves. (`zerolab.memory.measure_activations` does the same for a plain model.
 # It recognises parameters by their storage *before* the forward; at stage 3 the parameters are
@@ -402,7 +402,7 @@ crew.close()                       # done with the ranks: the rest is the simula
 # which converts on the GPU; `stage3.py` line 1457 converts explicitly), so that is **4 + 2 bytes
 # per owned parameter**, not the ZeRO-Offload paper's 2 + 2, over a link of about 25 GB/s a
 # direction, against some 2,000 GB/s of GPU memory; and Adam runs on the
-# CPU, which steps far fewer elements per second than the GPU would. `zerolab.simulate` (chapter 5)
+# CPU, which steps far fewer elements per second than the GPU would. `zerolab.tools.simulate` (chapter 5)
 # models both from published figures: PCIe 4.0 at 25 GB/s, a CPU Adam of 10⁹ elements per second per
 # GPU's share. A 13-billion-parameter model (40 layers, width 5,120, sequences of 2,048 tokens) on 8
 # A100-80GB, stage 2, with and without `offload_optimizer`, one micro-batch per step of 1 to 16

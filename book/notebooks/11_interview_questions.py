@@ -47,12 +47,14 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 import zerolab
-from zerolab import bench, estimate, simulate
+from zerolab.tools import bench
+from zerolab.tools import estimate
+from zerolab.tools import simulate
 from zerolab import precision as P
 from zerolab.comm import Comm, ring_all_reduce
 from zerolab.memory import comm_volume, measure_activations, model_state_bytes, zero_paper_table
 from zerolab.models import MLP, mse_loss, regression_batches
-from zerolab.reference import micro_batches, train_engine, train_reference
+from zerolab.zero.reference import micro_batches, train_engine, train_reference
 
 torch.set_num_threads(1)     # one thread here, as on every rank: the same arithmetic, run after run
 WIDTH, LAYERS, BATCH = 64, 4, 16
@@ -640,7 +642,7 @@ print(f"    bit-identical weights: {same}")
 #
 # zerolab runs offload too (chapter 5 measures it, chapter 9 trains with it): the first lines
 # below check the answer's bytes on 4 real ranks. DeepSpeed's estimators (reproduced in
-# `zerolab.estimate`, same signatures) give the bytes for sizes no laptop holds, with L the
+# `zerolab.tools.estimate`, same signatures) give the bytes for sizes no laptop holds, with L the
 # largest layer's parameters and a 1.5× host buffer factor. *On a GPU cluster* DeepSpeed copies
 # through pinned host buffers and steps with its vectorised CPUAdam; here the "device" is the CPU
 # too, so only the bytes, not the times, carry over.
@@ -714,7 +716,7 @@ for name, psi, L in (("7B", 7e9, 32000 * 4096), ("70B", 70e9, 32000 * 8192)):
     print(f"    GPUs needed for stage 3's states: {need} by the paper, {ds_need} by DeepSpeed's estimator")
 e = simulate.simulate(7e9, layers=32, hidden=4096, seq=4096, micro_batch=1, gpus=8, stage=3)
 act, total = e.gpu_bytes["activations"], e.gpu_bytes["total"]
-print(f"7B, stage 3 on 8, seq 4096, micro-batch 1, checkpointing (zerolab.simulate):")
+print(f"7B, stage 3 on 8, seq 4096, micro-batch 1, checkpointing (zerolab.tools.simulate):")
 print(f"    activations {act / 1e9:.1f} GB, total {total / 1e9:.1f} GB per GPU: fits in 80 GB: {e.fits}")
 
 # %% [markdown] id="ch11-26"

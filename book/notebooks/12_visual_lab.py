@@ -39,7 +39,7 @@
 import matplotlib.pyplot as plt
 
 import zerolab
-from zerolab import lab
+from zerolab.course import lab
 
 pool = lab.CrewPool(threads=1)       # one crew per N, started on first use and kept
 N_MAX = zerolab.fit_ranks(4)         # the most ranks this machine allows (ZEROLAB_MAX_RANKS)
@@ -155,12 +155,12 @@ lab.core_widget(pool, world_size=2, stage=3, precision="bf16", max_ranks=N_MAX)
 # %% [markdown] id="ch12-12"
 # ## 3. Application: plan a run on a real cluster
 #
-# The last mode leaves this machine. For a published model shape it asks `zerolab.simulate` for
+# The last mode leaves this machine. For a published model shape it asks `zerolab.tools.simulate` for
 # every configuration (stages 0-3, stage 3 with the optimizer offloaded to the CPU, and with the
 # parameters too): memory per GPU (model states by stage, activations with checkpointing, the
 # stage-3 working set, a gradient bucket) and step time (compute at 40 % of the GPU's peak,
 # DeepSpeed's traffic for the stage over the link, 2Ψ at stage 0 and 3Ψ at stages 1-3, PCIe
-# transfers and the CPU's optimizer step with offload). Beside it, DeepSpeed's own estimator of the model states (`zerolab.estimate`, the same
+# transfers and the CPU's optimizer step with offload). Beside it, DeepSpeed's own estimator of the model states (`zerolab.tools.estimate`, the same
 # numbers as `estimate_zero2/3_model_states_mem_needs`). These are estimates from published link
 # and GPU figures: trust the shape (what fits, what dominates), not the last 10 %.
 #
@@ -277,7 +277,7 @@ lab.extension_widget(pool, world_size=2, stage=3, offload_optimizer="none", max_
 # simulator assumes, and shards that DeepSpeed's qwZ quantizer can cut into blocks of a multiple of
 # 8 elements (the lab's TinyLM, whose sizes do not divide, cannot run qwZ). Each row runs a fresh
 # engine: one optimizer step, then a second one read from the ledger. Beside it, the formula:
-# `zerolab.simulate` for the same Ψ, ranks, nodes and keys.
+# `zerolab.tools.simulate` for the same Ψ, ranks, nodes and keys.
 #
 # **Predict, then run.** Without ZeRO++, how many bytes does rank 0 send across the street in one
 # step (a forward gather, a backward gather and a reduce-scatter, each 3/4 of 2 bytes × Ψ)? With

@@ -25,7 +25,7 @@
 # `partition_parameters.py`'s `_partition_param_sec`); the byte ratios are the **paper's**;
 # the virtual nodes on one machine and the ledger's link column are **zerolab's**. DeepSpeed's
 # quantizer kernels are CUDA only, so on this CPU zerolab runs their arithmetic in torch
-# (`zerolab/quant.py`) and every collective through `torch.distributed` (gloo).
+# (`zerolab/zeropp/quant.py`) and every collective through `torch.distributed` (gloo).
 #
 # The paper's headline: with all three, what crosses between nodes falls from ZeRO-3's **3M to
 # 0.75M** (M the model's bytes in 16 bits), about **4× less cross-node traffic** (qwZ halves the
@@ -45,10 +45,10 @@ import matplotlib.pyplot as plt
 import torch
 
 import zerolab
-from zerolab import simulate
-from zerolab.chapters import ch13          # this chapter's model, runs and pictures: zerolab/chapters/ch13.py
-from zerolab.chapters.ch13 import config, curves, fetch_bytes, grad_bytes, one_step, param_gather_bytes
-from zerolab.topology import current
+from zerolab.tools import simulate
+from zerolab.course.chapters import ch13          # this chapter's model, runs and pictures: zerolab/course/chapters/ch13.py
+from zerolab.course.chapters.ch13 import config, curves, fetch_bytes, grad_bytes, one_step, param_gather_bytes
+from zerolab.crew.topology import current
 
 crew = zerolab.Crew(4, nodes=2)            # 4 ranks as 2 virtual nodes of 2 (gloo, on this CPU)
 
@@ -82,7 +82,7 @@ for rank, node, local in crew.run(where_am_i):
 # default prefetch (5·10⁷) marks every weight fetched for its backward use and keeps it (chapter
 # 8 measures both).
 #
-# Each rank runs `ch13.one_step(keys)` (in `zerolab/chapters/ch13.py`): a fresh engine with those
+# Each rank runs `ch13.one_step(keys)` (in `zerolab/course/chapters/ch13.py`): a fresh engine with those
 # ZeRO++ keys, a first step (it records the fetch order, and we keep its gradients and every block
 # qwZ quantized), then a second step whose collectives we read from the ledger.
 
@@ -223,7 +223,7 @@ plt.show()
 # reduce-scatter, as in DeepSpeed; so does a gradient whose size is not a multiple of **2N** (two
 # int4 values per byte, split N ways): DeepSpeed logs a warning and reduce-scatters it in bf16
 # (`runtime/comm/coalesced_collectives.py`, `all_to_all_quant_reduce`, lines 43-52), and zerolab
-# does the same (`zerolab/qgz.py`). A model whose sizes are not multiples of 2N quietly loses qgZ's
+# does the same (`zerolab/zeropp/qgz.py`). A model whose sizes are not multiples of 2N quietly loses qgZ's
 # saving on those gradients: the ledger's reduce-scatters under qgZ show it.
 #
 # **Predict, then run.** For a gradient of M elements, the reduce-scatter sends 3/4 · 2M bytes per
@@ -343,7 +343,7 @@ plt.show()
 # more from ZeRO++, and does any of them make the traffic hide?
 
 # %% id="ch13-17"
-from zerolab.simulate import CLUSTERS, SOURCES
+from zerolab.tools.simulate import CLUSTERS, SOURCES
 
 for key in ("h100-80gb", "ib-ndr-8x", "ib-ndr-1x"):
     print(textwrap.fill(f"{key}: {SOURCES[key]}", 96, subsequent_indent="    "))
@@ -377,7 +377,7 @@ for cluster in ("dgx-h100", "h100-thin"):
 # 0; a configuration that keeps the weights for backward has none to move); the first step's
 # forward; the later micro-steps' forwards
 # under gradient accumulation (`partition_parameters.py`, `_partition_param_sec`; the rules file by
-# file in `zerolab/hpz.py`, DeepSpeed's groups measured on its CPU build by
+# file in `zerolab/zeropp/hpz.py`, DeepSpeed's groups measured on its CPU build by
 # `benchmarks/ds_reference/ds_hpz.py`). The gradients still reduce-scatter over all N ranks: the
 # master weights and the optimizer's states stay ZeRO-3's.
 #

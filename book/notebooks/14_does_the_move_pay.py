@@ -27,7 +27,7 @@
 #
 # This chapter works like a page of the JAX scaling book (*How to Scale Your Model*): two counts (FLOPs and bytes), two
 # speeds (FLOP/s and bytes/s), and one ratio that says which one wins. Every number is computed
-# **by hand** first, in a line you can read, and then by `zerolab.simulate`, the course's scale
+# **by hand** first, in a line you can read, and then by `zerolab.tools.simulate`, the course's scale
 # simulator; the last section holds the simulator against real ranks on this machine.
 #
 # **What we compute:** the tokens per GPU at which stage 3's traffic hides behind compute, on
@@ -40,8 +40,8 @@ import textwrap
 
 import matplotlib.pyplot as plt
 
-from zerolab import simulate
-from zerolab.simulate import CLUSTERS, GPUS, LINKS, SOURCES
+from zerolab.tools import simulate
+from zerolab.tools.simulate import CLUSTERS, GPUS, LINKS, SOURCES
 
 for key in ("h100-80gb", "nvlink-h100", "ib-ndr-8x", "ib-ndr-1x", "pcie5-host"):
     what = (f"{GPUS[key][1] / 1e12:,.0f} TFLOP/s" if key in GPUS else
@@ -425,7 +425,7 @@ print(f"     (across nodes, a port shared by 8 GPUs); here psi/p = {PSI70 / PP /
 # Everything above came from formulas. Do they describe what the engine really sends?
 # `simulate.calibrate` trains a small bf16 MLP on 2 real ranks (gloo, this CPU) at stages 0, 1
 # and 3, reads the ledger, and puts beside it what `simulate` predicts for the same Ψ, layers,
-# ranks and bucket size, with this machine's own α-β fit (`zerolab.bench`, chapter 6) as the
+# ranks and bucket size, with this machine's own α-β fit (`zerolab.tools.bench`, chapter 6) as the
 # link.
 #
 # **Predict, then run.** Will the wire bytes and the number of calls match exactly? Will the
@@ -519,5 +519,5 @@ print(f"here        bytes and calls of stages 0, 1, 3 equal to the simulator's o
 #
 # **Your turn:** in `exercises/14_break_even.ipynb` you compute three numbers as functions (the
 # tokens that hide stage 3's traffic, the bytes that leave a node with each ZeRO++ option, the
-# tokens that hide offload's PCIe transfers); each check holds yours against `zerolab.simulate`
+# tokens that hide offload's PCIe transfers); each check holds yours against `zerolab.tools.simulate`
 # on several clusters and names the mistake if it finds one.

@@ -39,7 +39,7 @@ def ring_all_gather(chunks, rank, world_size, send_recv):
 # holds `1000 · (c + 1) + i`, so a wrong chunk says whose data it holds.
 
 # %% id="ex00-03" tags=["check"]
-from zerolab.checks.ch00 import check_ring_all_gather
+from zerolab.course.checks.ch00 import check_ring_all_gather
 
 check_ring_all_gather(ring_all_gather)
 

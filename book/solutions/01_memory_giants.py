@@ -22,13 +22,13 @@
 #
 # **When a check fails** it says in a few lines what is wrong, what it expected, and a hint that
 # names the likely mistake. To see the full Python traceback as well (through zerolab's own code,
-# and any rank's traceback), run `import zerolab.checks; zerolab.checks.full_tracebacks()` and run
-# the check cell again (`zerolab.checks.full_tracebacks(False)` makes failures short again), or
+# and any rank's traceback), run `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()` and run
+# the check cell again (`zerolab.course.checks.full_tracebacks(False)` makes failures short again), or
 # start Jupyter with the environment variable `ZEROLAB_FULL_TRACEBACK=1`.
 
 # %% id="ex01-01"
 import zerolab
-from zerolab.checks.ch01 import check_model_state_bytes
+from zerolab.course.checks.ch01 import check_model_state_bytes
 
 # %% id="ex01-02"
 def model_state_bytes_per_rank(psi, precision, stage=0, world_size=1):

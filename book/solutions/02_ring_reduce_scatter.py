@@ -35,14 +35,14 @@
 #
 # **When a check fails** it says in a few lines what is wrong, what it expected, and a hint that
 # names the likely mistake. To see the full Python traceback as well (through zerolab's own code,
-# and any rank's traceback), run `import zerolab.checks; zerolab.checks.full_tracebacks()` and run
-# the check cell again (`zerolab.checks.full_tracebacks(False)` makes failures short again), or
+# and any rank's traceback), run `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()` and run
+# the check cell again (`zerolab.course.checks.full_tracebacks(False)` makes failures short again), or
 # start Jupyter with the environment variable `ZEROLAB_FULL_TRACEBACK=1`.
 
 # %% id="ex02-01"
 import torch
 
-from zerolab.checks.ch02 import check_ring_reduce_scatter, trace_ring
+from zerolab.course.checks.ch02 import check_ring_reduce_scatter, trace_ring
 
 # %% id="ex02-02"
 def ring_reduce_scatter(chunks, rank, world_size, send_recv):

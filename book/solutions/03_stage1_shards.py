@@ -14,8 +14,8 @@
 #
 # **When a check fails** it says in a few lines what is wrong, what it expected, and a hint that
 # names the likely mistake. To see the full Python traceback as well (through zerolab's own code,
-# and any rank's traceback), run `import zerolab.checks; zerolab.checks.full_tracebacks()` and run
-# the check cell again (`zerolab.checks.full_tracebacks(False)` makes failures short again), or
+# and any rank's traceback), run `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()` and run
+# the check cell again (`zerolab.course.checks.full_tracebacks(False)` makes failures short again), or
 # start Jupyter with the environment variable `ZEROLAB_FULL_TRACEBACK=1`.
 
 # %% [markdown] id="ex03-01"
@@ -47,13 +47,13 @@ def shard_range(padded_numel, world_size, rank):
 
 # %% [markdown] id="ex03-03"
 # The check first tests that your ranges tile the buffer, for several sizes; then it replaces
-# the engine's own rule (`zerolab.flat.FlatGroup.shard_range`) by yours on every rank, trains
+# the engine's own rule (`zerolab.memory.flat.FlatGroup.shard_range`) by yours on every rank, trains
 # stage 1 on 2 and on 3 ranks, in DeepSpeed's layout (one flat buffer; some parameters straddle
 # two partitions) and in the paper's (one buffer per bucket), and compares every parameter with
 # single-process training.
 
 # %% id="ex03-04" tags=["check"]
-from zerolab.checks.ch03 import check_shard_range
+from zerolab.course.checks.ch03 import check_shard_range
 
 check_shard_range(shard_range)
 
@@ -98,23 +98,23 @@ def adamw_step(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_de
 # single-process training with torch's AdamW.
 
 # %% id="ex03-08" tags=["check"]
-from zerolab.checks.ch03 import check_adamw_step
+from zerolab.course.checks.ch03 import check_adamw_step
 
 check_adamw_step(adamw_step)
 
 # %% [markdown] id="ex03-09"
 # ## Where this lives in zerolab
 #
-# Your rule is `FlatGroup.shard_range` in `zerolab/flat.py`; the stage that uses it is
-# stage 1: `ReduceScatterAtBoundary` in `zerolab/reduce.py` all-reduces each gradient bucket and
+# Your rule is `FlatGroup.shard_range` in `zerolab/memory/flat.py`; the stage that uses it is
+# stage 1: `ReduceScatterAtBoundary` in `zerolab/zero/reduce.py` all-reduces each gradient bucket and
 # keeps the slices inside this rank's partition (DeepSpeed's way; with the switch it
 # reduce-scatters each bucket), the optimizer steps the owned partition, and
-# `ReplicatedParams.publish` in `zerolab/params.py` all-gathers the parameters. The optimizer zerolab steps is torch's own, over the shard tensors
-# (`zerolab/optim.py`), which is why only element-wise optimizers are allowed by default.
+# `ReplicatedParams.publish` in `zerolab/zero/params.py` all-gathers the parameters. The optimizer zerolab steps is torch's own, over the shard tensors
+# (`zerolab/zero/optim.py`), which is why only element-wise optimizers are allowed by default.
 #
 # The checks kept their ranks running, so that a second try is quick. Stop them when you are done:
 
 # %% id="ex03-10"
-from zerolab.checks.ch03 import close_crews
+from zerolab.course.checks.ch03 import close_crews
 
 close_crews()

@@ -6,7 +6,7 @@
 # (**buckets**), and the moment a box is full it is sent out, each worker keeps the part that is
 # his, and the box is thrown away.
 #
-# You write the two pieces of zerolab's `ReduceScatterInBackward` (in `zerolab/reduce.py`, shared by
+# You write the two pieces of zerolab's `ReduceScatterInBackward` (in `zerolab/zero/reduce.py`, shared by
 # stages 2 and 3) that do this, in **the paper's pattern**: each bucket is its own flat buffer,
 # cut into N shards, and is **reduce-scattered**, so each rank receives only the sum of its own
 # shard. That is what stage 3 does in DeepSpeed too; at stage 2 it is zerolab's switch
@@ -18,7 +18,7 @@
 # zerolab's own engine and (fp32) with single-process training.
 #
 # **When a check fails** it says in a few lines what is wrong and names the likely mistake. For
-# the full traceback run `import zerolab.checks; zerolab.checks.full_tracebacks()` and run the
+# the full traceback run `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()` and run the
 # check cell again.
 
 # %% [markdown] id="ex05-01"
@@ -85,19 +85,19 @@ def reduce_bucket(bucket, rank, world_size, comm_dtype, reduce_scatter, grad_sha
 # its size against the bucket's), and what the shard holds afterwards.
 
 # %% id="ex05-06" tags=["check"]
-from zerolab.checks.stage2_buckets import check_stage2_buckets
+from zerolab.course.checks.stage2_buckets import check_stage2_buckets
 
 check_stage2_buckets(add_grad, reduce_bucket)
 
 # %% [markdown] id="ex05-07"
 # ## Where this lives in zerolab
 #
-# `ReduceScatterInBackward.accept` and `ReduceScatterInBackward.issue` in `zerolab/reduce.py` do
+# `ReduceScatterInBackward.accept` and `ReduceScatterInBackward.issue` in `zerolab/zero/reduce.py` do
 # what you wrote; `GradReducer._reduce` sends the bucket (asynchronously when `overlap_comm` is
 # on, so backward goes on computing while it travels) with the collective DeepSpeed would use for
 # the config: a reduce-scatter here and at stage 3, an all-reduce at DeepSpeed's default stage 2.
 # Stage 3 uses the same class, its buckets filled in the order backward finishes the modules; its parameters
-# (`zerolab/gather.py`) are told through `grads_done(g)` and reshard a module's gathered
+# (`zerolab/zero/stage3/gather.py`) are told through `grads_done(g)` and reshard a module's gathered
 # parameters once all its gradients are in.
 #
 # Questions:
@@ -111,6 +111,6 @@ check_stage2_buckets(add_grad, reduce_bucket)
 # The check kept its ranks running; stop them when you are done:
 
 # %% id="ex05-08"
-from zerolab.checks.stage2_buckets import close_crews
+from zerolab.course.checks.stage2_buckets import close_crews
 
 close_crews()

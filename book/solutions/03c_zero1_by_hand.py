@@ -18,7 +18,7 @@
 # (where the only difference is the order of a sum, it says so and accepts a stated tolerance).
 #
 # **When the check fails** it says in a few lines what is wrong and names the likely mistake; for
-# the full traceback run `import zerolab.checks; zerolab.checks.full_tracebacks()` and run the
+# the full traceback run `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()` and run the
 # check cell again.
 
 # %% [markdown] id="ex03c-01"
@@ -69,7 +69,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import zerolab
-from zerolab.checks import zero1     # the check's model, its batches, and a counter of collectives
+from zerolab.course.checks import zero1     # the check's model, its batches, and a counter of collectives
 
 # %% id="ex03c-03"
 class ShardedOptimizer:
@@ -279,7 +279,7 @@ for c in crews.values():
 # names the likely mistake.
 
 # %% id="ex03c-15" tags=["check"]
-from zerolab.checks.zero1 import check
+from zerolab.course.checks.zero1 import check
 
 check(ShardedOptimizer)
 
@@ -292,8 +292,8 @@ check(ShardedOptimizer)
 # into them where you copied; the shard is `single_partition_of_fp32_groups`, and the wrapped
 # optimizer's param groups hold only it; `average_tensor` divides and all-reduces each gradient
 # bucket; `all_gather_dp_groups` gathers the partitions after the step. In zerolab the same three
-# steps are `zerolab/flat.py` (the buffer and `shard_range`), `zerolab/reduce.py` (the buckets) and
-# `zerolab/params.py` (`ReplicatedParams.publish`, the all-gather).
+# steps are `zerolab/memory/flat.py` (the buffer and `shard_range`), `zerolab/zero/reduce.py` (the buckets) and
+# `zerolab/zero/params.py` (`ReplicatedParams.publish`, the all-gather).
 #
 # ## Questions
 #

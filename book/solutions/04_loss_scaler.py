@@ -44,13 +44,13 @@
 #
 # **When a check fails** it says in a few lines what is wrong, what it expected, and a hint that
 # names the likely mistake. To see the full Python traceback as well (through zerolab's own code,
-# and any rank's traceback), run `import zerolab.checks; zerolab.checks.full_tracebacks()` and run
-# the check cell again (`zerolab.checks.full_tracebacks(False)` makes failures short again), or
+# and any rank's traceback), run `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()` and run
+# the check cell again (`zerolab.course.checks.full_tracebacks(False)` makes failures short again), or
 # start Jupyter with the environment variable `ZEROLAB_FULL_TRACEBACK=1`.
 
 # %% id="ex04-01"
-from zerolab.checks.ch04 import check_update_scale, new_state
-from zerolab.loss_scaler import LossScaleAtMinimum
+from zerolab.course.checks.ch04 import check_update_scale, new_state
+from zerolab.precision.loss_scaler import LossScaleAtMinimum
 
 # %% id="ex04-02"
 def update_scale(state: dict, overflow: bool) -> None:

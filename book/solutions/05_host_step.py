@@ -52,7 +52,7 @@
 #
 # **When a check fails** it says in a few lines what is wrong, what it expected, and a hint that
 # names the likely mistake. To see the full traceback as well, run
-# `import zerolab.checks; zerolab.checks.full_tracebacks()` and run the check cell again.
+# `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()` and run the check cell again.
 
 # %% id="ex05-01"
 import textwrap
@@ -60,8 +60,8 @@ import textwrap
 import torch
 
 import zerolab
-from zerolab.checks import crew_of
-from zerolab.checks.ch05 import check_host_step, what_arrives
+from zerolab.course.checks import crew_of
+from zerolab.course.checks.ch05 import check_host_step, what_arrives
 from zerolab.models import TinyLM
 
 # %% [markdown] id="ex05-02"
@@ -195,8 +195,8 @@ check_host_step(host_step)
 # %% [markdown] id="ex05-14"
 # ## Where this lives in zerolab
 #
-# Your step is `StateHome.step` in `zerolab/offload.py`. The engine (`Engine._optimizer_step` in
-# `zerolab/engine.py`) calls it after the overflow check and the clipping norm, with the stage's
+# Your step is `StateHome.step` in `zerolab/offload/offload.py`. The engine (`Engine._optimizer_step` in
+# `zerolab/zero/engine.py`) calls it after the overflow check and the clipping norm, with the stage's
 # reduced gradient shards; `stage.publish()` then makes the new parameters everyone's (at stages 1
 # and 2 an all-gather; at stage 3 only the small persistent parameters are gathered, the others
 # wait for the next forward's gathers). zerolab's version adds two things to yours:

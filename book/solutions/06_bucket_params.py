@@ -6,7 +6,7 @@
 #
 # In chapter 6 the gradients travelled in buckets of at most `reduce_bucket_size` elements, and
 # the number of buckets set the number of calls. Here **you write the rule that cuts the
-# parameters into buckets**, `zerolab.flat.bucket_params`, by which stages 1 and 2 pack their
+# parameters into buckets**, `zerolab.memory.flat.bucket_params`, by which stages 1 and 2 pack their
 # gradient buckets (ranges of the one flat buffer, each one all-reduce), and the check puts yours
 # inside the engine.
 #
@@ -28,10 +28,10 @@
 #
 # **When a check fails** it says in a few lines what is wrong, what it expected, and a hint that
 # names the likely mistake. To see the full traceback as well, run
-# `import zerolab.checks; zerolab.checks.full_tracebacks()` and run the check cell again.
+# `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()` and run the check cell again.
 
 # %% id="ex06-01"
-from zerolab.checks.ch06 import check_bucket_params
+from zerolab.course.checks.ch06 import check_bucket_params
 
 # %% id="ex06-02"
 def bucket_params(named, bucket_numel):
@@ -66,7 +66,7 @@ for b in bucket_params(named, 100):
 # **The check.** First your function on six lists of parameter sizes (small parameters, buckets
 # filled exactly to the limit, parameters larger than a bucket, everything in one bucket,
 # everything alone, an MLP's parameters in gradient order), each against zerolab's rule. Then on
-# 2 ranks: `zerolab.params.bucket_params` is replaced by yours for the duration of the run, a
+# 2 ranks: `zerolab.zero.params.bucket_params` is replaced by yours for the duration of the run, a
 # small MLP trains at stages 1 and 2 with three bucket sizes, and the collectives in the ledger
 # (one all-reduce per bucket, and the all-gather after the step: calls, elements, bytes) and the
 # trained weights are compared with the same runs under zerolab's own rule.
@@ -77,12 +77,12 @@ check_bucket_params(bucket_params)
 # %% [markdown] id="ex06-07"
 # ## Where this lives in zerolab
 #
-# `zerolab.flat.bucket_params` is what you wrote; `GradReducer._plan` (`zerolab/reduce.py`) calls
+# `zerolab.memory.flat.bucket_params` is what you wrote; `GradReducer._plan` (`zerolab/zero/reduce.py`) calls
 # it on the gradients in gradient order (each parameter's range of the flat buffer at stages 1-2)
 # and packs each bucket from the ranges it returns, as DeepSpeed fills its IPG buckets
 # (`stage_1_and_2.py`). Stage 3 packs its buckets of modules by the same rule; stage 0 uses
 # DeepSpeed's stage-0 rule instead (buckets of 5·10⁸ elements). With zerolab's opt-in
-# `ideal_reduce_scatter`, `ReplicatedParams.make_groups` (`zerolab/params.py`) also calls it, to
+# `ideal_reduce_scatter`, `ReplicatedParams.make_groups` (`zerolab/zero/params.py`) also calls it, to
 # make each bucket a flat buffer of its own.
 #
 # Questions:

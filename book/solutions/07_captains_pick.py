@@ -42,10 +42,10 @@
 #
 # **When a check fails** it says in a few lines what is wrong, what it expected, and a hint that
 # names the likely mistake. To see the full traceback as well, run
-# `import zerolab.checks; zerolab.checks.full_tracebacks()` and run the check cell again.
+# `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()` and run the check cell again.
 
 # %% id="ex07-01"
-from zerolab.checks.ch07 import Facts, check_choose_config, measure_facts
+from zerolab.course.checks.ch07 import Facts, check_choose_config, measure_facts
 
 # %% id="ex07-02"
 def device_bytes(facts, stage, offload_optimizer, offload_param):
@@ -106,9 +106,9 @@ check_choose_config(device_bytes, choose_config)
 # %% [markdown] id="ex07-07"
 # ## Where this lives in zerolab
 #
-# `zerolab.budget.Budget` counts the same three parts while the engine trains (its
+# `zerolab.memory.budget.Budget` counts the same three parts while the engine trains (its
 # `configs_that_fit`, in the out-of-memory message, is your `device_bytes` with the activations
-# measured so far); `engine.memory()` gives the model states and the buffers; and `zerolab.simulate`
+# measured so far); `engine.memory()` gives the model states and the buffers; and `zerolab.tools.simulate`
 # does the same arithmetic for a cluster, with the activations of a transformer by formula.
 #
 # Questions:

@@ -34,11 +34,11 @@
 # parameters) and `param_bytes` (per rank). Use it to try values.
 #
 # **When a check fails** it says what was measured, what the goal was, and a hint. To see the full
-# traceback as well, run `import zerolab.checks; zerolab.checks.full_tracebacks()` and run the
+# traceback as well, run `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()` and run the
 # check cell again.
 
 # %% id="ex08-01"
-from zerolab.checks.ch08 import check_knobs, measure
+from zerolab.course.checks.ch08 import check_knobs, measure
 
 # %% [markdown] id="ex08-02"
 # **Predict, then run.** DeepSpeed's defaults (an empty dict) on this model: how many parameter
@@ -80,9 +80,9 @@ check_knobs(knobs)
 # %% [markdown] id="ex08-09"
 # ## Where this lives in zerolab
 #
-# `make_units` (`zerolab/units.py`) decides persistence, parameter by parameter in the model's
-# order; `GatheredParams.unshard_unit` (`zerolab/gather.py`), `top_up` (a module without parameters
-# of its own) and `UnitFetch.plan` (`zerolab/fetch.py`) follow the recorded order and take the next
+# `make_units` (`zerolab/zero/stage3/units.py`) decides persistence, parameter by parameter in the model's
+# order; `GatheredParams.unshard_unit` (`zerolab/zero/stage3/gather.py`), `top_up` (a module without parameters
+# of its own) and `UnitFetch.plan` (`zerolab/zero/stage3/fetch.py`) follow the recorded order and take the next
 # groups by DeepSpeed's budget. DeepSpeed's counterparts are `mark_persistent_parameters`
 # (`parameter_offload.py`) and `fetch_sub_module` (`partitioned_param_coordinator.py`).
 # `UnitFetch.check_unit`, the 16-byte order check, is zerolab's own (DeepSpeed sends none; `"zerolab": {"order_checks": false}` turns it off).
@@ -97,5 +97,5 @@ check_knobs(knobs)
 #    a budget of one weight (4,096) still prefetch once per step?
 
 # %% id="ex08-10"
-import zerolab.checks
-zerolab.checks.close_crews()
+import zerolab.course.checks
+zerolab.course.checks.close_crews()

@@ -14,17 +14,17 @@
 # parameters, a forward hook releases them and wraps the outputs so that their first gradient
 # fetches them again, a hook on the inputs releases them after the module's backward;
 # `ZeROOrderedDict` catches a parameter read outside its own module). zerolab's
-# copy is `zerolab/hooks.py` (`ModuleHooks`); the check runs **your** class in its place,
+# copy is `zerolab/zero/stage3/hooks.py` (`ModuleHooks`); the check runs **your** class in its place,
 # inside the real engine, and compares every gather and release with zerolab's.
 #
 # **When the check fails** it says in a few lines what is wrong and names the likely mistake; for
-# the full traceback run `import zerolab.checks; zerolab.checks.full_tracebacks()` and run the
+# the full traceback run `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()` and run the
 # check cell again.
 
 # %% [markdown] id="ex08c-01"
 # ## What the engine gives you, what you decide
 #
-# `params` is the engine's `GatheredParams` (`zerolab/gather.py`). A **group** is one parameter's
+# `params` is the engine's `GatheredParams` (`zerolab/zero/stage3/gather.py`). A **group** is one parameter's
 # partition, as DeepSpeed partitions them (its `ds_tensor`: `params.groups[i]`, the parameter's name
 # in `.label`). You call:
 #
@@ -68,8 +68,8 @@
 import torch
 
 import zerolab
-from zerolab.checks import hooks3                    # the check's model, a run on the ranks
-from zerolab.hooks import on_first_output_grad, on_inputs_grad, unwatch_params, watch_params
+from zerolab.course.checks import hooks3                    # the check's model, a run on the ranks
+from zerolab.zero.stage3.hooks import on_first_output_grad, on_inputs_grad, unwatch_params, watch_params
 
 # %% id="ex08c-03"
 class MyHooks:
@@ -160,7 +160,7 @@ class MyHooks:
 # (`stage3_param_persistence_threshold` 0), nothing kept across the turn
 # (`stage3_max_reuse_distance` 0) and no prefetch, so that each gather is the one your hooks ask
 # for. `two_steps(MyHooks)` trains two steps with your class as the engine's hooks
-# (`zerolab.hooks.use_module_hooks`, zerolab's own seam) and logs each gather (+) and release (−).
+# (`zerolab.zero.stage3.hooks.use_module_hooks`, zerolab's own seam) and logs each gather (+) and release (−).
 #
 # **Predict, then run.** The model has 10 groups, one per parameter (`embed.weight`, the
 # attention's `in_proj_weight`, `in_proj_bias`, `out_proj.weight`, `out_proj.bias`, the MLP's two
@@ -276,7 +276,7 @@ print(f"sent by each rank: (N-1)/N x {total:,} = {total // 2:,} bytes")
 # releases after the recomputation in backward.
 
 # %% id="ex08c-13" tags=["check"]
-from zerolab.checks.hooks3 import check_gather_hooks
+from zerolab.course.checks.hooks3 import check_gather_hooks
 
 check_gather_hooks(MyHooks)
 

@@ -20,11 +20,11 @@
 # DeepSpeed's keys are those of its documentation (the config JSON page); `configs/` has examples.
 #
 # **When a check fails** it says in a few lines which key is wrong, what it expected, and a hint.
-# To see the full traceback as well, run `import zerolab.checks; zerolab.checks.full_tracebacks()`
+# To see the full traceback as well, run `import zerolab.course.checks; zerolab.course.checks.full_tracebacks()`
 # and run the check cell again.
 
 # %% id="ex09-01"
-from zerolab.checks.ch09 import check_capstone_config
+from zerolab.course.checks.ch09 import check_capstone_config
 
 # %% id="ex09-02"
 def capstone_config(world_size):

@@ -7,18 +7,18 @@
 # values and one fp32 scale per block. Here **you write that quantizer**, the two functions
 # DeepSpeed 0.19.8's CUDA kernels compute (`csrc/quantization/quantize.cu`, `dequantize.cu`, the
 # symmetric type of `csrc/includes/quantization_utils.h`). The check compares yours with
-# zerolab's copy (`zerolab.quant`) on tensors chosen to expose the usual mistakes, then plugs yours
-# into the engine (`zerolab.quant.use_qwz_codec`) as the quantizer of qwZ's all-gathers on 4 ranks
+# zerolab's copy (`zerolab.zeropp.quant`) on tensors chosen to expose the usual mistakes, then plugs yours
+# into the engine (`zerolab.zeropp.quant.use_qwz_codec`) as the quantizer of qwZ's all-gathers on 4 ranks
 # as 2 nodes of 2, and compares the bytes, the weights the forward pass sees and the losses.
 #
 # **When a check fails** it says what it expected, what you gave, and a hint that names the likely
-# mistake. To see the full traceback as well, run `import zerolab.checks;
-# zerolab.checks.full_tracebacks()` and run the check cell again.
+# mistake. To see the full traceback as well, run `import zerolab.course.checks;
+# zerolab.course.checks.full_tracebacks()` and run the check cell again.
 
 # %% id="ex13-01"
 import torch
 
-from zerolab.checks.ch13 import check_block_quantizer
+from zerolab.course.checks.ch13 import check_block_quantizer
 
 # %% [markdown] id="ex13-02"
 # ## 1. Quantize
@@ -101,10 +101,10 @@ check_block_quantizer(quantize, dequantize)
 # %% [markdown] id="ex13-12"
 # ## Where this lives in zerolab
 #
-# `zerolab/quant.py` holds the quantizer (`quantize`, `dequantize`), DeepSpeed's rule for the number
-# of blocks (`qwz_groups`) and the int4 packing qgZ uses (`pack_int4`); `zerolab/qwz_gather.py`'s
+# `zerolab/zeropp/quant.py` holds the quantizer (`quantize`, `dequantize`), DeepSpeed's rule for the number
+# of blocks (`qwz_groups`) and the int4 packing qgZ uses (`pack_int4`); `zerolab/zero/stage3/qwz_gather.py`'s
 # `all_gather_quantized` calls them for every stage-3 all-gather when `zero_quantized_weights` is
-# on, and `zerolab/qgz.py`'s `QuantizedReduce` for qgZ. `quant.use_qwz_codec` is zerolab's own
+# on, and `zerolab/zeropp/qgz.py`'s `QuantizedReduce` for qgZ. `quant.use_qwz_codec` is zerolab's own
 # hook that lets the check put yours there.
 #
 # Questions:

@@ -4,17 +4,17 @@
 # *Count the carrying, count the passing, and find the trip at which they are equal.*
 #
 # In chapter 14 you computed when stage 3's traffic hides behind compute. Here **you write the
-# three computations as functions**, and each check holds your numbers against `zerolab.simulate`
+# three computations as functions**, and each check holds your numbers against `zerolab.tools.simulate`
 # (the model the chapter used) at several GPUs, links, world sizes and node sizes, within 1 %.
 # Everything is per GPU and per micro-step, ZeRO stage 3, bf16/fp16 on the wire (2 bytes per
 # element), α (the latency per call) left out.
 #
 # **When a check fails** it says what it expected, what you gave, and a hint that names the likely
-# mistake. To see the full traceback as well, run `import zerolab.checks;
-# zerolab.checks.full_tracebacks()` and run the check cell again.
+# mistake. To see the full traceback as well, run `import zerolab.course.checks;
+# zerolab.course.checks.full_tracebacks()` and run the check cell again.
 
 # %% id="ex14-01"
-from zerolab.checks.ch14 import check_inter_node_bytes, check_offload_hide_tokens, check_tokens_to_hide
+from zerolab.course.checks.ch14 import check_inter_node_bytes, check_offload_hide_tokens, check_tokens_to_hide
 
 # %% [markdown] id="ex14-02"
 # ## 1. The break-even tokens
@@ -112,14 +112,14 @@ check_offload_hide_tokens(offload_hide_tokens)
 # %% [markdown] id="ex14-15"
 # ## Where this lives in zerolab
 #
-# `zerolab.simulate.simulate` computes all three: `Estimate.hide_tokens` is the first and the
+# `zerolab.tools.simulate.simulate` computes all three: `Estimate.hide_tokens` is the first and the
 # third (the tokens at which the compute meets the slower of the network and PCIe), and
 # `Estimate.link_bytes["inter"]` the second; the module's docstring states the two-link model and
 # the ZeRO++ formulas, and `simulate.SOURCES` where each figure comes from.
 #
 # Questions:
 #
-# 1. Your `tokens_to_hide` has no Ψ argument. Which term of `zerolab.simulate`'s communication
+# 1. Your `tokens_to_hide` has no Ψ argument. Which term of `zerolab.tools.simulate`'s communication
 #    time *does* depend on the model's shape, and when does it matter?
 # 2. `offload_hide_tokens` falls as 1/N, `tokens_to_hide` does not. What does that say about
 #    offload at 8 GPUs against offload at 512?
