@@ -631,8 +631,10 @@ print(f"    bit-identical weights: {same}")
 #
 # **ZeRO-Offload** (`offload_optimizer.device: "cpu"`, stages 1-3) keeps the fp32
 # master weights and Adam's moments in host memory and runs the optimizer step **on the CPU**
-# (DeepSpeed's vectorised CPUAdam). Each step the fp16 gradients go down and the updated fp16
-# parameters come back up: 2Ψ + 2Ψ bytes over PCIe, split over the ranks. With stage 2 the GPU
+# (DeepSpeed's vectorised CPUAdam). Each step the reduced gradients go down and the updated 16-bit
+# parameters come back up. DeepSpeed converts the gradients to fp32 on the GPU before the copy
+# (chapter 10b), so that is 4Ψ + 2Ψ bytes over PCIe, not the ZeRO-Offload paper's 2Ψ + 2Ψ, split
+# over the ranks. With stage 2 the GPU
 # keeps only the 2-byte parameters, 2Ψ. **ZeRO-3 offload** adds `offload_param` (stage 3 only):
 # the parameter shards live on the host too, and the GPU needs about one gathered layer at a time.
 # **ZeRO-Infinity** extends both to **NVMe** (`device: "nvme"`, stage 3), with the host as a
@@ -677,8 +679,8 @@ cpu, gpu, _ = estimate.estimate_zero3_model_states_mem_needs(psi, L, n, 1, cpu_o
                                                             cpu_offload_params=True)
 print(f"7B, ZeRO-3 + offload_param + offload_optimizer: GPU {gpu / 1e9:.2f} GB == 4L: {gpu == 4 * L};")
 print(f"    host {cpu / 1e9:.0f} GB == 18Ψ x 1.5: {cpu == 18 * psi * 1.5}")
-print(f"PCIe per step with the optimizer offloaded: 2Ψ down + 2Ψ up = {4 * psi / 1e9:.0f} GB in all,")
-print(f"    {4 * psi / n / 1e9:.1f} GB per GPU: {4 * psi / n / 25e9:.2f} s at 25 GB/s")
+print(f"PCIe per step with the optimizer offloaded: 4Ψ down (fp32) + 2Ψ up = {6 * psi / 1e9:.0f} GB in all,")
+print(f"    {6 * psi / n / 1e9:.2f} GB per GPU: {6 * psi / n / 25e9:.2f} s at 25 GB/s")
 
 # %% [markdown] id="ch11-24"
 # ## Q14. Will a 7B model train on 8 GPUs of 80 GB? A 70B model?
