@@ -12,7 +12,7 @@ its parameters (the *register*) and the optimizer's moments, and runs the step:
              sub-group at a time                                        (ZeRO-Infinity)
 
 Where they live is a shard store (``store.py``: ``DeviceShards``, ``HostShards``,
-``NvmeShards``); with files, :class:`~zerolab.offload.store.SwapSubGroups` moves each sub-group in and out.
+``NvmeShards``); with files, :class:`~zerolab.offload.swap.SwapSubGroups` moves each sub-group in and out.
 
 The step is tiled into sub-groups of at most ``sub_group_size`` elements (DeepSpeed's key):
 for each sub-group the gradient is copied down and unscaled, the optimizer steps it, and the
@@ -37,7 +37,8 @@ from ..memory.flat import pack_sizes
 from ..i18n import catalogue
 from ..memory import tensor_bytes
 from .nvme import NvmeStore
-from .store import InMemory, ShardStore, SwapSubGroups, shard_store
+from .store import ShardStore, shard_store
+from .swap import InMemory, SwapSubGroups
 
 __all__ = ["StateHome", "ParamWriter", "make_state_home", "tile_ranges"]
 
