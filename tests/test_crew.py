@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -424,8 +425,7 @@ def test_a_crew_killed_with_its_whole_process_group_is_swept_by_the_next(tmp_pat
     that driver's pymp-* folder); a live driver's folder is left alone. Both crews keep their
     folders in a temp folder of this test's own: a crew started elsewhere on the machine (the
     suite's other phases) sweeps /tmp and would remove the dead driver's folder first."""
-    private = tmp_path / "tmp"
-    private.mkdir()
+    private = tempfile.mkdtemp(prefix="zl-")   # short: the forkserver socket path must fit AF_UNIX (108 bytes); kept: this process may use it
     monkeypatch.setattr(tempfile, "tempdir", str(private))
     driver = _start_driver(tmp_path, "idle", TMPDIR=str(private))
     try:
