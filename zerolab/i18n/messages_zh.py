@@ -1938,12 +1938,12 @@ ZH["checks.ch14"] = {
     "  {peak:>4.0f} TFLOP/s x {mfu:.2f}, PCIe {pcie:.0f} GB/s, N = {n:>2}, offload {what:<18}: {tokens:>6,.0f} "
     "tokens per GPU":
         "  {peak:>4.0f} TFLOP/s x {mfu:.2f}，PCIe {pcie:.0f} GB/s，N = {n:>2}，卸载 {what:<18}：每张 GPU {tokens:>6,.0f} 个 token",
-    "tokens_to_hide equals zerolab.tools.simulate's hide_tokens at {n} settings (within 1 %)":
-        "tokens_to_hide 在 {n} 组设置下与 zerolab.tools.simulate 的 hide_tokens 一致（误差 1% 以内）",
-    "inter_node_bytes equals zerolab.tools.simulate's inter-node bytes at {n} settings (within 1 %)":
-        "inter_node_bytes 在 {n} 组设置下与 zerolab.tools.simulate 的跨节点字节一致（误差 1% 以内）",
-    "offload_hide_tokens equals zerolab.tools.simulate's hide_tokens at {n} settings (within 1 %)":
-        "offload_hide_tokens 在 {n} 组设置下与 zerolab.tools.simulate 的 hide_tokens 一致（误差 1% 以内）",
+    "tokens_to_hide equals the simulator's hide_tokens at {n} settings (within 1 %)":
+        "tokens_to_hide 在 {n} 组设置下与模拟器的 hide_tokens 一致（误差 1% 以内）",
+    "inter_node_bytes equals the simulator's inter-node bytes at {n} settings (within 1 %)":
+        "inter_node_bytes 在 {n} 组设置下与模拟器的跨节点字节一致（误差 1% 以内）",
+    "offload_hide_tokens equals the simulator's hide_tokens at {n} settings (within 1 %)":
+        "offload_hide_tokens 在 {n} 组设置下与模拟器的 hide_tokens 一致（误差 1% 以内）",
     # the mistakes a learner is likely to make (TOKENS_MISTAKES, BYTES_MISTAKES, OFFLOAD_MISTAKES)
     "each rank sends (N-1)/N of every tensor it gathers or reduce-scatters (the ring): multiply by (N-1)/N":
         "每个 rank 对它收集或 reduce-scatter 的每个张量只发出 (N-1)/N（环形算法）：要乘上 (N-1)/N",

@@ -249,7 +249,7 @@ def check_tokens_to_hide(fn: Callable, verbose: bool = True) -> None:
             print(T("  {peak:>4.0f} TFLOP/s x {mfu:.2f}, {beta:>4.0f} GB/s, N = {n:>4}{ck:<15}: {tokens:>8,.0f} tokens "
                     "per GPU", peak=peak / 1e12, mfu=mfu, beta=beta / 1e9, n=n, ck=T(", checkpointing") if ck else "",
                     tokens=g))
-    passed(T("tokens_to_hide equals zerolab.tools.simulate's hide_tokens at {n} settings (within 1 %)", n=len(got)))
+    passed(T("tokens_to_hide equals the simulator's hide_tokens at {n} settings (within 1 %)", n=len(got)))
 
 
 def check_inter_node_bytes(fn: Callable, verbose: bool = True) -> None:
@@ -269,7 +269,7 @@ def check_inter_node_bytes(fn: Callable, verbose: bool = True) -> None:
             on = "+".join(x for x, v in (("qwZ", qwz), ("hpZ", hpz), ("qgZ", qgz)) if v) or "plain"
             print(T("  {psi:>3.0f}B parameters, N = {n:>4} in nodes of {k}, {on:<11}: {g:>5.3f} Psi leave each node",
                     psi=psi / 1e9, n=n, k=k, on=on, g=g / psi))
-    passed(T("inter_node_bytes equals zerolab.tools.simulate's inter-node bytes at {n} settings (within 1 %)", n=len(got)))
+    passed(T("inter_node_bytes equals the simulator's inter-node bytes at {n} settings (within 1 %)", n=len(got)))
 
 
 def check_offload_hide_tokens(fn: Callable, verbose: bool = True) -> None:
@@ -287,4 +287,4 @@ def check_offload_hide_tokens(fn: Callable, verbose: bool = True) -> None:
             print(T("  {peak:>4.0f} TFLOP/s x {mfu:.2f}, PCIe {pcie:.0f} GB/s, N = {n:>2}, offload {what:<18}: "
                     "{tokens:>6,.0f} tokens per GPU", peak=peak / 1e12, mfu=mfu, pcie=pcie / 1e9, n=n, what=what,
                     tokens=g))
-    passed(T("offload_hide_tokens equals zerolab.tools.simulate's hide_tokens at {n} settings (within 1 %)", n=len(got)))
+    passed(T("offload_hide_tokens equals the simulator's hide_tokens at {n} settings (within 1 %)", n=len(got)))
