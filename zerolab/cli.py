@@ -39,7 +39,8 @@ import argparse
 import sys
 
 from .i18n import add_lang_argument, catalogue, cli_lang, set_lang, width
-from .memory import format_bytes, model_state_bytes
+from .memory import Place, format_bytes, model_state_bytes
+from .memory.sharding import GRADS, PARAMS, shards
 
 T = catalogue("cli")      # the commands' own lines in the edition's language (zerolab/i18n/messages_zh.py)
 
@@ -90,20 +91,20 @@ def _right(text: str, columns: int) -> str:
 
 def _offload_split(psi: float, world: int, precision: str, cfg) -> str | None:
     """Where DeepSpeed would keep the model states with this config's offload (paper accounting)."""
-    opt, par = cfg.zero.offload_optimizer.device, cfg.zero.offload_param.device
-    if opt == "none" and par == "none":
+    opt, par = Place.of(cfg.zero.offload_optimizer.device), Place.of(cfg.zero.offload_param.device)
+    if not opt.offloaded and not par.offloaded:
         return None
     pb, gb, ob = _bytes_per_param(precision)
     m = model_state_bytes(psi, cfg.zero.stage, world, param_bytes=pb, grad_bytes=gb, optimizer_bytes=ob)
     gpu, off = dict(m), {}
     gpu.pop("total")
-    if opt != "none":   # ZeRO-Offload: the optimizer states (and, at stages 2-3, fp32 gradients) leave the GPU
+    if opt.offloaded:   # ZeRO-Offload: the optimizer states (and, where sharded: stages 2-3, fp32 grads) leave the GPU
         off["optimizer_states"] = gpu.pop("optimizer_states")
-        if cfg.zero.stage >= 2:
+        if shards(cfg.zero.stage, GRADS):
             off["grads"] = 4 * gpu.pop("grads") / gb      # kept in fp32 on the host
-    if par != "none" and cfg.zero.stage == 3:
+    if par.offloaded and shards(cfg.zero.stage, PARAMS):
         off["params"] = gpu.pop("params")
-    host = {k: v for k, v in off.items() if (par if k == "params" else opt) == "cpu" or k == "grads"}
+    host = {k: v for k, v in off.items() if (par if k == "params" else opt) is Place.HOST or k == "grads"}
     nvme = {k: v for k, v in off.items() if k not in host}
     names = {"params": T("params"), "grads": T("grads"), "optimizer_states": T("optimizer states")}
     show = lambda d: " + ".join(f"{names[k]} {format_bytes(v, 'GB')}" for k, v in d.items()) or T("none")  # noqa: E731

@@ -87,7 +87,7 @@ class Comm:
     def __init__(self, group=None, ledger: Ledger | None = None, timeline=None):
         self.group = group
         self.ledger = ledger if ledger is not None else Ledger()
-        self.timeline = timeline
+        self.timeline = timeline              # the Timeline its collectives are drawn on, or None
         self._link: str | None = None
         self._subs: dict = {}                 # ("node",) / ("cross",) / ("sub", k) -> Comm, made once
 

@@ -2706,6 +2706,8 @@ ZH["engine"] = {
     "underflow_report expects finite magnitudes; these contain inf or NaN":
         "underflow_report 需要有限的数值；这些数里有 inf 或 NaN",
     "scale must be a finite number > 0, got {scale}": "scale 必须是大于 0 的有限数，实际是 {scale}",
+    # -- where bytes live (place.py) --
+    "an offload device is 'none', 'cpu' or 'nvme', not {device}": "offload 的 device 应为 'none'、'cpu' 或 'nvme'，而不是 {device}",
     # -- building the optimizer over the shards (optim.py) --
     "cannot rebuild {cls} over the shards with the same settings: {settings} is not a constructor argument; pass "
     "the optimizer class or a factory (params -> optimizer) instead":

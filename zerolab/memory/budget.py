@@ -22,6 +22,8 @@ import torch
 
 from ..i18n import catalogue, width
 from .memory import format_bytes
+from .place import Place
+from .sharding import GRADS, OPTIMIZER_STATES, PARAMS, parts, shards, stages_from
 
 T = catalogue("engine")        # the messages in the edition's language (zerolab/i18n/messages_zh.py)
 
@@ -157,18 +159,24 @@ class Budget:
         kept = min(psi, e.config.zero.stage3_max_reuse_distance // 2)
         gathered = 2 * p_b * self.largest_layer + p_b * kept
         now = e.config.zero.stage
-        current = (now, e.config.zero.offload_optimizer.device != "none", e.config.zero.offload_param.device != "none")
+        z = e.config.zero
+        current = (now, Place.of(z.offload_optimizer.device).offloaded, Place.of(z.offload_param.device).offloaded)
         out = []
-        for stage in range(now, 4):
+        for stage in stages_from(now):
+            # offload moves only what the stage shards: the optimizer states from stage 1 on, the
+            # parameters at stage 3 (DeepSpeed's rule; config/parse.py refuses the other blocks)
+            sharded_params = shards(stage, PARAMS)
             for opt_off, par_off in ((False, False), (True, False), (True, True)):
-                if par_off and stage != 3 or opt_off and stage == 0 or (stage, opt_off, par_off) == current:
+                if par_off and not sharded_params or opt_off and not shards(stage, OPTIMIZER_STATES) \
+                        or (stage, opt_off, par_off) == current:
                     continue
-                params = psi * p_b / (n if stage == 3 else 1)
-                grads = 0 if opt_off and stage >= 2 else psi * p_b / (n if stage >= 2 else 1)
-                opt = 0 if opt_off else psi * opt_b / (n if stage >= 1 else 1)
+                params = psi * p_b / parts(stage, PARAMS, n)
+                # offloaded optimizer states take the sharded gradients to the host with them
+                grads = 0 if opt_off and shards(stage, GRADS) else psi * p_b / parts(stage, GRADS, n)
+                opt = 0 if opt_off else psi * opt_b / parts(stage, OPTIMIZER_STATES, n)
                 if par_off:
                     params = 0
-                dev = int(params + grads + opt + max(extra, gathered if stage == 3 else 0))
+                dev = int(params + grads + opt + max(extra, gathered if sharded_params else 0))
                 if dev <= self.capacity:
                     label = f"stage {stage}" + (" + offload_optimizer cpu" if opt_off else "") + (
                         " + offload_param cpu" if par_off else "")

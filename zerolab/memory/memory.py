@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 import torch
 
 from ..i18n import catalogue
+from .sharding import GRADS, OPTIMIZER_STATES, PARAMS, SHARDED, parts, shards
 
 T = catalogue("engine")        # the messages in the edition's language (zerolab/i18n/messages_zh.py)
 
@@ -175,7 +176,7 @@ def precision_bytes(precision: str = "fp16", optimizer: str = "adam") -> tuple[i
 
 
 def _check(stage: int, world_size: int) -> None:
-    if stage not in (0, 1, 2, 3):
+    if stage not in tuple(SHARDED):
         raise ValueError(T("stage must be 0, 1, 2 or 3, not {value}", value=repr(stage)))
     if world_size < 1:
         raise ValueError(T("world_size must be >= 1, not {value}", value=world_size))
@@ -186,15 +187,16 @@ def model_state_bytes(psi: int, stage: int, world_size: int, *, param_bytes: int
     """Per-rank bytes of the model states under ZeRO `stage` with `world_size` ranks (the paper).
 
     Stage 0 (DDP) keeps everything whole; stage 1 shards the optimizer states; stage 2 also the
-    gradients; stage 3 also the parameters. Defaults are mixed-precision Adam: 2 + 2 + 12 = 16
-    bytes per parameter. Shards are the exact fraction Ψ/N (no padding), as in the paper.
+    gradients; stage 3 also the parameters (``sharding.py``'s table). Defaults are mixed-precision
+    Adam: 2 + 2 + 12 = 16 bytes per parameter. Shards are the exact fraction Ψ/N (no padding), as
+    in the paper.
     """
     _check(stage, world_size)
     n = world_size
     out = {
-        "params": psi * param_bytes / (n if stage >= 3 else 1),
-        "grads": psi * grad_bytes / (n if stage >= 2 else 1),
-        "optimizer_states": psi * optimizer_bytes / (n if stage >= 1 else 1),
+        "params": psi * param_bytes / parts(stage, PARAMS, n),
+        "grads": psi * grad_bytes / parts(stage, GRADS, n),
+        "optimizer_states": psi * optimizer_bytes / parts(stage, OPTIMIZER_STATES, n),
     }
     out["total"] = out["params"] + out["grads"] + out["optimizer_states"]
     return out
@@ -224,15 +226,20 @@ def comm_ops(psi: int, stage: int, world_size: int, bytes_per_elem: int = 2, *,
     parameters in forward and again in backward, and reduce-scatter the gradients: 3(N-1)/N·Ψ.
     `persistent_numel` elements (small parameters that stage 3 keeps whole, DeepSpeed's
     ``stage3_param_persistence_threshold``) are never gathered; their gradients are all-reduced.
+
+    Which of the three a stage does follows from what it shards (``sharding.py``): whole optimizer
+    states need the whole averaged gradient (the all-reduce); sharded ones need only their part
+    (the reduce-scatter), and whole parameters are then rebuilt once (the all-gather); sharded
+    parameters are gathered for forward and for backward.
     """
     _check(stage, world_size)
     if not 0 <= persistent_numel <= psi:
         raise ValueError(T("persistent_numel must be in [0, psi], not {value}", value=persistent_numel))
     f = (world_size - 1) / world_size
     full = psi * bytes_per_elem
-    if stage == 0:
+    if not shards(stage, OPTIMIZER_STATES):
         return {"all_reduce": 2 * f * full, "reduce_scatter": 0.0, "all_gather": 0.0}
-    if stage in (1, 2):
+    if not shards(stage, PARAMS):
         return {"all_reduce": 0.0, "reduce_scatter": f * full, "all_gather": f * full}
     kept = persistent_numel * bytes_per_elem
     sharded = full - kept

@@ -35,7 +35,7 @@ import torch
 
 from ..memory.flat import pack_sizes
 from ..i18n import catalogue
-from ..memory import tensor_bytes
+from ..memory import Place, tensor_bytes
 from .nvme import NvmeStore
 from .store import ShardStore, shard_store
 from .swap import InMemory, SwapSubGroups
@@ -277,28 +277,28 @@ class StateHome:
     def file_bytes(self) -> int:
         return self.store.bytes_on_disk()
 
-    def memory(self) -> dict[str, dict[str, int]]:
+    def memory(self) -> dict[Place, dict[str, int]]:
         """This switch's bytes by place, under ``engine.memory(where)``'s keys: what is held in
         memory is optimizer state where the store keeps it, a swap buffer in host memory when
         the store's home is files (then the files are the optimizer states)."""
         if self.store.resident:
             return {self.store.place: {"optimizer_states": self.optimizer_bytes()}}
-        return {"host": {"buffers": self.optimizer_bytes(), "peak_buffers": self.swap_peak_bytes},
-                "nvme": {"optimizer_states": self.file_bytes()}}
+        return {Place.HOST: {"buffers": self.optimizer_bytes(), "peak_buffers": self.swap_peak_bytes},
+                Place.NVME: {"optimizer_states": self.file_bytes()}}
 
     def describe(self) -> str:
         """Where the optimizer states live, for ``engine.switches()``."""
-        where = {"device": "on the device", "host": "in host memory, stepped there",
-                 "nvme": "on NVMe, streamed through host memory sub-group by sub-group"}[self.store.place]
+        where = {Place.DEVICE: "on the device", Place.HOST: "in host memory, stepped there",
+                 Place.NVME: "on NVMe, streamed through host memory sub-group by sub-group"}[self.store.place]
         return ("sharded" if self.sharded else "replicated") + f", {where}"
 
-    def gradient_shards(self, numels: list[int], dtype: torch.dtype) -> tuple[str, list[torch.Tensor]]:
+    def gradient_shards(self, numels: list[int], dtype: torch.dtype) -> tuple[Place, list[torch.Tensor]]:
         """Where the gradient switch keeps the reduced gradient shards the step reads: on the
         device in the model dtype, or, when the states are offloaded, in host memory in fp32,
         where the host step reads them (DeepSpeed's CPU gradient buffer). (place, zeroed shards)"""
         if self.store.on_device:
-            return "device", [self.store.zeros(n, dtype) for n in numels]
-        return "host", [self.store.zeros(n, torch.float32) for n in numels]
+            return Place.DEVICE, [self.store.zeros(n, dtype) for n in numels]
+        return Place.HOST, [self.store.zeros(n, torch.float32) for n in numels]
 
     def close(self) -> None:
         self.store.close()
@@ -314,7 +314,7 @@ def make_state_home(owned: list[torch.Tensor], groups, zero, writer: ParamWriter
                     timeline=None, needed_state_factor: int = 2) -> StateHome:
     """The home ``zero.offload_optimizer`` asks for."""
     cfg = zero.offload_optimizer
-    if cfg.device in ("cpu", "nvme") and cfg.ratio < 1:   # the parser refuses it; a Config built by hand might not
+    if Place.of(cfg.device).offloaded and cfg.ratio < 1:   # the parser refuses it; a Config built by hand might not
         raise NotImplementedError(T("offload_optimizer.ratio < 1 (partial offload) is not implemented in zerolab"))
     need = lambda: sum(o.numel() for o in owned) * 4 * (1 + needed_state_factor) * world_size  # noqa: E731
     store = shard_store(cfg, device, rank, need, "optimizer states (fp32 masters and moments of every rank)",

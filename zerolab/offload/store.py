@@ -23,6 +23,7 @@ from typing import Protocol
 
 import torch
 
+from ..memory import Place
 from .nvme import NvmeStore
 
 __all__ = ["ShardStore", "DeviceShards", "HostShards", "NvmeShards", "shard_store", "pinned"]
@@ -37,7 +38,7 @@ def pinned(numel: int, dtype: torch.dtype, pin: bool) -> torch.Tensor:
 
 
 class ShardStore(Protocol):
-    place: str              # the memory report that counts what it holds: "device", "host", "nvme"
+    place: Place            # the memory report that counts what it holds (engine.memory(where))
     where: str              # the config's word: "device", "cpu", "nvme"
     on_device: bool         # buffers are on the compute device
     resident: bool          # what it holds stays in memory between uses (no files)
@@ -60,7 +61,7 @@ class ShardStore(Protocol):
 class DeviceShards:
     """Shards on the compute device (no offload)."""
 
-    place = where = "device"
+    place, where = Place.DEVICE, "device"
     on_device, resident, pin, files = True, True, False, None
 
     def __init__(self, device: torch.device):
@@ -87,7 +88,7 @@ class DeviceShards:
 class HostShards(DeviceShards):
     """Shards in host memory (``offload_*.device: "cpu"``), pinned when asked and a GPU exists."""
 
-    place, where = "host", "cpu"
+    place, where = Place.HOST, "cpu"
     on_device = False
 
     def __init__(self, pin: bool = False):
@@ -104,7 +105,7 @@ class NvmeShards(HostShards):
     """Shards in files under ``nvme_path`` (``offload_*.device: "nvme"``), used through host
     buffers (pinned when asked)."""
 
-    place = where = "nvme"
+    place, where = Place.NVME, "nvme"
     resident = False
 
     def __init__(self, files: NvmeStore, pin: bool = False):
@@ -129,9 +130,10 @@ def shard_store(offload, device: torch.device, rank: int, needed_bytes, what: st
     """The store an ``offload_optimizer`` / ``offload_param`` block asks for. ``needed_bytes``
     (a number, or a function of nothing, called only for NVMe): the files' size, checked against
     the free space."""
-    if offload.device == "nvme":
+    place = Place.of(offload.device)
+    if place is Place.NVME:
         need = needed_bytes() if callable(needed_bytes) else needed_bytes
         return NvmeShards(NvmeStore(offload.nvme_path, rank, need, what=what, timeline=timeline), offload.pin_memory)
-    if offload.device == "cpu":
+    if place is Place.HOST:
         return HostShards(offload.pin_memory)
     return DeviceShards(device)

@@ -26,7 +26,7 @@ from ..comm import Comm, Ledger
 from ..config import Config, load_config
 from ..i18n import catalogue
 from ..precision.loss_scaler import make_loss_scaler
-from ..memory import tensor_bytes
+from ..memory import Place, tensor_bytes
 from .norms import step_norms
 from .optim import build_optimizer
 from ..scheduler import build_scheduler
@@ -113,6 +113,7 @@ class Engine:
         self.micro_steps = 0      # backward/step calls so far
         self.global_steps = 0     # accumulation boundaries reached (skipped steps included, as DeepSpeed)
         self.skipped_steps = 0    # boundaries whose step was skipped because of an fp16 overflow
+        self._boundary: bool | None = None   # set_gradient_accumulation_boundary's override; None: the count
         self.last_grad_norm: float | None = None   # unscaled global norm of the last step
         self.log: list[str] = []  # readable lines: overflows, scale changes
         self.closed = False
@@ -197,7 +198,7 @@ class Engine:
         return self.comm.ledger
 
     def is_gradient_accumulation_boundary(self) -> bool:
-        if getattr(self, "_boundary", None) is not None:      # set_gradient_accumulation_boundary
+        if self._boundary is not None:      # set_gradient_accumulation_boundary
             return self._boundary
         return (self.micro_steps + 1) % self.gradient_accumulation_steps == 0
 
@@ -355,15 +356,16 @@ class Engine:
         ``params_secondary``: the secondary shards alive now, counted in ``params`` too.
         ``where="host"`` / ``"nvme"``: what offload put in host memory / in files, under the
         same keys (``buffers``: NVMe swap buffers alive now, ``peak_buffers`` their most)."""
-        if where not in ("device", "host", "nvme"):
+        if where not in tuple(Place):
             raise ValueError(T("memory(where): 'device', 'host' or 'nvme', not {where}", where=repr(where)))
+        where = Place(where)
         placed = self.stage.memory().get(where, {})
-        keys = ("params", "grads", "optimizer_states", "buffers") + (() if where == "device" else ("peak_buffers",))
+        keys = ("params", "grads", "optimizer_states", "buffers") + (() if where is Place.DEVICE else ("peak_buffers",))
         m = {k: placed.get(k, 0) for k in keys}
         if "params_secondary" in placed:          # stage 3 with hpZ: of "params", the secondary shards
             m["params_secondary"] = placed["params_secondary"]
         m["model_states"] = m["params"] + m["grads"] + m["optimizer_states"]
-        if where != "device":
+        if where is not Place.DEVICE:
             return m
         m["peak_buffers"] = self.stage.peak_buffer_bytes
         m["model_buffers"] = tensor_bytes(self.module.buffers())

@@ -24,7 +24,7 @@ import torch
 
 from ..comm import Comm
 from ..memory.flat import FlatGroup, Part, bucket_params
-from ..memory import tensor_bytes
+from ..memory import Place, tensor_bytes
 from .switches import Stage3Stats, checksum
 
 __all__ = ["ReplicatedParams", "broadcast_"]
@@ -222,5 +222,5 @@ class ReplicatedParams:
     def describe(self) -> str:
         return "replicated: every rank holds them all"
 
-    def memory(self) -> dict[str, dict[str, int]]:
-        return {"device": {"params": tensor_bytes(self.param_flats)}}
+    def memory(self) -> dict[Place, dict[str, int]]:
+        return {Place.DEVICE: {"params": tensor_bytes(self.param_flats)}}

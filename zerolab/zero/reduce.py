@@ -56,7 +56,7 @@ from . import params as _params
 from .bucket_comm import BucketCollectives
 from ..memory.flat import Bucket, FlatGroup, Part, pack_after, pack_buckets
 from ..i18n import catalogue
-from ..memory import tensor_bytes
+from ..memory import Place, tensor_bytes
 from ..zeropp.qgz import QuantizedReduce
 from .switches import LiveBuffers, ReduceSpec
 
@@ -128,7 +128,7 @@ class GradReducer(BucketCollectives):
     def describe(self) -> str:
         raise NotImplementedError
 
-    def memory(self) -> dict[str, dict[str, int]]:
+    def memory(self) -> dict[Place, dict[str, int]]:
         raise NotImplementedError
 
     def _how(self) -> str:
@@ -282,8 +282,8 @@ class AllReduceAtBoundary(GradReducer):
         return "all-reduce " + ("during the boundary's backward (overlap_comm)" if self.overlap
                                 else "at the accumulation boundary") + "; every rank keeps all"
 
-    def memory(self) -> dict[str, dict[str, int]]:
-        return {"device": {"grads": tensor_bytes(self.grad_flats)}}
+    def memory(self) -> dict[Place, dict[str, int]]:
+        return {Place.DEVICE: {"grads": tensor_bytes(self.grad_flats)}}
 
 
 class ReduceScatterAtBoundary(AllReduceAtBoundary):
@@ -394,7 +394,7 @@ class ReduceScatterInBackward(GradReducer):
     def describe(self) -> str:
         return f"{self._how()} bucket by bucket during backward; each rank keeps its shard"
 
-    def memory(self) -> dict[str, dict[str, int]]:
+    def memory(self) -> dict[Place, dict[str, int]]:
         return {self.place: {"grads": tensor_bytes(self.grad_shards)}}
 
 

@@ -61,7 +61,7 @@ from ..comm import Comm
 from ..config import ZerolabConfig
 from ..memory.flat import FlatGroup
 from ..i18n import catalogue
-from ..memory import largest_layer_params, tensor_bytes
+from ..memory import Place, largest_layer_params, tensor_bytes
 from ..offload import ParamWriter, make_state_home
 from .stage_table import STAGE0_BUCKET, STAGES, SWITCHES, StageSpec, reduce_mode, reduce_spec
 from .switches import GradSwitch, LiveBuffers, ParamSwitch, StateSwitch, add_memory
@@ -113,7 +113,7 @@ class Stage:
         self.home: StateSwitch = make_state_home(
             self.owned_params, self.groups, zero, ParamWriter(self.params, dtype), device=device, rank=self.rank,
             world_size=self.world_size, sharded=self.shards_optimizer, copies_needed=self.mixed or not params_on_device,
-            opt_group_hps=self.opt_group_hps, timeline=getattr(comm, "timeline", None))
+            opt_group_hps=self.opt_group_hps, timeline=comm.timeline)
         # buckets fill as DeepSpeed's do (the spec's bucket_order): stage 3 in each forward's order,
         # stage 2 in the last backward's hook order (planned again before each backward), stages 0
         # and 1 in the model's order (stage 1 with overlap_comm too: its hooks reduce during backward)
@@ -137,7 +137,7 @@ class Stage:
         if self.spec.partitions_params:
             params = self.spec.params(model, self.named, self.comm, self.zero, self.zerolab, dtype=self.dtype,
                                       device=self.device, opt_group_of=self.opt_group_of, buffers=self.buffers)
-            on_device = self.zero.offload_param.device not in ("cpu", "nvme")
+            on_device = not Place.of(self.zero.offload_param.device).offloaded
             return params, on_device, max((g.numel for g in params.groups), default=0)
         largest = largest_layer_params(model)
         params = self.spec.params(self.named, self.comm, dtype=self.dtype, device=self.device,
@@ -290,7 +290,7 @@ class Stage:
     def memory(self) -> dict[str, dict[str, int]]:
         """Bytes this rank holds, by place ("device", "host", "nvme"), as the switches count them
         (plus the frozen parameters and the transient buffers on the device)."""
-        m = add_memory({"device": {"params": self._frozen_bytes(), "buffers": self.buffer_bytes()}},
+        m = add_memory({Place.DEVICE: {"params": self._frozen_bytes(), "buffers": self.buffer_bytes()}},
                        self.params.memory(), self.grads.memory(), self.home.memory())
         return m
 

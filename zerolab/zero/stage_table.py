@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..memory.sharding import OPTIMIZER_STATES, PARAMS, shards
 from .stage3.gather import GatheredParams
 from .params import ReplicatedParams
 from .reduce import AllReduceAtBoundary, ReduceScatterAtBoundary, ReduceScatterInBackward
@@ -71,10 +72,6 @@ class StageSpec:
     stage: int
     grads: type                   # the gradient switch (reduce.py)
     params: type                  # the parameter switch (params.py: replicated; gather.py: gathered)
-    shards_optimizer: bool        # each rank steps only its part: optimizer states (and masters) sharded
-    partitions_params: bool       # parameters sharded, gathered per module in module hooks (so no
-                                  # torch.compile'd module), and DeepSpeed's stage-3 norm: fp64 SUMs,
-                                  # the overflow MAX only under fp16, an invalid norm always an overflow
     mode: Callable[[Any, Any], str]   # (zero, zerolab) -> the collective that reduces one bucket
     bucket_numel: int | None      # a fixed bucket size (stage 0), or None: reduce_bucket_size
     max_in_flight: int            # async bucket collectives in flight at most (DeepSpeed's IPG buffers)
@@ -84,6 +81,20 @@ class StageSpec:
     per_pass: bool                # buckets follow each forward's order; the params switch is told when
                                   # a group's gradients are all in (and releases it)
     hook_order: Callable[[Any], bool]  # (zero) -> buckets follow the last backward's hook order
+
+    # what the stage shards is the memory layer's table (memory/sharding.py, the formulas' too):
+    # the rows read it, so the engine and the paper's formulas cannot disagree
+    @property
+    def shards_optimizer(self) -> bool:
+        """Each rank steps only its part: optimizer states (and masters) sharded."""
+        return shards(self.stage, OPTIMIZER_STATES)
+
+    @property
+    def partitions_params(self) -> bool:
+        """Parameters sharded, gathered per module in module hooks (so no torch.compile'd module),
+        and DeepSpeed's stage-3 norm: fp64 SUMs, the overflow MAX only under fp16, an invalid norm
+        always an overflow."""
+        return shards(self.stage, PARAMS)
 
     @property
     def zero_enabled(self) -> bool:
@@ -122,19 +133,16 @@ class StageSpec:
         return "hook" if self.hook_order(zero) else "model"
 
 
-STAGES: dict[int, StageSpec] = {
-    0: StageSpec(0, AllReduceAtBoundary, ReplicatedParams, shards_optimizer=False, partitions_params=False,
-                 mode=_always_all_reduce, bucket_numel=STAGE0_BUCKET, max_in_flight=2, pack_after=True,
-                 qgz=False, ideal_layout=False, per_pass=False, hook_order=_never),
-    1: StageSpec(1, ReduceScatterAtBoundary, ReplicatedParams, shards_optimizer=True, partitions_params=False,
-                 mode=_partitioned_optimizer_mode, bucket_numel=None, max_in_flight=2, pack_after=False,
-                 qgz=False, ideal_layout=True, per_pass=False, hook_order=_with_overlap_comm),
-    2: StageSpec(2, ReduceScatterInBackward, ReplicatedParams, shards_optimizer=True, partitions_params=False,
-                 mode=_partitioned_optimizer_mode, bucket_numel=None, max_in_flight=2, pack_after=False,
-                 qgz=False, ideal_layout=True, per_pass=False, hook_order=_always),
-    3: StageSpec(3, ReduceScatterInBackward, GatheredParams, shards_optimizer=True, partitions_params=True,
-                 mode=_partitioned_params_mode, bucket_numel=None, max_in_flight=1, pack_after=False,
-                 qgz=True, ideal_layout=False, per_pass=True, hook_order=_never),
+STAGES: dict[int, StageSpec] = {   # (what each stage shards: memory/sharding.py's SHARDED)
+    0: StageSpec(0, AllReduceAtBoundary, ReplicatedParams, mode=_always_all_reduce, bucket_numel=STAGE0_BUCKET,
+                 max_in_flight=2, pack_after=True, qgz=False, ideal_layout=False, per_pass=False, hook_order=_never),
+    1: StageSpec(1, ReduceScatterAtBoundary, ReplicatedParams, mode=_partitioned_optimizer_mode, bucket_numel=None,
+                 max_in_flight=2, pack_after=False, qgz=False, ideal_layout=True, per_pass=False,
+                 hook_order=_with_overlap_comm),
+    2: StageSpec(2, ReduceScatterInBackward, ReplicatedParams, mode=_partitioned_optimizer_mode, bucket_numel=None,
+                 max_in_flight=2, pack_after=False, qgz=False, ideal_layout=True, per_pass=False, hook_order=_always),
+    3: StageSpec(3, ReduceScatterInBackward, GatheredParams, mode=_partitioned_params_mode, bucket_numel=None,
+                 max_in_flight=1, pack_after=False, qgz=True, ideal_layout=False, per_pass=True, hook_order=_never),
 }
 
 # stage -> (how gradients are reduced, where parameters live, optimizer states sharded?): a view

@@ -6,7 +6,7 @@
 
 Each is built from what it needs (its slice of the config, the ``Comm``, the flat groups, a
 shard store), never from the Stage, and each answers ``describe()`` (one line for
-``engine.switches()``) and ``memory()`` (its bytes by place, ``{"device": {"grads": n}, ...}``,
+``engine.switches()``) and ``memory()`` (its bytes by place, ``{Place.DEVICE: {"grads": n}, ...}``,
 under ``engine.memory(where)``'s keys). :class:`LiveBuffers` counts the transient buffers
 (gradient buckets, gathered parameters) the switches allocate and free during a step.
 """
@@ -19,11 +19,11 @@ import torch
 from torch import nn
 
 from ..memory.flat import FlatGroup, Part
-from ..memory import tensor_bytes
+from ..memory import Place, tensor_bytes
 
 __all__ = ["GradSwitch", "ParamSwitch", "StateSwitch", "ReduceSpec", "LiveBuffers", "add_memory"]
 
-Memory = dict[str, dict[str, int]]
+Memory = dict[Place, dict[str, int]]     # place -> engine.memory(where)'s key -> bytes
 
 
 @dataclass
@@ -156,7 +156,7 @@ class StateSwitch(Protocol):
 
     def step(self, optimizer: torch.optim.Optimizer, grads: list[torch.Tensor], combined: float) -> None: ...
 
-    def gradient_shards(self, numels: list[int], dtype: torch.dtype) -> tuple[str, list[torch.Tensor]]: ...
+    def gradient_shards(self, numels: list[int], dtype: torch.dtype) -> tuple[Place, list[torch.Tensor]]: ...
 
     def group_master(self, i: int) -> torch.Tensor: ...
 
@@ -199,12 +199,13 @@ class LiveBuffers:
         self.live.clear()
 
 
-def add_memory(*parts: Memory) -> Memory:
-    """The switches' ``memory()`` answers added up, place by place, key by key."""
-    out: Memory = {}
+def add_memory(*parts: Memory) -> dict[str, dict[str, int]]:
+    """The switches' ``memory()`` answers added up, place by place, key by key, under the places'
+    names (a :class:`Place` equals its name; the plain key prints the same whichever came first)."""
+    out: dict[str, dict[str, int]] = {}
     for part in parts:
         for place, m in part.items():
-            dst = out.setdefault(place, {})
+            dst = out.setdefault(str(place), {})
             for k, v in m.items():
                 dst[k] = dst.get(k, 0) + v
     return out

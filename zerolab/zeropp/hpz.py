@@ -54,22 +54,23 @@ import warnings
 import torch
 
 from ..i18n import catalogue
-from ..memory import tensor_bytes
+from ..memory import Place, tensor_bytes
 
 T = catalogue("engine")        # the warnings in the edition's language (zerolab/i18n/messages_zh.py)
 
 __all__ = ["SecondaryShards", "hpz_group_size", "secondary_shards"]
 
 
-def hpz_group_size(h: int, world_size: int, topology=None, *, offload: str = "device") -> int:
+def hpz_group_size(h: int, world_size: int, topology=None, *, offload: Place = Place.DEVICE) -> int:
     """The size of hpZ's groups for ``zero_hpz_partition_size`` = ``h`` on ``world_size`` ranks:
     1 when hpZ is off (h of 0 or 1, or one rank), else min(h, world_size) (DeepSpeed's rule).
     Raises, naming the fix, where DeepSpeed fails; warns where its groups would not save what
-    hpZ is for (groups that span nodes of ``topology``, or one group of every rank)."""
+    hpZ is for (groups that span nodes of ``topology``, or one group of every rank). ``offload``:
+    where the primary shards live (``Place.of(offload_param.device)``)."""
     key = "zero_optimization.zero_hpz_partition_size"
     if h <= 1 or world_size == 1:
         return 1
-    if offload == "nvme":
+    if offload == Place.NVME:
         raise ValueError(T(
             "{key}={h} with offload_param on nvme: DeepSpeed 0.19.8 allocates hpZ's secondary shard on the "
             "offload device (partition_parameters.py, _partition_param_sec: torch.empty(..., device='nvme')) "
@@ -108,11 +109,11 @@ class SecondaryShards:
     consecutive ranks (``Comm.sub_comm``), which gathers them."""
     on = True
 
-    def __init__(self, comm, size: int, where: str, dtype: torch.dtype, pin: bool = False):
+    def __init__(self, comm, size: int, where: Place, dtype: torch.dtype, pin: bool = False):
         self.comm = comm.sub_comm(size)          # collective: every rank makes the groups, in order
         self.size = size
         self.rank = self.comm.rank                # this rank's place in its group
-        self.where, self.dtype, self.pin = where, dtype, pin   # where: "device" or "cpu"
+        self.where, self.dtype, self.pin = where, dtype, pin   # Place.DEVICE or Place.HOST
         self.shards: dict[int, torch.Tensor] = {}
         self.made = 0                             # secondary shards made so far (for readers and tests)
         self.dropped = 0                          # ... and dropped
@@ -131,7 +132,7 @@ class SecondaryShards:
             return
         n = self.numel(g)
         part = flat.reshape(-1)[self.rank * n:(self.rank + 1) * n]
-        if self.where == "device":
+        if self.where is Place.DEVICE:
             self.shards[g.index] = part.clone()
         else:
             self.shards[g.index] = torch.empty(n, dtype=self.dtype, pin_memory=self.pin).copy_(part)
@@ -152,10 +153,9 @@ class SecondaryShards:
         self.dropped += len(self.shards)
         self.shards.clear()
 
-    def bytes_on(self, where: str) -> int:
-        """Bytes of the secondary shards held on the compute device ("device") or in host memory."""
-        mine = "device" if self.where == "device" else "host"
-        return tensor_bytes(list(self.shards.values())) if where == mine else 0
+    def bytes_on(self, where: Place) -> int:
+        """Bytes of the secondary shards held on the compute device or in host memory."""
+        return tensor_bytes(list(self.shards.values())) if where == self.where else 0
 
 
 class NoSecondaryShards:
@@ -178,15 +178,15 @@ class NoSecondaryShards:
     def drop_all(self) -> None:
         pass
 
-    def bytes_on(self, where: str) -> int:
+    def bytes_on(self, where: Place) -> int:
         return 0
 
 
-def secondary_shards(comm, h: int, dtype: torch.dtype, where: str, pin: bool) -> SecondaryShards | NoSecondaryShards:
+def secondary_shards(comm, h: int, dtype: torch.dtype, where: Place, pin: bool) -> SecondaryShards | NoSecondaryShards:
     """Stage 3's hpZ secondary shards over groups of ``h`` ranks of ``comm`` (``zero_hpz_partition_size``), or
     :class:`NoSecondaryShards` when hpZ is off: the checks (:func:`hpz_group_size`), then the groups of h consecutive ranks, made
     collectively (every rank calls this at the same point of its initialization). ``where``: where
-    the primary shards live ("device", "cpu" or "nvme": ``offload_param``)."""
+    the primary shards live (``Place.of(offload_param.device)``)."""
     from ..crew.topology import current
     try:
         topo = current()
@@ -195,4 +195,4 @@ def secondary_shards(comm, h: int, dtype: torch.dtype, where: str, pin: bool) ->
     size = hpz_group_size(h, comm.world_size, topo, offload=where)
     if size <= 1:
         return NoSecondaryShards()
-    return SecondaryShards(comm, size, "cpu" if where == "cpu" else "device", dtype, pin)
+    return SecondaryShards(comm, size, Place.HOST if where is Place.HOST else Place.DEVICE, dtype, pin)

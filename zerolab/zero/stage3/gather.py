@@ -35,7 +35,7 @@ from .fetch import UnitFetch
 from .grad_order import GradOrder
 from .inflight import TrainingState
 from .lifecycle import Lifecycle, ModuleEvent, PartitionState, Stage3Stats
-from ...memory import tensor_bytes
+from ...memory import Place, tensor_bytes
 from .param_shards import ParamShards
 from ..params import broadcast_
 from .qwz_gather import check_qwz
@@ -64,11 +64,11 @@ class GatheredParams:
         self.module_groups, self.unit_of = u.module_groups, u.unit_of
         self.full: dict[int, torch.Tensor] = {}    # group index -> gathered flat buffer, while alive
         self._live_gathered = 0                    # elements of non-persistent groups in self.full
-        # offload_param: where the shards of the gathered groups live between uses ("device",
-        # "cpu": host memory, "nvme": files, beyond the first max_in_cpu elements kept on the host).
+        # offload_param: where the shards of the gathered groups live between uses (the device, host
+        # memory, or files beyond the first max_in_cpu elements kept on the host).
         # Persistent parameters stay whole on the device, as in DeepSpeed.
         po = zero.offload_param
-        self.where = po.device if po.device in ("cpu", "nvme") else "device"
+        self.where = Place.of(po.device)
         pin = po.pin_memory and torch.cuda.is_available()
         self.hpz = secondary_shards(comm, zero.zero_hpz_partition_size, dtype, self.where, pin)   # hpZ's (hpz.py); NoSecondaryShards when off
         self.shards = ParamShards(self.where, dtype, device, pin)   # this rank's shard of each group
@@ -148,13 +148,12 @@ class GatheredParams:
 
     def start(self) -> None:
         """After the optimizer's home took its masters: swap shards to files, install the hooks."""
-        if self.where == "nvme":
+        if self.where is Place.NVME:
             po = self._offload
             self.shards.swap_out(self.groups, self.persistent, po.max_in_cpu, po.nvme_path, self.rank,
-                                 self.world_size, timeline=getattr(self.comm, "timeline", None))
+                                 self.world_size, timeline=self.comm.timeline)
         self.hooks = module_hooks_class()(self)   # ModuleHooks, unless hooks.use_module_hooks swapped it
-        ids_of = getattr(self.hooks, "fetch_ids", None)
-        self.trace.ids_of = ids_of if callable(ids_of) else None
+        self.trace.ids_of = self.hooks.fetch_ids  # (use_module_hooks requires it of a class it swaps in)
         index = {m: k for k, m in enumerate(self.model.modules())}
         self.trace.key_code = lambda m: index.get(m, -1)
         # (part of zerolab's order checks: switched off with them)
@@ -260,7 +259,7 @@ class GatheredParams:
         for i in range(self.n_trained):
             self.hpz.drop(i)
 
-    def secondary_bytes(self, where: str = "device") -> int:
+    def secondary_bytes(self, where: Place = Place.DEVICE) -> int:
         """hpZ's secondary shards held now on the device, or in host memory ("host")."""
         return self.hpz.bytes_on(where)
 
@@ -276,20 +275,20 @@ class GatheredParams:
 
     def device_bytes(self) -> int:
         persistent = [self.full[i] for i in self.full if self.persistent[i]]
-        return self.shards.device_bytes(self.persistent) + tensor_bytes(persistent) + self.secondary_bytes("device")
+        return self.shards.device_bytes(self.persistent) + tensor_bytes(persistent) + self.secondary_bytes(Place.DEVICE)
 
     def describe(self) -> str:
         """For ``engine.switches()`` (the ParamSwitch protocol, ``switches.py``)."""
-        home = {"device": "on the device", "cpu": "in host memory", "nvme": "on NVMe"}[self.where]
+        home = {Place.DEVICE: "on the device", Place.HOST: "in host memory", Place.NVME: "on NVMe"}[self.where]
         return f"sharded, shards {home}; gathered per module for its forward and backward"
 
-    def memory(self) -> dict[str, dict[str, int]]:
+    def memory(self) -> dict[Place, dict[str, int]]:
         """Bytes by place, under ``engine.memory(where)``'s keys (the ParamSwitch protocol)."""
-        m = {"device": {"params": self.device_bytes()}, "host": {"params": self.bytes_on("host")},
-             "nvme": {"params": self.bytes_on("nvme")}}
+        m = {Place.DEVICE: {"params": self.device_bytes()}, Place.HOST: {"params": self.bytes_on(Place.HOST)},
+             Place.NVME: {"params": self.bytes_on(Place.NVME)}}
         if self.hpz.on:                           # of "params", hpZ's secondary shards
-            m["device"]["params_secondary"] = self.secondary_bytes("device")
-            m["host"]["params_secondary"] = self.secondary_bytes("host")
+            m[Place.DEVICE]["params_secondary"] = self.secondary_bytes(Place.DEVICE)
+            m[Place.HOST]["params_secondary"] = self.secondary_bytes(Place.HOST)
         return m
 
     def remove_hooks(self) -> None:
@@ -495,6 +494,6 @@ class GatheredParams:
         """This rank's shard of group ``i`` on the compute device (copied up when offloaded)."""
         return self.shards.on_device(i, self.groups[i].shard_numel)
 
-    def bytes_on(self, where: str) -> int:
+    def bytes_on(self, where: Place) -> int:
         return self.shards.offloaded_bytes(where, self.persistent) + (
-            self.secondary_bytes("host") if where == "host" and self.where != "device" else 0)
+            self.secondary_bytes(Place.HOST) if where == Place.HOST and self.where.offloaded else 0)

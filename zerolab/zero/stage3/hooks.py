@@ -20,7 +20,8 @@ A parameter reached some other way (kept in a list, say) can be tied to a module
 zerolab's own hook (exercise 8c plugs the learner's class in there): inside
 ``with use_module_hooks(MyHooks):`` an engine initialized in the block installs ``MyHooks(params)``
 instead of :class:`ModuleHooks` (the same interface: ``remove``, ``pre_backward``,
-``post_backward``, ``forward_failed``, ``register_external_parameter``, ``on_param_read``).
+``post_backward``, ``forward_failed``, ``register_external_parameter``, ``fetch_ids`` (the trace
+asks it what a module's fetch gathers), ``on_param_read``).
 It acts in the process that enters it (on a crew: inside the function each rank runs).
 :func:`watch_params` and :func:`on_first_output_grad` are the plumbing such a class may use.
 """
@@ -98,7 +99,7 @@ def use_module_hooks(cls: type) -> Iterator[None]:
     """Inside the block, stage-3 engines initialized here install ``cls(params)`` as their module
     hooks (zerolab's own seam, for exercise 8c). ``cls`` needs ModuleHooks's interface."""
     missing = [m for m in ("remove", "pre_backward", "post_backward", "forward_failed",
-                           "register_external_parameter") if not callable(getattr(cls, m, None))]
+                           "register_external_parameter", "fetch_ids") if not callable(getattr(cls, m, None))]
     if not isinstance(cls, type) or missing:
         raise TypeError(T("use_module_hooks(cls): cls must be a class with the methods {methods}",
                           methods=", ".join(missing)))

@@ -1,5 +1,5 @@
 """Where stage 3 keeps this rank's shard of each parameter group between uses (``offload_param``):
-on the device, in host memory ("cpu"), or in files ("nvme": beyond the first ``max_in_cpu``
+on the device, in host memory (offload "cpu"), or in files (offload "nvme": beyond the first ``max_in_cpu``
 elements, which stay in host memory). A persistent group's shard is a view of its whole buffer,
 which stays on the device, as in DeepSpeed.
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ...memory import tensor_bytes
+from ...memory import Place, tensor_bytes
 from ...offload.store import DeviceShards, HostShards, NvmeShards
 
 __all__ = ["ParamShards"]
@@ -24,10 +24,10 @@ __all__ = ["ParamShards"]
 class ParamShards:
     """This rank's shard of each group, indexed by group, wherever ``offload_param`` puts them."""
 
-    def __init__(self, where: str, dtype: torch.dtype, device: torch.device, pin: bool = False):
-        self.where = where                          # "device", "cpu" or "nvme"
+    def __init__(self, where: Place, dtype: torch.dtype, device: torch.device, pin: bool = False):
+        self.where = where
         self.dtype, self.device, self.pin = dtype, device, pin
-        self.store = DeviceShards(device) if where == "device" else HostShards(pin)   # NvmeShards at swap_out
+        self.store = DeviceShards(device) if where is Place.DEVICE else HostShards(pin)   # NvmeShards at swap_out
         self.shards: list[torch.Tensor] = []        # a group's shard (empty when in a file)
         self.on_nvme: set[int] = set()
         self._staged: dict[int, torch.Tensor] = {}  # file shards assembled from the step's values
@@ -108,17 +108,17 @@ class ParamShards:
         else:
             self.shards[i].copy_(shard)
 
-    def offloaded_bytes(self, where: str, persistent: list[bool]) -> int:
+    def offloaded_bytes(self, where: Place, persistent: list[bool]) -> int:
         """Bytes of shards in host memory ("host") or in files ("nvme")."""
-        if where == "host" and self.where != "device":
+        if where == Place.HOST and self.where.offloaded:
             return tensor_bytes([s for i, s in enumerate(self.shards) if not persistent[i] and i not in self.on_nvme])
-        if where == "nvme":
+        if where == Place.NVME:
             return self.store.bytes_on_disk()
         return 0
 
     def device_bytes(self, persistent: list[bool]) -> int:
         """Bytes of the gathered groups' shards on the device (persistent buffers are counted apart)."""
-        return 0 if self.where != "device" else tensor_bytes(
+        return 0 if self.where.offloaded else tensor_bytes(
             [s for i, s in enumerate(self.shards) if not persistent[i]])
 
     def close(self) -> None:
