@@ -129,11 +129,13 @@ ch02.print_ledger(step[2][0]["records"])
 # %% [markdown] id="ch02-10"
 # **One all-reduce** carries the whole gradient, not 16: DeepSpeed's stage 0 packs the gradients
 # into buckets of 5·10⁸ elements, far more than this model has, and all-reduces each bucket as one
-# message (fewer, larger messages waste less time on per-call latency; chapter 6 measures it). The
-# last line is not a gradient: one 2-element all-reduce asks every rank at once "did anyone see an
-# inf or NaN?" and carries the squared gradient norm for clipping. (zerolab follows DeepSpeed
-# 0.19.8, where bf16 steps are checked by default, `bf16.check_grad_overflow`.) The flat buffer,
-# and the same step on every crew:
+# message (fewer, larger messages waste less time on per-call latency; chapter 6 measures it).
+# Nothing else goes out. The step is checked for an inf or NaN (zerolab follows DeepSpeed 0.19.8,
+# where bf16 steps are checked by default, `bf16.check_grad_overflow`), but at stage 0 every rank
+# holds the same averaged gradient after the all-reduce, so each checks it on its own, without a
+# collective; the gradient norm for clipping would be all-reduced only when clipping in fp32
+# (chapter 10 lists the small collectives of every stage). The flat buffer, and the same step on
+# every crew:
 
 # %% id="ch02-11"
 for label, params, numel, padded in step[3][0]["buffers"]:
@@ -206,7 +208,8 @@ plt.show()
 # - A ring all-reduce of Ψ bf16 elements = reduce-scatter + all-gather, N−1 sends each:
 #   2(N−1)/N·Ψ·2 B per rank (0, 14,408, 19,210-19,212 and 21,612 B at N = 1-4).
 # - One engine step: one gradient all-reduce of Ψ elements at every N (DeepSpeed's stage 0, buckets
-#   of 5·10⁸ elements), plus one 2-element overflow/norm check.
+#   of 5·10⁸ elements), and nothing else: each rank checks the averaged gradient for overflow on
+#   its own.
 # - Model states per rank: 16Ψ = 115,264 B plus a few dozen bytes of padding, step counters and a
 #   frozen scalar, flat in N; the whole crew holds N times that.
 # - The memory wall at 16 B/param: 2.5 billion parameters fit 40 GB, 5 billion fit 80 GB.

@@ -93,7 +93,9 @@ ch03.print_memory_table(runs, PSI)
 # padding element, each state divided by N once split), the one **frozen** parameter (`temperature`,
 # 2 bytes: whole on every rank at stages 0-2; at stage 3 partitioned like the others, as DeepSpeed's
 # `zero.Init` does, padded to N elements, one per rank, so again 2 bytes), and AdamW keeps a 4-byte
-# **step counter** per flat group it steps. The next cell adds those up, then draws the table.
+# **step counter** per tensor it steps: one flat buffer at stages 0-2, and at stage 3, which
+# partitions (and pads) each parameter on its own as DeepSpeed does, one per trained parameter,
+# 16 here. The next cell adds those up, then draws the table.
 
 # %% id="ch03-06"
 print(f"bytes left once padding, the frozen parameter and AdamW's step counters are counted:"
@@ -385,7 +387,7 @@ for crew in crews.values():
 #    or added? What does DeepSpeed's all-reduce add?
 # 2. For a 7B model in bf16 on 64 GPUs, how many GB per step does each rank put on the wire at
 #    stage 2, DeepSpeed's way and the paper's way?
-# 3. The memory table's "left" reaches 91 bytes at N = 3 but at most 38 at N = 4.
+# 3. The memory table's "left" reaches 231 bytes at N = 3 (stage 3) but at most 66 at N = 4.
 #    Which of the three reasons grows when N does not divide the buffers?
 # 4. Why is stage 3's traffic 3Ψ and not 2Ψ + Ψ/N? Count the gathers in forward, in backward,
 #    and the reduce-scatter. Then, before the crews close, run `crews[4].run(train_and_measure, 3,

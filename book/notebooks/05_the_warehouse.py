@@ -96,7 +96,8 @@ n = mine["stage 3"]["n"]
 #   gradients and Adam's step counters.
 #
 # The leftovers: the optimizer column is 12n plus 4 bytes per tile, Adam's step counter (a 4-byte
-# tensor per parameter tensor the optimizer steps; 15 tiles at stage 3, one per module, and one
+# tensor per parameter tensor the optimizer steps; 28 tiles at stage 3, one per trained parameter,
+# since stage 3 partitions each parameter on its own as DeepSpeed does, 4 × 28 = 112 bytes; and one
 # at stage 2, whose shard is one piece of a single flat buffer). The figure draws the same table.
 
 # %% id="ch05-05"
@@ -132,8 +133,8 @@ worst = ch05.print_estimator(places, psi, L)
 # frozen `temperature` as trained (16 or 18 bytes), while the ranks keep only its 16-bit shards
 # there, and only when the parameters are offloaded (2 bytes a rank: its one element padded to
 # two); and it does not count Adam's step counters (4 bytes per tile per rank: 1 tile at stage 2,
-# whose trainable parameters are one flat buffer, as in DeepSpeed; 15 at stage 3, one per
-# module): 8 - 16 = -8, 120 - 16 = 104, 120 + 4 - 18 = 106. On the GPU: with the parameters on
+# whose trainable parameters are one flat buffer, as in DeepSpeed; 28 at stage 3, one per trained
+# parameter; 4 × 28 × 2 ranks = 224 bytes): 8 - 16 = -8, 224 - 16 = 208, 224 + 4 - 18 = 210. On the GPU: with the parameters on
 # the device every rank holds a 2-byte shard of the frozen parameter (padding makes 2 elements of
 # its 1), of which the estimator's 2Ψ/N counts 1; offloaded, it leaves the device with the
 # others and the row matches exactly. At stage 3 the estimator's GPU row includes 4L; zerolab's

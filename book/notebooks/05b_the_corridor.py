@@ -50,7 +50,8 @@ print(f"{N} ranks started; TinyLM as in chapter 5 (psi = 150,465), fp16 + AdamW,
 #
 # With NVMe the states live in files, and only the sub-group being stepped is in host memory: its
 # fp32 masters and Adam's two moments, 12 bytes per element. Rank 0 owns n = 75,232 elements in
-# 15 groups (one per module, from 64 to 8,320 elements).
+# 28 groups (one per trained parameter, since stage 3 partitions each parameter on its own as
+# DeepSpeed does; from 32 to 8,224 elements).
 #
 # **Predict, then run.** Both offloads to NVMe. How many bytes of swap buffers will the host need
 # at most during the step, at `sub_group_size` 10⁹ (DeepSpeed's default), 20,000 and 5,000? And
@@ -68,11 +69,12 @@ print(f"every run: the notebook in files {runs[20_000]['in_files']:,} bytes (12n
 # host needs 205,440 bytes, not 240,000. At DeepSpeed's default the whole shard is one sub-group and
 # the host holds all of it during the step: on a real model 10⁹ elements are 12 GB of swap buffers,
 # which is why DeepSpeed's docs say to lower `sub_group_size` when host memory is short. The price
-# is in the count: at 5,000 the groups are cut into 24 tiles and 19 sub-groups, each an optimizer
-# call and, with NVMe, three files read and written per tile. (With `offload_optimizer: cpu` the
+# is in the count: at 5,000 the groups are cut into 37 tiles (the nine shards of more than 5,000
+# elements, the embedding's and the eight weight matrices', in two each) and 19 sub-groups, each an
+# optimizer call and, with NVMe, three files read and written per tile. (With `offload_optimizer: cpu` the
 # states stay in host memory; the size then bounds the fp32 gradients unscaled at once.)
 #
-# The host between steps: 60 bytes, the 15 tiles' Adam step counters (4 bytes each).
+# The host between steps, at 20,000: 112 bytes, its 28 tiles' Adam step counters (4 bytes each).
 
 # %% [markdown] id="ch05b-05"
 # ## 2. The step on the timeline: the slowest link
@@ -106,7 +108,7 @@ print(f"every run: the notebook in files {runs[20_000]['in_files']:,} bytes (12n
 # **Predict, then run.** Stage 3, optimizer states and parameters on NVMe, `sub_group_size`
 # 20,000, pipelined. In one step, how many host-step bars? How many NVMe reads of optimizer state,
 # knowing that AdamW keeps two moments per element and each tile has a master? And how many reads
-# and writes of the parameter shards: 15 trained ones and the frozen `temperature`'s, which the
+# and writes of the parameter shards: 28 trained ones and the frozen `temperature`'s, which the
 # root module owns (each module is gathered for forward and again for backward, and with
 # `stage3_max_reuse_distance: 0` released after each; the step writes the updated values)?
 
@@ -121,14 +123,15 @@ print(f"every host-step bar starts after backward ends: {c['host_after_backward'
 
 # %% [markdown] id="ch05b-07"
 # The counts are exact: 5 sub-groups, 5 host bars; 3 files per tile each way. The parameter
-# shards are 16 files: the 15 trained ones and the frozen `temperature`'s (stage 3 partitions it
-# too, as DeepSpeed's `zero.Init` does, and offloads it with the others). Forward reads 17: each
-# file once (the root module's two, `pos` and `temperature`, in the same all-gather), and the
-# embedding a second time for the tied output head. Backward reads 17 again: each file once, and
-# the embedding a second time (once for the head's backward, again for its own), because DeepSpeed
-# releases a module's parameters after its backward (`post_sub_module_backward_function`) and
-# reuse distance 0 keeps nothing: 34 reads. The step reads none of them: it overwrites each
-# trained shard with the new values, 15 writes (the frozen one never changes). (`max_in_cpu: 0`
+# shards are 29 files, one per parameter: the 28 trained ones and the frozen `temperature`'s
+# (stage 3 partitions it too, as DeepSpeed's `zero.Init` does, and offloads it with the others).
+# Forward reads 30: each file once (the root module's two, `pos` and `temperature`, in the same
+# all-gather), and the embedding a second time for the tied output head. Backward reads 30 again:
+# each file once, and the embedding a second time (once for the head's backward, again for its
+# own), because DeepSpeed releases a module's parameters after its backward
+# (`post_sub_module_backward_function`) and reuse distance 0 keeps nothing: 60 reads. The step
+# reads none of them: it overwrites each trained shard with the new values, 28 writes (the frozen
+# one never changes). (`max_in_cpu: 0`
 # keeps no shard in host memory between its uses; DeepSpeed's default, 10⁹ elements, would keep
 # all of this model's there.)
 #

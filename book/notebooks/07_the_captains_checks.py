@@ -174,8 +174,9 @@ plt.show()
 # `temperature` (2 bytes on every rank: the whole parameter at stages 0-2; at stage 3 a shard, since
 # stage 3 partitions it like the others, as DeepSpeed's `zero.Init` does, its one element padded to
 # two) and Adam's step counters (4 bytes each: one at
-# stages 0-2, whose trainable parameters form one flat buffer, and one per module at stage 3,
-# whose modules' shards are also padded to split evenly). Raising the stage from 0 to 3 cuts the
+# stages 0-2, whose trainable parameters form one flat buffer, and one per trained parameter
+# tensor at stage 3, which partitions each parameter on its own, as DeepSpeed does: 28 here,
+# 2 + 4 × 28 = 114 bytes over the formula). Raising the stage from 0 to 3 cuts the
 # model states from 16Ψ to 16Ψ/N, but at N = 2 even stage 3 keeps 8Ψ, and the peak adds two
 # things the formula leaves out: the **buffers** (stage 2's gradient bucket, stage 3's gathered
 # layers with their gradients) and the **activations**. Peak = model states + buffers +
@@ -651,8 +652,9 @@ plt.show()
 # layer per step, against one of the whole model, while the gradients travel in one
 # reduce-scatter per `reduce_bucket_size` bucket (here one: DeepSpeed fills a bucket of modules and
 # reduce-scatters it in one call). Each call pays the latency α, and 24 tiny layers give α
-# nothing to hide behind. (In both, one more all-reduce of 2 elements: zerolab packs the overflow
-# check and the gradient norm into one call; DeepSpeed sends the norm alone, chapter 10. The
+# nothing to hide behind. (In both, one more small all-reduce: the gradient norm, which DeepSpeed
+# sums every step, 4 bytes of fp32 at stage 1 and 8 of fp64 at stage 3; in fp32 there is no
+# overflow flag to send, chapter 10. That is why stage 3's wire bytes are 4 more than stage 1's. The
 # times were measured with zerolab's order checks off, as DeepSpeed runs: with them on, stage 3
 # would also send one 16-byte header per gather, and its step would be slower still.) `benchmarks/results/side_by_side.txt`
 # holds the same counts measured in DeepSpeed 0.19.8 itself. This is the recipe's

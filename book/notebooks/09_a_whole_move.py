@@ -269,11 +269,8 @@ for label, results in (("1", one), ("2", two), ("3", three)):
         d, h = res["device"], res["host"]
         print(f"{label:>5}  {r:>4}  {d['params']:>9,} {d['grads']:>9,} {d['optimizer_states']:>9,}  "
               f"{h['params']:>13,}{h['grads']:>10,}{h['optimizer_states']:>11,}")
-seen, groups = set(), 0               # one group per module with parameters of its own (tied: once)
-for m in GPT(tok.vocab).modules():
-    own = [p for p in m.parameters(recurse=False) if id(p) not in seen]
-    groups += bool(own)
-    seen |= {id(p) for p in own}
+# one group per trained parameter (stage 3 partitions each on its own; parameters() counts a tied one once)
+groups = sum(1 for p in GPT(tok.vocab).parameters() if p.requires_grad)
 for n, results in ((1, one), (2, two), (3, three)):
     host = sum(res["host"]["params"] + res["host"]["grads"] + res["host"]["optimizer_states"]
                for res in results)
@@ -286,8 +283,9 @@ for n, results in ((1, one), (2, two), (3, three)):
 # moments (12). If you guessed 16, you left out the fp32 gradient copy the host step works from
 # (chapter 5). The device holds 0 bytes of model states between steps, and the total does not
 # grow with the ranks, apart from a few bytes. The few bytes beyond 18Ψ are Adam's step counter,
-# one 4-byte number per parameter group (stage 3 makes one group per module, 21 here) on each
-# rank; no padding was needed, since every module's size divides by 1, 2 and 3. During a step a module's parameters are gathered
+# one 4-byte number per parameter group (stage 3 partitions each parameter on its own, as
+# DeepSpeed does, so one group per trained parameter, 40 here) on each rank; no padding was needed,
+# since every parameter's size divides by 1, 2 and 3. During a step a module's parameters are gathered
 # onto the device just for its forward and its backward, then released.
 #
 # ## 4. One household again: consolidation

@@ -372,7 +372,7 @@ print(f"the busiest worker holds {max(own) / (psi / 4):.2f}x its fair share; wor
 # %% id="ch10-20"
 OPS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast")
 print(f"TinyLM, Ψ = {PSI_LM:,}, bf16, {crew.world_size} ranks, one step: calls × wire bytes")
-print("(DeepSpeed's collectives, and in the step zerolab's own 16-byte overflow + norm all-reduce)")
+print("(DeepSpeed's collectives as 0.19.8 sends them, its overflow flag and gradient norm included)")
 print(f"{'':17}" + "".join(f"{op:>18}" for op in OPS))
 for stage in (1, 2, 3):
     result = crew.run(phases_of_a_step, stage)[0]
@@ -382,16 +382,19 @@ for stage in (1, 2, 3):
 
 # %% [markdown] id="ch10-21"
 # At stage 3 the optimizer step sends one small all-reduce and **no parameters**: no broadcast, no
-# all-gather. That small all-reduce (a 16-byte tensor: 24 wire bytes at N = 4) is zerolab's, not DeepSpeed's: zerolab packs the
-# overflow flag and the squared gradient norm for clipping into one fp64 pair, at every stage.
-# DeepSpeed 0.19.8 sends the norm alone, one scalar: fp32 at stages 1-2, 4 bytes
-# (`runtime/zero/stage_1_and_2.py` line 2693), fp64 at stage 3, 8 bytes (`stage3.py` line 2469,
-# in `get_norm_dtype()`'s dtype), and 4 bytes at stage 0 too; its overflow check, fp16 only, is a
-# separate 1-byte all-reduce (`stage_1_and_2.py` line 3242). The parameters travel in the forward (Ψ) and again in the backward
-# (Ψ, beside the gradients' reduce-scatter, one per bucket of modules). Stages 1 and 2 send the
-# parameters in the step, as one all-gather of the flat buffer. Their gradients travel the way
-# DeepSpeed sends them: stage 1 keeps the whole gradient through backward and all-reduces it,
-# bucket by bucket, at the start of the step (the step's all-reduces include zerolab's 16-byte one);
+# all-gather. That all-reduce is DeepSpeed 0.19.8's gradient norm, which zerolab sends as it does
+# (`zerolab/zero/norms.py`): the squared norm of the rank's shard, one fp64 scalar of 8 bytes
+# (`stage3.py` line 2469, in `get_norm_dtype()`'s dtype), (2·3/4)·8 = 12 wire bytes at N = 4.
+# Stage 3 checks for overflow with a collective only in fp16, so in bf16 the norm is all it sends.
+# Stages 1 and 2 send two small all-reduces: a 1-byte overflow flag, the MAX of "this rank saw an
+# inf or NaN" (`stage_1_and_2.py` line 3242; sent in bf16 too, as `bf16.check_grad_overflow` is on
+# by default), then the squared norm as one fp32 scalar of 4 bytes (`runtime/zero/stage_1_and_2.py`
+# line 2693): 1.5 + 6 = 7.5 wire bytes, which the table rounds to stage 2's `2 × 8`. The parameters
+# travel in the forward (Ψ) and again in the backward (Ψ, beside the gradients' reduce-scatter,
+# one per bucket of parameters). Stages 1 and 2 send the parameters in the step, as one all-gather
+# of the flat buffer. Their gradients travel the way DeepSpeed sends them: stage 1 keeps the whole
+# gradient through backward and all-reduces it, bucket by bucket, at the start of the step (the
+# step's 7 all-reduces, 566,708 bytes, are its 5 buckets, 566,700, then the flag and the norm);
 # stage 2 all-reduces bucket by bucket during backward. (This step is the first: stage 3 has no
 # recorded order yet, so each module is gathered on its own, without prefetch.)
 #
@@ -532,7 +535,7 @@ for n in sorted(household):
 # | d | Adam without bias correction | the first step is 3.16x torch's, 6.6x at step 12, still 2x at step 300; with the two corrections it matches `torch.optim.Adam` |
 # | e | gradients never zeroed | 0.25, 0.3125, 0.328125, ... → 1/3 instead of 1 every step |
 # | f | round-robin by parameter | 1,024 / 2,048 / 4,096 / 0 elements instead of 1,792 each |
-# | g | "broadcast after the update" at stage 3 | after stage 3's update no parameter is sent (only the 16-byte overflow-and-norm all-reduce); parameters are gathered in forward and again in backward |
+# | g | "broadcast after the update" at stage 3 | after stage 3's update no parameter is sent (only the gradient norm's 8-byte all-reduce); parameters are gathered in forward and again in backward |
 #
 # zerolab's stage 1 on 3 and 4 ranks: equal shards; on the ledger DeepSpeed's all-reduce of the
 # gradients (2(N−1)/N·Ψ) and one all-gather ((N−1)/N·Ψ), or with zerolab's switch the paper's

@@ -97,8 +97,9 @@ print(f"  stage 3, stage3_prefetch_bucket_size 0: + peak buffers {b:,} ({b / a:.
 # them) and a reduce-scatter per `reduce_bucket_size` bucket of parameters (50,000 elements here).
 # Each call costs a latency α whatever its size (chapter 6); prefetch takes the gathers' time off
 # the critical path where compute can hide it, and here their backward bytes too, at the price of
-# memory. (The calls count DeepSpeed's small all-reduces too, the overflow flag at stage 2 in bf16
-# and the gradient norm, and leave out zerolab's own order checks, which DeepSpeed does not send.)
+# memory. (The calls count DeepSpeed's gradient-norm all-reduce, 4 bytes at stage 2 and 8 at
+# stage 3. They leave out the 1-byte overflow flag that stage 2 sends before it in bf16, one more
+# call in each stage-2 column, and zerolab's own order checks, which DeepSpeed does not send.)
 #
 # So stage 3 is the right choice when stage 2 **does not fit**: the model states of a very large
 # model, or when the memory it frees buys a bigger micro-batch. When stage 2 fits, stage 3 is more

@@ -392,8 +392,10 @@ for s in range(4):
 # number gives Σ_r ‖g_r‖², and every rank takes the square root. Clipping each shard by its own
 # norm would be wrong: every rank would scale by a different factor. DeepSpeed fuses this with
 # the fp16 unscale: gradients are multiplied once by 1 / (scale · max(1, norm / clip)), where the
-# norm is the unscaled one. Its default `gradient_clipping` is 1.0 (0 turns it off). In zerolab the
-# same small all-reduce also carries the overflow flag: 2 float64 numbers, 16 bytes.
+# norm is the unscaled one. Its default `gradient_clipping` is 1.0 (0 turns it off). The number is
+# one fp32 (4 bytes) at stages 1-2 and one fp64 (8 bytes) at stage 3, and zerolab sends it as
+# DeepSpeed 0.19.8 does; the overflow flag is a separate 1-byte all-reduce before it (stages 1-2 in
+# fp16 and bf16, stage 3 in fp16 only).
 #
 # </details>
 

@@ -11,8 +11,8 @@ gathered in forward and again in backward, the paper's 3Ψ). Every function belo
 
 * :func:`phases_of_a_step`: the collectives of one step, split into forward, backward and step;
 * :func:`measure`: one warm-up step, then one measured step: memory, wire bytes, calls and the
-  seconds it took (ZeRO's calls only: the 16-byte overflow-and-norm all-reduce and zerolab's own
-  order checks are left out and counted apart);
+  seconds it took (DeepSpeed's calls, the gradient-norm all-reduce among them, less the 1-byte
+  overflow flag that stages 1-2 send in bf16; zerolab's own order checks are counted apart);
 * :func:`train_20`: twenty steps, with the loss scale and the skipped steps;
 * :func:`activations_per_stage`: the bytes autograd saves during one forward, parameters left out;
 * :func:`offload_run`: where the bytes live with and without ``offload_optimizer``, and the time.
@@ -103,7 +103,7 @@ def measure(stage: int, precision: str = "bf16", accumulate: int = 1, global_bat
     train_engine(engine, batches[1:], lm_loss)
     seconds = time.perf_counter() - t0
     step = engine.ledger.since(mark)
-    step.records = [r for r in step.records if not r.tag.startswith("overflow")]   # the 16-byte overflow/norm
+    step.records = [r for r in step.records if not r.tag.startswith("overflow")]   # the 1-byte flag (norms.py)
     return {"memory": engine.memory(), "seconds": seconds, "wire": step.wire_bytes, "calls": len(step.records),
             "by_op": {op: (int(v["calls"]), v["wire_bytes"]) for op, v in step.totals().items()},
             "checks": len(step.checks)}     # zerolab's own order checks: never among ZeRO's calls

@@ -2025,7 +2025,7 @@ ZH["lab"] = {
     # figures (zerolab.course.viz.figure_text: English where no CJK font is installed)
     "GB per GPU": "每张 GPU 的 GB",
     "{model} on {gpus} GPUs: what each GPU must hold": "{gpus} 张 GPU 上的 {model}：每张 GPU 要装下什么",
-    "seconds per step (simulated)": "每步秒数（模拟）",
+    "seconds per step (simulated)": "每步耗时（秒，模拟）",
     "elements ({n} flat groups)": "元素（{n} 个扁平组）",
     "ms since the step began (rank 0)": "这一步开始后的毫秒数（rank 0）",
     "ms since the step began": "这一步开始后的毫秒数",
