@@ -114,6 +114,10 @@ run_phase() {   # index
     ( eval "${cmds[$i]}" ) > "$logs/$i.log" 2>&1
     echo "$? $((SECONDS - t0))" > "$logs/$i.done"
 }
+# The machine's CPU time over the phases (/proc/stat, every process on the machine, Linux only):
+# how busy the cores were tells a machine that was short of CPU from a suite that waited.
+cpu_ticks() { [ -r /proc/stat ] && awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
+cpu_start=$(cpu_ticks)
 all_start=$SECONDS
 step "running ${#names[@]} phases side by side (SERIAL=1: one after another)"
 for i in "${!names[@]}"; do echo "  ${names[$i]}"; done
@@ -152,6 +156,13 @@ rm -rf "$logs"
 step "summary"
 for i in "${!names[@]}"; do echo "${results[$i]}"; done
 echo "all phases: $((SECONDS - all_start)) s"
+if [ -n "$cpu_start" ]; then
+    read -r busy0 total0 <<< "$cpu_start"; read -r busy1 total1 <<< "$(cpu_ticks)"
+    hz=$(getconf CLK_TCK); cores=$(getconf _NPROCESSORS_ONLN)
+    awk -v b=$((busy1 - busy0)) -v t=$((total1 - total0)) -v hz="$hz" -v n="$cores" 'BEGIN {
+        printf "CPU over the phases: %d core-seconds busy of %d (%d cores), %.0f %% (every process on the machine)\n",
+               b / hz, t / hz, n, t ? 100 * b / t : 0 }'
+fi
 if [ "$failed" -ne 0 ]; then
     echo "FAILED"
     exit 1
