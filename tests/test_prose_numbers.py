@@ -50,6 +50,33 @@ def _counters_05(out, n):         # chapter 5: stage 3's optimizer column on the
             and _num(row[1]) - 12 * _num(shard[1]) == _num(n[1]) == 4 * _num(n[0]))
 
 
+def _nvme_05(out, n):             # chapter 5: the NVMe rows count 4n on the host and 12n in files; the counters
+    shard = re.search(r"its shard n = ([\d,]+) elements", out)     # are in neither (stage 3's device row has them)
+    rows = re.search(r"(?m)^stage 3 \+ opt nvme \+ param nvme +device[^\n]*\n +host +0 +([\d,]+) +0 +[\d,]+\n"
+                     r" +nvme +[\d,]+ +0 +([\d,]+) ", out)
+    dev = re.search(r"(?m)^stage 3 +device +[\d,]+ +[\d,]+ +([\d,]+) ", out)
+    if shard is None or rows is None or dev is None:
+        return False
+    k = _num(shard[1])
+    return _num(rows[1]) == 4 * k and _num(rows[2]) == 12 * k and _num(dev[1]) - 12 * k == _num(n[0])
+
+
+def _lab_12(out, n):              # chapter 12: one Adam counter per trained parameter, one gather per module
+    m = re.search(r"grads ([\d,]+), optimizer states ([\d,]+),", out)     # 12n + 4 per counter; grads are 2n
+    forward = []
+    for tag in re.findall(r"(?m)^ +#\d+ +all_gather +(params .+?) +[\d,]+ elements", out):
+        if tag in forward:
+            break
+        forward.append(tag)
+    return (m is not None and _num(m[2]) - 6 * _num(m[1]) == 4 * _num(n[0])
+            and len(forward) == _num(n[1]) and forward[0] == "params pos + 1 more")
+
+
+def _lab_holdings_12(out, n):     # chapter 12: stage 3 at N = 4, optimizer states = 6 x grads (12n / 2n) + 4 per counter
+    m = re.search(r"(?s)stage 3, N = 4:.*?\n +0 +[\d,]+ B 1/4 +([\d,]+) B 1/4 +([\d,]+) B 1/4", out)
+    return m is not None and _num(m[2]) - 6 * _num(m[1]) == 4 * _num(n[0])
+
+
 def _left_03(out, n):             # chapter 3, question 3: the largest "left" at N = 3 and N = 4
     left = {}
     for m in _rows(out, r"(?m)^ *(\d) +(\d) [^\n]*? (-?[\d,]+)$"):
@@ -94,13 +121,19 @@ CLAIMS = [
      r"bytes\): 8 - 16 = (-8), \2 - 16 = (\d+), \2 \+ 4 - 18 = (\d+)\.",
      "ch05-07", [r"4 bytes x {0} tiles x 2 ranks = {1} bytes", r"16P CPU [\d,]+ [\d,]+ {2} ",
                  r"4L \+ 2P/N \| 16P CPU [\d,]+ [\d,]+ {3} ", r"4L \| 18P CPU [\d,]+ [\d,]+ {4} "]),
+    ("notebooks/05_the_warehouse", "ch05-04", r"a column this table does not print: (\d+) bytes on rank 0",
+     "ch05-03", _nvme_05),
     # chapter 5b: groups, tiles and files, one per parameter at stage 3
     ("notebooks/05b_the_corridor", "ch05b-02", r"n = ([\d,]+) elements in (\d+) groups",
      "ch05b-03", r"1,000,000,000 {1} 1 {0} "),
     ("notebooks/05b_the_corridor", "ch05b-04", r"cut into (\d+) tiles .*? and (\d+) sub-groups",
      "ch05b-03", r"5,000 {0} {1} "),
-    ("notebooks/05b_the_corridor", "ch05b-04", r"at 20,000: (\d+) bytes, its (\d+) tiles'",
-     "ch05b-03", [r"host keeps {0} bytes", r"20,000 {1} "]),
+    ("notebooks/05b_the_corridor", "ch05b-04", r"(\d+) bytes at 10⁹ and at 20,000 \((\d+) tiles\), (\d+) at 5,000 \((\d+) tiles\)",
+     "ch05b-03", [r"size 1,000,000,000: the host keeps {0} bytes = 4 x {1} tiles: True",
+                  r"size 20,000: the host keeps {0} bytes = 4 x {1} tiles: True",
+                  r"size 5,000: the host keeps {2} bytes = 4 x {3} tiles: True", r"20,000 {1} ", r"5,000 {3} "]),
+    ("notebooks/05b_the_corridor", "ch05b-04", r"(Between steps the host keeps only Adam's step counters)",
+     "ch05b-03", r"the notebook in files [\d,]+ bytes \(12n\): True"),
     ("notebooks/05b_the_corridor", "ch05b-07", r"keeps nothing: (\d+) reads\..*? (\d+) writes \(the frozen",
      "ch05b-06", r"parameter shards: {0} reads, {1} writes"),
     ("notebooks/05b_the_corridor", "ch05b-07", r"(\d+) sub-groups, \1 host bars",
@@ -108,6 +141,10 @@ CLAIMS = [
     # chapter 10b: the norm's 4 bytes are among the counted calls (the overflow flag is not)
     ("notebooks/10b_the_beliefs", "ch10b-06", r"gradient-norm all-reduce too: (\d+) bytes on the wire at N = 4",
      "ch10b-05", r"stage 1, paper \(zerolab switch\) \d+ × [\d,]+ 1 × {0} "),
+    # chapter 12: the lab's model, partitioned per parameter and gathered per module
+    ("notebooks/12_visual_lab", "ch12-06", r"has (\d+) trained parameters, .*? \(\1 groups, \1 Adam step counters\);"
+     r" .*? Gathers go by module: (\d+) modules own parameters", "ch12-07", _lab_12),
+    ("notebooks/12_visual_lab", "ch12-06", r"has (\d+) trained parameters", "ch12-03", _lab_holdings_12),
     # chapter 9: one step counter per trained parameter, on every rank
     ("notebooks/09_a_whole_move", "ch09-13", r"one group per trained parameter, (\d+) here",
      "ch09-12", [r"\+ 4 bytes x {0} groups x 1 rank\(s\): True", r"\+ 4 bytes x {0} groups x 3 rank\(s\): True"]),

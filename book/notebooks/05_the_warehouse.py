@@ -92,13 +92,17 @@ n = mine["stage 3"]["n"]
 #   shard (the gathered layers come and go, and count as buffers); the host holds 2n + 4n + 12n =
 #   18 bytes per element, and the frozen shard's 2 bytes.
 #   If you guessed 16, you forgot the fp32 gradient copy: the host step needs the gradients in fp32.
-# - **NVMe**: 2n + 12n in files (and the frozen shard's 2 bytes); host memory keeps the fp32
-#   gradients and Adam's step counters.
+# - **NVMe**: 2n + 12n in files (and the frozen shard's 2 bytes); of host memory the table counts
+#   only the fp32 gradients, 4n. Adam's step counters stay in host memory too (only the masters
+#   and moments, one value per element, go to the files), but `engine.memory` counts them with the host's buffers, a column
+#   this table does not print: 112 bytes on rank 0 (chapter 5b reads them).
 #
-# The leftovers: the optimizer column is 12n plus 4 bytes per tile, Adam's step counter (a 4-byte
-# tensor per parameter tensor the optimizer steps; 28 tiles at stage 3, one per trained parameter,
-# since stage 3 partitions each parameter on its own as DeepSpeed does, 4 × 28 = 112 bytes; and one
-# at stage 2, whose shard is one piece of a single flat buffer). The figure draws the same table.
+# The leftovers: where the states stay in memory, the optimizer column is 12n plus 4 bytes per
+# tile, Adam's step counter (a 4-byte tensor per parameter tensor the optimizer steps; 28 tiles at
+# stage 3, one per trained parameter, since stage 3 partitions each parameter on its own as
+# DeepSpeed does, 4 × 28 = 112 bytes; and one at stage 2, whose shard is one piece of a single flat
+# buffer). In the NVMe row it is exactly 12n, the counters being the host's buffers above. The
+# figure draws the same table.
 
 # %% id="ch05-05"
 ch05.plot_places(mine)

@@ -60,8 +60,12 @@ print(f"{N} ranks started; TinyLM as in chapter 5 (psi = 150,465), fp16 + AdamW,
 # %% id="ch05b-03"
 runs = crew.run(ch05.sub_group_runs, NVME, [10**9, 20_000, 5_000])[0]     # rank 0, 2 steps each
 ch05.print_sub_groups(runs)
-print(f"every run: the notebook in files {runs[20_000]['in_files']:,} bytes (12n); between steps the "
-      f"host keeps {runs[20_000]['buffers']} bytes")
+n = runs[20_000]["n"]
+print(f"every run: the notebook in files {runs[20_000]['in_files']:,} bytes (12n): "
+      f"{all(r['in_files'] == 12 * n for r in runs.values())}")
+for size, r in runs.items():      # Adam's step counters: a 4-byte tensor per tile, kept in host memory
+    print(f"between steps, sub_group_size {size:>13,}: the host keeps {r['buffers']:>3} bytes "
+          f"= 4 x {r['tiles']} tiles: {r['buffers'] == 4 * r['tiles']}")
 
 # %% [markdown] id="ch05b-04"
 # The bound is 12 bytes times the **largest sub-group**, not times `sub_group_size`: at 20,000 the
@@ -74,7 +78,8 @@ print(f"every run: the notebook in files {runs[20_000]['in_files']:,} bytes (12n
 # optimizer call and, with NVMe, three files read and written per tile. (With `offload_optimizer: cpu` the
 # states stay in host memory; the size then bounds the fp32 gradients unscaled at once.)
 #
-# The host between steps, at 20,000: 112 bytes, its 28 tiles' Adam step counters (4 bytes each).
+# Between steps the host keeps only Adam's step counters, one 4-byte tensor per tile, which are not
+# written to the files: 112 bytes at 10⁹ and at 20,000 (28 tiles), 148 at 5,000 (37 tiles).
 
 # %% [markdown] id="ch05b-05"
 # ## 2. The step on the timeline: the slowest link

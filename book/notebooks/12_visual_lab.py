@@ -91,11 +91,14 @@ lab.basic_widget(pool, world_size=N0, stage=2, precision="bf16", max_ranks=N_MAX
 # each phase boundary, `engine.memory()` (the bytes of every giant, and of the buffers in flight:
 # gradient buckets, gathered parameters).
 #
-# **Predict, then run.** At stage 3 the lab's model has 9 flat groups of trained parameters (one
-# per module with parameters), and one more for TinyLM's frozen `temperature` (1 element), which
-# the root module gathers with its own. How many times will each group's parameters be
-# all-gathered in one step? And how
-# many reduce-scatters will there be, with `reduce_bucket_size` 2,000 elements?
+# **Predict, then run.** At stage 3 the lab's model has 16 trained parameters, and stage 3
+# partitions each on its own, as DeepSpeed does (16 groups, 16 Adam step counters); TinyLM's
+# frozen `temperature` (1 element) is partitioned like the others. Gathers go by module: 9 modules
+# own parameters (the root, with `pos` and `temperature`; the embedding; each block's LayerNorm, up
+# and down projections; the final LayerNorm; the output head's one weight is the embedding's), and
+# each module's parameters are all-gathered in one call. How many times will each module's
+# parameters be all-gathered in one step? And how many reduce-scatters will there be, with
+# `reduce_bucket_size` 2,000 elements?
 
 # %% id="ch12-07"
 trace = lab.step_trace(2, 3, "bf16", pool=pool)
