@@ -38,9 +38,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .config.stages import GRADS, PARAMS, shards
 from .i18n import add_lang_argument, catalogue, cli_lang, set_lang, width
 from .memory import Place, format_bytes, model_state_bytes
-from .memory.sharding import GRADS, PARAMS, shards
 
 T = catalogue("cli")      # the commands' own lines in the edition's language (zerolab/i18n/messages_zh.py)
 
