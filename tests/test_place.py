@@ -1,11 +1,14 @@
 """Where bytes live (``zerolab/memory/place.py``) and what each stage shards
-(``zerolab/memory/sharding.py``): DeepSpeed's offload words turned into places, places that print
+(``zerolab/config/stages.py``): DeepSpeed's offload words turned into places, places that print
 and compare as the names the memory report always used, and the sharding table that the
-formulas and the engine's stage table both read."""
+config's per-stage rules, the formulas and the engine's stage table all read."""
 import pytest
 
 from zerolab.memory import Place
-from zerolab.memory.sharding import GRADS, OPTIMIZER_STATES, PARAMS, SHARDED, parts, shards, stages_from
+from zerolab.config import keys as K
+from zerolab.config.stages import (GRADS, OPTIMIZER_STATES, PARAMS, SHARDED, partitions_params, parts, shards,
+                                   shards_optimizer, stages_from)
+from zerolab.config.values import Bad
 from zerolab.zero.params import ReplicatedParams
 from zerolab.zero.stage3.gather import GatheredParams
 from zerolab.zero.stage_table import STAGES
@@ -39,6 +42,28 @@ def test_the_sharding_table_is_the_papers():
         [], [OPTIMIZER_STATES], [GRADS, OPTIMIZER_STATES], [GRADS, OPTIMIZER_STATES, PARAMS]]
     assert [parts(s, GRADS, 8) for s in SHARDED] == [1, 1, 8, 8]
     assert [stages_from(s) for s in SHARDED] == [[0, 1, 2, 3], [1, 2, 3], [2, 3], [3]]
+
+
+def test_the_stage_key_means_the_sharding_table():
+    """The ``stage`` key's reader (DeepSpeed's 0..3) takes exactly the table's stages; the named
+    facts are DeepSpeed's two tests of the stage (``zero_optimization()``: stage > 0;
+    ``zero_optimization_partition_weights()``: stage 3), and ZeRO++'s keys are no-effect exactly
+    where the parameters stay whole."""
+    read = K.ZERO["stage"].read
+    assert [s for s in range(-2, 7) if _reads(read, s)] == list(SHARDED)
+    assert [shards_optimizer(s) for s in SHARDED] == [s > 0 for s in SHARDED] == [False, True, True, True]
+    assert [partitions_params(s) for s in SHARDED] == [s == 3 for s in SHARDED] == [False, False, False, True]
+    for s in SHARDED:
+        assert (K.zero_keys(s) is K.ZERO) == partitions_params(s)
+        assert K.zero_keys(s).keys() >= K.ZEROPP_BELOW_STAGE3.keys()
+    assert K.zero_keys(None) is K.ZERO
+
+
+def _reads(read, value) -> bool:
+    try:
+        return read(value) == value
+    except Bad:
+        return False
 
 
 def test_the_stage_table_reads_the_sharding_table():

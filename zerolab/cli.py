@@ -38,9 +38,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .config.stages import GRADS, PARAMS, SHARDED, shards
 from .i18n import add_lang_argument, catalogue, cli_lang, set_lang, width
 from .memory import Place, format_bytes, model_state_bytes
-from .memory.sharding import GRADS, PARAMS, shards
 
 T = catalogue("cli")      # the commands' own lines in the edition's language (zerolab/i18n/messages_zh.py)
 
@@ -75,7 +75,7 @@ def _stage_table(psi: float, world: int, precision: str, mark: int | None = None
                "{gb} + {ob} bytes per parameter):", psi=psi, world=world, precision=precision, pb=pb, gb=gb, ob=ob),
              "  stage   " + "".join(_right(T(name), w) for name, w in (
                  ("params", 14), ("grads", 14), ("optimizer", 14), ("total", 14), ("total", 12)))]
-    for stage in range(4):
+    for stage in SHARDED:                  # every stage, in the table's order (0-3)
         m = model_state_bytes(psi, stage, world, param_bytes=pb, grad_bytes=gb, optimizer_bytes=ob)
         lines.append(f"  {stage:<8}" + "".join(f"{format_bytes(m[k], 'GB'):>14}"
                                               for k in ("params", "grads", "optimizer_states", "total"))

@@ -9,6 +9,9 @@ accepted and listed by :meth:`Config.ignored_settings`.
 
 The layer, from the bottom (each module imports only those before it):
 
+* :mod:`zerolab.config.values` (the readers) and :mod:`zerolab.config.stages` (what each value of
+  the ``stage`` key shards: ZeRO's P_os, P_os+g, P_os+g+p, which the memory formulas and the
+  engine's stage table read too), side by side at the bottom;
 * :mod:`zerolab.config.keys`: the table of every key and what zerolab does with it, and the
   readers that check a block against its table;
 * :mod:`zerolab.config.types`: the dataclasses (every default's one home) and :class:`ConfigError`;

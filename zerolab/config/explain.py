@@ -18,6 +18,7 @@ import torch
 
 from . import keys as K
 from .parse import _input, _parse
+from .stages import GRADS, partitions_params, shards, shards_optimizer
 from .types import Config, OffloadConfig, _thaw
 from ..i18n import catalogue
 
@@ -66,10 +67,10 @@ def describe(c: Config) -> str:
         lines.append(T("Precision: fp32 throughout."))
     comm = c.communication_data_type or {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(
         c.compute_dtype, "fp32")
-    if z.stage < 3:
-        lines.append(_bucket_line(c, comm))
-    else:
+    if partitions_params(z.stage):
         lines += _stage3_lines(c, comm)
+    else:
+        lines.append(_bucket_line(c, comm))
     lines += _offload_lines(c)
     clip = (T("clipped to global L2 norm {norm:g}", norm=c.gradient_clipping) if c.gradient_clipping
             else T("off"))
@@ -84,7 +85,7 @@ def describe(c: Config) -> str:
     else:
         lines.append(T("Optimizer: {type} (torch.optim.{name}), {params}.", type=o.type, name=o.torch_name,
                        params=", ".join(f"{k}={v}" for k, v in o.params.items())))
-    if z.stage >= 1 and "sub_group_size" in (c.raw.get("zero_optimization") or {}):
+    if shards_optimizer(z.stage) and "sub_group_size" in (c.raw.get("zero_optimization") or {}):
         lines.append(T("Optimizer step: in sub-groups of at most {size:,} elements of each rank's shard "
                        "(sub_group_size), one after another: the unit of the host step and of NVMe swapping; it "
                        "bounds the step's working memory and changes no number.", size=z.sub_group_size))
@@ -105,7 +106,7 @@ def describe(c: Config) -> str:
 def _bucket_line(c: Config, comm: str) -> str:
     """Stages 0-2: how the gradients are reduced (DeepSpeed's way, or zerolab's own when asked)."""
     z = c.zero
-    if z.stage == 0:
+    if not shards_optimizer(z.stage):      # no ZeRO optimizer: DeepSpeed reduces as DDP does
         how = T("at the accumulation boundary the gradients are all-reduced in buckets of 500,000,000 elements "
                 "(DeepSpeed's stage 0 reduces like DDP; reduce_bucket_size is not used)")
     else:
@@ -123,8 +124,9 @@ def _bucket_line(c: Config, comm: str) -> str:
             how = T("the parameters form one flat buffer cut into one contiguous partition per rank; each bucket "
                     "(a range of it) is all-reduced and each rank keeps the slices of its partition ({why}: "
                     "2 Psi on the wire, not the paper's Psi) [DeepSpeed's]", why=why)
-        how = (T("at the accumulation boundary {how}", how=how) if z.stage == 1 else
-               T("during backward, once a bucket's gradients are complete, {how}", how=how))
+        # sharded gradients are reduced as backward makes them (stage 2); whole ones at the boundary (stage 1)
+        how = (T("during backward, once a bucket's gradients are complete, {how}", how=how) if shards(z.stage, GRADS)
+               else T("at the accumulation boundary {how}", how=how))
         how += T("; after the step the updated partitions are all-gathered, one call (Psi) [DeepSpeed's]")
     if z.overlap_comm:
         how += T("; overlap_comm: each bucket's collective is issued asynchronously as soon as it is complete, "

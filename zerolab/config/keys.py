@@ -44,6 +44,7 @@ from .values import (DISABLED_BLOCK, IMPLEMENTED, NO_EFFECT, NO_FIELD, NOT_IMPLE
                             REMOVED, RENAMED, Bad, Key, Problems, Refusal, as_betas, as_bool, as_int, as_num,
                             as_str, defaults, is_inert, join_path, json_schema, nearest, one_of,
                             optional, read, read_block, read_fields, show)
+from .stages import partitions_params
 from ..i18n import catalogue
 
 T = catalogue("config")      # the readers' messages in the edition's language (zerolab/i18n/messages_zh.py)
@@ -106,6 +107,7 @@ OFFLOAD_PARAM = {
 }
 
 # ---- zero_optimization ----------------------------------------------------------------------
+# "stage" is DeepSpeed's ZeroStageEnum, 0..3; what each stage shards is config/stages.py's table
 ZERO = {
     "stage": _I(as_int(lo=0, hi=3), 0, "what is partitioned: 1 optimizer states, 2 and gradients, 3 and parameters"),
     "contiguous_gradients": _A("zerolab always packs gradients into flat buckets (what true does); false in "
@@ -194,6 +196,14 @@ ZERO = {
 ZEROPP_BELOW_STAGE3 = {k: _A("read by DeepSpeed's stage 3 only; at stages 0-2 it changes nothing (in DeepSpeed "
                              "too)") for k in ("zero_quantized_weights", "zero_quantized_nontrainable_weights",
                                                "zero_quantized_gradients", "zero_hpz_partition_size")}
+
+
+def zero_keys(stage: int | None) -> dict:
+    """``zero_optimization``'s table as ``stage`` reads it: where the parameters are not partitioned
+    (stages 0-2), ZeRO++'s keys have no effect. None (the block's stage is not a stage, which its
+    reader reports): every key as stage 3 reads it, so each is still checked."""
+    return ZERO if stage is None or partitions_params(stage) else {**ZERO, **ZEROPP_BELOW_STAGE3}
+
 
 # DeepSpeed's pydantic model also takes the field names of the stage3_* keys: {alias: key}.
 ZERO_ALIASES = {key.alias: name for name, key in ZERO.items() if key.alias}

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import keys as K
+from .stages import partitions_params, shards_optimizer
 from .types import (BF16Config, Config, ConfigError, FP16Config, OptimizerConfig, SchedulerConfig, ZeroConfig,
                            ZerolabConfig, T, _freeze, _thaw)
 
@@ -179,16 +180,24 @@ def _parse_zero(p: K.Problems, d: dict) -> ZeroConfig:
                 p.add(T("give only one of '{path}.{short}' and '{path}.{long}' (the same setting)", path=path,
                         short=short, long=long))
             b[long] = b.pop(short)
-    below3 = b.get("stage", 0) in (0, 1, 2) and not isinstance(b.get("stage"), bool)
-    K.check_keys(p, b, path, {**K.ZERO, **K.ZEROPP_BELOW_STAGE3} if below3 else K.ZERO)
+    K.check_keys(p, b, path, K.zero_keys(_given_stage(b)))
     stage = K.read(p, b, path, "stage", K.ZERO["stage"].read, K.ZERO["stage"].default)
     overlap = K.read(p, b, path, "overlap_comm", K.ZERO["overlap_comm"].read, None)   # DeepSpeed's None: by stage
-    if stage == 3 and b.get("zero_quantized_gradients") is True and b.get("reduce_scatter") is False:
+    if partitions_params(stage) and b.get("zero_quantized_gradients") is True and b.get("reduce_scatter") is False:
         p.add(T("'{path}.zero_quantized_gradients' needs '{path}.reduce_scatter' true (DeepSpeed 0.19.8's stage 3 "
                 "asserts it: qgZ replaces the reduce-scatter); remove reduce_scatter: false or turn qgZ off", path=path))
-    given = {"stage": stage, "overlap_comm": (stage == 3) if overlap is None else overlap}
+    given = {"stage": stage, "overlap_comm": partitions_params(stage) if overlap is None else overlap}
     return ZeroConfig(**K.read_fields(p, b, path, K.ZERO, given=given,
                                       sub=lambda kind: _parse_offload(p, b, kind, stage)))
+
+
+def _given_stage(b: Mapping) -> int | None:
+    """The block's stage (DeepSpeed's 0 when absent), read without a word; None when it is not a
+    stage, which the stage's own read reports."""
+    try:
+        return K.ZERO["stage"].read(b.get("stage", K.ZERO["stage"].default))
+    except K.Bad:
+        return None
 
 
 def _parse_zerolab(p: K.Problems, d: dict) -> ZerolabConfig:
@@ -211,7 +220,7 @@ def _parse_offload(p: K.Problems, zero: dict, kind: str, stage: int) -> OffloadC
     table = K.ZERO[kind].block
     K.check_keys(p, b, path, table)
     cfg = dataclasses.replace(default, **K.read_fields(p, b, path, table))
-    if cfg.ratio < 1 and stage != 3:
+    if cfg.ratio < 1 and not partitions_params(stage):
         p.add(T("'{path}.ratio' < 1 (partial offload) needs ZeRO stage 3, as in DeepSpeed; stage is {stage}",
                 path=path, stage=stage))
     elif cfg.ratio < 1 and cfg.device != "none":
@@ -220,10 +229,10 @@ def _parse_offload(p: K.Problems, zero: dict, kind: str, stage: int) -> OffloadC
     if cfg.device == "nvme" and not cfg.nvme_path:
         p.add(T("'{path}.device' is \"nvme\" but '{path}.nvme_path' is not set: give the folder (on a fast disk) "
                 "where the swapped tensors go", path=path))
-    if cfg.device != "none" and stage == 0 and is_opt:
+    if cfg.device != "none" and not shards_optimizer(stage) and is_opt:
         p.add(T("'{path}' needs a ZeRO stage of at least 1 (stage is 0): the offloaded step is ZeRO's optimizer, "
                 "as in DeepSpeed", path=path))
-    if cfg.device != "none" and stage != 3 and not is_opt:
+    if cfg.device != "none" and not partitions_params(stage) and not is_opt:
         p.add(T("'{path}' offloads the parameter shards of ZeRO stage 3; stage is {stage} (DeepSpeed ignores it "
                 "there: remove it, or use stage 3)", path=path, stage=stage))
     return cfg

@@ -158,7 +158,7 @@ ZeroConfig = _block_class("ZeroConfig", (K.ZERO,), """The ``zero_optimization`` 
     is all-reduced (both true, the default, or ``reduce_scatter`` false) or reduced to each of
     its owners (``use_multi_rank_bucket_allreduce`` false); at stage 3 each bucket is
     reduce-scattered (``reduce_scatter`` true) or all-reduced. ``overlap_comm`` holds DeepSpeed's
-    None resolved: True iff stage == 3.""")
+    None resolved: True iff the stage partitions the parameters (stage 3).""")
 
 ZerolabConfig = _block_class("ZerolabConfig", (K.ZEROLAB,), """The ``zerolab`` block: zerolab's own options,
     where it does something DeepSpeed does not. Everything else in a config means what it means in DeepSpeed
@@ -223,8 +223,7 @@ class Config:
         raw = self.raw
         walk(raw, "", K.TOP)
         zero = raw.get("zero_optimization")
-        walk(zero, "zero_optimization", K.ZERO if self.zero.stage == 3 else {**K.ZERO, **K.ZEROPP_BELOW_STAGE3},
-             K.ZERO_ALIASES)
+        walk(zero, "zero_optimization", K.zero_keys(self.zero.stage), K.ZERO_ALIASES)
         if isinstance(zero, Mapping):
             for kind, table in (("offload_optimizer", K.OFFLOAD_OPTIMIZER), ("offload_param", K.OFFLOAD_PARAM)):
                 if getattr(self.zero, kind).device == "none":     # off: every tuning key does nothing

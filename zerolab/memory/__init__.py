@@ -1,6 +1,6 @@
-"""zerolab.memory: bytes: the memory ledger's sizes (memory.py), what each ZeRO stage shards
-(sharding.py), where bytes live (place.py), flat buffers and their partitions (flat.py), a
-device-memory budget (budget.py).
+"""zerolab.memory: bytes: the memory ledger's sizes (memory.py, from what each ZeRO stage shards:
+zerolab/config/stages.py), where bytes live (place.py), flat buffers and their partitions
+(flat.py), a device-memory budget (budget.py).
 
 Its layer in docs/ARCHITECTURE.md; this file hands on the names learners and the other layers use."""
 from .memory import (tensor_bytes, count_params, largest_layer_params, measure_activations, format_bytes, precision_bytes,

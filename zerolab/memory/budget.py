@@ -20,10 +20,10 @@ import re
 
 import torch
 
+from ..config.stages import GRADS, OPTIMIZER_STATES, PARAMS, parts, shards, stages_from
 from ..i18n import catalogue, width
 from .memory import format_bytes
 from .place import Place
-from .sharding import GRADS, OPTIMIZER_STATES, PARAMS, parts, shards, stages_from
 
 T = catalogue("engine")        # the messages in the edition's language (zerolab/i18n/messages_zh.py)
 

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 
 import torch
 
+from ..config.stages import GRADS, OPTIMIZER_STATES, PARAMS, SHARDED, parts, shards
 from ..i18n import catalogue
-from .sharding import GRADS, OPTIMIZER_STATES, PARAMS, SHARDED, parts, shards
 
 T = catalogue("engine")        # the messages in the edition's language (zerolab/i18n/messages_zh.py)
 
@@ -187,7 +187,7 @@ def model_state_bytes(psi: int, stage: int, world_size: int, *, param_bytes: int
     """Per-rank bytes of the model states under ZeRO `stage` with `world_size` ranks (the paper).
 
     Stage 0 (DDP) keeps everything whole; stage 1 shards the optimizer states; stage 2 also the
-    gradients; stage 3 also the parameters (``sharding.py``'s table). Defaults are mixed-precision
+    gradients; stage 3 also the parameters (``config/stages.py``'s table). Defaults are mixed-precision
     Adam: 2 + 2 + 12 = 16 bytes per parameter. Shards are the exact fraction Ψ/N (no padding), as
     in the paper.
     """
@@ -227,7 +227,7 @@ def comm_ops(psi: int, stage: int, world_size: int, bytes_per_elem: int = 2, *,
     `persistent_numel` elements (small parameters that stage 3 keeps whole, DeepSpeed's
     ``stage3_param_persistence_threshold``) are never gathered; their gradients are all-reduced.
 
-    Which of the three a stage does follows from what it shards (``sharding.py``): whole optimizer
+    Which of the three a stage does follows from what it shards (``config/stages.py``): whole optimizer
     states need the whole averaged gradient (the all-reduce); sharded ones need only their part
     (the reduce-scatter), and whole parameters are then rebuilt once (the all-gather); sharded
     parameters are gathered for forward and for backward.

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..memory.sharding import OPTIMIZER_STATES, PARAMS, shards
+from ..config import stages
 from .stage3.gather import GatheredParams
 from .params import ReplicatedParams
 from .reduce import AllReduceAtBoundary, ReduceScatterAtBoundary, ReduceScatterInBackward
@@ -82,23 +82,23 @@ class StageSpec:
                                   # a group's gradients are all in (and releases it)
     hook_order: Callable[[Any], bool]  # (zero) -> buckets follow the last backward's hook order
 
-    # what the stage shards is the memory layer's table (memory/sharding.py, the formulas' too):
-    # the rows read it, so the engine and the paper's formulas cannot disagree
+    # what the stage shards is the stage key's table (config/stages.py, the formulas' and the
+    # parser's too): the rows read it, so the engine, the config and the paper's formulas cannot disagree
     @property
     def shards_optimizer(self) -> bool:
         """Each rank steps only its part: optimizer states (and masters) sharded."""
-        return shards(self.stage, OPTIMIZER_STATES)
+        return stages.shards_optimizer(self.stage)
 
     @property
     def partitions_params(self) -> bool:
         """Parameters sharded, gathered per module in module hooks (so no torch.compile'd module),
         and DeepSpeed's stage-3 norm: fp64 SUMs, the overflow MAX only under fp16, an invalid norm
         always an overflow."""
-        return shards(self.stage, PARAMS)
+        return stages.partitions_params(self.stage)
 
     @property
     def zero_enabled(self) -> bool:
-        """DeepSpeed's ``zero_optimization()``: stage > 0, where ZeRO starts by sharding the
+        """DeepSpeed's ``zero_optimization()``: stages 1-3, where ZeRO starts by sharding the
         optimizer states."""
         return self.shards_optimizer
 
@@ -133,7 +133,7 @@ class StageSpec:
         return "hook" if self.hook_order(zero) else "model"
 
 
-STAGES: dict[int, StageSpec] = {   # (what each stage shards: memory/sharding.py's SHARDED)
+STAGES: dict[int, StageSpec] = {   # (what each stage shards: config/stages.py's SHARDED)
     0: StageSpec(0, AllReduceAtBoundary, ReplicatedParams, mode=_always_all_reduce, bucket_numel=STAGE0_BUCKET,
                  max_in_flight=2, pack_after=True, qgz=False, ideal_layout=False, per_pass=False, hook_order=_never),
     1: StageSpec(1, ReduceScatterAtBoundary, ReplicatedParams, mode=_partitioned_optimizer_mode, bucket_numel=None,
