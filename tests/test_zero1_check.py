@@ -172,3 +172,82 @@ def test_a_shard_that_is_a_view_of_the_whole_buffer_fails(name):
         check(_load(make()))
     assert expected in err.value.message and "view of a whole buffer" in err.value.message, err.value.message
     assert "hint:" in err.value.message
+
+
+# A whole-size tensor kept anywhere in the learner's object (an attribute, a dict or a list of
+# them), outside the optimizer's states and param groups, is memory every rank holds that ZeRO-1
+# removes. The check weighs everything the object keeps reachable beyond the model's own parameters
+# and gradients, and names where it is kept.
+OPTIMIZER = "        self.optimizer = optimizer_cls([self.shard], **kwargs)"
+KEPT = {
+    "a full copy kept as an attribute": (lambda: _mutate(
+        (OPTIMIZER, OPTIMIZER + "\n        self.full_copy = flat                    # the whole fp32 buffer, kept")),
+        ["self.full_copy: 22,296 bytes (the whole model's size)"]),
+    "a full gradient buffer kept in a dict": (lambda: _mutate(
+        (OPTIMIZER, OPTIMIZER + "\n        self.buffers = {'flat_grad': torch.zeros(self.padded_numel)}"),
+        ("        flat_grad = torch.zeros(self.padded_numel)", "        flat_grad = self.buffers['flat_grad'].zero_()")),
+        ["self.buffers['flat_grad']: 22,296 bytes (the whole model's size)"]),
+    "full-size moments kept in a list": (lambda: _mutate(
+        (OPTIMIZER, OPTIMIZER + "\n        self.moments = [torch.zeros(self.padded_numel), "
+                                "torch.zeros(self.padded_numel)]   # m and v, whole")),
+        ["self.moments[0]: 22,296 bytes (the whole model's size)",
+         "self.moments[1]: 22,296 bytes (the whole model's size)"]),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", list(KEPT))
+def test_a_whole_size_tensor_kept_as_an_attribute_fails(name):
+    # these trained bit for bit and passed while the check weighed only what self.optimizer held
+    make, expected = KEPT[name]
+    with pytest.raises(ExerciseCheckFailed) as err:
+        check(_load(make()))
+    message = err.value.message
+    assert message.startswith("N=2, rank 0: beyond the model's own parameters and gradients"), message
+    assert all(line in message for line in expected), message
+    assert "self.shard" not in message and "hint:" in message, message   # only what is more than a shard
+
+
+@pytest.mark.timeout(120)
+def test_a_whole_size_tensor_kept_fails_in_the_editions_language():
+    from zerolab import i18n
+    with i18n.using("zh"), pytest.raises(ExerciseCheckFailed) as err:
+        check(_load(KEPT["a full copy kept as an attribute"][0]()))
+    assert "self.full_copy：22,296 字节（整个模型的大小）" in err.value.message, err.value.message
+    assert "提示：" in err.value.message
+
+
+def test_kept_tensors_walks_attributes_containers_and_the_optimizer():
+    import torch
+    from zerolab.course.checks.zero1 import kept_bytes, kept_tensors
+
+    model = torch.nn.Linear(4, 3)
+    model(torch.ones(2, 4)).sum().backward()
+
+    class Plain:
+        pass
+
+    class Learner:
+        pass
+
+    me = Learner()
+    me.params = list(model.parameters())                        # the model's own: not counted
+    me.shard = torch.nn.Parameter(torch.zeros(5))
+    me.shard.grad = torch.zeros(5)
+    me.optimizer = torch.optim.SGD([me.shard], lr=0.1, momentum=0.9)
+    me.optimizer.step()                                          # a momentum buffer of 5
+    whole = torch.zeros(100)
+    me.view = whole[:10]                                         # a view: weighs its whole storage
+    me.again = (whole[10:20],)                                   # the same storage: counted once
+    me.nested = {"a": [Plain()]}
+    me.nested["a"][0].deep = torch.zeros(7)                      # self.nested['a'][0].deep: depth 4
+    me.nested["a"][0].deeper = Plain()
+    me.nested["a"][0].deeper.t = torch.zeros(1000)               # depth 5: beyond DEPTH
+    me.fn = lambda: torch.zeros(1000)                            # functions are not entered
+    paths = [p for p, _ in kept_tensors(me)]
+    assert "self.nested['a'][0].deep" in paths and "self.shard.grad" in paths
+    assert "self.optimizer.state[self.shard]['momentum_buffer']" in paths
+    assert not any("deeper" in p for p in paths)
+    kept = kept_bytes(me, model)
+    assert kept["storages"][0] == ("self.view", 400)
+    assert kept["total"] == 400 + 4 * (5 + 5 + 5 + 7), kept

@@ -272,11 +272,13 @@ for c in crews.values():
 #
 # It runs your class on 2 ranks (SGD with momentum 0.9, then AdamW with betas (0.8, 0.95) and weight
 # decay 0.1) and on 3 ranks (the same two), 3 steps each, against DDP on the same data; counts your
-# collectives in `step()` and weighs your optimizer's states. At 2 ranks it asks for DDP's
-# parameters bit for bit; at 3 ranks for the bits of one of DDP's roundings (first layout), or else
-# accepts a stated tolerance and says why (another order of the sums). When your parameters differ,
-# it looks at how (every update twice DDP's? elements that never moved? ranks that disagree?) and
-# names the likely mistake.
+# collectives in `step()` and weighs your optimizer's states, and every tensor your object keeps
+# beyond the model's own parameters and gradients (its attributes, and the lists, dicts and objects
+# in them): a whole-size tensor kept there, a full copy or a full gradient buffer, fails, named by
+# where it is kept. At 2 ranks it asks for DDP's parameters bit for bit; at 3 ranks for the bits
+# of one of DDP's roundings (first layout), or else accepts a stated tolerance and says why
+# (another order of the sums). When your parameters differ, it looks at how (every update twice
+# DDP's? elements that never moved? ranks that disagree?) and names the likely mistake.
 
 # %% id="ex03c-15" tags=["check"]
 from zerolab.course.checks.zero1 import check

@@ -965,6 +965,20 @@ ZH["checks.zero1"] = {
         "N={n}，rank {rank}：优化器更新的分片只有 {numel:,} 个元素，它的状态却占着\n"
         "  {bytes:,} 字节（DDP 的 {ddp:,} / {n} = {expect:,}）：某个状态是整个缓冲区的视图（view）。\n"
         "  提示：让 self.optimizer 自己为分片建立状态",
+    "the whole model's size": "整个模型的大小",
+    "{ratio:.2g} x the whole model's size": "整个模型大小的 {ratio:.2g} 倍",
+    "    {path}: {bytes:,} bytes ({size})": "    {path}：{bytes:,} 字节（{size}）",
+    "N={n}, rank {rank}: beyond the model's own parameters and gradients, your object keeps\n  {bytes:,} bytes "
+    "alive; ZeRO-1 needs about {need:,} (the states, DDP's {ddp:,} / {n},\n  plus a {share:,}-byte shard and its "
+    "gradient). The largest it keeps:\n{named}\n  hint: a whole-size tensor kept on every rank (a full copy of the "
+    "parameters, a full\n  gradient buffer, full-size moments) is what ZeRO-1 removes: keep only this rank's\n  "
+    "shard, and let a whole buffer that step() needs be a local variable":
+        "N={n}，rank {rank}：除了模型自己的参数和梯度，你的对象还占着\n"
+        "  {bytes:,} 字节；ZeRO-1 只需要约 {need:,}（状态，DDP 的 {ddp:,} / {n}，\n"
+        "  加上一个 {share:,} 字节的分片及其梯度）。它占用最多的是：\n{named}\n"
+        "  提示：每个 rank 都留着一个整块大小的张量（参数的完整副本、完整的\n"
+        "  梯度缓冲区、整块大小的动量），正是 ZeRO-1 要去掉的：只留本 rank 的\n"
+        "  分片；step() 需要的整块缓冲区，用局部变量就好",
     "AdamW states per rank, N={n}: {each} bytes; DDP's {ddp:,} / {n} = {share:,}":
         "每个 rank 的 AdamW 状态，N={n}：{each} 字节；DDP 的 {ddp:,} / {n} = {share:,}",
     "N={n}: ranks {ranks} were still waiting after 60 s.\n  hint: every rank must make the same collective calls, "

@@ -28,18 +28,25 @@ parameters: no multiple of 2 or 3), each rank taking its slice of every global b
    storage once), never as their sizes: a tensor that is a view of a bigger buffer keeps the whole
    buffer alive. Its states, against DDP's optimizer: about 1/N; the tensors it steps (the master
    shard) and their gradients, beyond the model's own parameters and gradients: about 1/N of the
-   padded buffer each, not a slice of a whole buffer.
+   padded buffer each, not a slice of a whole buffer. And everything the learner's object keeps
+   reachable (its attributes, through lists, tuples, dicts and plain objects to a small depth, the
+   optimizer included), beyond the model's own parameters and gradients: about the states' 1/N plus
+   a shard and its gradient, so that a whole-size tensor kept anywhere (a full fp32 copy, a full
+   gradient buffer, full-size moments in a list) fails, named by its attribute path.
 
 A failure names the likely mistake: forgot to average, averaged twice (or divided by a
 constant), each rank stepped with its own gradient, forgot to all-gather, an uneven shard lost
 the tail, zero_grad left gradients, the optimizer rebuilt every step, states for all parameters,
-a shard (or its gradient, or a state) that is a view of a whole buffer.
+a shard (or its gradient, or a state) that is a view of a whole buffer, a whole-size tensor
+kept as an attribute.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
+import types
 
 import cloudpickle
 import torch
@@ -53,8 +60,8 @@ from . import ExerciseCheckFailed, close_crews, crew_of, passed, rank_failure  #
 T = i18n.catalogue("checks.zero1")    # the messages in the edition's language (zerolab/i18n/messages_zh.py)
 
 __all__ = ["check_sharded_optimizer", "check", "close_crews", "make_model", "batch", "loss_fn",
-           "flat_params", "state_bytes", "held_bytes", "on_ranks", "counting", "wire_bytes", "run_ddp", "psi", "padded",
-           "OPTIMIZERS", "RUNS", "TOLERANCE", "ORDER"]
+           "flat_params", "state_bytes", "held_bytes", "kept_tensors", "kept_bytes", "on_ranks", "counting",
+           "wire_bytes", "run_ddp", "psi", "padded", "OPTIMIZERS", "RUNS", "TOLERANCE", "ORDER"]
 
 SIZES = (16, 64, 64, 5)             # an MLP: 16*64+64 + 64*64+64 + 64*5+5 = 5,573 parameters
 GLOBAL_BATCH = 12                   # 6 rows per rank on 2 ranks, 4 on 3
@@ -158,6 +165,94 @@ def held_bytes(obj, model) -> dict | None:
     return {"states": _storage_bytes(_state_tensors(opts)), "master": _storage_bytes(mine),
             "master_numel": sum(p.numel() for p in mine), "grads": _storage_bytes(grads, model_side),
             "grads_numel": sum(g.numel() for g in grads)}
+
+
+DEPTH = 4                           # how deep kept_tensors looks: self.a[0]["b"].c is depth 4
+NODES = 10_000                      # and how many objects it visits at most
+_NOT_ENTERED = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+                functools.partial, str, bytes)
+
+
+def kept_tensors(obj, depth: int = DEPTH) -> list:
+    """Every tensor ``obj`` keeps reachable, as (path, tensor), the path as the learner would write
+    it (``self.full_copy``, ``self.buffers['flat']``, ``self.moments[0]``, ``self.shard.grad``,
+    ``self.optimizer.state[self.shard]['exp_avg']``): its attributes, then theirs, through lists,
+    tuples, sets, dicts and plain objects, at most ``depth`` deep; a torch optimizer's states and
+    param groups, an ``nn.Module``'s parameters and buffers and a leaf tensor's ``.grad`` at any
+    depth. Functions, classes and modules are not entered. Each object is visited once (the
+    shortest path names it: attributes before what the optimizer holds)."""
+    found, named, seen, deferred = [], {}, set(), set()
+    queue = [("self", obj, 0)]
+    while queue and len(seen) < NODES:
+        path, value, level = queue.pop(0)
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        try:                                   # an object that will not be read is skipped
+            if isinstance(value, torch.Tensor):
+                if value.layout != torch.strided:
+                    continue
+                found.append((path, value))
+                named.setdefault(id(value), path)
+                if value.is_leaf and value.grad is not None:
+                    queue.append((path + ".grad", value.grad, level))
+                continue
+            if isinstance(value, torch.optim.Optimizer):
+                if id(value) not in deferred:           # read it last: its parameters named as attributes
+                    deferred.add(id(value))
+                    seen.discard(id(value))
+                    queue.append((path, value, level))
+                    continue
+                grouped = {}                                  # a parameter's path in param_groups
+                for i, group in enumerate(value.param_groups):
+                    for j, param in enumerate(group["params"]):
+                        grouped.setdefault(id(param), f"{path}.param_groups[{i}]['params'][{j}]")
+                        queue.append((f"{path}.param_groups[{i}]['params'][{j}]", param, level))
+                for k, key in enumerate(list(value.state)):
+                    where = named.get(id(key)) or grouped.get(id(key), f"<param {k}>")
+                    for name, state in (value.state[key] or {}).items():
+                        queue.append((f"{path}.state[{where}][{name!r}]", state, level))
+                rest = {k: v for k, v in vars(value).items() if k not in ("state", "param_groups")}
+                queue += [(f"{path}.{k}", v, level + 1) for k, v in rest.items()] if level < depth else []
+                continue
+            if isinstance(value, torch.nn.Module):
+                for name, t in value.state_dict(keep_vars=True).items():
+                    queue.append((f"{path}.{name}", t, level))
+                continue
+            if level >= depth:
+                continue
+            if isinstance(value, dict):
+                queue += [(f"{path}[{k!r}]", v, level + 1) for k, v in value.items()]
+            elif isinstance(value, (list, tuple)):
+                queue += [(f"{path}[{i}]", v, level + 1) for i, v in enumerate(value)]
+            elif isinstance(value, (set, frozenset)):
+                queue += [(f"{path}{{...}}", v, level + 1) for v in value]
+            elif isinstance(value, _NOT_ENTERED):
+                continue
+            elif isinstance(getattr(value, "__dict__", None), dict):       # a plain object
+                queue += [(f"{path}.{k}", v, level + 1) for k, v in vars(value).items()]
+        except Exception:                                           # noqa: BLE001
+            continue
+    return found
+
+
+def kept_bytes(obj, model) -> dict:
+    """What ``obj`` keeps alive beyond ``model``'s own parameters and gradients (which every rank of
+    stage 1 keeps whole): the storage behind every tensor :func:`kept_tensors` finds, each storage
+    once, in bytes (``total``), and the storages from the largest down, each named by the first path
+    that reaches it (``storages``: [(path, bytes)])."""
+    model_side = {t.untyped_storage().data_ptr() for p in model.parameters()
+                  for t in (p, p.grad) if t is not None}
+    storages, seen = [], set(model_side)
+    for path, t in kept_tensors(obj):
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if key in seen or storage.nbytes() == 0:
+            continue
+        seen.add(key)
+        storages.append((path, storage.nbytes()))
+    storages.sort(key=lambda s: -s[1])
+    return {"total": sum(b for _, b in storages), "storages": storages}
 
 
 # ------------------------------------------------------------------ counting collectives (every rank)
@@ -319,6 +414,7 @@ def _rank_run_here(blob: bytes, opt_name: str, roundings: tuple, steps: int) -> 
                                     "grads_left": len(left)})
         result["state_bytes"] = state_bytes(opt)
         result["held"] = held_bytes(opt, model)
+        result["kept"] = kept_bytes(opt, model)
     result["ddp"] = {rounding: run_ddp(opt_name, rounding, steps=steps) for rounding in roundings}
     return result
 
@@ -502,6 +598,37 @@ def _views(n: int, results: list, ddp: int) -> None:
                 n=n, numel=numel, bytes=states, rank=res["rank"], ddp=ddp, expect=ddp // n))
 
 
+def _size(nbytes: int, n: int) -> str:
+    """``nbytes`` beside the whole model's fp32 size (4 bytes a parameter, padded or not)."""
+    if 4 * psi() - 64 <= nbytes <= 4 * padded(n) + 64:
+        return T("the whole model's size")
+    return T("{ratio:.2g} x the whole model's size", ratio=nbytes / (4 * psi()))
+
+
+def _kept(n: int, results: list, ddp: int) -> None:
+    """Fail when a rank keeps more alive beyond the model's own parameters and gradients than
+    ZeRO-1 needs, wherever it keeps it: the states (about DDP's / N), the shard it steps and the
+    shard's gradient (a padded buffer's 1/N each), with the 20 % and 64 bytes the other bounds allow."""
+    share = 4 * padded(n) // n                  # one fp32 shard, in bytes
+    need = ddp // n + 2 * share
+    for res in results:
+        kept = res.get("kept") or {}
+        if kept.get("total", 0) <= 1.2 * need + 64:
+            continue
+        storages = kept["storages"]
+        big = [s for s in storages if s[1] > 1.2 * share + 64] or storages[:3]
+        named = "\n".join(T("    {path}: {bytes:,} bytes ({size})", path=path, bytes=nbytes, size=_size(nbytes, n))
+                          for path, nbytes in big[:4])
+        raise ExerciseCheckFailed(T(
+            "N={n}, rank {rank}: beyond the model's own parameters and gradients, your object keeps\n"
+            "  {bytes:,} bytes alive; ZeRO-1 needs about {need:,} (the states, DDP's {ddp:,} / {n},\n"
+            "  plus a {share:,}-byte shard and its gradient). The largest it keeps:\n{named}\n"
+            "  hint: a whole-size tensor kept on every rank (a full copy of the parameters, a full\n"
+            "  gradient buffer, full-size moments) is what ZeRO-1 removes: keep only this rank's\n"
+            "  shard, and let a whole buffer that step() needs be a local variable",
+            n=n, rank=res["rank"], bytes=kept["total"], need=need, ddp=ddp, share=share, named=named))
+
+
 def _memory(n: int, results: list) -> str:
     mine, ddp = [res["state_bytes"] for res in results], results[0]["ddp"]["builtin"]["state_bytes"]
     if any(m is None for m in mine):
@@ -517,6 +644,7 @@ def _memory(n: int, results: list) -> str:
             "weigh about 1/{n} of that ({share:,}).\n  hint: states for all parameters: every rank steps the whole "
             "model. Build self.optimizer\n  over this rank's shard only", n=n, mine=max(mine), ddp=ddp,
             share=ddp // n))
+    _kept(n, results, ddp)
     each = f"{mine[0]:,}" if len(set(mine)) == 1 else ", ".join(f"{m:,}" for m in mine)
     return T("AdamW states per rank, N={n}: {each} bytes; DDP's {ddp:,} / {n} = {share:,}", n=n, each=each, ddp=ddp,
              share=ddp // n)
