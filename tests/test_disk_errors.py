@@ -286,7 +286,8 @@ def nvme_then(nvme, how):
     engine = zerolab.initialize(MLP(SIZES), cfg(2, nvme))
     data = batches()
     if how == "fill at once":                # before the first step wrote the moments' files
-        if zerolab.rank() == 0:
+        torch.distributed.barrier()          # (every rank's initialize has checked the folder's room:
+        if zerolab.rank() == 0:              #  filled sooner, a slow rank's check says so instead)
             _fill(Path(nvme), 0)
         torch.distributed.barrier()
     losses = train_engine(engine, data[:1], mse_loss)
