@@ -430,13 +430,13 @@ def test_a_crew_killed_with_its_whole_process_group_is_swept_by_the_next(tmp_pat
     try:
         started = _wait_until_started(driver, tmp_path)
         with Crew(1, backend="gloo") as live:             # a live driver's folder: kept
-            zerolab.crew.crew._sweep_stale_workdirs()
+            zerolab.crew.workdirs._sweep_stale_workdirs()
             assert os.path.exists(started["workdir"]) and os.path.exists(live._workdir)
             os.killpg(driver.pid, signal.SIGKILL)         # the whole group at once, as Jupyter does
             driver.wait(10)
             time.sleep(0.5)
             assert os.path.exists(started["workdir"])     # nobody was left to clean up
-            zerolab.crew.crew._sweep_stale_workdirs()          # what the next Crew() does first
+            zerolab.crew.workdirs._sweep_stale_workdirs()          # what the next Crew() does first
             assert not os.path.exists(started["workdir"])
             assert not os.path.exists(started["mp_tempdir"])
             assert os.path.exists(live._workdir)

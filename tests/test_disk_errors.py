@@ -186,7 +186,7 @@ CAUSES = [("rank_1.pt", 1, errno.EROFS, "read-only file system"),
 def injected(ckpt, stage):
     """Save 'good'; then each cause in CAUSES on one rank's write of one file; then a load that one
     rank cannot read. Every attempt must fail on every rank, within seconds."""
-    from zerolab.checkpoint import checkpoint as cp
+    from zerolab.checkpoint import load as cp_load, save as cp
     rank = zerolab.rank()
     engine = zerolab.initialize(MLP(SIZES), cfg(stage))
     data = batches()
@@ -211,13 +211,13 @@ def injected(ckpt, stage):
         finally:
             cp._save_torch, cp._write_text = real_save, real_text
     # a load that one rank cannot read (its reader raises an OSError)
-    real_read = cp.read_full_state
+    real_read = cp_load.read_full_state
 
     def unreadable(path):
         if rank == 1:
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(Path(path) / "rank_0.pt"))
         return real_read(path)
-    cp.read_full_state = unreadable
+    cp_load.read_full_state = unreadable
     other = zerolab.initialize(MLP(SIZES, seed=3), cfg(stage))
     before = other.full_params()
     t0 = time.perf_counter()
@@ -228,7 +228,7 @@ def injected(ckpt, stage):
         load = (str(e), time.perf_counter() - t0,
                 all(torch.equal(v, other.full_params()[k]) for k, v in before.items()))
     finally:
-        cp.read_full_state = real_read
+        cp_load.read_full_state = real_read
     other.close()
     went_on = train_engine(engine, data[1:], mse_loss)
     engine.close()

@@ -70,6 +70,7 @@ from .limits import (SHM_NAMES, CrewError, CrewTimeout, RankError, T, TooManyRan
 from .worker import (RankInfo, _destroy_at_exit, _format_error, _info_from_initialized_group,  # noqa: F401
                           _rank_main, _Redirect, _watch_lifeline, device, init_from_env, rank, rank_info,
                           under_torchrun, world_size)
+from .workdirs import _driver_tmp, _sweep_stale_workdirs
 
 __all__ = [
     "Crew", "launch", "rank_info", "rank", "world_size", "device", "RankInfo",
@@ -80,38 +81,12 @@ __all__ = [
 
 # ----------------------------------------------------------------------------- parent side
 
-def _driver_tmp(rank: int) -> tuple:
-    """For rank 0: this process's pid and multiprocessing's temp folder (the forkserver's socket
-    lives there), which rank 0 removes if this process is killed (its atexit never runs)."""
-    import multiprocessing.util
-    return (os.getpid(), multiprocessing.util.get_temp_dir()) if rank == 0 else ()
-
-
 def _died(rank: int, what: str, code: int | None = None) -> str:
     """The message of a rank that ended without a reply, ``what`` being "start" or "run"."""
     during = T.text("during start" if what == "start" else "during run")
     if code is None:
         return T("rank {rank} died {during}", rank=rank, during=during)
     return T("rank {rank} died (exit code {code}) {during}", rank=rank, code=code, during=during)
-
-
-def _sweep_stale_workdirs() -> None:
-    """Remove the folders of crews whose driver was killed together with its ranks (Jupyter shuts
-    a kernel down by killing its whole process group: no rank is left to clean up), and the
-    forkserver folder that driver left. A folder is stale when the pid in its ``driver`` file is
-    gone; one being created (no file yet) or of a live driver is left alone."""
-    import glob
-    from .procs import pid_alive
-    for d in glob.glob(os.path.join(tempfile.gettempdir(), "zerolab-crew-*")):
-        try:
-            with open(os.path.join(d, "driver")) as f:
-                pid, *mp_tmp = f.read().split("\n")
-            if pid_alive(int(pid)):
-                continue
-        except (OSError, ValueError):
-            continue
-        for path in (d, *[m for m in mp_tmp if os.path.basename(m).startswith("pymp-")]):
-            shutil.rmtree(path, ignore_errors=True)
 
 
 _LIVE_CREWS: "weakref.WeakSet[Crew]" = weakref.WeakSet()

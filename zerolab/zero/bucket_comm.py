@@ -1,6 +1,6 @@
 """The collectives of the gradient switch (``reduce.py``): one bucket sent, in flight, landed.
 
-:class:`BucketCollectives` is the part of :class:`zerolab.zero.reduce.GradReducer` that talks to the
+:class:`BucketCollectives` is the part of :class:`zerolab.zero.bucket_order.GradReducer` that talks to the
 ``Comm``: the send buffer (communication dtype, pre-divided by N), the collective DeepSpeed picks
 for the bucket (``mode``: all-reduce, one reduce per owner, reduce-scatter), and the bounded
 queue of asynchronous calls in flight (``overlap_comm``).
