@@ -77,7 +77,7 @@ check_bucket_params(bucket_params)
 # %% [markdown] id="ex06-07"
 # ## Where this lives in zerolab
 #
-# `zerolab.memory.flat.bucket_params` is what you wrote; `GradReducer._plan` (`zerolab/zero/reduce.py`) calls
+# `zerolab.memory.flat.bucket_params` is what you wrote; `GradReducer._plan` (`zerolab/zero/bucket_order.py`) calls
 # it on the gradients in gradient order (each parameter's range of the flat buffer at stages 1-2)
 # and packs each bucket from the ranges it returns, as DeepSpeed fills its IPG buckets
 # (`stage_1_and_2.py`). Stage 3 packs its buckets of modules by the same rule; stage 0 uses
