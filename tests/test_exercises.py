@@ -9,7 +9,12 @@
     (``pytest --nbval solutions/``), so it is not repeated here.
 
 Each exercise notebook is executed once (nbclient, the ``python3`` kernel, which
-jupyter_client starts with this interpreter).
+jupyter_client starts with this interpreter). The fifteen share one kernel, each in a namespace
+of its own (``%reset -f``, every crew closed, threads and working folder as the kernel started):
+a fresh kernel per notebook cost five CPU-seconds each (the kernel's torch and its crew's
+forkserver), most of this file's CPU, and what this test asks of a notebook (its checks fail
+on the empty exercise, nothing else raises) does not depend on a fresh process. That every
+notebook runs in a fresh kernel as a learner's does is what nbval on ``solutions/`` shows.
 """
 from __future__ import annotations
 
@@ -28,6 +33,29 @@ ROOT = Path(__file__).resolve().parent.parent
 EXERCISES = sorted((ROOT / "exercises").glob("*.ipynb"))
 EXPECTED_ERRORS = ("ExerciseCheckFailed", "NotImplementedError")
 CELL_TIMEOUT_S = 240
+
+# Run first in the shared kernel, before each notebook: a namespace of its own, every crew the
+# last notebook left (its own and the checks') closed, the kernel's threads and folder restored.
+FRESH_START = """\
+import os as _os, torch as _torch
+from zerolab.crew.crew import _close_all as _close_crews
+from zerolab.course.checks import close_crews as _close_check_crews
+_close_check_crews()
+_close_crews()
+_torch.set_num_threads(int(_os.environ.setdefault("ZEROLAB_TEST_THREADS", str(_torch.get_num_threads()))))
+_os.chdir({folder!r})
+%reset -f -s
+"""
+
+
+@pytest.fixture(scope="module")
+def exercise_kernel():
+    """One python3 kernel for every exercise notebook (see the module's docstring)."""
+    from jupyter_client.manager import KernelManager
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(cwd=str(EXERCISES[0].parent))
+    yield km
+    km.shutdown_kernel(now=True)
 
 
 def test_exercises_are_generated_from_solutions():
@@ -56,16 +84,23 @@ def _short(cell) -> str:
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("path", EXERCISES, ids=[p.name for p in EXERCISES])
-def test_exercise_checks_fail_as_shipped(path: Path):
+def test_exercise_checks_fail_as_shipped(path: Path, exercise_kernel):
     nb = nbformat.read(path, as_version=4)
+    assert any(c.cell_type == "code" and "check" in c.metadata.get("tags", []) for c in nb.cells), \
+        f"{path.name}: no code cell tagged 'check'"
+    nb.cells.insert(0, nbformat.v4.new_code_cell(FRESH_START.format(folder=str(path.parent))))
     checks = [i for i, c in enumerate(nb.cells)
               if c.cell_type == "code" and "check" in c.metadata.get("tags", [])]
-    assert checks, f"{path.name}: no code cell tagged 'check'"
 
-    client = nbclient.NotebookClient(nb, kernel_name="python3", allow_errors=True,
-                                     timeout=CELL_TIMEOUT_S,
-                                     resources={"metadata": {"path": str(path.parent)}})
-    client.execute()
+    client = nbclient.NotebookClient(nb, km=exercise_kernel, allow_errors=True, timeout=CELL_TIMEOUT_S)
+    try:
+        client.execute()
+    except BaseException:                  # a cell timed out: the next notebook gets a fresh kernel
+        exercise_kernel.restart_kernel(now=True)
+        raise
+    finally:
+        if client.kc is not None:
+            client.kc.stop_channels()
 
     problems = []
     for i, cell in enumerate(nb.cells):
