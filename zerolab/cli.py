@@ -142,7 +142,7 @@ def cmd_explain(a) -> int:
             print(T("not implemented in zerolab: {path} = {value} ({what}); zerolab.initialize refuses it",
                     path=r.path, value=_show(r.value), what=config_text.text(r.what)))
     if a.params:
-        prec = "fp32" if cfg.compute_dtype.itemsize == 4 else "mixed"
+        prec = "mixed" if cfg.fp16.enabled or cfg.bf16.enabled else "fp32"
         print()
         print(_stage_table(a.params, a.world, prec, mark=cfg.zero.stage))
         split = _offload_split(a.params, a.world, prec, cfg)

@@ -38,9 +38,13 @@ from __future__ import annotations
 import inspect
 import math
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported where a scheduler meets an optimizer, not here: the config parser reads these
+# classes' signatures, and the command line's config commands need no torch.
 
 __all__ = ["LRRangeTest", "OneCycle", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "SCHEDULERS",
            "build_scheduler", "scheduler_signature"]
@@ -49,6 +53,7 @@ WARMUP_LOG_RATE, WARMUP_LINEAR_RATE = "log", "linear"
 
 
 def _torch_optimizer(optimizer) -> torch.optim.Optimizer:
+    import torch
     if isinstance(optimizer, torch.optim.Optimizer):
         return optimizer
     inner = getattr(optimizer, "optimizer", None)
@@ -67,6 +72,7 @@ def _per_group(optimizer, value, name: str) -> list:
 
 
 def _update_lr(param_groups, lrs) -> list:
+    import torch
     for group, lr in zip(param_groups, lrs):
         if torch.is_tensor(group["lr"]):
             group["lr"].fill_(lr.squeeze() if torch.is_tensor(lr) else lr)
@@ -292,6 +298,7 @@ class WarmupCosineLR(_Schedule):
         if self.total_num_steps < self.warmup_num_steps:
             warnings.warn(f"total_num_steps {total_num_steps} is less than warmup_num_steps {warmup_num_steps}",
                           stacklevel=2)
+        import torch
         self.org_lrs = [g["lr"].clone() if torch.is_tensor(g["lr"]) else g["lr"] for g in self.optimizer.param_groups]
         if last_batch_iteration == -1:
             self._last_lr = _update_lr(self.optimizer.param_groups, self.get_lr())
@@ -325,6 +332,7 @@ def scheduler_class(name: str):
     """DeepSpeed's lookup: its own schedulers first, then ``torch.optim.lr_scheduler``; None if neither."""
     if name in SCHEDULERS:
         return SCHEDULERS[name]
+    import torch
     cls = getattr(torch.optim.lr_scheduler, name, None)
     if isinstance(cls, type) and issubclass(cls, torch.optim.lr_scheduler.LRScheduler) \
             and cls is not torch.optim.lr_scheduler.LRScheduler:

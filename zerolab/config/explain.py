@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 
 from . import keys as K
 from .parse import _input, _parse
@@ -65,8 +64,7 @@ def describe(c: Config) -> str:
         lines.append(T("Precision: bf16 model, fp32 master weights; no loss scaling, {check}.", check=check))
     else:
         lines.append(T("Precision: fp32 throughout."))
-    comm = c.communication_data_type or {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(
-        c.compute_dtype, "fp32")
+    comm = c.communication_data_type or ("fp16" if c.fp16.enabled else "bf16" if c.bf16.enabled else "fp32")
     if partitions_params(z.stage):
         lines += _stage3_lines(c, comm)
     else:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, make_dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from . import keys as K
 from ..i18n import catalogue
+
+if TYPE_CHECKING:
+    import torch
 
 T = catalogue("config")      # the parser's messages in the edition's language (zerolab/i18n/messages_zh.py)
 
@@ -199,6 +200,7 @@ class Config:
 
     @property
     def compute_dtype(self) -> torch.dtype:
+        import torch                   # here, not at the top: the config layer itself needs no torch
         return torch.float16 if self.fp16.enabled else torch.bfloat16 if self.bf16.enabled else torch.float32
 
     def ignored_settings(self) -> list[tuple[str, str]]:

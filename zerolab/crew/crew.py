@@ -174,7 +174,7 @@ class Crew:
 
     def _start(self) -> None:
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", "cloudpickle", "zerolab.crew",
+        ctx.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", "cloudpickle", "zerolab._face",
                                    "zerolab.crew.worker"])
         _sweep_stale_workdirs()
         self._workdir = tempfile.mkdtemp(prefix="zerolab-crew-")

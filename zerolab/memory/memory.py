@@ -6,16 +6,19 @@ print both side by side.
 
 Units: every size here is in bytes (names end in ``_bytes``) or elements (``_numel``, ``psi``);
 GB = 1e9 bytes (the ZeRO paper), GiB = 2**30 bytes (what allocators and DeepSpeed report).
-This is a low layer: it imports torch and the standard library only.
+This is a low layer: it imports torch and the standard library only, torch where a function
+measures tensors (so the formulas, and the command line's config commands, need no torch).
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..config.stages import GRADS, OPTIMIZER_STATES, PARAMS, SHARDED, parts, shards
 from ..i18n import catalogue
+
+if TYPE_CHECKING:
+    import torch
 
 T = catalogue("engine")        # the messages in the edition's language (zerolab/i18n/messages_zh.py)
 
@@ -24,6 +27,7 @@ T = catalogue("engine")        # the messages in the edition's language (zerolab
 
 def _walk(obj) -> Iterable[torch.Tensor]:
     """Every tensor in a tensor / mapping / (nested) iterable; None is skipped."""
+    import torch
     if obj is None:
         return
     if isinstance(obj, torch.Tensor):
@@ -100,6 +104,8 @@ def measure_activations(model: torch.nn.Module, *inputs, loss_fn=None) -> dict:
     ``skipped_param_tensors`` (saves that were parameters or buffers, not counted).
     The graph is dropped at the end; nothing is trained.
     """
+    import torch
+
     def state_keys() -> set:
         # recomputed at every save: ZeRO stage 3 gathers parameters into new storage mid-forward
         return {_storage_key(t) for t in (*model.parameters(), *model.buffers()) if not t.is_meta and t.numel()}

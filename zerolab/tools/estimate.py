@@ -16,10 +16,13 @@ All results are bytes.
 """
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from ..i18n import catalogue
 from ..memory import count_params, largest_layer_params
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "estimate_zero2_model_states_mem_needs", "estimate_zero2_model_states_mem_needs_all_cold",
