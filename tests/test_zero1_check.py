@@ -192,6 +192,9 @@ KEPT = {
                                 "torch.zeros(self.padded_numel)]   # m and v, whole")),
         ["self.moments[0]: 22,296 bytes (the whole model's size)",
          "self.moments[1]: 22,296 bytes (the whole model's size)"]),
+    "a full copy kept in a closure": (lambda: _mutate(
+        (OPTIMIZER, OPTIMIZER + "\n        self.restore = lambda: flat.clone()   # keeps flat alive")),
+        ["self.restore (closure variable 'flat'): 22,296 bytes (the whole model's size)"]),
 }
 
 
@@ -243,7 +246,7 @@ def test_kept_tensors_walks_attributes_containers_and_the_optimizer():
     me.nested["a"][0].deep = torch.zeros(7)                      # self.nested['a'][0].deep: depth 4
     me.nested["a"][0].deeper = Plain()
     me.nested["a"][0].deeper.t = torch.zeros(1000)               # depth 5: beyond DEPTH
-    me.fn = lambda: torch.zeros(1000)                            # functions are not entered
+    me.fn = lambda: torch.zeros(1000)                            # a function's globals are not entered
     paths = [p for p, _ in kept_tensors(me)]
     assert "self.nested['a'][0].deep" in paths and "self.shard.grad" in paths
     assert "self.optimizer.state[self.shard]['momentum_buffer']" in paths
@@ -251,3 +254,36 @@ def test_kept_tensors_walks_attributes_containers_and_the_optimizer():
     kept = kept_bytes(me, model)
     assert kept["storages"][0] == ("self.view", 400)
     assert kept["total"] == 400 + 4 * (5 + 5 + 5 + 7), kept
+
+
+def test_kept_tensors_sees_closures_defaults_partials_slots_and_numpy():
+    import functools
+
+    import numpy as np
+    import torch
+    from zerolab.course.checks.zero1 import kept_bytes
+
+    model = torch.nn.Linear(4, 3)
+
+    class Slotted:
+        __slots__ = ("t",)
+
+    class Learner:
+        def __init__(self):
+            full = torch.zeros(60)
+            self.restore = lambda: full.clone()                  # a closure keeps full alive
+            self.method = self.restore_all                       # a bound method: its self is seen
+            self.default = lambda x=torch.zeros(30): x           # a default argument
+            self.part = functools.partial(torch.add, torch.zeros(20))
+            self.slotted = Slotted()
+            self.slotted.t = torch.zeros(10)
+            self.array = np.zeros(40, dtype=np.float32)[5:]      # a view: weighs its root array
+            self.numpy_of = torch.zeros(25).numpy()              # weighs the tensor it views
+
+        def restore_all(self):
+            pass
+
+    kept = dict(kept_bytes(Learner(), model)["storages"])
+    assert kept == {"self.restore (closure variable 'full')": 240, "self.default (default 'x')": 120,
+                    "self.part (argument 0)": 80, "self.slotted.t": 40, "self.array": 160,
+                    "self.numpy_of": 100}, kept

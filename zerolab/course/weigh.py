@@ -11,7 +11,9 @@ objects, optimizers, modules), naming each storage by the path the learner would
 from __future__ import annotations
 
 import functools
+import sys
 import types
+import warnings
 
 import torch
 
@@ -82,8 +84,46 @@ def held_bytes(obj, model) -> dict | None:
 
 DEPTH = 4                           # how deep kept_tensors looks: self.a[0]["b"].c is depth 4
 NODES = 10_000                      # and how many objects it visits at most
-_NOT_ENTERED = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
-                functools.partial, str, bytes)
+_NOT_ENTERED = (type, types.ModuleType, types.BuiltinFunctionType, str, bytes)
+
+
+def _slot_names(cls) -> list[str]:
+    """The ``__slots__`` of ``cls`` and its bases (an object with slots may have no ``__dict__``)."""
+    names = []
+    for klass in cls.__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        names += [slots] if isinstance(slots, str) else [n for n in slots if n not in ("__dict__", "__weakref__")]
+    return names
+
+
+def _function_parts(path: str, fn) -> list:
+    """What a function keeps alive of its own: its closure's variables and its default arguments
+    (not its globals: those are the notebook's, not the object's)."""
+    out = []
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            out.append((f"{path} (closure variable {name!r})", cell.cell_contents))
+        except ValueError:                     # an empty cell
+            pass
+    names = fn.__code__.co_varnames[fn.__code__.co_argcount - len(fn.__defaults__ or ()):fn.__code__.co_argcount]
+    out += [(f"{path} (default {name!r})", v) for name, v in zip(names, fn.__defaults__ or ())]
+    out += [(f"{path} (default {name!r})", v) for name, v in (fn.__kwdefaults__ or {}).items()]
+    return out
+
+
+def _numpy_storage(array):
+    """The tensor whose storage a NumPy array keeps alive: the tensor it views (``t.numpy()``), or its
+    root array's memory seen as a tensor (shared, not copied); None for what torch cannot view."""
+    while isinstance(array.base, type(array)):
+        array = array.base
+    if isinstance(array.base, torch.Tensor):
+        return array.base
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")    # a read-only array: only weighed, never written
+            return torch.from_numpy(array)
+    except (TypeError, ValueError, RuntimeError):
+        return None
 
 
 def kept_tensors(obj, depth: int = DEPTH) -> list:
@@ -92,9 +132,12 @@ def kept_tensors(obj, depth: int = DEPTH) -> list:
     ``self.optimizer.state[self.shard]['exp_avg']``): its attributes, then theirs, through lists,
     tuples, sets, dicts and plain objects, at most ``depth`` deep; a torch optimizer's states and
     param groups, an ``nn.Module``'s parameters and buffers and a leaf tensor's ``.grad`` at any
-    depth. Functions, classes and modules are not entered. Each object is visited once (the
-    shortest path names it: attributes before what the optimizer holds)."""
+    depth; ``__slots__`` as attributes; a function's (or ``functools.partial``'s) closure variables,
+    default arguments and bound arguments; a NumPy array as the memory it keeps (its root array,
+    or the tensor it views). Classes, modules and a function's globals are not entered. Each
+    object is visited once (the shortest path names it: attributes before what the optimizer holds)."""
     found, named, seen, deferred = [], {}, set(), set()
+    ndarray = getattr(sys.modules.get("numpy"), "ndarray", None)     # (no NumPy imported: no arrays)
     queue = [("self", obj, 0)]
     while queue and len(seen) < NODES:
         path, value, level = queue.pop(0)
@@ -132,6 +175,11 @@ def kept_tensors(obj, depth: int = DEPTH) -> list:
                 for name, t in value.state_dict(keep_vars=True).items():
                     queue.append((f"{path}.{name}", t, level))
                 continue
+            if ndarray is not None and isinstance(value, ndarray):
+                t = _numpy_storage(value)
+                if t is not None:
+                    found.append((path, t))
+                continue
             if level >= depth:
                 continue
             if isinstance(value, dict):
@@ -142,8 +190,18 @@ def kept_tensors(obj, depth: int = DEPTH) -> list:
                 queue += [(f"{path}{{...}}", v, level + 1) for v in value]
             elif isinstance(value, _NOT_ENTERED):
                 continue
-            elif isinstance(getattr(value, "__dict__", None), dict):       # a plain object
-                queue += [(f"{path}.{k}", v, level + 1) for k, v in vars(value).items()]
+            elif isinstance(value, types.FunctionType):
+                queue += [(p, v, level + 1) for p, v in _function_parts(path, value)]
+            elif isinstance(value, types.MethodType):                     # its object and its function
+                queue += [(path, value.__func__, level), (f"{path}.__self__", value.__self__, level + 1)]
+            elif isinstance(value, functools.partial):
+                queue.append((path, value.func, level))
+                queue += [(f"{path} (argument {i})", v, level + 1) for i, v in enumerate(value.args)]
+                queue += [(f"{path} (argument {k!r})", v, level + 1) for k, v in value.keywords.items()]
+            else:                                                       # a plain object: attributes, slots
+                attrs = vars(value) if isinstance(getattr(value, "__dict__", None), dict) else {}
+                slots = [(n, getattr(value, n)) for n in _slot_names(type(value)) if hasattr(value, n)]
+                queue += [(f"{path}.{k}", v, level + 1) for k, v in [*attrs.items(), *slots]]
         except Exception:                                           # noqa: BLE001
             continue
     return found

@@ -29,10 +29,12 @@ parameters: no multiple of 2 or 3), each rank taking its slice of every global b
    buffer alive. Its states, against DDP's optimizer: about 1/N; the tensors it steps (the master
    shard) and their gradients, beyond the model's own parameters and gradients: about 1/N of the
    padded buffer each, not a slice of a whole buffer. And everything the learner's object keeps
-   reachable (its attributes, through lists, tuples, dicts and plain objects to a small depth, the
-   optimizer included), beyond the model's own parameters and gradients: about the states' 1/N plus
+   reachable (its attributes and slots, through lists, tuples, dicts and plain objects to a small
+   depth, the optimizer included, a function's closure variables and defaults, NumPy arrays by
+   the memory they keep), beyond the model's own parameters and gradients: about the states' 1/N plus
    a shard and its gradient, so that a whole-size tensor kept anywhere (a full fp32 copy, a full
-   gradient buffer, full-size moments in a list) fails, named by its attribute path.
+   gradient buffer, full-size moments in a list, a lambda that closes over the flat buffer) fails,
+   named by its attribute path.
 
 A failure names the likely mistake: forgot to average, averaged twice (or divided by a
 constant), each rank stepped with its own gradient, forgot to all-gather, an uneven shard lost
