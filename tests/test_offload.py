@@ -99,6 +99,29 @@ def test_offload_fp32_is_bit_identical(world, tmp_path):
             assert got["used_files"] == ("nvme" in name), name
 
 
+def _foreach_or_not(stage):
+    world = zerolab.world_size()
+    out = []
+    for foreach in (None, False):                # None: zerolab's choice; False: torch's default loop
+        cfg = cfg_for(stage, world)
+        engine = zerolab.initialize(TinyLM(), cfg)
+        if foreach is False:
+            for pg in engine.optimizer.param_groups:
+                pg["foreach"] = False
+        train_engine(engine, lm_batches(3, cfg["train_batch_size"], seed=1), lm_loss)
+        out.append(({pg.get("foreach") for pg in engine.optimizer.param_groups}, engine.full_params()))
+        engine.close()
+    return out
+
+
+def test_stage3_on_the_cpu_steps_its_tiles_in_foreach_form_bit_for_bit():
+    """Stage 3 keeps one master tile per parameter: on the CPU torch's default Adam would step them
+    one by one in Python; zerolab asks for the foreach form, which gives the same bits."""
+    for (mine, got), (torchs, want) in zerolab.launch(_foreach_or_not, 2, 3, echo=False, timeout=300):
+        assert mine == {True} and torchs == {False}
+        assert all(torch.equal(got[k], want[k]) for k in want)
+
+
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 def test_offload_mixed_precision_within_tolerance(precision, tmp_path):
     # The offloaded run accumulates the reduced gradient shards in fp32 on the host (DeepSpeed's

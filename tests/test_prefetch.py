@@ -102,6 +102,17 @@ def test_order_checks_switched_off_send_nothing_and_change_no_number():
         assert min(a["checks"]) > 0 and b["checks"] == [0, 0, 0]
 
 
+def test_a_trace_that_gathers_nothing_ends_its_forward_without_a_check():
+    """Every group persistent (kept whole, refreshed after the step): a pass that follows the trace
+    gathers nothing, so no fetch can pair with another rank's and its end sends no header; with
+    groups to gather it does."""
+    with zerolab.Crew(2, threads=1) as crew:
+        kept = crew.run(_tinylm, 50_000_000, 4, None, stage3_param_persistence_threshold=10 ** 9)
+        gathered = crew.run(_tinylm, 50_000_000, 4)
+    for a, b in zip(kept, gathered):
+        assert a["checks"][-1] == 0 and b["checks"][-1] > 0, (a["checks"], b["checks"])
+
+
 def _changing_paths(prefetch, everyone, reuse=0):
     world, rank = zerolab.world_size(), zerolab.rank()
     model = Alternating()

@@ -159,8 +159,12 @@ class StateHome:
 
     def attach(self, optimizer: torch.optim.Optimizer) -> None:
         self.optimizer = optimizer
-        if not self.store.on_device:
-            for pg in optimizer.param_groups:     # the fastest bit-exact form on the host
+        # the fastest bit-exact form on the host: offloaded states, or CPU training with several
+        # tiles (stage 3's one per group), where torch's default steps tile by tile in Python
+        on_host = not self.store.on_device or (len(self.tensors) > 1 and
+                                               all(t.device.type == "cpu" for t in self.tensors))
+        if on_host:
+            for pg in optimizer.param_groups:
                 if pg.get("foreach") is None and not pg.get("fused"):
                     pg["foreach"] = True
 

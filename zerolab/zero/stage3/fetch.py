@@ -14,7 +14,8 @@ splits a fetch so). Several groups in one call are cut out of the batch when eac
 zerolab's own safety, on by default and switched off with ``"zerolab": {"order_checks": false}``:
 every unit of gathers (a fetch and/or its prefetches) is preceded by a 16-byte header all-gather
 (:meth:`UnitFetch.check_unit`), and a forward that followed a trace ends with one more
-(:meth:`UnitFetch.check_pass`), so ranks that took different paths raise
+(:meth:`UnitFetch.check_pass`; not when every group of the trace is persistent: such a pass
+gathers nothing), so ranks that took different paths raise
 :class:`~zerolab.zero.stage3.trace.ModuleOrderError` instead of hanging. Filed in the ledger's checks, never
 among ZeRO's calls (DeepSpeed sends none).
 """

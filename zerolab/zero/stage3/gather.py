@@ -356,7 +356,10 @@ class GatheredParams:
         # DeepSpeed's reset_step at the root's forward; every rank on the same path makes the same
         # choice here
         kind = "train" if phase == "forward" else "eval"
-        self._following_pass = self.trace.start(kind) and self.fetch.prefetch_numel > 0
+        # (a trace whose every group is persistent gathers nothing in a pass: no fetch of it can
+        # pair with another rank's, so its end needs no check)
+        self._following_pass = self.trace.start(kind) and self.fetch.prefetch_numel > 0 and \
+            any(not self.persistent[i] for event in self.trace.order.get(kind, ()) for i in event)
 
     def after_forward(self, g: FlatGroup) -> None:
         """A module that uses group ``g`` finished its forward: release ``g`` unless the trace
