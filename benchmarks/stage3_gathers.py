@@ -3,8 +3,11 @@
 Six Linear(64, 64) layers, biases persistent (threshold 64), prefetch off, 2 ranks, 5 steps; for
 stage3_max_reuse_distance 0 and 10^9 the (calls, elements) of the parameter all-gathers of each
 step, from the ledger. ``benchmarks/ds_reference/ds_stage3_gathers.py`` counts the same for
-DeepSpeed 0.19.8 (run it in a DeepSpeed venv). Measured on 2026-11-30, from step 2 on: elements
-49,536 (distance 0) and 24,960 (10^9) in both; calls 13 and 7 in zerolab, 18 and 12 in DeepSpeed.
+DeepSpeed 0.19.8 (run it in a DeepSpeed venv). Measured again on 2026-12-04 (zerolab's per-parameter
+schedule): from step 2 on, calls 18 (distance 0) and 12 (10^9), elements 49,536 and 24,960, in both
+(on 2026-11-30, before that schedule, zerolab made 13 and 7 calls). Step 1 differs: DeepSpeed's first
+forward gathers each module's persistent bias with its weight (768 elements more, the same 18 calls);
+zerolab's biases are whole from initialize on.
 
     python benchmarks/stage3_gathers.py
 """
