@@ -56,6 +56,26 @@ def test_launch_world_sizes(world):
     assert res == [(r, world, r, "cpu", "gloo", r, world, total) for r in range(world)]
 
 
+def _affinity():
+    """This rank's core set, and whether every thread of it (gloo's included) has the same."""
+    mine = os.sched_getaffinity(0)
+    tids = [int(t) for t in os.listdir("/proc/self/task")]
+    return sorted(mine), all(os.sched_getaffinity(t) == mine for t in tids), len(tids)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity on this platform")
+def test_ranks_that_outnumber_the_cores_are_bound_one_core_each():
+    cores = sorted(os.sched_getaffinity(0))
+    over = len(cores) + 1                                 # more ranks than cores: bound by default
+    for world, bind in ((over, None), (over, False), (2, True), (min(2, len(cores)), None)):
+        with Crew(world, backend="gloo", timeout=60, echo=False, bind_cores=bind) as crew:
+            got = crew.run(_affinity)
+        bound = bind if bind is not None else world > len(cores)
+        for r, (mine, same, threads) in enumerate(got):
+            assert mine == ([cores[r % len(cores)]] if bound else cores), (world, bind, r, mine)
+            assert same and threads > 1, (world, bind, r, threads)   # the gloo threads too
+
+
 def test_auto_backend_uses_a_gpu_per_rank_or_gloo():
     world = 2
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -136,12 +136,15 @@ def _parent_gone(workdir: str, driver_tmp: tuple) -> None:
 
 def _rank_main(conn, lifeline, rank_: int, world: int, backend: str, host: str, port: int,
                workdir: str, threads: int, pg_timeout_s: float, driver_tmp: tuple = (),
-               per_node: int | None = None) -> None:
+               per_node: int | None = None, core: int | None = None) -> None:
     """The life of one rank: join the group, then run tasks until told to stop. ``per_node``: the
     ranks per (virtual) node; the rank gets torchrun's LOCAL_RANK, LOCAL_WORLD_SIZE and GROUP_RANK
     for that layout (consecutive ranks per node). The GPU is still picked by the global rank: all
-    the virtual nodes are on this machine."""
+    the virtual nodes are on this machine. ``core``: the one core this rank runs on (``Crew(bind_cores=...)``),
+    or None."""
     global _INFO
+    if core is not None:          # before any thread starts: every thread of the rank inherits it
+        os.sched_setaffinity(0, {core})
     threading.Thread(target=_watch_lifeline, args=(lifeline, workdir, driver_tmp), name="zerolab-lifeline",
                      daemon=True).start()
     # The parent manages the ranks (it kills them on interrupt); a Ctrl-C or kernel shutdown
