@@ -258,3 +258,24 @@ def test_all_live_counts_the_model(capsys):
     assert "SW: Model with 2M total params, 1M largest layer params." in capsys.readouterr().out
     est.estimate_zero2_model_states_mem_needs_all_live(m)
     assert "HW: Setup with 1 node, 1 GPU per node." in capsys.readouterr().out
+
+
+def test_live_buffers_keep_tensor_bytes_count_as_buffers_come_and_go():
+    """The stage's live-buffer count is kept incrementally; at every change it equals
+    tensor_bytes of what is live (views of one storage once and whole, a replaced key's old
+    buffer gone, an empty tensor nothing), and the peak is the largest of those."""
+    import random
+    from zerolab.zero.switches import LiveBuffers
+    rng = random.Random(0)
+    flat = torch.zeros(1000)
+    pool = [flat[:10], flat[500:], torch.zeros(0), torch.zeros(3, 7)] + [torch.zeros(rng.randint(1, 300))
+                                                                         for _ in range(6)]
+    live, peak = LiveBuffers(), 0
+    for _ in range(400):
+        key = f"k{rng.randint(0, 7)}"
+        live.track(key, None if rng.random() < 0.3 else rng.choice(pool))
+        want = tensor_bytes(list(live.live.values()))
+        peak = max(peak, want)
+        assert live.bytes() == want and live.peak_bytes == peak
+    live.clear()
+    assert live.bytes() == 0 and live.live == {}

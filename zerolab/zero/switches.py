@@ -176,27 +176,62 @@ class StateSwitch(Protocol):
 class LiveBuffers:
     """The transient buffers alive now (gradient buckets, gathered parameters), by key, and
     the most bytes seen at once; ``budget_check`` (the engine's device budget) is told when one
-    is added."""
+    is added.
+
+    Bytes are counted as :func:`~zerolab.memory.tensor_bytes` counts them (each storage once and
+    whole, however many keys hold views of it), kept as buffers come and go: a stage-3 step
+    tracks thousands of buffers, and summing every live one at each change cost a tenth of a
+    1-rank step (chapter 9's GPT)."""
 
     def __init__(self):
         self.live: dict[str, torch.Tensor] = {}
         self.peak_bytes = 0
         self.budget_check: Callable | None = None
+        self._held: dict[str, tuple] = {}                 # key -> its storage (device, address)
+        self._storages: dict[tuple, list[int]] = {}       # storage -> [bytes, keys holding it]
+        self._bytes = 0
 
     def track(self, key: str, t: torch.Tensor | None) -> None:
-        if t is None:
-            self.live.pop(key, None)
-        else:
+        self._drop(key)
+        if t is not None:
             self.live[key] = t
-        self.peak_bytes = max(self.peak_bytes, self.bytes())
+            self._hold(key, t)
+        self.peak_bytes = max(self.peak_bytes, self._bytes)
         if t is not None and self.budget_check is not None:
             self.budget_check("backward" if key.startswith("grads") else "a parameter gather")
 
+    def _hold(self, key: str, t: torch.Tensor) -> None:
+        if t.is_meta:
+            return
+        storage = t.untyped_storage()
+        if storage.nbytes() == 0:
+            return
+        sk = (str(t.device), storage.data_ptr())
+        entry = self._storages.get(sk)
+        if entry is None:
+            entry = self._storages[sk] = [storage.nbytes(), 0]
+            self._bytes += entry[0]
+        entry[1] += 1
+        self._held[key] = sk
+
+    def _drop(self, key: str) -> None:
+        self.live.pop(key, None)
+        sk = self._held.pop(key, None)
+        if sk is not None:
+            entry = self._storages[sk]
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._storages[sk]
+                self._bytes -= entry[0]
+
     def bytes(self) -> int:
-        return tensor_bytes(self.live.values())
+        return self._bytes
 
     def clear(self) -> None:
         self.live.clear()
+        self._held.clear()
+        self._storages.clear()
+        self._bytes = 0
 
 
 def add_memory(*parts: Memory) -> dict[str, dict[str, int]]:
