@@ -177,11 +177,18 @@ class Comm:
 
     @property
     def world_size(self) -> int:
-        return dist.get_world_size(self.group)
+        # (asked several times per call: a group's size and this rank's place in it never change)
+        n = self.__dict__.get("_world_size")
+        if n is None:
+            n = self._world_size = dist.get_world_size(self.group)
+        return n
 
     @property
     def rank(self) -> int:
-        return dist.get_rank(self.group)
+        r = self.__dict__.get("_rank")
+        if r is None:
+            r = self._rank = dist.get_rank(self.group)
+        return r
 
     def _record(self, op: str, t: torch.Tensor, t0: float, tag: str, numel: int | None = None,
                 kind: str = "zero") -> None:
@@ -296,11 +303,15 @@ _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_sc
 
 
 _DEFAULT: Comm | None = None
+_DEFAULT_WORLD = None
 
 
 def default_comm() -> Comm:
     """A process-wide :class:`Comm` over the default group (what notebooks use)."""
-    global _DEFAULT
-    if _DEFAULT is None or not dist.is_initialized():
+    global _DEFAULT, _DEFAULT_WORLD
+    # (a new default group, after destroy_process_group and a new init, gets a new Comm: a Comm
+    # keeps its group's size and rank)
+    if _DEFAULT is None or not dist.is_initialized() or _DEFAULT_WORLD is not dist.group.WORLD:
         _DEFAULT = Comm()
+        _DEFAULT_WORLD = dist.group.WORLD if dist.is_initialized() else None
     return _DEFAULT
