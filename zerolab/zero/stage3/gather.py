@@ -356,8 +356,7 @@ class GatheredParams:
         # DeepSpeed's reset_step at the root's forward; every rank on the same path makes the same
         # choice here
         kind = "train" if phase == "forward" else "eval"
-        # (a trace whose every group is persistent gathers nothing in a pass: no fetch of it can
-        # pair with another rank's, so its end needs no check)
+        # (a trace of persistent groups only gathers nothing: its end needs no check, fetch.py)
         self._following_pass = self.trace.start(kind) and self.fetch.prefetch_numel > 0 and \
             any(not self.persistent[i] for event in self.trace.order.get(kind, ()) for i in event)
 
