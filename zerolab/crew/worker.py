@@ -144,7 +144,10 @@ def _rank_main(conn, lifeline, rank_: int, world: int, backend: str, host: str, 
     or None."""
     global _INFO
     if core is not None:          # before any thread starts: every thread of the rank inherits it
-        os.sched_setaffinity(0, {core})
+        try:
+            os.sched_setaffinity(0, {core})
+        except OSError:           # (the core went away, a cpuset changed: a speed choice, never a failure)
+            pass
     threading.Thread(target=_watch_lifeline, args=(lifeline, workdir, driver_tmp), name="zerolab-lifeline",
                      daemon=True).start()
     # The parent manages the ranks (it kills them on interrupt); a Ctrl-C or kernel shutdown
