@@ -86,31 +86,37 @@ def measure(sizes_bytes=(4 << 10, 64 << 10, 1 << 20, 8 << 20), repeats: int = 7,
     rank 0's medians, broadcast)."""
     comm = Comm()
     n, device = comm.world_size, _device()
+    cells = [(op, size) for op in ops for size in sizes_bytes]
+    bufs = {}
+    for op, size in cells:
+        numel = max(size // 4 // n, 1) * n
+        bufs[op, size] = (torch.ones(numel, device=device), torch.ones(numel // n, device=device))
+    times = {cell: [] for cell in cells}
+    # the repeats go round every (op, size) in turn: a disturbance that lasts (a process starting
+    # beside the ranks, a page cache flush) lands on one round of every cell, which the median
+    # drops, instead of on every repeat of the cells measured while it lasted
+    for k in range(repeats + 1):
+        for cell in cells:
+            full, shard = bufs[cell]
+            dist.barrier()
+            t0 = time.perf_counter()
+            if cell[0] == "all_reduce":            # the engine's own path (zerolab.comm.Comm)
+                comm.all_reduce(full)
+            elif cell[0] == "reduce_scatter":
+                comm.reduce_scatter(shard, full)
+            else:
+                comm.all_gather(full, shard)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            if k:                                   # the first round warms up; what is left of
+                # the ranks' skew after the barrier is waiting, not moving bytes (known on
+                # the shared-memory path, zerolab.crew.shm): the model leaves it out
+                times[cell].append(time.perf_counter() - t0 - comm.ledger.records[-1].waited)
+    med = torch.tensor([statistics.median(times[cell]) for cell in cells], dtype=torch.float64, device=device)
+    dist.broadcast(med, 0)
     rows = []
-    for op in ops:
-        for size in sizes_bytes:
-            numel = max(size // 4 // n, 1) * n
-            full = torch.ones(numel, device=device)
-            shard = torch.ones(numel // n, device=device)
-            times = []
-            for k in range(repeats + 1):
-                dist.barrier()
-                t0 = time.perf_counter()
-                if op == "all_reduce":             # the engine's own path (zerolab.comm.Comm)
-                    comm.all_reduce(full)
-                elif op == "reduce_scatter":
-                    comm.reduce_scatter(shard, full)
-                else:
-                    comm.all_gather(full, shard)
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                if k:                                   # the first call warms up; what is left of
-                    # the ranks' skew after the barrier is waiting, not moving bytes (known on
-                    # the shared-memory path, zerolab.crew.shm): the model leaves it out
-                    times.append(time.perf_counter() - t0 - comm.ledger.records[-1].waited)
-            t = torch.tensor([statistics.median(times)], dtype=torch.float64, device=device)
-            dist.broadcast(t, 0)
-            rows.append([op, wire_factor(op, n) * numel * 4, float(t)])
+    for (op, size), t in zip(cells, med.tolist()):
+        rows.append([op, wire_factor(op, n) * bufs[op, size][0].numel() * 4, t])
     return rows
 
 
