@@ -13,14 +13,15 @@
 #      On an AVX-512 CPU pass a covers avx512; a number that is rounding noise must be printed
 #      as the claim it supports, with its tolerance ("max |difference| < 1e-4"), never as raw digits.
 #
-#   The four phases (1, 2a, 2b, 2c) run side by side, each with a log of its own, shown whole when
-#   it ends (with its exit status and time); pytest tests/ runs on 2 pytest-xdist workers. Then the
-#   few tests marked "quiet" (they assert wall-clock promptness) run on their own.
+#   The four phases (1, 2a, 2b, 2c) run two at a time (the next starts when one ends), each with a log
+#   of its own, shown whole when it ends (with its exit status and time). Then the few tests marked
+#   "quiet" (they assert wall-clock promptness) run on their own.
 #
 #   ./run_tests.sh                 uses ./.venv (creates it if missing)
 #   VENV=/path/to/env ./run_tests.sh
-#   SERIAL=1 ./run_tests.sh        the phases one after another, one worker each (as before)
-#   TEST_WORKERS=n NB_WORKERS=m    pytest-xdist workers of pytest tests/ (2) and of each nbval pass (1: none)
+#   SLOTS=n ./run_tests.sh         at most n phases at once (2)
+#   SERIAL=1 ./run_tests.sh        the phases one after another, one worker each (SLOTS=1)
+#   TEST_WORKERS=n NB_WORKERS=m    pytest-xdist workers of pytest tests/ and of each nbval pass (1: none)
 #
 # torch: if the environment has no torch yet, torch==2.13.0 is installed first (the CPU
 # build on a machine without a GPU here). A torch that is already installed, e.g. the CUDA
@@ -80,16 +81,21 @@ case "$(uname -m)" in
     *) echo "(not an x86-64 CPU: the ATEN_CPU_CAPABILITY=avx2 pass is skipped)" ;;
 esac
 
-# The phases run side by side, not one after another: each spends most of its time waiting (a
-# kernel or a rank starting and importing torch, ranks waiting for each other), so one after
-# another they left a core idle most of the time. pytest tests/ runs on $TEST_WORKERS pytest-xdist
-# workers (--dist loadfile: a file's tests stay together, in order, on one worker); each nbval pass
-# runs on $NB_WORKERS workers (--dist loadfile: a notebook's cells share one kernel, in order).
-# SERIAL=1 runs the phases one after another, each on one worker, as before.
-TEST_WORKERS=${TEST_WORKERS:-2}
+# Two phases at a time, not one and not all four: alone, a phase keeps about 1.1-1.8 of the 2 cores
+# busy (it waits for kernels and ranks to start, and for ranks to meet), so one after another leaves
+# a core idle; all four at once (five processes with xdist's two workers, each with ranks of its
+# own) overfill the cores, and ranks that wait for a descheduled peer, threads handed off more
+# often and caches shared five ways cost CPU of their own: on this 2-core machine, 2026-12-04, all
+# four side by side used 2,069 CPU-seconds over 1,070 s, two at a time 1,279 over 751 s, the
+# same tests and notebooks. pytest tests/ runs on $TEST_WORKERS pytest-xdist workers (--dist
+# loadfile: a file's tests stay together, in order, on one worker); each nbval pass on $NB_WORKERS
+# (--dist loadfile: a notebook's cells share one kernel, in order). SERIAL=1 runs one phase at a time.
+SLOTS=${SLOTS:-2}
+TEST_WORKERS=${TEST_WORKERS:-1}
 NB_WORKERS=${NB_WORKERS:-1}
-if [ "${SERIAL:-0}" = 1 ]; then TEST_WORKERS=0; NB_WORKERS=0; fi
+if [ "${SERIAL:-0}" = 1 ]; then SLOTS=1; TEST_WORKERS=0; NB_WORKERS=0; fi
 [ "$NB_WORKERS" = 1 ] && NB_WORKERS=0       # one worker: plain pytest, no xdist
+[ "$TEST_WORKERS" = 1 ] && TEST_WORKERS=0
 xdist() { [ "$1" -gt 0 ] && printf -- '-n %s --dist loadfile' "$1"; }
 
 logs=$(mktemp -d "${TMPDIR:-/tmp}/zerolab-tests.XXXXXX")
@@ -119,7 +125,7 @@ run_phase() {   # index
 cpu_ticks() { [ -r /proc/stat ] && awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
 cpu_start=$(cpu_ticks)
 all_start=$SECONDS
-step "running ${#names[@]} phases side by side (SERIAL=1: one after another)"
+step "running ${#names[@]} phases, $SLOTS at a time (SLOTS=n to change; SERIAL=1: one at a time)"
 for i in "${!names[@]}"; do echo "  ${names[$i]}"; done
 shown=" "
 results=()
@@ -137,11 +143,17 @@ show_done() {   # show the logs of the phases that have ended since the last cal
         shown+="$i "
     done
 }
-for i in "${!names[@]}"; do
-    if [ "${SERIAL:-0}" = 1 ]; then run_phase "$i"; show_done; else run_phase "$i" & fi
-done
+# At most $SLOTS phases at once; the next starts when one ends, in the order above (the longest,
+# tests/, first, so that the shorter notebook passes fill the other slot around it).
+next=0
 while [ ${#results[@]} -lt ${#names[@]} ]; do
-    sleep 2
+    ended=$(find "$logs" -name '*.done' | wc -l)
+    while [ "$next" -lt ${#names[@]} ] && [ $((next - ended)) -lt "$SLOTS" ]; do
+        echo "  started: ${names[$next]} (at $((SECONDS - all_start)) s)"
+        run_phase "$next" &
+        next=$((next + 1))
+    done
+    sleep 1
     show_done
 done
 # The tests marked "quiet" assert how soon something happens (a killed driver's ranks gone within
