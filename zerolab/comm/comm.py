@@ -9,6 +9,7 @@ course are in :mod:`zerolab.comm.rings`. Both are re-exported here (``zerolab.co
 """
 from __future__ import annotations
 
+import functools
 import time
 
 import torch
@@ -175,20 +176,14 @@ class Comm:
         """The backend this Comm's collectives run on ("gloo", "nccl", or "zshm": zerolab.crew.shm)."""
         return dist.get_backend(self.group)
 
-    @property
+    # (asked several times per call: a group's size and this rank's place in it never change)
+    @functools.cached_property
     def world_size(self) -> int:
-        # (asked several times per call: a group's size and this rank's place in it never change)
-        n = self.__dict__.get("_world_size")
-        if n is None:
-            n = self._world_size = dist.get_world_size(self.group)
-        return n
+        return dist.get_world_size(self.group)
 
-    @property
+    @functools.cached_property
     def rank(self) -> int:
-        r = self.__dict__.get("_rank")
-        if r is None:
-            r = self._rank = dist.get_rank(self.group)
-        return r
+        return dist.get_rank(self.group)
 
     def _record(self, op: str, t: torch.Tensor, t0: float, tag: str, numel: int | None = None,
                 kind: str = "zero") -> None:

@@ -56,13 +56,19 @@ def tensor_bytes(tensors) -> int:
     """
     seen: dict[tuple[str, int], int] = {}
     for t in _walk(tensors):
-        if t.is_meta:
-            continue
-        s = t.untyped_storage()
-        if s.nbytes() == 0:
-            continue
-        seen[_storage_key(t)] = s.nbytes()
+        held = storage_held(t)
+        if held is not None:
+            seen[held[0]] = held[1]
     return sum(seen.values())
+
+
+def storage_held(t: torch.Tensor) -> tuple[tuple[str, int], int] | None:
+    """The storage ``t`` holds, as (its key: device and address, its bytes), counted as
+    :func:`tensor_bytes` counts it; None for a meta or empty tensor (no memory held)."""
+    if t.is_meta:
+        return None
+    nbytes = t.untyped_storage().nbytes()
+    return (_storage_key(t), nbytes) if nbytes else None
 
 
 def count_params(model: torch.nn.Module) -> int:

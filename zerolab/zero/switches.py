@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ..memory.flat import FlatGroup, Part
-from ..memory import Place, tensor_bytes
+from ..memory import Place, storage_held
 
 __all__ = ["GradSwitch", "ParamSwitch", "StateSwitch", "ReduceSpec", "LiveBuffers", "add_memory"]
 
@@ -201,16 +201,14 @@ class LiveBuffers:
             self.budget_check("backward" if key.startswith("grads") else "a parameter gather")
 
     def _hold(self, key: str, t: torch.Tensor) -> None:
-        if t.is_meta:
+        held = storage_held(t)
+        if held is None:
             return
-        storage = t.untyped_storage()
-        if storage.nbytes() == 0:
-            return
-        sk = (str(t.device), storage.data_ptr())
+        sk, nbytes = held
         entry = self._storages.get(sk)
         if entry is None:
-            entry = self._storages[sk] = [storage.nbytes(), 0]
-            self._bytes += entry[0]
+            entry = self._storages[sk] = [nbytes, 0]
+            self._bytes += nbytes
         entry[1] += 1
         self._held[key] = sk
 
