@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import platform
@@ -50,6 +51,7 @@ SIZES = {  # width, layers, batch, warm-up steps, timed steps
     "dry": dict(width=64, layers=2, batch=8, warmup=1, steps=2),
 }
 FP32_TOL = 1e-4         # relative loss gap to torch fp32 flagged above this
+BF16_TOL = 1e-3         # relative loss gap of an offloaded bf16 run to the same run on the device
 
 
 def make_model(width: int, layers: int):
@@ -84,6 +86,7 @@ def variants():
         out.append((f"stage {stage} fp32", stage, {}))
         out.append((f"stage {stage} bf16", stage, {"bf16": True}))
         if stage > 0:       # DeepSpeed offloads the optimizer only with ZeRO (stages 1-3)
+            out.append((f"stage {stage} fp32 + offload_optimizer cpu (pinned)", stage, {"offload_opt": True}))
             out.append((f"stage {stage} bf16 + offload_optimizer cpu (pinned)", stage,
                         {"bf16": True, "offload_opt": True}))
     out.append(("stage 3 bf16 + offload_optimizer + offload_param cpu (pinned)", 3,
@@ -180,9 +183,10 @@ def one_gpu(sizes: dict) -> dict:
 
     for name, stage, opts in variants():
         r = out["zerolab"][name] = {"stage": stage, **opts}
-        engine = None
+        engine = step = None
         try:
             _sync(dev)
+            gc.collect()        # (the engine before this one is gone: closed, unreferenced, collected)
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats(dev)
@@ -206,7 +210,7 @@ def one_gpu(sizes: dict) -> dict:
                 counted = mem["model_states"] + mem["buffers"] + mem["model_buffers"]
                 r["cuda"] = {"allocated_above_base": alloc, "peak_above_base": peak,
                              "ledger_counted": counted, "allocated_minus_ledger": alloc - counted}
-                if alloc < mem["model_states"]:
+                if alloc < mem["model_states"] - 4096:     # (a few scalars, the step count, live on the host)
                     r.setdefault("flags", []).append("CUDA holds fewer bytes than the ledger's model states")
             if opts.get("offload_opt") or opts.get("offload_param"):
                 r["pinning"] = _pinned(engine)
@@ -217,6 +221,12 @@ def one_gpu(sizes: dict) -> dict:
                 r["fp32_loss_gap_to_torch"] = gap
                 if gap > FP32_TOL:
                     r.setdefault("flags", []).append(f"fp32 losses differ from torch's by {gap:.2e} (> {FP32_TOL:g})")
+            same = f"stage {stage} bf16"      # offloaded bf16: the same arithmetic as on the device
+            if opts.get("bf16") and name != same and "losses" in out["zerolab"].get(same, {}):
+                gap = max(abs(a - c) / max(abs(c), 1e-12) for a, c in zip(losses, out["zerolab"][same]["losses"]))
+                r["loss_gap_to_" + same.replace(" ", "_")] = gap
+                if gap > BF16_TOL:
+                    r.setdefault("flags", []).append(f"losses differ from {same} without offload by {gap:.2e}")
         except Exception:
             r["error"] = traceback.format_exc()[-3000:]
         finally:
@@ -224,8 +234,86 @@ def one_gpu(sizes: dict) -> dict:
                 try:
                     engine.close()
                 except Exception:
-                    pass
-            del engine
+                    r.setdefault("flags", []).append("close() raised: " + traceback.format_exc()[-500:])
+            del engine, step
+            gc.collect()
+            if dev.type == "cuda" and "cuda" in r:   # what is left once the engine is closed and gone
+                r["cuda"]["left_after_close"] = _cuda_now(dev) - base
+    return out
+
+
+def hf_gpt2(sizes: dict) -> dict:
+    """A Hugging Face GPT-2 built from a config (nothing downloaded: Conv1D layers, a tied lm_head, a
+    ModelOutput) at stages 0-3 in fp32 and stage 3 in bf16, its losses beside torch's own fp32 training."""
+    import torch
+    import torch.nn.functional as F
+    try:
+        import transformers
+    except ImportError:
+        return {"skipped": "transformers is not installed"}
+    import zerolab
+    dev = zerolab.rank_info().device
+    big = sizes["width"] > 64
+    cfg = transformers.GPT2Config(vocab_size=1024 if big else 31, n_positions=64 if big else 16,
+                                  n_embd=256 if big else 16, n_layer=4 if big else 2, n_head=4 if big else 2,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    steps = 10 if big else 2
+    g = torch.Generator().manual_seed(3)
+    data = torch.randint(0, cfg.vocab_size, (steps, 8, cfg.n_positions + 1), generator=g).to(dev)
+
+    def make():
+        torch.manual_seed(0)
+        return transformers.GPT2LMHeadModel(cfg)
+
+    def lm_loss(model, b):
+        logits = model(b[:, :-1]).logits.float()
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), b[:, 1:].reshape(-1))
+    model = make().to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    ref = []
+    for b in data:
+        opt.zero_grad(set_to_none=True)
+        loss = lm_loss(model, b)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        ref.append(float(loss.detach()))
+    del model, opt
+    out = {"params": sum(p.numel() for p in make().parameters()), "torch fp32 losses": ref, "zerolab": {}}
+    for stage, bf16 in [(0, False), (1, False), (2, False), (3, False), (3, True)]:
+        name = f"stage {stage} {'bf16' if bf16 else 'fp32'}"
+        r = out["zerolab"][name] = {}
+        engine = None
+        try:
+            c = zero_cfg(stage, 8, 1, bf16=bf16)
+            c["optimizer"]["params"]["lr"] = 1e-3
+            c["zero_optimization"]["stage3_param_persistence_threshold"] = 1000
+            engine = zerolab.initialize(make(), c)
+            losses = []
+            for b in data:
+                loss = lm_loss(engine, b)
+                engine.backward(loss)
+                engine.step()
+                losses.append(float(loss))
+            r["losses"] = losses
+            r["loss_gap_to_torch"] = max(abs(a - c) / abs(c) for a, c in zip(losses, ref))
+            if not bf16 and r["loss_gap_to_torch"] > FP32_TOL:
+                r.setdefault("flags", []).append(f"fp32 losses differ from torch's by {r['loss_gap_to_torch']:.2e}")
+        except Exception:
+            r["error"] = traceback.format_exc()[-3000:]
+        finally:
+            if engine is not None:
+                engine.close()
+    return out
+
+
+def one_rank(sizes: dict) -> dict:
+    """The world-size-1 part, then the GPT-2 part, in the same one-rank crew."""
+    out = one_gpu(sizes)
+    try:
+        out["hf_gpt2"] = hf_gpt2(sizes)
+    except Exception:
+        out["hf_gpt2"] = {"error": traceback.format_exc()[-3000:]}
     return out
 
 
@@ -316,14 +404,32 @@ def readable(res: dict) -> str:
                      f"ledger model states {r['ledger_device']['model_states']:,} B"]
             if "cuda" in r:
                 cells.append(f"CUDA allocated {r['cuda']['allocated_above_base']:,} B "
-                             f"(peak {r['cuda']['peak_above_base']:,})")
+                             f"(peak {r['cuda']['peak_above_base']:,}; after close {r['cuda'].get('left_after_close', 0):,})")
             if "pinning" in r:
                 cells.append(f"pinned {r['pinning']['pinned']}/{r['pinning']['host_tensors']} host tensors")
             if "fp32_loss_gap_to_torch" in r:
                 cells.append(f"fp32 loss gap {r['fp32_loss_gap_to_torch']:.1e}")
+            for k, v in r.items():
+                if k.startswith("loss_gap_to_stage"):
+                    cells.append(f"gap to {k[12:].replace('_', ' ')} {v:.1e}")
             lines.append(f"  zerolab {name:<62} " + ", ".join(cells))
             for f in r.get("flags", []):
                 lines.append(f"      FLAG: {f}")
+        hf = one.get("hf_gpt2") or {}
+        if "error" in hf or "skipped" in hf:
+            lines.append(f"GPT-2 (transformers): {'FAILED' if 'error' in hf else 'skipped'}: "
+                         f"{(hf.get('error') or hf.get('skipped')).strip().splitlines()[-1]}")
+        elif hf:
+            lines.append(f"GPT-2 (transformers, from a config), {hf['params']:,} parameters, "
+                         f"{len(hf['torch fp32 losses'])} steps, losses beside torch fp32:")
+            for name, r in hf["zerolab"].items():
+                if "error" in r:
+                    lines.append(f"  zerolab {name:<20} ERROR: {r['error'].strip().splitlines()[-1]}")
+                else:
+                    lines.append(f"  zerolab {name:<20} final loss {r['losses'][-1]:.4f} "
+                                 f"(torch {hf['torch fp32 losses'][-1]:.4f}), largest gap {r['loss_gap_to_torch']:.1e}")
+                    for f in r.get("flags", []):
+                        lines.append(f"      FLAG: {f}")
         lines.append("")
     many = res.get("many_gpus")
     if many is None:
@@ -378,7 +484,7 @@ def main(argv=None) -> int:
            "gpu_names": [torch.cuda.get_device_name(i) for i in range(gpus)], "sizes": sizes}
     start = time.perf_counter()
     try:
-        res["one_gpu"] = zerolab.launch(one_gpu, 1, sizes, backend=backend, timeout=900, echo=True)[0]
+        res["one_gpu"] = zerolab.launch(one_rank, 1, sizes, backend=backend, timeout=900, echo=True)[0]
     except Exception:
         res["one_gpu"] = {"error": traceback.format_exc()[-3000:]}
     world = min(gpus, a.max_gpus) if a.device == "cuda" else 2
@@ -389,7 +495,9 @@ def main(argv=None) -> int:
         except Exception:
             res["many_gpus"] = {"error": traceback.format_exc()[-3000:]}
     res["elapsed_s"] = time.perf_counter() - start
+    hf = res["one_gpu"].get("hf_gpt2") or {}
     failed = ("error" in res["one_gpu"] or any("error" in r for r in res["one_gpu"].get("zerolab", {}).values())
+              or "error" in hf or any("error" in r for r in hf.get("zerolab", {}).values())
               or "error" in (res.get("many_gpus") or {}) or bool((res.get("many_gpus") or {}).get("errors")))
     res["status"] += ": some variants failed" if failed else ": all variants ran"
     text = readable(res)

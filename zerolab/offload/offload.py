@@ -176,10 +176,24 @@ class StateHome:
         for k, sg in enumerate(self.sub_groups):
             t0 = time.perf_counter()
             self.swap.bring_in(k)
+            # every tile's gradient comes down first (asynchronously from a GPU), then one wait:
+            # the host reads them next, and a copy still in flight would be read half-written
+            down, from_gpu = [], None
             for j in sg:
                 i, a, b = self.tiles[j]
-                g = grads[i][a:b].to(self.tensors[j].device, torch.float32, non_blocking=True)
-                self.tensors[j].grad = g * inv if inv != 1.0 else g.clone()
+                src = grads[i][a:b]
+                g = src.to(self.tensors[j].device, torch.float32, non_blocking=True)
+                if src.is_cuda and not g.is_cuda:
+                    from_gpu = src.device
+                down.append((j, g))
+            if from_gpu is not None:
+                torch.cuda.synchronize(from_gpu)
+            for j, g in down:
+                # unscaled and clipped in place, as DeepSpeed does its gradient partition: where no
+                # copy was needed g is the reduced shard itself, which is zeroed after the step
+                if inv != 1.0:
+                    g.mul_(inv)
+                self.tensors[j].grad = g
             optimizer.step()
             if self.store.on_device and self.budget_check is not None:
                 self.budget_check("the optimizer step", fresh=True)   # Adam's moments appear now

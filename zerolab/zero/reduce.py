@@ -180,6 +180,11 @@ class ReduceScatterInBackward(GradReducer):
         # them (DeepSpeed's CPU gradient buffer)
         self.place, self.grad_shards = home.gradient_shards([g.shard_numel for g in groups], self.dtype)
         self._buffers: dict[int, torch.Tensor] = {}     # bucket index -> gradient buffer being filled
+        # since zero(), no slice has reached the shards: the first backward's slices are copied in
+        # (0 + x is x) rather than added; on the host that saves a pass, and from a GPU the copy
+        # goes down asynchronously into pinned memory (waited for at the end of backward)
+        self._fresh = True
+        self._copies_in_flight: torch.device | None = None
         # qgZ: DeepSpeed's stage 3 reduces through all-to-alls only with more than one node
         # (__avg_scatter_grads: "all2all_process_group is not None and num_nodes > 1")
         self.qgz: QuantizedReduce | None = None
@@ -238,11 +243,23 @@ class ReduceScatterInBackward(GradReducer):
         acc = self.grad_shards[g.index]
         lo, _ = g.shard_range()
         dst = acc[s - lo:e - lo]
-        dst.add_(values if values.device == acc.device else values.to(acc.device))
+        if self._fresh:
+            down = values.is_cuda and not acc.is_cuda and acc.is_pinned()
+            dst.copy_(values, non_blocking=down)
+            if down:
+                self._copies_in_flight = values.device
+        elif values.device == acc.device:
+            dst.add_(values)
+        else:
+            dst.add_(values.to(acc.dtype).to(acc.device))
 
     def post_backward(self) -> None:
         self._issue_rest()
         self._drain()
+        if self._copies_in_flight is not None:       # the shards are read next (norm, step)
+            torch.cuda.synchronize(self._copies_in_flight)
+            self._copies_in_flight = None
+        self._fresh = False
 
     def for_step(self) -> list[torch.Tensor]:
         return self.grad_shards
@@ -250,6 +267,7 @@ class ReduceScatterInBackward(GradReducer):
     def zero(self) -> None:
         for s in self.grad_shards:
             s.zero_()
+        self._fresh = True
 
     def describe(self) -> str:
         return f"{self._how()} bucket by bucket during backward; each rank keeps its shard"
