@@ -4,8 +4,9 @@
 #   2. pytest --nbval notebooks solutions  every stored notebook re-run and compared, output by output,
 #      three times, so that no stored output depends on the CPU's floating-point kernels:
 #        a. as the machine is                           (this CPU's best SIMD kernels, all threads)
-#        b. ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE   (torch's scalar kernels, MKL's
-#                                                        conditional-numerical-reproducibility mode)
+#        b. ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1   (torch's scalar
+#                                                        kernels, MKL's conditional-numerical-
+#                                                        reproducibility mode, one thread)
 #        c. ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=1  (the 256-bit kernels, one thread;
 #                                                        x86-64 only, skipped elsewhere)
 #      The Chinese edition (notebooks/zh, solutions/zh) is left out: its code cells and stored outputs
@@ -13,9 +14,9 @@
 #      On an AVX-512 CPU pass a covers avx512; a number that is rounding noise must be printed
 #      as the claim it supports, with its tolerance ("max |difference| < 1e-4"), never as raw digits.
 #
-#   The four phases (1, 2a, 2b, 2c) run two at a time (the next starts when one ends), each with a log
-#   of its own, shown whole when it ends (with its exit status and time). Then the few tests marked
-#   "quiet" (they assert wall-clock promptness) run on their own.
+#   The phases (1, 2a, 2b, 2c, and 3: the two browser tests of tests/) run two at a time (the next
+#   starts when one ends), each with a log of its own, shown whole when it ends (with its exit status
+#   and time). Then the few tests marked "quiet" (they assert wall-clock promptness) run on their own.
 #
 #   ./run_tests.sh                 uses ./.venv (creates it if missing)
 #   VENV=/path/to/env ./run_tests.sh
@@ -75,7 +76,7 @@ done
 
 # name | environment (VAR=value ...) for each nbval pass
 passes=("as the machine is|"
-        "ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE|ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE")
+        "ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1|ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1")
 case "$(uname -m)" in
     x86_64|amd64) passes+=("ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=1|ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=1") ;;
     *) echo "(not an x86-64 CPU: the ATEN_CPU_CAPABILITY=avx2 pass is skipped)" ;;
@@ -100,8 +101,13 @@ xdist() { [ "$1" -gt 0 ] && printf -- '-n %s --dist loadfile' "$1"; }
 
 logs=$(mktemp -d "${TMPDIR:-/tmp}/zerolab-tests.XXXXXX")
 names=() cmds=()
-names+=("pytest tests/")
-cmds+=("\"\$PY\" -m pytest tests/ -m 'not quiet' --durations=15 $(xdist "$TEST_WORKERS")")
+# tests/ in two phases: the browser tests (a real JupyterLab in Chromium: about a minute, most of it
+# waiting for pages) go last, into the slot the notebook passes leave free near the end, so that
+# the two slots end together instead of one idling while the other finishes.
+browser_tests=(tests/test_course_browser.py tests/test_lab_browser.py)
+names+=("pytest tests/ (but the browser tests)")
+cmds+=("\"\$PY\" -m pytest tests/ -m 'not quiet' --durations=15 $(xdist "$TEST_WORKERS") \
+$(printf -- '--ignore=%s ' "${browser_tests[@]}")")
 if [ ${#nb_dirs[@]} -gt 0 ]; then
     for p in "${passes[@]}"; do
         names+=("pytest --nbval ${nb_dirs[*]}: ${p%%|*}")
@@ -112,6 +118,8 @@ if [ ${#nb_dirs[@]} -gt 0 ]; then
 else
     echo "(no notebooks: the nbval passes are skipped)"
 fi
+names+=("pytest ${browser_tests[*]}")
+cmds+=("\"\$PY\" -m pytest -m 'not quiet' --durations=5 ${browser_tests[*]}")
 
 # Each phase writes to a log of its own; a log is shown whole when its phase ends, in the order
 # they end, with the phase's exit status and time (5, "no tests collected", is a failure too).
@@ -144,7 +152,8 @@ show_done() {   # show the logs of the phases that have ended since the last cal
     done
 }
 # At most $SLOTS phases at once; the next starts when one ends, in the order above (the longest,
-# tests/, first, so that the shorter notebook passes fill the other slot around it).
+# tests/, first, so that the notebook passes fill the other slot around it, and the short browser
+# phase last, into whichever slot frees first).
 next=0
 while [ ${#results[@]} -lt ${#names[@]} ]; do
     ended=$(find "$logs" -name '*.done' | wc -l)
