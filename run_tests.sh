@@ -40,13 +40,22 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PY="$VENV/bin/python"
 
+# Byte-code: pip compiles every module it installs (33 of the 71 s of a fresh install here, for the
+# ~15,000 files of torch, JupyterLab and the rest), while the suite imports a few thousand of them.
+# So the packages go in uncompiled (--no-compile) and Python writes each module's .pyc the first
+# time something imports it (atomically: processes that race only write it twice). That needs byte-
+# code writing on: an environment that turns it off (PYTHONDONTWRITEBYTECODE) would recompile
+# torch in every process, 2.4 s of import becoming 5.7 s.
+unset PYTHONDONTWRITEBYTECODE
+pip_install() { "$PY" -m pip install --quiet --no-compile "$@"; }
+
 if "$PY" -c "import torch" 2>/dev/null; then
     step "keeping the installed torch $("$PY" -c 'import torch; print(torch.__version__)')"
 else
     # Pinned and installed first: a bare `pip install -e .` on a fresh machine may pull a
     # multi-GB CUDA build of the newest torch.
     step "installing torch==2.13.0"
-    "$PY" -m pip install --quiet torch==2.13.0 || exit 1
+    pip_install torch==2.13.0 || exit 1
 fi
 
 # matplotlib's font cache lives in the venv: a cache left in ~/.cache by another environment
@@ -57,7 +66,7 @@ export MPLCONFIGDIR="${MPLCONFIGDIR:-$venv_abs/.matplotlib}"
 mkdir -p "$MPLCONFIGDIR"
 
 step "installing zerolab with the course and test extras"
-"$PY" -m pip install --quiet -e '.[course,test]' || exit 1
+pip_install -e '.[course,test]' || exit 1
 
 # tests/test_lab_browser.py drives JupyterLab in a real headless Chromium (Debian's package; playwright
 # from the test extra launches it, no browser download). Installed here when it is missing and we
