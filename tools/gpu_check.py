@@ -6,13 +6,18 @@
 
 What it checks, and writes to ``benchmarks/results/gpu_check.json`` (and a readable ``.txt`` beside it):
 
-1. **World size 1 on CUDA** (a crew of one rank, NCCL), ZeRO stages 0-3, each in fp32, bf16, bf16 with the
-   optimizer states offloaded to the CPU (``pin_memory: true``), and at stage 3 bf16 with the parameters
-   offloaded too. For each: the ledger's bytes (``engine.memory()``: model states, buffers) beside
-   ``torch.cuda.memory_allocated`` (what the CUDA allocator holds above what was there before the engine)
-   and its peak; whether the offloaded host tensors are really pinned; the step time beside torch's own
-   single-GPU training of the same model (fp32 AdamW, and bf16 autocast); the fp32 runs' losses beside
-   torch's fp32 losses (TF32 off: they should agree to float32 rounding).
+1. **World size 1 on CUDA** (a crew of one rank, NCCL), ZeRO stages 0-3, each in fp32 and bf16,
+   with the optimizer states offloaded to the CPU (``pin_memory: true``; fp32 and bf16), at stage 3
+   with the parameters offloaded too, and to NVMe files (a temporary folder). For each: the ledger's
+   bytes (``engine.memory()``: model states, buffers; ``memory("nvme")``) beside
+   ``torch.cuda.memory_allocated`` (what the CUDA allocator holds above what was there before the
+   engine), its peak, and what is left once the engine is closed; whether the offloaded host tensors
+   (or the NVMe swap buffers) are really pinned and no swap file outlives ``close()``; the step time
+   beside torch's own single-GPU training of the same model (fp32 AdamW, and bf16 autocast); the fp32
+   runs' losses beside torch's fp32 losses (TF32 off: they should agree to float32 rounding), an
+   offloaded bf16 run's beside the same run on the device. Then a Hugging Face GPT-2 built from a
+   config (if transformers is installed) at stages 0-3, and accumulating two micro-batches into
+   offloaded gradient shards, its losses beside torch's.
 2. **Two or more GPUs**: a crew of one rank per GPU (up to 8) through ``zerolab.launch`` on NCCL, stages
    0-3 in fp32 against torch DDP in the same processes, taking turns round by round (median ratio), and
    their losses against DDP's.
@@ -31,9 +36,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
+import tempfile
 import json
 import os
+import pathlib
 import platform
+import shutil
 import statistics
 import sys
 import time
@@ -65,12 +73,15 @@ def make_model(width: int, layers: int):
     return nn.Sequential(*mods, nn.Linear(width, width))
 
 
-def zero_cfg(stage: int, batch: int, world: int, *, bf16=False, offload_opt=False, offload_param=False) -> dict:
+def zero_cfg(stage: int, batch: int, world: int, *, bf16=False, offload_opt=False, offload_param=False,
+             nvme: str | None = None) -> dict:
+    """``nvme``: a folder: what is offloaded goes to files there (ZeRO-Infinity) instead of host memory."""
     zero = {"stage": stage}
+    where = {"device": "nvme", "nvme_path": nvme} if nvme else {"device": "cpu"}
     if offload_opt:
-        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+        zero["offload_optimizer"] = {**where, "pin_memory": True}
     if offload_param:
-        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+        zero["offload_param"] = {**where, "pin_memory": True, **({"max_in_cpu": 0} if nvme else {})}
     cfg = {"train_micro_batch_size_per_gpu": batch, "train_batch_size": batch * world, "gradient_clipping": 1.0,
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01}},
            "zero_optimization": zero}
@@ -91,6 +102,9 @@ def variants():
                         {"bf16": True, "offload_opt": True}))
     out.append(("stage 3 bf16 + offload_optimizer + offload_param cpu (pinned)", 3,
                 {"bf16": True, "offload_opt": True, "offload_param": True}))
+    out.append(("stage 3 bf16 + offload_optimizer nvme", 3, {"bf16": True, "offload_opt": True, "nvme": True}))
+    out.append(("stage 3 bf16 + offload_optimizer + offload_param nvme", 3,
+                {"bf16": True, "offload_opt": True, "offload_param": True, "nvme": True}))
     return out
 
 
@@ -126,20 +140,19 @@ def _cuda_now(dev) -> int:
 
 
 def _pinned(engine) -> dict:
-    """Of the offloaded host tensors the engine holds (optimizer masters, parameter shards): how many are pinned."""
+    """Of the offloaded host tensors the engine holds (optimizer masters, parameter shards): how many
+    are pinned. Under NVMe they are in their files between steps: then a buffer of the kind the
+    store reads them into is checked instead."""
     import torch
     found = []
-    try:
-        home = engine.stage.home
-        found += [t for t in getattr(home, "tensors", []) if isinstance(t, torch.Tensor) and t.device.type == "cpu"]
-    except Exception:
-        pass
-    try:
-        shards = getattr(engine.stage.params, "shards", None)
-        found += [t for t in getattr(shards, "shards", []) or []
-                  if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.numel()]
-    except Exception:
-        pass
+    home = engine.stage.home
+    found += [t for t in getattr(home, "tensors", []) if isinstance(t, torch.Tensor) and t.device.type == "cpu"
+              and t.numel()]
+    shards = getattr(engine.stage.params, "shards", None)
+    found += [t for t in getattr(shards, "shards", []) or []
+              if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.numel()]
+    if getattr(home.store, "files", None) is not None:
+        found.append(home.store.buffer(1, torch.float32))
     return {"host_tensors": len(found), "pinned": sum(1 for t in found if t.is_pinned())}
 
 
@@ -183,7 +196,7 @@ def one_gpu(sizes: dict) -> dict:
 
     for name, stage, opts in variants():
         r = out["zerolab"][name] = {"stage": stage, **opts}
-        engine = step = None
+        engine = step = nvme_dir = None
         try:
             _sync(dev)
             gc.collect()        # (the engine before this one is gone: closed, unreferenced, collected)
@@ -191,7 +204,10 @@ def one_gpu(sizes: dict) -> dict:
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats(dev)
             base = _cuda_now(dev)
-            engine = zerolab.initialize(make_model(w, L), zero_cfg(stage, b, 1, **opts))
+            kw = dict(opts)
+            if kw.pop("nvme", False):
+                kw["nvme"] = nvme_dir = tempfile.mkdtemp(prefix="zerolab-gpu-check-nvme-")
+            engine = zerolab.initialize(make_model(w, L), zero_cfg(stage, b, 1, **kw))
 
             def step(engine=engine):
                 loss = loss_fn(engine(x.to(engine.dtype)).float(), y)
@@ -204,6 +220,8 @@ def one_gpu(sizes: dict) -> dict:
             r.update(losses=losses, median_step_s=statistics.median(times),
                      ratio_to_torch_fp32=statistics.median(times) / ref["median_step_s"],
                      ledger_device=mem, ledger_host=engine.memory("host"))
+            if opts.get("nvme"):
+                r["ledger_nvme"] = engine.memory("nvme")
             if dev.type == "cuda":
                 alloc = _cuda_now(dev) - base
                 peak = torch.cuda.max_memory_allocated(dev) - base
@@ -237,6 +255,11 @@ def one_gpu(sizes: dict) -> dict:
                     r.setdefault("flags", []).append("close() raised: " + traceback.format_exc()[-500:])
             del engine, step
             gc.collect()
+            if nvme_dir:
+                left = [str(p) for p in pathlib.Path(nvme_dir).rglob("*")]
+                if left:        # the engine removes its swap files when it closes
+                    r.setdefault("flags", []).append(f"{len(left)} swap paths left after close: {left[:3]}")
+                shutil.rmtree(nvme_dir, ignore_errors=True)
             if dev.type == "cuda" and "cuda" in r:   # what is left once the engine is closed and gone
                 r["cuda"]["left_after_close"] = _cuda_now(dev) - base
     return out
@@ -412,6 +435,8 @@ def readable(res: dict) -> str:
             if "cuda" in r:
                 cells.append(f"CUDA allocated {r['cuda']['allocated_above_base']:,} B "
                              f"(peak {r['cuda']['peak_above_base']:,}; after close {r['cuda'].get('left_after_close', 0):,})")
+            if "ledger_nvme" in r:
+                cells.append(f"on NVMe {r['ledger_nvme']['model_states']:,} B")
             if "pinning" in r:
                 cells.append(f"pinned {r['pinning']['pinned']}/{r['pinning']['host_tensors']} host tensors")
             if "fp32_loss_gap_to_torch" in r:
