@@ -25,14 +25,16 @@ __all__ = ["step_norms"]
 _HOST_CHUNK = 1 << 20
 
 
-def _sumsq(g: torch.Tensor) -> float:
-    """The sum of squares of ``g`` in fp64. On the host (offloaded gradient shards) in chunks of 2^20:
-    torch's fp64 norm of a float32 tensor is several times slower in one piece there."""
+def _sumsq(g: torch.Tensor) -> torch.Tensor | float:
+    """The sum of squares of ``g`` in fp64: a 0-dim tensor where ``g`` lives (read by the caller once
+    for all gradients: on a GPU each read waits for the device, and stage 3 has one gradient a
+    parameter). On the host (offloaded gradient shards) in chunks of 2^20: torch's fp64 norm of a
+    float32 tensor is several times slower in one piece there."""
     if not g.numel():
         return 0.0
     if g.device.type == "cpu" and g.numel() > _HOST_CHUNK:
         return sum(float(torch.linalg.vector_norm(c, dtype=torch.float64).square()) for c in g.split(_HOST_CHUNK))
-    return float(torch.linalg.vector_norm(g, dtype=torch.float64).square())
+    return torch.linalg.vector_norm(g, dtype=torch.float64).square()
 
 
 def step_norms(comm, stage, grads: list[torch.Tensor], opt_groups: list[int], *, check: bool, clip: float,
@@ -44,8 +46,10 @@ def step_norms(comm, stage, grads: list[torch.Tensor], opt_groups: list[int], *,
     need_norm = clip > 0 or sharded               # stages 1-3 always compute the norm (DeepSpeed logs it)
     per_group: dict[int, float] = {}
     if check or need_norm:
-        for g, k in zip(grads, opt_groups):
-            per_group[k] = per_group.get(k, 0.0) + _sumsq(g)
+        sums: dict = {}
+        for g, k in zip(grads, opt_groups):       # (the same fp64 additions, in the same order, as
+            sums[k] = sums.get(k, 0.0) + _sumsq(g)   # on Python floats: the same bits)
+        per_group = {k: float(v) for k, v in sums.items()}   # one wait for the device per group
     local = sum(per_group.values())
     if not sharded:                               # stage 0: every rank has the same gradient
         overflow = check and not math.isfinite(local)
