@@ -31,7 +31,7 @@ def profile(width: int, layers: int, steps: int) -> str:
 
     import zerolab
     sys.path.insert(0, os.path.join(ROOT, "tools"))
-    from gpu_check import make_model, zero_cfg
+    from gpu_check import make_model, torch_step, zero_cfg
 
     dev = zerolab.rank_info().device
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -42,16 +42,9 @@ def profile(width: int, layers: int, steps: int) -> str:
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
     out = [f"{dev}, MLP width {width} x {layers} layers, {steps} profiled steps after 3 warm-up steps"]
 
-    def torch_step(model=make_model(width, layers).to(dev)):
-        opt = torch_step.opt
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        return loss.detach()
-    torch_step.opt = torch.optim.AdamW(torch_step.__defaults__[0].parameters(), lr=1e-4, weight_decay=0.01)
-    candidates = [("torch", torch_step, None)]
+    model = make_model(width, layers).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    candidates = [("torch", lambda: torch_step(model, opt, loss_fn, x, y), None)]
     for stage in (0, 3):
         engine = zerolab.initialize(make_model(width, layers), zero_cfg(stage, 64, 1))
 

@@ -73,6 +73,19 @@ def make_model(width: int, layers: int):
     return nn.Sequential(*mods, nn.Linear(width, width))
 
 
+def torch_step(model, opt, loss_fn, x, y, amp: bool = False):
+    """One step of plain torch training (AdamW, clipping 1.0; ``amp``: bf16 autocast), the
+    baseline every zerolab run here is set beside; returns the loss."""
+    import torch
+    opt.zero_grad(set_to_none=True)
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=amp):
+        loss = loss_fn(model(x).float(), y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss.detach()
+
+
 def zero_cfg(stage: int, batch: int, world: int, *, bf16=False, offload_opt=False, offload_param=False,
              nvme: str | None = None) -> dict:
     """``nvme``: a folder: what is offloaded goes to files there (ZeRO-Infinity) instead of host memory."""
@@ -180,13 +193,7 @@ def one_gpu(sizes: dict) -> dict:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
 
         def step(model=model, opt=opt, amp=amp):
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
-                loss = loss_fn(model(x).float(), y)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            return loss.detach()
+            return torch_step(model, opt, loss_fn, x, y, amp)
         losses, times = _timed(step, dev, warm, n)
         out["torch"][name] = {"losses": losses, "median_step_s": statistics.median(times)}
         del model, opt, step
@@ -365,14 +372,7 @@ def many_gpus(sizes: dict, rounds: int) -> dict:
     ddp = DDP(make_model(w, L).to(dev), device_ids=[dev.index] if dev.type == "cuda" else None)
     opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4, weight_decay=0.01)
 
-    def ddp_step():
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(ddp(x), y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(ddp.parameters(), 1.0)
-        opt.step()
-        return loss.detach()
-    steps["torch DDP"] = ddp_step
+    steps["torch DDP"] = lambda: torch_step(ddp, opt, loss_fn, x, y)
     engines = []
     for stage in range(4):
         try:
