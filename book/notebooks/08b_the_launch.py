@@ -507,3 +507,8 @@ print(f"launch      exit status of zerolab train {status['zerolab train']}, of t
 #    8 GPUs. If the config's `train_batch_size` said 64 instead of 128, which micro-batch per GPU
 #    would the config imply (`zerolab.load_config(config, 8)`)? Why must the script's arguments
 #    and the config agree?
+
+# %% id="ch08b-23"
+import shutil
+
+shutil.rmtree(work, ignore_errors=True)      # the launches' folder: nothing left in the temp folder

@@ -423,3 +423,8 @@ print(f"consolidated  one fp32 state dict equal to the engine's parameters: {sam
 #
 # **Your turn:** in `exercises/09_capstone_config.ipynb` you write this run's DeepSpeed config
 # yourself, for any number of ranks, and the check trains the GPT with it on 2 and 3 ranks.
+
+# %% id="ch09-22"
+import shutil
+
+shutil.rmtree(ckpt, ignore_errors=True)      # this run's checkpoints (about 12 MB): nothing left in the temp folder
