@@ -220,13 +220,13 @@ for name, t in cost.items():
 # only when the device memory is short, and prefer more GPUs when you can have them.
 
 # %% [markdown] id="ch05b-gpu"
-# **Measured once on a GPU.** On 2026-12-04 a lent machine with one NVIDIA H200 ran
-# `tools/gpu_check.py` (its figures are in `benchmarks/results/gpu_check.txt`; this notebook does not
-# run it): a 37.8M-parameter MLP at world size 1, where torch's own step took about 5 ms. With the
+# **Measured on a GPU, one day.** On 2026-12-04 a lent machine with one NVIDIA H200 ran
+# `tools/gpu_check.py` five times (its figures: `benchmarks/results/gpu_check_runs.txt`; this
+# notebook does not run it): a 37.8M-parameter MLP at world size 1, where torch's own step took about 5 ms. With the
 # optimizer offloaded to pinned host memory a step took 10-20x as long (Adam on the host over 37.8M
 # parameters, every step), with it in NVMe files 100-140x (about half a gigabyte read and written
 # each step), while the GPU memory of the model states fell from 605 MB to 76 MB (stage 3, bf16),
-# and to 0.1 MB with the parameters offloaded too. The same run caught a bug in zerolab: the
+# and to 0.1 MB with the parameters offloaded too. The first run caught a bug in zerolab: the
 # gradients went down to the warehouse as an asynchronous copy (`non_blocking=True`, the way pinned
 # memory is meant to be used), and the host's Adam began reading them before the truck had arrived.
 # The losses drifted away from the same run without offload, and nothing raised an error. Whatever

@@ -26,15 +26,17 @@ _HOST_CHUNK = 1 << 20
 
 
 def _sumsq(g: torch.Tensor) -> torch.Tensor | float:
-    """The sum of squares of ``g`` in fp64: a 0-dim tensor where ``g`` lives (read by the caller once
-    for all gradients: on a GPU each read waits for the device, and stage 3 has one gradient a
-    parameter). On the host (offloaded gradient shards) in chunks of 2^20: torch's fp64 norm of a
-    float32 tensor is several times slower in one piece there."""
+    """The sum of squares of ``g`` in fp64. On a GPU a 0-dim tensor there, read by the caller once
+    for all gradients (each read waits for the device, and stage 3 has one gradient a parameter);
+    on the host a float (reading costs no wait, and adding floats is cheaper than adding tensors),
+    in chunks of 2^20 for a large tensor: torch's fp64 norm of a float32 tensor is several times
+    slower in one piece there."""
     if not g.numel():
         return 0.0
     if g.device.type == "cpu" and g.numel() > _HOST_CHUNK:
         return sum(float(torch.linalg.vector_norm(c, dtype=torch.float64).square()) for c in g.split(_HOST_CHUNK))
-    return torch.linalg.vector_norm(g, dtype=torch.float64).square()
+    s = torch.linalg.vector_norm(g, dtype=torch.float64).square()
+    return s if s.is_cuda else float(s)
 
 
 def step_norms(comm, stage, grads: list[torch.Tensor], opt_groups: list[int], *, check: bool, clip: float,
