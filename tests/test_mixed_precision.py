@@ -2,7 +2,10 @@
 
 * At one rank the engine IS the single-process mixed-precision recipe, so it must match a
   hand-written one (model in 16 bit, fp32 master weights, scaled loss, unscale + clip, step
-  on the masters, copy back) exactly.
+  on the masters, copy back) bit for bit. (It once matched only within 1e-6 on this machine and
+  failed on another CPU at 5e-5: the recipe divided where DeepSpeed multiplies by the inverse,
+  and kept the fp64 norm that stages 1-2 send as fp32; an ulp in the clipping factor is enough
+  for the fp16 copy of a master to round the other way, which Adam then amplifies.)
 * At 2 and 3 ranks the 16-bit gradients are summed in a different order, so we state a
   tolerance: within 1e-2 (absolute, on weights of order 1) of the same recipe and 2e-2 of
   fp32 training.
@@ -28,8 +31,11 @@ def cfg(stage, world, prec, gas=1):
             prec: {"enabled": True, **({"initial_scale_power": 8} if prec == "fp16" else {})}}
 
 
-def mixed_reference(config, batches, dtype):
-    """Single-process mixed precision, written out by hand."""
+def mixed_reference(config, batches, dtype, fp32_norm=False):
+    """Single-process mixed precision, written out by hand, as DeepSpeed takes each step: the
+    squared norm summed in fp64 (and rounded to fp32 with ``fp32_norm``: stages 1-2 all-reduce it
+    as one fp32), then the gradients multiplied by 1 / (loss scale x clipping factor). Either
+    difference moves the factor by an ulp, which the fp16 copy of the masters can amplify."""
     model = TinyLM().to(dtype)
     params = [p for p in model.parameters() if p.requires_grad]
     masters = [p.detach().float().clone() for p in params]
@@ -42,13 +48,15 @@ def mixed_reference(config, batches, dtype):
         (lm_loss(model(x), y) * scale).backward()
         grads = [p.grad.float() for p in params]
         sq = sum(float(g.double().pow(2).sum()) for g in grads)
+        if fp32_norm:
+            sq = float(torch.tensor(sq, dtype=torch.float32))
         overflow = not math.isfinite(sq)
         scaler.update_scale(overflow)
         if overflow:
             continue
         combined = scale * max(1.0, (math.sqrt(sq) / scale + 1e-6) / config["gradient_clipping"])
         for m, g in zip(masters, grads):
-            m.grad = g / combined
+            m.grad = g * (1.0 / combined)
         opt.step()
         with torch.no_grad():
             for p, m in zip(params, masters):
@@ -69,7 +77,7 @@ def run(prec, steps=4):
         engine = zerolab.initialize(TinyLM(), c)
         train_engine(engine, batches, lm_loss)
         got = engine.full_params()
-        same = mixed_reference(c, batches, dtype)
+        same = mixed_reference(c, batches, dtype, fp32_norm=stage in (1, 2))
         fp32 = train_reference(TinyLM(), {**{k: v for k, v in c.items() if k != prec}}, batches, lm_loss)
         out[stage] = {"vs_recipe": max(float((got[k] - same[k]).abs().max()) for k in got),
                       "vs_fp32": max(float((got[k] - fp32[k]).abs().max()) for k in got),
@@ -86,7 +94,7 @@ def test_mixed_precision_every_stage(world, prec):
     for stage, r in res[0].items():
         assert r["masters_fp32"] and r["model_dtype"] == f"torch.{'float16' if prec == 'fp16' else 'bfloat16'}"
         # 16-bit gradients pre-divided by N and summed across ranks in another order
-        tol_recipe = 1e-6 if world == 1 else 1e-2
+        tol_recipe = 0.0 if world == 1 else 1e-2   # one rank: bit for bit
         assert r["vs_recipe"] <= tol_recipe, (stage, r)
         assert r["vs_fp32"] <= 2e-2, (stage, r)
     if prec == "fp16":   # initial scale 2^8 and this model: no overflow expected
