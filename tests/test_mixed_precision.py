@@ -2,7 +2,7 @@
 
 * At one rank the engine IS the single-process mixed-precision recipe, so it must match a
   hand-written one (model in 16 bit, fp32 master weights, scaled loss, unscale + clip, step
-  on the masters, copy back) bit for bit. (It once matched only within 1e-6 on this machine and
+  on the masters, copy back) bit for bit. (It once matched only within 1e-6 where it was written and
   failed on another CPU at 5e-5: the recipe divided where DeepSpeed multiplies by the inverse,
   and kept the fp64 norm that stages 1-2 send as fp32; an ulp in the clipping factor is enough
   for the fp16 copy of a master to round the other way, which Adam then amplifies.)
