@@ -357,10 +357,13 @@ with open(info + ".tmp", "w") as f:
                "resource_tracker": resource_tracker._resource_tracker._pid,
                "workdir": crew._workdir, "mp_tempdir": multiprocessing.util.get_temp_dir()}, f)
 os.rename(info + ".tmp", info)
-if how == "idle":                             # the ranks wait for a task
+if how in ("idle", "closed", "exit"):         # the ranks wait for a task; or the crew has ended
+    if how != "idle":
+        crew.close()
     for r in range(2):
         open(f"{flag}.{r}", "w").close()
-    time.sleep(600)
+    if how != "exit":                         # "exit": a normal exit once the crew has ended
+        time.sleep(600)
 else:
     crew.run(work, flag, how)
 """
@@ -464,6 +467,43 @@ def test_a_crew_killed_with_its_whole_process_group_is_swept_by_the_next(tmp_pat
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(driver.pid, signal.SIGKILL)
         driver.wait(10)
+
+
+def test_a_driver_killed_between_crews_is_swept_by_the_next(tmp_path, monkeypatch):
+    """A kernel shut down after its last crew ended (how nbval and Jupyter end most kernels) has
+    no crew folder and no rank to name multiprocessing's temp folder (the forkserver's socket): the
+    driver's mark does, and the next crew's sweep removes both. A driver that exits normally
+    leaves neither. (They had piled up: 1,600 pymp-* folders in this machine's /tmp, one per
+    notebook run.)"""
+    private = tempfile.mkdtemp(prefix="zl-")   # short: AF_UNIX paths; a sweep elsewhere must not see it
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    for how in ("exit", "closed"):
+        run = tmp_path / how
+        run.mkdir()
+        driver = _start_driver(run, how, TMPDIR=str(private))
+        try:
+            started = _wait_until_started(driver, run)
+            mark = os.path.join(private, f"zerolab-driver-{driver.pid}")
+            assert not os.path.exists(started["workdir"])          # the crew ended: its folder went
+            if how == "exit":
+                assert driver.wait(60) == 0, (run / "driver.err").read_text()
+                assert not os.path.exists(mark) and not os.path.exists(started["mp_tempdir"])
+                continue
+            assert os.path.exists(mark) and os.path.exists(started["mp_tempdir"])
+            zerolab.crew.workdirs._sweep_stale_workdirs()          # a live driver's: kept
+            assert os.path.exists(mark) and os.path.exists(started["mp_tempdir"])
+            os.killpg(driver.pid, signal.SIGKILL)                   # as Jupyter does
+            driver.wait(10)
+            deadline = time.monotonic() + 10                        # (its forkserver goes by itself)
+            while zerolab.crew.procs.pid_alive(started["forkserver"]) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert os.path.exists(started["mp_tempdir"])           # nobody was left to clean up
+            zerolab.crew.workdirs._sweep_stale_workdirs()          # what the next Crew() does first
+            assert not os.path.exists(started["mp_tempdir"]) and not os.path.exists(mark)
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(10)
 
 
 # ----------------------------------------------------------------------------- two crews

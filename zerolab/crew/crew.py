@@ -75,7 +75,7 @@ from .limits import (SHM_NAMES, CrewError, CrewTimeout, RankError, T, TooManyRan
 from .worker import (RankInfo, _destroy_at_exit, _format_error, _info_from_initialized_group,  # noqa: F401
                           _rank_main, _Redirect, _watch_lifeline, device, init_from_env, rank, rank_info,
                           under_torchrun, world_size)
-from .workdirs import _driver_tmp, _sweep_stale_workdirs
+from .workdirs import _driver_tmp, _mark_driver, _sweep_stale_workdirs
 
 __all__ = [
     "Crew", "launch", "rank_info", "rank", "world_size", "device", "RankInfo",
@@ -197,6 +197,7 @@ class Crew:
         ctx.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", "cloudpickle", "zerolab._face",
                                    "zerolab.crew.worker"])
         _sweep_stale_workdirs()
+        _mark_driver()
         self._workdir = tempfile.mkdtemp(prefix="zerolab-crew-")
         with open(os.path.join(self._workdir, "driver"), "w") as f:    # for _sweep_stale_workdirs
             f.write("\n".join(map(str, _driver_tmp(0))))
