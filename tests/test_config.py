@@ -692,14 +692,50 @@ def test_ignored_settings_lists_what_the_user_set_with_no_effect_and_why():
         bf16={"enabled": True, "immediate_grad_update": True},
         zero_optimization={"stage": 3, "allgather_partitions": False,
                            "allgather_bucket_size": 100, "offload_optimizer": {"device": "none", "pin_memory": True}},
-        optimizer={"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}), 2).ignored_settings()
+        optimizer={"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True, "foreach": False}}), 2).ignored_settings()
     assert [k for k, _ in other] == [
         "steps_per_print", "wall_clock_breakdown", "aio",      # a no-effect block is listed once
         "zero_optimization.allgather_partitions", "zero_optimization.allgather_bucket_size",
         "zero_optimization.offload_optimizer.pin_memory", "bf16.immediate_grad_update",
-        "optimizer.params.torch_adam"]
+        "optimizer.params.foreach"]                           # (torch_adam has an effect: below)
     assert all(why for _, why in other)
     assert "no optimizer reads it" in dict(other)["zero_optimization.allgather_partitions"]
+
+
+@pytest.mark.parametrize("kind, params, cls, decay", [
+    ("Adam", {}, "AdamW", 0.0),                                    # FusedAdam, adam_w_mode: its 0
+    ("AdamW", {}, "AdamW", 0.0),
+    ("Adam", {"torch_adam": True}, "AdamW", 0.01),                 # torch.optim.AdamW's own default
+    ("AdamW", {"torch_adam": True}, "AdamW", 0.01),
+    ("AdamW", {"torch_adam": True, "weight_decay": 0.0}, "AdamW", 0.0),
+    ("Adam", {"torch_adam": True, "adam_w_mode": False}, "Adam", 0.0),   # torch.optim.Adam: 0
+    ("Adam", {"torch_adam": False, "weight_decay": 0.1}, "AdamW", 0.1),
+])
+def test_the_weight_decay_is_the_one_of_the_class_deepspeed_builds(kind, params, cls, decay):
+    """DeepSpeed 0.19.8 (engine.get_optimizer_configuration) builds FusedAdam for Adam/AdamW
+    (weight_decay 0 unless given), or with torch_adam torch.optim.AdamW / Adam with the params as
+    given, so an AdamW without weight_decay decays by torch's 0.01. `zerolab compare` once showed
+    losses apart from step 2 on because it added torch_adam to DeepSpeed's side alone."""
+    opt = load_config(with_batch(optimizer={"type": kind, "params": {"lr": 1e-3, **params}}), 2).optimizer
+    assert (opt.torch_name, opt.params["weight_decay"]) == (cls, decay)
+    assert "torch_adam" not in opt.params                        # picks the defaults, not a torch argument
+
+
+def test_compare_gives_deepspeed_the_same_update_as_the_config_asks():
+    """`zerolab compare` runs DeepSpeed on the CPU, where FusedAdam has no op: torch's AdamW stands in
+    with FusedAdam's weight decay (0), unless the config asked for torch_adam itself."""
+    from zerolab.tools.compare_ds import runnable_on_cpu
+    fused = {"optimizer": {"type": "Adam", "params": {"lr": 1e-3}}}
+    got = runnable_on_cpu(fused)["optimizer"]["params"]
+    assert got == {"lr": 1e-3, "torch_adam": True, "weight_decay": 0.0} and fused["optimizer"]["params"] == {"lr": 1e-3}
+    torch_adam = {"optimizer": {"type": "AdamW", "params": {"torch_adam": True}}}
+    assert runnable_on_cpu(torch_adam)["optimizer"]["params"] == {"torch_adam": True}
+    sgd = {"optimizer": {"type": "SGD", "params": {"lr": 0.1}}}
+    assert runnable_on_cpu(sgd)["optimizer"] == sgd["optimizer"]
+    for cfg in (fused, torch_adam):         # zerolab reads each as DeepSpeed then builds it
+        a = load_config(with_batch(**cfg), 2).optimizer
+        b = load_config(with_batch(**runnable_on_cpu(cfg)), 2).optimizer
+        assert (a.torch_name, dict(a.params)) == (b.torch_name, dict(b.params))
 
 
 def test_explain_config_reads_any_deepspeed_config():
@@ -731,3 +767,17 @@ def test_explain_config_keeps_real_errors_apart():
     assert "Optimizer: Lamb, which zerolab does not build" in text
     with pytest.raises(ConfigError, match="cannot read"):
         explain_config("/nonexistent/ds.json", 2)
+
+
+def test_compare_says_how_far_apart_the_losses_are():
+    from zerolab.tools.compare import table
+    from zerolab.tools.compare_ds import summarize
+    calls = [{"family": "all_reduce", "numel": 100, "bytes": 400}]
+
+    def side(losses):
+        return {"steps": [{"step": i + 1, "loss": v, "summary": summarize(calls)} for i, v in enumerate(losses)],
+                "memory": [{"params": 400}]}
+    text, ok = table(side([2.5, 1.25]), side([2.5, 1.25]))
+    assert ok and "the losses: equal bit for bit" in text
+    text, ok = table(side([2.5, 1.25]), side([2.5, 1.25003]))
+    assert ok and "the losses: at most 3e-05 apart" in text      # the calls still match: ok stays

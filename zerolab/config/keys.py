@@ -271,7 +271,10 @@ OPTIMIZER_PARAMS = {
         "lr": _LR, "betas": _I(as_betas, (0.9, 0.999), "Adam's moment decays"),
         "eps": _I(as_num(lo=0), 1e-8, "Adam's epsilon"), "weight_decay": _WEIGHT_DECAY,
         "adam_w_mode": _I(flag, True, "decoupled weight decay: DeepSpeed's \"Adam\" is AdamW unless false"),
-        "torch_adam": _A("picks torch's Adam over FusedAdam; same update"),
+        # DeepSpeed then builds torch.optim.AdamW (or Adam), whose default weight_decay is 0.01
+        # (AdamW), not FusedAdam's 0: the one difference it makes to the update (parse.py)
+        "torch_adam": _I(flag, False, "torch's AdamW/Adam instead of FusedAdam: the same update, but an AdamW "
+                                      "without 'weight_decay' takes torch's default, 0.01"),
         "fp32_optimizer_states": _A("read only by DeepSpeedCPUAdam; zerolab's host step keeps fp32 states"),
         "foreach": _A(_TORCH_CHOICE),
         "bias_correction": _ni("Adam without bias correction", True),
@@ -289,7 +292,8 @@ OPTIMIZER_PARAMS = {
     },
 }
 OPTIMIZER_PARAMS["AdamW"] = OPTIMIZER_PARAMS["Adam"]
-ADAM_DEFAULTS = {k: v for k, v in defaults(OPTIMIZER_PARAMS["Adam"]).items() if k != "adam_w_mode"}
+ADAM_DEFAULTS = {k: v for k, v in defaults(OPTIMIZER_PARAMS["Adam"]).items() if k not in ("adam_w_mode", "torch_adam")}
+TORCH_ADAMW_WEIGHT_DECAY = 0.01     # torch.optim.AdamW's default, which DeepSpeed's torch_adam path keeps
 SGD_DEFAULTS = defaults(OPTIMIZER_PARAMS["SGD"])
 
 # ---- the top level ----------------------------------------------------------------------------

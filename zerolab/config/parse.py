@@ -265,6 +265,10 @@ def _parse_optimizer(p: K.Problems, d: dict) -> OptimizerConfig | None:
     out = K.read_fields(p, params, "optimizer.params", K.OPTIMIZER_PARAMS[name],
                         given={"adam_w_mode": True} if name == "AdamW" else {})
     adam_w_mode = name != "SGD" and out.pop("adam_w_mode")
+    # torch_adam: DeepSpeed builds torch.optim.AdamW (or Adam) in place of FusedAdam and passes the
+    # params as given, so an AdamW without 'weight_decay' gets torch's default, not FusedAdam's 0
+    if name != "SGD" and out.pop("torch_adam") and adam_w_mode and "weight_decay" not in params:
+        out["weight_decay"] = K.TORCH_ADAMW_WEIGHT_DECAY
     if name == "SGD" and out["nesterov"] and (out["momentum"] <= 0 or out["dampening"] != 0):
         p.add(T("'optimizer.params.nesterov' needs momentum > 0 and dampening 0 (torch.optim.SGD refuses otherwise)"))
     return OptimizerConfig(name, _freeze(out), adam_w_mode)

@@ -432,7 +432,8 @@ ZH["config"] = {
         "只有 DeepSpeed 的 stage 3 才读；在 stage 0-2 它什么也不改变（在 DeepSpeed 里也一样）",
     "tunes the offload when its device is \"cpu\" or \"nvme\"; with device \"none\" it does nothing (in DeepSpeed too)":
         "在卸载设备为 \"cpu\" 或 \"nvme\" 时调节卸载；设备为 \"none\" 时什么也不做（在 DeepSpeed 里也一样）",
-    "picks torch's Adam over FusedAdam; same update": "选用 torch 的 Adam 而不是 FusedAdam；更新结果相同",
+    "torch's AdamW/Adam instead of FusedAdam: the same update, but an AdamW without 'weight_decay' takes torch's default, 0.01":
+        "用 torch 的 AdamW/Adam 代替 FusedAdam：更新方式相同，但没写 'weight_decay' 的 AdamW 会用 torch 的默认值 0.01",
     "read only by DeepSpeedCPUAdam; zerolab's host step keeps fp32 states":
         "只有 DeepSpeedCPUAdam 才读；zerolab 的主机端更新始终以 fp32 保存优化器状态",
     "torch implementation choice; same update": "只是选择 torch 的哪种实现；更新结果相同",
@@ -2884,6 +2885,8 @@ ZH["cli"] = {
         "{config} 在 {world} 个 CPU rank 上（gloo），模型 {model}，第 3-{steps} 步（只计超过 64 字节的调用；"
         "DeepSpeed {version}）：",
     "=> the same calls and bytes": "=> 调用次数和字节数都相同",
+    "the losses: equal bit for bit": "损失：逐位相同",
+    "the losses: at most {gap:.2g} apart": "损失：相差至多 {gap:.2g}",
     "=> DIFFERENT: see the rows marked above": "=> 不同：见上面标出的行",
 }
 

@@ -43,7 +43,9 @@ def run_deepspeed(python: str, config: dict, model: str, world: int, steps: int,
         script = shutil.copy(compare_ds.__file__, os.path.join(tmp, "compare_ds.py"))
         with open(cfg, "w") as f:
             json.dump(config, f)
-        env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        # (PET_LOG_DIR: torchrun's --log-dir; by default it leaves a torchelastic_* folder in /tmp a run)
+        env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+               "PET_LOG_DIR": os.path.join(tmp, "torchrun-logs")}
         cmd = [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(world),
                script, "--config", cfg, "--model", model, "--steps", str(steps), "--out", out]
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -113,6 +115,9 @@ def table(ds: dict, zl: dict, tolerance: float = 0.02) -> tuple[str, bool]:
     lines.append(f"  {'step':<6}{'zerolab loss':>16}{'DeepSpeed loss':>18}")
     for s, d in zip(zl["steps"], ds["steps"]):
         lines.append(f"  {s['step']:<6}{s['loss']:>16.6f}{d['loss']:>18.6f}")
+    gap = max((abs(s["loss"] - d["loss"]) for s, d in zip(zl["steps"], ds["steps"])), default=0.0)
+    lines.append("  " + (T("the losses: equal bit for bit") if gap == 0 else
+                         T("the losses: at most {gap:.2g} apart", gap=gap)))
     lines.append("")
     mem = zl["memory"][0]
     lines.append("  zerolab memory per rank (rank 0, engine.memory()): " + ", ".join(

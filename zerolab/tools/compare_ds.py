@@ -217,6 +217,22 @@ def build(model: str, rank: int):
 MODELS = ("mlp", "tied")
 
 
+def runnable_on_cpu(cfg: dict) -> dict:
+    """The config as DeepSpeed can run it here, with the same update: FusedAdam, which an Adam or
+    AdamW config asks for, has no op built on this CPU, so torch's AdamW/Adam stands in, with
+    FusedAdam's weight decay when the config gives none (torch.optim.AdamW's own default is 0.01;
+    a config that asks for torch_adam keeps it, as DeepSpeed does)."""
+    cfg = json.loads(json.dumps(cfg))
+    opt = cfg.setdefault("optimizer", {"type": "Adam", "params": {"lr": 1e-3}})
+    if str(opt.get("type", "")).lower() in ("adam", "adamw"):
+        params = opt.setdefault("params", {})
+        if not params.get("torch_adam"):
+            params["torch_adam"] = True
+            params.setdefault("weight_decay", 0.0)
+    cfg.setdefault("zero_allow_untested_optimizer", True)
+    return cfg
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True)
@@ -232,11 +248,7 @@ def main() -> None:
     deepspeed.init_distributed(dist_backend="gloo")
     rank = dist.get_rank()
     with open(a.config) as f:
-        cfg = json.load(f)
-    opt = cfg.setdefault("optimizer", {"type": "Adam", "params": {"lr": 1e-3}})
-    if opt.get("type", "").lower() in ("adam", "adamw"):
-        opt.setdefault("params", {})["torch_adam"] = True      # torch's Adam: no op to build on CPU
-    cfg.setdefault("zero_allow_untested_optimizer", True)
+        cfg = runnable_on_cpu(json.load(f))
     model, x, loss_fn = build(a.model, rank)
     engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
     steps = []
