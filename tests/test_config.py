@@ -781,3 +781,13 @@ def test_compare_says_how_far_apart_the_losses_are():
     assert ok and "the losses: equal bit for bit" in text
     text, ok = table(side([2.5, 1.25]), side([2.5, 1.25003]))
     assert ok and "the losses: at most 3e-05 apart" in text      # the calls still match: ok stays
+
+
+def test_compare_refuses_a_config_deepspeed_would_refuse_before_running_it(tmp_path):
+    """(It used to start DeepSpeed, which failed after its start with only torchrun's summary shown.)"""
+    from zerolab.tools.compare import main
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"train_batch_size": 8, "zero_optimization": {"stage": 1}}))
+    said = []
+    assert main(str(path), world=3, ds_python="/nonexistent/python", out=said.append) == 2
+    assert "cannot run on 3 ranks" in said[0] and "must be a multiple of world_size = 3" in said[0], said

@@ -2886,6 +2886,7 @@ ZH["cli"] = {
         "DeepSpeed {version}）：",
     "=> the same calls and bytes": "=> 调用次数和字节数都相同",
     "the losses: equal bit for bit": "损失：逐位相同",
+    "{config} cannot run on {world} ranks: {reason}": "{config} 无法在 {world} 个 rank 上运行：{reason}",
     "the losses: at most {gap:.2g} apart": "损失：相差至多 {gap:.2g}",
     "=> DIFFERENT: see the rows marked above": "=> 不同：见上面标出的行",
 }

@@ -130,6 +130,12 @@ def main(config_path: str, *, world: int = 2, steps: int = 5, model: str = "mlp"
          out=print) -> int:
     with open(config_path) as f:
         config = json.load(f)
+    from ..config import ConfigError, load_config
+    try:                                # a config DeepSpeed would refuse: zerolab's reason, before minutes
+        load_config(config, world)      # of DeepSpeed's start ending in its traceback's last lines
+    except ConfigError as e:
+        out(T("{config} cannot run on {world} ranks: {reason}", config=config_path, world=world, reason=e))
+        return 2
     python = deepspeed_python(ds_python)
     if python is None:
         out(T(INSTALL))
