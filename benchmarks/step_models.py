@@ -81,7 +81,7 @@ def run_deepspeed(python: str, world: int, script: str, args: list[str]) -> dict
     (``python``), on the CPU, with ``--out FILE`` appended; returns the JSON it wrote there."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "ds.json")
-        env = {**os.environ, "DS_ACCELERATOR": "cpu"}
+        env = {**os.environ, "DS_ACCELERATOR": "cpu", "PET_LOG_DIR": os.path.join(tmp, "torchrun-logs")}
         for attempt in range(3):       # DeepSpeed's own CPU shared-memory op aborts a start now and then
             run = subprocess.run([python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                                   str(world), script, *args, "--out", out],

@@ -581,7 +581,7 @@ class _Scripts:
         main.write_text(MAIN_SCRIPT)
         under = folder / "under_torchrun.py"
         under.write_text(TORCHRUN_SCRIPT)
-        env = dict(os.environ, OMP_NUM_THREADS="1")
+        env = dict(os.environ, OMP_NUM_THREADS="1", PET_LOG_DIR=str(folder / "torchrun-logs"))
         cmds = {"no_guard": [PY, str(main)],
                 "torchrun": [PY, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                              "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),

@@ -106,6 +106,7 @@ def one_line_changed(script: str) -> str:
 def run(cmd, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     env["OMP_NUM_THREADS"] = "1"
+    env["PET_LOG_DIR"] = str(tmp_path / "torchrun-logs")     # torchrun's --log-dir: not a folder in /tmp a run
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]

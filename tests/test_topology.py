@@ -172,7 +172,7 @@ def test_two_torchrun_agents_on_localhost(tmp_path):
     script = tmp_path / "nodes.py"
     script.write_text(TORCHRUN_NODES_SCRIPT)
     port = _free_port()
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
+    env = dict(os.environ, OMP_NUM_THREADS="1", PET_LOG_DIR=str(tmp_path / "torchrun-logs"), PYTHONPATH=os.pathsep.join(
         [os.path.dirname(os.path.dirname(zerolab.__file__)), os.environ.get("PYTHONPATH", "")]))
     procs = [subprocess.Popen([PY, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
                                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"localhost:{port}",

@@ -45,7 +45,8 @@ def test_the_same_entry_point_under_torchrun(tmp_path):
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     r = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", "-m", "zerolab.cli", "train",
                         "--config", str(CONFIG), "--steps", "3", "--picture", str(pic)],
-                       capture_output=True, text=True, timeout=240, env=env(), cwd=tmp_path)
+                       capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                       env={**env(), "PET_LOG_DIR": str(tmp_path / "torchrun-logs")})   # torchrun's --log-dir
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     check_summary(r.stdout, 2, 3, pic)
     assert r.stdout.count("zerolab train: TinyLM") == 1                 # rank 0 alone prints it

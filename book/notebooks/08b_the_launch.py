@@ -389,8 +389,8 @@ cmd = [torchrun, "--standalone", "--nproc_per_node", "2", "train.py", "--deepspe
        "--deepspeed_config", "ds_config.json"]
 print("$", " ".join(["torchrun"] + cmd[1:]))
 env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
-run = subprocess.run(cmd, cwd=work, capture_output=True, text=True, env={**env, "OMP_NUM_THREADS": "1"},
-                     timeout=300)
+run = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=300,   # (PET_LOG_DIR: torchrun's
+                     env={**env, "OMP_NUM_THREADS": "1", "PET_LOG_DIR": str(work / "torchrun-logs")})  # logs, in work)
 status["torchrun train.py"] = run.returncode
 print("exit status", run.returncode)
 print(run.stdout.strip() if run.returncode == 0 else run.stdout[-2000:] + run.stderr[-3000:])
