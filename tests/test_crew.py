@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -504,6 +505,9 @@ def test_a_driver_killed_between_crews_is_swept_by_the_next(tmp_path, monkeypatc
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(driver.pid, signal.SIGKILL)
             driver.wait(10)
+    import multiprocessing.process
+    if not str(multiprocessing.process.current_process()._config.get("tempdir", "")).startswith(private):
+        shutil.rmtree(private, ignore_errors=True)             # (unless this process's own lives there)
 
 
 # ----------------------------------------------------------------------------- two crews
