@@ -62,6 +62,7 @@ def _zerolab_side(config: dict, model: str, steps: int) -> dict:
     from zerolab.tools import compare_ds as cd
     net, x, loss_fn = cd.build(model, zerolab.rank())
     engine = zerolab.initialize(net, config)
+    x = cd.in_model_dtype(x, engine.module)
     led = engine.ledger
     out = []
     try:

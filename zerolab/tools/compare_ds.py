@@ -217,6 +217,12 @@ def build(model: str, rank: int):
 MODELS = ("mlp", "tied")
 
 
+def in_model_dtype(x, module):
+    """Float inputs in the dtype of the engine's model, as a DeepSpeed script casts them under
+    fp16 or bf16 (the engine does not, unless fp16's auto_cast); token ids as they are."""
+    return x.to(next(module.parameters()).dtype) if x.is_floating_point() else x
+
+
 def runnable_on_cpu(cfg: dict) -> dict:
     """The config as DeepSpeed can run it here, with the same update: FusedAdam, which an Adam or
     AdamW config asks for, has no op built on this CPU, so torch's AdamW/Adam stands in, with
@@ -251,6 +257,7 @@ def main() -> None:
         cfg = runnable_on_cpu(json.load(f))
     model, x, loss_fn = build(a.model, rank)
     engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+    x = in_model_dtype(x, engine.module)
     steps = []
     for step in range(1, a.steps + 1):
         STATE["calls"], STATE["pg"] = [], []
