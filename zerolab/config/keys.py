@@ -160,7 +160,7 @@ ZERO = {
     "zero_hpz_partition_size": _I(count, 1, "ZeRO++ hpZ: secondary parameter shard over h ranks (stage 3)"),
     "load_from_fp32_weights": _A("read only when loading a DeepSpeed checkpoint"),
     # measured with `zerolab compare --model tied` (stage 3, fp16): DeepSpeed's losses 1 ulp apart from
-    # step 1 with the patch, equal bit for bit without it
+    # step 1 with the patch, equal bit for bit without it (benchmarks/results/compare_configs.txt)
     "memory_efficient_linear": _A("DeepSpeed's stage-3 patch of torch.nn.functional.linear, which zerolab does not "
                                   "make: the same values for 2-D inputs with a bias; on 3-D inputs (a "
                                   "transformer's) DeepSpeed adds the bias after the matmul and sums the weight "

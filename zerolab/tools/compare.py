@@ -19,6 +19,7 @@ import sys
 import tempfile
 
 from . import compare_ds
+from ..config import ConfigError, load_config
 from ..i18n import catalogue
 from ..memory import format_bytes
 
@@ -131,7 +132,6 @@ def main(config_path: str, *, world: int = 2, steps: int = 5, model: str = "mlp"
          out=print) -> int:
     with open(config_path) as f:
         config = json.load(f)
-    from ..config import ConfigError, load_config
     try:                                # a config DeepSpeed would refuse: zerolab's reason, before minutes
         load_config(config, world)      # of DeepSpeed's start ending in its traceback's last lines
     except ConfigError as e:
