@@ -25,10 +25,14 @@ def _zero3_fp16(**zero) -> dict:
     return cfg
 
 
-def _tied_fp32() -> dict:
+def _tied(stage: int, precision: str = "fp32", clip: float = 1.0) -> dict:
+    """The tied model's config at ``stage`` (memory_efficient_linear off at stage 3: see CASES)."""
     cfg = _zero3_fp16()
     del cfg["fp16"]
-    cfg["zero_optimization"] = {"stage": 0}
+    cfg["zero_optimization"] = {"stage": stage, **({"memory_efficient_linear": False} if stage == 3 else {})}
+    if precision != "fp32":
+        cfg[precision] = {"enabled": True}
+    cfg["gradient_clipping"] = clip
     return cfg
 
 
@@ -40,11 +44,15 @@ CASES = [
     ("stage 1, AdamW with weight decay and clipping, 3 ranks",
      {"train_batch_size": 12, "gradient_clipping": 1.0, "zero_optimization": {"stage": 1},
       "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}}}, 3, "mlp"),
-    ("zero3_fp16 on the tied model (DeepSpeed patches F.linear)", "zero3_fp16.json", 2, "tied"),
+    # the tied model clips every step (its norm is over 1): the clipping factor in DeepSpeed's
+    # dtypes, and stage 3's identity functions on module I/O (MultiheadAttention called as (h, h, h))
+    ("stage 0 fp32 on the tied model, clipping 1.0 (clip_grad_norm_'s fp32 factor)", _tied(0), 2, "tied"),
+    ("stage 1 fp32 on the tied model, clipping 1.0 (fp32 tensor factor)", _tied(1), 2, "tied"),
+    ("stage 2 bf16 on the tied model, clipping 1.0", _tied(2, "bf16"), 2, "tied"),
+    ("stage 3 fp32 on the tied model, clipping 1.0, memory_efficient_linear false", _tied(3), 2, "tied"),
+    ("stage 3 bf16 on the tied model, clipping 1.0, memory_efficient_linear false", _tied(3, "bf16"), 2, "tied"),
+    ("zero3_fp16 on the tied model (DeepSpeed patches F.linear; zerolab does not)", "zero3_fp16.json", 2, "tied"),
     ("the same with memory_efficient_linear false", _zero3_fp16(memory_efficient_linear=False), 2, "tied"),
-    ("stage 0 fp32 on the tied model, clipping 1.0 (the clip coefficient's precision)",
-     {**_tied_fp32(), "gradient_clipping": 1.0}, 2, "tied"),
-    ("the same without clipping", {**_tied_fp32(), "gradient_clipping": 0.0}, 2, "tied"),
 ]
 
 

@@ -2,10 +2,11 @@
 
 * At one rank the engine IS the single-process mixed-precision recipe, so it must match a
   hand-written one (model in 16 bit, fp32 master weights, scaled loss, unscale + clip, step
-  on the masters, copy back) bit for bit. (It once matched only within 1e-6 where it was written and
-  failed on another CPU at 5e-5: the recipe divided where DeepSpeed multiplies by the inverse,
-  and kept the fp64 norm that stages 1-2 send as fp32; an ulp in the clipping factor is enough
-  for the fp16 copy of a master to round the other way, which Adam then amplifies.)
+  on the masters, copy back) bit for bit, the clipping factor computed as DeepSpeed computes it
+  at each stage. (It once matched only within 1e-6 where it was written and failed on another
+  CPU at 5e-5: the recipe divided where DeepSpeed multiplies by the inverse, and computed the
+  factor in fp64 where DeepSpeed uses fp32; an ulp in the clipping factor is enough for the fp16
+  copy of a master to round the other way, which Adam then amplifies.)
 * At 2 and 3 ranks the 16-bit gradients are summed in a different order, so we state a
   tolerance: within 1e-2 (absolute, on weights of order 1) of the same recipe and 2e-2 of
   fp32 training.
@@ -31,11 +32,35 @@ def cfg(stage, world, prec, gas=1):
             prec: {"enabled": True, **({"initial_scale_power": 8} if prec == "fp16" else {})}}
 
 
-def mixed_reference(config, batches, dtype, fp32_norm=False):
-    """Single-process mixed precision, written out by hand, as DeepSpeed takes each step: the
-    squared norm summed in fp64 (and rounded to fp32 with ``fp32_norm``: stages 1-2 all-reduce it
-    as one fp32), then the gradients multiplied by 1 / (loss scale x clipping factor). Either
-    difference moves the factor by an ulp, which the fp16 copy of the masters can amplify."""
+def clip_combined(stage, grads, scale, clip):
+    """DeepSpeed 0.19.8's loss scale x clipping factor at one rank, one parameter group, in its
+    own dtypes (None: an invalid norm, the step is skipped). Stage 0: FP16_Optimizer.step (the
+    flat fp32 gradient's fp32 norm, squared as a Python float, rounded to fp32, rooted; the factor
+    in Python floats). Stages 1-2: get_grad_norm_direct and unscale_and_clip_grads (each gradient's
+    fp64 norm, stacked, squared, summed, one fp32, rooted; the factor an fp32 tensor). Stage 3: the
+    same in fp64."""
+    if stage == 0:
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        sq = flat.norm(2.0).item() ** 2.0
+        total = torch.tensor([sq], dtype=torch.float32).item() ** 0.5
+        if not math.isfinite(total):
+            return None
+        c = (math.sqrt(0.0 + total ** 2.0) / scale + 1e-6) / clip
+        return c * scale if c > 1 else scale
+    total = torch.stack([g.double().norm(2.0) for g in grads]).pow(2.0).sum()
+    if stage in (1, 2):
+        total = total.float()
+    total = torch.linalg.vector_norm((total ** 0.5).reshape(1), ord=2.0)
+    if not torch.isfinite(total):
+        return None
+    return torch.clamp(((total / scale) + 1e-6) / clip, min=1.0) * scale
+
+
+def mixed_reference(config, batches, dtype, stage):
+    """Single-process mixed precision, written out by hand, as DeepSpeed takes each step at
+    ``stage``: the clipping factor in DeepSpeed's dtypes (clip_combined), then the gradients
+    multiplied by 1 / (loss scale x clipping factor). Any other arithmetic moves the factor by an
+    ulp, which the fp16 copy of the masters can amplify."""
     model = TinyLM().to(dtype)
     params = [p for p in model.parameters() if p.requires_grad]
     masters = [p.detach().float().clone() for p in params]
@@ -47,14 +72,11 @@ def mixed_reference(config, batches, dtype, fp32_norm=False):
             p.grad = None
         (lm_loss(model(x), y) * scale).backward()
         grads = [p.grad.float() for p in params]
-        sq = sum(float(g.double().pow(2).sum()) for g in grads)
-        if fp32_norm:
-            sq = float(torch.tensor(sq, dtype=torch.float32))
-        overflow = not math.isfinite(sq)
+        combined = clip_combined(stage, grads, scale, config["gradient_clipping"])
+        overflow = combined is None
         scaler.update_scale(overflow)
         if overflow:
             continue
-        combined = scale * max(1.0, (math.sqrt(sq) / scale + 1e-6) / config["gradient_clipping"])
         for m, g in zip(masters, grads):
             m.grad = g * (1.0 / combined)
         opt.step()
@@ -77,7 +99,7 @@ def run(prec, steps=4):
         engine = zerolab.initialize(TinyLM(), c)
         train_engine(engine, batches, lm_loss)
         got = engine.full_params()
-        same = mixed_reference(c, batches, dtype, fp32_norm=stage in (1, 2))
+        same = mixed_reference(c, batches, dtype, stage)
         fp32 = train_reference(TinyLM(), {**{k: v for k, v in c.items() if k != prec}}, batches, lm_loss)
         out[stage] = {"vs_recipe": max(float((got[k] - same[k]).abs().max()) for k in got),
                       "vs_fp32": max(float((got[k] - fp32[k]).abs().max()) for k in got),

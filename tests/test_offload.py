@@ -4,7 +4,11 @@
   parameters to the host or NVMe, small sub-groups, the NVMe pipelines) trains to parameters
   bit-identical to the same run without offload in fp32, and within a stated tolerance in
   fp16 and bf16, at 1, 2 and 3 ranks, with gradient accumulation and clipping on; and close
-  to plain single-process training.
+  to plain single-process training. One exception, DeepSpeed's own: at stage 3 with
+  ``offload_optimizer`` DeepSpeed all-reduces the squared norm as fp32 and computes the
+  clipping factor in fp32 (``complete_grad_norm_calculation_for_cpu_offload``), without it in
+  fp64, so with clipping on those runs may differ from the plain one in the factor's last bit
+  (within 1e-6 here), as DeepSpeed's do.
 * Where the bytes live: ``engine.memory()``, ``memory("host")``, ``memory("nvme")`` hold the
   tensors each place should hold, and match DeepSpeed's estimator rows.
 * NVMe files: a bad ``nvme_path`` is a clear error on every rank before the first step; files
@@ -80,6 +84,7 @@ def run_parity(tmp, precision, steps=3):
         ref = train_reference(TinyLM(), base, batches, lm_loss) if precision == "fp32" else None
         out[name] = {
             "bit_equal": all(torch.equal(got[k], want[k]) for k in want),
+            "fp32_factor": stage == 3 and "opt" in kw,
             "max_diff": max(float((got[k] - want[k]).abs().max()) for k in want),
             "ref_diff": (max(float((got[k] - ref[k]).abs().max()) for k in ref) if ref else None),
             "used_files": bool(files), "left_files": left, "steps": engine.global_steps,
@@ -93,7 +98,10 @@ def test_offload_fp32_is_bit_identical(world, tmp_path):
     for r, res in enumerate(results):
         for name, got in res.items():
             assert got["steps"] == 3, (name, got)
-            assert got["bit_equal"], f"world {world} rank {r} {name}: differs by {got['max_diff']:.3g}"
+            if got["fp32_factor"]:                 # DeepSpeed's fp32 clipping factor (above)
+                assert got["max_diff"] < 1e-6, f"world {world} rank {r} {name}: differs by {got['max_diff']:.3g}"
+            else:
+                assert got["bit_equal"], f"world {world} rank {r} {name}: differs by {got['max_diff']:.3g}"
             assert got["ref_diff"] < 1e-5, f"{name}: {got['ref_diff']:.3g} from single-process training"
             assert got["left_files"] == [], f"{name}: files left after close(): {got['left_files']}"
             assert got["used_files"] == ("nvme" in name), name

@@ -234,21 +234,23 @@ class Engine:
         # global gradient norm (one small SUM per optimizer parameter group; stage 0: only when
         # clipping, as its clip_grad_norm_ does).
         check = self.config.fp16.enabled or (self.config.bf16.enabled and self.config.bf16.check_grad_overflow)
-        overflow, sumsq = step_norms(self.comm, stage, grads, self._grad_opt_groups(stage, grads),
-                                     check=check, clip=clip, fp16=self.config.fp16.enabled)
-        message = self.scaler.update_scale(overflow)
+        got = step_norms(self.comm, stage, grads, self._grad_opt_groups(stage, grads),
+                         check=check, clip=clip, fp16=self.config.fp16.enabled, scale=scale)
+        message = self.scaler.update_scale(got.overflow)
         if message:
             self._say(message)
         self.global_steps += 1
-        if overflow:                              # skip: params, optimizer state untouched
+        if got.overflow:                          # skip: params, optimizer state untouched
             self.skipped_steps += 1
             stage.zero_grads()
             return
-        combined = scale
         if clip > 0:
-            norm = math.sqrt(sumsq) / scale
-            self.last_grad_norm = norm
-            combined = scale * max(1.0, (norm + 1e-6) / clip)
+            self.last_grad_norm = got.norm
+        if got.pre is not None:                   # stage 0 fp32: clip_grad_norm_'s coefficient
+            for g in grads:
+                g.mul_(got.pre)
+        # the loss scale times the clipping factor, in DeepSpeed's dtype for this path (norms.py)
+        combined = got.combined
         # sub-group by sub-group, wherever the states live (offload.py), then make it everyone's
         stage.home.step(self.optimizer, grads, combined)
         stage.publish()

@@ -10,7 +10,8 @@ step from its contract::
 
 ``home`` is the engine's :class:`zerolab.offload.StateHome` (``sub_groups``, ``tiles``,
 ``tensors``, ``stage.write_params``), ``grads`` the reduced gradient shards (one per group, in
-any dtype), ``combined`` the loss scale times the clipping factor. The contract:
+any dtype), ``combined`` the loss scale times the clipping factor (a float, or a 0-dim tensor in
+DeepSpeed's dtype for the path: fp32 at stages 1-2, fp64 at stage 3). The contract:
 
 * when it returns, every tile's fp32 master has taken one optimizer step with its own gradient,
   ``grads[i][a:b]`` in fp32 multiplied by ``1 / combined`` (DeepSpeed's ``unscale_and_clip_grads``
@@ -509,7 +510,7 @@ def what_arrives(cases=(("1", "bf16"), ("2", "fp16"), ("3", "fp32"))) -> list[di
 
         def peek(home, optimizer, grads, combined):
             seen.update(dtypes=sorted({str(g.dtype).replace("torch.", "") for g in grads}), groups=len(grads),
-                        tiles=len(home.tiles), combined=combined,
+                        tiles=len(home.tiles), combined=float(combined),   # (a 0-dim tensor at stages 1-3)
                         master=str(home.tensors[0].dtype).replace("torch.", ""))
             return _BUILTIN_STEP(home, optimizer, grads, combined)
 

@@ -30,6 +30,7 @@ from torch import nn
 
 from ...memory.flat import FlatGroup, Part
 from .hooks import ModuleHooks, module_hooks_class
+from .module_io import wrap_module_io
 from ...zeropp.hpz import secondary_shards
 from .fetch import UnitFetch
 from .grad_order import GradOrder
@@ -153,6 +154,7 @@ class GatheredParams:
             self.shards.swap_out(self.groups, self.persistent, po.max_in_cpu, po.nvme_path, self.rank,
                                  self.world_size, timeline=self.comm.timeline)
         self.hooks = module_hooks_class()(self)   # ModuleHooks, unless hooks.use_module_hooks swapped it
+        self._io_handles = wrap_module_io(self.model)   # DeepSpeed's identity functions on module I/O
         self.trace.ids_of = self.hooks.fetch_ids  # (use_module_hooks requires it of a class it swaps in)
         index = {m: k for k, m in enumerate(self.model.modules())}
         self.trace.key_code = lambda m: index.get(m, -1)
@@ -296,6 +298,9 @@ class GatheredParams:
         self.grad_order.remove()
         if self.hooks is not None:
             self.hooks.remove()
+        for h in getattr(self, "_io_handles", ()):
+            h.remove()
+        self._io_handles = []
 
     def untrained_values(self) -> dict[str, torch.Tensor]:
         """Every untrained parameter's full value by name, gathered (collective: every rank
