@@ -28,8 +28,10 @@ print("crews of", ", ".join(str(n) for n in crews), "ranks up; the whole-batch r
 # ## One process, N micro-batches
 #
 # For N = 2, 3, 4: zerolab's stage 3 on N ranks (the stage that changes the most), and one
-# process accumulating N micro-batches of the same batch (`train_fp32(0, accumulate=n)` on the
-# crew of 1), each compared with the whole-batch run and with each other.
+# process accumulating N micro-batches of the same batch (`train_fp32(3, accumulate=n)` on the
+# crew of 1), each compared with the whole-batch run and with each other. The one process runs
+# stage 3 too, so that its step computes the clipping factor the same way: DeepSpeed computes it
+# in fp32 at stage 0 and in fp64 at stage 3, and one ulp of it would be a difference of its own.
 #
 # **Predict, then run.** Is one process that accumulates N micro-batches closer to the
 # whole-batch run than the N ranks are, as far, or farther? Does it land on the ranks' result?
@@ -40,7 +42,7 @@ print(f"{'':8}{'ranks vs the whole batch':>26}{'accumulation vs the whole batch'
       f"{'ranks vs accumulation':>23}")
 for n in (2, 3, 4):
     ranks = crews[n].run(train_fp32, 3)[0]                          # stage 3 on n ranks
-    accumulated = crews[1].run(train_fp32, 0, accumulate=n)[0]      # one rank, n micro-batches
+    accumulated = crews[1].run(train_fp32, 3, accumulate=n)[0]      # one rank, n micro-batches
     print(f"  N = {n}{verdict(max_diff(ranks, reference)):>26}{verdict(max_diff(accumulated, reference)):>33}"
           f"{verdict(max_diff(ranks, accumulated), (AMPLIFIED,), exact=True):>23}")
 

@@ -111,7 +111,8 @@ print(f"  parameter bytes per rank: {c['param_bytes']:,} = the whole fp16 model:
 # of the 4 micro-batches, a stage-2/3 habit (chapter 6): one call per `reduce_bucket_size` bucket
 # of modules, and the checklist's 5·10⁸ holds this whole model in one. The two all-reduces are
 # DeepSpeed's small ones at stage 3 (`zerolab/zero/norms.py`): with fp16, a 1-byte overflow flag
-# (`overflow`), then the gradient norm as one 8-byte fp64 sum (`grad`).
+# (`overflow`), then the gradient norm as one sum (`grad`): 4 bytes of fp32 here, with
+# `offload_optimizer` (DeepSpeed's offload path); 8 bytes of fp64 without it.
 #
 # ## 2. Persistence: which parameters never travel
 #

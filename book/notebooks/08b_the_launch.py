@@ -243,7 +243,7 @@ print(f"a reduce_bucket_size of 5e8 = {5e8 * 2 / 1e9:.0f} GB of fp16 gradients i
 # show for the 6 steps? (Stage 3 reduce-scatters the gradients in every micro-batch, one call per
 # `reduce_bucket_size` bucket, 5·10⁸ elements by default; every step sends DeepSpeed's small
 # all-reduces: at stage 3 with fp16, the overflow flag as 1 byte, then the gradient norm as one
-# 8-byte fp64 sum.)
+# sum, 8-byte fp64 without offload, 4-byte fp32 with `offload_optimizer` as here.)
 
 # %% id="ch08b-09"
 small = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
@@ -264,7 +264,7 @@ for line in run.stdout.splitlines():
     print(textwrap.fill(line, 98, subsequent_indent="      ") if len(line) > 98 else line)
 
 # %% [markdown] id="ch08b-10"
-# 12 all-reduces (two per step: the overflow flag, 1 byte, and the gradient norm, 8 bytes; 54
+# 12 all-reduces (two per step: the overflow flag, 1 byte, and the gradient norm, 4 bytes; 30
 # bytes in all) and 12 reduce-scatters (one per micro-batch: this model fits one bucket). The
 # all-gathers are stage 3's parameter gathers. The first micro-batch
 # runs before any order is recorded: module by module, each released when its module is done, in
