@@ -51,8 +51,11 @@ CASES = [
     ("stage 2 bf16 on the tied model, clipping 1.0", _tied(2, "bf16"), 2, "tied"),
     ("stage 3 fp32 on the tied model, clipping 1.0, memory_efficient_linear false", _tied(3), 2, "tied"),
     ("stage 3 bf16 on the tied model, clipping 1.0, memory_efficient_linear false", _tied(3, "bf16"), 2, "tied"),
-    ("zero3_fp16 on the tied model (DeepSpeed patches F.linear; zerolab does not)", "zero3_fp16.json", 2, "tied"),
-    ("the same with memory_efficient_linear false", _zero3_fp16(memory_efficient_linear=False), 2, "tied"),
+    ("zero3_fp16 on the tied model (memory_efficient_linear true: both replace F.linear)", "zero3_fp16.json", 2, "tied"),
+    ("the same with memory_efficient_linear false (both keep torch's)", _zero3_fp16(memory_efficient_linear=False),
+     2, "tied"),
+    ("zero3_fp16 on the tied model, 3 ranks", "zero3_fp16.json", 3, "tied"),
+    ("stage 0 fp32 on the tied model, 3 ranks (the engine's sum, then x 1/3)", _tied(0), 3, "tied"),
 ]
 
 

@@ -5,6 +5,9 @@
   gradients multiplied by min(1, clip / (norm + 1e-6))), not torch's ``clip_grad_norm_`` and not
   a Python-float factor: they differ in the last bit of the factor, which Adam carries on.
   (The 16-bit stages' factors are tested in test_mixed_precision.py.)
+* Stage 0 averages as DeepSpeed's engine does (``postscale_gradients``): the gradients are summed,
+  then multiplied by 1/N; its ZeRO stages pre-divide by N. At 2 ranks the two agree (halving is
+  exact); at 3 they do not.
 * Stage 3 passes every module's tensors in and out through an identity autograd function, as
   DeepSpeed's module hooks do: a module called as ``attn(h, h, h)`` receives three tensors, so
   ``nn.MultiheadAttention`` takes its separate-projection path there, as under DeepSpeed. At
@@ -129,7 +132,9 @@ def _mha_stage3_vs_separate_tensors():
 
     g = torch.Generator().manual_seed(1)
     xs = [torch.randn(2, 5, 6, generator=g) for _ in range(3)]
-    engine = zerolab.initialize(SelfAttn(), _cfg(3, 1, 0.0))
+    c = _cfg(3, 1, 0.0)      # torch's F.linear, as the one-process runs below use
+    c["zero_optimization"]["memory_efficient_linear"] = False
+    engine = zerolab.initialize(SelfAttn(), c)
     for x in xs:
         engine.backward(engine(x).square().mean())
         engine.step()
@@ -151,3 +156,120 @@ def test_stage3_self_attention_computes_what_deepspeed_computes():
     out = zerolab.launch(_mha_stage3_vs_separate_tensors, 1, echo=False, timeout=300)[0]
     assert out[True] == 0.0, out
     assert out[False] > 0.0, out          # the test can tell the two paths apart
+
+
+# -- memory_efficient_linear: stage 3's own F.linear, DeepSpeed's ----------------------------------
+from zerolab.zero.stage3 import linear as zlinear          # noqa: E402
+
+
+@pytest.mark.parametrize("shape", [(5,), (4, 5), (2, 3, 5), (2, 2, 3, 5)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_zero3_linear_gradients_are_right(shape, bias):
+    torch.manual_seed(0)
+    x = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(3, dtype=torch.float64, requires_grad=True) if bias else None
+    assert torch.autograd.gradcheck(zlinear.Zero3Linear.apply, (x, w, b))
+    assert torch.allclose(zlinear.zero3_linear(x, w, b), torch.nn.functional.linear(x, w, b))
+
+
+def test_zero3_linear_is_not_torchs_in_the_last_bits():
+    """On 3-D bf16 inputs with a bias, DeepSpeed's matmul-then-add rounds twice where torch's fused
+    linear rounds once (in fp32 the two often agree: it depends on the CPU's kernels)."""
+    g = torch.Generator().manual_seed(0)
+    x, w, b = (torch.randn(8, 16, 64, generator=g), torch.randn(96, 64, generator=g), torch.randn(96, generator=g))
+    x, w, b = x.bfloat16(), w.bfloat16(), b.bfloat16()
+    ours, torchs = zlinear.zero3_linear(x, w, b), torch.nn.functional.linear(x, w, b)
+    assert not torch.equal(ours, torchs)
+    assert torch.allclose(ours.float(), torchs.float(), rtol=2e-2, atol=5e-2)
+
+
+def _linear_lifecycle():
+    F = torch.nn.functional
+    torch_linear = F.linear
+    seen = {}
+    cfg = _cfg(3, zerolab.world_size(), 1.0)
+    e1 = zerolab.initialize(TinyLM(), cfg)
+    seen["stage 3 open"] = F.linear is zlinear.zero3_linear
+    e2 = zerolab.initialize(TinyLM(), cfg)
+    e1.close()
+    seen["one of two closed"] = F.linear is zlinear.zero3_linear
+    e2.close()
+    seen["both closed"] = F.linear is torch_linear
+    off = {**cfg, "zero_optimization": {"stage": 3, "memory_efficient_linear": False}}
+    e3 = zerolab.initialize(TinyLM(), off)
+    seen["key false"] = F.linear is torch_linear
+    e3.close()
+    e4 = zerolab.initialize(TinyLM(), _cfg(2, zerolab.world_size(), 1.0))
+    seen["stage 2"] = F.linear is torch_linear
+    e4.close()
+    return seen
+
+
+def test_zero3_linear_is_installed_while_a_stage3_engine_is_open():
+    seen = zerolab.launch(_linear_lifecycle, 1, echo=False, timeout=300)[0]
+    assert seen == {"stage 3 open": True, "one of two closed": True, "both closed": True,
+                    "key false": True, "stage 2": True}, seen
+
+
+def _tinylm_stage3_vs_one_process(mel):
+    c = _cfg(3, 1, 0.0)
+    c["zero_optimization"]["memory_efficient_linear"] = mel
+    batches = lm_batches(3, 2, seed=7)
+    engine = zerolab.initialize(TinyLM(), c)
+    train_engine(engine, batches, lm_loss)
+    got = engine.full_params()
+    engine.close()
+    out = {}
+    for own in (True, False):
+        if own:
+            zlinear.install()
+        try:
+            model = TinyLM()
+            params = [p for p in model.parameters() if p.requires_grad]
+            opt = torch.optim.AdamW(params, lr=3e-3, weight_decay=0.1)
+            for x, y in batches:
+                opt.zero_grad(set_to_none=True)
+                lm_loss(model(x), y).backward()
+                opt.step()
+        finally:
+            if own:
+                zlinear.uninstall()
+        out[own] = max(float((got[n] - p.detach()).abs().max()) for n, p in model.named_parameters())
+    return out
+
+
+@pytest.mark.parametrize("mel", [True, False])
+def test_stage3_linear_follows_memory_efficient_linear(mel):
+    """Stage 3 on one rank equals one process with the same linear, bit for bit (whether it also
+    equals the other depends on the CPU's fp32 kernels: not asserted)."""
+    out = zerolab.launch(_tinylm_stage3_vs_one_process, 1, mel, echo=False, timeout=300)[0]
+    assert out[mel] == 0.0, out
+
+
+def _stage0_average():
+    """(engine's average == sum then x 1/N, == pre-divided then summed, do the two differ)."""
+    import torch.distributed as dist
+    torch.manual_seed(0)
+    lin = nn.Linear(16, 16, bias=False)
+    local = {}
+    lin.weight.register_post_accumulate_grad_hook(lambda p: local.update(g=p.grad.detach().clone()))
+    engine = zerolab.initialize(lin, _cfg(0, zerolab.world_size(), 0.0))
+    g = torch.Generator().manual_seed(100 + zerolab.rank())
+    engine.backward(engine(torch.randn(4, 16, generator=g)).square().mean())
+    engine.stage.reduce_grads()                       # (what engine.step() does first)
+    got = engine.stage.grads_for_step()[0][:local["g"].numel()]
+    post = local["g"].reshape(-1).clone()
+    dist.all_reduce(post)
+    post.mul_(1.0 / zerolab.world_size())
+    pre = local["g"].reshape(-1).clone().div_(zerolab.world_size())
+    dist.all_reduce(pre)
+    engine.close()
+    return {"post": torch.equal(got, post), "pre": torch.equal(got, pre), "pre == post": torch.equal(pre, post)}
+
+
+def test_stage0_sums_then_scales_as_deepspeeds_engine():
+    out = zerolab.launch(_stage0_average, 3, echo=False, timeout=300)
+    assert all(o["post"] for o in out), out
+    assert not out[0]["pre == post"], out    # at 3 ranks the two orders round differently here
+    assert not any(o["pre"] for o in out), out

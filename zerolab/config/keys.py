@@ -159,12 +159,10 @@ ZERO = {
     # hpz.py: stage 3's secondary shard over groups of h ranks, backward gathers inside them; 0 and 1: off
     "zero_hpz_partition_size": _I(count, 1, "ZeRO++ hpZ: secondary parameter shard over h ranks (stage 3)"),
     "load_from_fp32_weights": _A("read only when loading a DeepSpeed checkpoint"),
-    # measured with `zerolab compare --model tied` (stage 3, fp16): DeepSpeed's losses 1 ulp apart from
-    # step 1 with the patch, equal bit for bit without it (benchmarks/results/compare_configs.txt)
-    "memory_efficient_linear": _A("DeepSpeed's stage-3 patch of torch.nn.functional.linear, which zerolab does not "
-                                  "make: the same values for 2-D inputs with a bias; on 3-D inputs (a "
-                                  "transformer's) DeepSpeed adds the bias after the matmul and sums the weight "
-                                  "gradient its own way, so its results differ from zerolab's in the last bits"),
+    # stage3/linear.py; measured with `zerolab compare --model tied` (benchmarks/results/compare_configs.txt)
+    "memory_efficient_linear": _I(flag, True, "stage 3's own torch.nn.functional.linear, DeepSpeed's: on 3-D "
+                                  "inputs the bias added after the matmul, the weight gradient summed its own way "
+                                  "(the last bits differ from torch's); zerolab restores torch's at close()"),
     "override_module_apply": _A("DeepSpeed's stage-3 module.apply patch"),
     "log_trace_cache_warnings": _A("logging only"),
     "enable_sanity_checks": _A("debug checks only"),

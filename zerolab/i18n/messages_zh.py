@@ -420,9 +420,9 @@ ZH["config"] = {
         "DeepSpeed 0.19.8 会解析它，但没有哪个优化器读它（只有自动调优器列出它）：在 DeepSpeed 里同样不起作用；"
         "zerolab 和 DeepSpeed 一样 all-gather 更新后的分区",
     "read only when loading a DeepSpeed checkpoint": "只在加载 DeepSpeed 检查点时才读",
-    "DeepSpeed's stage-3 patch of torch.nn.functional.linear, which zerolab does not make: the same values for 2-D inputs with a bias; on 3-D inputs (a transformer's) DeepSpeed adds the bias after the matmul and sums the weight gradient its own way, so its results differ from zerolab's in the last bits":
-        "DeepSpeed 在 stage 3 下替换 torch.nn.functional.linear 的补丁，zerolab 不做：二维输入且有偏置时数值相同；"
-        "三维输入（transformer 的激活）时 DeepSpeed 先做矩阵乘再加偏置，权重梯度也按自己的方式求和，结果与 zerolab 在最后几位上不同",
+    "stage 3's own torch.nn.functional.linear, DeepSpeed's: on 3-D inputs the bias added after the matmul, the weight gradient summed its own way (the last bits differ from torch's); zerolab restores torch's at close()":
+        "stage 3 自己的 torch.nn.functional.linear，即 DeepSpeed 的：三维输入时先做矩阵乘再加偏置，权重梯度按它自己的方式求和"
+        "（最后几位与 torch 的不同）；zerolab 在 close() 时换回 torch 的",
     "DeepSpeed's stage-3 module.apply patch": "DeepSpeed 在 stage 3 下对 module.apply 打的补丁",
     "debug checks only": "只用于调试检查",
     "at stages 1-2 DeepSpeed deals the gradients of a bucket to the ranks in turn, to spread the offload's "

@@ -22,11 +22,19 @@ class BucketCollectives:
     # -- the collectives --------------------------------------------------------------------
     def _send_buffer(self, buf: torch.Tensor) -> torch.Tensor:
         """The gradient as it travels: in the communication dtype, pre-divided by N so the
-        SUM is an average (pre-dividing keeps fp16 sums from overflowing)."""
+        SUM is an average, as DeepSpeed's ZeRO optimizers do (pre-dividing keeps fp16 sums from
+        overflowing); at stage 0 (``post_scale``) as it is: DeepSpeed's engine multiplies the sum
+        by 1/N after the all-reduce (``postscale_gradients``), which rounds otherwise at odd N."""
         send = buf.to(self.comm_dtype) if buf.dtype != self.comm_dtype else buf
-        if self.world_size > 1:
+        if self.world_size > 1 and not getattr(self, "post_scale", False):
             send.div_(self.world_size)
         return send
+
+    def _post_scaled(self, summed: torch.Tensor) -> torch.Tensor:
+        """The all-reduced sum made an average where it was not pre-divided (``post_scale``)."""
+        if getattr(self, "post_scale", False) and self.world_size > 1:
+            summed.mul_(1.0 / self.world_size)
+        return summed
 
     def _owned(self, b: Bucket):
         """(part, start, end) of this rank's partition inside each part of bucket ``b``, in the
@@ -76,6 +84,7 @@ class BucketCollectives:
                 p = self.comm.all_reduce(send, tag=tag, async_op=self.overlap)
 
             def finish() -> None:
+                self._post_scaled(send)
                 for (part, s, e), off in ((x, b.offset_of(x[0])) for x in self._owned(b)):
                     deliver(part.group, s, e, send[off + s - part.start:off + e - part.start])
                 if then is not None:

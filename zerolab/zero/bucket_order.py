@@ -47,6 +47,7 @@ class GradReducer(BucketCollectives):
         self.comm_dtype = comm_dtype             # the dtype gradients travel in
         self.overlap = spec.overlap              # async collectives during backward
         self.mode = spec.mode
+        self.post_scale = spec.post_scale and spec.mode == "all_reduce"
         self.max_in_flight = spec.max_in_flight
         self.bucket_numel = spec.bucket_numel
         self.units, self.per_pass, self.on_group_done = units, per_pass, on_group_done

@@ -126,7 +126,7 @@ class AllReduceAtBoundary(GradReducer):
         buf, views = self._bucket(b)
         send = self._send_buffer(buf)
         p = self.comm.all_reduce(send, tag=f"grads {b.label}", async_op=self.overlap)
-        self._after_send(p, lambda: self._copy_back(send, views))
+        self._after_send(p, lambda: self._copy_back(self._post_scaled(send), views))
 
     def for_step(self) -> list[torch.Tensor]:
         """This rank's part of each gradient: all of it (stage 0), its shard (stage 1)."""

@@ -118,6 +118,9 @@ class StageSpec:
                           overlap=bool(zero.overlap_comm),
                           max_in_flight=self.max_in_flight,
                           pack_after=self.pack_after,
+                          # DeepSpeed's engine all-reduces stage 0's buckets and then multiplies by 1/N
+                          # (postscale_gradients); its ZeRO optimizers pre-divide by N
+                          post_scale=self.stage == 0,
                           quantized=self.qgz and bool(zero.zero_quantized_gradients))
 
     def bucket_order(self, zero, zerolab) -> str:

@@ -58,6 +58,7 @@ class ReduceSpec:
     max_in_flight: int        # async collectives in flight at most (DeepSpeed's IPG buffers)
     pack_after: bool = False  # stage 0's rule: a bucket closes once it reaches bucket_numel
     quantized: bool = False   # qgZ asked for (used with more than one node)
+    post_scale: bool = False  # sum, then multiply by 1/N (DeepSpeed's stage-0 all-reduce), not pre-divide
 
 
 class ParamSwitch(Protocol):

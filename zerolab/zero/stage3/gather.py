@@ -31,6 +31,7 @@ from torch import nn
 from ...memory.flat import FlatGroup, Part
 from .hooks import ModuleHooks, module_hooks_class
 from .module_io import wrap_module_io
+from . import linear as zero3_linear
 from ...zeropp.hpz import secondary_shards
 from .fetch import UnitFetch
 from .grad_order import GradOrder
@@ -58,6 +59,7 @@ class GatheredParams:
         self.rank, self.world_size = comm.rank, comm.world_size
         self._track = buffers.track
         self._offload = zero.offload_param
+        self._zero = zero
         u = make_units(model, named, zero, dtype, self.rank, self.world_size, opt_group_of,
                        per_parameter=not zerolab.module_groups)
         self.per_parameter = not zerolab.module_groups
@@ -155,6 +157,9 @@ class GatheredParams:
                                  self.world_size, timeline=self.comm.timeline)
         self.hooks = module_hooks_class()(self)   # ModuleHooks, unless hooks.use_module_hooks swapped it
         self._io_handles = wrap_module_io(self.model)   # DeepSpeed's identity functions on module I/O
+        self._own_linear = bool(self._zero.memory_efficient_linear)   # DeepSpeed's F.linear (linear.py)
+        if self._own_linear:
+            zero3_linear.install()
         self.trace.ids_of = self.hooks.fetch_ids  # (use_module_hooks requires it of a class it swaps in)
         index = {m: k for k, m in enumerate(self.model.modules())}
         self.trace.key_code = lambda m: index.get(m, -1)
@@ -301,6 +306,9 @@ class GatheredParams:
         for h in getattr(self, "_io_handles", ()):
             h.remove()
         self._io_handles = []
+        if getattr(self, "_own_linear", False):
+            self._own_linear = False
+            zero3_linear.uninstall()
 
     def untrained_values(self) -> dict[str, torch.Tensor]:
         """Every untrained parameter's full value by name, gathered (collective: every rank
