@@ -3,7 +3,7 @@
 * At one rank the engine IS the single-process mixed-precision recipe, so it must match a
   hand-written one (model in 16 bit, fp32 master weights, scaled loss, unscale + clip, step
   on the masters, copy back) bit for bit, the clipping factor computed as DeepSpeed computes it
-  at each stage. (It once matched only within 1e-6 where it was written and failed on another
+  at each stage, and at stage 3 with DeepSpeed's own F.linear (memory_efficient_linear). (It once matched only within 1e-6 where it was written and failed on another
   CPU at 5e-5: the recipe divided where DeepSpeed multiplies by the inverse, and computed the
   factor in fp64 where DeepSpeed uses fp32; an ulp in the clipping factor is enough for the fp16
   copy of a master to round the other way, which Adam then amplifies.)
@@ -21,6 +21,7 @@ import zerolab
 from zerolab.precision.loss_scaler import make_loss_scaler
 from zerolab.models import TinyLM, lm_batches, lm_loss
 from zerolab.zero.reference import train_engine, train_reference
+from zerolab.zero.stage3 import linear as zlinear
 
 
 def cfg(stage, world, prec, gas=1):
@@ -99,7 +100,13 @@ def run(prec, steps=4):
         engine = zerolab.initialize(TinyLM(), c)
         train_engine(engine, batches, lm_loss)
         got = engine.full_params()
-        same = mixed_reference(c, batches, dtype, stage)
+        if stage == 3:                # DeepSpeed's stage-3 F.linear (memory_efficient_linear) in the recipe too
+            zlinear.install()
+        try:
+            same = mixed_reference(c, batches, dtype, stage)
+        finally:
+            if stage == 3:
+                zlinear.uninstall()
         fp32 = train_reference(TinyLM(), {**{k: v for k, v in c.items() if k != prec}}, batches, lm_loss)
         out[stage] = {"vs_recipe": max(float((got[k] - same[k]).abs().max()) for k in got),
                       "vs_fp32": max(float((got[k] - fp32[k]).abs().max()) for k in got),

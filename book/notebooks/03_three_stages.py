@@ -321,6 +321,13 @@ ch03.print_parity_table(crews, reference)
 # **[Appendix 3a](03a_appendix_adamw_rounding.ipynb)** finds the culprit: the order of the sums,
 # amplified by AdamW, in any data-parallel training.
 #
+# This table shows the partitioning alone: the chapter's config sets `"memory_efficient_linear":
+# false`. By default DeepSpeed's stage 3 computes every `nn.Linear` with a function of its own (on
+# 3-D inputs it adds the bias after the matmul and sums the weight's gradient its own way), and
+# zerolab does the same. Its last bits can differ from torch's, depending on the CPU's kernels,
+# and AdamW amplifies what differs: with the default, stage 3 on one rank can land up to a tenth
+# of a step away from one process.
+#
 # ## Who owns what: the shards
 #
 # A flat buffer of `padded_numel` elements (a multiple of N) is cut into N equal pieces, and **rank

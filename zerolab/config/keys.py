@@ -162,7 +162,8 @@ ZERO = {
     # stage3/linear.py; measured with `zerolab compare --model tied` (benchmarks/results/compare_configs.txt)
     "memory_efficient_linear": _I(flag, True, "stage 3's own torch.nn.functional.linear, DeepSpeed's: on 3-D "
                                   "inputs the bias added after the matmul, the weight gradient summed its own way "
-                                  "(the last bits differ from torch's); zerolab restores torch's at close()"),
+                                  "(the last bits differ from torch's); DeepSpeed for the whole process, zerolab while the model's "
+                                  "forward and backward run"),
     "override_module_apply": _A("DeepSpeed's stage-3 module.apply patch"),
     "log_trace_cache_warnings": _A("logging only"),
     "enable_sanity_checks": _A("debug checks only"),

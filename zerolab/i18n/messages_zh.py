@@ -420,9 +420,9 @@ ZH["config"] = {
         "DeepSpeed 0.19.8 会解析它，但没有哪个优化器读它（只有自动调优器列出它）：在 DeepSpeed 里同样不起作用；"
         "zerolab 和 DeepSpeed 一样 all-gather 更新后的分区",
     "read only when loading a DeepSpeed checkpoint": "只在加载 DeepSpeed 检查点时才读",
-    "stage 3's own torch.nn.functional.linear, DeepSpeed's: on 3-D inputs the bias added after the matmul, the weight gradient summed its own way (the last bits differ from torch's); zerolab restores torch's at close()":
+    "stage 3's own torch.nn.functional.linear, DeepSpeed's: on 3-D inputs the bias added after the matmul, the weight gradient summed its own way (the last bits differ from torch's); DeepSpeed for the whole process, zerolab while the model's forward and backward run":
         "stage 3 自己的 torch.nn.functional.linear，即 DeepSpeed 的：三维输入时先做矩阵乘再加偏置，权重梯度按它自己的方式求和"
-        "（最后几位与 torch 的不同）；zerolab 在 close() 时换回 torch 的",
+        "（最后几位与 torch 的不同）；DeepSpeed 对整个进程生效，zerolab 只在模型的前向和反向运行时生效",
     "DeepSpeed's stage-3 module.apply patch": "DeepSpeed 在 stage 3 下对 module.apply 打的补丁",
     "debug checks only": "只用于调试检查",
     "at stages 1-2 DeepSpeed deals the gradients of a bucket to the ranks in turn, to spread the offload's "

@@ -35,6 +35,9 @@ def ds_config(stage: int, world_size: int, precision: str = "bf16", ideal: bool 
     distance, 10^9, keeps this small model gathered; so does its default prefetch, 5e7, at reuse
     distance 0: the prefetcher marks each backward use it scans as fetched for and DeepSpeed keeps
     those parameters).
+    memory_efficient_linear false: torch's F.linear at stage 3 too, so that the parity table shows
+    what the partitioning does alone (DeepSpeed's default computes nn.Linear with its own function
+    at stage 3, whose last bits differ from torch's on some CPUs; the chapter says so).
     ``ideal``: zerolab's own switch, the paper's reduce-scatter at stages 1-2 (not DeepSpeed's).
     """
     cfg = {
@@ -44,7 +47,8 @@ def ds_config(stage: int, world_size: int, precision: str = "bf16", ideal: bool 
         "optimizer": optimizer,
         "zero_optimization": {"stage": stage, "reduce_bucket_size": 50_000,
                               "stage3_param_persistence_threshold": 0,
-                              "stage3_max_reuse_distance": 0, "stage3_prefetch_bucket_size": 0, **zero},
+                              "stage3_max_reuse_distance": 0, "stage3_prefetch_bucket_size": 0,
+                              "memory_efficient_linear": False, **zero},
     }
     if precision != "fp32":
         cfg[precision] = {"enabled": True}

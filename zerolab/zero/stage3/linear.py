@@ -14,9 +14,11 @@ bits, in fp32 too. zerolab reproduces it so that a stage-3 run gives DeepSpeed's
 torch's: ``nn.Linear`` calls ``F.linear`` by attribute, and ``nn.MultiheadAttention``'s
 projections call the module's global ``linear``, so replacing the attribute reaches both.
 
-One difference, named: DeepSpeed leaves the replacement in place for the rest of the process;
-zerolab installs it while a stage-3 engine with the key on is open and restores torch's at the
-last such engine's ``close()``. ``"memory_efficient_linear": false`` keeps torch's throughout.
+One difference, named: DeepSpeed leaves the replacement in place for the whole process from
+``initialize`` on; zerolab puts it in place only while the model's forward and ``engine.backward``
+run (the model's own computation, recomputed forwards included), so that anything else the
+process computes, a reference beside the engine, a stage-0 engine after a stage-3 one, keeps
+torch's. ``"memory_efficient_linear": false`` keeps torch's throughout.
 """
 from __future__ import annotations
 
@@ -88,13 +90,13 @@ def zero3_linear(input, weight, bias=None):
 
 
 def install() -> None:
-    """One more open engine wants it (the first puts it in place)."""
+    """One more user wants it now (the first puts it in place)."""
     _USERS[0] += 1
     F.linear = zero3_linear
 
 
 def uninstall() -> None:
-    """That engine closed; torch's linear is back once none is left."""
+    """That user is done; torch's linear is back once none is left."""
     _USERS[0] = max(0, _USERS[0] - 1)
     if _USERS[0] == 0 and F.linear is zero3_linear:
         F.linear = _TORCH_LINEAR
