@@ -25,11 +25,13 @@ def _zero3_fp16(**zero) -> dict:
     return cfg
 
 
-def _tied(stage: int, precision: str = "fp32", clip: float = 1.0) -> dict:
-    """The tied model's config at ``stage`` (memory_efficient_linear off at stage 3: see CASES)."""
+def _tied(stage: int, precision: str = "fp32", clip: float = 1.0, mel: bool = False) -> dict:
+    """The tied model's config at ``stage`` (memory_efficient_linear off at stage 3 unless ``mel``)."""
     cfg = _zero3_fp16()
     del cfg["fp16"]
-    cfg["zero_optimization"] = {"stage": stage, **({"memory_efficient_linear": False} if stage == 3 else {})}
+    cfg["zero_optimization"] = {"stage": stage}
+    if stage == 3 and not mel:
+        cfg["zero_optimization"]["memory_efficient_linear"] = False
     if precision != "fp32":
         cfg[precision] = {"enabled": True}
     cfg["gradient_clipping"] = clip
@@ -56,6 +58,11 @@ CASES = [
      2, "tied"),
     ("zero3_fp16 on the tied model, 3 ranks", "zero3_fp16.json", 3, "tied"),
     ("stage 0 fp32 on the tied model, 3 ranks (the engine's sum, then x 1/3)", _tied(0), 3, "tied"),
+    # Hugging Face transformers from small configs (transformers in both venvs)
+    ("the README's zero3_fp16 on Llama (nn.Linear without bias, RMSNorm, rotary, grouped KV)", "zero3_fp16.json", 2,
+     "llama"),
+    ("the README's zero2_bf16 on GPT-2 (Conv1D, tied head)", "zero2_bf16.json", 2, "gpt2"),
+    ("stage 3 fp32 on Llama, clipping 1.0, 3 ranks", _tied(3, mel=True), 3, "llama"),
 ]
 
 

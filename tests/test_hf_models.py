@@ -63,3 +63,16 @@ def test_hugging_face_models_train_like_ddp_at_every_stage(world):
     for key, (diff, moved) in results.items():
         assert moved > 1e-7, f"{key}: some parameter did not train (moved {moved:.1e})"
         assert diff < 1e-5, f"world {world}, {key}: max |difference| from DDP training {diff:.1e}"
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_compare_builds_the_same_transformer_on_both_sides(name):
+    """``zerolab compare --model gpt2|llama`` builds the model on DeepSpeed's side and on zerolab's
+    from the same seeds (compare_ds.build): the same weights and batch every time, a finite loss."""
+    from zerolab.tools import compare_ds
+    a, xa, loss_a = compare_ds.build(name, 0)
+    b, xb, _ = compare_ds.build(name, 0)
+    assert torch.equal(xa, xb)
+    assert all(torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values()))
+    assert not torch.equal(xa, compare_ds.build(name, 1)[1])          # each rank its own batch
+    assert torch.isfinite(loss_a(a(xa)))

@@ -414,9 +414,10 @@ def main(argv: list[str] | None = None) -> int:
     cp.add_argument("config", help="a DeepSpeed JSON config")
     cp.add_argument("--world", type=int, default=2, help="ranks (default 2)")
     cp.add_argument("--steps", type=int, default=5, help="steps to run; 3 onwards are compared (default 5)")
-    cp.add_argument("--model", default="mlp", choices=("mlp", "tied"),
+    cp.add_argument("--model", default="mlp", choices=("mlp", "tied", "gpt2", "llama"),
                     help="mlp: a 325k-parameter residual MLP; tied: a small LM with a tied embedding, "
-                         "nn.MultiheadAttention and an external weight")
+                         "nn.MultiheadAttention and an external weight; gpt2, llama: Hugging Face "
+                         "transformers from small configs (transformers needed on both sides)")
     cp.add_argument("--ds-python", default=None, help="the python of a venv with deepspeed==0.19.8 "
                                                       "(default: this one, if it has deepspeed)")
     cp.set_defaults(fn=cmd_compare)

@@ -167,7 +167,9 @@ def summarize(calls: list[dict], small: int = 64) -> dict:
 def build(model: str, rank: int):
     """(model, inputs, loss function): ``mlp`` is a residual MLP of 4 Linear(284) and 3 LayerNorm
     (325,464 parameters), ``tied`` a small language model with a tied embedding,
-    ``nn.MultiheadAttention`` and a weight its root reads with ``F.linear``; a fixed batch per rank."""
+    ``nn.MultiheadAttention`` and a weight its root reads with ``F.linear``; ``gpt2`` and ``llama``
+    Hugging Face transformers built from small configs (both sides need ``transformers``); a fixed
+    batch per rank."""
     import torch
     from torch import nn
     import torch.nn.functional as F
@@ -211,10 +213,24 @@ def build(model: str, rank: int):
         tokens = torch.randint(0, V, (4, S + 1), generator=g)
         x, y = tokens[:, :-1], tokens[:, 1:]
         return net, x, lambda out: F.cross_entropy(out.reshape(-1, V), y.reshape(-1))
-    raise ValueError(f"unknown model {model!r} (mlp, tied)")
+    if model in ("gpt2", "llama"):
+        import transformers                   # built from a small config: nothing is downloaded
+        V, S = 31, 8
+        if model == "gpt2":
+            net = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+                vocab_size=V, n_positions=16, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0, embd_pdrop=0.0,
+                attn_pdrop=0.0, bos_token_id=0, eos_token_id=0))
+        else:
+            net = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+                vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=2,
+                num_key_value_heads=1, max_position_embeddings=16, tie_word_embeddings=True))
+        tokens = torch.randint(0, V, (4, S + 1), generator=g)
+        x, y = tokens[:, :-1], tokens[:, 1:]
+        return net, x, lambda out: F.cross_entropy(out.logits.reshape(-1, V), y.reshape(-1))
+    raise ValueError(f"unknown model {model!r} ({', '.join(MODELS)})")
 
 
-MODELS = ("mlp", "tied")
+MODELS = ("mlp", "tied", "gpt2", "llama")
 
 
 def in_model_dtype(x, module):
