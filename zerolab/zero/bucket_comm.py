@@ -16,8 +16,8 @@ __all__ = ["BucketCollectives"]
 
 
 class BucketCollectives:
-    """Needs, from its subclass: ``comm``, ``mode``, ``overlap``, ``max_in_flight``, ``rank``,
-    ``world_size``, ``comm_dtype`` and ``_in_flight`` (a deque)."""
+    """Needs, from its subclass: ``comm``, ``mode``, ``overlap``, ``max_in_flight``, ``post_scale``,
+    ``rank``, ``world_size``, ``comm_dtype`` and ``_in_flight`` (a deque)."""
 
     # -- the collectives --------------------------------------------------------------------
     def _send_buffer(self, buf: torch.Tensor) -> torch.Tensor:
@@ -26,13 +26,13 @@ class BucketCollectives:
         overflowing); at stage 0 (``post_scale``) as it is: DeepSpeed's engine multiplies the sum
         by 1/N after the all-reduce (``postscale_gradients``), which rounds otherwise at odd N."""
         send = buf.to(self.comm_dtype) if buf.dtype != self.comm_dtype else buf
-        if self.world_size > 1 and not getattr(self, "post_scale", False):
+        if self.world_size > 1 and not self.post_scale:
             send.div_(self.world_size)
         return send
 
     def _post_scaled(self, summed: torch.Tensor) -> torch.Tensor:
         """The all-reduced sum made an average where it was not pre-divided (``post_scale``)."""
-        if getattr(self, "post_scale", False) and self.world_size > 1:
+        if self.post_scale and self.world_size > 1:
             summed.mul_(1.0 / self.world_size)
         return summed
 

@@ -114,12 +114,10 @@ def _tensor_combined(total: torch.Tensor, scale: float, clip: float) -> torch.Te
 
 def _stage0_fp32(comm, stage, grads, clip: float, device) -> StepNorm:
     """``clip_grad_norm_`` over the model's parameters in the model's order (stage 0, fp32)."""
-    where = {id(p): (g.index, i) for g in stage.groups for i, p in enumerate(g.params)}
     norms = []
     for _, p in stage.named:
-        k, i = where[id(p)]
-        g = stage.groups[k]
-        norms.append(grads[k][g.offsets[i]:g.offsets[i] + g.numels[i]].detach().float().norm(_NORM))
+        g = stage.group_of[id(p)]
+        norms.append(grads[g.index][g.param_slice(g.index_of[id(p)])].detach().float().norm(_NORM))
     total = torch.stack(norms).pow(_NORM).sum().float() if norms else torch.zeros((), device=device)
     total = total.pow(1. / _NORM)
     scaled = total * 1.0 / float(comm.world_size)
@@ -137,7 +135,7 @@ def _stage0_low_precision(stage, grads, scale: float, clip: float) -> StepNorm:
     for g, flat in zip(stage.groups, grads):
         total += flat[:g.numel].float().norm(_NORM).item() ** _NORM
     total = torch.tensor([float(total)], dtype=torch.float32).item() ** (1. / _NORM)
-    if total in (float("inf"), -float("inf")) or total != total:
+    if not math.isfinite(total):                  # (DeepSpeed: -1, then a skipped step)
         return StepNorm(True)
     scaled = math.sqrt(0.0 + total ** 2.0)               # get_global_norm([total])
     combined = scale

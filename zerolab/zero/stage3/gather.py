@@ -59,7 +59,9 @@ class GatheredParams:
         self.rank, self.world_size = comm.rank, comm.world_size
         self._track = buffers.track
         self._offload = zero.offload_param
-        self._zero = zero
+        self._mel = zero.memory_efficient_linear
+        self._io_handles: list = []                # module_io.py's hooks, from start()
+        self.linear = zero3_linear.LinearScope(None, False)   # linear.py's, from start()
         u = make_units(model, named, zero, dtype, self.rank, self.world_size, opt_group_of,
                        per_parameter=not zerolab.module_groups)
         self.per_parameter = not zerolab.module_groups
@@ -157,11 +159,8 @@ class GatheredParams:
                                  self.world_size, timeline=self.comm.timeline)
         self.hooks = module_hooks_class()(self)   # ModuleHooks, unless hooks.use_module_hooks swapped it
         self._io_handles = wrap_module_io(self.model)   # DeepSpeed's identity functions on module I/O
-        # DeepSpeed's F.linear (linear.py) while the model's forward and engine.backward run
-        self._linear_on = False
-        if self._zero.memory_efficient_linear:
-            self._io_handles += [self.model.register_forward_pre_hook(lambda m, a: self._linear(True)),
-                                 self.model.register_forward_hook(lambda m, a, o: self._linear(False))]
+        # DeepSpeed's F.linear while the model's forward and engine.backward run (memory_efficient_linear)
+        self.linear = zero3_linear.LinearScope(self.model, self._mel)
         self.trace.ids_of = self.hooks.fetch_ids  # (use_module_hooks requires it of a class it swaps in)
         index = {m: k for k, m in enumerate(self.model.modules())}
         self.trace.key_code = lambda m: index.get(m, -1)
@@ -199,20 +198,10 @@ class GatheredParams:
     def in_backward(self) -> bool:
         return self.state is TrainingState.BACKWARD
 
-    def _linear(self, on: bool) -> None:
-        """Put DeepSpeed's stage-3 linear in place (``memory_efficient_linear``) or take it away;
-        idempotent, so a forward or backward that raised cannot unbalance it."""
-        if on and not self._linear_on and self._zero.memory_efficient_linear:
-            self._linear_on = True
-            zero3_linear.install()
-        elif not on and getattr(self, "_linear_on", False):
-            self._linear_on = False
-            zero3_linear.uninstall()
-
     def pre_backward(self) -> None:
         """``engine.backward`` is about to run autograd (the hooks may already have begun
         backward, when the first gradient reached a module's output)."""
-        self._linear(True)                        # (recomputed forwards in backward use it too)
+        self.linear.set(True)                     # (recomputed forwards in backward use it too)
         self.hooks.pre_backward()
         self.state = TrainingState.BACKWARD      # (backward goes on with the forward's step)
 
@@ -239,7 +228,7 @@ class GatheredParams:
         return False
 
     def post_backward(self) -> None:
-        self._linear(False)
+        self.linear.set(False)
         self.hooks.post_backward()
         self._finish_inflight()
         for g in self.groups:
@@ -250,7 +239,7 @@ class GatheredParams:
 
     def forward_failed(self) -> None:
         """The model's forward raised: forget its open frames, so the next forward starts a pass."""
-        self._linear(False)
+        self.linear.set(False)
         self.hooks.forward_failed()
         self.life.end_step()
 
@@ -318,10 +307,10 @@ class GatheredParams:
         self.grad_order.remove()
         if self.hooks is not None:
             self.hooks.remove()
-        for h in getattr(self, "_io_handles", ()):
+        for h in self._io_handles:
             h.remove()
         self._io_handles = []
-        self._linear(False)
+        self.linear.remove()
 
     def untrained_values(self) -> dict[str, torch.Tensor]:
         """Every untrained parameter's full value by name, gathered (collective: every rank

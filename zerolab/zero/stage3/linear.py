@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Zero3Linear", "zero3_linear", "install", "uninstall", "installed"]
+__all__ = ["Zero3Linear", "zero3_linear", "install", "uninstall", "LinearScope"]
 
 _TORCH_LINEAR = F.linear
 _USERS = [0]                      # open engines that asked for it
@@ -102,5 +102,26 @@ def uninstall() -> None:
         F.linear = _TORCH_LINEAR
 
 
-def installed() -> bool:
-    return F.linear is zero3_linear
+class LinearScope:
+    """One stage-3 engine's use of it: in place from the root module's forward pre-hook to its
+    forward hook, and from ``engine.backward``'s start to its end (recomputed forwards included).
+    ``set`` is idempotent, so a forward or backward that raised cannot unbalance the count."""
+
+    def __init__(self, model, enabled: bool):
+        self.enabled, self.on = bool(enabled), False
+        self._handles = ([model.register_forward_pre_hook(lambda m, a: self.set(True)),
+                          model.register_forward_hook(lambda m, a, o: self.set(False))] if self.enabled else [])
+
+    def set(self, on: bool) -> None:
+        if on and self.enabled and not self.on:
+            self.on = True
+            install()
+        elif not on and self.on:
+            self.on = False
+            uninstall()
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self.set(False)
