@@ -304,14 +304,16 @@ ch03.print_persistence_table(crews[4], PSI)
 #
 # We train 3 steps in **fp32** with each stage on 1 to 4 ranks and compare every parameter with
 # single-process training on the same global batches (`engine.full_params()` gathers the fp32
-# values, as DeepSpeed's `zero_to_fp32` would).
+# values, as DeepSpeed's `zero_to_fp32` would). Both run without gradient clipping: DeepSpeed
+# computes the clipping factor in fp32 at stages 0-2 and in fp64 at stage 3, and one ulp of it,
+# amplified by AdamW, would be a difference of its own.
 #
 # **Predict, then run.** Will stage 3 on 4 ranks be bit-identical to one process? If not, how far
 # off: a few rounding steps (below 10⁻⁶), a tenth of one AdamW step (below 3·10⁻⁴), or a step?
 # And will DDP (stage 0) be any closer than stage 3?
 
 # %% id="ch03-22"
-reference = ch03.reference_fp32()        # one process, the whole batch at once
+reference = ch03.reference_fp32(clip=0.0)   # one process, the whole batch at once, unclipped like the runs
 ch03.print_parity_table(crews, reference)
 
 # %% [markdown] id="ch03-23"
