@@ -39,6 +39,104 @@ class ResMLP(nn.Module):
         return x
 
 
+def hand_zero(x, y, stage: int, clip: float = 1.0, lr: float = 1e-4):
+    """One rank's side of a ResMLP training step written by hand with plain torch.distributed
+    calls: the calls DeepSpeed 0.19.8 makes for ResMLP at its defaults (fp32, Adam, clipping,
+    ``benchmarks/results/side_by_side.txt``) and nothing else: no engine, no ledger, no hooks, no
+    checks. The floor that any engine keeping DeepSpeed's calls can reach on a transport.
+
+    stage 1: backward into one flat gradient (divided by N first, as DeepSpeed's), one all-reduce
+             of it (DeepSpeed's ``reduce_scatter`` with ``use_multi_rank_bucket_allreduce``), a
+             4-byte fp32 norm all-reduce, Adam on this rank's slice, one all-gather of the
+             parameters.
+    stage 3: every ResMLP parameter is under the persistence threshold and stays whole. Backward,
+             the gradients laid out rank by rank and reduce-scattered in one call, an 8-byte fp64
+             norm all-reduce, Adam on this rank's pieces, then one all-gather per parameter, all
+             issued before any is waited on (DeepSpeed's ``_post_step``).
+
+    Returns the step function; each call returns the loss (a tensor)."""
+    if stage not in (1, 3):
+        raise ValueError(f"hand_zero: stage 1 or 3, not {stage}")
+    r, n = dist.get_rank(), dist.get_world_size()
+    dev = x.device
+    model, loss_fn = ResMLP().to(dev), nn.MSELoss()
+    params = list(model.parameters())
+
+    def coefficient(sq):                  # DeepSpeed's: clip / (norm + 1e-6), applied when < 1
+        coef = clip / (float(sq) ** 0.5 + 1e-6)
+        return coef if coef < 1.0 else 1.0
+
+    if stage == 1:
+        total = sum(p.numel() for p in params)
+        total += (-total) % n
+        s = total // n
+        flat, gflat = torch.zeros(total, device=dev), torch.zeros(total, device=dev)
+        off = 0
+        for p in params:                  # parameters and gradients: views of two flat buffers
+            k = p.numel()
+            flat[off:off + k].copy_(p.data.view(-1))
+            p.data, p.grad = flat[off:off + k].view_as(p), gflat[off:off + k].view_as(p)
+            off += k
+        master = flat[r * s:(r + 1) * s].clone().requires_grad_()
+        opt = torch.optim.Adam([master], lr=lr)
+        sq = torch.zeros(1, device=dev)
+
+        def step():
+            gflat.zero_()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            dist.all_reduce(gflat.div_(n))
+            mine = gflat[r * s:(r + 1) * s]
+            sq[0] = torch.linalg.vector_norm(mine, dtype=torch.float64).square()
+            dist.all_reduce(sq)
+            master.grad = mine.mul(coefficient(sq[0]))
+            opt.step()
+            dist.all_gather_into_tensor(flat, master.detach())
+            return loss.detach()
+        return step
+
+    sizes = [(p.numel() + n - 1) // n for p in params]         # each parameter's piece per rank
+    width = sum(sizes)
+    whole, pieces = [], []
+    for p, sp in zip(params, sizes):
+        buf = torch.zeros(sp * n, device=dev)
+        buf[:p.numel()].copy_(p.data.view(-1))
+        p.data = buf[:p.numel()].view_as(p)
+        whole.append(buf)
+        pieces.append(buf[r * sp:(r + 1) * sp].clone().requires_grad_())
+    opt = torch.optim.Adam(pieces, lr=lr)
+    laid, mine = torch.zeros(width * n, device=dev), torch.empty(width, device=dev)
+    sq = torch.zeros(1, dtype=torch.float64, device=dev)
+
+    def step():
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        laid.zero_()
+        off = 0
+        for p, sp in zip(params, sizes):  # rank j's piece of every parameter, side by side
+            g = p.grad.view(-1)
+            for j in range(n):
+                piece = g[j * sp:(j + 1) * sp]
+                laid[j * width + off:j * width + off + piece.numel()].copy_(piece)
+            off += sp
+            p.grad = None
+        dist.reduce_scatter_tensor(mine, laid.div_(n))
+        sq[0] = torch.linalg.vector_norm(mine, dtype=torch.float64).square()
+        dist.all_reduce(sq)
+        coef = coefficient(sq[0])
+        off = 0
+        for piece, sp in zip(pieces, sizes):
+            piece.grad = mine[off:off + sp].mul(coef)
+            off += sp
+        opt.step()
+        handles = [dist.all_gather_into_tensor(buf, piece.detach(), async_op=True)
+                   for buf, piece in zip(whole, pieces)]
+        for h in handles:
+            h.wait()
+        return loss.detach()
+    return step
+
+
 def against_exact(out: dict, steps: dict, rounds: int, per_round: int, device=None) -> None:
     """Time the variants' ``steps`` in turns (:func:`round_robin`) and add to each ``out[name]``
     its median step time, its median ratio to the ``"exact"`` variant's round by round, and its

@@ -10,6 +10,11 @@ on a shared 2-vCPU machine the same collective takes 0.3 ms or 2 ms for seconds 
 taking turns lets those spells fall on every candidate alike. DeepSpeed runs in its own venv and
 processes, in turns with its own torch DDP (ds_reference/ds_step_time.py).
 
+Two floors take their turns beside them: DeepSpeed's calls for stages 1-2 and for stage 3
+written by hand with plain torch.distributed and no engine (``step_models.hand_zero``). No engine
+that keeps DeepSpeed's calls can beat them on the transport of the run; "x floor" is zerolab's
+time over the floor of its stage (module_groups makes other calls, so it has none).
+
     python benchmarks/step_time.py [--repeats 2] [--rounds 40] [--steps 5] [--world 2]
         [--backend auto|gloo|nccl|shm]               # the transport of every candidate of the run
         [--ds-python /path/to/dsvenv/bin/python]     # adds DeepSpeed stages 1-3 (own processes)
@@ -37,7 +42,7 @@ from torch import nn
 import zerolab
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from step_models import ResMLP, round_robin, run_deepspeed  # noqa: E402
+from step_models import ResMLP, hand_zero, round_robin, run_deepspeed  # noqa: E402
 
 
 def bench(batch, rounds, per_round, torch_zero, variants):
@@ -60,6 +65,8 @@ def bench(batch, rounds, per_round, torch_zero, variants):
 
     ddp = DDP(ResMLP().to(dev))
     steps["torch DDP"] = torch_step(ddp, torch.optim.Adam(ddp.parameters(), lr=1e-4))
+    for stage in (1, 3):                  # DeepSpeed's calls written by hand, no engine
+        steps[FLOOR[stage]] = hand_zero(x, y, stage)
     if torch_zero:
         from torch.distributed.optim import ZeroRedundancyOptimizer
         zddp = DDP(ResMLP().to(dev))
@@ -94,6 +101,7 @@ def bench(batch, rounds, per_round, torch_zero, variants):
     return times, wire
 
 
+FLOOR = {1: "floor: stage 1-2's calls, no engine", 3: "floor: stage 3's calls, no engine"}
 VARIANTS = [("zerolab stage 0", 0, {}), ("zerolab stage 0 + overlap", 0, {"overlap_comm": True}),
             ("zerolab stage 1", 1, {}), ("zerolab stage 2", 2, {}),
             ("zerolab stage 2 + overlap", 2, {"overlap_comm": True}),
@@ -142,14 +150,16 @@ def main() -> None:
           f"{' (DeepSpeed: its own processes, over gloo)' if a.ds_python else ''}, ResMLP {psi:,} params "
           f"(fp32, Adam, clip 1.0), batch {a.batch} per rank; {a.repeats} x {a.rounds} rounds of {a.steps} steps "
           "per candidate, in turns; medians")
-    print(f"{'':36}{'step ms':>9}{'x DDP':>8}{'x DeepSpeed':>13}{'wire (Psi)':>12}")
+    print(f"{'':36}{'step ms':>9}{'x DDP':>8}{'x DeepSpeed':>13}{'x floor':>9}{'wire (Psi)':>12}")
     for name in ratios:
         x = statistics.median(ratios[name])
         stage = name.split("stage ")[-1][:1] if "zerolab stage" in name else None
         ds = ratios.get(f"DeepSpeed stage {stage}")
         vs = f"{x / statistics.median(ds):.2f}" if ds and stage in "123" else ""
+        fl = ratios.get(FLOOR[3 if stage == "3" else 1]) if stage in ("1", "2", "3") else None
+        vf = f"{x / statistics.median(fl):.2f}" if fl and "module_groups" not in name else ""
         w = f"{wire[name] / (psi * 4):.2f}" if name in wire else ""
-        print(f"{name:36}{statistics.median(ms[name]) * 1e3:>9.2f}{x:>8.2f}{vs:>13}{w:>12}")
+        print(f"{name:36}{statistics.median(ms[name]) * 1e3:>9.2f}{x:>8.2f}{vs:>13}{vf:>9}{w:>12}")
 
 
 if __name__ == "__main__":

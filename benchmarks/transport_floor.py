@@ -9,9 +9,10 @@ Two measurements on 2 ranks, each printed as percentiles over many samples:
    all-reduce (a ZeRO step's gradient-norm call) or a 0.65 MB all-gather (the parameter
    all-gather of ResMLP).
 2. **A hand-written ZeRO-1 step with no zerolab engine in it** (ResMLP of step_time.py, fp32
-   Adam, clipping 1.0): backward into one flat gradient, reduce-scatter, the 16-byte norm
-   all-reduce, Adam on this rank's shard, all-gather of the parameters: three calls in a row
-   where torch DDP makes one, beside torch DDP over the same backend, taking turns step by step.
+   Adam, clipping 1.0; ``step_models.hand_zero``, DeepSpeed's calls): backward into one flat
+   gradient, its all-reduce, the 4-byte norm all-reduce, Adam on this rank's shard, all-gather of
+   the parameters: three calls in a row where torch DDP makes one, beside torch DDP over the same
+   backend, taking turns step by step.
 
 If the hand-written step is already far above DDP on a transport, no engine on that transport
 can meet a "ZeRO-1 within 1.2x of DDP" target on that machine: the calls, not the engine, are
@@ -34,7 +35,7 @@ from torch import nn
 import zerolab
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from step_models import ResMLP  # noqa: E402
+from step_models import ResMLP, hand_zero  # noqa: E402
 
 
 def percentiles(xs, qs=(10, 50, 75, 90)) -> dict:
@@ -65,39 +66,6 @@ def round_trips(samples: int) -> dict:
     return out
 
 
-def hand_zero1(x, y):
-    """One process's side of a minimal ZeRO-1 step over the default group."""
-    r, n = dist.get_rank(), dist.get_world_size()
-    model, loss_fn = ResMLP(), nn.MSELoss()
-    params = list(model.parameters())
-    total = sum(p.numel() for p in params)
-    total += (-total) % n
-    flat, gflat = torch.zeros(total), torch.zeros(total)
-    off = 0
-    for p in params:                       # parameters and gradients as views of two flat buffers
-        k = p.numel()
-        flat[off:off + k].copy_(p.data.view(-1))
-        p.data, p.grad = flat[off:off + k].view_as(p), gflat[off:off + k].view_as(p)
-        off += k
-    s = total // n
-    master = flat[r * s:(r + 1) * s].clone().requires_grad_()
-    opt = torch.optim.Adam([master], lr=1e-4)
-    shard, stats = torch.empty(s), torch.zeros(1, dtype=torch.float64)
-
-    def step():
-        gflat.zero_()
-        loss_fn(model(x), y).backward()
-        gflat.div_(n)
-        dist.reduce_scatter_tensor(shard, gflat)
-        stats[0] = torch.linalg.vector_norm(shard, dtype=torch.float64).square()
-        dist.all_reduce(stats)
-        norm = float(stats[0]) ** 0.5
-        master.grad = shard / norm if norm > 1.0 else shard
-        opt.step()
-        dist.all_gather_into_tensor(flat, master.detach().clone())
-    return step
-
-
 def steps(samples: int) -> dict:
     backend = dist.get_backend()
     torch.manual_seed(1 + dist.get_rank())
@@ -112,7 +80,7 @@ def steps(samples: int) -> dict:
         loss_fn(ddp(x), y).backward()
         torch.nn.utils.clip_grad_norm_(ddp.parameters(), 1.0)
         opt.step()
-    candidates = {f"torch DDP, {backend}": ddp_step, f"hand ZeRO-1, {backend}": hand_zero1(x, y)}
+    candidates = {f"torch DDP, {backend}": ddp_step, f"hand ZeRO-1, {backend}": hand_zero(x, y, 1)}
     for step in candidates.values():
         for _ in range(5):
             step()
