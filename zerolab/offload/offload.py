@@ -172,6 +172,10 @@ class StateHome:
         """Step every sub-group with ``grads`` (aligned with the groups, any dtype and device)
         divided by ``combined`` (loss scale x clipping factor), and write the results up."""
         inv = 1.0 / combined
+        # A tensor factor (DeepSpeed's dtype on stages 1-3) is multiplied in always, as DeepSpeed
+        # does (x * 1.0 is x, bit for bit): comparing it with 1 would read it back, one wait for
+        # the GPU per tile. A float is skipped when it is 1.
+        scaled = isinstance(inv, torch.Tensor) or inv != 1.0
         self.swap.begin()
         for k, sg in enumerate(self.sub_groups):
             t0 = time.perf_counter()
@@ -191,7 +195,7 @@ class StateHome:
             for j, g in down:
                 # unscaled and clipped in place, as DeepSpeed does its gradient partition: where no
                 # copy was needed g is the reduced shard itself, which is zeroed after the step
-                if inv != 1.0:
+                if scaled:
                     g.mul_(inv)
                 self.tensors[j].grad = g
             optimizer.step()
