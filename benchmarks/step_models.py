@@ -45,6 +45,9 @@ def hand_zero(x, y, stage: int, clip: float = 1.0, lr: float = 1e-4):
     ``benchmarks/results/side_by_side.txt``) and nothing else: no engine, no ledger, no hooks, no
     checks. The floor that any engine keeping DeepSpeed's calls can reach on a transport.
 
+    stage 0: backward into one flat gradient, one all-reduce of it after backward (DeepSpeed's
+             engine: summed, then multiplied by 1/N), the norm (divided by N) all-reduced in 4
+             bytes as DeepSpeed's ``clip_grad_norm_`` does, Adam over the whole model.
     stage 1: backward into one flat gradient (divided by N first, as DeepSpeed's), one all-reduce
              of it (DeepSpeed's ``reduce_scatter`` with ``use_multi_rank_bucket_allreduce``), a
              4-byte fp32 norm all-reduce, Adam on this rank's slice, one all-gather of the
@@ -55,8 +58,8 @@ def hand_zero(x, y, stage: int, clip: float = 1.0, lr: float = 1e-4):
              issued before any is waited on (DeepSpeed's ``_post_step``).
 
     Returns the step function; each call returns the loss (a tensor)."""
-    if stage not in (1, 3):
-        raise ValueError(f"hand_zero: stage 1 or 3, not {stage}")
+    if stage not in (0, 1, 3):
+        raise ValueError(f"hand_zero: stage 0, 1 or 3, not {stage}")
     r, n = dist.get_rank(), dist.get_world_size()
     dev = x.device
     model, loss_fn = ResMLP().to(dev), nn.MSELoss()
@@ -65,6 +68,29 @@ def hand_zero(x, y, stage: int, clip: float = 1.0, lr: float = 1e-4):
     def coefficient(sq):                  # DeepSpeed's: clip / (norm + 1e-6), applied when < 1
         coef = clip / (float(sq) ** 0.5 + 1e-6)
         return coef if coef < 1.0 else 1.0
+
+    if stage == 0:
+        total = sum(p.numel() for p in params)
+        gflat = torch.zeros(total, device=dev)
+        off = 0
+        for p in params:
+            p.grad = gflat[off:off + p.numel()].view_as(p)
+            off += p.numel()
+        opt = torch.optim.Adam(params, lr=lr)
+
+        def step():
+            gflat.zero_()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            dist.all_reduce(gflat)
+            gflat.mul_(1.0 / n)
+            # DeepSpeed's clip_grad_norm_: the norm divided by N, all-reduced (4 bytes), then clip
+            norm = torch.stack([p.grad.norm() for p in params]).square().sum().sqrt().div_(n)
+            dist.all_reduce(norm)
+            gflat.mul_(torch.clamp(clip / (norm + 1e-6), max=1.0))
+            opt.step()
+            return loss.detach()
+        return step
 
     if stage == 1:
         total = sum(p.numel() for p in params)

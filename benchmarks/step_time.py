@@ -10,10 +10,12 @@ on a shared 2-vCPU machine the same collective takes 0.3 ms or 2 ms for seconds 
 taking turns lets those spells fall on every candidate alike. DeepSpeed runs in its own venv and
 processes, in turns with its own torch DDP (ds_reference/ds_step_time.py).
 
-Two floors take their turns beside them: DeepSpeed's calls for stages 1-2 and for stage 3
+Three floors take their turns beside them: DeepSpeed's calls for stage 0, stages 1-2 and stage 3
 written by hand with plain torch.distributed and no engine (``step_models.hand_zero``). No engine
-that keeps DeepSpeed's calls can beat them on the transport of the run; "x floor" is zerolab's
-time over the floor of its stage (module_groups makes other calls, so it has none).
+that keeps DeepSpeed's calls can beat them on the transport of the run unless it overlaps them
+with backward (the floors call after backward, as DeepSpeed does without ``overlap_comm``);
+"x floor" is zerolab's time over the floor of its stage (module_groups makes other calls, so it
+has none).
 
     python benchmarks/step_time.py [--repeats 2] [--rounds 40] [--steps 5] [--world 2]
         [--backend auto|gloo|nccl|shm]               # the transport of every candidate of the run
@@ -65,7 +67,7 @@ def bench(batch, rounds, per_round, torch_zero, variants):
 
     ddp = DDP(ResMLP().to(dev))
     steps["torch DDP"] = torch_step(ddp, torch.optim.Adam(ddp.parameters(), lr=1e-4))
-    for stage in (1, 3):                  # DeepSpeed's calls written by hand, no engine
+    for stage in FLOOR:                   # DeepSpeed's calls written by hand, no engine
         steps[FLOOR[stage]] = hand_zero(x, y, stage)
     if torch_zero:
         from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -101,7 +103,8 @@ def bench(batch, rounds, per_round, torch_zero, variants):
     return times, wire
 
 
-FLOOR = {1: "floor: stage 1-2's calls, no engine", 3: "floor: stage 3's calls, no engine"}
+FLOOR = {0: "floor: stage 0's calls, no engine", 1: "floor: stage 1-2's calls, no engine",
+         3: "floor: stage 3's calls, no engine"}
 VARIANTS = [("zerolab stage 0", 0, {}), ("zerolab stage 0 + overlap", 0, {"overlap_comm": True}),
             ("zerolab stage 1", 1, {}), ("zerolab stage 2", 2, {}),
             ("zerolab stage 2 + overlap", 2, {"overlap_comm": True}),
@@ -156,7 +159,7 @@ def main() -> None:
         stage = name.split("stage ")[-1][:1] if "zerolab stage" in name else None
         ds = ratios.get(f"DeepSpeed stage {stage}")
         vs = f"{x / statistics.median(ds):.2f}" if ds and stage in "123" else ""
-        fl = ratios.get(FLOOR[3 if stage == "3" else 1]) if stage in ("1", "2", "3") else None
+        fl = ratios.get(FLOOR[{"0": 0, "1": 1, "2": 1, "3": 3}[stage]]) if stage else None
         vf = f"{x / statistics.median(fl):.2f}" if fl and "module_groups" not in name else ""
         w = f"{wire[name] / (psi * 4):.2f}" if name in wire else ""
         print(f"{name:36}{statistics.median(ms[name]) * 1e3:>9.2f}{x:>8.2f}{vs:>13}{vf:>9}{w:>12}")
