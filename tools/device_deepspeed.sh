@@ -9,8 +9,10 @@
 #                                         PYVER (default 3.12, the device's Python)
 #   tools/device_deepspeed.sh run OUT     on the device (carry .whl): installs .whl/ into
 #                                         /tmp/ds-site (pip --no-index --target), checks that
-#                                         DeepSpeed imports, then runs step_time.py at 2 and 4 ranks
-#                                         over gloo with DeepSpeed beside, writing OUT/step_time_*.txt
+#                                         DeepSpeed imports, runs tools/gpu_check.py where there is
+#                                         a GPU (OUT/gpu_check.json and .txt), then step_time.py at
+#                                         2 and 4 ranks over gloo with DeepSpeed and the floors
+#                                         beside, writing OUT/step_time_world*.txt (about 7 min in all)
 #
 # The device call (the device tool's `run`, carry [".whl"], timeout 540):
 #     tools/device_deepspeed.sh run "$OUT"
@@ -20,6 +22,7 @@
 #                                      (for trying the kit on another machine, e.g. this one)
 #   DS_PY=python3                      run: the Python that has torch (the device's own)
 #   WORLDS="2 4" ROUNDS=40 REPEATS=2   run: what step_time.py is asked for
+#   GPU_CHECK=1                        run: 0 skips tools/gpu_check.py
 #   WHEELS=.whl                        both: the wheels' folder
 set -euo pipefail
 
@@ -59,6 +62,10 @@ run() {
     export PYTHONPATH="$site:$ROOT${PYTHONPATH:+:$PYTHONPATH}" DS_ACCELERATOR=cpu DS_BUILD_OPS=0
     "$py" -c "import deepspeed, torch; print('deepspeed', deepspeed.__version__, 'torch', torch.__version__)"
     nproc
+    # first the GPU check again (about 90 s on one H200), where there is a GPU and GPU_CHECK is not 0
+    if [ "${GPU_CHECK:-1}" != 0 ] && "$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+        "$py" "$ROOT/tools/gpu_check.py" --out "$out/gpu_check.json" 2>&1 | tail -n 40 || echo "gpu_check: exit status $?"
+    fi
     for w in ${WORLDS:-2 4}; do
         echo "== step_time.py, $w ranks over gloo, DeepSpeed beside"
         "$py" "$ROOT/benchmarks/step_time.py" --world "$w" --backend gloo --repeats "${REPEATS:-2}" \
