@@ -30,9 +30,9 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WHL=${WHEELS:-$ROOT/.whl}
 DS_PIN="deepspeed==0.19.8"
 # DeepSpeed's needs that the device image does not hold (KINDS.md: einops, msgpack, ninja, numpy,
-# packaging, psutil, py-cpuinfo, tqdm, typing-extensions are there). pydantic_core is the one
-# compiled wheel: its version is the one this pydantic asks for.
-NEEDS=(hjson "pydantic==2.14.4" "pydantic_core==2.50.5" annotated-types typing-inspection)
+# packaging, psutil, py-cpuinfo, tqdm are there; typing-extensions too, but pydantic wants >= 4.16).
+# pydantic_core is the one compiled wheel: its version is the one this pydantic asks for.
+NEEDS=(hjson "pydantic==2.14.4" "pydantic_core==2.50.5" annotated-types typing-inspection "typing-extensions>=4.16")
 IMAGE_HAS=(einops msgpack ninja py-cpuinfo psutil)
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
