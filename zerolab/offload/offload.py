@@ -174,17 +174,11 @@ class StateHome:
         inv = 1.0 / combined
         # A tensor factor (DeepSpeed's dtype on stages 1-3) is multiplied in always, as DeepSpeed
         # does (x * 1.0 is x, bit for bit): comparing it with 1 would read it back, one wait for
-        # the GPU per tile. A float is skipped when it is 1. With the states offloaded the factor
-        # comes to their device once (DeepSpeed computes it on the host there).
+        # the GPU per tile. A float is skipped when it is 1. Every tile lives on one device: with
+        # the states offloaded the factor comes there once (DeepSpeed computes it on the host).
         scaled = isinstance(inv, torch.Tensor) or inv != 1.0
-        on_devices: dict = {}
-
-        def factor_on(device):
-            if not isinstance(inv, torch.Tensor) or inv.device == device:
-                return inv
-            if device not in on_devices:
-                on_devices[device] = inv.to(device)
-            return on_devices[device]
+        if isinstance(inv, torch.Tensor) and self.tensors:
+            inv = inv.to(self.tensors[0].device)
         self.swap.begin()
         for k, sg in enumerate(self.sub_groups):
             t0 = time.perf_counter()
@@ -205,7 +199,7 @@ class StateHome:
                 # unscaled and clipped in place, as DeepSpeed does its gradient partition: where no
                 # copy was needed g is the reduced shard itself, which is zeroed after the step
                 if scaled:
-                    g.mul_(factor_on(g.device))
+                    g.mul_(inv)
                 self.tensors[j].grad = g
             optimizer.step()
             if self.store.on_device and self.budget_check is not None:

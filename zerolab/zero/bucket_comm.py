@@ -84,7 +84,6 @@ class BucketCollectives:
                 p = self.comm.all_reduce(send, tag=tag, async_op=self.overlap)
 
             def finish() -> None:
-                self._post_scaled(send)
                 for (part, s, e), off in ((x, b.offset_of(x[0])) for x in self._owned(b)):
                     deliver(part.group, s, e, send[off + s - part.start:off + e - part.start])
                 if then is not None:

@@ -14,8 +14,6 @@ which collectives move them.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.distributed as dist
 from torch import nn

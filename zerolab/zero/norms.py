@@ -12,7 +12,7 @@ factor, as DeepSpeed 0.19.8 sends and computes them (read in its source, measure
                 (fp32, 4 bytes, with ``offload_optimizer``)
 
 The clipping factor is computed with DeepSpeed's operations in DeepSpeed's dtypes, path by path,
-because one ulp in it is enough to round a 16-bit copy the other way (``ClipPath``):
+because one ulp in it is enough to round a 16-bit copy the other way:
 
     stage 0 fp32       ``runtime.utils.clip_grad_norm_``: per-parameter fp32 norms, stacked,
                        squared and summed in fp32, rooted, / N, all-reduced; the gradients are
