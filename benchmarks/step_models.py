@@ -39,7 +39,7 @@ class ResMLP(nn.Module):
         return x
 
 
-def hand_zero(x, y, stage: int, clip: float = 1.0, lr: float = 1e-4):
+def hand_zero(x, y, stage: int, clip: float = 1.0, lr: float = 1e-4, tick=None):
     """One rank's side of a ResMLP training step written by hand with plain torch.distributed
     calls: the calls DeepSpeed 0.19.8 makes for ResMLP at its defaults (fp32, Adam, clipping,
     ``benchmarks/results/side_by_side.txt``) and nothing else: no engine, no ledger, no hooks, no
@@ -57,7 +57,11 @@ def hand_zero(x, y, stage: int, clip: float = 1.0, lr: float = 1e-4):
              norm all-reduce, Adam on this rank's pieces, then one all-gather per parameter, all
              issued before any is waited on (DeepSpeed's ``_post_step``).
 
-    Returns the step function; each call returns the loss (a tensor)."""
+    ``tick(phase)``, if given, is called as each phase of a step ends: "forward", "backward",
+    "reduce" (the gradients' collective), "norm" (the norm's and the clipping), "step" (Adam),
+    "publish" (the parameters' all-gathers; not at stage 0). ``benchmarks/step_phases.py`` times
+    them. Returns the step function; each call returns the loss (a tensor)."""
+    tick = tick or (lambda phase: None)
     if stage not in (0, 1, 3):
         raise ValueError(f"hand_zero: stage 0, 1 or 3, not {stage}")
     r, n = dist.get_rank(), dist.get_world_size()
@@ -81,14 +85,19 @@ def hand_zero(x, y, stage: int, clip: float = 1.0, lr: float = 1e-4):
         def step():
             gflat.zero_()
             loss = loss_fn(model(x), y)
+            tick("forward")
             loss.backward()
+            tick("backward")
             dist.all_reduce(gflat)
             gflat.mul_(1.0 / n)
+            tick("reduce")
             # DeepSpeed's clip_grad_norm_: the norm divided by N, all-reduced (4 bytes), then clip
             norm = torch.stack([p.grad.norm() for p in params]).square().sum().sqrt().div_(n)
             dist.all_reduce(norm)
             gflat.mul_(torch.clamp(clip / (norm + 1e-6), max=1.0))
+            tick("norm")
             opt.step()
+            tick("step")
             return loss.detach()
         return step
 
@@ -110,14 +119,20 @@ def hand_zero(x, y, stage: int, clip: float = 1.0, lr: float = 1e-4):
         def step():
             gflat.zero_()
             loss = loss_fn(model(x), y)
+            tick("forward")
             loss.backward()
+            tick("backward")
             dist.all_reduce(gflat.div_(n))
+            tick("reduce")
             mine = gflat[r * s:(r + 1) * s]
             sq[0] = torch.linalg.vector_norm(mine, dtype=torch.float64).square()
             dist.all_reduce(sq)
             master.grad = mine.mul(coefficient(sq[0]))
+            tick("norm")
             opt.step()
+            tick("step")
             dist.all_gather_into_tensor(flat, master.detach())
+            tick("publish")
             return loss.detach()
         return step
 
@@ -136,7 +151,9 @@ def hand_zero(x, y, stage: int, clip: float = 1.0, lr: float = 1e-4):
 
     def step():
         loss = loss_fn(model(x), y)
+        tick("forward")
         loss.backward()
+        tick("backward")
         laid.zero_()
         off = 0
         for p, sp in zip(params, sizes):  # rank j's piece of every parameter, side by side
@@ -147,6 +164,7 @@ def hand_zero(x, y, stage: int, clip: float = 1.0, lr: float = 1e-4):
             off += sp
             p.grad = None
         dist.reduce_scatter_tensor(mine, laid.div_(n))
+        tick("reduce")
         sq[0] = torch.linalg.vector_norm(mine, dtype=torch.float64).square()
         dist.all_reduce(sq)
         coef = coefficient(sq[0])
@@ -154,11 +172,14 @@ def hand_zero(x, y, stage: int, clip: float = 1.0, lr: float = 1e-4):
         for piece, sp in zip(pieces, sizes):
             piece.grad = mine[off:off + sp].mul(coef)
             off += sp
+        tick("norm")
         opt.step()
+        tick("step")
         handles = [dist.all_gather_into_tensor(buf, piece.detach(), async_op=True)
                    for buf, piece in zip(whole, pieces)]
         for h in handles:
             h.wait()
+        tick("publish")
         return loss.detach()
     return step
 

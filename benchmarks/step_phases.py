@@ -5,7 +5,9 @@ batch 32 per rank, 2 ranks). Per variant, the median over steps (2 interleaved r
 forward, backward (DDP's all-reduce overlaps it), the boundary reduce (stages 0-1), the
 optimizer step's own collectives and checks ("stats+": the overflow / norm all-reduce and the
 rest of engine.step), the optimizer step (home.step) and publish (the parameter all-gather of
-stages 1-2). Then the spread of one 1.3 MB all-reduce over 20 calls x 3 repeats:
+stages 1-2). Beside them the floors of stage 0 and stages 1-2 (``step_models.hand_zero``:
+DeepSpeed's calls written by hand, no engine), timed phase by phase under the same names
+("stats+": the norm's all-reduce and the clipping). Then the spread of one 1.3 MB all-reduce over 20 calls x 3 repeats:
 ``dist.all_reduce`` beside zerolab's ``Comm.all_reduce`` (the same call plus the ledger).
 
 Everything in a run, DDP and zerolab alike, goes through one backend, ``--backend``: gloo (TCP
@@ -29,7 +31,7 @@ from torch import nn
 import zerolab
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from step_models import ResMLP  # noqa: E402
+from step_models import ResMLP, hand_zero  # noqa: E402
 
 
 def _timed(fn):
@@ -40,6 +42,11 @@ def _timed(fn):
         return out
     wrapper.last = 0.0
     return wrapper
+
+
+# hand_zero's phases under the names of zerolab's columns
+_FLOOR_PHASES = {"forward": "forward", "backward": "backward", "reduce": "reduce", "norm": "stats+",
+                 "step": "home.step", "publish": "publish"}
 
 
 def phases(variant, steps: int = 40) -> dict:
@@ -64,6 +71,21 @@ def phases(variant, steps: int = 40) -> dict:
             t3 = time.perf_counter()
             for k, v in (("forward", t1 - t0), ("backward", t2 - t1), ("step", t3 - t2), ("total", t3 - t0)):
                 t.setdefault(k, []).append(v)
+    elif isinstance(variant, str):                # "floor N": DeepSpeed's calls by hand, no engine
+        marks = []
+        step = hand_zero(x, y, int(variant[-1]), tick=lambda phase: marks.append((phase, time.perf_counter())))
+        for _ in range(steps):
+            dist.barrier()
+            marks.clear()
+            t0 = prev = time.perf_counter()
+            step()
+            row = {"publish": 0.0}
+            for phase, at in marks:
+                row[_FLOOR_PHASES[phase]] = at - prev
+                prev = at
+            row["total"] = prev - t0
+            for k in ("forward", "backward", "reduce", "home.step", "publish", "stats+", "total"):
+                t.setdefault(k, []).append(row[k])
     else:
         engine = zerolab.initialize(ResMLP(), {"train_batch_size": 64, "gradient_clipping": 1.0,
                                               "optimizer": {"type": "Adam", "params": {"lr": 1e-4}},
@@ -109,7 +131,7 @@ def all_reduce_spread(repeats: int = 3, calls: int = 20) -> dict:
 def main(steps: int = 40, repeats: int = 2, calls: int = 20) -> dict:
     runs: dict = {}
     for _ in range(repeats):
-        for v in ("ddp", 0, 1, 2):
+        for v in ("ddp", "floor 0", 0, "floor 1", 1, 2):
             runs.setdefault(v, []).append(phases(v, steps))
     return {"phases": {v: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for v, rs in runs.items()},
             "all_reduce": all_reduce_spread(3, calls)}
@@ -128,8 +150,9 @@ if __name__ == "__main__":
     print(f"2 ranks, {backend}, ResMLP 325,464 params; ms per step, rank 0 (median of steps, "
           f"of {a.repeats} repeats)")
     for v, ph in res["phases"].items():
-        name = "torch DDP" if v == "ddp" else f"zerolab stage {v}"
-        print(f"  {name:16}" + "  ".join(f"{k} {ms:.2f}" for k, ms in ph.items()))
+        name = ("torch DDP" if v == "ddp" else f"{v}, no engine" if isinstance(v, str)
+                else f"zerolab stage {v}")
+        print(f"  {name:20}" + "  ".join(f"{k} {ms:.2f}" for k, ms in ph.items()))
     print(f"one 1.3 MB all-reduce over {backend}, median ms of {a.calls} calls, in 3 repeats:")
     for name, ms in res["all_reduce"].items():
         print(f"  {name:16}" + "  ".join(f"{m:.2f}" for m in ms))

@@ -27,7 +27,8 @@ def _losses(steps: int):
     from torch.nn.parallel import DistributedDataParallel as DDP
     ddp, loss_fn = DDP(ResMLP()), nn.MSELoss()
     opt = torch.optim.Adam(ddp.parameters(), lr=1e-3)
-    floors = {stage: hand_zero(x, y, stage, lr=1e-3) for stage in (0, 1, 3)}
+    ticks = {stage: [] for stage in (0, 1, 3)}
+    floors = {stage: hand_zero(x, y, stage, lr=1e-3, tick=ticks[stage].append) for stage in (0, 1, 3)}
     rows = []
     for _ in range(steps):
         opt.zero_grad(set_to_none=True)
@@ -36,18 +37,22 @@ def _losses(steps: int):
         torch.nn.utils.clip_grad_norm_(ddp.parameters(), 1.0)
         opt.step()
         rows.append((loss.item(), *(f().item() for f in floors.values())))
-    return rows
+    return rows, ticks
 
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_the_floors_train_what_ddp_trains(world):
-    rows = zerolab.launch(_losses, world, 4, backend="gloo", echo=False, timeout=120)[0]
+    rows, ticks = zerolab.launch(_losses, world, 4, backend="gloo", echo=False, timeout=120)[0]
     for ddp, *floors in rows:
         # the same sums in another order (one flat all-reduce or reduce-scatter against DDP's buckets):
         # within a few fp32 ulps of the loss, over 4 clipped Adam steps at lr 1e-3
         for floor in floors:
             assert floor == pytest.approx(ddp, rel=2e-6, abs=0)
     assert rows[-1][0] < rows[0][0]            # and they train: the loss went down
+    # the phases step_phases.py times, in order, once a step
+    phases = ["forward", "backward", "reduce", "norm", "step"]
+    assert ticks[0] == phases * 4
+    assert ticks[1] == ticks[3] == (phases + ["publish"]) * 4
 
 
 def test_hand_zero_takes_stage_0_1_or_3():
